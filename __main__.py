@@ -1,0 +1,8 @@
+"""``python -m torchdeck``: the same as the ``torchdeck`` command."""
+
+import sys
+
+from torchdeck.tui.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

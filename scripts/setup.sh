@@ -1,0 +1,44 @@
+# Sourced by scripts/start and scripts/test: make .venv with torchdeck
+# installed (editable) and the right PyTorch build, idempotently.
+# Usage: source scripts/setup.sh EXTRAS   (e.g. "trainer" or "dev")
+# Never lets pip pull CUDA packages onto a machine without an NVIDIA GPU.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+extras="$1"
+python="${PYTHON:-python3}"
+venv=".venv"
+torch_version="${TORCHDECK_TORCH_VERSION:-2.13.0}"
+
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    echo "torchdeck needs Python 3.10 or newer; set PYTHON=/path/to/python3.x" >&2
+    exit 1
+fi
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+vpy="$venv/bin/python"
+
+# Skip the installs when nothing they depend on changed since the last setup.
+stamp="$venv/.torchdeck-setup-$extras-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && "$vpy" -c 'import torch, torchdeck' 2>/dev/null; then
+    return 0 2>/dev/null || exit 0
+fi
+
+pip() { "$vpy" -m pip --disable-pip-version-check "$@"; }
+echo "torchdeck: setting up $venv (extras: $extras)" >&2
+pip install -q --upgrade pip
+if ! "$vpy" -c 'import torch' 2>/dev/null; then
+    if [ "$(uname -s)" = "Linux" ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+        # Linux without an NVIDIA GPU: PyTorch's CPU build (a local "+cpu"
+        # version), from the configured sources or else PyTorch's CPU index.
+        pip install -q "torch==$torch_version+cpu" 2>/dev/null \
+            || pip install -q "torch==$torch_version+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+    else
+        # macOS wheels are CPU/MPS builds; Linux with a GPU gets the CUDA build.
+        pip install -q "torch==$torch_version"
+    fi
+fi
+# torch is now installed, so the extras' torch requirement pulls nothing more.
+pip install -q "setuptools>=77" wheel
+pip install -q -e ".[$extras]"
+rm -f "$venv"/.torchdeck-setup-"$extras"-*
+touch "$stamp"

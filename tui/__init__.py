@@ -1,0 +1,3 @@
+"""torchdeck's user interface: the Textual console and the headless CLI.
+Talks to backends only through their interface; never imports boto3,
+kubernetes or torch."""
