@@ -1,0 +1,246 @@
+"""CIFAR-10 on disk, in memory, and in batches.
+
+The data set lives as uint8 tensors for its whole life; a batch becomes float
+only when it is drawn, and augmentation (padded random crop, horizontal flip)
+runs on the whole batch tensor at once rather than image by image in Python.
+Reads the "python version" layout (``cifar-10-batches-py/``) that the seeds
+and the official archive use, in either pickle key style.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from .errors import TrainerError
+
+CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
+FOLDER = "cifar-10-batches-py"
+TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_FILE = "test_batch"
+CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+
+# Per-channel statistics of the CIFAR-10 training set, on the 0..255 scale.
+MEAN = (125.31, 122.95, 113.87)
+STD = (62.99, 62.09, 66.70)
+
+
+@dataclass
+class ImageSet:
+    """Images as uint8 (N, 3, 32, 32) and labels as int64 (N,)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    classes: tuple[str, ...] = CLASSES
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def find_batches_dir(data_dir: str | os.PathLike) -> Path:
+    """The folder holding the batch files: ``data_dir`` itself or its ``cifar-10-batches-py``."""
+    root = Path(data_dir).expanduser()
+    for candidate in (root / FOLDER, root):
+        if (candidate / TEST_FILE).is_file() or (candidate / TRAIN_FILES[0]).is_file():
+            return candidate
+    if not root.exists():
+        raise TrainerError(f"data dir {root} does not exist",
+                           hint="pass --download to fetch CIFAR-10 there, or --dataset synthetic")
+    raise TrainerError(f"no CIFAR-10 batches in {root} (expected {FOLDER}/data_batch_1 ... test_batch)",
+                       hint="pass --download to fetch CIFAR-10 there, or point --data-dir at the folder that holds them")
+
+
+def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with open(path, "rb") as f:
+            raw = pickle.load(f, encoding="bytes")
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
+        raise TrainerError(f"cannot read CIFAR-10 batch {path}: {exc}",
+                           hint="the file is damaged; delete it and run again with --download") from exc
+    if not isinstance(raw, dict):
+        raise TrainerError(f"{path} is not a CIFAR-10 batch (a {type(raw).__name__}, not a dict)")
+    # Key style depends on how the pickle was written: b"data" (Python 2) or "data".
+    batch = {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in raw.items()}
+    if "data" not in batch or "labels" not in batch:
+        raise TrainerError(f"{path} is not a CIFAR-10 batch (keys: {sorted(batch)[:5]})")
+    data = np.asarray(batch["data"], dtype=np.uint8)
+    labels = np.asarray(batch["labels"], dtype=np.int64)
+    if data.ndim != 2 or data.shape[1] != 3072 or len(data) != len(labels):
+        raise TrainerError(f"{path} has data of shape {data.shape} for {len(labels)} labels (expected (N, 3072))")
+    if len(labels) and (labels.min() < 0 or labels.max() >= len(CLASSES)):
+        raise TrainerError(f"{path} has labels outside 0..9")
+    return data, labels
+
+
+def load_cifar10(data_dir: str | os.PathLike, train: bool) -> ImageSet:
+    """Load the training batches (those present of 1..5) or the test batch."""
+    folder = find_batches_dir(data_dir)
+    names = TRAIN_FILES if train else (TEST_FILE,)
+    found = [folder / n for n in names if (folder / n).is_file()]
+    if not found:
+        raise TrainerError(f"{folder} has no {'training batches (data_batch_1..5)' if train else 'test_batch'}",
+                           hint="pass --download to fetch the whole data set")
+    parts = [_read_batch(p) for p in found]
+    data = np.concatenate([d for d, _ in parts])
+    labels = np.concatenate([lab for _, lab in parts])
+    classes = CLASSES
+    meta = folder / "batches.meta"
+    if meta.is_file():
+        try:
+            with open(meta, "rb") as f:
+                names_raw = pickle.load(f, encoding="latin1").get("label_names")
+            if names_raw and len(names_raw) == len(CLASSES):
+                classes = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names_raw)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+            pass  # the names are a courtesy; the standard ones are correct for CIFAR-10
+    images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
+    return ImageSet(images, torch.from_numpy(labels), classes)
+
+
+def synthetic_cifar10(n: int, seed: int = 0) -> ImageSet:
+    """A learnable stand-in with CIFAR-10's shapes: each class has its own
+    colour and a stripe; for smoke tests and throughput runs without data."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, len(CLASSES), (n,), generator=g)
+    base = torch.randint(0, 256, (len(CLASSES), 3, 1, 1), generator=g).float()
+    images = base[labels].expand(n, 3, 32, 32).clone()
+    rows = torch.arange(32)
+    stripe = (rows[None, :] // 4 == labels[:, None] % 8).float()[:, None, :, None] * 60
+    images = images + stripe + torch.randn(n, 3, 32, 32, generator=g) * 40
+    return ImageSet(images.clamp(0, 255).to(torch.uint8), labels)
+
+
+def download_cifar10(data_dir: str | os.PathLike, url: str = CIFAR10_URL, md5: str = CIFAR10_MD5,
+                     timeout: float = 30.0) -> Path:
+    """Fetch the official archive into ``data_dir``, verify its checksum and
+    unpack it atomically: the batches folder appears whole or not at all."""
+    root = Path(data_dir).expanduser()
+    target = root / FOLDER
+    if (target / TEST_FILE).is_file() and all((target / n).is_file() for n in TRAIN_FILES):
+        return target
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrainerError(f"cannot create data dir {root}: {exc.strerror}") from exc
+    with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
+        archive = Path(tmp) / "cifar-10-python.tar.gz"
+        digest = hashlib.md5()
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp, open(archive, "wb") as out:
+                while chunk := resp.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise TrainerError(f"cannot download CIFAR-10 from {url}: {reason}",
+                               hint="this machine may have no network; copy cifar-10-batches-py/ into --data-dir") from exc
+        if digest.hexdigest() != md5:
+            raise TrainerError(f"downloaded archive has md5 {digest.hexdigest()}, expected {md5}",
+                               hint="the download was damaged or intercepted; run again")
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(tmp, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise TrainerError(f"cannot unpack CIFAR-10 archive: {exc}") from exc
+        unpacked = Path(tmp) / FOLDER
+        if target.exists():
+            shutil.rmtree(target)  # a partial folder from an older, non-atomic copy
+        os.replace(unpacked, target)
+    return target
+
+
+class ShardedSampler:
+    """Splits indices over ranks the way ``DistributedSampler`` does: each
+    epoch one permutation (seeded by seed + epoch, the same on every rank),
+    padded to a multiple of the world size, rank r taking every world_size-th
+    index from r. Call ``set_epoch`` before each epoch."""
+
+    def __init__(self, n: int, rank: int, world_size: int, seed: int = 0, shuffle: bool = True):
+        self.n, self.rank, self.world_size, self.seed, self.shuffle = n, rank, world_size, seed, shuffle
+        self.epoch = 0
+        self.per_rank = -(-n // world_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def indices(self) -> torch.Tensor:
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.n, generator=g)
+        else:
+            order = torch.arange(self.n)
+        total = self.per_rank * self.world_size
+        if total > self.n:
+            order = torch.cat((order, order[: total - self.n]))
+        return order[self.rank:total:self.world_size]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices().tolist())
+
+    def __len__(self) -> int:
+        return self.per_rank
+
+
+class BatchPipeline:
+    """Turns index batches into normalised float batches, augmenting on the
+    whole batch: random translation by up to ``crop_pad`` pixels (reflection
+    padding) and a horizontal flip that alternates per image across epochs,
+    so that each image is seen both ways in any two consecutive epochs."""
+
+    def __init__(self, data: ImageSet, augment: bool, crop_pad: int = 4, seed: int = 0, rank: int = 0,
+                 channels_last: bool = False, device: torch.device | str = "cpu",
+                 mean: tuple[float, ...] = MEAN, std: tuple[float, ...] = STD):
+        self.data, self.augment, self.crop_pad = data, augment, crop_pad
+        self.device = torch.device(device)
+        self.channels_last = channels_last
+        self.mean = torch.tensor(mean, device=self.device).view(1, 3, 1, 1)
+        self.inv_std = (1 / torch.tensor(std, device=self.device)).view(1, 3, 1, 1)
+        # The flip pattern belongs to the image, not the rank, so it alternates
+        # whichever rank draws the image; the crop offsets differ per rank.
+        self.flip_base = torch.randint(0, 2, (len(data),), generator=torch.Generator().manual_seed(seed + 7919),
+                                       dtype=torch.bool)
+        self.crop_seed = (seed * 65_537 + rank) * 1_000_003
+
+    def normalise(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images to normalised float on the pipeline's device."""
+        return (images.to(self.device, non_blocking=True).float() - self.mean) * self.inv_std
+
+    def batch(self, idx: torch.Tensor, epoch: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The images and labels at ``idx``, augmented for ``epoch``/``step`` if enabled."""
+        labels = self.data.labels[idx].to(self.device, non_blocking=True)
+        x = self.normalise(self.data.images[idx])
+        if self.augment:
+            flip = self.flip_base[idx] ^ bool(epoch % 2)
+            x = torch.where(flip.to(self.device)[:, None, None, None], x.flip(3), x)
+            x = random_translate(x, self.crop_pad, torch.Generator().manual_seed(self.crop_seed + epoch * 10_007 + step))
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, labels
+
+
+def random_translate(x: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """Crop each image of a batch at its own random offset from a
+    reflection-padded copy: two gathers, no Python loop over images."""
+    if pad <= 0:
+        return x
+    n, c, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad), mode="reflect")
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None].expand(n, c, h, w + 2 * pad)
+    out = padded.gather(2, rows)
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :].expand(n, c, h, w)
+    return out.gather(3, cols)

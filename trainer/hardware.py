@@ -1,0 +1,112 @@
+"""Which device, collective backend and numerics this rank uses, and what
+its GPU is doing."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from .errors import TrainerError
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one rank runs: ``device``, the process-group ``backend`` (gloo
+    on CPU, nccl on CUDA) and the autocast dtype (None for fp32)."""
+
+    device: torch.device
+    backend: str
+    amp_dtype: torch.dtype | None
+
+    @property
+    def precision(self) -> str:
+        return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.amp_dtype]
+
+
+@lru_cache(maxsize=1)
+def cpu_has_bf16() -> bool:
+    """True where the CPU has native bf16 arithmetic (AVX512-BF16 or AMX),
+    which is where bf16 autocast is faster than fp32, not slower."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def choose_placement(device: str, precision: str, local_rank: int) -> Placement:
+    """Resolve ``--device auto|cpu|cuda`` and ``--precision auto|fp32|bf16|fp16``."""
+    cuda = torch.cuda.is_available()
+    if device == "cuda" and not cuda:
+        raise TrainerError("--device cuda was asked for, but CUDA is not available here",
+                           hint="use --device auto or cpu, or run on a GPU node")
+    if device not in ("auto", "cpu", "cuda"):
+        raise TrainerError(f"unknown --device {device!r} (choose auto, cpu or cuda)")
+    use_cuda = device == "cuda" or (device == "auto" and cuda)
+    if use_cuda:
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise TrainerError(f"local rank {local_rank} has no GPU of its own: this node has {count}",
+                               hint="run at most one process per GPU (--nproc-per-node)")
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+    else:
+        dev = torch.device("cpu")
+    if precision == "auto":
+        if use_cuda:
+            amp: torch.dtype | None = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        else:
+            amp = torch.bfloat16 if cpu_has_bf16() else None
+    elif precision == "fp32":
+        amp = None
+    elif precision == "bf16":
+        amp = torch.bfloat16
+    elif precision == "fp16":
+        if not use_cuda:
+            raise TrainerError("--precision fp16 needs CUDA", hint="use bf16 or fp32 on a CPU")
+        amp = torch.float16
+    else:
+        raise TrainerError(f"unknown --precision {precision!r} (choose auto, fp32, bf16 or fp16)")
+    return Placement(dev, "nccl" if use_cuda else "gloo", amp)
+
+
+class GpuProbe:
+    """GPU utilisation and memory for the step lines. Utilisation comes from
+    NVML (nvidia-ml-py) when it imports, else it is reported as null."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.enabled = device.type == "cuda"
+        self._handle = None
+        self._nvml = None
+        if self.enabled:
+            try:
+                import pynvml  # optional: nvidia-ml-py
+
+                pynvml.nvmlInit()
+                index = device.index or 0
+                visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+                if visible:
+                    ids = [v.strip() for v in visible.split(",") if v.strip()]
+                    if index < len(ids) and ids[index].isdigit():
+                        index = int(ids[index])
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                self._nvml = pynvml
+            except Exception:
+                self._handle = None
+
+    def sample(self) -> dict[str, float | None]:
+        """``gpu_util`` and ``gpu_mem_mb`` on CUDA, nothing on a CPU."""
+        if not self.enabled:
+            return {}
+        util = None
+        if self._handle is not None:
+            try:
+                util = float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+            except Exception:
+                util = None
+        return {"gpu_util": util, "gpu_mem_mb": round(torch.cuda.memory_reserved(self.device) / 2**20, 1)}

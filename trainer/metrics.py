@@ -1,0 +1,108 @@
+"""The trainer's metric stream: one JSON object per line.
+
+Schema version 1. Every line carries:
+
+=============  ==============================================================
+``schema``     1
+``event``      start, step, epoch, eval, checkpoint, resume, done or error
+``rank``       global rank; ``local_rank`` and ``world_size`` likewise
+``host``       the host name
+``time``       unix seconds
+``elapsed_s``  seconds since the job first started, across restarts
+=============  ==============================================================
+
+and by event:
+
+- ``start``: model, recipe, dataset, device, backend, precision, world_size,
+  global_batch, epochs, steps_per_epoch, total_steps, train_size, test_size,
+  params, restart_count.
+- ``step``: epoch (1-based), step (optimiser steps done, job-wide), loss, lr,
+  samples_per_s (this rank), step_s, data_s; with CUDA gpu_util (percent,
+  null where NVML is unavailable) and gpu_mem_mb.
+- ``epoch``: epoch, step, loss (mean over the epoch), samples_per_s, epoch_s.
+- ``eval``: epoch, step, accuracy (0..1), loss, per_class (accuracy per class).
+- ``checkpoint``: epoch, step, path, bytes, save_s.
+- ``resume``: epoch, step, path, restart_count, skipped (unreadable newer checkpoints).
+- ``done``: epoch, step, accuracy, best_accuracy, model_file, train_s.
+- ``error``: message, hint.
+
+Lines go to stdout, and to ``--metrics-file`` if given; a ``{rank}`` in that
+path gives each rank its own file, otherwise ranks append to one file with a
+single write per line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+import time
+from typing import IO, Any
+
+SCHEMA_VERSION = 1
+EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "error")
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN or infinity: a diverged loss is written as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value
+
+
+class MetricsWriter:
+    """Writes schema-1 metric lines for one rank."""
+
+    def __init__(self, rank: int = 0, local_rank: int = 0, world_size: int = 1,
+                 job_started_at: float | None = None, metrics_file: str | None = None,
+                 stream: IO[str] | None = None):
+        self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
+        self.host = socket.gethostname()
+        self.job_started_at = job_started_at if job_started_at is not None else time.time()
+        self.stream = stream if stream is not None else sys.stdout
+        self._fd: int | None = None
+        if metrics_file:
+            path = metrics_file.replace("{rank}", str(rank))
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Write one line and return the record."""
+        if event not in EVENTS:
+            raise ValueError(f"unknown metrics event {event!r}")
+        now = time.time()
+        record = {
+            "schema": SCHEMA_VERSION, "event": event, "rank": self.rank, "local_rank": self.local_rank,
+            "world_size": self.world_size, "host": self.host, "time": round(now, 3),
+            "elapsed_s": round(now - self.job_started_at, 3),
+        }
+        record.update({k: _clean(v) for k, v in fields.items()})
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        self.stream.write(line)
+        self.stream.flush()
+        if self._fd is not None:
+            os.write(self._fd, line.encode())
+        return record
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The record on a line of trainer output, or None for human text."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION or "event" not in record:
+        return None
+    return record

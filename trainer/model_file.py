@@ -1,0 +1,110 @@
+"""The trained model as one file: written by rank 0 at the end, read by the
+evaluate program. A local path or an ``s3://bucket/key`` URL; boto3 is
+imported only for the latter.
+
+The file is a dict: ``format`` ("torchdeck-model"), ``version``, ``model``
+(the name ``build_model`` takes), ``state_dict``, ``classes``,
+``standardise`` (how images were normalised), ``tta`` and ``accuracy``. A bare
+state dict, as the seed workshop saved it, also loads when ``--model`` names
+its network.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import atomic_write_bytes
+from .errors import TrainerError
+
+FORMAT = "torchdeck-model"
+VERSION = 1
+
+
+def _split_s3(url: str) -> tuple[str, str]:
+    bucket, _, key = url[len("s3://"):].partition("/")
+    if not bucket or not key or key.endswith("/"):
+        raise TrainerError(f"{url} is not an s3://bucket/key URL of a file")
+    return bucket, key
+
+
+def _s3_client():
+    try:
+        import boto3
+    except ImportError as exc:
+        raise TrainerError("s3:// model files need boto3, which is not installed",
+                           hint="pip install boto3, or give a local --model-file") from exc
+    return boto3.client("s3")
+
+
+def _s3_error(action: str, url: str, exc: Exception) -> TrainerError:
+    detail = getattr(exc, "response", {}).get("Error", {}).get("Message") or str(exc).splitlines()[0]
+    return TrainerError(f"cannot {action} {url}: {detail}",
+                        hint="check the bucket name, the region and that this pod's role may use it")
+
+
+def save_model(location: str, payload: dict[str, Any]) -> int:
+    """Write the model file; returns its size in bytes."""
+    buf = io.BytesIO()
+    torch.save({"format": FORMAT, "version": VERSION, **payload}, buf)
+    data = buf.getvalue()
+    if location.startswith("s3://"):
+        bucket, key = _split_s3(location)
+        try:
+            _s3_client().put_object(Bucket=bucket, Key=key, Body=data)
+        except TrainerError:
+            raise
+        except Exception as exc:  # botocore's errors; boto3 is optional so its classes are not imported here
+            raise _s3_error("upload the model to", location, exc) from exc
+        return len(data)
+    path = Path(location).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return atomic_write_bytes(path, lambda f: f.write(data))
+    except OSError as exc:
+        raise TrainerError(f"cannot write model file {path}: {exc.strerror or exc}",
+                           hint="choose a writable --model-file") from exc
+
+
+def load_model_file(location: str) -> dict[str, Any]:
+    """Read a model file (torchdeck's format or a bare state dict, which comes
+    back as ``{"state_dict": ...}`` with no model name)."""
+    if location.startswith("s3://"):
+        bucket, key = _split_s3(location)
+        try:
+            data = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        except TrainerError:
+            raise
+        except Exception as exc:
+            raise _s3_error("download", location, exc) from exc
+        source: Any = io.BytesIO(data)
+    else:
+        source = Path(location).expanduser()
+        if not source.is_file():
+            raise TrainerError(f"model file {source} does not exist", hint="train first, or pass the path the trainer printed")
+    try:
+        obj = torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise TrainerError(f"{location} is not a readable model file ({exc.__class__.__name__})",
+                           hint="it may be truncated; train again or copy it whole") from exc
+    if isinstance(obj, dict) and obj.get("format") == FORMAT:
+        return obj
+    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return {"state_dict": obj}
+    raise TrainerError(f"{location} holds no model weights")
+
+
+def describe_mismatch(model_name: str, error: RuntimeError) -> TrainerError:
+    """A one-line error for weights that belong to another network."""
+    first = str(error).splitlines()
+    detail = first[1].strip() if len(first) > 1 else first[0][:160]
+    return TrainerError(f"the model file's weights do not fit model '{model_name}': {detail}",
+                        hint="pass the --model the file was trained with")
+
+
+def local_path_exists(location: str) -> bool:
+    return not location.startswith("s3://") and os.path.exists(os.path.expanduser(location))
