@@ -1,0 +1,90 @@
+"""Snapshots: atomic writes, pruning, and falling back past a damaged newest one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchdeck.trainer import checkpoint
+from torchdeck.trainer.errors import TrainerError
+
+
+def state(step: int) -> dict:
+    return {"model": {"w": torch.full((3,), float(step))}, "model_name": "seed-cnn", "optimizer": {},
+            "epoch": step // 10, "step": step}
+
+
+def test_save_is_atomic_when_the_writer_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkpoint.save(tmp_path, 10, state(10), keep=3)
+
+    def dies_half_way(obj, f):
+        f.write(b"PK\x03\x04 half a zip file")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(OSError):
+        checkpoint.save(tmp_path, 20, state(20), keep=3)
+    # No partial file under the real name, no temporary left behind, the old one intact.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000010.pt"]
+    assert checkpoint.load_newest(tmp_path).state["step"] == 10
+
+
+def test_keeps_only_the_newest_k(tmp_path: Path) -> None:
+    for step in (5, 10, 15, 20, 25):
+        checkpoint.save(tmp_path, step, state(step), keep=2)
+    assert [p.name for p in checkpoint.snapshots(tmp_path)] == ["ckpt-00000025.pt", "ckpt-00000020.pt"]
+
+
+def test_truncated_newest_is_skipped_for_the_previous(tmp_path: Path) -> None:
+    for step in (10, 20, 30):
+        checkpoint.save(tmp_path, step, state(step), keep=0)
+    newest = tmp_path / "ckpt-00000030.pt"
+    newest.write_bytes(newest.read_bytes()[:200])  # cut short, as by a crash mid-copy
+    (tmp_path / "ckpt-00000040.pt").write_bytes(b"garbage")
+    loaded = checkpoint.load_newest(tmp_path)
+    assert loaded.path.name == "ckpt-00000020.pt"
+    assert torch.equal(loaded.state["model"]["w"], torch.full((3,), 20.0))
+    assert [p.name for p, _ in loaded.skipped] == ["ckpt-00000040.pt", "ckpt-00000030.pt"]
+
+
+def test_snapshot_missing_keys_is_skipped(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path, 1, state(1), keep=0)
+    checkpoint.save(tmp_path, 2, {"model": {}}, keep=0)
+    loaded = checkpoint.load_newest(tmp_path)
+    assert loaded.state["step"] == 1 and "missing" in loaded.skipped[0][1]
+
+
+def test_nothing_loads_means_a_fresh_start(tmp_path: Path) -> None:
+    (tmp_path / "ckpt-00000007.pt").write_bytes(b"")
+    loaded = checkpoint.load_newest(tmp_path)
+    assert loaded.state is None and len(loaded.skipped) == 1
+    assert checkpoint.load_newest(tmp_path / "absent").state is None
+
+
+def test_unsafe_pickles_are_refused(tmp_path: Path) -> None:
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    import pickle
+
+    with open(tmp_path / "ckpt-00000009.pt", "wb") as f:
+        pickle.dump({"model": Evil()}, f)
+    loaded = checkpoint.load_newest(tmp_path)
+    assert loaded.state is None and loaded.skipped  # weights_only refuses arbitrary objects
+
+
+def test_unwritable_dir_is_a_trainer_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(TrainerError, match="not writable"):
+        checkpoint.prepare_dir(blocker / "sub")
+
+
+def test_job_start_time_survives_restarts(tmp_path: Path) -> None:
+    first = checkpoint.job_start_time(tmp_path)
+    assert checkpoint.job_start_time(tmp_path) == first
+    (tmp_path / checkpoint.JOB_FILE).write_text("not json")
+    assert checkpoint.job_start_time(tmp_path) >= first  # a damaged file is rewritten, not fatal

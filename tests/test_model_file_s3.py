@@ -1,0 +1,42 @@
+"""The final model to and from s3:// through boto3, against moto's server mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+
+from tinydata import write_tiny_cifar
+from trainer_runs import REPO, records, run_trainer, trainer_env
+
+
+def test_model_file_round_trips_through_s3(tmp_path: Path, aws_env: dict[str, str]) -> None:
+    boto3.client("s3").create_bucket(Bucket="models")
+    write_tiny_cifar(tmp_path / "data", per_batch=20)
+    url = "s3://models/runs/demo/model.pt"
+    env = trainer_env()  # taken after aws_env set the endpoint and test credentials
+    proc = run_trainer("--data-dir", str(tmp_path / "data"), "--recipe", "seed", "--batch-size", "25",
+                       "--max-steps", "2", "--model-file", url, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert records(proc.stdout)[-1]["model_file"] == url
+    head = boto3.client("s3").head_object(Bucket="models", Key="runs/demo/model.pt")
+    assert head["ContentLength"] > 100_000
+
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "torchdeck.trainer.evaluate", "--model-file", url,
+                          "--data-dir", str(tmp_path / "data"), "--output", "json"],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["model"] == "seed-cnn"
+
+
+def test_missing_bucket_is_one_clear_line(tmp_path: Path, aws_env: dict[str, str]) -> None:
+    proc = run_trainer("--dataset", "synthetic", "--synthetic-size", "64", "--recipe", "seed", "--batch-size", "32",
+                       "--max-steps", "1", "--model-file", "s3://no-such-bucket/m.pt", env=trainer_env())
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cannot upload the model to s3://no-such-bucket/m.pt" in lines[0]
+    assert "Traceback" not in proc.stderr
