@@ -19,18 +19,21 @@ vpy="$venv/bin/python"
 
 # Skip the installs when nothing they depend on changed since the last setup.
 stamp="$venv/.torchdeck-setup-$extras-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
-if [ -f "$stamp" ] && "$vpy" -c 'import torch, torchdeck' 2>/dev/null; then
+if [ -f "$stamp" ] && "$vpy" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("torch") and u.find_spec("torchdeck")))' 2>/dev/null; then
     return 0 2>/dev/null || exit 0
 fi
 
-pip() { "$vpy" -m pip --disable-pip-version-check "$@"; }
-echo "torchdeck: setting up $venv (extras: $extras)" >&2
+log="$venv/setup.log"
+: >"$log"
+# pip's own output (and setuptools' build notes) go to the log, shown only on failure.
+pip() { "$vpy" -m pip --disable-pip-version-check "$@" >>"$log" 2>&1 || { cat "$log" >&2; return 1; }; }
+echo "torchdeck: setting up $venv (extras: $extras; log in $log)" >&2
 pip install -q --upgrade pip
 if ! "$vpy" -c 'import torch' 2>/dev/null; then
     if [ "$(uname -s)" = "Linux" ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
         # Linux without an NVIDIA GPU: PyTorch's CPU build (a local "+cpu"
         # version), from the configured sources or else PyTorch's CPU index.
-        pip install -q "torch==$torch_version+cpu" 2>/dev/null \
+        "$vpy" -m pip install -q "torch==$torch_version+cpu" >>"$log" 2>&1 \
             || pip install -q "torch==$torch_version+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
     else
         # macOS wheels are CPU/MPS builds; Linux with a GPU gets the CUDA build.
