@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
 
 from trainer_runs import REPO
 

@@ -12,7 +12,6 @@ its network.
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +104,3 @@ def describe_mismatch(model_name: str, error: RuntimeError) -> TrainerError:
     return TrainerError(f"the model file's weights do not fit model '{model_name}': {detail}",
                         hint="pass the --model the file was trained with")
 
-
-def local_path_exists(location: str) -> bool:
-    return not location.startswith("s3://") and os.path.exists(os.path.expanduser(location))

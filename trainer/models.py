@@ -128,7 +128,6 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "seed-cnn": SeedCNN,
     "resnet18": _torchvision_resnet18,
 }
-DEFAULT_MODEL = "resnet-fast"
 
 
 def build_model(name: str) -> nn.Module:

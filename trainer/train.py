@@ -29,7 +29,7 @@ from .errors import TrainerError
 from .hardware import GpuProbe, Placement, choose_placement
 from .metrics import MetricsWriter
 from .model_file import save_model
-from .models import DEFAULT_MODEL, MODELS, ModelUnavailable, build_model
+from .models import MODELS, ModelUnavailable, build_model
 from .recipes import DEFAULT_RECIPE, RECIPES, Recipe, lr_at
 
 
