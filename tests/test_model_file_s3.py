@@ -8,7 +8,7 @@ from pathlib import Path
 import boto3
 
 from tinydata import write_tiny_cifar
-from trainer_runs import REPO, records, run_trainer, trainer_env
+from trainer_runs import records, run_evaluate, run_trainer, trainer_env
 
 
 def test_model_file_round_trips_through_s3(tmp_path: Path, aws_env: dict[str, str]) -> None:
@@ -23,12 +23,7 @@ def test_model_file_round_trips_through_s3(tmp_path: Path, aws_env: dict[str, st
     head = boto3.client("s3").head_object(Bucket="models", Key="runs/demo/model.pt")
     assert head["ContentLength"] > 100_000
 
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-m", "torchdeck.trainer.evaluate", "--model-file", url,
-                          "--data-dir", str(tmp_path / "data"), "--output", "json"],
-                         capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    out = run_evaluate("--model-file", url, "--data-dir", str(tmp_path / "data"), "--output", "json", env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["model"] == "seed-cnn"
 

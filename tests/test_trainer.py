@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tinydata import write_tiny_cifar
-from trainer_runs import records, run_trainer
+from trainer_runs import records, run_evaluate, run_trainer
 from torchdeck.trainer import metrics
 from torchdeck.trainer.models import SeedCNN
 
@@ -157,16 +157,6 @@ def test_synthetic_dataset_needs_no_files(tmp_path: Path) -> None:
 
 # -- the evaluate program ---------------------------------------------------------------------------
 
-def _evaluate(*args: str):
-    import subprocess
-    import sys
-
-    from trainer_runs import REPO, trainer_env
-
-    return subprocess.run([sys.executable, "-m", "torchdeck.trainer.evaluate", *args], capture_output=True,
-                          text=True, timeout=120, env=trainer_env(), cwd=REPO)
-
-
 @pytest.fixture(scope="module")
 def trained_model(tmp_path_factory) -> tuple[Path, Path, dict]:
     root = tmp_path_factory.mktemp("evaluate")
@@ -179,7 +169,7 @@ def trained_model(tmp_path_factory) -> tuple[Path, Path, dict]:
 
 def test_evaluate_prints_the_seed_workshops_report(trained_model) -> None:
     model_file, data_dir, done = trained_model
-    proc = _evaluate("--model-file", str(model_file), "--data-dir", str(data_dir))
+    proc = run_evaluate("--model-file", str(model_file), "--data-dir", str(data_dir))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == f"Accuracy of the network on the 30 test images: {100 * done['accuracy']:.1f} %"
@@ -190,7 +180,7 @@ def test_evaluate_prints_the_seed_workshops_report(trained_model) -> None:
 
 def test_evaluate_json_agrees_with_the_trainer(trained_model) -> None:
     model_file, data_dir, done = trained_model
-    proc = _evaluate("--model-file", str(model_file), "--data-dir", str(data_dir), "--output", "json")
+    proc = run_evaluate("--model-file", str(model_file), "--data-dir", str(data_dir), "--output", "json")
     result = json.loads(proc.stdout)
     assert result["model"] == "seed-cnn" and result["images"] == 30
     assert result["accuracy"] == pytest.approx(done["accuracy"], abs=1e-4)
@@ -204,12 +194,12 @@ def test_evaluate_reads_a_bare_state_dict_and_refuses_another_networks(tmp_path:
     _, data_dir, _ = trained_model
     bare = tmp_path / "seed.pth"
     torch.save(SeedCNN().state_dict(), bare)  # as the seed workshop saved its model
-    ok = _evaluate("--model-file", str(bare), "--data-dir", str(data_dir), "--model", "seed-cnn")
+    ok = run_evaluate("--model-file", str(bare), "--data-dir", str(data_dir), "--model", "seed-cnn")
     assert ok.returncode == 0 and ok.stdout.startswith("Accuracy of the network on the 30 test images")
-    wrong = _evaluate("--model-file", str(bare), "--data-dir", str(data_dir), "--model", "resnet-fast")
+    wrong = run_evaluate("--model-file", str(bare), "--data-dir", str(data_dir), "--model", "resnet-fast")
     assert wrong.returncode == 2
     assert "do not fit model 'resnet-fast'" in one_error_line(wrong.stderr)
-    unnamed = _evaluate("--model-file", str(bare), "--data-dir", str(data_dir))
+    unnamed = run_evaluate("--model-file", str(bare), "--data-dir", str(data_dir))
     assert unnamed.returncode == 2 and "pass --model" in one_error_line(unnamed.stderr)
-    missing = _evaluate("--model-file", str(tmp_path / "none.pt"), "--data-dir", str(data_dir))
+    missing = run_evaluate("--model-file", str(tmp_path / "none.pt"), "--data-dir", str(data_dir))
     assert missing.returncode == 2 and "does not exist" in one_error_line(missing.stderr)

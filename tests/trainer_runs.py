@@ -26,10 +26,21 @@ def torchrun_cmd(nproc: int, *trainer_args: str, max_restarts: int = 0) -> list[
             "-m", "torchdeck.trainer", *trainer_args]
 
 
-def run_trainer(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``python -m torchdeck.trainer ARGS`` in a subprocess, one rank."""
-    return subprocess.run([sys.executable, "-m", "torchdeck.trainer", *args], capture_output=True, text=True,
+def run_module(module: str, *args: str, timeout: float = 120,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` in a subprocess, as one rank."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           timeout=timeout, env=env or trainer_env(), cwd=REPO)
+
+
+def run_trainer(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """``python -m torchdeck.trainer ARGS``, one rank."""
+    return run_module("torchdeck.trainer", *args, **kwargs)
+
+
+def run_evaluate(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """``python -m torchdeck.trainer.evaluate ARGS``."""
+    return run_module("torchdeck.trainer.evaluate", *args, **kwargs)
 
 
 def records(text: str) -> list[dict]:

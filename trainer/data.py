@@ -38,6 +38,12 @@ MEAN = (125.31, 122.95, 113.87)
 STD = (62.99, 62.09, 66.70)
 
 
+def normalisation(standardise: bool) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Channel mean and std to normalise by: CIFAR-10's statistics, or plain
+    scaling to [0, 1] as the seed workshop did."""
+    return (MEAN, STD) if standardise else ((0.0, 0.0, 0.0), (255.0, 255.0, 255.0))
+
+
 @dataclass
 class ImageSet:
     """Images as uint8 (N, 3, 32, 32) and labels as int64 (N,)."""
@@ -168,8 +174,8 @@ class ShardedSampler:
     padded to a multiple of the world size, rank r taking every world_size-th
     index from r. Call ``set_epoch`` before each epoch."""
 
-    def __init__(self, n: int, rank: int, world_size: int, seed: int = 0, shuffle: bool = True):
-        self.n, self.rank, self.world_size, self.seed, self.shuffle = n, rank, world_size, seed, shuffle
+    def __init__(self, n: int, rank: int, world_size: int, seed: int = 0):
+        self.n, self.rank, self.world_size, self.seed = n, rank, world_size, seed
         self.epoch = 0
         self.per_rank = -(-n // world_size)
 
@@ -177,11 +183,7 @@ class ShardedSampler:
         self.epoch = epoch
 
     def indices(self) -> torch.Tensor:
-        if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.n, generator=g)
-        else:
-            order = torch.arange(self.n)
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
         total = self.per_rank * self.world_size
         if total > self.n:
             order = torch.cat((order, order[: total - self.n]))

@@ -46,8 +46,7 @@ def evaluate_file(model_file: str, data_dir: str, model_name: str | None = None,
     test_set = data.load_cifar10(data_dir, train=False)
     placement = choose_placement(device, "fp32", 0)
     model = model.to(placement.device)
-    standardise = saved.get("standardise", True)
-    mean, std = (data.MEAN, data.STD) if standardise else ((0.0,) * 3, (255.0,) * 3)
+    mean, std = data.normalisation(saved.get("standardise", True))
     pipeline = data.BatchPipeline(test_set, augment=False, device=placement.device, mean=mean, std=std)
     accuracy, loss, per_class = evaluate_model(model, pipeline, DistEnv(), num_classes=len(test_set.classes),
                                                tta=bool(saved.get("tta", False)), autocast=nullcontext,

@@ -53,10 +53,9 @@ def save_model(location: str, payload: dict[str, Any]) -> int:
     data = buf.getvalue()
     if location.startswith("s3://"):
         bucket, key = _split_s3(location)
+        client = _s3_client()
         try:
-            _s3_client().put_object(Bucket=bucket, Key=key, Body=data)
-        except TrainerError:
-            raise
+            client.put_object(Bucket=bucket, Key=key, Body=data)
         except Exception as exc:  # botocore's errors; boto3 is optional so its classes are not imported here
             raise _s3_error("upload the model to", location, exc) from exc
         return len(data)
@@ -74,10 +73,9 @@ def load_model_file(location: str) -> dict[str, Any]:
     back as ``{"state_dict": ...}`` with no model name)."""
     if location.startswith("s3://"):
         bucket, key = _split_s3(location)
+        client = _s3_client()
         try:
-            data = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
-        except TrainerError:
-            raise
+            data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
         except Exception as exc:
             raise _s3_error("download", location, exc) from exc
         source: Any = io.BytesIO(data)

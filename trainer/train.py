@@ -151,8 +151,7 @@ class Trainer:
         self.metrics = MetricsWriter(env.rank, env.local_rank, env.world_size, job_started_at, cfg.metrics_file)
         self.gpu = GpuProbe(self.device)
         self.global_batch = cfg.batch_size * env.world_size
-        self.sampler = data.ShardedSampler(len(train_set), env.rank, env.world_size, seed=cfg.seed,
-                                           shuffle=True)
+        self.sampler = data.ShardedSampler(len(train_set), env.rank, env.world_size, seed=cfg.seed)
         self.steps_per_epoch = math.ceil(self.sampler.per_rank / cfg.batch_size)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         if cfg.max_steps:
@@ -167,7 +166,7 @@ class Trainer:
         if self.recipe.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model.to(self.device)
-        mean, std = (data.MEAN, data.STD) if self.recipe.standardise else ((0.0, 0.0, 0.0), (255.0, 255.0, 255.0))
+        mean, std = data.normalisation(self.recipe.standardise)
         self.pipeline = data.BatchPipeline(train_set, augment=self.recipe.augment, seed=cfg.seed, rank=env.rank,
                                            channels_last=self.recipe.channels_last, device=self.device,
                                            mean=mean, std=std)
@@ -175,11 +174,14 @@ class Trainer:
                                                 device=self.device, mean=mean, std=std)
         self.optimizer = self._make_optimizer()
         self.scaler = torch.amp.GradScaler("cuda", enabled=placement.amp_dtype == torch.float16)
-        self.epoch = 0          # epochs completed
-        self.step = 0           # optimiser steps completed, job-wide
+        self.step = 0  # optimiser steps completed, job-wide
         self.best_accuracy = 0.0
         self.last_accuracy: float | None = None
         self.ddp: nn.Module = self.model
+
+    @property
+    def epochs_done(self) -> int:
+        return self.step // self.steps_per_epoch
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -197,7 +199,7 @@ class Trainer:
         return {
             "model": self.model.state_dict(), "model_name": self.cfg.model, "recipe": self.recipe.name,
             "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
-            "epoch": self.epoch, "step": self.step, "steps_per_epoch": self.steps_per_epoch,
+            "epoch": self.epochs_done, "step": self.step, "steps_per_epoch": self.steps_per_epoch,
             "world_size": self.env.world_size, "best_accuracy": self.best_accuracy,
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else torch.empty(0, dtype=torch.uint8),
@@ -227,11 +229,11 @@ class Trainer:
                                hint="use another --checkpoint-dir") from exc
         if "scaler" in state and state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.step = int(state["step"])
         self.best_accuracy = float(state.get("best_accuracy", 0.0))
         if state.get("steps_per_epoch") not in (None, self.steps_per_epoch):
             # The world size changed (elastic): finish the interrupted epoch from its start.
-            self.step = self.epoch * self.steps_per_epoch
+            self.step = int(state["epoch"]) * self.steps_per_epoch
         if "rng_cpu" in state:
             torch.set_rng_state(state["rng_cpu"])
         if self.device.type == "cuda" and state.get("rng_cuda") is not None and state["rng_cuda"].numel():
@@ -309,7 +311,6 @@ class Trainer:
                           epoch_s=round(epoch_s, 3))
         return True
 
-    @torch.no_grad()
     def evaluate(self) -> tuple[float, float, list[float]]:
         """Accuracy, mean loss and per-class accuracy on the test set; each
         rank takes a disjoint part and the counts are summed."""
@@ -318,9 +319,9 @@ class Trainer:
 
     def train(self) -> dict[str, Any]:
         self.resume()
-        if self.epoch == 0 and self.step == 0 and hasattr(self.model, "init_whitening"):
+        if self.step == 0 and hasattr(self.model, "init_whitening"):
             sample = self.train_set.images[: min(len(self.train_set), 5000)]
-            self.model.init_whitening(self.pipeline.normalise(sample).float().contiguous())
+            self.model.init_whitening(self.pipeline.normalise(sample))
         if self.env.world_size > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=ids)
@@ -337,8 +338,6 @@ class Trainer:
         while self.step < self.total_steps:
             epoch = self.step // self.steps_per_epoch
             finished = self.run_epoch(epoch)
-            if finished:
-                self.epoch = epoch + 1
             accuracy, loss, per_class = self.evaluate()
             self.last_accuracy = accuracy
             self.best_accuracy = max(self.best_accuracy, accuracy)
@@ -354,9 +353,9 @@ class Trainer:
             save_model(model_file, {
                 "model": self.cfg.model, "state_dict": self.model.state_dict(),
                 "classes": list(self.test_set.classes), "standardise": self.recipe.standardise,
-                "tta": self.recipe.tta, "accuracy": self.last_accuracy, "epochs": self.epoch, "steps": self.step,
+                "tta": self.recipe.tta, "accuracy": self.last_accuracy, "epochs": self.epochs_done, "steps": self.step,
             })
-        summary = {"epoch": self.epoch, "step": self.step, "accuracy": round(self.last_accuracy, 5),
+        summary = {"epoch": self.epochs_done, "step": self.step, "accuracy": round(self.last_accuracy, 5),
                    "best_accuracy": round(self.best_accuracy, 5), "model_file": model_file if self.env.rank == 0 else None,
                    "train_s": round(time.perf_counter() - train_started, 3)}
         self.metrics.emit("done", **summary)
@@ -403,10 +402,9 @@ def _agree_on_start_time(env: DistEnv, ckpt_dir: Path | None, placement: Placeme
     other ranks take its word, so every rank's elapsed_s agrees."""
     started = time.time()
     if env.rank == 0:
-        raw = os.environ.get("TORCHDECK_JOB_STARTED_AT")
         try:
-            started = float(raw) if raw else checkpoint.job_start_time(ckpt_dir)
-        except ValueError:
+            started = float(os.environ["TORCHDECK_JOB_STARTED_AT"])
+        except (KeyError, ValueError):
             started = checkpoint.job_start_time(ckpt_dir)
     if env.world_size > 1:
         value = torch.tensor([started], dtype=torch.float64, device=placement.device)
@@ -431,8 +429,6 @@ def join_process_group(backend: str, env: DistEnv) -> None:
 def run(cfg: TrainConfig, env: DistEnv) -> dict[str, Any]:
     """Validate, join the process group, train, and leave the group."""
     placement = choose_placement(cfg.device, cfg.precision, env.local_rank)
-    if cfg.model not in MODELS:
-        raise TrainerError(f"unknown model '{cfg.model}'")
     ckpt_dir = checkpoint.prepare_dir(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     train_set, test_set, name = load_datasets(cfg)
     if env.world_size > 1 and not dist.is_initialized():
