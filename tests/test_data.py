@@ -124,8 +124,10 @@ def test_batch_normalises_on_the_whole_batch_and_keeps_uint8_storage() -> None:
 
 class _ArchiveHandler(http.server.BaseHTTPRequestHandler):
     payload = b""
+    requests = 0
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).requests += 1
         self.send_response(200)
         self.send_header("Content-Length", str(len(self.payload)))
         self.end_headers()
@@ -144,6 +146,7 @@ def archive_server(tmp_path: Path):
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(src / "cifar-10-batches-py", arcname="cifar-10-batches-py")
     _ArchiveHandler.payload = buf.getvalue()
+    _ArchiveHandler.requests = 0
     server = http.server.HTTPServer(("127.0.0.1", 0), _ArchiveHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -159,11 +162,31 @@ def test_download_verifies_and_unpacks_atomically(tmp_path: Path, archive_server
     assert not [p for p in (tmp_path / "data").iterdir() if p.name.startswith(".download-")]
 
 
+def test_ranks_downloading_at_once_fetch_once(tmp_path: Path, archive_server) -> None:
+    url, md5 = archive_server
+    results: list[object] = []
+
+    def rank() -> None:
+        try:
+            results.append(data.download_cifar10(tmp_path / "data", url=url, md5=md5))
+        except Exception as exc:  # collected and asserted below
+            results.append(exc)
+
+    threads = [threading.Thread(target=rank) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert all(isinstance(r, Path) for r in results) and len(results) == 4, results
+    assert _ArchiveHandler.requests == 1
+    assert len(data.load_cifar10(tmp_path / "data", train=False)) == 5
+
+
 def test_download_with_a_bad_checksum_leaves_nothing(tmp_path: Path, archive_server) -> None:
     url, _ = archive_server
     with pytest.raises(TrainerError, match="expected 0+"):
         data.download_cifar10(tmp_path / "data", url=url, md5="0" * 32)
-    assert list((tmp_path / "data").iterdir()) == []
+    assert [p.name for p in (tmp_path / "data").iterdir()] == [".download.lock"]  # no data, no temporaries
 
 
 def test_download_without_network_is_one_clear_line(tmp_path: Path) -> None:

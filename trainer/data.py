@@ -9,6 +9,7 @@ and the official archive use, in either pickle key style.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import pickle
@@ -17,6 +18,7 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -129,18 +131,43 @@ def synthetic_cifar10(n: int, seed: int = 0) -> ImageSet:
     return ImageSet(images.clamp(0, 255).to(torch.uint8), labels)
 
 
+def _complete(folder: Path) -> bool:
+    return (folder / TEST_FILE).is_file() and all((folder / n).is_file() for n in TRAIN_FILES)
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (flock: between processes on
+    this machine, and across nodes on NFS/EFS volumes that support locks)."""
+    with open(lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def download_cifar10(data_dir: str | os.PathLike, url: str = CIFAR10_URL, md5: str = CIFAR10_MD5,
                      timeout: float = 30.0) -> Path:
     """Fetch the official archive into ``data_dir``, verify its checksum and
-    unpack it atomically: the batches folder appears whole or not at all."""
+    unpack it atomically: the batches folder appears whole or not at all.
+    Every rank may call this at once: the first fetches under a lock, the
+    others wait and find the data there."""
     root = Path(data_dir).expanduser()
     target = root / FOLDER
-    if (target / TEST_FILE).is_file() and all((target / n).is_file() for n in TRAIN_FILES):
+    if _complete(target):
         return target
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TrainerError(f"cannot create data dir {root}: {exc.strerror}") from exc
+    with _exclusive(root / ".download.lock"):
+        if not _complete(target):
+            _fetch_and_unpack(root, target, url, md5, timeout)
+    return target
+
+
+def _fetch_and_unpack(root: Path, target: Path, url: str, md5: str, timeout: float) -> None:
     with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
         archive = Path(tmp) / "cifar-10-python.tar.gz"
         digest = hashlib.md5()
@@ -165,7 +192,6 @@ def download_cifar10(data_dir: str | os.PathLike, url: str = CIFAR10_URL, md5: s
         if target.exists():
             shutil.rmtree(target)  # a partial folder from an older, non-atomic copy
         os.replace(unpacked, target)
-    return target
 
 
 class ShardedSampler:
