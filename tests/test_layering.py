@@ -59,3 +59,26 @@ def test_cli_help_loads_no_heavy_library() -> None:
             "print(sorted(heavy))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]"
+
+
+def test_backends_import_no_cloud_sdk_at_top_level() -> None:
+    """kubernetes and boto3 are imported by the backends that use them, when
+    they are opened; the local backend needs neither."""
+    for path, names in imports("backends", top_level_only=True).items():
+        assert not names & {"boto3", "botocore", "kubernetes", "torch"}, path
+
+
+def test_console_first_frame_loads_no_torch_boto3_or_kubernetes(tmp_path) -> None:
+    code = ("import asyncio, sys\n"
+            "from torchdeck.settings import Settings\n"
+            "from torchdeck.backends import open_backend\n"
+            "from torchdeck.tui.app import make_app\n"
+            f"s = Settings(state_dir={str(tmp_path)!r})\n"
+            "app = make_app(s, open_backend('local', s))\n"
+            "async def main():\n"
+            "    async with app.run_test(size=(80, 24)) as pilot:\n"
+            "        await pilot.pause(0.2)\n"
+            "asyncio.run(main())\n"
+            "print(sorted({'torch', 'boto3', 'kubernetes', 'numpy'} & set(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -450,7 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(cfg, env)
         return 0
     except TrainerError as exc:
-        MetricsWriter(env.rank, env.local_rank, env.world_size).emit("error", message=exc.message, hint=exc.hint)
+        MetricsWriter(env.rank, env.local_rank, env.world_size, metrics_file=cfg.metrics_file).emit(
+            "error", message=exc.message, hint=exc.hint)
         print(f"torchdeck.trainer: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:

@@ -1,5 +1,6 @@
-"""The ``torchdeck`` command. Sub-commands parse their own options and import
-what they need only when they run, so that ``torchdeck --help`` stays fast."""
+"""The ``torchdeck`` command: with no sub-command it opens the console; each
+screen also has a headless sub-command. Sub-commands import what they need
+only when they run, so that ``torchdeck --help`` stays fast."""
 
 from __future__ import annotations
 
@@ -11,13 +12,37 @@ from torchdeck import __version__
 
 OVERVIEW = """\
 torchdeck trains PyTorch models with DDP on this machine (torchrun), on
-Kubernetes and on AWS EKS.
+Kubernetes and on AWS EKS, and shows them live.
 
-Train on this machine, two ranks, on CIFAR-10 in ./data:
-  torchrun --nproc-per-node 2 -m torchdeck.trainer --data-dir data --checkpoint-dir runs/demo
-Test the saved model:
-  python -m torchdeck.trainer.evaluate --model-file runs/demo/model.pt --data-dir data
+  torchdeck                        open the console (local backend)
+  torchdeck init                   write a job spec, torchdeck.yaml
+  torchdeck train --epochs 5       train on this machine, two ranks, with a progress bar
+  torchdeck jobs                   list the runs
+  torchdeck monitor RUN            watch a run in the console
+  torchdeck logs RUN --rank 1 -f   follow one rank's output
+  torchdeck stop RUN               stop a run and every process it started
 """
+
+
+def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", nargs="?", help="job spec file (default: $TORCHDECK_SPEC or ./torchdeck.yaml if present)")
+    g = p.add_argument_group("overrides (on top of the spec)")
+    g.add_argument("--name", help="job name")
+    g.add_argument("--nproc-per-node", type=int, metavar="N", help="ranks on each node")
+    g.add_argument("--nodes", type=int, metavar="N", help="nodes (the local backend runs one)")
+    g.add_argument("--epochs", type=int, metavar="N")
+    g.add_argument("--max-steps", type=int, metavar="N", help="stop after N optimiser steps")
+    g.add_argument("--batch-size", type=int, metavar="N", help="images per rank per step")
+    g.add_argument("--recipe", help="fast or seed")
+    g.add_argument("--model", help="resnet-fast, seed-cnn or resnet18")
+    g.add_argument("--data-dir", metavar="DIR", help="folder holding cifar-10-batches-py/")
+    g.add_argument("--download", action="store_const", const=True, help="fetch CIFAR-10 into --data-dir if absent")
+    g.add_argument("--checkpoint-dir", metavar="DIR")
+    g.add_argument("--model-file", metavar="PATH", help="a path or s3://bucket/key")
+    g.add_argument("--max-restarts", type=int, metavar="N")
+    g.add_argument("--device", help="auto, cpu or cuda")
+    g.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="any spec field, e.g. --set trainer.seed=3 (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +50,39 @@ def build_parser() -> argparse.ArgumentParser:
         prog="torchdeck", description=OVERVIEW, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"torchdeck {__version__}")
+    parser.add_argument("--backend", help="where jobs run: local (default), kubernetes or eks")
+    parser.add_argument("--ascii", action="store_const", const=True, help="draw with ASCII characters only")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sub.add_parser("console", help="open the console (the default)")
+    p = sub.add_parser("init", help="write a job spec with every field and its default")
+    p.add_argument("path", nargs="?", default="torchdeck.yaml")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+    p = sub.add_parser("train", help="launch a job and show its progress (the launch form, headless)")
+    _add_spec_overrides(p)
+    p.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
+    p.add_argument("--detach", action="store_true", help="print the run id and return at once")
+    p.add_argument("--output", choices=("text", "json"), default="text", help="json: print the final summary as JSON")
+
+    p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("status", help="one run's state, progress and failure reason")
+    p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("logs", help="print a run's output, every rank or one")
+    p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("--rank", type=int, help="only this rank")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+
+    p = sub.add_parser("stop", help="stop a run and every process it started")
+    p.add_argument("run", help="run id or a unique prefix")
+
+    p = sub.add_parser("monitor", help="open the console's monitor on a run")
+    p.add_argument("run", help="run id or a unique prefix")
+
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -36,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(f"torchdeck {__version__}")
         return 0
-    parser.print_help()
-    return 0
+    from . import headless
+    return headless.dispatch(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,165 @@
+"""The Backend interface every place a job can run implements (local
+torchrun, Kubernetes, EKS), and the plain dataclasses it returns. Each
+backend maps its own states onto ``JobState`` so no screen asks which
+backend it has."""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterator
+
+from .spec import JobSpec
+
+
+class JobState(str, enum.Enum):
+    """Where a job is, the same on every backend."""
+
+    PENDING = "pending"
+    """Submitted; workers are starting or waiting for resources."""
+    RUNNING = "running"
+    """At least one rank is training."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+    """The backend cannot tell (state lost, cluster unreachable)."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass
+class JobStatus:
+    """One run as the backend sees it now."""
+
+    run_id: str
+    name: str
+    backend: str
+    state: JobState
+    world_size: int
+    submitted_at: float
+    finished_at: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    """Why it is in this state, in words (failure reason, what it waits for)."""
+    hint: str = ""
+    restarts: int = 0
+    epoch: int = 0
+    epochs: int | None = None
+    step: int = 0
+    total_steps: int | None = None
+    loss: float | None = None
+    accuracy: float | None = None
+    """The latest eval accuracy (0..1)."""
+    location: str = ""
+    """Where the run's files live (a folder, a namespace)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["state"] = self.state.value
+        return out
+
+
+@dataclass(slots=True)
+class MetricEvent:
+    """One line of the trainer's metric stream (schema 1, see
+    ``torchdeck.trainer.metrics``); ``record`` is the whole parsed line."""
+
+    event: str
+    rank: int
+    time: float
+    record: dict[str, Any]
+
+
+@dataclass(slots=True)
+class LogLine:
+    """One line a rank wrote (stdout and stderr together, in order)."""
+
+    rank: int
+    text: str
+    attempt: int = 0
+    """0 for the first try, N for torchrun's N-th restart."""
+
+
+@dataclass
+class GpuMetrics:
+    index: int
+    name: str
+    util_percent: float
+    mem_used_mb: float
+    mem_total_mb: float
+
+
+@dataclass
+class ProcessMetrics:
+    """One rank's process."""
+
+    rank: int
+    pid: int
+    cpu_percent: float
+    rss_mb: float
+
+
+@dataclass
+class NodeMetrics:
+    """One machine the job runs on, now."""
+
+    name: str
+    cpu_percent: float
+    cpu_count: int
+    mem_used_mb: float
+    mem_total_mb: float
+    gpus: list[GpuMetrics] = field(default_factory=list)
+    gpu_note: str = ""
+    """Why there are no GPU figures ("no GPU"), when there are none."""
+    processes: list[ProcessMetrics] = field(default_factory=list)
+
+
+class Backend(abc.ABC):
+    """Where jobs run. Every method may raise BackendError."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def render(self, spec: JobSpec) -> str:
+        """What submit would do, as text (a command line, manifests), without doing it."""
+
+    @abc.abstractmethod
+    def submit(self, spec: JobSpec) -> str:
+        """Start the job; returns its run id at once."""
+
+    @abc.abstractmethod
+    def status(self, run_id: str) -> JobStatus:
+        """The run's state now. ``run_id`` may be a unique prefix."""
+
+    @abc.abstractmethod
+    def list(self) -> list[JobStatus]:
+        """Every run this backend knows, newest first."""
+
+    @abc.abstractmethod
+    def cancel(self, run_id: str) -> JobStatus:
+        """Stop the run and everything it started; returns the final status."""
+
+    @abc.abstractmethod
+    def logs(self, run_id: str, rank: int | None = None, follow: bool = False,
+             poll_s: float = 0.2) -> Iterator[list[LogLine]]:
+        """Batches of log lines, one rank or all. With ``follow`` it keeps
+        going until the run ends, yielding an empty batch when idle so the
+        caller can stop between batches."""
+
+    @abc.abstractmethod
+    def metrics(self, run_id: str, follow: bool = True,
+                poll_s: float = 0.1) -> AsyncIterator[list[MetricEvent]]:
+        """The run's metric events from the start, in batches; with
+        ``follow`` it ends after the run ends and the stream is drained."""
+
+    @abc.abstractmethod
+    def node_metrics(self, run_id: str) -> list[NodeMetrics]:
+        """CPU, memory and GPU of the machines the run uses, and of its rank processes."""
+
+    def spec(self, run_id: str) -> JobSpec:
+        """The spec the run was submitted with."""
+        raise NotImplementedError

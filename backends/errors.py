@@ -1,0 +1,32 @@
+"""The errors every backend raises: a one-line message a person can act on
+and a hint. The CLI prints them as one line; the console shows them in a
+notification. SDK and OS errors are turned into these at the backend edge."""
+
+from __future__ import annotations
+
+
+class BackendError(Exception):
+    """A failure the user can act on: ``message`` says what, ``hint`` how."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} (hint: {self.hint})" if self.hint else self.message
+
+
+class SpecError(BackendError):
+    """A job spec that does not validate; ``field`` names the bad field
+    (dotted, e.g. ``trainer.epochs``) and ``source`` the file it came from."""
+
+    def __init__(self, field: str, message: str, hint: str = "", source: str = ""):
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{field}: {message}" if field else f"{where}{message}", hint)
+        self.field = field
+        self.source = source
+
+
+class RunNotFound(BackendError):
+    """No run matches the id (or unique prefix) the user gave."""

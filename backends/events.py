@@ -1,0 +1,74 @@
+"""Reading the trainer's metric lines (schema 1, written by
+``torchdeck.trainer.metrics``) into ``MetricEvent`` s, and saying them in
+words for log views. Every backend gets its lines differently (files, pod
+logs) and parses them here."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from torchdeck.trainer.metrics import SCHEMA_VERSION
+
+from .base import MetricEvent
+
+
+def parse_metric_line(line: str | bytes) -> MetricEvent | None:
+    """The event on one line, or None for anything else (human text, a
+    torn line, another schema)."""
+    if not line or line[:1] not in ("{", b"{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if type(record) is not dict or record.get("schema") != SCHEMA_VERSION:
+        return None
+    try:
+        return MetricEvent(record["event"], int(record["rank"]), float(record.get("time") or 0.0), record)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def parse_metric_lines(lines: Iterable[str | bytes]) -> list[MetricEvent]:
+    out = []
+    for line in lines:
+        event = parse_metric_line(line)
+        if event is not None:
+            out.append(event)
+    return out
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def describe_record(record: dict[str, Any]) -> str:
+    """A metric record as one readable line, for log panes and ``torchdeck logs``."""
+    event = record.get("event")
+    r = record.get
+    if event == "step":
+        return (f"epoch {r('epoch')} step {r('step')}  loss {_num(r('loss'), '.4f')}  lr {_num(r('lr'), '.4g')}  "
+                f"{_num(r('samples_per_s'), '.0f')} img/s")
+    if event == "epoch":
+        return (f"epoch {r('epoch')} done: mean loss {_num(r('loss'), '.4f')}, "
+                f"{_num(r('samples_per_s'), '.0f')} img/s, {_num(r('epoch_s'), '.1f')} s")
+    if event == "eval":
+        acc = r("accuracy")
+        return f"eval after epoch {r('epoch')}: accuracy {_num(None if acc is None else acc * 100, '.2f')}%"
+    if event == "start":
+        return (f"start: {r('model')} ({r('recipe')}) on {r('device')}/{r('backend')} {r('precision')}, "
+                f"world {r('world_size')}, {r('epochs')} epochs x {r('steps_per_epoch')} steps, "
+                f"restart {r('restart_count')}")
+    if event == "checkpoint":
+        return f"checkpoint at step {r('step')}: {r('path')} ({_num(r('save_s'), '.2f')} s)"
+    if event == "resume":
+        return f"resumed from {r('path')} at epoch {r('epoch')} step {r('step')} (restart {r('restart_count')})"
+    if event == "done":
+        acc, best = r("accuracy"), r("best_accuracy")
+        return (f"done: accuracy {_num(None if acc is None else acc * 100, '.2f')}%, best "
+                f"{_num(None if best is None else best * 100, '.2f')}%, model {r('model_file')}")
+    if event == "error":
+        hint = r("hint")
+        return f"error: {r('message')}" + (f" ({hint})" if hint else "")
+    return json.dumps(record)

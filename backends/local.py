@@ -1,0 +1,471 @@
+"""The local backend: a job is torchrun on this machine, in a session of its
+own, with one folder per run under the state directory::
+
+    runs/<run id>/
+        spec.yaml          the spec as submitted
+        launch.json        the command, port, pid, submit time
+        launcher.log       torchrun's own output
+        logs/<...>/attempt_<n>/<rank>/stdout.log   each rank's output, per attempt
+        metrics/rank-<r>.jsonl                      each rank's metric stream
+        checkpoints/       snapshots and model.pt (unless the spec says elsewhere)
+        exit.json          exit code and time, written when torchrun ends
+        cancel             present once a stop was asked for
+
+Everything the console shows is read back from this folder, so a console
+started later (or on another SSH session) reattaches to any run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import psutil
+import yaml
+
+from .base import Backend, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics, ProcessMetrics
+from .errors import BackendError, RunNotFound, SpecError
+from .events import describe_record, parse_metric_line
+from .gpu import read_gpus
+from .local_launcher import write_json
+from .spec import JobSpec, spec_from_dict, validate
+
+STOP_GRACE_S = 10.0
+ATTEMPT_RE = re.compile(r"attempt_(\d+)$")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, for torchrun's c10d rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _tail_lines(path: Path, max_bytes: int = 32768) -> list[bytes]:
+    """The last whole lines of a file (at most ``max_bytes`` of them)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]
+    return [line for line in lines if line.strip()]
+
+
+def _first_line(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.readline()
+    except OSError:
+        return b""
+
+
+class _Tail:
+    """Reads what was appended to one file since the last call, whole lines only."""
+
+    __slots__ = ("path", "offset", "partial")
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def read_lines(self) -> list[bytes]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        return lines
+
+
+class LocalBackend(Backend):
+    """Jobs as torchrun process groups on this machine."""
+
+    name = "local"
+
+    def __init__(self, state_dir: str | Path, python: str | None = None):
+        self.state_dir = Path(state_dir)
+        self.runs_dir = self.state_dir / "runs"
+        self.python = python or sys.executable
+        self._children: dict[int, subprocess.Popen] = {}
+        self._procs: dict[int, psutil.Process] = {}
+
+    # -- rendering and submitting -------------------------------------------------
+
+    def _check(self, spec: JobSpec) -> JobSpec:
+        spec = validate(spec)
+        if spec.nodes != 1:
+            raise SpecError("nodes", f"the local backend runs one node, got {spec.nodes}",
+                            "set nodes: 1, or use --backend kubernetes for several machines")
+        return spec
+
+    def _command(self, spec: JobSpec, run_dir: Path, port: int, run_id: str) -> list[str]:
+        t = spec.trainer
+        ckpt = spec.checkpoint_dir or str(run_dir / "checkpoints")
+        args = ["--data-dir", spec.data_dir, "--dataset", t.dataset, "--recipe", t.recipe,
+                "--checkpoint-dir", ckpt, "--device", spec.device, "--seed", str(t.seed),
+                "--checkpoint-every", str(t.checkpoint_every), "--keep-checkpoints", str(t.keep_checkpoints),
+                "--log-every", str(t.log_every), "--metrics-file", str(run_dir / "metrics" / "rank-{rank}.jsonl")]
+        for flag, value in (("--model", t.model), ("--epochs", t.epochs), ("--batch-size", t.batch_size),
+                            ("--max-steps", t.max_steps), ("--precision", t.precision),
+                            ("--model-file", spec.model_file)):
+            if value is not None:
+                args += [flag, str(value)]
+        if spec.download:
+            args.append("--download")
+        # Each rank runs through sh so that its stderr joins its stdout in one
+        # file, in the order it was written.
+        return [self.python, "-m", "torch.distributed.run",
+                "--nnodes", "1", "--nproc-per-node", str(spec.nproc_per_node),
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
+                "--max-restarts", str(spec.max_restarts), "--log-dir", str(run_dir / "logs"),
+                "--redirects", "3", "--no-python",
+                "sh", "-c", 'exec "$@" 2>&1', "sh", self.python, "-u", "-m", "torchdeck.trainer", *args]
+
+    def render(self, spec: JobSpec) -> str:
+        spec = self._check(spec)
+        run_dir = self.runs_dir / f"{spec.name}-<id>"
+        cmd = self._command(spec, run_dir, 29500, f"{spec.name}-<id>")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
+        return (f"# runs in {run_dir} (port chosen at submit)\n"
+                + (env + " " if env else "") + shlex.join(cmd) + "\n")
+
+    def _new_run_dir(self, name: str) -> tuple[str, Path]:
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%m%d-%H%M%S")
+        for n in range(1000):
+            run_id = f"{name}-{stamp}" + (f"-{n}" if n else "")
+            try:
+                (self.runs_dir / run_id).mkdir()
+                return run_id, self.runs_dir / run_id
+            except FileExistsError:
+                continue
+        raise BackendError("cannot make a run folder", f"check {self.runs_dir}")
+
+    def submit(self, spec: JobSpec) -> str:
+        spec = self._check(spec)
+        try:
+            run_id, run_dir = self._new_run_dir(spec.name)
+            (run_dir / "metrics").mkdir()
+            (run_dir / "spec.yaml").write_text(spec.to_yaml())
+            port = free_port()
+            now = time.time()
+            env = {**spec.env, "PYTHONUNBUFFERED": "1", "TORCHDECK_JOB_STARTED_AT": repr(now),
+                   "TORCHDECK_RUN_ID": run_id}
+            cmd = self._command(spec, run_dir, port, run_id)
+            write_json(run_dir / "launch.json", {"run_id": run_id, "name": spec.name, "cmd": cmd, "env": env,
+                                                 "cwd": os.getcwd(), "port": port, "submitted_at": now,
+                                                 "world_size": spec.world_size, "host": socket.gethostname()})
+            with open(run_dir / "launcher.log", "ab") as log:
+                child = subprocess.Popen([self.python, "-m", "torchdeck.backends.local_launcher", str(run_dir)],
+                                         env={**os.environ, "TORCHDECK_RUN_ID": run_id},
+                                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, close_fds=True)
+            self._children[child.pid] = child
+            create_time = psutil.Process(child.pid).create_time() if psutil.pid_exists(child.pid) else 0.0
+            write_json(run_dir / "pid.json", {"pid": child.pid, "create_time": create_time})
+        except OSError as exc:
+            raise BackendError(f"cannot start the run: {exc.strerror or exc}",
+                               f"check that {self.state_dir} is writable") from None
+        return run_id
+
+    # -- finding runs ------------------------------------------------------------
+
+    def resolve(self, run_id: str) -> Path:
+        """The folder of a run given its id or a unique prefix of it."""
+        if run_id and "/" not in run_id and (self.runs_dir / run_id / "launch.json").exists():
+            return self.runs_dir / run_id
+        matches = sorted(p for p in self.runs_dir.glob(f"{glob_escape(run_id)}*") if (p / "launch.json").exists()) \
+            if run_id and "/" not in run_id and self.runs_dir.exists() else []
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            shown = ", ".join(p.name for p in matches[:4])
+            raise RunNotFound(f"{run_id!r} matches {len(matches)} runs: {shown}", "give more of the run id")
+        raise RunNotFound(f"no run {run_id!r}", "`torchdeck jobs` lists the runs")
+
+    def spec(self, run_id: str) -> JobSpec:
+        run_dir = self.resolve(run_id)
+        return spec_from_dict(yaml.safe_load((run_dir / "spec.yaml").read_text()), str(run_dir / "spec.yaml"))
+
+    # -- state -------------------------------------------------------------------
+
+    def _launcher(self, run_dir: Path) -> psutil.Process | None:
+        """The run's launcher process if it is still alive (and is not a
+        different process that reused its pid)."""
+        info = _read_json(run_dir / "pid.json")
+        if not info:
+            return None
+        child = self._children.get(info["pid"])
+        if child is not None and child.poll() is not None:
+            return None  # reaped: it ended
+        try:
+            proc = psutil.Process(info["pid"])
+            if info.get("create_time") and abs(proc.create_time() - info["create_time"]) > 1.0:
+                return None
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+
+    @staticmethod
+    def _attempts(run_dir: Path) -> list[tuple[int, Path]]:
+        """torchrun's attempt folders, oldest first."""
+        out = []
+        for path in run_dir.glob("logs/*/attempt_*"):
+            m = ATTEMPT_RE.search(path.name)
+            if m:
+                out.append((int(m.group(1)), path))
+        return sorted(out)
+
+    def _progress(self, run_dir: Path, status: JobStatus) -> None:
+        """Fill epoch, step, loss and accuracy from the metric files' ends."""
+        files = sorted((run_dir / "metrics").glob("rank-*.jsonl"))
+        error = None
+        for path in files:
+            first = parse_metric_line(_first_line(path))
+            if first is not None and first.event == "start":
+                status.epochs = first.record.get("epochs") or status.epochs
+                status.total_steps = first.record.get("total_steps") or status.total_steps
+            for line in _tail_lines(path):
+                event = parse_metric_line(line)
+                if event is None:
+                    continue
+                rec = event.record
+                if event.event == "error":
+                    error = error or rec
+                elif event.event == "start":
+                    status.epochs = rec.get("epochs") or status.epochs
+                    status.total_steps = rec.get("total_steps") or status.total_steps
+                    status.restarts = max(status.restarts, rec.get("restart_count") or 0)
+                elif event.event in ("step", "epoch") and (rec.get("step") or 0) >= status.step:
+                    status.step = rec.get("step") or 0
+                    status.epoch = rec.get("epoch") or status.epoch
+                    if event.rank == 0 or status.loss is None:
+                        status.loss = rec.get("loss")
+                elif event.event in ("eval", "done") and rec.get("accuracy") is not None:
+                    status.accuracy = rec["accuracy"]
+        if error is not None and not status.reason:
+            status.reason, status.hint = f"rank {error.get('rank')}: {error.get('message')}", error.get("hint") or ""
+
+    def _failure_reason(self, run_dir: Path, code: int) -> str:
+        """The last words of a failed run when no rank reported an error."""
+        for _, attempt in reversed(self._attempts(run_dir)):
+            for log in sorted(attempt.glob("*/stdout.log")):
+                for line in reversed(_tail_lines(log, 8192)):
+                    text = line.decode(errors="replace").strip()
+                    if parse_metric_line(line) is None and re.search(r"(Error|error:|Exception|Killed)", text):
+                        return f"rank {log.parent.name}: {text}"
+        for line in reversed(_tail_lines(run_dir / "launcher.log", 8192)):
+            text = line.decode(errors="replace").strip()
+            if "Error" in text or "error" in text:
+                return text[:300]
+        if code < 0 or code > 128:
+            sig = -code if code < 0 else code - 128
+            with contextlib.suppress(ValueError):
+                return f"torchrun was killed by {signal.Signals(sig).name}"
+        return f"torchrun exited with code {code}"
+
+    def _status_of(self, run_dir: Path) -> JobStatus:
+        launch = _read_json(run_dir / "launch.json") or {}
+        status = JobStatus(run_id=run_dir.name, name=launch.get("name", run_dir.name), backend=self.name,
+                           state=JobState.UNKNOWN, world_size=launch.get("world_size", 0),
+                           submitted_at=launch.get("submitted_at", 0.0), location=str(run_dir))
+        attempts = self._attempts(run_dir)
+        status.restarts = attempts[-1][0] if attempts else 0
+        self._progress(run_dir, status)
+        done = _read_json(run_dir / "exit.json")
+        cancelled = (run_dir / "cancel").exists()
+        if done is not None:
+            status.exit_code, status.finished_at = done.get("exit_code"), done.get("finished_at")
+            if cancelled:
+                status.state, status.reason, status.hint = JobState.CANCELLED, "stopped by the user", ""
+            elif status.exit_code == 0:
+                status.state, status.reason, status.hint = JobState.SUCCEEDED, "", ""
+            else:
+                status.state = JobState.FAILED
+                if not status.reason:
+                    status.reason = self._failure_reason(run_dir, status.exit_code or 1)
+                    status.hint = f"`torchdeck logs {run_dir.name}` shows every rank's output"
+        elif self._launcher(run_dir) is not None:
+            status.reason, status.hint = "", ""
+            if status.step > 0:
+                status.state = JobState.RUNNING
+            else:
+                reported = len(list((run_dir / "metrics").glob("rank-*.jsonl")))
+                status.state = JobState.PENDING
+                status.reason = f"starting: {reported} of {status.world_size} ranks have reported"
+        elif cancelled:
+            status.state, status.reason = JobState.CANCELLED, "stopped by the user"
+        else:
+            status.state = JobState.FAILED
+            status.reason = "the launcher ended without recording an exit status (killed, or the machine rebooted)"
+            status.hint = f"`torchdeck logs {run_dir.name}` shows what the ranks wrote"
+        return status
+
+    def status(self, run_id: str) -> JobStatus:
+        return self._status_of(self.resolve(run_id))
+
+    def list(self) -> list[JobStatus]:
+        if not self.runs_dir.exists():
+            return []
+        dirs = [p for p in self.runs_dir.iterdir() if (p / "launch.json").exists()]
+        statuses = [self._status_of(p) for p in dirs]
+        return sorted(statuses, key=lambda s: s.submitted_at, reverse=True)
+
+    # -- stopping ----------------------------------------------------------------
+
+    @staticmethod
+    def _group(pgid: int) -> list[psutil.Process]:
+        """Live (non-zombie) processes in a process group."""
+        out = []
+        for proc in psutil.process_iter(["status"]):
+            try:
+                if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == pgid:
+                    out.append(proc)
+            except (ProcessLookupError, psutil.Error):
+                continue
+        return out
+
+    def _signal_group(self, pgid: int, sig: int, until: float) -> bool:
+        """Send ``sig`` to the group and wait until it is empty or ``until``."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        while time.monotonic() < until:
+            for child in self._children.values():
+                child.poll()
+            if not self._group(pgid):
+                return True
+            time.sleep(0.1)
+        return not self._group(pgid)
+
+    def cancel(self, run_id: str) -> JobStatus:
+        run_dir = self.resolve(run_id)
+        status = self._status_of(run_dir)
+        if status.state.is_terminal:
+            return status
+        (run_dir / "cancel").write_text(json.dumps({"requested_at": time.time()}))
+        info = _read_json(run_dir / "pid.json") or {}
+        proc = self._launcher(run_dir)
+        if proc is not None:
+            pgid = info["pid"]  # the launcher leads its own session and group
+            if not self._signal_group(pgid, signal.SIGTERM, time.monotonic() + STOP_GRACE_S):
+                if not self._signal_group(pgid, signal.SIGKILL, time.monotonic() + 5.0):
+                    raise BackendError(f"some processes of {run_dir.name} did not end",
+                                       f"see `ps -g {pgid}`")
+        if not (run_dir / "exit.json").exists():
+            write_json(run_dir / "exit.json", {"exit_code": -signal.SIGTERM, "finished_at": time.time(),
+                                               "signals": [int(signal.SIGTERM)]})
+        return self._status_of(run_dir)
+
+    # -- streams -----------------------------------------------------------------
+
+    def _is_over(self, run_dir: Path) -> bool:
+        return (run_dir / "exit.json").exists() or self._launcher(run_dir) is None
+
+    def logs(self, run_id: str, rank: int | None = None, follow: bool = False,
+             poll_s: float = 0.2) -> Iterator[list[LogLine]]:
+        run_dir = self.resolve(run_id)
+        tails: dict[Path, tuple[int, int, _Tail]] = {}
+        while True:
+            over = self._is_over(run_dir)  # checked before reading, so nothing written after is missed
+            for attempt, attempt_dir in self._attempts(run_dir):
+                for log in sorted(attempt_dir.glob("*/stdout.log"), key=lambda p: int(p.parent.name)):
+                    r = int(log.parent.name)
+                    if (rank is None or r == rank) and log not in tails:
+                        tails[log] = (r, attempt, _Tail(log))
+            batch = []
+            for r, attempt, tail in tails.values():
+                for raw in tail.read_lines():
+                    record = parse_metric_line(raw)
+                    text = describe_record(record.record) if record else raw.decode(errors="replace").rstrip()
+                    batch.append(LogLine(r, text, attempt))
+            if batch or follow:
+                yield batch
+            if not follow or (over and not batch):
+                return
+            if not batch:
+                time.sleep(poll_s)
+
+    async def metrics(self, run_id: str, follow: bool = True,
+                      poll_s: float = 0.1) -> AsyncIterator[list[MetricEvent]]:
+        run_dir = self.resolve(run_id)
+        tails: dict[Path, _Tail] = {}
+        while True:
+            over = self._is_over(run_dir)
+            for path in (run_dir / "metrics").glob("rank-*.jsonl"):
+                if path not in tails:
+                    tails[path] = _Tail(path)
+            batch = []
+            for tail in tails.values():
+                for line in tail.read_lines():
+                    event = parse_metric_line(line)
+                    if event is not None:
+                        batch.append(event)
+            if batch:
+                yield batch
+            if not follow or (over and not batch):
+                return
+            if not batch:
+                await asyncio.sleep(poll_s)
+
+    # -- machines ----------------------------------------------------------------
+
+    def node_metrics(self, run_id: str) -> list[NodeMetrics]:
+        run_dir = self.resolve(run_id)
+        vm = psutil.virtual_memory()
+        gpus, note = read_gpus()
+        node = NodeMetrics(name=socket.gethostname(), cpu_percent=psutil.cpu_percent(None),
+                           cpu_count=psutil.cpu_count() or 1, mem_used_mb=(vm.total - vm.available) / 2**20,
+                           mem_total_mb=vm.total / 2**20, gpus=gpus, gpu_note=note)
+        launcher = self._launcher(run_dir)
+        if launcher is None:
+            return [node]
+        with contextlib.suppress(psutil.Error):
+            for proc in launcher.children(recursive=True):
+                cached = self._procs.setdefault(proc.pid, proc)
+                try:
+                    rank = cached.environ().get("RANK")
+                    if rank is None or cached.name() == "sh":
+                        continue
+                    with cached.oneshot():
+                        node.processes.append(ProcessMetrics(rank=int(rank), pid=proc.pid,
+                                                             cpu_percent=cached.cpu_percent(None),
+                                                             rss_mb=cached.memory_info().rss / 2**20))
+                except (psutil.Error, ValueError):
+                    self._procs.pop(proc.pid, None)
+        node.processes.sort(key=lambda p: p.rank)
+        return [node]
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)

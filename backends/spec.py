@@ -1,0 +1,330 @@
+"""``JobSpec``: one training job, described the same way on a laptop and on
+EKS, and its YAML file (``torchdeck.yaml`` by default).
+
+Loading validates every field and names the bad one
+(``torchdeck.yaml: trainer.epochs: must be an integer >= 1, got 'ten'``);
+unknown keys are errors with a "did you mean" hint, so a typo never silently
+falls back to a default."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import SpecError
+
+DEFAULT_SPEC_FILE = "torchdeck.yaml"
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
+# The trainer's recipes and models, by name; the trainer itself (which
+# imports torch) is not loaded to validate a spec. tests/test_spec.py checks
+# these against the trainer's own argument parser.
+RECIPES = ("fast", "seed")
+MODELS = ("resnet-fast", "resnet18", "seed-cnn")
+
+
+@dataclass
+class TrainerOptions:
+    """Options passed to ``python -m torchdeck.trainer``; None means the
+    recipe's value."""
+
+    recipe: str = "fast"
+    """Hyper-parameter set: fast (default) or seed."""
+    model: str | None = None
+    """Network: resnet-fast, seed-cnn or resnet18 (default: the recipe's)."""
+    epochs: int | None = None
+    """Epochs to train (default: the recipe's)."""
+    batch_size: int | None = None
+    """Images per rank per step (default: the recipe's)."""
+    max_steps: int | None = None
+    """Stop after this many optimiser steps, job-wide."""
+    dataset: str = "cifar10"
+    """cifar10 from data_dir, or synthetic images of the same shape."""
+    precision: str | None = None
+    """auto, fp32, bf16 or fp16 (default: the recipe's)."""
+    seed: int = 0
+    """Random seed."""
+    checkpoint_every: int = 0
+    """Also snapshot every N optimiser steps (always at each epoch's end)."""
+    keep_checkpoints: int = 3
+    """Keep the newest K snapshots."""
+    log_every: int = 1
+    """Write a step metric line every N steps."""
+
+
+@dataclass
+class Resources:
+    """What each worker (pod) asks the cluster for; ignored by the local backend."""
+
+    cpu: str | None = None
+    """CPU request per worker, a Kubernetes quantity such as "4" or "3500m"."""
+    memory: str | None = None
+    """Memory request per worker, e.g. "8Gi"."""
+    gpus: int = 0
+    """nvidia.com/gpu per worker."""
+    shm_size: str = "1Gi"
+    """Size of /dev/shm (a memory-backed volume in a pod)."""
+
+
+@dataclass
+class JobSpec:
+    """One distributed training job."""
+
+    name: str = "cifar10"
+    """Job name: lower-case letters, digits and '-', at most 40 characters."""
+    nodes: int = 1
+    """Machines (pods) taking part; the local backend runs one."""
+    nproc_per_node: int = 2
+    """Ranks (processes) per node."""
+    max_restarts: int = 3
+    """How many times torchrun restarts the workers after a failure."""
+    device: str = "auto"
+    """auto (CUDA where present), cpu or cuda."""
+    data_dir: str = "data"
+    """Folder holding cifar-10-batches-py/; relative paths are taken from the spec file's folder."""
+    download: bool = False
+    """Fetch the official CIFAR-10 archive into data_dir if it is absent."""
+    checkpoint_dir: str | None = None
+    """Where snapshots go (default: the run's own folder, or the shared volume on a cluster)."""
+    model_file: str | None = None
+    """Where the trained model goes: a path or s3://bucket/key (default: model.pt in checkpoint_dir)."""
+    trainer: TrainerOptions = field(default_factory=TrainerOptions)
+    """Options for the training program."""
+    image: str | None = None
+    """Training image for cluster backends (ignored locally)."""
+    namespace: str = "default"
+    """Kubernetes namespace for cluster backends."""
+    resources: Resources = field(default_factory=Resources)
+    """Per-worker resources for cluster backends."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables for every rank."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def _choices(*values: str | None):
+    def check(v: Any) -> str | None:
+        if v not in values:
+            shown = ", ".join(x for x in values if x is not None)
+            return f"must be one of {shown}, got {v!r}"
+        return None
+    return check
+
+
+def _int_at_least(low: int, optional: bool = False):
+    def check(v: Any) -> str | None:
+        if v is None and optional:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            return f"must be an integer >= {low}, got {v!r}"
+        return None
+    return check
+
+
+def _is_bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else f"must be true or false, got {v!r}"
+
+
+def _path(optional: bool):
+    def check(v: Any) -> str | None:
+        if v is None and optional:
+            return None
+        if not isinstance(v, str) or not v.strip():
+            return f"must be a path, got {v!r}"
+        return None
+    return check
+
+
+def _quantity(optional: bool):
+    def check(v: Any) -> str | None:
+        if v is None and optional:
+            return None
+        if not isinstance(v, str) or not QUANTITY_RE.match(v):
+            return f"must be a Kubernetes quantity such as \"4\", \"500m\" or \"8Gi\", got {v!r}"
+        return None
+    return check
+
+
+def _name(v: Any) -> str | None:
+    if not isinstance(v, str) or not NAME_RE.match(v):
+        return (f"must be 1-40 lower-case letters, digits or '-', starting and ending with a "
+                f"letter or digit, got {v!r}")
+    return None
+
+
+def _image(v: Any) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v or any(c.isspace() for c in v):
+        return f"must be an image reference such as repo/name:tag, got {v!r}"
+    return None
+
+
+def _env(v: Any) -> str | None:
+    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
+        return "must map names to string values (quote numbers: \"1\")"
+    bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
+    return f"{bad[0]!r} is not a valid variable name" if bad else None
+
+
+TRAINER_CHECKS = {
+    "recipe": _choices(*RECIPES),
+    "model": _choices(None, *MODELS),
+    "epochs": _int_at_least(1, optional=True),
+    "batch_size": _int_at_least(1, optional=True),
+    "max_steps": _int_at_least(1, optional=True),
+    "dataset": _choices("cifar10", "synthetic"),
+    "precision": _choices(None, "auto", "fp32", "bf16", "fp16"),
+    "seed": _int_at_least(0),
+    "checkpoint_every": _int_at_least(0),
+    "keep_checkpoints": _int_at_least(0),
+    "log_every": _int_at_least(1),
+}
+RESOURCE_CHECKS = {
+    "cpu": _quantity(optional=True),
+    "memory": _quantity(optional=True),
+    "gpus": _int_at_least(0),
+    "shm_size": _quantity(optional=False),
+}
+SPEC_CHECKS = {
+    "name": _name,
+    "nodes": _int_at_least(1),
+    "nproc_per_node": _int_at_least(1),
+    "max_restarts": _int_at_least(0),
+    "device": _choices("auto", "cpu", "cuda"),
+    "data_dir": _path(optional=False),
+    "download": _is_bool,
+    "checkpoint_dir": _path(optional=True),
+    "model_file": _path(optional=True),
+    "image": _image,
+    "namespace": _name,
+    "env": _env,
+}
+NESTED = {"trainer": (TrainerOptions, TRAINER_CHECKS), "resources": (Resources, RESOURCE_CHECKS)}
+
+
+def _check_keys(data: Mapping[str, Any], known: list[str], prefix: str, source: str) -> None:
+    for key in data:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {prefix}{close[0]}?" if close else f"known fields: {', '.join(known)}"
+            raise SpecError(f"{prefix}{key}", "unknown field", hint, source)
+
+
+def spec_from_dict(data: Any, source: str = "") -> JobSpec:
+    """Build and validate a JobSpec from parsed YAML; raises SpecError naming
+    the first bad field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError("", f"a job spec is a mapping of fields, got {type(data).__name__}",
+                        "see the README's torchdeck.yaml example", source)
+    _check_keys(data, [f.name for f in dataclasses.fields(JobSpec)], "", source)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in NESTED:
+            cls, checks = NESTED[key]
+            if value is None:
+                value = {}
+            if not isinstance(value, dict):
+                raise SpecError(key, f"must be a mapping, got {value!r}", "", source)
+            _check_keys(value, list(checks), f"{key}.", source)
+            for sub, subvalue in value.items():
+                problem = checks[sub](subvalue)
+                if problem:
+                    raise SpecError(f"{key}.{sub}", problem, "", source)
+            values[key] = cls(**value)
+        else:
+            if key == "env" and value is None:
+                value = {}
+            problem = SPEC_CHECKS[key](value)
+            if problem:
+                raise SpecError(key, problem, "", source)
+            values[key] = value
+    return JobSpec(**values)
+
+
+def validate(spec: JobSpec) -> JobSpec:
+    """Re-check a spec built or changed in code (a form, CLI overrides)."""
+    return spec_from_dict(spec.to_dict())
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read and validate a spec file. Relative data, checkpoint and model
+    paths are resolved against the file's folder."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError("", "no such file", "write one with `torchdeck init`", str(path)) from None
+    except OSError as exc:
+        raise SpecError("", f"cannot read it: {exc.strerror}", "", str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise SpecError("", f"{where}{problem}", "check the indentation and quoting", str(path)) from None
+    spec = spec_from_dict(data, str(path))
+    return resolve_paths(spec, path.parent)
+
+
+def resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
+    """Make local relative paths absolute against ``base``; s3:// stays as is."""
+    def fix(value: str | None) -> str | None:
+        if value is None or "://" in value or Path(value).expanduser().is_absolute():
+            return str(Path(value).expanduser()) if value and "://" not in value else value
+        return str((base / value).resolve())
+    return dataclasses.replace(spec, data_dir=fix(spec.data_dir), checkpoint_dir=fix(spec.checkpoint_dir),
+                               model_file=fix(spec.model_file))
+
+
+def save_spec(spec: JobSpec, path: str | Path) -> None:
+    """Write a spec as YAML (validated first, so a bad spec never reaches disk)."""
+    validate(spec)
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(spec.to_yaml())
+    tmp.replace(path)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``trainer.epochs=5`` -> ("trainer.epochs", 5): values are read as YAML
+    scalars, so numbers and booleans get their types."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise SpecError("", f"--set {text!r}: expected FIELD=VALUE", "e.g. --set trainer.seed=3")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
+    """A copy of ``spec`` with dotted-field overrides applied and validated."""
+    data = spec.to_dict()
+    for key, value in overrides.items():
+        target = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(target.get(part), dict):
+                raise SpecError(key, "unknown field", "nested fields are trainer.* and resources.*")
+            target = target[part]
+        target[parts[-1]] = value
+    return spec_from_dict(data, "command line")

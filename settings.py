@@ -1,0 +1,113 @@
+"""torchdeck's settings: one validated object, read from the config file
+(``$XDG_CONFIG_HOME/torchdeck/config.yaml``) and then the environment
+(``TORCHDECK_*``), which wins. Tests set them through the environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class SettingsError(Exception):
+    """A bad setting: the message names it and where it came from."""
+
+
+def _xdg(var: str, default: str, env: Mapping[str, str] = os.environ) -> Path:
+    value = env.get(var)
+    return Path(value) if value and Path(value).is_absolute() else Path.home() / default
+
+
+def _ascii_default(env: Mapping[str, str] = os.environ) -> bool:
+    """Fall back to plain ASCII where the terminal's locale is not UTF-8."""
+    for var in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = env.get(var)
+        if value:
+            return "utf-8" not in value.lower() and "utf8" not in value.lower()
+    return False
+
+
+@dataclass
+class Settings:
+    """Everything torchdeck reads before it starts."""
+
+    backend: str = "local"
+    """Where jobs run: local, kubernetes or eks (TORCHDECK_BACKEND)."""
+    state_dir: Path = dataclasses.field(default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "torchdeck")
+    """Run folders and other state (TORCHDECK_STATE_DIR)."""
+    spec_file: Path = Path("torchdeck.yaml")
+    """The job spec the launch form and `torchdeck train` start from (TORCHDECK_SPEC)."""
+    refresh_hz: float = 10.0
+    """How often the monitor redraws at most (TORCHDECK_REFRESH_HZ)."""
+    ascii: bool = dataclasses.field(default_factory=_ascii_default)
+    """Draw with ASCII only, for terminals without Unicode fonts (TORCHDECK_ASCII=1)."""
+    straggler_ratio: float = 0.75
+    """A rank slower than this fraction of the median samples/s is flagged (TORCHDECK_STRAGGLER_RATIO)."""
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        config_file = config_file or _xdg("XDG_CONFIG_HOME", ".config", env) / "torchdeck" / "config.yaml"
+        values: dict[str, Any] = {
+            "state_dir": (_xdg("XDG_STATE_HOME", ".local/state", env) / "torchdeck", "XDG_STATE_HOME"),
+            "ascii": (_ascii_default(env), "locale"),
+        }
+        if config_file.exists():
+            try:
+                data = yaml.safe_load(config_file.read_text()) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise SettingsError(f"{config_file}: not readable YAML: {exc}") from None
+            if not isinstance(data, dict):
+                raise SettingsError(f"{config_file}: expected a mapping of settings")
+            values.update({str(k): (v, str(config_file)) for k, v in data.items()})
+        for field in dataclasses.fields(cls):
+            var = "TORCHDECK_" + field.name.upper()
+            if var in env:
+                values[field.name] = (env[var], var)
+        if "TORCHDECK_SPEC" in env:
+            values["spec_file"] = (env["TORCHDECK_SPEC"], "TORCHDECK_SPEC")
+        return cls.from_values(values)
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, tuple[Any, str]]) -> "Settings":
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for name, (value, source) in values.items():
+            if name not in known:
+                raise SettingsError(f"{source}: unknown setting {name!r} (known: {', '.join(known)})")
+            kwargs[name] = cls._convert(name, value, source)
+        return cls(**kwargs)
+
+    @staticmethod
+    def _convert(name: str, value: Any, source: str) -> Any:
+        try:
+            if name in ("state_dir", "spec_file"):
+                return Path(str(value)).expanduser()
+            if name in ("refresh_hz", "straggler_ratio"):
+                number = float(value)
+                low, high = (1.0, 60.0) if name == "refresh_hz" else (0.05, 1.0)
+                if not low <= number <= high:
+                    raise ValueError
+                return number
+            if name == "ascii":
+                if isinstance(value, bool):
+                    return value
+                text = str(value).strip().lower()
+                if text not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError
+                return text in ("1", "true", "yes", "on")
+            if name == "backend":
+                if value not in ("local", "kubernetes", "eks"):
+                    raise ValueError
+                return value
+        except ValueError:
+            pass
+        else:
+            return value
+        expected = {"refresh_hz": "a number from 1 to 60", "straggler_ratio": "a number from 0.05 to 1",
+                    "ascii": "1 or 0", "backend": "local, kubernetes or eks"}.get(name, "a valid value")
+        raise SettingsError(f"{source}: {name} must be {expected}, got {value!r}")

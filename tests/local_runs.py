@@ -1,0 +1,78 @@
+"""Driving the local backend and the ``torchdeck`` command in tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from torchdeck.backends.base import JobState, JobStatus
+from torchdeck.backends.local import LocalBackend
+from trainer_runs import REPO, trainer_env
+
+
+def cli_env(state: Path) -> dict[str, str]:
+    env = trainer_env()
+    env["TORCHDECK_STATE_DIR"] = str(state)
+    env.pop("TORCHDECK_SPEC", None)
+    return env
+
+
+def torchdeck(state: Path, *args: str, timeout: float = 180, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """``torchdeck ARGS`` in a subprocess, with its own state directory."""
+    return subprocess.run([sys.executable, "-m", "torchdeck", *args], capture_output=True, text=True,
+                          timeout=timeout, env=cli_env(state), cwd=cwd)
+
+
+def wait_status(backend: LocalBackend, run_id: str, condition, timeout: float = 120) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = backend.status(run_id)
+        if condition(status):
+            return status
+        if status.state.is_terminal or time.monotonic() > deadline:
+            raise AssertionError(f"{run_id}: gave up waiting; now {status}")
+        time.sleep(0.2)
+
+
+def finished(backend: LocalBackend, run_id: str, timeout: float = 180) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = backend.status(run_id)
+        if status.state.is_terminal:
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{run_id} did not finish: {status}")
+        time.sleep(0.2)
+
+
+def run_processes(run_id: str) -> list[psutil.Process]:
+    """Every live process started for a run (they all carry its id)."""
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("TORCHDECK_RUN_ID") == run_id:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+def rank_process(run_id: str, rank: int) -> psutil.Process:
+    for proc in run_processes(run_id):
+        try:
+            if proc.environ().get("RANK") == str(rank) and "torchdeck.trainer" in " ".join(proc.cmdline()):
+                return proc
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no process for rank {rank} of {run_id}")
+
+
+def quick_spec_args(data_dir: Path, *extra: str) -> list[str]:
+    return ["--data-dir", str(data_dir), "--nproc-per-node", "2", *extra]
+
+

@@ -1,0 +1,155 @@
+"""The local backend and the headless CLI against real torchrun jobs on the
+real CIFAR-10 subset: train, reattach, logs, stop, a killed rank, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from local_runs import cli_env, finished, quick_spec_args, rank_process, run_processes, torchdeck, wait_status
+from torchdeck.backends.base import JobState
+from torchdeck.backends.errors import RunNotFound, SpecError
+from torchdeck.backends.local import LocalBackend
+from torchdeck.backends.spec import JobSpec, TrainerOptions
+from torchdeck.tui.monitor_state import MonitorState
+from trainer_runs import REPO
+
+
+def test_render_is_the_torchrun_command_and_starts_nothing(tmp_path):
+    backend = LocalBackend(tmp_path / "state")
+    text = backend.render(JobSpec(nproc_per_node=3, max_restarts=2, trainer=TrainerOptions(epochs=5)))
+    assert "torch.distributed.run" in text and "--nproc-per-node 3" in text and "--max-restarts 2" in text
+    assert "--rdzv-backend c10d" in text and "--epochs 5" in text
+    assert not (tmp_path / "state").exists()
+
+
+def test_local_backend_runs_one_node(tmp_path):
+    with pytest.raises(SpecError) as info:
+        LocalBackend(tmp_path).submit(JobSpec(nodes=2))
+    assert info.value.field == "nodes" and "--backend kubernetes" in info.value.hint
+
+
+def test_unknown_run_is_one_line(tmp_path):
+    with pytest.raises(RunNotFound):
+        LocalBackend(tmp_path).status("nope")
+    result = torchdeck(tmp_path, "logs", "nope")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "torchdeck: error: no run 'nope' (hint: `torchdeck jobs` lists the runs)"
+
+
+def test_bad_spec_file_gives_one_clear_line(tmp_path):
+    spec = tmp_path / "torchdeck.yaml"
+    spec.write_text("name: demo\ntrainer:\n  epochs: ten\n")
+    result = torchdeck(tmp_path / "state", "train", str(spec))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"torchdeck: error: {spec}: trainer.epochs: must be an integer >= 1, "
+                                     f"got 'ten'")
+    assert not (tmp_path / "state" / "runs").exists()  # nothing started
+
+
+def test_init_writes_a_spec_that_train_accepts(tmp_path):
+    result = torchdeck(tmp_path / "state", "init", str(tmp_path / "t.yaml"))
+    assert result.returncode == 0
+    again = torchdeck(tmp_path / "state", "init", str(tmp_path / "t.yaml"))
+    assert again.returncode == 1 and "--force" in again.stderr
+    dry = torchdeck(tmp_path / "state", "train", str(tmp_path / "t.yaml"), "--dry-run", "--epochs", "2")
+    assert dry.returncode == 0 and "--epochs 2" in dry.stdout
+
+
+@pytest.mark.slow
+def test_cli_train_two_ranks_then_jobs_logs_status(tmp_path, cifar_dir):
+    state = tmp_path / "state"
+    result = torchdeck(state, "train", *quick_spec_args(cifar_dir, "--epochs", "2", "--max-steps", "24"),
+                       "--name", "cli", "--output", "json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["state"] == "succeeded" and summary["step"] == 24
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    assert all(r["loss"] is not None and r["samples_per_s"] > 0 for r in summary["ranks"])
+    assert [e["epoch"] for e in summary["evals"]] == [1, 2]
+    run_id = summary["run_id"]
+    assert summary["model_file"].endswith("checkpoints/model.pt")
+
+    jobs = json.loads(torchdeck(state, "jobs", "--output", "json").stdout)
+    assert [(j["run_id"], j["state"]) for j in jobs] == [(run_id, "succeeded")]
+    text = torchdeck(state, "jobs").stdout
+    assert run_id in text and "succeeded" in text and "24/24" in text
+
+    logs = torchdeck(state, "logs", run_id[:6], "--rank", "1").stdout.splitlines()
+    assert logs[0].startswith("start: resnet-fast")
+    assert any(line.startswith("epoch 2 step 24") for line in logs)
+    everyone = torchdeck(state, "logs", run_id).stdout
+    assert "[rank 0] " in everyone and "[rank 1] " in everyone
+
+
+@pytest.mark.slow
+def test_detach_reattach_node_metrics_and_stop_leaves_no_process(tmp_path, cifar_dir):
+    state = tmp_path / "state"
+    result = torchdeck(state, "train", *quick_spec_args(cifar_dir, "--epochs", "30"), "--detach")
+    assert result.returncode == 0, result.stderr
+    run_id = result.stdout.strip()
+    # A different backend object (as after a console restart) finds the run from its folder.
+    backend = LocalBackend(state)
+    status = wait_status(backend, run_id, lambda s: s.state is JobState.RUNNING and s.step >= 2, timeout=60)
+    assert status.world_size == 2
+
+    nodes = backend.node_metrics(run_id)
+    backend.node_metrics(run_id)  # cpu_percent needs two readings
+    nodes = backend.node_metrics(run_id)
+    assert len(nodes) == 1 and nodes[0].gpu_note == "no GPU" and nodes[0].mem_total_mb > 0
+    assert [p.rank for p in nodes[0].processes] == [0, 1] and all(p.rss_mb > 50 for p in nodes[0].processes)
+
+    # the attached progress view reattaches too; Ctrl-C there detaches and leaves the job running
+    follow = subprocess.Popen([sys.executable, "-m", "torchdeck", "logs", run_id, "--follow"], cwd=REPO,
+                              env=cli_env(state), stdout=subprocess.PIPE, text=True)
+    assert follow.stdout.readline().startswith("[rank ")
+    assert len(run_processes(run_id)) >= 4  # launcher, torchrun, two ranks (and their sh)
+
+    stopped = torchdeck(state, "stop", run_id)
+    assert stopped.returncode == 0 and "cancelled" in stopped.stdout
+    assert run_processes(run_id) == []
+    assert backend.status(run_id).state is JobState.CANCELLED
+    assert follow.wait(timeout=10) == 0  # `logs -f` ends with the run
+    assert "already cancelled" in torchdeck(state, "stop", run_id).stdout
+
+
+@pytest.mark.slow
+def test_killed_rank_shows_as_a_restart_and_the_job_finishes(tmp_path, cifar_dir):
+    backend = LocalBackend(tmp_path / "state")
+    spec = JobSpec(name="kill", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3))
+    run_id = backend.submit(spec)
+    wait_status(backend, run_id, lambda s: s.step >= 25, timeout=90)  # into epoch 2, past a checkpoint
+    rank_process(run_id, 1).send_signal(signal.SIGKILL)
+    status = finished(backend, run_id)
+    assert status.state is JobState.SUCCEEDED, status
+    assert status.restarts == 1 and status.step == status.total_steps
+
+    state = MonitorState()
+
+    async def read_all():
+        async for batch in backend.metrics(run_id, follow=False):
+            state.ingest(batch)
+
+    asyncio.run(read_all())
+    snap = state.snapshot()
+    assert snap.restarts == 1 and [r.flag for r in snap.ranks] == ["done", "done"]
+    restarted = [line for batch in backend.logs(run_id, rank=1) for line in batch if line.attempt == 1]
+    assert any(line.text.startswith("start:") and "restart 1" in line.text for line in restarted)
+
+
+@pytest.mark.slow
+def test_failed_job_says_why_in_one_line(tmp_path):
+    state = tmp_path / "state"
+    result = torchdeck(state, "train", "--data-dir", str(tmp_path / "missing"), "--max-restarts", "0", "--name", "bad")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("torchdeck: error: bad-") and "failed: rank " in last
+    assert "does not exist" in last and "hint: " in last
+    status = json.loads(torchdeck(state, "jobs", "--output", "json").stdout)[0]
+    assert status["state"] == "failed" and "does not exist" in status["reason"]

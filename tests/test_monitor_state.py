@@ -1,0 +1,97 @@
+"""The monitor's model: curves stay bounded, stragglers and silent ranks are
+flagged, restarts and ETA come from the stream. Fed by a recorded real run
+and by hand-made events where a situation must be exact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torchdeck.backends.base import MetricEvent
+from torchdeck.backends.events import parse_metric_lines
+from torchdeck.tui.monitor_state import MonitorState, Series, format_duration
+from tui_support import RECORDED, RECORDED_RUN
+
+
+def recorded_events() -> list[MetricEvent]:
+    metrics = RECORDED / RECORDED_RUN / "metrics"
+    events = []
+    for path in sorted(metrics.glob("rank-*.jsonl")):
+        events += parse_metric_lines(path.read_bytes().splitlines())
+    return sorted(events, key=lambda e: e.time)
+
+
+def step(rank, n, t, loss=1.0, sps=1000.0):
+    rec = {"event": "step", "rank": rank, "step": n, "epoch": 1, "loss": loss, "samples_per_s": sps, "time": t}
+    return MetricEvent("step", rank, t, rec)
+
+
+def test_series_stays_bounded_and_keeps_the_mean():
+    s = Series(cap=100)
+    for i in range(100_000):
+        s.add(i, float(i % 10))
+    xs, ys = s.points()
+    assert len(xs) <= 101
+    assert abs(sum(ys) / len(ys) - 4.5) < 0.05  # averaging keeps the level
+    assert xs == sorted(xs)
+    assert xs[-1] == 99_999
+
+
+def test_recorded_run_gives_progress_evals_and_a_restart():
+    state = MonitorState()
+    events = recorded_events()
+    state.ingest(events)
+    snap = state.snapshot(now=events[-1].time)
+    assert snap.world_size == 2 and snap.epochs == 4 and snap.total_steps == 80
+    assert snap.step == 80 and snap.fraction == 1.0
+    assert snap.restarts == 1                       # rank 1 was killed once
+    assert [e for e, _ in snap.evals] == [1, 2, 3, 4]
+    assert snap.best_accuracy == max(a for _, a in snap.evals) > 0.5
+    assert set(snap.curves) == {0, 1} and all(len(xs) > 10 for xs, _ in snap.curves.values())
+    assert snap.done is not None and snap.eta_s is None
+    assert [r.flag for r in snap.ranks] == ["done", "done"]
+
+
+def test_slow_rank_is_flagged_within_a_few_steps():
+    state = MonitorState(straggler_ratio=0.75)
+    t = 1000.0
+    for n in range(1, 6):
+        state.ingest([step(r, n, t + n * 0.1, sps=1000.0 if r != 3 else 400.0) for r in range(4)])
+    snap = state.snapshot(now=t + 0.6)
+    assert snap.stragglers == [3]
+    flags = {r.rank: r.flag for r in snap.ranks}
+    assert flags == {0: "", 1: "", 2: "", 3: "slow"}
+
+
+def test_rank_that_stops_reporting_is_flagged_silent():
+    state = MonitorState()
+    t = 1000.0
+    for n in range(1, 30):
+        ranks = range(2) if n < 10 else [0]  # rank 1 stops at step 9
+        state.ingest([step(r, n, t + n * 0.5) for r in ranks])
+    snap = state.snapshot(now=t + 15)
+    assert snap.silent == [1]
+    row = next(r for r in snap.ranks if r.rank == 1)
+    assert row.flag == "silent" and "no line for 10 s" in row.detail
+    # ...and a whole job gone quiet (a hung collective) is noticed too
+    assert state.snapshot(now=t + 14.5 + 30).quiet_s is not None
+
+
+def test_eta_from_recent_step_rate():
+    state = MonitorState()
+    state.ingest([MetricEvent("start", 0, 0.0, {"event": "start", "rank": 0, "total_steps": 100, "epochs": 1,
+                                                "world_size": 1})])
+    state.ingest([step(0, n, 100.0 + n) for n in range(1, 11)])  # one step a second
+    assert abs(state.snapshot(now=110.0).eta_s - 90.0) < 1e-6
+
+
+def test_error_lines_are_kept_with_their_hint():
+    state = MonitorState()
+    rec = {"event": "error", "rank": 1, "message": "data dir x does not exist", "hint": "pass --download"}
+    state.ingest([MetricEvent("error", 1, 5.0, rec)])
+    snap = state.snapshot(now=6.0)
+    assert snap.errors == ["rank 1: data dir x does not exist (pass --download)"]
+    assert snap.ranks[0].flag == "error"
+
+
+def test_format_duration():
+    assert [format_duration(x) for x in (None, 9, 125, 3725)] == ["-", "9s", "2m05s", "1h02m"]

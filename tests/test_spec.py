@@ -1,0 +1,87 @@
+"""Job specs: YAML in and out, validation that names the bad field, overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchdeck.backends.errors import SpecError
+from torchdeck.backends.spec import (MODELS, RECIPES, JobSpec, load_spec, parse_override, save_spec,
+                                     with_overrides)
+
+
+def test_defaults_round_trip_through_yaml(tmp_path):
+    path = tmp_path / "torchdeck.yaml"
+    spec = JobSpec(name="demo", nproc_per_node=4, env={"NCCL_DEBUG": "INFO"})
+    spec.trainer.epochs = 7
+    save_spec(spec, path)
+    loaded = load_spec(path)
+    assert loaded.name == "demo" and loaded.nproc_per_node == 4 and loaded.trainer.epochs == 7
+    assert loaded.env == {"NCCL_DEBUG": "INFO"}
+    # relative paths are taken from the spec file's folder
+    assert loaded.data_dir == str(tmp_path / "data")
+
+
+@pytest.mark.parametrize("text, field, words", [
+    ("nproc_per_node: two\n", "nproc_per_node", "must be an integer >= 1, got 'two'"),
+    ("trainer:\n  epochs: 0\n", "trainer.epochs", "must be an integer >= 1, got 0"),
+    ("trainer:\n  epoch: 3\n", "trainer.epoch", "unknown field"),
+    ("nprocs: 2\n", "nprocs", "unknown field"),
+    ("name: My_Job\n", "name", "lower-case"),
+    ("device: tpu\n", "device", "must be one of auto, cpu, cuda"),
+    ("resources:\n  memory: lots\n", "resources.memory", "Kubernetes quantity"),
+    ("trainer:\n  recipe: slow\n", "trainer.recipe", "must be one of fast, seed"),
+    ("download: maybe\n", "download", "must be true or false"),
+    ("env:\n  OMP_NUM_THREADS: 4\n", "env", "quote numbers"),
+])
+def test_bad_field_is_named(tmp_path, text, field, words):
+    path = tmp_path / "torchdeck.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{path}: {field}: ")
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_typo_gets_a_did_you_mean_hint(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("trainer:\n  batchsize: 64\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.hint == "did you mean trainer.batch_size?"
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("name: a\ntrainer:\n  epochs: [1\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert "line" in str(info.value) and str(path) in str(info.value)
+
+
+def test_missing_file_says_how_to_make_one(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path / "nope.yaml")
+    assert "no such file" in str(info.value) and "torchdeck init" in info.value.hint
+
+
+def test_overrides_are_typed_and_validated():
+    spec = with_overrides(JobSpec(), {"trainer.epochs": 3, "nproc_per_node": 4})
+    assert spec.trainer.epochs == 3 and spec.nproc_per_node == 4
+    assert parse_override("trainer.seed=3") == ("trainer.seed", 3)
+    assert parse_override("download=true") == ("download", True)
+    with pytest.raises(SpecError) as info:
+        with_overrides(JobSpec(), {"trainer.epochs": -1})
+    assert info.value.field == "trainer.epochs"
+    with pytest.raises(SpecError):
+        parse_override("trainer.seed")
+
+
+def test_spec_choices_match_the_trainer():
+    """The spec validates recipes and models without importing the trainer
+    (torch); they must stay the trainer's own names."""
+    from torchdeck.trainer.models import MODELS as TRAINER_MODELS
+    from torchdeck.trainer.recipes import RECIPES as TRAINER_RECIPES
+    assert set(RECIPES) == set(TRAINER_RECIPES)
+    assert set(MODELS) == set(TRAINER_MODELS)

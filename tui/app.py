@@ -1,0 +1,94 @@
+"""The console: a Textual App that receives its settings and backend.
+``make_app`` serves the CLI and the tests alike."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Iterable
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.screen import Screen
+
+from torchdeck.backends.base import Backend
+from torchdeck.settings import Settings
+
+from .glyphs import glyphs_for
+from .screens.help import HelpScreen
+from .screens.home import HomeScreen
+from .screens.launch import LaunchScreen
+from .screens.monitor import MonitorScreen
+
+
+class RunCommands(Provider):
+    """"Monitor RUN" for every run, in the command palette."""
+
+    async def startup(self) -> None:
+        app = self.app
+        try:
+            self.runs = await asyncio.to_thread(app.backend.list)
+        except Exception:  # the palette must open even when the backend cannot list
+            self.runs = []
+
+    async def discover(self) -> Hits:
+        for status in self.runs[:20]:
+            yield DiscoveryHit(f"Monitor {status.run_id}", partial(self.app.open_monitor, status.run_id),
+                               help=f"{status.state.value}, {status.world_size} ranks")
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for status in self.runs:
+            command = f"Monitor {status.run_id}"
+            score = matcher.match(command)
+            if score > 0:
+                yield Hit(score, matcher.highlight(command), partial(self.app.open_monitor, status.run_id),
+                          help=f"{status.state.value}, {status.world_size} ranks")
+
+
+class TorchdeckApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "torchdeck"
+    COMMANDS = App.COMMANDS | {RunCommands}
+    BINDINGS = [Binding("question_mark", "help", "Help", show=False),
+                Binding("ctrl+q", "quit", "Quit", show=False)]
+
+    def __init__(self, settings: Settings, backend: Backend, monitor_run: str | None = None):
+        super().__init__()
+        self.settings = settings
+        self.backend = backend
+        self.monitor_run = monitor_run
+        self.glyphs = glyphs_for(settings.ascii)
+        if settings.ascii:
+            self.add_class("-ascii")
+
+    def on_mount(self) -> None:
+        self.push_screen(HomeScreen())
+        if self.monitor_run:
+            self.open_monitor(self.monitor_run)
+
+    def open_monitor(self, run_id: str) -> None:
+        self.push_screen(MonitorScreen(run_id))
+
+    def action_launch(self) -> None:
+        self.push_screen(LaunchScreen(self.settings.spec_file))
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield SystemCommand("Launch a job", "Open the launch form", self.action_launch)
+        yield SystemCommand("Runs", "Back to the list of runs", self._home)
+        yield SystemCommand("Help", "Keys and screens", self.action_help)
+        yield from super().get_system_commands(screen)
+
+    def _home(self) -> None:
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+
+
+def make_app(settings: Settings, backend: Backend, monitor_run: str | None = None) -> TorchdeckApp:
+    """The console for ``backend``; with ``monitor_run`` it opens on that run's monitor."""
+    return TorchdeckApp(settings, backend, monitor_run)

@@ -1,0 +1,261 @@
+"""The headless sub-commands (train, jobs, status, logs, stop, init) and the
+one place where their errors become a single line on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from torchdeck.backends import open_backend
+from torchdeck.backends.base import Backend, JobState, JobStatus
+from torchdeck.backends.errors import BackendError
+from torchdeck.backends.spec import JobSpec, load_spec, parse_override, save_spec, with_overrides
+from torchdeck.settings import Settings, SettingsError
+
+from .monitor_state import MonitorSnapshot, MonitorState, format_duration
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> int:
+    print(f"torchdeck: error: {message}", file=sys.stderr)
+    return code
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    try:
+        settings = Settings.load()
+        if args.backend:
+            settings = Settings.from_values({**{k: (v, "settings") for k, v in vars(settings).items()},
+                                             "backend": (args.backend, "--backend")})
+        if args.ascii:
+            settings.ascii = True
+        command = args.command or "console"
+        if command == "init":
+            return cmd_init(args)
+        if command in ("console", "monitor"):
+            backend = open_backend(settings.backend, settings)
+            if command == "monitor":
+                backend.status(args.run)  # a bad run id is a one-line error, before the screen opens
+            from .app import make_app
+            app = make_app(settings, backend, monitor_run=getattr(args, "run", None))
+            app.run()
+            return app.return_code or 0
+        backend = open_backend(settings.backend, settings)
+        return {"train": cmd_train, "jobs": cmd_jobs, "status": cmd_status, "logs": cmd_logs,
+                "stop": cmd_stop}[command](args, settings, backend)
+    except (BackendError, SettingsError) as exc:
+        return fail(str(exc), EXIT_USAGE if "spec" in type(exc).__name__.lower() else EXIT_ERROR)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `torchdeck logs RUN | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    if path.exists() and not args.force:
+        return fail(f"{path} exists; pass --force to overwrite it")
+    save_spec(JobSpec(), path)
+    print(f"wrote {path}; edit it, then `torchdeck train {path}`")
+    return 0
+
+
+def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
+    """The spec file (or the defaults) with the command line's overrides."""
+    path = args.spec or (settings.spec_file if settings.spec_file.exists() else None)
+    spec = load_spec(path) if path else JobSpec()
+    overrides: dict[str, Any] = {}
+    for field, value in (("name", args.name), ("nodes", args.nodes), ("nproc_per_node", args.nproc_per_node),
+                         ("max_restarts", args.max_restarts), ("device", args.device), ("download", args.download),
+                         ("trainer.epochs", args.epochs), ("trainer.max_steps", args.max_steps),
+                         ("trainer.batch_size", args.batch_size), ("trainer.recipe", args.recipe),
+                         ("trainer.model", args.model)):
+        if value is not None:
+            overrides[field] = value
+    for field, value in (("data_dir", args.data_dir), ("checkpoint_dir", args.checkpoint_dir),
+                         ("model_file", args.model_file)):
+        if value is not None:
+            overrides[field] = value if "://" in value else str(Path(value).expanduser().resolve())
+    for item in args.set:
+        key, value = parse_override(item)
+        overrides[key] = value
+    return with_overrides(spec, overrides) if overrides else spec
+
+
+def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    spec = spec_for(args, settings)
+    if args.dry_run:
+        print(backend.render(spec), end="")
+        return 0
+    run_id = backend.submit(spec)
+    if args.detach:
+        print(json.dumps({"run_id": run_id}) if args.output == "json" else run_id)
+        return 0
+    print(f"torchdeck: run {run_id} started ({spec.world_size} ranks); Ctrl-C detaches, the job keeps running",
+          file=sys.stderr)
+    return follow_run(backend, run_id, args.output, sys.stdout)
+
+
+def _bar(fraction: float, width: int = 24) -> str:
+    filled = int(round(fraction * width))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def progress_lines(snap: MonitorSnapshot, max_ranks: int = 8) -> list[str]:
+    """The progress bar and per-rank summaries as plain text."""
+    epochs = f"{snap.epoch}/{snap.epochs}" if snap.epochs else str(snap.epoch)
+    steps = f"{snap.step}/{snap.total_steps}" if snap.total_steps else str(snap.step)
+    acc = f"  acc {snap.evals[-1][1] * 100:.1f}%" if snap.evals else ""
+    lines = [f"{_bar(snap.fraction)} {snap.fraction * 100:3.0f}%  epoch {epochs}  step {steps}  "
+             f"ETA {format_duration(snap.eta_s)}  restarts {snap.restarts}{acc}"]
+    rows = sorted(snap.ranks, key=lambda r: (r.flag not in ("slow", "silent", "error"), r.rank))
+    for row in sorted(rows[:max_ranks], key=lambda r: r.rank):
+        loss = "-" if row.loss is None else f"{row.loss:.4f}"
+        speed = "-" if row.samples_per_s is None else f"{row.samples_per_s:.0f}"
+        flag = f"  {row.flag.upper()}" + (f" ({row.detail})" if row.detail else "") if row.flag and row.flag != "done" else ""
+        lines.append(f"  rank {row.rank:<3} step {row.step:<6} loss {loss:<8} {speed:>6} img/s{flag}")
+    if len(rows) > max_ranks:
+        lines.append(f"  ... and {len(rows) - max_ranks} more ranks")
+    return lines
+
+
+def summary(status: JobStatus, snap: MonitorSnapshot) -> dict[str, Any]:
+    """The final summary `train --output json` prints."""
+    done = snap.done or {}
+    return {
+        **status.to_dict(),
+        "best_accuracy": snap.best_accuracy,
+        "model_file": done.get("model_file"),
+        "train_s": done.get("train_s"),
+        "evals": [{"epoch": e, "accuracy": a} for e, a in snap.evals],
+        "ranks": [{"rank": r.rank, "step": r.step, "loss": r.loss, "samples_per_s": r.samples_per_s,
+                   "flag": r.flag} for r in snap.ranks],
+        "errors": snap.errors,
+    }
+
+
+def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
+    """Print progress until the run ends; exit 0 if it succeeded."""
+    state = MonitorState()
+    tty = out.isatty() and output == "text"
+    shown = [0]
+    last_print = [0.0, -1, -1]
+
+    def draw(final: bool = False) -> None:
+        snap = state.snapshot()
+        if tty:
+            if not final and time.monotonic() - last_print[0] < 0.5:
+                return
+            lines = progress_lines(snap)
+            if shown[0]:
+                out.write(f"\x1b[{shown[0]}F\x1b[J")
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+            shown[0] = len(lines)
+            last_print[0] = time.monotonic()
+        elif output == "text":
+            # Not a terminal: a line per finished epoch and eval, no redrawing.
+            if snap.epoch != last_print[1] or len(snap.evals) != last_print[2] or final:
+                last_print[1], last_print[2] = snap.epoch, len(snap.evals)
+                out.write(progress_lines(snap, max_ranks=0)[0] + "\n")
+                out.flush()
+
+    async def consume() -> None:
+        async for batch in backend.metrics(run_id, follow=True):
+            state.ingest(batch)
+            draw()
+
+    try:
+        asyncio.run(consume())
+    except KeyboardInterrupt:
+        print(f"\ntorchdeck: detached; the run goes on. `torchdeck monitor {run_id}` watches it, "
+              f"`torchdeck stop {run_id}` stops it", file=sys.stderr)
+        return 130
+    status = backend.status(run_id)
+    for _ in range(50):  # the stream ended: wait for the launcher to record the exit status
+        if status.state.is_terminal:
+            break
+        time.sleep(0.1)
+        status = backend.status(run_id)
+    snap = state.snapshot()
+    if output == "json":
+        out.write(json.dumps(summary(status, snap), indent=2) + "\n")
+    else:
+        draw(final=True)
+        acc = f", accuracy {snap.evals[-1][1] * 100:.2f}% (best {snap.best_accuracy * 100:.2f}%)" if snap.evals else ""
+        out.write(f"{run_id}: {status.state.value}{acc}\n")
+    if status.state is not JobState.SUCCEEDED:
+        reason = status.reason or status.state.value
+        print(f"torchdeck: error: {run_id} {status.state.value}: {reason}"
+              + (f" (hint: {status.hint})" if status.hint else ""), file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
+def _age(ts: float | None) -> str:
+    return "-" if not ts else format_duration(time.time() - ts)
+
+
+def format_status_table(statuses: list[JobStatus]) -> str:
+    rows = [("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "REASON")]
+    for s in statuses:
+        rows.append((s.run_id, s.state.value, str(s.world_size),
+                     f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
+                     f"{s.step}/{s.total_steps}" if s.total_steps else str(s.step),
+                     "-" if s.loss is None else f"{s.loss:.3f}",
+                     "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
+                     _age(s.submitted_at), s.reason[:60]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
+
+
+def cmd_jobs(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    statuses = backend.list()
+    if args.output == "json":
+        print(json.dumps([s.to_dict() for s in statuses], indent=2))
+    elif not statuses:
+        print("no runs yet; `torchdeck train` starts one")
+    else:
+        print(format_status_table(statuses))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    status = backend.status(args.run)
+    if args.output == "json":
+        print(json.dumps(status.to_dict(), indent=2))
+        return 0
+    print(format_status_table([status]))
+    if status.hint:
+        print(f"hint: {status.hint}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    run_id = backend.status(args.run).run_id
+    for batch in backend.logs(run_id, rank=args.rank, follow=args.follow):
+        for line in batch:
+            restart = f" restart {line.attempt}" if line.attempt else ""
+            prefix = f"[rank {line.rank}{restart}] " if args.rank is None or line.attempt else ""
+            sys.stdout.write(f"{prefix}{line.text}\n")
+        sys.stdout.flush()
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    status = backend.status(args.run)
+    if status.state.is_terminal:
+        print(f"{status.run_id} already {status.state.value}")
+        return 0
+    status = backend.cancel(status.run_id)
+    print(f"{status.run_id} {status.state.value}: every process has ended")
+    return 0

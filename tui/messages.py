@@ -1,0 +1,44 @@
+"""What workers tell screens, in the past tense. Widgets render them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from torchdeck.backends.base import JobStatus, NodeMetrics
+
+
+@dataclass
+class RunsListed(Message):
+    statuses: list[JobStatus]
+
+
+@dataclass
+class JobSubmitted(Message):
+    run_id: str
+
+
+@dataclass
+class StatusChanged(Message):
+    status: JobStatus
+
+
+@dataclass
+class MetricsArrived(Message):
+    count: int
+
+
+@dataclass
+class LogsArrived(Message):
+    count: int
+
+
+@dataclass
+class NodesMeasured(Message):
+    nodes: list[NodeMetrics]
+
+
+@dataclass
+class RunStopped(Message):
+    status: JobStatus

@@ -1,0 +1,273 @@
+"""What the monitor knows about one run, built from its metric events:
+per-rank progress and loss curves (downsampled, so memory stays bounded
+however long the run), eval accuracy per epoch, throughput, restarts, an ETA,
+and which ranks straggle or have gone quiet.
+
+Plain Python, no Textual: the monitor screen draws ``snapshot()`` at a
+bounded rate while a worker thread calls ``ingest()``; ``torchdeck train``
+prints the same snapshot as text."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from torchdeck.backends.base import MetricEvent
+
+SILENT_FLOOR_S = 5.0
+"""A rank is flagged silent after this long without a line, at least (or
+five of its usual step intervals, if longer)."""
+
+
+class Series:
+    """A curve kept at most ``cap`` points long: points are averaged in runs
+    of ``stride``, and the stride doubles (halving the stored points) when
+    the curve fills up."""
+
+    __slots__ = ("cap", "stride", "xs", "ys", "_sum", "_n", "_last_x")
+
+    def __init__(self, cap: int = 400):
+        self.cap, self.stride = cap, 1
+        self.xs: list[float] = []
+        self.ys: list[float] = []
+        self._sum, self._n, self._last_x = 0.0, 0, 0.0
+
+    def add(self, x: float, y: float) -> None:
+        self._sum += y
+        self._n += 1
+        self._last_x = x
+        if self._n < self.stride:
+            return
+        self.xs.append(x)
+        self.ys.append(self._sum / self._n)
+        self._sum, self._n = 0.0, 0
+        if len(self.xs) >= self.cap:
+            self.xs = self.xs[1::2]
+            ys = self.ys
+            self.ys = [(ys[i] + ys[i + 1]) / 2 for i in range(0, len(ys) - 1, 2)]
+            self.stride *= 2
+
+    def points(self) -> tuple[list[float], list[float]]:
+        """The stored points plus the partial run at the end."""
+        if self._n:
+            return self.xs + [self._last_x], self.ys + [self._sum / self._n]
+        return list(self.xs), list(self.ys)
+
+
+@dataclass
+class RankView:
+    """One rank, as of its latest line."""
+
+    rank: int
+    step: int = 0
+    epoch: int = 0
+    loss: float | None = None
+    samples_per_s: float | None = None
+    """Smoothed (exponential average) images per second."""
+    last_time: float = 0.0
+    """Trainer clock (unix s) of its latest line."""
+    step_interval: float | None = None
+    """Smoothed seconds between its step lines."""
+    step_time: float | None = None
+    """Trainer clock of its latest step line."""
+    restarts: int = 0
+    finished: bool = False
+    error: str = ""
+    host: str = ""
+    loss_curve: Series = field(default_factory=Series)
+
+
+@dataclass
+class RankRow:
+    """One rank for display."""
+
+    rank: int
+    step: int
+    epoch: int
+    loss: float | None
+    samples_per_s: float | None
+    seen_ago_s: float
+    flag: str
+    """"", "slow", "silent", "error" or "done"."""
+    detail: str = ""
+
+
+@dataclass
+class MonitorSnapshot:
+    """Everything a frame draws, copied out under the lock."""
+
+    world_size: int
+    ranks: list[RankRow]
+    curves: dict[int, tuple[list[float], list[float]]]
+    evals: list[tuple[int, float]]
+    best_accuracy: float | None
+    epoch: int
+    epochs: int | None
+    step: int
+    total_steps: int | None
+    eta_s: float | None
+    restarts: int
+    events: int
+    stragglers: list[int]
+    silent: list[int]
+    quiet_s: float | None
+    """Seconds since any rank wrote, when the whole job has gone quiet."""
+    info: dict[str, Any]
+    done: dict[str, Any] | None
+    errors: list[str]
+
+    @property
+    def fraction(self) -> float:
+        if not self.total_steps:
+            return 0.0
+        return min(1.0, self.step / self.total_steps)
+
+
+class MonitorState:
+    """Ingests metric events (any thread) and hands out snapshots."""
+
+    def __init__(self, straggler_ratio: float = 0.75, curve_points: int = 400,
+                 clock: Callable[[], float] = time.time):
+        self.straggler_ratio = straggler_ratio
+        self.curve_points = curve_points
+        self.clock = clock
+        self.version = 0
+        self.events = 0
+        self._lock = threading.Lock()
+        self.ranks: dict[int, RankView] = {}
+        self.info: dict[str, Any] = {}
+        self.evals: dict[int, float] = {}
+        self.world_size = 0
+        self.epochs: int | None = None
+        self.total_steps: int | None = None
+        self.restarts = 0
+        self.done: dict[str, Any] | None = None
+        self.errors: list[str] = []
+        self._progress: deque[tuple[float, int]] = deque(maxlen=64)
+
+    def _rank(self, rank: int) -> RankView:
+        view = self.ranks.get(rank)
+        if view is None:
+            view = self.ranks[rank] = RankView(rank, loss_curve=Series(self.curve_points))
+        return view
+
+    def ingest(self, events: Iterable[MetricEvent]) -> int:
+        """Fold a batch of events in; returns how many there were."""
+        n = 0
+        with self._lock:
+            for ev in events:
+                n += 1
+                rec = ev.record
+                view = self._rank(ev.rank)
+                if ev.time > view.last_time:
+                    view.last_time = ev.time
+                kind = ev.event
+                if kind == "step":
+                    step = rec.get("step") or 0
+                    loss = rec.get("loss")
+                    if loss is not None:
+                        view.loss_curve.add(step, loss)
+                    if view.step_time is not None and step > view.step:
+                        gap = (ev.time - view.step_time) / (step - view.step)
+                        view.step_interval = gap if view.step_interval is None else 0.8 * view.step_interval + 0.2 * gap
+                    view.step_time = ev.time
+                    view.step, view.epoch, view.loss = step, rec.get("epoch") or view.epoch, loss
+                    sps = rec.get("samples_per_s")
+                    if sps is not None:
+                        view.samples_per_s = sps if view.samples_per_s is None else 0.8 * view.samples_per_s + 0.2 * sps
+                    if not self._progress or step > self._progress[-1][1]:
+                        self._progress.append((ev.time, step))
+                elif kind == "start":
+                    self.info = rec
+                    self.world_size = rec.get("world_size") or self.world_size
+                    self.epochs = rec.get("epochs") or self.epochs
+                    self.total_steps = rec.get("total_steps") or self.total_steps
+                    view.restarts = rec.get("restart_count") or 0
+                    self.restarts = max(self.restarts, view.restarts)
+                    view.finished, view.error = False, ""
+                    view.host = rec.get("host") or view.host
+                    view.step_time = None
+                elif kind == "epoch":
+                    view.epoch = rec.get("epoch") or view.epoch
+                elif kind == "eval":
+                    acc = rec.get("accuracy")
+                    if acc is not None and rec.get("epoch") is not None:
+                        self.evals[int(rec["epoch"])] = acc
+                elif kind == "resume":
+                    self.restarts = max(self.restarts, rec.get("restart_count") or 0)
+                elif kind == "done":
+                    view.finished = True
+                    if ev.rank == 0 or self.done is None:
+                        self.done = rec
+                elif kind == "error":
+                    view.error = str(rec.get("message") or "error")
+                    hint = rec.get("hint")
+                    text = f"rank {ev.rank}: {view.error}" + (f" ({hint})" if hint else "")
+                    if text not in self.errors:
+                        self.errors.append(text)
+            self.events += n
+            self.version += 1
+        return n
+
+    def snapshot(self, curve_ranks: int = 8, now: float | None = None) -> MonitorSnapshot:
+        """A copy of what to draw; curves for at most ``curve_ranks`` ranks
+        (the flagged ones first, then the lowest ranks)."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            views = sorted(self.ranks.values(), key=lambda v: v.rank)
+            speeds = [v.samples_per_s for v in views if v.samples_per_s and not v.finished]
+            median_speed = statistics.median(speeds) if len(speeds) >= 2 else None
+            intervals = [v.step_interval for v in views if v.step_interval]
+            typical = statistics.median(intervals) if intervals else 1.0
+            threshold = max(SILENT_FLOOR_S, 5 * typical)
+            freshest = max((v.last_time for v in views), default=0.0)
+            rows, stragglers, silent = [], [], []
+            for v in views:
+                flag, detail = "", ""
+                if v.error:
+                    flag, detail = "error", v.error
+                elif v.finished:
+                    flag = "done"
+                elif freshest - v.last_time > threshold:
+                    flag, detail = "silent", f"no line for {freshest - v.last_time:.0f} s"
+                    silent.append(v.rank)
+                elif median_speed and v.samples_per_s is not None and v.samples_per_s < self.straggler_ratio * median_speed:
+                    flag, detail = "slow", f"{v.samples_per_s / median_speed:.0%} of the median"
+                    stragglers.append(v.rank)
+                rows.append(RankRow(v.rank, v.step, v.epoch, v.loss, v.samples_per_s,
+                                    max(0.0, now - v.last_time) if v.last_time else 0.0, flag, detail))
+            chosen = [r.rank for r in rows if r.flag in ("slow", "silent", "error")]
+            chosen += [v.rank for v in views if v.rank not in chosen]
+            curves = {r: self.ranks[r].loss_curve.points() for r in chosen[:curve_ranks]}
+            step = max((v.step for v in views), default=0)
+            epoch = max((v.epoch for v in views), default=0)
+            eta = None
+            if self.total_steps and len(self._progress) >= 2:
+                (t0, s0), (t1, s1) = self._progress[0], self._progress[-1]
+                if t1 > t0 and s1 > s0:
+                    eta = max(0.0, (self.total_steps - step) * (t1 - t0) / (s1 - s0))
+            running = any(not v.finished and not v.error for v in views)
+            quiet = now - freshest if running and freshest and now - freshest > threshold else None
+            return MonitorSnapshot(
+                world_size=self.world_size or len(views), ranks=rows, curves=curves,
+                evals=sorted(self.evals.items()), best_accuracy=max(self.evals.values(), default=None),
+                epoch=epoch, epochs=self.epochs, step=step, total_steps=self.total_steps,
+                eta_s=None if self.done else eta, restarts=self.restarts, events=self.events,
+                stragglers=stragglers, silent=silent, quiet_s=quiet, info=dict(self.info),
+                done=dict(self.done) if self.done else None, errors=list(self.errors))
+
+
+def format_duration(seconds: float | None) -> str:
+    """3725 -> "1h02m", 125 -> "2m05s", 9 -> "9s"."""
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"

@@ -1,0 +1,1 @@
+"""The console's screens: home (runs), launch (form), monitor, help."""

@@ -1,0 +1,45 @@
+"""The help screen: what each screen's keys do."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP = """\
+# torchdeck
+
+**Everywhere**: `?` this help, `ctrl+p` command palette (launch, open a run,
+switch screens), `q` quit. Jobs keep running after the console closes; open
+it again, or run `torchdeck monitor RUN`, to reattach.
+
+**Runs** (home): `n` launch a job, `enter` monitor the highlighted run,
+`s` stop it, `r` refresh.
+
+**Launch**: fill the form (it starts from `torchdeck.yaml` where there is
+one), `ctrl+l` launch, `ctrl+s` save the form to the spec file, `escape`
+back. A bad field is named under the form and nothing is started.
+
+**Monitor**: per-rank loss, rank table (flags: SLOW = below the straggler
+ratio of the median samples/s, SILENT = no line for several step times,
+ERROR), eval accuracy per epoch, node gauges, logs. `l` filter logs by rank,
+`/` search them, `s` stop the run, `escape` back to the runs.
+
+Headless, the same from a shell: `torchdeck train`, `jobs`, `status`,
+`logs RUN [--rank R] [-f]`, `stop RUN`, `monitor RUN`.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; max-width: 100; height: 90%; border: round $primary;
+                                  background: $surface; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(HELP)

@@ -1,0 +1,155 @@
+"""The home screen: every run the backend knows, with its state, and the
+way into the launch form and the monitor."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+from textual.worker import Worker, WorkerState
+
+from torchdeck.backends.base import JobState, JobStatus
+from torchdeck.backends.errors import BackendError
+
+from ..messages import RunsListed, RunStopped
+from ..monitor_state import format_duration
+from .confirm import ConfirmScreen
+
+STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "bold green", JobState.SUCCEEDED: "cyan",
+               JobState.FAILED: "bold red", JobState.CANCELLED: "magenta", JobState.UNKNOWN: "dim"}
+COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age")
+
+
+class HomeScreen(Screen):
+    CSS_PATH = "home.tcss"
+    BINDINGS = [
+        Binding("n", "app.launch", "New job"),
+        Binding("enter", "open", "Monitor"),
+        Binding("s", "stop", "Stop"),
+        Binding("r", "refresh", "Refresh"),
+        Binding("question_mark", "app.help", "Help"),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    def __init__(self):
+        super().__init__()
+        self.statuses: dict[str, JobStatus] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        yield Static(id="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        backend = self.app.backend
+        self.query_one("#title", Static).update(
+            Text.assemble(("torchdeck", "bold"), f"  runs on the {backend.name} backend", ("  n: new job  ?: help", "dim")))
+        table = self.query_one("#runs", DataTable)
+        for name in COLUMNS:
+            table.add_column(name, key=name)
+        self.query_one("#detail", Static).update("reading runs...")
+        self.list_runs()
+        self.set_interval(2.0, self.list_runs)
+
+    @work(thread=True, exclusive=True, group="runs", exit_on_error=False)
+    def list_runs(self) -> None:
+        self.post_message(RunsListed(self.app.backend.list()))
+
+    @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
+    def stop_run(self, run_id: str) -> None:
+        self.post_message(RunStopped(self.app.backend.cancel(run_id)))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            text = str(error) if isinstance(error, BackendError) else f"{type(error).__name__}: {error}"
+            self.notify(text, title=f"{event.worker.group} failed", severity="error", timeout=8)
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        table = self.query_one("#runs", DataTable)
+        current = self.selected()
+        self.statuses = {s.run_id: s for s in message.statuses}
+        table.clear()
+        for s in message.statuses:
+            table.add_row(
+                s.run_id, Text(s.state.value, style=STATE_STYLE[s.state]), str(s.world_size),
+                f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
+                f"{s.step}/{s.total_steps}" if s.total_steps else str(s.step),
+                "-" if s.loss is None else f"{s.loss:.3f}",
+                "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
+                format_duration(time.time() - s.submitted_at) if s.submitted_at else "-",
+                key=s.run_id)
+        if current in self.statuses:
+            table.move_cursor(row=table.get_row_index(current))
+        self.show_detail()
+
+    def on_run_stopped(self, message: RunStopped) -> None:
+        self.notify(f"{message.status.run_id} {message.status.state.value}", title="stopped")
+        self.list_runs()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.show_detail()
+
+    def selected(self) -> str | None:
+        table = self.query_one("#runs", DataTable)
+        if not table.row_count:
+            return None
+        try:
+            return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except Exception:  # no row under the cursor
+            return None
+
+    def show_detail(self) -> None:
+        detail = self.query_one("#detail", Static)
+        run_id = self.selected()
+        if not self.statuses:
+            detail.update("No runs yet. Press n to launch a job; it starts from torchdeck.yaml if there is one.")
+            return
+        s = self.statuses.get(run_id or "")
+        if s is None:
+            detail.update("")
+            return
+        text = Text()
+        text.append(f"{s.run_id}", style="bold")
+        text.append(f"  {s.state.value}", style=STATE_STYLE[s.state])
+        if s.restarts:
+            text.append(f"  restarts {s.restarts}")
+        if s.reason:
+            text.append(f"\n{s.reason}", style="red" if s.state is JobState.FAILED else "")
+        if s.hint:
+            text.append(f"\nhint: {s.hint}", style="dim")
+        text.append(f"\n{s.location}", style="dim")
+        detail.update(text)
+
+    def action_open(self) -> None:
+        run_id = self.selected()
+        if run_id:
+            self.app.open_monitor(run_id)
+
+    def action_refresh(self) -> None:
+        self.list_runs()
+
+    def action_stop(self) -> None:
+        run_id = self.selected()
+        status = self.statuses.get(run_id or "")
+        if status is None:
+            return
+        if status.state.is_terminal:
+            self.notify(f"{run_id} has already {status.state.value}")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.notify(f"stopping {run_id}...")
+                self.stop_run(run_id)
+
+        self.app.push_screen(ConfirmScreen(f"Stop {run_id} and every process it started?"), confirmed)

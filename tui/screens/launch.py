@@ -1,0 +1,173 @@
+"""The launch form: a job spec, field by field, validated before anything
+starts. It opens on the spec file (torchdeck.yaml) where there is one, and
+can save back to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static
+from textual.worker import Worker, WorkerState
+
+from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, save_spec, with_overrides
+
+from ..messages import JobSubmitted
+
+# form field id -> (spec field, label, kind)
+FIELDS: list[tuple[str, str, str]] = [
+    ("name", "Job name", "text"),
+    ("nproc_per_node", "Ranks (processes per node)", "int"),
+    ("trainer.epochs", "Epochs (empty: the recipe's)", "int?"),
+    ("trainer.max_steps", "Max steps (empty: no limit)", "int?"),
+    ("trainer.recipe", "Recipe", "recipe"),
+    ("trainer.model", "Model", "model"),
+    ("data_dir", "Data folder (holds cifar-10-batches-py/)", "text"),
+    ("download", "Download CIFAR-10 there if absent", "bool"),
+    ("max_restarts", "Max restarts", "int"),
+    ("device", "Device", "device"),
+]
+
+
+def _dom_id(field: str) -> str:
+    return "f-" + field.replace(".", "-").replace("_", "-")
+
+
+class LaunchScreen(Screen):
+    CSS_PATH = "launch.tcss"
+    BINDINGS = [
+        Binding("ctrl+l", "launch", "Launch", priority=True),
+        Binding("ctrl+s", "save", "Save spec", priority=True),
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("question_mark", "app.help", "Help", show=False),
+    ]
+
+    def __init__(self, spec_file: Path):
+        super().__init__()
+        self.spec_file = spec_file
+        self.base = JobSpec()
+        self.loaded_from: str = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="launch-title")
+        with VerticalScroll(id="form"):
+            for field, label, kind in FIELDS:
+                yield Label(label)
+                dom = _dom_id(field)
+                if kind == "bool":
+                    yield Checkbox(id=dom)
+                elif kind == "recipe":
+                    yield Select([(r, r) for r in RECIPES], allow_blank=False, id=dom)
+                elif kind == "model":
+                    yield Select([("the recipe's", "")] + [(m, m) for m in MODELS], allow_blank=False, id=dom)
+                elif kind == "device":
+                    yield Select([(d, d) for d in ("auto", "cpu", "cuda")], allow_blank=False, id=dom)
+                else:
+                    yield Input(id=dom, restrict=r"[0-9]*" if kind.startswith("int") else None)
+        yield Static(id="form-error")
+        with Horizontal(id="buttons"):
+            yield Button("Launch (ctrl+l)", id="launch", variant="success")
+            yield Button("Save spec (ctrl+s)", id="save")
+            yield Button("Back (esc)", id="back")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        try:
+            if self.spec_file.exists():
+                self.base = load_spec(self.spec_file)
+                self.loaded_from = str(self.spec_file)
+        except SpecError as exc:
+            self.show_error(f"{exc} - the form starts from the defaults; saving overwrites the file")
+        source = self.loaded_from or "defaults (no spec file yet)"
+        self.query_one("#launch-title", Static).update(f"Launch a job on the {self.app.backend.name} backend - from {source}")
+        self.fill(self.base)
+        self.query_one(f"#{_dom_id('name')}").focus()
+
+    def fill(self, spec: JobSpec) -> None:
+        data = spec.to_dict()
+        for field, _, kind in FIELDS:
+            value: Any = data
+            for part in field.split("."):
+                value = value[part]
+            widget = self.query_one(f"#{_dom_id(field)}")
+            if kind == "bool":
+                widget.value = bool(value)
+            elif kind in ("recipe", "model", "device"):
+                widget.value = value or ""
+            else:
+                widget.value = "" if value is None else str(value)
+
+    def form_values(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for field, _, kind in FIELDS:
+            widget = self.query_one(f"#{_dom_id(field)}")
+            value = widget.value
+            if kind.startswith("int"):
+                value = int(value) if value.strip() else (None if kind == "int?" else "")
+            elif kind == "model":
+                value = value or None
+            elif kind == "text":
+                value = value.strip()
+            out[field] = value
+        return out
+
+    def build_spec(self) -> JobSpec | None:
+        """The spec the form describes, or None (with the bad field named
+        and focused) if it does not validate."""
+        try:
+            spec = with_overrides(self.base, self.form_values())
+        except SpecError as exc:
+            self.show_error(str(exc).replace("command line: ", ""))
+            field = exc.field if any(exc.field == f for f, _, _ in FIELDS) else None
+            if field:
+                self.query_one(f"#{_dom_id(field)}").focus()
+            return None
+        self.show_error("")
+        if spec.data_dir and "://" not in spec.data_dir:
+            spec.data_dir = str(Path(spec.data_dir).expanduser().resolve())
+        return spec
+
+    def show_error(self, text: str) -> None:
+        self.query_one("#form-error", Static).update(text)
+        self.query_one("#form-error").set_class(bool(text), "-shown")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        {"launch": self.action_launch, "save": self.action_save, "back": self.app.pop_screen}[event.button.id]()
+
+    def action_launch(self) -> None:
+        spec = self.build_spec()
+        if spec is not None:
+            self.query_one("#launch", Button).disabled = True
+            self.submit(spec)
+
+    def action_save(self) -> None:
+        spec = self.build_spec()
+        if spec is None:
+            return
+        try:
+            save_spec(spec, self.spec_file)
+        except OSError as exc:
+            self.show_error(f"cannot write {self.spec_file}: {exc.strerror}")
+            return
+        self.notify(f"saved {self.spec_file}")
+
+    @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
+    def submit(self, spec: JobSpec) -> None:
+        self.post_message(JobSubmitted(self.app.backend.submit(spec)))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            self.query_one("#launch", Button).disabled = False
+            error = event.worker.error
+            self.show_error(str(error) if isinstance(error, BackendError) else f"{type(error).__name__}: {error}")
+
+    def on_job_submitted(self, message: JobSubmitted) -> None:
+        self.notify(f"launched {message.run_id}")
+        self.app.pop_screen()
+        self.app.open_monitor(message.run_id)

@@ -1,0 +1,232 @@
+"""The monitor: one run, live. Workers follow the run's metric stream, its
+logs, its nodes and its status; a timer draws what they gathered at a
+bounded rate, however fast lines arrive."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from torchdeck.backends.base import JobState, JobStatus
+from torchdeck.backends.errors import BackendError
+
+from ..glyphs import bar
+from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged
+from ..monitor_state import MonitorSnapshot, MonitorState, format_duration
+from ..widgets.log_pane import LogPane
+from ..widgets.loss_chart import LossChart
+from ..widgets.node_bars import NodeBars
+from ..widgets.rank_table import RankTable
+from .confirm import ConfirmScreen
+
+STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "bold green", JobState.SUCCEEDED: "bold cyan",
+               JobState.FAILED: "bold red", JobState.CANCELLED: "magenta", JobState.UNKNOWN: "dim"}
+CHART_EVERY_S = 0.25
+"""The chart is the costliest widget to draw: at most four times a second."""
+
+
+class MonitorScreen(Screen):
+    CSS_PATH = "monitor.tcss"
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Runs"),
+        Binding("s", "stop", "Stop run"),
+        Binding("l", "focus_logs", "Logs"),
+        Binding("slash", "search", "Search"),
+        Binding("question_mark", "app.help", "Help"),
+    ]
+
+    def __init__(self, run_id: str, state: MonitorState | None = None):
+        super().__init__()
+        self.run_id = run_id
+        self.state = state
+        self.status: JobStatus | None = None
+        self.frame_times: deque[float] = deque(maxlen=10_000)
+        self._logs_dirty = False
+        self._chart_at = 0.0
+        self._last_draw = 0.0
+        self._dirty = True
+
+    @property
+    def backend(self):
+        return self.app.backend
+
+    def compose(self) -> ComposeResult:
+        g = self.app.glyphs
+        if self.state is None:
+            self.state = MonitorState(straggler_ratio=self.app.settings.straggler_ratio)
+        yield Static(id="status-line")
+        yield Static(id="progress-line")
+        with Horizontal(id="top"):
+            yield LossChart(g, id="chart")
+            with Vertical(id="side"):
+                yield RankTable(id="ranks")
+                yield Static(id="evals")
+        yield NodeBars(g, id="nodes")
+        yield LogPane(id="logs")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#chart").border_title = "loss per rank"
+        self.query_one("#ranks").border_title = "ranks"
+        self.query_one("#logs").border_title = "logs"
+        self.query_one("#nodes").border_title = "nodes"
+        self.follow_metrics()
+        self.follow_logs()
+        self.poll_status()
+        self.measure_nodes()
+        self.set_interval(1.0 / self.app.settings.refresh_hz, self.draw)
+        self.set_interval(1.0, self.measure_nodes)
+        self.set_interval(2.0, self.poll_status)
+
+    # -- workers -----------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="metrics", exit_on_error=False)
+    async def follow_metrics(self) -> None:
+        worker = get_current_worker()
+        async for batch in self.backend.metrics(self.run_id, follow=True):
+            if worker.is_cancelled:
+                return
+            count = self.state.ingest(batch)
+            self.post_message(MetricsArrived(count))
+
+    @work(thread=True, exclusive=True, group="logs", exit_on_error=False)
+    def follow_logs(self) -> None:
+        worker = get_current_worker()
+        pane = self.query_one(LogPane)
+        for batch in self.backend.logs(self.run_id, follow=True):
+            if worker.is_cancelled:
+                return
+            if batch:
+                pane.add_lines(batch)
+                self.post_message(LogsArrived(len(batch)))
+
+    @work(thread=True, exclusive=True, group="nodes", exit_on_error=False)
+    def measure_nodes(self) -> None:
+        self.post_message(NodesMeasured(self.backend.node_metrics(self.run_id)))
+
+    @work(thread=True, exclusive=True, group="status", exit_on_error=False)
+    def poll_status(self) -> None:
+        self.post_message(StatusChanged(self.backend.status(self.run_id)))
+
+    @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
+    def stop_run(self) -> None:
+        self.post_message(RunStopped(self.backend.cancel(self.run_id)))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            text = str(error) if isinstance(error, BackendError) else f"{type(error).__name__}: {error}"
+            self.notify(text, title=f"{event.worker.group} failed", severity="error", timeout=8)
+
+    # -- messages ----------------------------------------------------------------
+
+    def on_status_changed(self, message: StatusChanged) -> None:
+        self.status = message.status
+        self._dirty = True
+
+    def on_nodes_measured(self, message: NodesMeasured) -> None:
+        nodes = self.query_one(NodeBars)
+        nodes.show(message.nodes, self.size.width)
+
+    def on_run_stopped(self, message: RunStopped) -> None:
+        self.status = message.status
+        self._dirty = True
+        self.notify(f"{self.run_id} {message.status.state.value}", title="stopped")
+
+    def on_metrics_arrived(self, message: MetricsArrived) -> None:
+        self._dirty = True  # drawn by the next frame, not now: see draw()
+
+    def on_logs_arrived(self, message: LogsArrived) -> None:
+        self._logs_dirty = True
+
+    # -- drawing -----------------------------------------------------------------
+
+    def draw(self) -> None:
+        """One frame: fold in what arrived since the last one. Skipped when
+        nothing changed, except once a second for the clocks."""
+        now = time.monotonic()
+        if self._logs_dirty:
+            self._logs_dirty = False
+            self.query_one(LogPane).flush()
+        if not self._dirty and now - self._last_draw < 1.0:
+            return
+        self._dirty = False
+        self._last_draw = now
+        snap = self.state.snapshot(curve_ranks=8)
+        self._draw_status(snap)
+        self.query_one(RankTable).show(snap.ranks)
+        self._draw_evals(snap)
+        if now - self._chart_at >= CHART_EVERY_S:
+            self._chart_at = now
+            self.query_one(LossChart).show(snap.curves, len(snap.ranks))
+        self.frame_times.append(time.perf_counter())
+
+    def _draw_status(self, snap: MonitorSnapshot) -> None:
+        g = self.app.glyphs
+        status = self.status
+        state = status.state if status else JobState.UNKNOWN
+        line = Text()
+        line.append(f" {self.run_id} ", style="bold reverse")
+        line.append(f" {state.value.upper()} ", style=STATE_STYLE[state])
+        epochs = f"{snap.epoch}/{snap.epochs}" if snap.epochs else str(snap.epoch)
+        steps = f"{snap.step}/{snap.total_steps}" if snap.total_steps else str(snap.step)
+        line.append(f" epoch {epochs}  step {steps}  ETA {format_duration(snap.eta_s)}  "
+                    f"restarts {max(snap.restarts, status.restarts if status else 0)}  world {snap.world_size}")
+        self.query_one("#status-line", Static).update(line)
+        progress = Text()
+        progress.append(bar(snap.fraction, 20, g), style="green")
+        progress.append(f" {snap.fraction * 100:3.0f}% ")
+        if snap.info:
+            progress.append(f" {snap.info.get('model')} {snap.info.get('device')}/{snap.info.get('backend')} "
+                            f"{snap.info.get('precision')} ", style="dim")
+        if status and status.reason and state is not JobState.RUNNING:
+            progress.append(f" {g.warn} {status.reason}", style="bold red" if state is JobState.FAILED else "yellow")
+        elif snap.quiet_s is not None:
+            progress.append(f" {g.warn} no rank has written for {snap.quiet_s:.0f} s (hung collective?)",
+                            style="bold red")
+        elif snap.silent or snap.stragglers:
+            parts = [f"rank {r} silent" for r in snap.silent] + [f"rank {r} slow" for r in snap.stragglers]
+            progress.append(f" {g.warn} " + ", ".join(parts[:4]) + (" ..." if len(parts) > 4 else ""),
+                            style="bold yellow")
+        elif snap.errors:
+            progress.append(f" {g.bad} {snap.errors[-1]}", style="bold red")
+        self.query_one("#progress-line", Static).update(progress)
+
+    def _draw_evals(self, snap: MonitorSnapshot) -> None:
+        text = Text()
+        if not snap.evals:
+            text.append("eval accuracy: after the first epoch", style="dim")
+        else:
+            best_epoch = max(snap.evals, key=lambda e: e[1])[0]
+            text.append(f"best {snap.best_accuracy * 100:.1f}% (epoch {best_epoch})\n", style="bold")
+            text.append("  ".join(f"{e}:{a * 100:.1f}" for e, a in snap.evals[-12:]))
+        self.query_one("#evals", Static).update(text)
+
+    # -- actions -----------------------------------------------------------------
+
+    def action_stop(self) -> None:
+        if self.status and self.status.state.is_terminal:
+            self.notify(f"{self.run_id} has already {self.status.state.value}")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.notify(f"stopping {self.run_id}...")
+                self.stop_run()
+
+        self.app.push_screen(ConfirmScreen(f"Stop {self.run_id} and every process it started?"), confirmed)
+
+    def action_focus_logs(self) -> None:
+        self.query_one("#log-rank").focus()
+
+    def action_search(self) -> None:
+        self.query_one("#log-search").focus()

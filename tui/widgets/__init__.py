@@ -1,0 +1,1 @@
+"""Reusable widgets of the console; each keeps its own DEFAULT_CSS."""

@@ -1,0 +1,87 @@
+"""Every rank's output in one pane, filtered by rank and searched. Lines
+are kept in a bounded buffer; the pane shows the newest matching ones."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, RichLog
+
+from torchdeck.backends.base import LogLine
+
+BUFFER_LINES = 20_000
+SHOWN_LINES = 1_000
+
+
+class LogPane(Vertical):
+    DEFAULT_CSS = """
+    LogPane { height: 1fr; }
+    LogPane > Horizontal { height: 1; }
+    LogPane Input { border: none; height: 1; padding: 0 1; }
+    LogPane #log-rank { width: 16; }
+    LogPane #log-search { width: 1fr; }
+    LogPane RichLog { height: 1fr; background: $surface; }
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.buffer: deque[LogLine] = deque(maxlen=BUFFER_LINES)
+        self._pending: list[LogLine] = []
+        self._lock = threading.Lock()
+        self.rank: int | None = None
+        self.search = ""
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield Input(placeholder="rank (all)", id="log-rank", restrict=r"[0-9]*")
+            yield Input(placeholder="search logs", id="log-search")
+        yield RichLog(max_lines=SHOWN_LINES, wrap=False, markup=False, highlight=False, id="log-lines")
+
+    def add_lines(self, lines: list[LogLine]) -> None:
+        """Queue lines from any thread; ``flush`` shows them."""
+        with self._lock:
+            self._pending.extend(lines)
+
+    def _matches(self, line: LogLine) -> bool:
+        return (self.rank is None or line.rank == self.rank) and (not self.search or self.search in line.text.lower())
+
+    def _render_line(self, line: LogLine) -> Text:
+        restart = f"/{line.attempt}" if line.attempt else ""
+        text = Text(f"r{line.rank}{restart} ", style="dim")
+        body = Text(line.text)
+        if self.search:
+            body.highlight_words([self.search], style="reverse", case_sensitive=False)
+        if "error" in line.text.lower() or "Traceback" in line.text:
+            body.stylize("red")
+        return text + body
+
+    def flush(self) -> int:
+        """Move queued lines into the buffer and the view; returns how many."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return 0
+        self.buffer.extend(pending)
+        view = self.query_one(RichLog)
+        shown = [line for line in pending if self._matches(line)][-SHOWN_LINES:]
+        for line in shown:
+            view.write(self._render_line(line))
+        return len(pending)
+
+    def refilter(self) -> None:
+        view = self.query_one(RichLog)
+        view.clear()
+        shown = [line for line in self.buffer if self._matches(line)][-SHOWN_LINES:]
+        for line in shown:
+            view.write(self._render_line(line))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "log-rank":
+            self.rank = int(event.value) if event.value else None
+        else:
+            self.search = event.value.strip().lower()
+        self.refilter()

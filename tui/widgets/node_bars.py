@@ -1,0 +1,53 @@
+"""Per-node CPU, memory and GPU gauges, and each rank process's share."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from torchdeck.backends.base import NodeMetrics
+
+from ..glyphs import Glyphs, bar
+
+
+def _level(percent: float) -> str:
+    return "red" if percent >= 90 else "yellow" if percent >= 70 else "green"
+
+
+class NodeBars(Static):
+    DEFAULT_CSS = """
+    NodeBars { height: auto; max-height: 8; }
+    """
+
+    def __init__(self, glyphs: Glyphs, **kwargs):
+        super().__init__("measuring nodes...", **kwargs)
+        self.glyphs = glyphs
+
+    def show(self, nodes: list[NodeMetrics], width: int) -> None:
+        g = self.glyphs
+        gauge = 10 if width < 100 else 16
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for i, node in enumerate(nodes):
+            if i:
+                text.append("\n")
+            mem = node.mem_used_mb / node.mem_total_mb * 100 if node.mem_total_mb else 0.0
+            text.append(f"{node.name[:14]:<14} ", style="bold")
+            text.append("cpu ")
+            text.append(bar(node.cpu_percent / 100, gauge, g), style=_level(node.cpu_percent))
+            text.append(f" {node.cpu_percent:3.0f}%  mem ")
+            text.append(bar(mem / 100, gauge, g), style=_level(mem))
+            text.append(f" {node.mem_used_mb / 1024:.1f}/{node.mem_total_mb / 1024:.0f}G  ")
+            if node.gpus:
+                for gpu in node.gpus:
+                    gmem = gpu.mem_used_mb / gpu.mem_total_mb * 100 if gpu.mem_total_mb else 0.0
+                    text.append(f"gpu{gpu.index} ")
+                    text.append(bar(gpu.util_percent / 100, 6, g), style=_level(gpu.util_percent))
+                    text.append(f" {gpu.util_percent:3.0f}% {gmem:3.0f}%mem  ")
+            else:
+                text.append(node.gpu_note or "no GPU", style="dim")
+            if node.processes:
+                text.append("\n" + " " * 15)
+                parts = [f"r{p.rank} {p.cpu_percent:3.0f}% {p.rss_mb:4.0f}M" for p in node.processes[:8]]
+                more = f"  +{len(node.processes) - 8} ranks" if len(node.processes) > 8 else ""
+                text.append("  ".join(parts) + more, style="dim")
+        self.update(text)
