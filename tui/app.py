@@ -11,6 +11,9 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.screen import Screen
+from textual.scrollbar import ScrollBar, ScrollBarRender
+from textual.widgets import Footer
+from textual.widgets._toggle_button import ToggleButton
 
 from torchdeck.backends.base import Backend
 from torchdeck.settings import Settings
@@ -47,6 +50,19 @@ class RunCommands(Provider):
                           help=f"{status.state.value}, {status.world_size} ranks")
 
 
+class AsciiScrollBarRender(ScrollBarRender):
+    """Scroll bars without the eighth-block characters."""
+
+    VERTICAL_BARS = ["#"] * 7 + [" "]
+    HORIZONTAL_BARS = ["#"] * 7 + [" "]
+
+
+def use_ascii_widgets(on: bool) -> None:
+    """Switch Textual's own glyphs (scroll bars, check boxes) to ASCII, or back."""
+    ScrollBar.renderer = AsciiScrollBarRender if on else ScrollBarRender
+    ToggleButton.BUTTON_LEFT, ToggleButton.BUTTON_RIGHT = ("[", "]") if on else ("▐", "▌")
+
+
 class TorchdeckApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "torchdeck"
@@ -64,9 +80,17 @@ class TorchdeckApp(App):
             self.add_class("-ascii")
 
     def on_mount(self) -> None:
+        use_ascii_widgets(self.settings.ascii)
         self.push_screen(HomeScreen())
         if self.monitor_run:
             self.open_monitor(self.monitor_run)
+
+    def on_unmount(self) -> None:
+        use_ascii_widgets(False)
+
+    def footer(self) -> Footer:
+        """The key-binding footer (without the palette hint's separator glyph in ASCII mode)."""
+        return Footer(show_command_palette=not self.settings.ascii)
 
     def open_monitor(self, run_id: str) -> None:
         self.push_screen(MonitorScreen(run_id))

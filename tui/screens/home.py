@@ -10,7 +10,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
 from torchdeck.backends.base import JobState, JobStatus
@@ -44,7 +44,7 @@ class HomeScreen(Screen):
         yield Static(id="title")
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static(id="detail")
-        yield Footer()
+        yield self.app.footer()
 
     def on_mount(self) -> None:
         backend = self.app.backend

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
 from torchdeck.backends.errors import BackendError, SpecError
@@ -75,7 +75,7 @@ class LaunchScreen(Screen):
             yield Button("Launch (ctrl+l)", id="launch", variant="success")
             yield Button("Save spec (ctrl+s)", id="save")
             yield Button("Back (esc)", id="back")
-        yield Footer()
+        yield self.app.footer()
 
     def on_mount(self) -> None:
         try:

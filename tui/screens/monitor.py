@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from torchdeck.backends.base import JobState, JobStatus
@@ -72,7 +72,7 @@ class MonitorScreen(Screen):
                 yield Static(id="evals")
         yield NodeBars(g, id="nodes")
         yield LogPane(id="logs")
-        yield Footer()
+        yield self.app.footer()
 
     def on_mount(self) -> None:
         self.query_one("#chart").border_title = "loss per rank"

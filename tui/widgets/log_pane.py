@@ -24,7 +24,7 @@ class LogPane(Vertical):
     LogPane Input { border: none; height: 1; padding: 0 1; }
     LogPane #log-rank { width: 16; }
     LogPane #log-search { width: 1fr; }
-    LogPane RichLog { height: 1fr; background: $surface; }
+    LogPane RichLog { height: 1fr; background: $surface; overflow-x: hidden; }
     """
 
     def __init__(self, **kwargs):

@@ -6,7 +6,7 @@ from textual.widgets import DataTable
 
 from ..monitor_state import RankRow
 
-COLUMNS = (("rank", 4), ("step", 6), ("loss", 7), ("img/s", 6), ("flag", 6))
+COLUMNS = (("rank", 4), ("step", 5), ("loss", 6), ("img/s", 5), ("flag", 6))
 
 
 class RankTable(DataTable):

@@ -1,0 +1,177 @@
+"""The console, driven by Textual's Pilot: the monitor fed by a recorded
+run (deterministic), snapshots at 80x24 and 120x40, the home screen, the
+launch form's validation, and ASCII mode."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from textual.widgets import DataTable, Input, RichLog, Static
+
+from torchdeck.tui.app import make_app
+from torchdeck.tui.screens.home import HomeScreen
+from torchdeck.tui.screens.launch import LaunchScreen
+from torchdeck.tui.screens.monitor import MonitorScreen
+from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state, settings_for, wait_for
+
+RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
+LOG_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "logs").rglob("stdout.log"))
+
+
+def recorded_app(tmp_path, monitor: bool = True, **settings):
+    state = recorded_state(tmp_path)
+    return make_app(settings_for(state, **settings), FixedNodesBackend(state), RECORDED_RUN if monitor else None)
+
+
+async def monitor_ready(pilot) -> MonitorScreen:
+    """Wait until the monitor has read the whole recorded stream, its logs,
+    status and nodes, and has drawn them."""
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, MonitorScreen), what="the monitor")
+    screen = pilot.app.screen
+    await wait_for(pilot, lambda: screen.state.events == RECORDED_LINES, what="all metric lines")
+    await wait_for(pilot, lambda: screen.status is not None, what="the status")
+    await wait_for(pilot, lambda: len(screen.query_one("#logs").buffer) == LOG_LINES, what="the logs")
+    await pilot.pause(0.5)  # two frames at least, and the chart's own rate
+    screen._dirty = True
+    screen._chart_at = 0.0
+    screen.draw()
+    await pilot.pause(0.1)
+    return screen
+
+
+def screen_lines(app) -> str:
+    """What the terminal shows now, as plain text."""
+    return "\n".join("".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips())
+
+
+def text_of(widget) -> str:
+    return str(widget.render())
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_monitor_shows_the_recorded_run(tmp_path):
+    async def scenario():
+        app = recorded_app(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await monitor_ready(pilot)
+            status = text_of(screen.query_one("#status-line", Static))
+            assert RECORDED_RUN in status and "SUCCEEDED" in status
+            assert "epoch 4/4" in status and "step 80/80" in status and "restarts 1" in status
+            evals = text_of(screen.query_one("#evals", Static))
+            assert "best 60.7% (epoch 4)" in evals and "1:32.5" in evals
+            table = screen.query_one("#ranks", DataTable)
+            assert table.row_count == 2
+            assert [table.get_row_at(i)[0] for i in range(2)] == ["0", "1"]
+            assert [table.get_row_at(i)[4] for i in range(2)] == ["done", "done"]
+            chart = screen.query_one("#chart")
+            assert chart.shown == 2
+            nodes = text_of(screen.query_one("#nodes", Static))
+            assert "node-0" in nodes and "62%" in nodes and "no GPU" in nodes and "r1" in nodes
+    run(scenario())
+
+
+def test_log_pane_filters_by_rank_and_searches(tmp_path):
+    async def scenario():
+        app = recorded_app(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await monitor_ready(pilot)
+            log = screen.query_one("#log-lines", RichLog)
+            all_lines = [strip.text for strip in log.lines]
+            assert any(line.startswith("r0 ") for line in all_lines) and any(line.startswith("r1") for line in all_lines)
+            await pilot.press("l", "1")
+            await pilot.pause(0.2)
+            ranked = [strip.text for strip in log.lines]
+            assert ranked and all(line.startswith("r1") for line in ranked)
+            assert any(line.startswith("r1/1 ") for line in ranked)  # the restarted attempt is marked
+            await pilot.press("tab", *"accuracy")  # from the rank box to the search box
+            await pilot.pause(0.2)
+            found = [strip.text for strip in log.lines]
+            assert len(found) == 5  # four evals and the done line, of rank 1's two attempts' lines
+            assert all("accuracy" in line for line in found)
+            screen.query_one("#log-rank", Input).value = ""
+            await pilot.pause(0.2)
+            assert len([strip.text for strip in log.lines]) > len(found)
+    run(scenario())
+
+
+def test_monitor_snapshot_80x24(tmp_path, snap_compare):
+    app = recorded_app(tmp_path)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=monitor_ready)
+
+
+def test_monitor_snapshot_120x40(tmp_path, snap_compare):
+    app = recorded_app(tmp_path)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=monitor_ready)
+
+
+def test_ascii_mode_draws_only_ascii(tmp_path):
+    async def scenario():
+        app = recorded_app(tmp_path, ascii=True)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await monitor_ready(pilot)
+            screen_text = screen_lines(app)
+            assert "loss per rank" in screen_text and "[####" in screen_text
+            bad = sorted({c for c in screen_text if ord(c) > 127})
+            assert bad == [], f"non-ASCII characters on screen: {bad}"
+    run(scenario())
+
+
+def test_home_lists_runs_and_opens_the_monitor(tmp_path):
+    async def scenario():
+        app = recorded_app(tmp_path, monitor=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
+            table = app.screen.query_one("#runs", DataTable)
+            row = table.get_row_at(0)
+            assert row[0] == RECORDED_RUN and str(row[1]) == "succeeded" and row[3] == "4/4"
+            detail = text_of(app.screen.query_one("#detail", Static))
+            assert "restarts 1" in detail and RECORDED_RUN in detail
+            await pilot.press("enter")
+            screen = await monitor_ready(pilot)
+            assert screen.run_id == RECORDED_RUN
+            await pilot.press("escape")
+            assert isinstance(app.screen, HomeScreen)
+            await pilot.press("question_mark")
+            await pilot.pause(0.1)
+            assert type(app.screen).__name__ == "HelpScreen"
+    run(scenario())
+
+
+def test_launch_form_names_the_bad_field_and_starts_nothing(tmp_path):
+    async def scenario():
+        app = recorded_app(tmp_path, monitor=False)
+        async with app.run_test(size=(100, 40)) as pilot:
+            await pilot.press("n")
+            await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the form")
+            form = app.screen
+            form.query_one("#f-name", Input).value = "Bad Name"
+            await pilot.press("ctrl+l")
+            await pilot.pause(0.1)
+            error = text_of(form.query_one("#form-error", Static))
+            assert error.startswith("name: must be 1-40 lower-case letters")
+            assert app.focused is form.query_one("#f-name")
+            assert isinstance(app.screen, LaunchScreen)
+            assert len(list((tmp_path / "state" / "runs").iterdir())) == 1  # only the recorded run
+            # a good form saves to the spec file, which the CLI reads back
+            form.query_one("#f-name", Input).value = "saved-job"
+            form.query_one("#f-trainer-epochs", Input).value = "3"
+            await pilot.press("ctrl+s")
+            await pilot.pause(0.1)
+            spec_file = tmp_path / "state" / "torchdeck.yaml"
+            assert "name: saved-job" in spec_file.read_text() and "epochs: 3" in spec_file.read_text()
+    run(scenario())
+
+
+@pytest.mark.parametrize("bad", ["nope", "recorded-9"])
+def test_monitor_of_unknown_run_is_a_notification_not_a_crash(tmp_path, bad):
+    async def scenario():
+        state = recorded_state(tmp_path)
+        app = make_app(settings_for(state), FixedNodesBackend(state), bad)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: any("no run" in n.message for n in app._notifications), what="a notice")
+            assert app.is_running
+    run(scenario())
