@@ -41,7 +41,7 @@ class Settings:
     """Run folders and other state (TORCHDECK_STATE_DIR)."""
     spec_file: Path = Path("torchdeck.yaml")
     """The job spec the launch form and `torchdeck train` start from (TORCHDECK_SPEC)."""
-    refresh_hz: float = 10.0
+    refresh_hz: float = 20.0
     """How often the monitor redraws at most (TORCHDECK_REFRESH_HZ)."""
     ascii: bool = dataclasses.field(default_factory=_ascii_default)
     """Draw with ASCII only, for terminals without Unicode fonts (TORCHDECK_ASCII=1)."""

@@ -12,6 +12,12 @@ from torchdeck.trainer.metrics import SCHEMA_VERSION
 
 from .base import MetricEvent
 
+try:  # five times faster than json on metric lines; the monitor ingests tens of thousands a second
+    from orjson import JSONDecodeError as _DecodeError
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - orjson is a dependency, but a missing wheel must not break the console
+    _loads, _DecodeError = json.loads, ValueError
+
 
 def parse_metric_line(line: str | bytes) -> MetricEvent | None:
     """The event on one line, or None for anything else (human text, a
@@ -19,8 +25,8 @@ def parse_metric_line(line: str | bytes) -> MetricEvent | None:
     if not line or line[:1] not in ("{", b"{"):
         return None
     try:
-        record = json.loads(line)
-    except ValueError:
+        record = _loads(line)
+    except (_DecodeError, ValueError, TypeError):
         return None
     if type(record) is not dict or record.get("schema") != SCHEMA_VERSION:
         return None

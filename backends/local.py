@@ -41,6 +41,10 @@ from .local_launcher import write_json
 from .spec import JobSpec, spec_from_dict, validate
 
 STOP_GRACE_S = 10.0
+METRICS_BATCH = 2048
+"""Events per batch at most: a reader far behind (a console attaching to a
+long run) catches up in steps the screen can draw between."""
+METRICS_READ_BYTES = 64 * 1024
 ATTEMPT_RE = re.compile(r"attempt_(\d+)$")
 
 
@@ -83,27 +87,32 @@ def _first_line(path: Path) -> bytes:
 
 
 class _Tail:
-    """Reads what was appended to one file since the last call, whole lines only."""
+    """Reads what was appended to one file since the last call, whole lines
+    only, at most ``max_bytes`` a call so that a reader far behind catches
+    up in bounded steps instead of one huge batch."""
 
-    __slots__ = ("path", "offset", "partial")
+    __slots__ = ("path", "file", "partial")
 
     def __init__(self, path: Path):
-        self.path, self.offset, self.partial = path, 0, b""
+        self.path, self.file, self.partial = path, None, b""
 
-    def read_lines(self) -> list[bytes]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return []
+    def read_lines(self, max_bytes: int = 1 << 20) -> list[bytes]:
+        if self.file is None:
+            try:
+                self.file = open(self.path, "rb")
+            except OSError:
+                return []
+        data = self.file.read(max_bytes)
         if not data:
             return []
-        self.offset += len(data)
-        data = self.partial + data
-        lines = data.split(b"\n")
+        lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
         return lines
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
 
 class LocalBackend(Backend):
@@ -248,32 +257,45 @@ class LocalBackend(Backend):
         return sorted(out)
 
     def _progress(self, run_dir: Path, status: JobStatus) -> None:
-        """Fill epoch, step, loss and accuracy from the metric files' ends."""
-        files = sorted((run_dir / "metrics").glob("rank-*.jsonl"))
+        """Fill epoch, step, loss and accuracy from the end of the lowest
+        rank's metric file, and the first error any rank reported. Cheap
+        with hundreds of ranks: other ranks' files are only searched for an
+        error line, not parsed."""
+        files = sorted((run_dir / "metrics").glob("rank-*.jsonl"),
+                       key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else 1 << 30)
+        if not files:
+            return
         error = None
-        for path in files:
-            first = parse_metric_line(_first_line(path))
-            if first is not None and first.event == "start":
-                status.epochs = first.record.get("epochs") or status.epochs
-                status.total_steps = first.record.get("total_steps") or status.total_steps
-            for line in _tail_lines(path):
-                event = parse_metric_line(line)
-                if event is None:
-                    continue
-                rec = event.record
-                if event.event == "error":
-                    error = error or rec
-                elif event.event == "start":
-                    status.epochs = rec.get("epochs") or status.epochs
-                    status.total_steps = rec.get("total_steps") or status.total_steps
-                    status.restarts = max(status.restarts, rec.get("restart_count") or 0)
-                elif event.event in ("step", "epoch") and (rec.get("step") or 0) >= status.step:
-                    status.step = rec.get("step") or 0
-                    status.epoch = rec.get("epoch") or status.epoch
-                    if event.rank == 0 or status.loss is None:
-                        status.loss = rec.get("loss")
-                elif event.event in ("eval", "done") and rec.get("accuracy") is not None:
-                    status.accuracy = rec["accuracy"]
+        first = parse_metric_line(_first_line(files[0]))
+        if first is not None and first.event == "start":
+            status.epochs = first.record.get("epochs") or status.epochs
+            status.total_steps = first.record.get("total_steps") or status.total_steps
+        for line in _tail_lines(files[0], 16384):
+            event = parse_metric_line(line)
+            if event is None:
+                continue
+            rec = event.record
+            if event.event == "start":
+                status.epochs = rec.get("epochs") or status.epochs
+                status.total_steps = rec.get("total_steps") or status.total_steps
+                status.restarts = max(status.restarts, rec.get("restart_count") or 0)
+            elif event.event in ("step", "epoch"):
+                status.step = rec.get("step") or status.step
+                status.epoch = rec.get("epoch") or status.epoch
+                status.loss = rec.get("loss") if event.event == "step" else status.loss
+            elif event.event in ("eval", "done") and rec.get("accuracy") is not None:
+                status.accuracy = rec["accuracy"]
+            elif event.event == "error":
+                error = rec
+        for path in files[1:]:
+            if error is not None:
+                break
+            for line in _tail_lines(path, 4096):
+                if b'"event":"error"' in line:
+                    event = parse_metric_line(line)
+                    if event is not None:
+                        error = event.record
+                        break
         if error is not None and not status.reason:
             status.reason, status.hint = f"rank {error.get('rank')}: {error.get('message')}", error.get("hint") or ""
 
@@ -396,47 +418,61 @@ class LocalBackend(Backend):
              poll_s: float = 0.2) -> Iterator[list[LogLine]]:
         run_dir = self.resolve(run_id)
         tails: dict[Path, tuple[int, int, _Tail]] = {}
-        while True:
-            over = self._is_over(run_dir)  # checked before reading, so nothing written after is missed
-            for attempt, attempt_dir in self._attempts(run_dir):
-                for log in sorted(attempt_dir.glob("*/stdout.log"), key=lambda p: int(p.parent.name)):
-                    r = int(log.parent.name)
-                    if (rank is None or r == rank) and log not in tails:
-                        tails[log] = (r, attempt, _Tail(log))
-            batch = []
-            for r, attempt, tail in tails.values():
-                for raw in tail.read_lines():
-                    record = parse_metric_line(raw)
-                    text = describe_record(record.record) if record else raw.decode(errors="replace").rstrip()
-                    batch.append(LogLine(r, text, attempt))
-            if batch or follow:
-                yield batch
-            if not follow or (over and not batch):
-                return
-            if not batch:
-                time.sleep(poll_s)
+        try:
+            while True:
+                over = self._is_over(run_dir)  # checked before reading, so nothing written after is missed
+                for attempt, attempt_dir in self._attempts(run_dir):
+                    for log in sorted(attempt_dir.glob("*/stdout.log"), key=lambda p: int(p.parent.name)):
+                        r = int(log.parent.name)
+                        if (rank is None or r == rank) and log not in tails:
+                            tails[log] = (r, attempt, _Tail(log))
+                batch = []
+                for r, attempt, tail in tails.values():
+                    for raw in tail.read_lines():
+                        record = parse_metric_line(raw)
+                        text = describe_record(record.record) if record else raw.decode(errors="replace").rstrip()
+                        batch.append(LogLine(r, text, attempt))
+                if batch or follow:
+                    yield batch
+                if not batch and (not follow or over):
+                    return
+                if not batch:
+                    time.sleep(poll_s)
+        finally:
+            for _, _, tail in tails.values():
+                tail.close()
 
     async def metrics(self, run_id: str, follow: bool = True,
                       poll_s: float = 0.1) -> AsyncIterator[list[MetricEvent]]:
         run_dir = self.resolve(run_id)
         tails: dict[Path, _Tail] = {}
-        while True:
-            over = self._is_over(run_dir)
-            for path in (run_dir / "metrics").glob("rank-*.jsonl"):
-                if path not in tails:
-                    tails[path] = _Tail(path)
-            batch = []
+        try:
+            while True:
+                over = self._is_over(run_dir)
+                for path in (run_dir / "metrics").glob("rank-*.jsonl"):
+                    if path not in tails:
+                        tails[path] = _Tail(path)
+                batch: list[MetricEvent] = []
+                got = 0
+                for tail in tails.values():
+                    lines = tail.read_lines(METRICS_READ_BYTES)
+                    got += len(lines)
+                    for line in lines:
+                        event = parse_metric_line(line)
+                        if event is not None:
+                            batch.append(event)
+                    if len(batch) >= METRICS_BATCH:
+                        yield batch
+                        batch = []
+                if batch:
+                    yield batch
+                if not got and (not follow or over):
+                    return
+                if not got:
+                    await asyncio.sleep(poll_s)
+        finally:
             for tail in tails.values():
-                for line in tail.read_lines():
-                    event = parse_metric_line(line)
-                    if event is not None:
-                        batch.append(event)
-            if batch:
-                yield batch
-            if not follow or (over and not batch):
-                return
-            if not batch:
-                await asyncio.sleep(poll_s)
+                tail.close()
 
     # -- machines ----------------------------------------------------------------
 

@@ -33,10 +33,16 @@ async def monitor_ready(pilot) -> MonitorScreen:
     await wait_for(pilot, lambda: screen.status is not None, what="the status")
     await wait_for(pilot, lambda: len(screen.query_one("#logs").buffer) == LOG_LINES, what="the logs")
     await pilot.pause(0.5)  # two frames at least, and the chart's own rate
+    chart = screen.query_one("#chart")
+    builds = chart.builds
     screen._dirty = True
     screen._chart_at = 0.0
+    screen._heavy_turn = 0
     screen.draw()
-    await pilot.pause(0.1)
+    await wait_for(pilot, lambda: chart.builds > builds and chart.shown == 2, what="the chart")
+    screen._dirty = True
+    screen.draw()  # and the rank table, on the next heavy turn
+    await pilot.pause(0.2)
     return screen
 
 

@@ -1,14 +1,58 @@
-"""Per-rank loss curves, drawn by plotext."""
+"""Per-rank loss curves, drawn by plotext (through textual-plotext).
+
+Building a plotext figure is the costliest thing on the monitor (tens of
+milliseconds of pure Python for a large plot), so the figure is built in a
+worker thread from a snapshot of the curves and the widget only shows the
+finished text: frames keep coming while a chart is being drawn."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.text import Text
+from textual import work
+from textual.message import Message
+from textual.strip import Strip
 from textual_plotext import PlotextPlot
+from textual_plotext.plot import Plot
 
 from ..glyphs import Glyphs
+
+Curves = dict[int, tuple[list[float], list[float]]]
+
+
+def build_chart(curves: Curves, width: int, height: int, marker: str) -> tuple[Text, int]:
+    """The chart as styled text, and how many curves it shows."""
+    plt = Plot()
+    plt.theme("clear")  # the widget's own background shows through
+    if marker == "*":
+        plt.frame(False)
+    drawn = 0
+    room = max(16, 2 * width)  # no more points than there are dots across
+    for rank, (xs, ys) in sorted(curves.items()):
+        if len(xs) > room:
+            stride = -(-len(xs) // room)
+            xs, ys = xs[::stride] + xs[-1:], ys[::stride] + ys[-1:]
+        if xs:
+            plt.plot(xs, ys, marker=marker, label=f"r{rank}" if len(curves) <= 8 else None)
+            drawn += 1
+    if not drawn:
+        plt.title("waiting for the first step")
+    plt.xlabel("step")
+    plt.plotsize(width, height)
+    plt._set_size(width, height)
+    return Text.from_ansi(plt.build(), no_wrap=True), drawn
 
 
 class LossChart(PlotextPlot):
     """Loss against step, one line per shown rank."""
+
+    @dataclass
+    class Built(Message):
+        strips: list[Strip]
+        drawn: int
+        size: tuple[int, int]
 
     DEFAULT_CSS = """
     LossChart { min-height: 6; }
@@ -19,25 +63,45 @@ class LossChart(PlotextPlot):
         self.glyphs = glyphs
         self.shown = 0
         self.total = 0
+        self.builds = 0
+        """Charts drawn so far (tests wait on it)."""
+        self._chart_curves: Curves = {}
+        self._chart_strips: list[Strip] | None = None
+        self._chart_console = Console(width=200, color_system="truecolor", force_terminal=True, legacy_windows=False)
+        self._chart_size: tuple[int, int] = (0, 0)
 
     def on_mount(self) -> None:
+        super().on_mount()
         self.show({}, 0)
 
-    def show(self, curves: dict[int, tuple[list[float], list[float]]], total_ranks: int) -> None:
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
-        if self.glyphs.plot_marker == "*":
-            plt.frame(False)
-        drawn = 0
-        for rank, (xs, ys) in sorted(curves.items()):
-            if xs:
-                plt.plot(xs, ys, marker=self.glyphs.plot_marker, label=f"r{rank}" if len(curves) <= 8 else None)
-                drawn += 1
-        if not drawn:
-            plt.title("waiting for the first step")
-        plt.xlabel("step")
-        self.shown, self.total = drawn, total_ranks
-        more = f" ({drawn} of {total_ranks} ranks)" if total_ranks > drawn else ""
+    def show(self, curves: Curves, total_ranks: int) -> None:
+        """Draw these curves (in the background; the old chart stays until then)."""
+        self._chart_curves, self.total = curves, total_ranks
+        self._build(curves, self.size.width, self.size.height)
+
+    @work(thread=True, exclusive=True, group="chart", exit_on_error=False)
+    def _build(self, curves: Curves, width: int, height: int) -> None:
+        if width < 8 or height < 4:
+            return
+        text, drawn = build_chart(curves, width, height, self.glyphs.plot_marker)
+        # Cut into lines here too, so that the event loop only copies them out.
+        lines = self._chart_console.render_lines(text, self._chart_console.options.update_dimensions(width, height), pad=True)
+        self.post_message(self.Built([Strip(line, width) for line in lines], drawn, (width, height)))
+
+    def on_loss_chart_built(self, message: Built) -> None:
+        message.stop()
+        self._chart_strips, self._chart_size, self.shown = message.strips, message.size, message.drawn
+        self.builds += 1
+        more = f" ({self.shown} of {self.total} ranks)" if self.total > self.shown else ""
         self.border_title = f"loss per rank{more}"
         self.refresh()
+
+    def on_resize(self) -> None:
+        self._build(self._chart_curves, self.size.width, self.size.height)
+
+    def render_line(self, y: int) -> Strip:
+        if self._chart_strips is None or self._chart_size != (self.size.width, self.size.height):
+            return Strip.blank(self.size.width, self.rich_style) if y else Strip([], 0).extend_cell_length(
+                self.size.width, self.rich_style)
+        strip = self._chart_strips[y] if y < len(self._chart_strips) else Strip.blank(self.size.width)
+        return strip.apply_style(self.rich_style)

@@ -22,6 +22,7 @@ class NodeBars(Static):
     def __init__(self, glyphs: Glyphs, **kwargs):
         super().__init__("measuring nodes...", **kwargs)
         self.glyphs = glyphs
+        self._lines = 1
 
     def show(self, nodes: list[NodeMetrics], width: int) -> None:
         g = self.glyphs
@@ -50,4 +51,6 @@ class NodeBars(Static):
                 parts = [f"r{p.rank} {p.cpu_percent:3.0f}% {p.rss_mb:4.0f}M" for p in node.processes[:8]]
                 more = f"  +{len(node.processes) - 8} ranks" if len(node.processes) > 8 else ""
                 text.append("  ".join(parts) + more, style="dim")
-        self.update(text)
+        lines = text.plain.count("\n") + 1
+        self.update(text, layout=lines != self._lines)  # a new layout only when the height changes
+        self._lines = lines

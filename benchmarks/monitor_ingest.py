@@ -1,0 +1,143 @@
+"""How fast the monitor takes in metric lines, and whether it stays fluid.
+
+A writer process appends schema-1 step lines for 256 ranks to a run folder
+(as 256 trainers would) at a fixed rate; the console's monitor screen
+follows that run through the real local backend, headless at 120x40. We
+report the lines/s the monitor ingested, the interval between its frames
+(p50, p99, max) while it did, and how much its memory grew after 1,000,000
+points. Targets: >= 50,000 lines/s, p99 frame interval < 100 ms, growth
+<= 100 MB.
+
+    .venv/bin/python benchmarks/monitor_ingest.py [--rate 60000] [--points 1000000] [--ranks 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+
+def writer(run_dir: str, ranks: int, rate: float, total: int, ready) -> None:
+    """Append step lines round-robin over the ranks at ``rate`` lines/s."""
+    files = [open(Path(run_dir) / "metrics" / f"rank-{r}.jsonl", "a") for r in range(ranks)]
+    start = time.time()
+    for r, f in enumerate(files):
+        f.write(json.dumps({"schema": 1, "event": "start", "rank": r, "local_rank": r % 8, "world_size": ranks,
+                            "host": f"node-{r // 8}", "time": start, "elapsed_s": 0.0, "model": "resnet-fast",
+                            "recipe": "fast", "device": "cuda", "backend": "nccl", "precision": "bf16",
+                            "epochs": 30, "steps_per_epoch": 10_000, "total_steps": 300_000,
+                            "restart_count": 0}) + "\n")
+        f.flush()
+    ready.set()
+    # Lines are written ten steps at a time per rank file (one write each), so
+    # that this generator stays cheap: the monitor is what is measured, and on
+    # a 2-core machine a costly writer would starve it.
+    template = ('{"schema":1,"event":"step","rank":%d,"local_rank":%d,"world_size":%d,"host":"node-%d",'
+                '"time":%.3f,"elapsed_s":%.3f,"epoch":1,"step":%d,"loss":%.5f,"lr":0.1,"samples_per_s":%.1f,'
+                '"step_s":0.032,"data_s":0.001,"gpu_util":97,"gpu_mem_mb":10240}\n')
+    steps_per_write = 10
+    written, step, t0 = 0, 0, time.perf_counter()
+    while written < total:
+        now = time.time()
+        for r in range(ranks):
+            files[r].write("".join(template % (r, r % 8, ranks, r // 8, now, now - start, step + k,
+                                               2.3 * (0.999 ** (step + k)) + (r % 7) * 0.001, 4000.0 - (r % 5))
+                                   for k in range(1, steps_per_write + 1)))
+            files[r].flush()
+        step += steps_per_write
+        written += ranks * steps_per_write
+        ahead = written / rate - (time.perf_counter() - t0)
+        if ahead > 0:
+            time.sleep(ahead)
+    for f in files:
+        f.close()
+
+
+async def measure(state: Path, run_id: str, total: int, refresh_hz: float) -> dict:
+    from torchdeck.backends.local import LocalBackend
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.monitor import MonitorScreen
+
+    me = psutil.Process()
+    app = make_app(Settings(state_dir=state, refresh_hz=refresh_hz), LocalBackend(state), run_id)
+    async with app.run_test(size=(120, 40)) as pilot:
+        while not isinstance(app.screen, MonitorScreen):
+            await pilot.pause(0.01)
+        screen = app.screen
+        while screen.state.events < 256:
+            await pilot.pause(0.01)
+        rss0 = me.memory_info().rss
+        t0, e0 = time.perf_counter(), screen.state.events
+        frames_from, drawn0 = len(screen.frame_times), screen.frames_drawn
+        while screen.state.events < total + 256 and time.perf_counter() - t0 < 300:
+            await pilot.pause(0.25)
+        t1, e1 = time.perf_counter(), screen.state.events
+        rss1 = me.memory_info().rss
+        frames = list(screen.frame_times)[frames_from:]
+        drawn = screen.frames_drawn - drawn0
+    gaps = sorted((b - a) * 1000 for a, b in zip(frames, frames[1:]))
+    return {
+        "lines": e1 - e0, "seconds": round(t1 - t0, 2), "lines_per_s": round((e1 - e0) / (t1 - t0)),
+        "frames": len(frames), "frames_drawn": drawn, "frame_ms_p50": round(statistics.median(gaps), 1),
+        "frame_ms_p99": round(gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))], 1), "frame_ms_max": round(gaps[-1], 1),
+        "rss_growth_mb": round((rss1 - rss0) / 2**20, 1), "rss_mb": round(rss1 / 2**20, 1),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=256)
+    p.add_argument("--rate", type=float, default=60_000, help="lines/s the writer produces")
+    p.add_argument("--points", type=int, default=1_000_000, help="step lines in all")
+    p.add_argument("--refresh-hz", type=float, default=20.0)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp)
+        ready = mp.Event()
+        proc = mp.Process(target=writer, args=(str(state / "runs" / "bench-ingest"), a.ranks, a.rate, a.points, ready))
+        (state / "runs" / "bench-ingest" / "metrics").mkdir(parents=True)
+        proc.start()
+        run_id = make_run_meta(state, a.ranks, proc.pid)
+        ready.wait(30)
+        result = asyncio.run(measure(state, run_id, a.points, a.refresh_hz))
+        proc.join(timeout=60)
+    result.update(ranks=a.ranks, writer_rate=a.rate, refresh_hz=a.refresh_hz)
+    if a.json:
+        print(json.dumps(result))
+    else:
+        print(f"monitor ingest, {a.ranks} ranks, writer at {a.rate:,.0f} lines/s, {a.points:,} points, "
+              f"drawn at up to {a.refresh_hz:g} Hz (120x40, headless)")
+        print(f"  ingested       {result['lines']:,} lines in {result['seconds']} s = "
+              f"{result['lines_per_s']:,} lines/s   (target >= 50,000)")
+        print(f"  frame interval p50 {result['frame_ms_p50']} ms, p99 {result['frame_ms_p99']} ms, "
+              f"max {result['frame_ms_max']} ms over {result['frames']} frames, "
+              f"{result['frames_drawn']} with new data   (target p99 < 100 ms)")
+        print(f"  memory growth  {result['rss_growth_mb']} MB after {result['lines']:,} points "
+              f"(process RSS {result['rss_mb']} MB)   (target <= 100 MB)")
+    return 0
+
+
+def make_run_meta(state: Path, ranks: int, pid: int) -> str:
+    run_dir = state / "runs" / "bench-ingest"
+    (run_dir / "launch.json").write_text(json.dumps({"run_id": "bench-ingest", "name": "bench", "cmd": [],
+                                                    "env": {}, "cwd": "/", "port": 0,
+                                                    "submitted_at": time.time(), "world_size": ranks}))
+    (run_dir / "pid.json").write_text(json.dumps({"pid": pid, "create_time": psutil.Process(pid).create_time()}))
+    (run_dir / "spec.yaml").write_text("name: bench\n")
+    return "bench-ingest"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
