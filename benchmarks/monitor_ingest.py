@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
-import os
 import statistics
 import sys
 import tempfile

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from torchdeck.backends.base import JobState, JobStatus
+from torchdeck.backends.base import JobStatus
 from torchdeck.backends.local import LocalBackend
 from trainer_runs import REPO, trainer_env
 

@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 

@@ -4,7 +4,6 @@ and by hand-made events where a situation must be exact."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from torchdeck.backends.base import MetricEvent
 from torchdeck.backends.events import parse_metric_lines

@@ -14,16 +14,14 @@ class Glyphs:
     bar_left: str
     bar_right: str
     plot_marker: str
-    ok: str
     bad: str
     warn: str
-    dot: str
 
 
 UNICODE = Glyphs(bar_full="█", bar_empty="░", bar_left="▕", bar_right="▏", plot_marker="braille",
-                 ok="✓", bad="✗", warn="!", dot="●")
+                 bad="✗", warn="!")
 ASCII = Glyphs(bar_full="#", bar_empty=".", bar_left="[", bar_right="]", plot_marker="*",
-               ok="+", bad="x", warn="!", dot="*")
+               bad="x", warn="!")
 
 
 def glyphs_for(ascii_only: bool) -> Glyphs:
