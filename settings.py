@@ -82,6 +82,10 @@ class Settings:
             kwargs[name] = cls._convert(name, value, source)
         return cls(**kwargs)
 
+    def with_value(self, name: str, value: Any, source: str) -> "Settings":
+        """A copy with one setting changed (a command-line option), checked like the others."""
+        return dataclasses.replace(self, **{name: self._convert(name, value, source)})
+
     @staticmethod
     def _convert(name: str, value: Any, source: str) -> Any:
         try:

@@ -159,7 +159,3 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def node_metrics(self, run_id: str) -> list[NodeMetrics]:
         """CPU, memory and GPU of the machines the run uses, and of its rank processes."""
-
-    def spec(self, run_id: str) -> JobSpec:
-        """The spec the run was submitted with."""
-        raise NotImplementedError

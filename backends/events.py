@@ -6,43 +6,28 @@ logs) and parses them here."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from typing import Any
 
-from torchdeck.trainer.metrics import SCHEMA_VERSION
+from torchdeck.trainer.metrics import parse_line
 
 from .base import MetricEvent
 
 try:  # five times faster than json on metric lines; the monitor ingests tens of thousands a second
-    from orjson import JSONDecodeError as _DecodeError
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - orjson is a dependency, but a missing wheel must not break the console
-    _loads, _DecodeError = json.loads, ValueError
+    _loads = json.loads
 
 
 def parse_metric_line(line: str | bytes) -> MetricEvent | None:
     """The event on one line, or None for anything else (human text, a
     torn line, another schema)."""
-    if not line or line[:1] not in ("{", b"{"):
-        return None
-    try:
-        record = _loads(line)
-    except (_DecodeError, ValueError, TypeError):
-        return None
-    if type(record) is not dict or record.get("schema") != SCHEMA_VERSION:
+    record = parse_line(line, _loads)
+    if record is None:
         return None
     try:
         return MetricEvent(record["event"], int(record["rank"]), float(record.get("time") or 0.0), record)
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def parse_metric_lines(lines: Iterable[str | bytes]) -> list[MetricEvent]:
-    out = []
-    for line in lines:
-        event = parse_metric_line(line)
-        if event is not None:
-            out.append(event)
-    return out
 
 
 def _num(value: Any, fmt: str) -> str:

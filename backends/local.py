@@ -31,14 +31,13 @@ from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 import psutil
-import yaml
 
 from .base import Backend, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics, ProcessMetrics
 from .errors import BackendError, RunNotFound, SpecError
 from .events import describe_record, parse_metric_line
 from .gpu import read_gpus
 from .local_launcher import write_json
-from .spec import JobSpec, spec_from_dict, validate
+from .spec import JobSpec, validate
 
 STOP_GRACE_S = 10.0
 METRICS_BATCH = 2048
@@ -220,10 +219,6 @@ class LocalBackend(Backend):
             shown = ", ".join(p.name for p in matches[:4])
             raise RunNotFound(f"{run_id!r} matches {len(matches)} runs: {shown}", "give more of the run id")
         raise RunNotFound(f"no run {run_id!r}", "`torchdeck jobs` lists the runs")
-
-    def spec(self, run_id: str) -> JobSpec:
-        run_dir = self.resolve(run_id)
-        return spec_from_dict(yaml.safe_load((run_dir / "spec.yaml").read_text()), str(run_dir / "spec.yaml"))
 
     # -- state -------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from torchdeck.backends.base import MetricEvent
-from torchdeck.backends.events import parse_metric_lines
+from torchdeck.backends.events import parse_metric_line
 from torchdeck.tui.monitor_state import MonitorState, Series, format_duration
 from tui_support import RECORDED, RECORDED_RUN
 
@@ -15,7 +15,7 @@ def recorded_events() -> list[MetricEvent]:
     metrics = RECORDED / RECORDED_RUN / "metrics"
     events = []
     for path in sorted(metrics.glob("rank-*.jsonl")):
-        events += parse_metric_lines(path.read_bytes().splitlines())
+        events += [e for e in map(parse_metric_line, path.read_bytes().splitlines()) if e is not None]
     return sorted(events, key=lambda e: e.time)
 
 

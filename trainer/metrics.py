@@ -39,7 +39,7 @@ import os
 import socket
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 SCHEMA_VERSION = 1
 EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "error")
@@ -94,15 +94,17 @@ class MetricsWriter:
             self._fd = None
 
 
-def parse_line(line: str) -> dict[str, Any] | None:
-    """The record on a line of trainer output, or None for human text."""
+def parse_line(line: str | bytes, loads: Callable[[str | bytes], Any] = json.loads) -> dict[str, Any] | None:
+    """The record on a line of trainer output, or None for human text.
+    ``loads`` may be a faster JSON decoder (the console passes orjson's)
+    whose errors are ValueErrors, as orjson's are."""
     line = line.strip()
-    if not line.startswith("{"):
+    if line[:1] not in ("{", b"{"):
         return None
     try:
-        record = json.loads(line)
+        record = loads(line)
     except ValueError:
         return None
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA_VERSION or "event" not in record:
+    if type(record) is not dict or record.get("schema") != SCHEMA_VERSION or "event" not in record:
         return None
     return record

@@ -1,10 +1,15 @@
-"""The characters the console draws with: Unicode by default, ASCII where
-the terminal cannot show more (``--ascii``, TORCHDECK_ASCII=1, or a
-non-UTF-8 locale)."""
+"""How the console looks: the characters it draws with (Unicode by
+default, ASCII where the terminal cannot show more: ``--ascii``,
+TORCHDECK_ASCII=1, or a non-UTF-8 locale) and the colour of each job state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from torchdeck.backends.base import JobState
+
+STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "bold green", JobState.SUCCEEDED: "bold cyan",
+               JobState.FAILED: "bold red", JobState.CANCELLED: "magenta", JobState.UNKNOWN: "dim"}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from torchdeck.backends import open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus
-from torchdeck.backends.errors import BackendError
+from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.spec import JobSpec, load_spec, parse_override, save_spec, with_overrides
 from torchdeck.settings import Settings, SettingsError
 
@@ -33,10 +33,9 @@ def dispatch(args: argparse.Namespace) -> int:
     try:
         settings = Settings.load()
         if args.backend:
-            settings = Settings.from_values({**{k: (v, "settings") for k, v in vars(settings).items()},
-                                             "backend": (args.backend, "--backend")})
+            settings = settings.with_value("backend", args.backend, "--backend")
         if args.ascii:
-            settings.ascii = True
+            settings = settings.with_value("ascii", True, "--ascii")
         command = args.command or "console"
         if command == "init":
             return cmd_init(args)
@@ -52,7 +51,7 @@ def dispatch(args: argparse.Namespace) -> int:
         return {"train": cmd_train, "jobs": cmd_jobs, "status": cmd_status, "logs": cmd_logs,
                 "stop": cmd_stop}[command](args, settings, backend)
     except (BackendError, SettingsError) as exc:
-        return fail(str(exc), EXIT_USAGE if "spec" in type(exc).__name__.lower() else EXIT_ERROR)
+        return fail(str(exc), EXIT_USAGE if isinstance(exc, SpecError) else EXIT_ERROR)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `torchdeck logs RUN | head`
@@ -147,25 +146,25 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
     """Print progress until the run ends; exit 0 if it succeeded."""
     state = MonitorState()
     tty = out.isatty() and output == "text"
-    shown = [0]
-    last_print = [0.0, -1, -1]
+    shown_lines, drawn_at = 0, 0.0
+    printed = (-1, -1)  # (epoch, evals) of the last line printed when not a terminal
 
     def draw(final: bool = False) -> None:
+        nonlocal shown_lines, drawn_at, printed
         snap = state.snapshot()
         if tty:
-            if not final and time.monotonic() - last_print[0] < 0.5:
+            if not final and time.monotonic() - drawn_at < 0.5:
                 return
             lines = progress_lines(snap)
-            if shown[0]:
-                out.write(f"\x1b[{shown[0]}F\x1b[J")
+            if shown_lines:
+                out.write(f"\x1b[{shown_lines}F\x1b[J")  # back over the last block, then redraw it
             out.write("\n".join(lines) + "\n")
             out.flush()
-            shown[0] = len(lines)
-            last_print[0] = time.monotonic()
+            shown_lines, drawn_at = len(lines), time.monotonic()
         elif output == "text":
             # Not a terminal: a line per finished epoch and eval, no redrawing.
-            if snap.epoch != last_print[1] or len(snap.evals) != last_print[2] or final:
-                last_print[1], last_print[2] = snap.epoch, len(snap.evals)
+            if (snap.epoch, len(snap.evals)) != printed or final:
+                printed = (snap.epoch, len(snap.evals))
                 out.write(progress_lines(snap, max_ranks=0)[0] + "\n")
                 out.flush()
 

@@ -11,21 +11,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
-from textual.worker import Worker, WorkerState
 
 from torchdeck.backends.base import JobState, JobStatus
-from torchdeck.backends.errors import BackendError
 
+from ..glyphs import STATE_STYLE
 from ..messages import RunsListed, RunStopped
 from ..monitor_state import format_duration
 from .confirm import ConfirmScreen
+from .worker_errors import NotifyWorkerErrors
 
-STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "bold green", JobState.SUCCEEDED: "cyan",
-               JobState.FAILED: "bold red", JobState.CANCELLED: "magenta", JobState.UNKNOWN: "dim"}
 COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age")
 
 
-class HomeScreen(Screen):
+class HomeScreen(NotifyWorkerErrors, Screen):
     CSS_PATH = "home.tcss"
     BINDINGS = [
         Binding("n", "app.launch", "New job"),
@@ -64,12 +62,6 @@ class HomeScreen(Screen):
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
     def stop_run(self, run_id: str) -> None:
         self.post_message(RunStopped(self.app.backend.cancel(run_id)))
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR:
-            error = event.worker.error
-            text = str(error) if isinstance(error, BackendError) else f"{type(error).__name__}: {error}"
-            self.notify(text, title=f"{event.worker.group} failed", severity="error", timeout=8)
 
     def on_runs_listed(self, message: RunsListed) -> None:
         table = self.query_one("#runs", DataTable)

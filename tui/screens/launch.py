@@ -15,10 +15,11 @@ from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
-from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.errors import SpecError
 from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, save_spec, with_overrides
 
 from ..messages import JobSubmitted
+from .worker_errors import error_text
 
 # form field id -> (spec field, label, kind)
 FIELDS: list[tuple[str, str, str]] = [
@@ -164,8 +165,7 @@ class LaunchScreen(Screen):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR:
             self.query_one("#launch", Button).disabled = False
-            error = event.worker.error
-            self.show_error(str(error) if isinstance(error, BackendError) else f"{type(error).__name__}: {error}")
+            self.show_error(error_text(event.worker.error))
 
     def on_job_submitted(self, message: JobSubmitted) -> None:
         self.notify(f"launched {message.run_id}")

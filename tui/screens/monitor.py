@@ -15,12 +15,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Static
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import get_current_worker
 
 from torchdeck.backends.base import JobState, JobStatus
-from torchdeck.backends.errors import BackendError
 
-from ..glyphs import bar
+from ..glyphs import STATE_STYLE, bar
 from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged
 from ..monitor_state import MonitorSnapshot, MonitorState, format_duration
 from ..widgets.log_pane import LogPane
@@ -28,14 +27,13 @@ from ..widgets.loss_chart import LossChart
 from ..widgets.node_bars import NodeBars
 from ..widgets.rank_table import RankTable
 from .confirm import ConfirmScreen
+from .worker_errors import NotifyWorkerErrors
 
-STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "bold green", JobState.SUCCEEDED: "bold cyan",
-               JobState.FAILED: "bold red", JobState.CANCELLED: "magenta", JobState.UNKNOWN: "dim"}
 CHART_EVERY_S = 0.25
 """The chart and the rank table cost the most to draw: each at most four times a second."""
 
 
-class MonitorScreen(Screen):
+class MonitorScreen(NotifyWorkerErrors, Screen):
     CSS_PATH = "monitor.tcss"
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Runs"),
@@ -129,12 +127,6 @@ class MonitorScreen(Screen):
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
     def stop_run(self) -> None:
         self.post_message(RunStopped(self.backend.cancel(self.run_id)))
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR:
-            error = event.worker.error
-            text = str(error) if isinstance(error, BackendError) else f"{type(error).__name__}: {error}"
-            self.notify(text, title=f"{event.worker.group} failed", severity="error", timeout=8)
 
     # -- messages ----------------------------------------------------------------
 

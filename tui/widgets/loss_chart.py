@@ -1,9 +1,11 @@
-"""Per-rank loss curves, drawn by plotext (through textual-plotext).
+"""Per-rank loss curves, drawn by plotext (textual-plotext's ``Plot``).
 
 Building a plotext figure is the costliest thing on the monitor (tens of
-milliseconds of pure Python for a large plot), so the figure is built in a
-worker thread from a snapshot of the curves and the widget only shows the
-finished text: frames keep coming while a chart is being drawn."""
+milliseconds of pure Python for a large plot), so the figure is built and
+cut into lines in a worker thread from a snapshot of the curves, and the
+widget only hands out the finished lines: frames keep coming while a chart
+is being drawn. (textual-plotext's own widget builds the figure in
+``render``, on the event loop, which is why this is a plain Widget.)"""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from rich.text import Text
 from textual import work
 from textual.message import Message
 from textual.strip import Strip
-from textual_plotext import PlotextPlot
+from textual.widget import Widget
 from textual_plotext.plot import Plot
 
 from ..glyphs import Glyphs
@@ -45,7 +47,7 @@ def build_chart(curves: Curves, width: int, height: int, marker: str) -> tuple[T
     return Text.from_ansi(plt.build(), no_wrap=True), drawn
 
 
-class LossChart(PlotextPlot):
+class LossChart(Widget):
     """Loss against step, one line per shown rank."""
 
     @dataclass
@@ -55,7 +57,7 @@ class LossChart(PlotextPlot):
         size: tuple[int, int]
 
     DEFAULT_CSS = """
-    LossChart { min-height: 6; }
+    LossChart { width: 1fr; height: 1fr; min-height: 6; }
     """
 
     def __init__(self, glyphs: Glyphs, **kwargs):
@@ -71,7 +73,6 @@ class LossChart(PlotextPlot):
         self._chart_size: tuple[int, int] = (0, 0)
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.show({}, 0)
 
     def show(self, curves: Curves, total_ranks: int) -> None:
@@ -100,8 +101,7 @@ class LossChart(PlotextPlot):
         self._build(self._chart_curves, self.size.width, self.size.height)
 
     def render_line(self, y: int) -> Strip:
-        if self._chart_strips is None or self._chart_size != (self.size.width, self.size.height):
-            return Strip.blank(self.size.width, self.rich_style) if y else Strip([], 0).extend_cell_length(
-                self.size.width, self.rich_style)
-        strip = self._chart_strips[y] if y < len(self._chart_strips) else Strip.blank(self.size.width)
-        return strip.apply_style(self.rich_style)
+        strips = self._chart_strips
+        if strips is None or self._chart_size != (self.size.width, self.size.height) or y >= len(strips):
+            return Strip.blank(self.size.width, self.rich_style)
+        return strips[y].apply_style(self.rich_style)
