@@ -41,10 +41,12 @@ def dispatch(args: argparse.Namespace) -> int:
             return cmd_init(args)
         if command in ("console", "monitor"):
             backend = open_backend(settings.backend, settings)
+            run_id = None
             if command == "monitor":
-                backend.status(args.run)  # a bad run id is a one-line error, before the screen opens
+                # a unique prefix becomes the run's id; a bad one is a one-line error before the screen opens
+                run_id = backend.status(args.run).run_id
             from .app import make_app
-            app = make_app(settings, backend, monitor_run=getattr(args, "run", None))
+            app = make_app(settings, backend, monitor_run=run_id)
             app.run()
             return app.return_code or 0
         backend = open_backend(settings.backend, settings)

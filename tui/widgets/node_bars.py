@@ -16,7 +16,7 @@ def _level(percent: float) -> str:
 
 class NodeBars(Static):
     DEFAULT_CSS = """
-    NodeBars { height: auto; max-height: 8; }
+    NodeBars { height: auto; max-height: 8; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def __init__(self, glyphs: Glyphs, **kwargs):
