@@ -1,40 +1,92 @@
-"""One row per rank: step, loss, samples/s and its flag (slow, silent, error)."""
+"""One row per rank: step, loss, samples/s and its flag (slow, silent, error).
+
+A Line API widget rather than a DataTable: with hundreds of ranks whose
+cells all change several times a second, DataTable's per-cell updates and
+re-rendering cost tens of milliseconds a frame on the event loop. Here a
+frame costs one list comparison, and only the rows on screen are drawn,
+each as a single line of text. The header stays put while the rows scroll."""
 
 from __future__ import annotations
 
-from textual.widgets import DataTable
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from ..monitor_state import RankRow
 
-COLUMNS = (("rank", 4), ("step", 5), ("loss", 6), ("img/s", 5), ("flag", 6))
+COLUMNS = (("rank", 4), ("step", 6), ("loss", 6), ("img/s", 5), ("flag", 6))
+WIDTH = sum(w for _, w in COLUMNS) + len(COLUMNS) - 1
+
+FLAG_STYLE = {"SLOW": Style(color="yellow", bold=True), "SILENT": Style(color="red", bold=True),
+              "ERROR": Style(color="red", bold=True), "done": Style(color="green")}
 
 
-class RankTable(DataTable):
-    """Cells are rewritten only when their text changes, so a frame with
-    hundreds of ranks stays cheap."""
+def row_cells(row: RankRow) -> tuple[str, ...]:
+    return (str(row.rank), str(row.step), "-" if row.loss is None else f"{row.loss:.4f}",
+            "-" if row.samples_per_s is None else f"{row.samples_per_s:.0f}",
+            row.flag.upper() if row.flag in ("slow", "silent", "error") else row.flag)
 
+
+def _line(cells: tuple[str, ...]) -> str:
+    """Numbers right-aligned under their headers, the flag left-aligned."""
+    parts = [cell.rjust(width) if name != "flag" else cell.ljust(width)
+             for (name, width), cell in zip(COLUMNS, cells)]
+    return " ".join(parts)
+
+
+HEADER = " ".join(name.rjust(width) if name != "flag" else name.ljust(width) for name, width in COLUMNS)
+
+
+class RankTable(ScrollView, can_focus=True):
+    """The ranks, scrolled with the arrow and page keys."""
+
+    COMPONENT_CLASSES = {"rank-table--header", "rank-table--stripe"}
     DEFAULT_CSS = """
-    RankTable { height: 1fr; }
+    RankTable { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
+    RankTable > .rank-table--header { text-style: bold; color: $text-accent; }
+    RankTable > .rank-table--stripe { background: $boost; }
     """
 
     def __init__(self, **kwargs):
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
-        self._cells: dict[int, tuple[str, ...]] = {}
+        super().__init__(**kwargs)
+        self._rows: list[tuple[str, ...]] = []
+        self.virtual_size = Size(WIDTH, 1)
 
-    def on_mount(self) -> None:
-        for name, width in COLUMNS:
-            self.add_column(name, key=name, width=width)
+    @property
+    def row_count(self) -> int:
+        return len(self._rows)
+
+    def get_row_at(self, index: int) -> list[str]:
+        """The cells of one row, as shown (rank, step, loss, img/s, flag)."""
+        return list(self._rows[index])
 
     def show(self, rows: list[RankRow]) -> None:
-        for row in rows:
-            cells = (str(row.rank), str(row.step), "-" if row.loss is None else f"{row.loss:.4f}",
-                     "-" if row.samples_per_s is None else f"{row.samples_per_s:.0f}",
-                     row.flag.upper() if row.flag in ("slow", "silent", "error") else row.flag)
-            old = self._cells.get(row.rank)
-            if old is None:
-                self.add_row(*cells, key=str(row.rank))
-            elif old != cells:
-                for (name, _), before, after in zip(COLUMNS, old, cells):
-                    if before != after:
-                        self.update_cell(str(row.rank), name, after)
-            self._cells[row.rank] = cells
+        cells = [row_cells(row) for row in rows]
+        if cells == self._rows:
+            return
+        resized = len(cells) != len(self._rows)
+        self._rows = cells
+        if resized:
+            self.virtual_size = Size(WIDTH, len(cells) + 1)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if y == 0:
+            style = self.get_component_rich_style("rank-table--header")
+            return Strip([Segment(HEADER, style)]).extend_cell_length(width, style).crop(0, width)
+        index = int(self.scroll_offset.y) + y - 1
+        base = self.rich_style
+        if index >= len(self._rows):
+            return Strip.blank(width, base)
+        if index % 2:
+            base = base + self.get_component_rich_style("rank-table--stripe")
+        cells = self._rows[index]
+        text = _line(cells)
+        flag = cells[-1]
+        split = len(text) - COLUMNS[-1][1]
+        segments = [Segment(text[:split], base)]
+        segments.append(Segment(text[split:], base + FLAG_STYLE[flag] if flag in FLAG_STYLE else base))
+        return Strip(segments).extend_cell_length(width, base).crop(0, width)
