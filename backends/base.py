@@ -119,7 +119,11 @@ class NodeMetrics:
 
 
 class Backend(abc.ABC):
-    """Where jobs run. Every method may raise BackendError."""
+    """Where jobs run. Every method may raise BackendError.
+
+    A backend pickles to a working copy of itself (drop clients and caches
+    in ``__getstate__``): the console follows a run's metrics from a copy in
+    a child process, so that parsing them never slows its frames."""
 
     name: str = ""
 

@@ -34,7 +34,7 @@ import psutil
 
 from .base import Backend, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics, ProcessMetrics
 from .errors import BackendError, RunNotFound, SpecError
-from .events import describe_record, parse_metric_line
+from .events import describe_record, parse_metric_line, parse_metric_lines
 from .gpu import read_gpus
 from .local_launcher import write_json
 from .spec import JobSpec, validate
@@ -125,6 +125,10 @@ class LocalBackend(Backend):
         self.python = python or sys.executable
         self._children: dict[int, subprocess.Popen] = {}
         self._procs: dict[int, psutil.Process] = {}
+
+    def __getstate__(self) -> dict:
+        """A copy for another process: its caches of this process's children stay here."""
+        return {**self.__dict__, "_children": {}, "_procs": {}}
 
     # -- rendering and submitting -------------------------------------------------
 
@@ -452,10 +456,7 @@ class LocalBackend(Backend):
                 for tail in tails.values():
                     lines = tail.read_lines(METRICS_READ_BYTES)
                     got += len(lines)
-                    for line in lines:
-                        event = parse_metric_line(line)
-                        if event is not None:
-                            batch.append(event)
+                    batch += parse_metric_lines(lines)
                     if len(batch) >= METRICS_BATCH:
                         yield batch
                         batch = []

@@ -13,6 +13,7 @@ from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.home import HomeScreen
 from torchdeck.tui.screens.launch import LaunchScreen
 from torchdeck.tui.screens.monitor import MonitorScreen
+from torchdeck.tui.widgets.rank_table import RankTable
 from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state, settings_for, wait_for
 
 RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
@@ -29,7 +30,7 @@ async def monitor_ready(pilot) -> MonitorScreen:
     status and nodes, and has drawn them."""
     await wait_for(pilot, lambda: isinstance(pilot.app.screen, MonitorScreen), what="the monitor")
     screen = pilot.app.screen
-    await wait_for(pilot, lambda: screen.state.events == RECORDED_LINES, what="all metric lines")
+    await wait_for(pilot, lambda: screen.snap.events == RECORDED_LINES, what="all metric lines")
     await wait_for(pilot, lambda: screen.status is not None, what="the status")
     await wait_for(pilot, lambda: len(screen.query_one("#logs").buffer) == LOG_LINES, what="the logs")
     await pilot.pause(0.5)  # two frames at least, and the chart's own rate
@@ -69,7 +70,7 @@ def test_monitor_shows_the_recorded_run(tmp_path):
             assert "epoch 4/4" in status and "step 80/80" in status and "restarts 1" in status
             evals = text_of(screen.query_one("#evals", Static))
             assert "best 60.7% (epoch 4)" in evals and "1:32.5" in evals
-            table = screen.query_one("#ranks", DataTable)
+            table = screen.query_one("#ranks", RankTable)
             assert table.row_count == 2
             assert [table.get_row_at(i)[0] for i in range(2)] == ["0", "1"]
             assert [table.get_row_at(i)[4] for i in range(2)] == ["done", "done"]

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def both_ranks_have_loss(screen: MonitorScreen) -> bool:
-    snap = screen.state.snapshot()
+    snap = screen.snap
     return len(snap.ranks) == 2 and all(r.loss is not None for r in snap.ranks)
 
 
@@ -51,7 +51,7 @@ def test_launch_from_the_console_watch_and_reattach(tmp_path, cifar_dir):
             screen = app.screen
             await wait_for(pilot, lambda: both_ranks_have_loss(screen), what="loss from both ranks", timeout=60)
             seen["run_id"] = screen.run_id
-            seen["events_live"] = screen.state.events
+            seen["events_live"] = screen.snap.events
             table = screen.query_one("#ranks")
             await wait_for(pilot, lambda: table.row_count == 2, what="two rank rows")
         # leaving the console does not stop the job
@@ -67,8 +67,8 @@ def test_launch_from_the_console_watch_and_reattach(tmp_path, cifar_dir):
             await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
             screen = app.screen
             await wait_for(pilot, lambda: screen.status is not None and screen.status.state.is_terminal
-                           and screen.state.done is not None, what="the finished run", timeout=20)
-            snap = screen.state.snapshot()
+                           and screen.snap.done is not None, what="the finished run", timeout=20)
+            snap = screen.snap
             assert snap.step == 30 and len(snap.evals) == 2 and snap.events > seen["events_live"]
             assert all(r.flag == "done" for r in snap.ranks)
 

@@ -1,10 +1,10 @@
-"""The monitor: one run, live. Workers follow the run's metric stream, its
-logs, its nodes and its status; a timer draws what they gathered at a
-bounded rate, however fast lines arrive."""
+"""The monitor: one run, live. Workers follow the run's metric stream (folded
+in a child process, see ``metric_feed``), its logs, its nodes and its
+status; a self-paced timer draws what they gathered at a bounded rate,
+however fast lines arrive."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 
@@ -21,6 +21,7 @@ from torchdeck.backends.base import JobState, JobStatus
 
 from ..glyphs import STATE_STYLE, bar
 from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged
+from ..metric_feed import MetricFeed
 from ..monitor_state import MonitorSnapshot, MonitorState, format_duration
 from ..widgets.log_pane import LogPane
 from ..widgets.loss_chart import LossChart
@@ -43,10 +44,11 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         Binding("question_mark", "app.help", "Help"),
     ]
 
-    def __init__(self, run_id: str, state: MonitorState | None = None):
+    def __init__(self, run_id: str):
         super().__init__()
         self.run_id = run_id
-        self.state = state
+        self.snap: MonitorSnapshot = MonitorState().snapshot()
+        """The newest snapshot of the run's metrics."""
         self.status: JobStatus | None = None
         self.frame_times: deque[float] = deque(maxlen=10_000)
         """When each frame tick began (the benchmark reads the intervals)."""
@@ -64,8 +66,6 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
 
     def compose(self) -> ComposeResult:
         g = self.app.glyphs
-        if self.state is None:
-            self.state = MonitorState(straggler_ratio=self.app.settings.straggler_ratio)
         yield Static(id="status-line")
         yield Static(id="progress-line")
         with Horizontal(id="top"):
@@ -93,17 +93,17 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
     # -- workers -----------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="metrics", exit_on_error=False)
-    async def follow_metrics(self) -> None:
+    def follow_metrics(self) -> None:
         worker = get_current_worker()
-        async for batch in self.backend.metrics(self.run_id, follow=True):
-            if worker.is_cancelled:
-                return
-            count = self.state.ingest(batch)
-            self.post_message(MetricsArrived(count))
-            # Let go of the GIL between batches: the screen's event loop takes
-            # it back after every select(), and a thread that never pauses
-            # makes each of those wait a whole switch interval.
-            await asyncio.sleep(0.003)
+        settings = self.app.settings
+        with MetricFeed(self.backend, self.run_id, straggler_ratio=settings.straggler_ratio,
+                        period_s=1.0 / settings.refresh_hz) as feed:
+            for snap in feed.snapshots():
+                if worker.is_cancelled:
+                    return
+                if snap is not None:
+                    self.snap = snap
+                    self.post_message(MetricsArrived(snap.events))
 
     @work(thread=True, exclusive=True, group="logs", exit_on_error=False)
     def follow_logs(self) -> None:
@@ -174,7 +174,7 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
             return False
         self._dirty = False
         self._last_draw = now
-        snap = self.state.snapshot(curve_ranks=8)
+        snap = self.snap
         self._draw_status(snap)
         self._draw_evals(snap)
         # The chart and the table cost the most to draw: each at most

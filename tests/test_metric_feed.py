@@ -1,0 +1,101 @@
+"""The monitor's metric reader: a child process that follows a run's metric
+stream and sends snapshots. It must carry the whole stream, say a failure in
+words, and never outlive the console that started it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from torchdeck.backends.errors import BackendError
+from torchdeck.backends.local import LocalBackend
+from torchdeck.tui.metric_feed import MetricFeed
+from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state
+
+RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
+
+
+def last_snapshot(feed: MetricFeed, timeout: float = 30.0):
+    newest, deadline = None, time.monotonic() + timeout
+    for snap in feed.snapshots(wait_s=0.1):
+        if snap is not None:
+            newest = snap
+        assert time.monotonic() < deadline, "the feed did not end"
+    return newest
+
+
+def test_feed_carries_the_whole_recorded_stream(tmp_path):
+    state = recorded_state(tmp_path)
+    with MetricFeed(FixedNodesBackend(state), RECORDED_RUN) as feed:
+        snap = last_snapshot(feed)
+    assert snap.events == RECORDED_LINES
+    assert [row.rank for row in snap.ranks] == [0, 1] and all(row.flag == "done" for row in snap.ranks)
+    assert snap.restarts == 1 and snap.done is not None and len(snap.evals) == 4
+    assert set(snap.curves) == {0, 1} and all(len(xs) > 10 for xs, _ in snap.curves.values())
+
+
+def test_feed_failure_arrives_as_one_line(tmp_path):
+    with MetricFeed(LocalBackend(tmp_path), "no-such-run") as feed, pytest.raises(BackendError) as err:
+        last_snapshot(feed)
+    assert "no-such-run" in err.value.message and "\n" not in str(err.value)
+
+
+def live_run(state, pid: int) -> str:
+    """A run folder whose launcher is ``pid`` (alive), so the stream never ends by itself."""
+    run_dir = state / "runs" / "live-1"
+    (run_dir / "metrics").mkdir(parents=True)
+    (run_dir / "launch.json").write_text(json.dumps({"run_id": "live-1", "name": "live", "cmd": [], "env": {},
+                                                     "cwd": "/", "port": 0, "submitted_at": time.time(),
+                                                     "world_size": 1}))
+    (run_dir / "pid.json").write_text(json.dumps({"pid": pid, "create_time": psutil.Process(pid).create_time()}))
+    (run_dir / "spec.yaml").write_text("name: live\n")
+    return "live-1"
+
+
+def reader_processes(parent_pid: int | None = None) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "ppid"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "torchdeck.tui.metric_feed" in cmd and (parent_pid is None or proc.info["ppid"] == parent_pid):
+            found.append(proc)
+    return found
+
+
+def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        run_id = live_run(tmp_path, sleeper.pid)
+        # closed by its owner: the child goes at once
+        feed = MetricFeed(LocalBackend(tmp_path), run_id)
+        assert next(s for s in feed.snapshots(wait_s=0.1) if s is not None).events == 0
+        assert reader_processes(psutil.Process().pid)
+        feed.close()
+        assert not reader_processes(psutil.Process().pid)
+        # a console killed outright: the child notices at its next send (a second at most)
+        console = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            sys.path[:0] = {sys.path!r}
+            from torchdeck.backends.local import LocalBackend
+            from torchdeck.tui.metric_feed import MetricFeed
+            feed = MetricFeed(LocalBackend({str(tmp_path)!r}), {run_id!r})
+            next(s for s in feed.snapshots() if s is not None)
+            print("reading", flush=True)
+            time.sleep(120)
+        """)], stdout=subprocess.PIPE, text=True)
+        assert console.stdout.readline().strip() == "reading"
+        readers = reader_processes(console.pid)
+        assert len(readers) == 1
+        console.send_signal(signal.SIGKILL)
+        console.wait()
+        gone, alive = psutil.wait_procs(readers, timeout=5)
+        assert not alive, "the metric reader outlived the console"
+    finally:
+        sleeper.kill()
+        sleeper.wait()

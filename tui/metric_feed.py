@@ -1,0 +1,167 @@
+"""Following a run's metric stream in a child process.
+
+Reading, parsing and folding tens of thousands of metric lines a second is
+pure Python; done on a thread of the console, it holds the GIL so much that
+every hop of the event loop waits for it and frames arrive late. So a child
+process follows ``Backend.metrics`` into a ``MonitorState`` and sends the
+console a ``MonitorSnapshot`` at the frame rate; the console only unpickles
+one snapshot per frame. Every backend is picklable for this (see
+``Backend``). The child ends when the stream does, when the console closes
+the feed, or when the console is gone (its next send fails)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Iterator
+
+from torchdeck.backends.base import Backend
+from torchdeck.backends.errors import BackendError
+
+from .monitor_state import MonitorSnapshot, MonitorState
+
+
+@dataclass
+class FeedFailed:
+    """The child's stream ended with an error (sent in place of a snapshot)."""
+
+    message: str
+    hint: str = ""
+
+
+def _follow(backend: Backend, run_id: str, straggler_ratio: float, curve_ranks: int, period_s: float,
+            conn: Connection) -> None:
+    """The child: fold the stream in, send a snapshot every period when
+    something changed (and once a second regardless, for the clocks and the
+    silence flags), and a last one when the stream ends."""
+    state = MonitorState(straggler_ratio=straggler_ratio)
+
+    async def consume() -> None:
+        async for batch in backend.metrics(run_id, follow=True):
+            state.ingest(batch)
+            await asyncio.sleep(0)  # the sender's turn, when it is due
+
+    async def pump() -> None:
+        task = asyncio.ensure_future(consume())
+        sent_events, sent_at = -1, 0.0
+        while True:
+            await asyncio.wait({task}, timeout=period_s)
+            now = time.monotonic()
+            if task.done() or state.events != sent_events or now - sent_at >= 1.0:
+                conn.send(state.snapshot(curve_ranks))
+                sent_events, sent_at = state.events, now
+            if task.done():
+                error = task.exception()
+                if error is not None:
+                    conn.send(FeedFailed(getattr(error, "message", None) or str(error) or type(error).__name__,
+                                         getattr(error, "hint", "")))
+                return
+
+    try:
+        asyncio.run(pump())
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        pass  # the console has gone, or closed the feed
+    finally:
+        conn.close()
+
+
+class MetricFeed:
+    """Snapshots of one run's metrics, made by a child process.
+
+    A plain ``python -m`` child rather than multiprocessing: the arguments go
+    down its stdin as one pickle and the snapshots come back over a pipe of
+    their own, so nothing depends on what the console has done to
+    ``sys.stderr`` or ``__main__`` (Textual replaces the one, pytest owns
+    the other)."""
+
+    def __init__(self, backend: Backend, run_id: str, straggler_ratio: float = 0.75,
+                 curve_ranks: int = 8, period_s: float = 0.05):
+        read_fd, write_fd = os.pipe()
+        self._stderr = tempfile.TemporaryFile()
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(write_fd)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.DEVNULL, stderr=self._stderr, pass_fds=(write_fd,))
+        except OSError as exc:
+            os.close(read_fd)
+            raise BackendError(f"cannot start the metric reader: {exc}", "check that Python can run here") from exc
+        finally:
+            os.close(write_fd)
+        self._conn = Connection(read_fd, writable=False)
+        with self._proc.stdin as stdin:
+            # The console's import path first, as multiprocessing does: the
+            # backend's class may live anywhere the console could import it.
+            pickle.dump(sys.path, stdin)
+            pickle.dump((backend, run_id, straggler_ratio, curve_ranks, period_s), stdin)
+
+    def snapshots(self, wait_s: float = 0.25) -> Iterator[MonitorSnapshot | None]:
+        """The newest snapshot each time one or more arrive (older ones
+        queued behind it are skipped), or None after ``wait_s`` without one,
+        so the caller can stop between. Ends with the stream; raises
+        BackendError if the stream failed."""
+        while True:
+            if not self._conn.poll(wait_s):
+                yield None
+                continue
+            newest = None
+            try:
+                while True:
+                    item = self._conn.recv()
+                    if isinstance(item, FeedFailed):
+                        raise BackendError(item.message, item.hint)
+                    newest = item
+                    if not self._conn.poll(0):
+                        break
+            except EOFError:
+                if newest is not None:
+                    yield newest
+                self._check_exit()
+                return
+            yield newest
+
+    def _check_exit(self) -> None:
+        """The stream ended: fine if the child did, an error if it crashed."""
+        code = self._proc.wait(5)
+        if code:
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+            raise BackendError(f"the metric reader stopped (exit {code}): {lines[-1] if lines else 'no message'}",
+                               "the logs pane still shows the run; reopen the monitor to retry")
+
+    def close(self) -> None:
+        self._conn.close()
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._stderr.close()
+
+    def __enter__(self) -> MetricFeed:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def main(argv: list[str]) -> int:
+    sys.path[:] = pickle.load(sys.stdin.buffer)
+    backend, run_id, straggler_ratio, curve_ranks, period_s = pickle.load(sys.stdin.buffer)
+    _follow(backend, run_id, straggler_ratio, curve_ranks, period_s, Connection(int(argv[0]), readable=False))
+    return 0
+
+
+if __name__ == "__main__":
+    # The module's own name, not __main__, so what the child pickles
+    # (FeedFailed) unpickles in the console.
+    from torchdeck.tui.metric_feed import main as _main
+
+    sys.exit(_main(sys.argv[1:]))
