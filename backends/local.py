@@ -37,7 +37,7 @@ from .errors import BackendError, RunNotFound, SpecError
 from .events import describe_record, parse_metric_line, parse_metric_lines
 from .gpu import read_gpus
 from .local_launcher import write_json
-from .spec import JobSpec, validate
+from .spec import JobSpec, trainer_arguments, validate
 
 STOP_GRACE_S = 10.0
 METRICS_BATCH = 2048
@@ -140,19 +140,8 @@ class LocalBackend(Backend):
         return spec
 
     def _command(self, spec: JobSpec, run_dir: Path, port: int, run_id: str) -> list[str]:
-        t = spec.trainer
-        ckpt = spec.checkpoint_dir or str(run_dir / "checkpoints")
-        args = ["--data-dir", spec.data_dir, "--dataset", t.dataset, "--recipe", t.recipe,
-                "--checkpoint-dir", ckpt, "--device", spec.device, "--seed", str(t.seed),
-                "--checkpoint-every", str(t.checkpoint_every), "--keep-checkpoints", str(t.keep_checkpoints),
-                "--log-every", str(t.log_every), "--metrics-file", str(run_dir / "metrics" / "rank-{rank}.jsonl")]
-        for flag, value in (("--model", t.model), ("--epochs", t.epochs), ("--batch-size", t.batch_size),
-                            ("--max-steps", t.max_steps), ("--precision", t.precision),
-                            ("--model-file", spec.model_file)):
-            if value is not None:
-                args += [flag, str(value)]
-        if spec.download:
-            args.append("--download")
+        args = trainer_arguments(spec, spec.data_dir, spec.checkpoint_dir or str(run_dir / "checkpoints"),
+                                 str(run_dir / "metrics" / "rank-{rank}.jsonl"))
         # Each rank runs through sh so that its stderr joins its stdout in one
         # file, in the order it was written.
         return [self.python, "-m", "torch.distributed.run",

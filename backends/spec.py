@@ -21,6 +21,11 @@ from .errors import SpecError
 
 DEFAULT_SPEC_FILE = "torchdeck.yaml"
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+IMAGE_RE = re.compile(r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+                      r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
 QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 # The trainer's recipes and models, by name; the trainer itself (which
 # imports torch) is not loaded to validate a spec. tests/test_spec.py checks
@@ -72,6 +77,48 @@ class Resources:
     """Size of /dev/shm (a memory-backed volume in a pod)."""
 
 
+KINDS = ("pytorchjob", "trainjob", "mpijob", "job", "elasticjob")
+"""How a job is put on a cluster: Kubeflow PyTorchJob (default), Kubeflow
+Trainer v2 TrainJob, MPIJob, a plain indexed Job (no operator needed), or
+the legacy TorchElastic ElasticJob."""
+
+
+@dataclass
+class ClusterOptions:
+    """How the job runs on a Kubernetes cluster; ignored by the local backend."""
+
+    kind: str = "pytorchjob"
+    """pytorchjob, trainjob, mpijob, job or elasticjob."""
+    pvc: str | None = None
+    """PersistentVolumeClaim holding the data and the checkpoints (EFS or FSx), mounted at mount_path."""
+    mount_path: str = "/shared"
+    """Where the claim is mounted in every pod."""
+    data_dir: str = "/shared/data"
+    """Folder holding cifar-10-batches-py/ inside the pods."""
+    checkpoint_dir: str | None = None
+    """Snapshots inside the pods (default: <mount_path>/runs/<job name>)."""
+    service_account: str | None = None
+    """Service account of the pods (an IRSA role for S3 on EKS)."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    """Node labels the pods must match, e.g. {eks.amazonaws.com/nodegroup: gpu}."""
+    gpu_toleration: bool = True
+    """Tolerate the nvidia.com/gpu taint GPU nodes carry (only when gpus > 0)."""
+    min_nodes: int | None = None
+    """Elastic: run with as few as this many nodes (set with max_nodes)."""
+    max_nodes: int | None = None
+    """Elastic: and as many as this."""
+    restart_policy: str = "OnFailure"
+    """OnFailure, or ExitCode (restart on retryable exit codes only)."""
+    backoff_limit: int = 3
+    """Pod restarts before the whole job is failed."""
+    clean_pod_policy: str = "None"
+    """Which pods to delete when the job ends: None (keep them for their logs), Running or All."""
+    ttl_seconds_after_finished: int | None = 86400
+    """Delete the finished job object after this long (None: keep it)."""
+    runtime: str = "torch-distributed"
+    """TrainJob only: the ClusterTrainingRuntime to run against."""
+
+
 @dataclass
 class JobSpec:
     """One distributed training job."""
@@ -104,6 +151,8 @@ class JobSpec:
     """Per-worker resources for cluster backends."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables for every rank."""
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
+    """How the job runs on a Kubernetes cluster."""
 
     @property
     def world_size(self) -> int:
@@ -166,11 +215,20 @@ def _name(v: Any) -> str | None:
     return None
 
 
+def _name_253(v: Any) -> str | None:
+    """A DNS subdomain name (RFC 1123): what Kubernetes takes for most object names."""
+    if not isinstance(v, str) or len(v) > 253 or not DNS_SUBDOMAIN_RE.match(v):
+        return (f"must be a DNS-1123 name (lower-case letters, digits, '-' and '.', starting and ending "
+                f"with a letter or digit), got {v!r}")
+    return None
+
+
 def _image(v: Any) -> str | None:
     if v is None:
         return None
-    if not isinstance(v, str) or not v or any(c.isspace() for c in v):
-        return f"must be an image reference such as repo/name:tag, got {v!r}"
+    if not isinstance(v, str) or not IMAGE_RE.match(v):
+        return (f"must be an image reference such as registry/repo:tag or repo@sha256:<64 hex>, got {v!r} "
+                f"(lower-case repository, no spaces or scheme)")
     return None
 
 
@@ -214,7 +272,44 @@ SPEC_CHECKS = {
     "namespace": _name,
     "env": _env,
 }
-NESTED = {"trainer": (TrainerOptions, TRAINER_CHECKS), "resources": (Resources, RESOURCE_CHECKS)}
+def _labels(v: Any) -> str | None:
+    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
+        return "must map label names to string values"
+    for key, value in v.items():
+        if not LABEL_KEY_RE.match(key):
+            return f"{key!r} is not a valid label name"
+        if not LABEL_VALUE_RE.match(value):
+            return f"{value!r} is not a valid label value (63 characters at most: letters, digits, '-', '_', '.')"
+    return None
+
+
+def _abs_path(v: Any) -> str | None:
+    return None if isinstance(v, str) and v.startswith("/") else f"must be an absolute path in the pod, got {v!r}"
+
+
+def _optional(check):
+    return lambda v: None if v is None else check(v)
+
+
+CLUSTER_CHECKS = {
+    "kind": _choices(*KINDS),
+    "pvc": _optional(_name_253),
+    "mount_path": _abs_path,
+    "data_dir": _abs_path,
+    "checkpoint_dir": _optional(_abs_path),
+    "service_account": _optional(_name_253),
+    "node_selector": _labels,
+    "gpu_toleration": _is_bool,
+    "min_nodes": _int_at_least(1, optional=True),
+    "max_nodes": _int_at_least(1, optional=True),
+    "restart_policy": _choices("OnFailure", "ExitCode"),
+    "backoff_limit": _int_at_least(0),
+    "clean_pod_policy": _choices("None", "Running", "All"),
+    "ttl_seconds_after_finished": _int_at_least(0, optional=True),
+    "runtime": _name_253,
+}
+NESTED = {"trainer": (TrainerOptions, TRAINER_CHECKS), "resources": (Resources, RESOURCE_CHECKS),
+          "cluster": (ClusterOptions, CLUSTER_CHECKS)}
 
 
 def _check_keys(data: Mapping[str, Any], known: list[str], prefix: str, source: str) -> None:
@@ -242,6 +337,8 @@ def spec_from_dict(data: Any, source: str = "") -> JobSpec:
                 value = {}
             if not isinstance(value, dict):
                 raise SpecError(key, f"must be a mapping, got {value!r}", "", source)
+            if key == "cluster" and "node_selector" in value and value["node_selector"] is None:
+                value = {**value, "node_selector": {}}
             _check_keys(value, list(checks), f"{key}.", source)
             for sub, subvalue in value.items():
                 problem = checks[sub](subvalue)
@@ -255,7 +352,31 @@ def spec_from_dict(data: Any, source: str = "") -> JobSpec:
             if problem:
                 raise SpecError(key, problem, "", source)
             values[key] = value
-    return JobSpec(**values)
+    spec = JobSpec(**values)
+    _check_together(spec, source)
+    return spec
+
+
+def _check_together(spec: JobSpec, source: str) -> None:
+    """Fields that are fine alone and wrong together."""
+    c = spec.cluster
+    if (c.min_nodes is None) != (c.max_nodes is None):
+        missing = "cluster.max_nodes" if c.max_nodes is None else "cluster.min_nodes"
+        raise SpecError(missing, "must be set with the other one (elastic jobs need both bounds)",
+                        "set both cluster.min_nodes and cluster.max_nodes, or neither", source)
+    if c.min_nodes is not None and c.max_nodes is not None:
+        if c.min_nodes > c.max_nodes:
+            raise SpecError("cluster.min_nodes", f"{c.min_nodes} is more than cluster.max_nodes ({c.max_nodes})",
+                            "min_nodes <= nodes <= max_nodes", source)
+        if not c.min_nodes <= spec.nodes <= c.max_nodes:
+            raise SpecError("nodes", f"{spec.nodes} is outside cluster.min_nodes..max_nodes "
+                            f"({c.min_nodes}..{c.max_nodes})", "min_nodes <= nodes <= max_nodes", source)
+    if spec.resources.gpus and spec.device == "cpu":
+        raise SpecError("resources.gpus", f"{spec.resources.gpus} GPU(s) asked for with device: cpu",
+                        "set device: cuda (or auto), or resources.gpus: 0", source)
+    if c.kind == "trainjob" and c.min_nodes is not None:
+        raise SpecError("cluster.min_nodes", "a TrainJob has no elastic bounds",
+                        "use kind pytorchjob for an elastic job", source)
 
 
 def validate(spec: JobSpec) -> JobSpec:
@@ -328,3 +449,24 @@ def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
             target = target[part]
         target[parts[-1]] = value
     return spec_from_dict(data, "command line")
+
+
+def trainer_arguments(spec: JobSpec, data_dir: str, checkpoint_dir: str,
+                      metrics_file: str | None = None) -> list[str]:
+    """The ``python -m torchdeck.trainer`` arguments for this spec, with the
+    paths as the ranks will see them (a run folder here, a volume in a pod)."""
+    t = spec.trainer
+    args = ["--data-dir", data_dir, "--dataset", t.dataset, "--recipe", t.recipe,
+            "--checkpoint-dir", checkpoint_dir, "--device", spec.device, "--seed", str(t.seed),
+            "--checkpoint-every", str(t.checkpoint_every), "--keep-checkpoints", str(t.keep_checkpoints),
+            "--log-every", str(t.log_every)]
+    if metrics_file:
+        args += ["--metrics-file", metrics_file]
+    for flag, value in (("--model", t.model), ("--epochs", t.epochs), ("--batch-size", t.batch_size),
+                        ("--max-steps", t.max_steps), ("--precision", t.precision),
+                        ("--model-file", spec.model_file)):
+        if value is not None:
+            args += [flag, str(value)]
+    if spec.download:
+        args.append("--download")
+    return args

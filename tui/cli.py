@@ -21,6 +21,7 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck monitor RUN            watch a run in the console
   torchdeck logs RUN --rank 1 -f   follow one rank's output
   torchdeck stop RUN               stop a run and every process it started
+  torchdeck render --kind job      print the Kubernetes manifests of the job
 """
 
 
@@ -41,6 +42,9 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model-file", metavar="PATH", help="a path or s3://bucket/key")
     g.add_argument("--max-restarts", type=int, metavar="N")
     g.add_argument("--device", help="auto, cpu or cuda")
+    g.add_argument("--kind", help="cluster: pytorchjob (default), trainjob, mpijob, job or elasticjob")
+    g.add_argument("--image", help="cluster: the training image (registry/repo:tag or @sha256:...)")
+    g.add_argument("--namespace", help="cluster: the Kubernetes namespace")
     g.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="any spec field, e.g. --set trainer.seed=3 (repeatable)")
 
@@ -64,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
     p.add_argument("--detach", action="store_true", help="print the run id and return at once")
     p.add_argument("--output", choices=("text", "json"), default="text", help="json: print the final summary as JSON")
+
+    p = sub.add_parser("render", help="print a job's Kubernetes manifests (for kubectl apply -f - or GitOps)")
+    _add_spec_overrides(p)
+    p.add_argument("--run-id", metavar="ID", help="the object name (default: the job name)")
+    p.add_argument("--validate", action="store_true",
+                   help="check them against Kubernetes' schema and the operators' (needs kubernetes-validate)")
 
     p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
     p.add_argument("--output", choices=("text", "json"), default="text")

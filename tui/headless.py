@@ -39,6 +39,8 @@ def dispatch(args: argparse.Namespace) -> int:
         command = args.command or "console"
         if command == "init":
             return cmd_init(args)
+        if command == "render":
+            return cmd_render(args, settings)
         if command in ("console", "monitor"):
             backend = open_backend(settings.backend, settings)
             run_id = None
@@ -79,7 +81,8 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
                          ("max_restarts", args.max_restarts), ("device", args.device), ("download", args.download),
                          ("trainer.epochs", args.epochs), ("trainer.max_steps", args.max_steps),
                          ("trainer.batch_size", args.batch_size), ("trainer.recipe", args.recipe),
-                         ("trainer.model", args.model)):
+                         ("trainer.model", args.model), ("cluster.kind", args.kind), ("image", args.image),
+                         ("namespace", args.namespace)):
         if value is not None:
             overrides[field] = value
     for field, value in (("data_dir", args.data_dir), ("checkpoint_dir", args.checkpoint_dir),
@@ -90,6 +93,24 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
         key, value = parse_override(item)
         overrides[key] = value
     return with_overrides(spec, overrides) if overrides else spec
+
+
+def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
+    from torchdeck.backends.manifests import render
+
+    spec = spec_for(args, settings)
+    rendered = render(spec, args.run_id or spec.name)
+    if args.validate:
+        from torchdeck.backends.manifest_validation import validate_manifests
+
+        problems = validate_manifests(rendered)
+        if problems:
+            for line in problems:
+                print(f"torchdeck: invalid: {line}", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"torchdeck: {len(rendered.objects)} object(s) valid", file=sys.stderr)
+    print(rendered.to_yaml(), end="")
+    return 0
 
 
 def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:

@@ -1,0 +1,208 @@
+"""Kubernetes manifests for a job spec, rendered from the Jinja templates in
+``manifests/`` (package data). Rendering is apart from applying: ``render``
+returns plain objects, ``to_yaml`` the text a user reviews, pipes to
+``kubectl apply -f -`` or commits for GitOps; the kubernetes backend applies
+the same objects.
+
+Every pod runs torchrun over ``torchdeck.trainer`` with the spec's CPU,
+memory and GPU requests, a memory-backed /dev/shm, the shared volume, the
+service account, GPU node placement, a restricted security context with a
+writable scratch folder, and labels that find every pod of the job."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .errors import SpecError
+from .spec import KINDS, JobSpec, trainer_arguments, validate
+
+RUN_LABEL = "torchdeck.dev/run"
+"""Every object and pod of a run carries it: the one selector that finds them."""
+JOB_LABEL = "torchdeck.dev/job"
+RDZV_PORT = 29400
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+MAX_NAME = 52
+"""Run ids become object names; operators append "-worker-NN" and the like
+to name pods, and a pod's hostname is at most 63 characters."""
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """What a kind is on the API server, and what it needs there."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    operator: str
+    """What to install when its CRD is missing."""
+    install: str
+    warning: str = ""
+
+
+KIND_INFO = {
+    "pytorchjob": KindInfo("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "the Kubeflow Training Operator",
+                           'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/'
+                           'manifests/overlays/standalone?ref=v1.8.1"'),
+    "trainjob": KindInfo("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "Kubeflow Trainer v2",
+                         'kubectl apply --server-side -k "https://github.com/kubeflow/trainer.git/'
+                         'manifests/overlays/manager?ref=v2.0.0" (and its runtimes overlay)',
+                         "TrainJob: the pods' security context comes from the ClusterTrainingRuntime, "
+                         "not from torchdeck"),
+    "mpijob": KindInfo("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", "the Kubeflow MPI Operator",
+                       "kubectl apply --server-side -f https://raw.githubusercontent.com/kubeflow/mpi-operator/"
+                       "v0.6.0/deploy/v2beta1/mpi-operator.yaml",
+                       "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000; "
+                       "torchdeck's own images have neither (use pytorchjob or job with them)"),
+    "job": KindInfo("batch", "v1", "jobs", "Job", "nothing (built into Kubernetes)", ""),
+    "elasticjob": KindInfo("elastic.pytorch.org", "v1alpha1", "elasticjobs", "ElasticJob",
+                           "the TorchElastic controller",
+                           "kubectl apply -k github.com/pytorch/elastic/kubernetes/config/default",
+                           "ElasticJob: the TorchElastic controller is unmaintained upstream, and etcd "
+                           "rendezvous needs python-etcd in the image; prefer pytorchjob with "
+                           "cluster.min_nodes and cluster.max_nodes"),
+}
+
+
+@dataclass
+class Rendered:
+    """A job's manifests: the objects in apply order, and what to tell the user."""
+
+    kind: str
+    name: str
+    namespace: str
+    objects: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def main(self) -> dict[str, Any]:
+        """The object that is the job (the last one: services come first)."""
+        return self.objects[-1]
+
+    def to_yaml(self) -> str:
+        header = "".join(f"# warning: {w}\n" for w in self.warnings)
+        return header + yaml.safe_dump_all(self.objects, sort_keys=False, width=120)
+
+
+@functools.lru_cache(maxsize=1)
+def _environment():
+    import jinja2  # only rendering needs it
+
+    loader = jinja2.FunctionLoader(lambda name: (resources.files("torchdeck") / "manifests" / name).read_text())
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, autoescape=False,
+                              keep_trailing_newline=True)
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise SpecError("cluster.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    return kind
+
+
+def _check_name(run_id: str) -> None:
+    if len(run_id) > MAX_NAME:
+        raise SpecError("name", f"the run id {run_id!r} is {len(run_id)} characters; at most {MAX_NAME} fit in "
+                        "the pod names Kubernetes derives from it", "use a shorter job name")
+
+
+def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
+    """Everything the templates need, worked out once."""
+    c = spec.cluster
+    r = spec.resources
+    labels = {"app.kubernetes.io/name": "torchdeck", "app.kubernetes.io/managed-by": "torchdeck",
+              RUN_LABEL: run_id, JOB_LABEL: spec.name}
+    checkpoint_dir = c.checkpoint_dir or f"{c.mount_path.rstrip('/')}/runs/{spec.name}"
+    trainer = ["-m", "torchdeck.trainer",
+               *trainer_arguments(spec, c.data_dir, checkpoint_dir)]
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if r.cpu:
+        requests["cpu"] = r.cpu
+    if r.memory:
+        requests["memory"] = limits["memory"] = r.memory
+    if r.gpus:
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(r.gpus)
+    resources_ = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+    env = [{"name": "TORCHDECK_RUN_ID", "value": run_id}, {"name": "PYTHONUNBUFFERED", "value": "1"},
+           {"name": "HOME", "value": "/tmp"}]
+    env += [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "scratch", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": r.shm_size}},
+                                     {"name": "scratch", "emptyDir": {}}]
+    mounts.append({"name": "shared", "mountPath": c.mount_path})
+    volumes.append({"name": "shared", "persistentVolumeClaim": {"claimName": c.pvc}} if c.pvc else
+                   {"name": "shared", "emptyDir": {}})
+    tolerations = ([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+                   if r.gpus and c.gpu_toleration else [])
+    torchrun = ["--nproc-per-node", str(spec.nproc_per_node), "--max-restarts", str(spec.max_restarts)]
+    elastic = c.min_nodes is not None
+    ctx: dict[str, Any] = dict(
+        name=run_id, namespace=spec.namespace, labels=labels, selector={RUN_LABEL: run_id},
+        image=spec.image, nodes=spec.nodes, nproc_per_node=spec.nproc_per_node, max_restarts=spec.max_restarts,
+        min_nodes=c.min_nodes, max_nodes=c.max_nodes, elastic=elastic,
+        backoff_limit=c.backoff_limit, clean_pod_policy=c.clean_pod_policy,
+        ttl_seconds_after_finished=c.ttl_seconds_after_finished, restart_policy=c.restart_policy,
+        pod_restart_policy="OnFailure" if c.restart_policy == "OnFailure" else "Never",
+        service_account=c.service_account, node_selector=c.node_selector, tolerations=tolerations,
+        subdomain=None, resources=resources_, env=env, volume_mounts=mounts, volumes=volumes, ports=[],
+        runtime=c.runtime, rdzv_port=RDZV_PORT, command=["python", "-m", "torch.distributed.run"],
+        args=torchrun + trainer, container="trainer",
+    )
+    if kind == "pytorchjob":
+        ctx["container"] = "pytorch"  # the operator finds its container by this name
+        ctx["replica_roles"] = ([("Worker", spec.nodes)] if elastic else
+                                [("Master", 1)] + ([("Worker", spec.nodes - 1)] if spec.nodes > 1 else []))
+    elif kind == "trainjob":
+        ctx["args"] = trainer  # the runtime's torch policy sets torchrun's node and process counts
+        ctx["command"] = ["python", "-m", "torch.distributed.run", "--max-restarts", str(spec.max_restarts)]
+    elif kind == "mpijob":
+        endpoint = f"{run_id}-worker-0.{run_id}.{spec.namespace}.svc:{RDZV_PORT}"
+        launch = ["-np", str(spec.nodes), "--map-by", "ppr:1:node", "--bind-to", "none",
+                  "python", "-m", "torch.distributed.run", "--nnodes", str(spec.nodes), *torchrun,
+                  "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, *trainer]
+        launcher_resources = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
+        rdzv_ports = [{"name": "rdzv", "containerPort": RDZV_PORT}]
+        ctx["mpi_roles"] = [("Launcher", 1, "launcher", ["mpirun"], launch, launcher_resources, []),
+                            ("Worker", spec.nodes, "worker", ["/usr/sbin/sshd", "-De"], [], resources_, rdzv_ports)]
+    elif kind == "job":
+        ctx["subdomain"] = run_id
+        ctx["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
+        nnodes = f"{c.min_nodes}:{c.max_nodes}" if elastic else str(spec.nodes)
+        ctx["env"] = env + [{"name": "PET_NNODES", "value": nnodes},
+                            {"name": "PET_RDZV_BACKEND", "value": "c10d"},
+                            {"name": "PET_RDZV_ENDPOINT", "value": f"{run_id}-0.{run_id}:{RDZV_PORT}"},
+                            {"name": "PET_RDZV_ID", "value": run_id}]
+    elif kind == "elasticjob":
+        ctx["container"] = "elasticjob-worker"
+        ctx["pod_restart_policy"] = "Never"
+        ctx["min_nodes"] = c.min_nodes if elastic else spec.nodes
+        ctx["max_nodes"] = c.max_nodes if elastic else spec.nodes
+        ctx["etcd_image"] = ETCD_IMAGE
+        ctx["etcd_labels"] = {"app.kubernetes.io/name": "torchdeck-etcd", RUN_LABEL: run_id}
+    return ctx
+
+
+def render(spec: JobSpec, run_id: str, kind: str | None = None) -> Rendered:
+    """The manifests that run ``spec`` as ``run_id`` (its object name)."""
+    spec = validate(spec)
+    kind = _check_kind(kind or spec.cluster.kind)
+    _check_name(run_id)
+    if not spec.image:
+        raise SpecError("image", "a cluster job needs a training image",
+                        "build and push one (torchdeck image build), then set image: or pass --image")
+    if kind == "trainjob" and spec.cluster.min_nodes is not None:
+        raise SpecError("cluster.min_nodes", "a TrainJob has no elastic bounds",
+                        "use kind pytorchjob for an elastic job")
+    text = _environment().get_template(f"{kind}.yaml.j2").render(**context(spec, run_id, kind))
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    info = KIND_INFO[kind]
+    warnings = [info.warning] if info.warning else []
+    if not spec.cluster.pvc:
+        warnings.append("no cluster.pvc: the data and the checkpoints live in each pod's own folder and go with it")
+    return Rendered(kind, run_id, spec.namespace, objects, warnings)
+
