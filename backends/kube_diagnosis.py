@@ -1,0 +1,194 @@
+"""Why a cluster job is not training, in words a person can act on: read
+from its pods' statuses (as the API server returns them, plain dicts), the
+scheduler's events, the job's conditions and the last log lines. Each
+finding is one line with the fix; the monitor and ``torchdeck status`` show
+them. Pure functions: tests feed them realistic statuses."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+RDZV_PATTERNS = (
+    (re.compile(r"RendezvousTimeoutError|rendezvous.*tim(ed|e) ?out|The node .* has failed to join", re.I),
+     "rendezvous timed out: not every node joined",
+     "check that all pods are Running (a Pending pod holds the others back) and that they reach each other "
+     "on port 29400"),
+    (re.compile(r"NCCL.*(timeout|Timeout|timed out)|Watchdog caught collective operation timeout", re.I),
+     "NCCL collective timed out (a hung or dead rank)",
+     "look for the rank that failed first; set NCCL_DEBUG=INFO in env: to see the transport"),
+    (re.compile(r"gloo.*(timeout|Timed out)|Timed out waiting .* for (recv|send)", re.I),
+     "gloo collective timed out (a hung or dead rank)",
+     "look for the rank that failed first in its logs"),
+    (re.compile(r"No space left on device.*shm|unable to (write to file|allocate shared memory)|"
+                r"DataLoader worker .* (killed|exited unexpectedly)|Bus error", re.I),
+     "/dev/shm too small for the data-loader workers",
+     "raise resources.shm_size (e.g. 8Gi)"),
+    (re.compile(r"CUDA out of memory|OutOfMemoryError", re.I),
+     "the GPU ran out of memory",
+     "lower trainer.batch_size, or use precision bf16"),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong, for one pod or the whole job."""
+
+    where: str
+    """The pod's name, or the job's."""
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.problem} (fix: {self.fix})"
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    status = pod.get("status") or {}
+    return list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
+
+
+def _pending(name: str, pod: dict[str, Any], events: list[dict[str, Any]]) -> list[Finding]:
+    status = pod.get("status") or {}
+    found: list[Finding] = []
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            message = cond.get("message") or ""
+            found.append(_unschedulable(name, message))
+    if not found:
+        for event in events:
+            if event.get("reason") == "FailedScheduling":
+                found.append(_unschedulable(name, event.get("message") or ""))
+                break
+    for event in events:
+        if event.get("reason") == "FailedMount":
+            message = event.get("message") or ""
+            found.append(Finding(name, f"stuck in ContainerCreating: a volume does not mount ({_short(message)})",
+                                 "check the PVC's storage class and its CSI driver (EFS/FSx), and that the "
+                                 "file system's security group lets the nodes in"))
+            break
+    return found
+
+
+def _unschedulable(name: str, message: str) -> Finding:
+    """The scheduler's message (0/3 nodes are available: 3 Insufficient nvidia.com/gpu ...) in words."""
+    lower = message.lower()
+    if "insufficient nvidia.com/gpu" in lower:
+        return Finding(name, f"Pending: no node has a free GPU ({_short(message)})",
+                       "add a GPU nodegroup or scale it up, or ask for fewer GPUs (resources.gpus)")
+    if "insufficient cpu" in lower:
+        return Finding(name, f"Pending: not enough free CPU on any node ({_short(message)})",
+                       "lower resources.cpu or add nodes")
+    if "insufficient memory" in lower:
+        return Finding(name, f"Pending: not enough free memory on any node ({_short(message)})",
+                       "lower resources.memory or add nodes with more memory")
+    if "untolerated taint" in lower or "had taint" in lower:
+        return Finding(name, f"Pending: the nodes carry taints the pod does not tolerate ({_short(message)})",
+                       "add the toleration, or choose other nodes with cluster.node_selector")
+    if "unbound immediate persistentvolumeclaims" in lower or "persistentvolumeclaim" in lower:
+        return Finding(name, f"Pending: its PersistentVolumeClaim is not bound ({_short(message)})",
+                       "check the claim with `kubectl describe pvc` (storage class, CSI driver, capacity)")
+    if "didn't match pod's node affinity/selector" in lower or "node affinity" in lower:
+        return Finding(name, f"Pending: no node matches its node selector ({_short(message)})",
+                       "fix cluster.node_selector (kubectl get nodes --show-labels)")
+    return Finding(name, f"Pending: cannot be scheduled ({_short(message) or 'no reason given yet'})",
+                   "kubectl describe pod " + name)
+
+
+def _short(message: str, limit: int = 160) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+def diagnose_pod(pod: dict[str, Any], events: Iterable[dict[str, Any]] = (),
+                 last_logs: Iterable[str] = ()) -> list[Finding]:
+    """What is wrong with one pod (nothing, if it is healthy)."""
+    meta = pod.get("metadata") or {}
+    name = meta.get("name", "?")
+    status = pod.get("status") or {}
+    events = list(events)
+    logs = list(last_logs)
+    phase = status.get("phase")
+    found: list[Finding] = []
+    if status.get("reason") == "Evicted":
+        return [Finding(name, f"Evicted: {_short(status.get('message') or 'the node ran short of resources')}",
+                        "give the pod memory/ephemeral-storage requests that match its use")]
+    if phase == "Pending":
+        found += _pending(name, pod, events)
+    for cs in _containers(pod):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        message = waiting.get("message") or ""
+        image = cs.get("image") or ""
+        if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
+            found.append(_image_pull(name, image, message))
+        elif reason == "CrashLoopBackOff":
+            last = ((cs.get("lastState") or {}).get("terminated") or {})
+            if last.get("reason") == "OOMKilled" or last.get("exitCode") == 137:
+                found.append(_oom(name))
+            else:
+                tail = " | ".join(line.strip() for line in logs[-3:] if line.strip())
+                found.append(Finding(name, f"CrashLoopBackOff (exit {last.get('exitCode', '?')})"
+                                     + (f": {_short(tail)}" if tail else ""),
+                                     f"read its log: torchdeck logs, or kubectl logs --previous {name}"))
+        elif reason == "CreateContainerConfigError":
+            found.append(Finding(name, f"cannot create the container: {_short(message)}",
+                                 "a referenced ConfigMap, Secret or service account key is missing"))
+        terminated = (cs.get("state") or {}).get("terminated") or {}
+        if terminated.get("reason") == "OOMKilled" and reason != "CrashLoopBackOff":
+            found.append(_oom(name))
+    found += log_findings(name, logs)
+    return found
+
+
+def _image_pull(name: str, image: str, message: str) -> Finding:
+    lower = message.lower()
+    if ".dkr.ecr." in image and ("403" in lower or "unauthorized" in lower or "denied" in lower
+                                 or "no basic auth" in lower):
+        fix = ("the node role needs ECR read access (AmazonEC2ContainerRegistryReadOnly), and the image must be "
+               "in the cluster's account and region")
+    elif "not found" in lower or "manifest unknown" in lower:
+        fix = "the tag or digest does not exist: push the image, or fix image: in the spec"
+    elif "unauthorized" in lower or "denied" in lower or "authentication required" in lower:
+        fix = "the registry wants credentials: add an imagePullSecret to the service account"
+    elif "no such host" in lower or "i/o timeout" in lower:
+        fix = "the nodes cannot reach the registry: check the registry name and the nodes' network egress"
+    else:
+        fix = "check that the image exists and the nodes can pull it (kubectl describe pod " + name + ")"
+    return Finding(name, f"cannot pull image {image or '?'}" + (f": {_short(message)}" if message else ""), fix)
+
+
+def _oom(name: str) -> Finding:
+    return Finding(name, "OOMKilled (exit 137): the container went over its memory limit",
+                   "raise resources.memory, or lower trainer.batch_size")
+
+
+def log_findings(where: str, lines: Iterable[str]) -> list[Finding]:
+    """Rendezvous, NCCL/gloo, /dev/shm and CUDA memory failures found in log lines."""
+    found: list[Finding] = []
+    seen: set[str] = set()
+    for line in lines:
+        for pattern, problem, fix in RDZV_PATTERNS:
+            if problem not in seen and pattern.search(line):
+                seen.add(problem)
+                found.append(Finding(where, problem, fix))
+    return found
+
+
+def job_findings(name: str, conditions: Iterable[dict[str, Any]], backoff_limit: int | None = None) -> list[Finding]:
+    """The operator's own word: a job restarting, or failed after its backoff limit."""
+    found: list[Finding] = []
+    for cond in conditions:
+        if cond.get("status") != "True":
+            continue
+        kind, reason, message = cond.get("type"), cond.get("reason") or "", cond.get("message") or ""
+        if kind == "Restarting":
+            found.append(Finding(name, f"restarting: {_short(message) or reason}",
+                                 "a pod failed and is being restarted; its log says why"))
+        elif kind == "Failed":
+            limit = f" after {backoff_limit} restarts" if backoff_limit is not None and (
+                "backoff" in (reason + message).lower()) else ""
+            found.append(Finding(name, f"failed{limit}: {_short(message) or reason}",
+                                 "read the failed pod's log; raise cluster.backoff_limit only for flaky nodes"))
+    return found
