@@ -47,6 +47,12 @@ class Settings:
     """Draw with ASCII only, for terminals without Unicode fonts (TORCHDECK_ASCII=1)."""
     straggler_ratio: float = 0.75
     """A rank slower than this fraction of the median samples/s is flagged (TORCHDECK_STRAGGLER_RATIO)."""
+    kubeconfig: Path | None = None
+    """Kubeconfig for the kubernetes backend (TORCHDECK_KUBECONFIG; default: $KUBECONFIG or ~/.kube/config)."""
+    kube_context: str | None = None
+    """Kubeconfig context to use (TORCHDECK_KUBE_CONTEXT, --context; default: the current one)."""
+    namespace: str | None = None
+    """Namespace cluster commands look in (TORCHDECK_NAMESPACE; default: the context's, else every one)."""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> "Settings":
@@ -89,8 +95,10 @@ class Settings:
     @staticmethod
     def _convert(name: str, value: Any, source: str) -> Any:
         try:
-            if name in ("state_dir", "spec_file"):
-                return Path(str(value)).expanduser()
+            if name in ("state_dir", "spec_file", "kubeconfig"):
+                return None if value in (None, "") and name == "kubeconfig" else Path(str(value)).expanduser()
+            if name in ("kube_context", "namespace"):
+                return None if value in (None, "") else str(value)
             if name in ("refresh_hz", "straggler_ratio"):
                 number = float(value)
                 low, high = (1.0, 60.0) if name == "refresh_hz" else (0.05, 1.0)

@@ -22,7 +22,10 @@ def open_backend(name: str, settings: "Settings") -> "Backend":
     if name == "local":
         from .local import LocalBackend
         return LocalBackend(settings.state_dir)
-    if name in ("kubernetes", "eks"):
+    if name == "kubernetes":
+        from .kubernetes import KubernetesBackend
+        return KubernetesBackend(settings.kubeconfig, settings.kube_context, settings.namespace)
+    if name == "eks":
         raise BackendError(f"the {name} backend is not in this version of torchdeck yet",
                            "use --backend local (the default) to train on this machine")
     raise BackendError(f"unknown backend {name!r}", f"choose one of: {', '.join(BACKENDS)}")

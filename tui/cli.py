@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"torchdeck {__version__}")
     parser.add_argument("--backend", help="where jobs run: local (default), kubernetes or eks")
+    parser.add_argument("--context", help="kubeconfig context (kubernetes backend)")
     parser.add_argument("--ascii", action="store_const", const=True, help="draw with ASCII characters only")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

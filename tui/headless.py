@@ -34,6 +34,8 @@ def dispatch(args: argparse.Namespace) -> int:
         settings = Settings.load()
         if args.backend:
             settings = settings.with_value("backend", args.backend, "--backend")
+        if getattr(args, "context", None):
+            settings = settings.with_value("kube_context", args.context, "--context")
         if args.ascii:
             settings = settings.with_value("ascii", True, "--ascii")
         command = args.command or "console"

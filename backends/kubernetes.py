@@ -1,0 +1,745 @@
+"""The kubernetes backend: a run is a PyTorchJob (or TrainJob, MPIJob,
+indexed Job, ElasticJob) on any cluster in the kubeconfig, EKS or kind or
+minikube alike, through the official ``kubernetes`` client.
+
+The run id is the job object's name; every object and pod of a run carries
+the ``torchdeck.dev/run`` label, so the cluster itself is the record: the
+console and the CLI reattach from any machine with the kubeconfig.
+
+Pods are followed by list + watch from a resourceVersion (410 Gone means
+re-list; a dropped connection means reconnect with backoff, said in the log
+pane, and give up after ``MAX_RETRIES``); every rank's pod log is followed
+at once, one stream per pod (kubectl stops at 5), across container
+restarts. The trainer's metric lines in those logs feed the monitor exactly
+as the local backend's files do."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterator
+
+from .base import Backend, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics
+from .errors import BackendError, RunNotFound
+from .events import parse_metric_lines
+from .kube_diagnosis import Finding, diagnose_pod, job_findings
+from .manifests import KIND_INFO, RUN_LABEL, Rendered, render
+from .spec import JobSpec, validate
+
+MANAGED = "app.kubernetes.io/managed-by=torchdeck"
+MAX_RETRIES = 8
+CORE_PATHS = {"Service": ("api/v1", "services"), "Job": ("apis/batch/v1", "jobs"),
+              "Deployment": ("apis/apps/v1", "deployments")}
+KIND_BY_NAME = {info.kind: key for key, info in KIND_INFO.items()}
+
+
+def _api_base(kind_key: str) -> str:
+    info = KIND_INFO[kind_key]
+    return "api/v1" if info.group == "" else f"apis/{info.group}/{info.version}"
+
+
+def _ts(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def run_id_for(name: str, now: float | None = None) -> str:
+    return f"{name}-{datetime.fromtimestamp(now or time.time(), timezone.utc).strftime('%m%d-%H%M%S')}"
+
+
+class KubernetesBackend(Backend):
+    """Jobs on a Kubernetes cluster."""
+
+    name = "kubernetes"
+
+    def __init__(self, kubeconfig: str | Path | None = None, context: str | None = None,
+                 namespace: str | None = None):
+        self.kubeconfig = str(kubeconfig) if kubeconfig else None
+        self.context = context
+        self.namespace = namespace
+        """Where to look for runs; None: every namespace (or, where that is forbidden, the context's)."""
+        self.context_namespace: str | None = None
+        self._client = None
+        self._kinds: dict[str, tuple[str, str]] = {}
+        """run id -> (kind key, namespace), learned on the way."""
+
+    def __getstate__(self) -> dict:
+        """A copy for another process: it opens its own connection."""
+        return {**self.__dict__, "_client": None}
+
+    # -- the connection ------------------------------------------------------------
+
+    @property
+    def client(self):
+        if self._client is None:
+            from kubernetes import client, config
+            from kubernetes.config.config_exception import ConfigException
+
+            cfg = client.Configuration()
+            try:
+                config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=cfg)
+            except (ConfigException, OSError, TypeError, ValueError) as exc:
+                raise BackendError(f"cannot use the kubeconfig: {str(exc).splitlines()[0]}",
+                                   "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
+                                   "for EKS: aws eks update-kubeconfig --name CLUSTER") from None
+            cfg.connection_pool_maxsize = 512  # a stream per pod: 64 workers are 64 connections
+            cfg.retries = 0
+            self._client = client.ApiClient(cfg)
+            if self.context_namespace is None:
+                try:
+                    _, active = config.list_kube_config_contexts(config_file=self.kubeconfig)
+                    chosen = active
+                    if self.context:
+                        chosen = next(c for c in config.list_kube_config_contexts(self.kubeconfig)[0]
+                                      if c["name"] == self.context)
+                    self.context_namespace = (chosen.get("context") or {}).get("namespace") or "default"
+                except (ConfigException, StopIteration, TypeError, KeyError):
+                    pass
+        return self._client
+
+    def request(self, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None,
+                stream: bool = False, timeout: float | None = 30) -> Any:
+        """One API call; SDK and network errors become BackendError (ApiError for HTTP statuses)."""
+        from kubernetes.client import ApiException
+
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        try:
+            response = self.client.call_api(
+                "/" + path.lstrip("/"), method, query_params=params, body=body,
+                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                _request_timeout=timeout)
+        except ApiException as exc:
+            raise ApiError.from_exception(exc) from None
+        except Exception as exc:  # urllib3's connection errors, timeouts
+            raise Unreachable(f"cannot reach the cluster: {type(exc).__name__}: {str(exc)[:200]}",
+                              "check the network and the kubeconfig (kubectl cluster-info)") from None
+        if stream:
+            return response
+        data = response.data
+        return json.loads(data) if data else {}
+
+    # -- rendering and submitting ---------------------------------------------------
+
+    def render(self, spec: JobSpec) -> str:
+        rendered = render(spec, run_id_for(spec.name))
+        return rendered.to_yaml()
+
+    def preflight(self, spec: JobSpec, rendered: Rendered) -> list[Finding]:
+        """What would stop the job on this cluster, each with its fix."""
+        found: list[Finding] = []
+        info = KIND_INFO[rendered.kind]
+        ns = spec.namespace
+        if info.group != "batch":
+            crd = f"{info.plural}.{info.group}"
+            if not self._exists(f"apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}"):
+                found.append(Finding(rendered.kind, f"{info.kind} is not installed on this cluster (no CRD {crd})",
+                                     f"install {info.operator}: {info.install}, or use --kind job (needs nothing)"))
+        if not self._exists(f"api/v1/namespaces/{ns}"):
+            found.append(Finding(ns, f"namespace {ns} does not exist", f"kubectl create namespace {ns}"))
+            return found
+        c = spec.cluster
+        if c.pvc:
+            try:
+                pvc = self.request("GET", f"api/v1/namespaces/{ns}/persistentvolumeclaims/{c.pvc}")
+                phase = (pvc.get("status") or {}).get("phase")
+                if phase != "Bound":
+                    found.append(Finding(c.pvc, f"PersistentVolumeClaim {c.pvc} is {phase or 'not bound'}",
+                                         "kubectl describe pvc " + c.pvc + " (storage class, CSI driver, capacity); "
+                                         "torchdeck storage creates a bound one"))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                found.append(Finding(c.pvc, f"PersistentVolumeClaim {c.pvc} does not exist in {ns}",
+                                     "create it (torchdeck storage create), or fix cluster.pvc"))
+        if c.service_account and not self._exists(f"api/v1/namespaces/{ns}/serviceaccounts/{c.service_account}"):
+            found.append(Finding(c.service_account, f"service account {c.service_account} does not exist in {ns}",
+                                 "create it (for S3 on EKS: eksctl create iamserviceaccount ...), "
+                                 "or fix cluster.service_account"))
+        if spec.resources.gpus:
+            found += self._gpu_check(spec)
+        return found
+
+    def _gpu_check(self, spec: JobSpec) -> list[Finding]:
+        wanted = spec.resources.gpus
+        selector = spec.cluster.node_selector
+        nodes = self.request("GET", "api/v1/nodes").get("items", [])
+        matching = [n for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v
+                                            for k, v in selector.items())]
+        with_gpus = [n for n in matching if _quantity(((n.get("status") or {}).get("allocatable") or {})
+                                                      .get("nvidia.com/gpu", "0")) >= wanted]
+        if with_gpus:
+            return []
+        where = f"{len(matching)}/{len(nodes)} nodes match cluster.node_selector" if selector else f"{len(nodes)} nodes"
+        return [Finding("resources.gpus", f"no node can take a pod with {wanted} GPU(s): {where}, none with "
+                        f"{wanted} nvidia.com/gpu allocatable",
+                        "add a GPU nodegroup (and the NVIDIA device plugin), point cluster.node_selector at it, "
+                        "or set resources.gpus: 0")]
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self.request("GET", path)
+            return True
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def submit(self, spec: JobSpec) -> str:
+        spec = validate(spec)
+        run_id = run_id_for(spec.name)
+        rendered = render(spec, run_id)
+        problems = self.preflight(spec, rendered)
+        if problems:
+            more = f" (and {len(problems) - 1} more: torchdeck train --dry-run lists them)" if len(problems) > 1 else ""
+            raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
+        for obj in rendered.objects:
+            self.request("POST", self._collection(obj["kind"], spec.namespace), body=obj)
+        self._kinds[run_id] = (rendered.kind, spec.namespace)
+        return run_id
+
+    def _collection(self, kind: str, namespace: str) -> str:
+        if kind in CORE_PATHS:
+            base, plural = CORE_PATHS[kind]
+        else:
+            key = KIND_BY_NAME[kind]
+            base, plural = _api_base(key), KIND_INFO[key].plural
+        return f"{base}/namespaces/{namespace}/{plural}"
+
+    # -- finding runs ---------------------------------------------------------------
+
+    def _list_jobs(self, selector: str) -> list[tuple[str, dict[str, Any]]]:
+        """Every torchdeck job object matching ``selector``, of every installed kind."""
+        found: list[tuple[str, dict[str, Any]]] = []
+        for key, info in KIND_INFO.items():
+            namespace = self.namespace
+            items = None
+            while items is None:
+                path = (f"{_api_base(key)}/namespaces/{namespace}/{info.plural}" if namespace
+                        else f"{_api_base(key)}/{info.plural}")
+                try:
+                    items = self.request("GET", path, query={"labelSelector": selector}).get("items", [])
+                except ApiError as exc:
+                    if exc.status == 403 and namespace is None:
+                        self.client  # noqa: B018 - reads the context's namespace
+                        namespace = self.context_namespace or "default"
+                        continue
+                    if exc.status in (403, 404):
+                        items = []  # kind not installed, or not ours to see
+                        continue
+                    raise
+            found += [(key, item) for item in items
+                      if (item.get("metadata", {}).get("labels") or {}).get(RUN_LABEL)]
+        return found
+
+    def _job(self, run_id: str) -> tuple[str, dict[str, Any]]:
+        known = self._kinds.get(run_id)
+        if known:
+            key, ns = known
+            try:
+                return key, self.request("GET", f"{self._collection(KIND_INFO[key].kind, ns)}/{run_id}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        jobs = self._list_jobs(f"{RUN_LABEL}={run_id}")
+        if not jobs:
+            prefixed = [(k, o) for k, o in self._list_jobs(MANAGED) if o["metadata"]["name"].startswith(run_id)]
+            if len(prefixed) == 1:
+                jobs = prefixed
+            elif len(prefixed) > 1:
+                names = ", ".join(sorted(o["metadata"]["name"] for _, o in prefixed)[:5])
+                raise RunNotFound(f"{run_id!r} matches several runs: {names}", "give more of the id")
+        if not jobs:
+            where = f"namespace {self.namespace}" if self.namespace else "any namespace"
+            raise RunNotFound(f"no run {run_id!r} in {where} of this cluster",
+                              "torchdeck --backend kubernetes jobs lists them; --namespace picks another")
+        key, obj = jobs[0]
+        self._kinds[obj["metadata"]["name"]] = (key, obj["metadata"].get("namespace") or self.namespace or "default")
+        return key, obj
+
+    def pods(self, run_id: str, namespace: str) -> list[dict[str, Any]]:
+        return self.request("GET", f"api/v1/namespaces/{namespace}/pods",
+                            query={"labelSelector": f"{RUN_LABEL}={run_id}"}).get("items", [])
+
+    def _events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
+        try:
+            return self.request("GET", f"api/v1/namespaces/{namespace}/events",
+                                query={"fieldSelector": f"involvedObject.name={pod}"}).get("items", [])
+        except BackendError:
+            return []
+
+    # -- state ----------------------------------------------------------------------
+
+    def status(self, run_id: str) -> JobStatus:
+        key, obj = self._job(run_id)
+        ns = obj["metadata"].get("namespace") or self.namespace or "default"
+        return self._status_of(key, obj, self.pods(obj["metadata"]["name"], ns))
+
+    def _status_of(self, key: str, obj: dict[str, Any], pods: list[dict[str, Any]]) -> JobStatus:
+        meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+        name = meta["name"]
+        state, reason = job_state(key, obj, pods)
+        findings: list[Finding] = []
+        if not state.is_terminal:
+            for pod in pods:
+                findings += diagnose_pod(pod, self._events(meta.get("namespace", "default"), pod["metadata"]["name"])
+                                         if (pod.get("status") or {}).get("phase") == "Pending" else ())
+        findings += job_findings(name, st.get("conditions") or [], (spec.get("runPolicy") or {}).get("backoffLimit"))
+        if findings and not reason:
+            reason = str(findings[0].where) + ": " + findings[0].problem
+        restarts = sum(cs.get("restartCount", 0) for p in pods
+                       for cs in (p.get("status") or {}).get("containerStatuses") or [])
+        return JobStatus(
+            run_id=name, name=(meta.get("labels") or {}).get("torchdeck.dev/job", name), backend=self.name,
+            state=state, world_size=world_size(key, obj), submitted_at=_ts(meta.get("creationTimestamp")) or 0.0,
+            finished_at=_ts(st.get("completionTime")), reason=reason,
+            hint=findings[0].fix if findings else "", restarts=restarts,
+            location=f"{meta.get('namespace', 'default')}/{KIND_INFO[key].kind}")
+
+    def list(self) -> list[JobStatus]:
+        jobs = self._list_jobs(MANAGED)
+        out = []
+        for key, obj in jobs:
+            self._kinds[obj["metadata"]["name"]] = (key, obj["metadata"].get("namespace", "default"))
+            out.append(self._status_of(key, obj, []))
+        return sorted(out, key=lambda s: s.submitted_at, reverse=True)
+
+    def cancel(self, run_id: str) -> JobStatus:
+        key, obj = self._job(run_id)
+        name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        self.request("DELETE", f"{self._collection(KIND_INFO[key].kind, ns)}/{name}", body=body)
+        for kind in ("Service", "Deployment"):  # the plain Job's service, the ElasticJob's etcd
+            collection = self._collection(kind, ns)
+            for item in self.request("GET", collection, query={"labelSelector": f"{RUN_LABEL}={name}"}).get("items", []):
+                self.request("DELETE", f"{collection}/{item['metadata']['name']}", body=body)
+        status = self._status_of(key, obj, [])
+        status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
+        return status
+
+    # -- pods, logs and metrics -----------------------------------------------------
+
+    def _namespace_of(self, run_id: str) -> tuple[str, str, dict[str, Any]]:
+        key, obj = self._job(run_id)
+        return obj["metadata"]["name"], obj["metadata"].get("namespace", "default"), obj
+
+    def logs(self, run_id: str, rank: int | None = None, follow: bool = False,
+             poll_s: float = 0.2) -> Iterator[list[LogLine]]:
+        name, ns, obj = self._namespace_of(run_id)
+        nproc = nproc_per_node(obj)
+        follower = PodLogFollower(self, name, ns, follow=follow)
+        follower.start()
+        try:
+            while True:
+                batch, done = follower.take(poll_s)
+                lines = []
+                for node_rank, attempt, raw in batch:
+                    events = parse_metric_lines([raw])
+                    r = events[0].rank if events else (node_rank * nproc if node_rank >= 0 else -1)
+                    if rank is None or r == rank:
+                        lines.append(LogLine(r, raw.decode(errors="replace"), attempt))
+                if lines or follow:
+                    yield lines
+                if done:
+                    return
+        finally:
+            follower.stop()
+
+    async def metrics(self, run_id: str, follow: bool = True,
+                      poll_s: float = 0.1) -> AsyncIterator[list[MetricEvent]]:
+        name, ns, _ = await asyncio.to_thread(self._namespace_of, run_id)
+        follower = PodLogFollower(self, name, ns, follow=follow)
+        follower.start()
+        try:
+            while True:
+                batch, done = await asyncio.to_thread(follower.take, poll_s)
+                events = parse_metric_lines([raw for _, _, raw in batch])
+                if events:
+                    yield events
+                if done:
+                    return
+        finally:
+            follower.stop()
+
+    def node_metrics(self, run_id: str) -> list[NodeMetrics]:
+        name, ns, _ = self._namespace_of(run_id)
+        node_names = sorted({(p.get("spec") or {}).get("nodeName") for p in self.pods(name, ns)} - {None})
+        if not node_names:
+            return []
+        usage: dict[str, dict[str, str]] = {}
+        note = ""
+        try:
+            for item in self.request("GET", "apis/metrics.k8s.io/v1beta1/nodes").get("items", []):
+                usage[item["metadata"]["name"]] = item.get("usage") or {}
+        except ApiError:
+            note = "no metrics-server: install it for node CPU and memory"
+        out = []
+        for node_name in node_names:
+            try:
+                node = self.request("GET", f"api/v1/nodes/{node_name}")
+            except ApiError:
+                continue
+            alloc = (node.get("status") or {}).get("allocatable") or {}
+            cpu_total = _quantity(alloc.get("cpu", "0"))
+            mem_total = _quantity(alloc.get("memory", "0"))
+            used = usage.get(node_name, {})
+            gpus = int(_quantity(alloc.get("nvidia.com/gpu", "0")))
+            # The API has GPU counts, not utilization: that comes from the
+            # trainer's own lines (gpu_util) or a DCGM exporter.
+            gpu_note = f"{gpus} GPU(s) allocatable" if gpus else "no GPU"
+            out.append(NodeMetrics(
+                name=node_name, cpu_percent=100.0 * _quantity(used.get("cpu", "0")) / cpu_total if cpu_total else 0.0,
+                cpu_count=int(cpu_total) or 1, mem_used_mb=_quantity(used.get("memory", "0")) / 2**20,
+                mem_total_mb=mem_total / 2**20, gpu_note=f"{gpu_note}; {note}" if note else gpu_note))
+        return out
+
+
+class ApiError(BackendError):
+    """The API server answered with an error status."""
+
+    def __init__(self, message: str, hint: str = "", status: int = 0, reason: str = ""):
+        super().__init__(message, hint)
+        self.status, self.reason = status, reason
+
+    @classmethod
+    def from_exception(cls, exc) -> "ApiError":
+        status = getattr(exc, "status", 0) or 0
+        message, reason = "", getattr(exc, "reason", "") or ""
+        try:
+            body = json.loads(exc.body or "{}")
+            message, reason = body.get("message") or "", body.get("reason") or reason
+        except (TypeError, ValueError):
+            pass
+        hints = {401: "your credentials expired or are wrong: refresh the kubeconfig (aws eks update-kubeconfig)",
+                 403: "your identity lacks the RBAC permission for this; ask a cluster admin",
+                 404: "", 409: "an object with that name exists already", 410: "",
+                 422: "the cluster refused the manifest: torchdeck render --validate shows what is wrong"}
+        return cls(f"the cluster said {status} {reason}: {message}".rstrip(": "), hints.get(status, ""), status, reason)
+
+
+class Unreachable(BackendError):
+    """No answer from the API server (network, DNS, TLS, timeout)."""
+
+
+def _quantity(text: Any) -> float:
+    """A Kubernetes quantity as a number: "3500m" -> 3.5, "8Gi" -> 8589934592, "2" -> 2."""
+    text = str(text).strip()
+    units = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    for suffix in ("Ki", "Mi", "Gi", "Ti", "n", "u", "m", "k", "M", "G", "T"):
+        if text.endswith(suffix):
+            try:
+                return float(text[: -len(suffix)]) * units[suffix]
+            except ValueError:
+                return 0.0
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def world_size(key: str, obj: dict[str, Any]) -> int:
+    spec = obj.get("spec") or {}
+    nproc = nproc_per_node(obj)
+    if key == "pytorchjob":
+        return nproc * sum(r.get("replicas", 1) for r in (spec.get("pytorchReplicaSpecs") or {}).values())
+    if key == "mpijob":
+        return nproc * ((spec.get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas", 1)
+    if key == "job":
+        return nproc * spec.get("completions", 1)
+    if key == "trainjob":
+        return nproc * (spec.get("trainer") or {}).get("numNodes", 1)
+    if key == "elasticjob":
+        return nproc * ((spec.get("replicaSpecs") or {}).get("Worker") or {}).get("replicas", 1)
+    return nproc
+
+
+def nproc_per_node(obj: dict[str, Any]) -> int:
+    """Ranks per pod, read back from the job (so any machine can reattach)."""
+    spec = obj.get("spec") or {}
+    if spec.get("nprocPerNode"):
+        return int(spec["nprocPerNode"])
+    if (spec.get("trainer") or {}).get("numProcPerNode"):
+        return int(spec["trainer"]["numProcPerNode"])
+    text = json.dumps(spec)
+    marker = '"--nproc-per-node", "'
+    at = text.find(marker)
+    if at >= 0:
+        return int(text[at + len(marker):].split('"', 1)[0])
+    return 1
+
+
+KUBEFLOW_STATES = (("Succeeded", JobState.SUCCEEDED), ("Failed", JobState.FAILED),
+                   ("Restarting", JobState.RUNNING), ("Running", JobState.RUNNING),
+                   ("Suspended", JobState.PENDING), ("Created", JobState.PENDING))
+
+
+def job_state(key: str, obj: dict[str, Any], pods: list[dict[str, Any]]) -> tuple[JobState, str]:
+    """The job's own conditions mapped onto JobState, with the condition's message."""
+    st = obj.get("status") or {}
+    conditions = {c.get("type"): c for c in st.get("conditions") or [] if c.get("status") == "True"}
+    if key == "job":
+        if "Complete" in conditions:
+            return JobState.SUCCEEDED, ""
+        if "Failed" in conditions:
+            return JobState.FAILED, conditions["Failed"].get("message") or conditions["Failed"].get("reason", "")
+        return (JobState.RUNNING if st.get("active") and _any_running(pods) else JobState.PENDING), ""
+    if key == "trainjob":
+        if "Complete" in conditions:
+            return JobState.SUCCEEDED, ""
+        if "Failed" in conditions:
+            return JobState.FAILED, conditions["Failed"].get("message", "")
+        return (JobState.RUNNING if _any_running(pods) else JobState.PENDING), ""
+    for kind, state in KUBEFLOW_STATES:
+        if kind in conditions:
+            message = conditions[kind].get("message", "") if state is JobState.FAILED or kind == "Restarting" else ""
+            if state is JobState.RUNNING and not _any_running(pods) and pods:
+                return JobState.PENDING, message
+            return state, message
+    return JobState.PENDING, ""
+
+
+def _any_running(pods: list[dict[str, Any]]) -> bool:
+    return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+
+def node_rank(pod: dict[str, Any], all_pods: list[dict[str, Any]]) -> int:
+    """Which node (torchrun's node rank) a pod is, from the labels its operator sets."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    kind = labels.get("training.kubeflow.org/replica-type", "").lower()
+    index = labels.get("training.kubeflow.org/replica-index") or labels.get("batch.kubernetes.io/job-completion-index")
+    if kind == "launcher":
+        return -1  # mpirun's output carries every rank; its lines say which
+    if index is not None and str(index).isdigit():
+        has_master = any(((p.get("metadata") or {}).get("labels") or {})
+                         .get("training.kubeflow.org/replica-type", "").lower() == "master" for p in all_pods)
+        return int(index) + (1 if kind == "worker" and has_master else 0)
+    names = sorted((p.get("metadata") or {}).get("name", "") for p in all_pods)
+    return names.index(pod["metadata"]["name"]) if pod["metadata"]["name"] in names else 0
+
+
+class PodWatcher:
+    """A run's pods, kept current by list + watch from a resourceVersion.
+    410 Gone: re-list. A dropped or failed connection: reconnect after a
+    backoff (0.5 s doubling to 8 s), ``on_retry`` says so; after
+    MAX_RETRIES failures in a row, ``error`` is set and it stops."""
+
+    def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str,
+                 on_change: Callable[[dict[str, dict[str, Any]]], None],
+                 on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None):
+        self.backend, self.run_id, self.namespace = backend, run_id, namespace
+        self.on_change, self.on_retry = on_change, on_retry
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.relists = 0
+        self.retries = 0
+        self.error: BackendError | None = None
+        self._stop = threading.Event()
+        self._response = None
+
+    def stop(self) -> None:
+        self._stop.set()
+        _abort(self._response)
+
+    def run(self) -> None:
+        failures = 0
+        rv = None
+        path = f"api/v1/namespaces/{self.namespace}/pods"
+        selector = f"{RUN_LABEL}={self.run_id}"
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    listing = self.backend.request("GET", path, query={"labelSelector": selector})
+                    self.pods = {p["metadata"]["name"]: p for p in listing.get("items", [])}
+                    rv = (listing.get("metadata") or {}).get("resourceVersion")
+                    self.relists += 1
+                    self.on_change(dict(self.pods))
+                self._response = self.backend.request(
+                    "GET", path, query={"labelSelector": selector, "watch": "true", "resourceVersion": rv,
+                                        "allowWatchBookmarks": "true", "timeoutSeconds": 300},
+                    stream=True, timeout=None)
+                failures = 0
+                for line in _lines(self._response):
+                    if self._stop.is_set():
+                        return
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            rv = None  # expired: list again
+                            break
+                        raise ApiError(f"the pod watch failed: {obj.get('message', obj)}", "", obj.get("code", 0))
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if kind == "BOOKMARK":
+                        continue
+                    name = (obj.get("metadata") or {}).get("name")
+                    if kind == "DELETED":
+                        self.pods.pop(name, None)
+                    elif name:
+                        self.pods[name] = obj
+                    self.on_change(dict(self.pods))
+                # the server ended the watch (its timeout, or a cut): go on from rv
+            except ApiError as exc:
+                if exc.status == 410:
+                    rv = None
+                    continue
+                failures = self._failed(failures, str(exc))
+                if failures > MAX_RETRIES:
+                    return
+            except (BackendError, OSError, ValueError) as exc:
+                if self._stop.is_set():
+                    return
+                failures = self._failed(failures, str(exc))
+                if failures > MAX_RETRIES:
+                    return
+            except Exception as exc:  # urllib3 protocol errors while streaming
+                if self._stop.is_set():
+                    return
+                failures = self._failed(failures, f"{type(exc).__name__}: {exc}")
+                if failures > MAX_RETRIES:
+                    return
+
+    def _failed(self, failures: int, why: str) -> int:
+        failures += 1
+        self.retries += 1
+        if failures > MAX_RETRIES:
+            self.error = Unreachable(f"lost the cluster connection: {failures - 1} retries failed ({why[:160]})",
+                                     "check the network and the kubeconfig, then reopen the monitor")
+            self.on_retry(failures, 0.0, why)
+            return failures
+        wait = min(8.0, 0.5 * 2 ** (failures - 1))
+        self.on_retry(failures, wait, why)
+        self._stop.wait(wait)
+        return failures
+
+
+def _abort(response) -> None:
+    """End a streamed response another thread is reading. (Closing it would
+    wait for that reader's lock; shutting the socket down wakes the reader.)"""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _lines(response) -> Iterator[bytes]:
+    """Whole lines from a streamed HTTP response."""
+    pending = b""
+    for chunk in response.stream(65536, decode_content=False):
+        pending += chunk
+        *whole, pending = pending.split(b"\n")
+        for line in whole:
+            if line.strip():
+                yield line
+    if pending.strip():
+        yield pending
+
+
+class PodLogFollower:
+    """Every pod's log of one run at once, a thread and a stream per pod,
+    into one queue of (node rank, attempt, line). A container that restarts
+    is followed again from its new start (attempt = its restart count)."""
+
+    def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str, follow: bool = True):
+        self.backend, self.run_id, self.namespace, self.follow = backend, run_id, namespace, follow
+        self.queue: queue.Queue[tuple[int, int, bytes]] = queue.Queue()
+        self._streams: dict[tuple[str, int], threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._responses: list[Any] = []
+        self._stopped = threading.Event()
+        self.watcher = PodWatcher(backend, run_id, namespace, self._pods_changed, self._retrying)
+        self._watch_thread: threading.Thread | None = None
+        self._job_over = False
+
+    def start(self) -> None:
+        if self.follow:
+            self._watch_thread = threading.Thread(target=self.watcher.run, name=f"watch-{self.run_id}", daemon=True)
+            self._watch_thread.start()
+        else:
+            pods = self.backend.pods(self.run_id, self.namespace)
+            self._pods_changed({p["metadata"]["name"]: p for p in pods})
+
+    def _retrying(self, attempt: int, wait: float, why: str) -> None:
+        text = (f"[torchdeck] lost the pod watch ({why[:120]}); retry {attempt}/{MAX_RETRIES} in {wait:.1f} s"
+                if wait else f"[torchdeck] gave up after {MAX_RETRIES} retries: {why[:120]}")
+        self.queue.put((-1, 0, text.encode()))
+
+    def _pods_changed(self, pods: dict[str, dict[str, Any]]) -> None:
+        all_pods = list(pods.values())
+        for name, pod in pods.items():
+            status = pod.get("status") or {}
+            statuses = status.get("containerStatuses") or []
+            started = any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
+                          for cs in statuses)
+            if not started:
+                continue
+            attempt = max((cs.get("restartCount", 0) for cs in statuses), default=0)
+            key = (name, attempt)
+            with self._lock:
+                if key in self._streams or self._stopped.is_set():
+                    continue
+                rank = node_rank(pod, all_pods)
+                thread = threading.Thread(target=self._stream, args=(name, rank, attempt, status),
+                                          name=f"log-{name}", daemon=True)
+                self._streams[key] = thread
+            thread.start()
+
+    def _stream(self, pod: str, rank: int, attempt: int, status: dict[str, Any]) -> None:
+        running = any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or [])
+        query = {"follow": "true" if self.follow and running else None}
+        try:
+            response = self.backend.request("GET", f"api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+                                            query=query, stream=True, timeout=None)
+            self._responses.append(response)
+            for line in _lines(response):
+                if self._stopped.is_set():
+                    return
+                self.queue.put((rank, attempt, line))
+        except BackendError as exc:
+            if not self._stopped.is_set() and getattr(exc, "status", 0) not in (400, 404):
+                self.queue.put((rank, attempt, f"[torchdeck] the log of {pod} broke off: {exc}".encode()))
+        except Exception:
+            pass  # the connection closed under us (stop), or the pod went away
+
+    def _all_done(self) -> bool:
+        with self._lock:
+            threads = list(self._streams.values())
+        if any(t.is_alive() for t in threads):
+            return False
+        if not self.follow:
+            return True
+        if self.watcher.error is not None:
+            return True
+        pods = self.watcher.pods
+        return bool(pods) and all((p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                                  for p in pods.values())
+
+    def take(self, wait_s: float, limit: int = 4096) -> tuple[list[tuple[int, int, bytes]], bool]:
+        """What arrived (waiting up to ``wait_s`` for the first), and whether the logs are over."""
+        out: list[tuple[int, int, bytes]] = []
+        try:
+            out.append(self.queue.get(timeout=wait_s))
+            while len(out) < limit:
+                out.append(self.queue.get_nowait())
+        except queue.Empty:
+            pass
+        done = not out and self._all_done() and self.queue.empty()
+        return out, done
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.watcher.stop()
+        for response in list(self._responses):
+            _abort(response)
+

@@ -1,0 +1,334 @@
+"""The kubernetes backend against kmock (a real HTTP Kubernetes API, see
+kube_cluster.py for the gaps closed there), through a kubeconfig and the
+official client. The tests play the operator and the kubelet: they create
+the pods an operator would, patch their statuses, and script their logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from kube_cluster import start_cluster, stop_cluster
+from torchdeck.backends.base import JobState
+from torchdeck.backends.errors import BackendError, RunNotFound
+from torchdeck.backends.kubernetes import KubernetesBackend, PodWatcher
+from torchdeck.backends.manifests import KIND_INFO, RUN_LABEL, render
+from torchdeck.backends.spec import KINDS, spec_from_dict
+
+NS = "training"
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/torchdeck-trainer:v3"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    running, thread = start_cluster(tmp_path)
+    running.emulator.namespaces.add(NS)
+    yield running
+    stop_cluster(running, thread)
+
+
+@pytest.fixture
+def backend(cluster):
+    return KubernetesBackend(cluster.kubeconfig)
+
+
+def make_spec(**changes):
+    data = {"name": "cifar10", "nodes": 2, "nproc_per_node": 2, "image": IMAGE, "namespace": NS,
+            "cluster": {"pvc": "shared", "service_account": "torchdeck-s3"}}
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return spec_from_dict(data)
+
+
+def install(backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, cpu_nodes=1):
+    """What a prepared cluster has: the operators' CRDs, the claim, the service account, nodes."""
+    for kind in kinds:
+        info = KIND_INFO[kind]
+        if info.group != "batch":
+            backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body={
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{info.plural}.{info.group}"}})
+    backend.request("POST", f"api/v1/namespaces/{NS}/persistentvolumeclaims", body={
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"},
+        "status": {"phase": pvc_phase}})
+    if sa:
+        backend.request("POST", f"api/v1/namespaces/{NS}/serviceaccounts", body={
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "torchdeck-s3"}})
+    for i in range(cpu_nodes):
+        backend.request("POST", "api/v1/nodes", body={
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": f"cpu-{i}", "labels": {"pool": "cpu"}},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}})
+    for i in range(gpu_nodes):
+        backend.request("POST", "api/v1/nodes", body={
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-{i}", "labels": {"pool": "gpu"}},
+            "status": {"allocatable": {"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "1"}}})
+
+
+def make_pod(backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0"):
+    """A pod as the training operator creates it and the kubelet reports it."""
+    state = {"running": {"startedAt": "2026-11-22T06:00:00Z"}} if phase == "Running" else (
+        {"terminated": {"exitCode": 0, "reason": "Completed"}} if phase == "Succeeded" else
+        {"waiting": {"reason": "ContainerCreating"}})
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {RUN_LABEL: run_id, "training.kubeflow.org/replica-type": replica_type,
+                                                  "training.kubeflow.org/replica-index": str(index)}},
+            "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": IMAGE}]},
+            "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "image": IMAGE, "ready": True,
+                                                              "restartCount": restarts, "state": state}]}}
+    backend.request("POST", f"api/v1/namespaces/{NS}/pods", body=body)
+    return body
+
+
+def set_phase(backend, pod, phase, restarts=0):
+    state = ({"running": {"startedAt": "2026-11-22T06:00:00Z"}} if phase == "Running"
+             else {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}})
+    backend.request("PATCH", f"api/v1/namespaces/{NS}/pods/{pod}/status", body={"status": {
+        "phase": phase, "containerStatuses": [{"name": "pytorch", "image": IMAGE, "restartCount": restarts,
+                                               "state": state}]}})
+
+
+def set_conditions(backend, run_id, *types, message=""):
+    path = f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}/status"
+    backend.request("PATCH", path, body={"status": {"conditions": [
+        {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": message} for t in types]}})
+
+
+def metric_line(rank, step, loss=2.0):
+    return json.dumps({"schema": 1, "event": "step", "rank": rank, "world_size": 4, "time": 1_790_000_000.0 + step,
+                       "epoch": 1, "step": step, "loss": loss, "samples_per_s": 900.0})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_is_stored_as_rendered(backend, kind):
+    install(backend)
+    spec = make_spec(cluster={"kind": kind})
+    run_id = backend.submit(spec)
+    expected = render(spec, run_id, kind)
+    for obj in expected.objects:
+        stored = backend.request("GET", f"{backend._collection(obj['kind'], NS)}/{obj['metadata']['name']}")
+        assert stored["kind"] == obj["kind"] and stored["apiVersion"] == obj["apiVersion"]
+        assert stored["metadata"]["labels"] == obj["metadata"]["labels"]
+        assert stored["metadata"]["labels"][RUN_LABEL] == run_id
+        assert stored["spec"] == obj["spec"]
+    status = backend.status(run_id)
+    assert status.state is JobState.PENDING and status.world_size == 4 and status.backend == "kubernetes"
+
+
+@pytest.mark.parametrize("setup, kind, words, fix", [
+    ({"kinds": ()}, "pytorchjob", "PyTorchJob is not installed on this cluster (no CRD pytorchjobs.kubeflow.org)",
+     "training-operator"),
+    ({"pvc_phase": "Pending"}, "job", "PersistentVolumeClaim shared is Pending", "describe pvc"),
+    ({"sa": False}, "job", "service account torchdeck-s3 does not exist in training", "iamserviceaccount"),
+])
+def test_preflight_stops_a_job_that_cannot_run(backend, setup, kind, words, fix):
+    install(backend, **setup)
+    with pytest.raises(BackendError) as err:
+        backend.submit(make_spec(cluster={"kind": kind}))
+    assert words in err.value.message and fix in err.value.hint
+    assert backend.list() == []  # nothing was created
+    assert backend.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs").get("items", []) == []
+
+
+def test_preflight_missing_namespace_and_gpus_on_a_cpu_pool(backend):
+    install(backend, gpu_nodes=1, cpu_nodes=2)
+    with pytest.raises(BackendError, match="namespace research does not exist"):
+        backend.submit(make_spec(namespace="research"))
+    cpu_pool = make_spec(resources={"gpus": 1}, cluster={"node_selector": {"pool": "cpu"}})
+    with pytest.raises(BackendError) as err:
+        backend.submit(cpu_pool)
+    assert "no node can take a pod with 1 GPU(s): 2/3 nodes match cluster.node_selector" in err.value.message
+    run_id = backend.submit(make_spec(resources={"gpus": 1}, cluster={"node_selector": {"pool": "gpu"}}))
+    assert backend.status(run_id).state is JobState.PENDING
+
+
+def test_status_follows_the_operator_and_explains_pending_pods(backend):
+    install(backend)
+    run_id = backend.submit(make_spec())
+    master = make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Pending")
+    backend.request("PATCH", f"api/v1/namespaces/{NS}/pods/{master['metadata']['name']}/status", body={"status": {
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                        "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}})
+    set_conditions(backend, run_id, "Created")
+    status = backend.status(run_id)
+    assert status.state is JobState.PENDING and "no node has a free GPU" in status.reason
+    assert "GPU nodegroup" in status.hint
+    set_phase(backend, f"{run_id}-master-0", "Running")
+    set_conditions(backend, run_id, "Created", "Running")
+    assert backend.status(run_id).state is JobState.RUNNING
+    set_conditions(backend, run_id, "Created", "Failed", message="PyTorchJob has failed because it has reached "
+                                                                  "the specified backoff limit")
+    failed = backend.status(run_id[:12])  # a unique prefix is enough
+    assert failed.state is JobState.FAILED and "backoff limit" in failed.reason
+
+
+def test_list_and_cancel_remove_every_object_of_the_run(backend):
+    install(backend)
+    first = backend.submit(make_spec(cluster={"kind": "job"}))
+    time.sleep(1.1)  # run ids have one-second resolution
+    second = backend.submit(make_spec(name="other"))
+    assert {s.run_id for s in backend.list()} == {first, second}
+    stopped = backend.cancel(first)
+    assert stopped.state is JobState.CANCELLED
+    assert backend.request("GET", f"api/v1/namespaces/{NS}/services").get("items") == []
+    assert [s.run_id for s in backend.list()] == [second]
+    with pytest.raises(RunNotFound):
+        backend.status("nothing-like-it")
+
+
+def test_logs_and_metrics_follow_every_pod_across_a_restart(cluster, backend):
+    install(backend)
+    run_id = backend.submit(make_spec())
+    em = cluster.emulator
+    cluster.call(em.script_log, NS, f"{run_id}-master-0", ["starting", metric_line(0, 1), metric_line(1, 1)])
+    cluster.call(em.script_log, NS, f"{run_id}-worker-0", ["starting", metric_line(2, 1), metric_line(3, 1)],
+                 ended=False)
+    make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Running")
+    make_pod(backend, run_id, f"{run_id}-worker-0", "worker", 0, phase="Running")
+    seen: list = []
+
+    async def collect():
+        async for batch in backend.metrics(run_id):
+            seen.extend(batch)
+            if {(e.rank, e.record["step"]) for e in seen} >= {(r, 2) for r in range(4)}:
+                return
+
+    def restart_worker():
+        time.sleep(1.0)
+        # the worker's container crashed and came back: its new log starts over
+        cluster.call(em.script_log, NS, f"{run_id}-worker-0", [metric_line(2, 2), metric_line(3, 2)], ended=False)
+        set_phase(backend, f"{run_id}-worker-0", "Running", restarts=1)
+        cluster.call(em.script_log, NS, f"{run_id}-master-0", [metric_line(0, 2), metric_line(1, 2)], ended=False)
+        set_phase(backend, f"{run_id}-master-0", "Running", restarts=1)
+
+    threading.Thread(target=restart_worker, daemon=True).start()
+    asyncio.run(asyncio.wait_for(collect(), 30))
+    assert {e.rank for e in seen} == {0, 1, 2, 3}
+    lines = next(b for b in backend.logs(run_id, rank=2) if b)
+    assert lines and all(line.rank == 2 for line in lines)
+    everything = [line for batch in backend.logs(run_id) for line in batch]
+    assert any(line.text == "starting" or line.rank in (0, 2) for line in everything)
+
+
+def test_pod_watch_relists_on_410_and_resumes_after_a_cut(cluster, backend):
+    install(backend)
+    run_id = backend.submit(make_spec())
+    em = cluster.emulator
+    cluster.call(em.fail_next_watch, "gone")
+    cluster.call(em.fail_next_watch, "cut", 1)
+    retries: list = []
+    watcher = PodWatcher(backend, run_id, NS, lambda pods: None, lambda n, wait, why: retries.append(n))
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    for i in range(3):
+        make_pod(backend, run_id, f"{run_id}-worker-{i}", "worker", i, phase="Pending")
+    for i in range(3):
+        set_phase(backend, f"{run_id}-worker-{i}", "Running")
+    set_phase(backend, f"{run_id}-worker-1", "Succeeded")
+    deadline = time.monotonic() + 15
+    want = {f"{run_id}-worker-0": "Running", f"{run_id}-worker-1": "Succeeded", f"{run_id}-worker-2": "Running"}
+    while time.monotonic() < deadline:
+        if {n: p["status"]["phase"] for n, p in watcher.pods.items()} == want:
+            break
+        time.sleep(0.1)
+    watcher.stop()
+    assert {n: p["status"]["phase"] for n, p in watcher.pods.items()} == want
+    assert watcher.relists >= 2  # the first list, and again after 410 Gone
+    assert em.watches >= 3  # gone, cut, then the one that stayed
+
+
+def test_watch_gives_up_after_repeated_failures_with_a_clear_message(tmp_path, monkeypatch):
+    running, thread = start_cluster(tmp_path)
+    backend = KubernetesBackend(running.kubeconfig)
+    stop_cluster(running, thread)  # the cluster goes away
+    monkeypatch.setattr("torchdeck.backends.kubernetes.MAX_RETRIES", 2)
+    retries: list = []
+    watcher = PodWatcher(backend, "r", NS, lambda pods: None, lambda n, wait, why: retries.append((n, wait)))
+    watcher.run()  # returns: it gave up
+    assert retries == [(1, 0.5), (2, 1.0), (3, 0.0)]
+    assert "lost the cluster connection: 2 retries failed" in watcher.error.message
+
+
+def test_128_worker_pods_are_followed_at_once(cluster, backend):
+    install(backend)
+    run_id = backend.submit(make_spec(nodes=128, nproc_per_node=1))
+    em = cluster.emulator
+    for i in range(128):
+        cluster.call(em.script_log, NS, f"{run_id}-worker-{i}", [metric_line(i, s) for s in range(1, 6)])
+        make_pod(backend, run_id, f"{run_id}-worker-{i}", "worker", i, phase="Succeeded")
+    seen = []
+
+    async def collect():
+        async for batch in backend.metrics(run_id, follow=False):
+            seen.extend(batch)
+
+    asyncio.run(asyncio.wait_for(collect(), 60))
+    assert len(seen) == 128 * 5 and {e.rank for e in seen} == set(range(128))
+
+
+def test_cli_trains_lists_and_explains_on_the_cluster(cluster, backend, tmp_path):
+    install(backend)
+    env = {"KUBECONFIG": str(cluster.kubeconfig), "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def torchdeck(*args):
+        return subprocess.run([sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
+                              capture_output=True, text=True, env=env, timeout=60)
+
+    done = torchdeck("train", "--detach", "--image", IMAGE, "--namespace", NS, "--nodes", "2",
+                     "--set", "cluster.pvc=shared", "--set", "cluster.service_account=torchdeck-s3")
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip()
+    assert re.match(r"^cifar10-\d{4}-\d{6}$", run_id)
+    jobs = torchdeck("jobs")
+    assert run_id in jobs.stdout and "pending" in jobs.stdout
+    missing = torchdeck("train", "--detach", "--image", IMAGE, "--namespace", "nowhere")
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+    assert "namespace nowhere does not exist" in missing.stderr and "kubectl create namespace" in missing.stderr
+
+
+def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, tmp_path):
+    from textual.widgets import Static
+
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.monitor import MonitorScreen
+    from tui_support import wait_for
+
+    install(backend)
+    run_id = backend.submit(make_spec())
+    em = cluster.emulator
+    for name, role, index, ranks in ((f"{run_id}-master-0", "master", 0, (0, 1)),
+                                     (f"{run_id}-worker-0", "worker", 0, (2, 3))):
+        cluster.call(em.script_log, NS, name, [metric_line(r, s, 2.3 - 0.01 * s) for s in range(1, 21) for r in ranks],
+                     rate=80, ended=False)
+        make_pod(backend, run_id, name, role, index, phase="Running")
+    set_conditions(backend, run_id, "Created", "Running")
+    settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
+
+    async def scenario():
+        app = make_app(settings, KubernetesBackend(cluster.kubeconfig), run_id)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.snap.events == 80, what="every rank's lines", timeout=30)
+            await wait_for(pilot, lambda: screen.query_one("#ranks").row_count == 4, what="four rank rows")
+            line = screen.query_one("#status-line", Static)
+            await wait_for(pilot, lambda: "step 20" in str(line.render()) and "RUNNING" in str(line.render()),
+                           what="the status line at step 20")
+            assert run_id in str(line.render()) and "world 4" in str(line.render())
+            table = screen.query_one("#ranks")  # drawn at most four times a second
+            await wait_for(pilot, lambda: [table.get_row_at(i)[1] for i in range(4)] == ["20"] * 4,
+                           what="every rank at step 20 in the table")
+            assert [table.get_row_at(i)[0] for i in range(4)] == ["0", "1", "2", "3"]
+
+    asyncio.run(scenario())
