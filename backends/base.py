@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from .spec import JobSpec
 
@@ -163,3 +163,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def node_metrics(self, run_id: str) -> list[NodeMetrics]:
         """CPU, memory and GPU of the machines the run uses, and of its rank processes."""
+
+    @abc.abstractmethod
+    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+        """Put CIFAR-10 where the spec's jobs read it (a folder here, the
+        shared volume on a cluster); returns what is there (path, image counts)."""
+
+    @abc.abstractmethod
+    def test_model(self, spec: JobSpec, model_file: str | None = None,
+                   on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+        """Evaluate the trained model on the CIFAR-10 test batch where the job
+        ran; returns accuracy, images and per_class {name: {accuracy, correct, total}}."""

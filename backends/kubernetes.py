@@ -16,6 +16,7 @@ as the local backend's files do."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import queue
 import socket
@@ -29,7 +30,7 @@ from .base import Backend, JobState, JobStatus, LogLine, MetricEvent, NodeMetric
 from .errors import BackendError, RunNotFound
 from .events import parse_metric_lines
 from .kube_diagnosis import Finding, diagnose_pod, job_findings
-from .manifests import KIND_INFO, RUN_LABEL, Rendered, render
+from .manifests import KIND_INFO, RUN_LABEL, Rendered, render, render_task
 from .spec import JobSpec, validate
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
@@ -327,6 +328,70 @@ class KubernetesBackend(Backend):
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
         return status
 
+    # -- jobs around training ---------------------------------------------------------
+
+    def start_task(self, spec: JobSpec, task: str, model_file: str | None = None) -> tuple[str, str]:
+        """Start the data-prep or model-test job; returns (its name, its namespace)."""
+        spec = validate(spec)
+        name = run_id_for(f"{spec.name}-{'data' if task == 'data-prep' else 'test'}")
+        rendered = render_task(spec, task, name, model_file)
+        checked = spec if task != "data-prep" else dataclasses.replace(
+            spec, resources=dataclasses.replace(spec.resources, gpus=0))
+        problems = self.preflight(checked, rendered)
+        if problems:
+            raise BackendError(f"{problems[0].where}: {problems[0].problem}", problems[0].fix)
+        for obj in rendered.objects:
+            self.request("POST", self._collection(obj["kind"], spec.namespace), body=obj)
+        return name, spec.namespace
+
+    def wait_task(self, name: str, namespace: str, timeout_s: float = 900.0, poll_s: float = 1.0,
+                  on_wait: Callable[[str], None] = lambda reason: None) -> str:
+        """Wait for a task job to end; its pod's output when it succeeded,
+        else a BackendError that says why (the pod's diagnosis, its last lines)."""
+        path = f"apis/batch/v1/namespaces/{namespace}/jobs/{name}"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.request("GET", path)
+            pods = self.pods(name, namespace)
+            state, reason = job_state("job", job, pods)
+            if state.is_terminal:
+                break
+            findings = [f for p in pods for f in diagnose_pod(
+                p, self._events(namespace, p["metadata"]["name"])
+                if (p.get("status") or {}).get("phase") == "Pending" else ())]
+            on_wait(str(findings[0]) if findings else f"{name}: {state.value}")
+            if time.monotonic() > deadline:
+                first = findings[0] if findings else None
+                raise BackendError(f"{name} did not finish in {timeout_s:.0f} s"
+                                   + (f": {first.where}: {first.problem}" if first else ""),
+                                   first.fix if first else f"kubectl describe job -n {namespace} {name}")
+            time.sleep(poll_s)
+        output = ""
+        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
+            try:
+                output = self.request("GET", f"api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/log",
+                                      stream=True).data.decode(errors="replace")
+            except BackendError:
+                continue
+        if state is JobState.FAILED:
+            lines = [line for line in output.splitlines() if line.strip()]
+            found = [f for p in pods for f in diagnose_pod(p, (), lines)]
+            detail = found[0].problem if found else (lines[-1] if lines else reason or "no output")
+            raise BackendError(f"{name} failed: {detail}",
+                               found[0].fix if found else f"kubectl logs -n {namespace} job/{name}")
+        return output
+
+    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+        name, ns = self.start_task(spec, "data-prep")
+        on_wait(f"started job {ns}/{name}")
+        return _last_json(self.wait_task(name, ns, on_wait=on_wait), name)
+
+    def test_model(self, spec: JobSpec, model_file: str | None = None,
+                   on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+        name, ns = self.start_task(spec, "model-test", model_file)
+        on_wait(f"started job {ns}/{name}")
+        return _last_json(self.wait_task(name, ns, on_wait=on_wait), name)
+
     # -- pods, logs and metrics -----------------------------------------------------
 
     def _namespace_of(self, run_id: str) -> tuple[str, str, dict[str, Any]]:
@@ -402,6 +467,18 @@ class KubernetesBackend(Backend):
                 cpu_count=int(cpu_total) or 1, mem_used_mb=_quantity(used.get("memory", "0")) / 2**20,
                 mem_total_mb=mem_total / 2**20, gpu_note=f"{gpu_note}; {note}" if note else gpu_note))
         return out
+
+
+def _last_json(output: str, where: str) -> dict[str, Any]:
+    """The JSON document a task printed last (evaluate prints it indented, data one line)."""
+    lines = output.splitlines()
+    for start in range(len(lines) - 1, -1, -1):
+        if lines[start].startswith("{"):
+            try:
+                return json.loads("\n".join(lines[start:]))
+            except ValueError:
+                continue
+    raise BackendError(f"{where} printed no result", f"its output ends: {' | '.join(lines[-3:]) or 'nothing'}")
 
 
 class ApiError(BackendError):

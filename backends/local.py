@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator, Callable, Iterator
 
 import psutil
 
@@ -460,6 +460,44 @@ class LocalBackend(Backend):
                 tail.close()
 
     # -- machines ----------------------------------------------------------------
+
+    # -- jobs around training --------------------------------------------------------
+
+    def _trainer_tool(self, module: str, args: list[str], on_wait: Callable[[str], None]) -> dict:
+        """Run one of the trainer's tools (it imports torch, the console does not) for its JSON."""
+        on_wait(f"running python -m {module}")
+        try:
+            done = subprocess.run([self.python, "-m", module, *args], capture_output=True, text=True, timeout=3600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendError(f"cannot run {module}: {exc}", "check the Python environment") from None
+        if done.returncode != 0:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            message = lines[-1] if lines else f"exit {done.returncode}"
+            raise BackendError(message.split("error: ", 1)[-1], "")
+        text = done.stdout
+        return json.loads(text[text.index("{"):]) if "{" in text else {}
+
+    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None) -> dict:
+        return self._trainer_tool("torchdeck.trainer.data", ["--data-dir", spec.data_dir], on_wait)
+
+    def test_model(self, spec: JobSpec, model_file: str | None = None,
+                   on_wait: Callable[[str], None] = lambda line: None) -> dict:
+        if model_file is None:
+            model_file = spec.model_file
+        if model_file is None:
+            raise BackendError("which model? no --model-file and no model_file in the spec",
+                               "pass --run RUN (its saved model) or --model-file PATH")
+        return self._trainer_tool("torchdeck.trainer.evaluate", ["--model-file", model_file, "--data-dir",
+                                                                  spec.data_dir, "--device", spec.device,
+                                                                  "--output", "json"], on_wait)
+
+    def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
+        """A finished run's spec and where its model was saved."""
+        from .spec import load_spec
+
+        run_dir = self.resolve(run_id)
+        spec = load_spec(run_dir / "spec.yaml")
+        return spec, spec.model_file or str(Path(spec.checkpoint_dir or run_dir / "checkpoints") / "model.pt")
 
     def node_metrics(self, run_id: str) -> list[NodeMetrics]:
         run_dir = self.resolve(run_id)

@@ -206,3 +206,46 @@ def render(spec: JobSpec, run_id: str, kind: str | None = None) -> Rendered:
         warnings.append("no cluster.pvc: the data and the checkpoints live in each pod's own folder and go with it")
     return Rendered(kind, run_id, spec.namespace, objects, warnings)
 
+
+
+TASKS = ("data-prep", "model-test")
+TASK_LABEL = "torchdeck.dev/task"
+
+
+def default_model_file(spec: JobSpec) -> str:
+    """Where the trainer saves the model in the pods, unless the spec says."""
+    c = spec.cluster
+    return spec.model_file or f"{c.checkpoint_dir or c.mount_path.rstrip('/') + '/runs/' + spec.name}/model.pt"
+
+
+def render_task(spec: JobSpec, task: str, name: str, model_file: str | None = None) -> Rendered:
+    """The data-prep job (CIFAR-10 onto the shared volume) or the model test
+    job (``torchdeck.trainer.evaluate`` on the saved model), as one-pod Jobs."""
+    spec = validate(spec)
+    if task not in TASKS:
+        raise SpecError("task", f"must be one of {', '.join(TASKS)}, got {task!r}")
+    _check_name(name)
+    if not spec.image:
+        raise SpecError("image", "a cluster job needs a training image",
+                        "build and push one, then set image: or pass --image")
+    ctx = context(spec, name, "job")
+    c = spec.cluster
+    ctx["labels"] = {**ctx["labels"], TASK_LABEL: task}
+    ctx.update(subdomain=None, ports=[], pod_restart_policy="Never", container=task)
+    ctx["env"] = [e for e in ctx["env"] if not e["name"].startswith("PET_")]
+    if task == "data-prep":
+        ctx["command"] = ["python", "-m", "torchdeck.trainer.data"]
+        ctx["args"] = ["--data-dir", c.data_dir]
+        ctx["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
+        ctx["tolerations"], ctx["node_selector"] = [], {}  # any node can download
+    else:
+        ctx["command"] = ["python", "-m", "torchdeck.trainer.evaluate"]
+        ctx["args"] = ["--model-file", model_file or default_model_file(spec), "--data-dir", c.data_dir,
+                       "--device", spec.device, "--output", "json"]
+        if spec.resources.gpus > 1:  # one GPU is plenty to test a model
+            gpu = {"nvidia.com/gpu": "1"}
+            ctx["resources"] = {k: {**v, **gpu} for k, v in ctx["resources"].items()}
+    text = _environment().get_template("task.yaml.j2").render(**ctx)
+    objects = [o for o in yaml.safe_load_all(text) if o]
+    warnings = [] if c.pvc else ["no cluster.pvc: the task sees none of the training job's files"]
+    return Rendered("job", name, spec.namespace, objects, warnings)

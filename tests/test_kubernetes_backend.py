@@ -332,3 +332,53 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
             assert [table.get_row_at(i)[0] for i in range(4)] == ["0", "1", "2", "3"]
 
     asyncio.run(scenario())
+
+
+def play_task_job(backend, cluster, task, log_lines, succeed=True):
+    """Be the Job controller and the kubelet for the next task job: a pod that prints ``log_lines``."""
+    def run():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            jobs = backend.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs",
+                                   query={"labelSelector": f"torchdeck.dev/task={task}"}).get("items", [])
+            if jobs:
+                break
+            time.sleep(0.1)
+        name = jobs[0]["metadata"]["name"]
+        pod = f"{name}-x7k2p"
+        cluster.call(cluster.emulator.script_log, NS, pod, log_lines)
+        make_pod(backend, name, pod, phase="Running")
+        time.sleep(0.5)
+        set_phase(backend, pod, "Succeeded" if succeed else "Failed")
+        backend.request("PATCH", f"apis/batch/v1/namespaces/{NS}/jobs/{name}/status", body={"status": {
+            "conditions": [{"type": "Complete" if succeed else "Failed", "status": "True",
+                            "reason": "Completed" if succeed else "BackoffLimitExceeded"}]}})
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_model_test_job_reports_accuracy_per_class(cluster, backend):
+    install(backend)
+    result = {"model": "resnet-fast", "model_file": "/shared/runs/cifar10/model.pt", "images": 1000,
+              "accuracy": 0.5, "loss": 1.4,
+              "per_class": {"airplane": {"accuracy": 0.6, "images": 100}, "cat": {"accuracy": 0.4, "images": 100}}}
+    play_task_job(backend, cluster, "model-test", ["loading the model"] + json.dumps(result, indent=2).splitlines())
+    waits: list = []
+    got = backend.test_model(make_spec(), on_wait=waits.append)
+    assert got == result and waits[0].startswith("started job training/cifar10-test-")
+    job = backend.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs",
+                          query={"labelSelector": "torchdeck.dev/task=model-test"})["items"][0]
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["--model-file", "/shared/runs/cifar10/model.pt"] and "--output" in args
+
+
+def test_data_prep_failure_is_one_line_with_the_pods_words(cluster, backend):
+    install(backend)
+    play_task_job(backend, cluster, "data-prep",
+                  ["torchdeck.trainer.data: error: cannot download CIFAR-10 from https://www.cs.toronto.edu/"
+                   "~kriz/cifar-10-python.tar.gz: [Errno -3] Temporary failure in name resolution"], succeed=False)
+    with pytest.raises(BackendError) as err:
+        backend.prepare_data(make_spec())
+    assert "failed: torchdeck.trainer.data: error: cannot download CIFAR-10" in err.value.message
+    assert "\n" not in str(err.value)

@@ -86,6 +86,16 @@ def test_cli_train_two_ranks_then_jobs_logs_status(tmp_path, cifar_dir):
     everyone = torchdeck(state, "logs", run_id).stdout
     assert "[rank 0] " in everyone and "[rank 1] " in everyone
 
+    tested = torchdeck(state, "test", "--run", run_id, "--output", "json")
+    assert tested.returncode == 0, tested.stderr
+    report = json.loads(tested.stdout)
+    assert report["images"] > 0 and len(report["per_class"]) == 10
+    # the trainer's own last eval, within a point: it runs sharded over the ranks (one image padded in)
+    # and in the recipe's precision, the test in fp32 on one process
+    assert abs(report["accuracy"] - summary["accuracy"]) < 0.01
+    text = torchdeck(state, "test", "--run", run_id).stdout
+    assert text.startswith(f"accuracy on {report['images']} test images") and "  airplane " in text
+
 
 @pytest.mark.slow
 def test_detach_reattach_node_metrics_and_stop_leaves_no_process(tmp_path, cifar_dir):

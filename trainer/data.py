@@ -272,3 +272,32 @@ def random_translate(x: torch.Tensor, pad: int, generator: torch.Generator) -> t
     out = padded.gather(2, rows)
     cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :].expand(n, c, h, w)
     return out.gather(3, cols)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m torchdeck.trainer.data``: put CIFAR-10 into a folder (the
+    data-prep job on a cluster's shared volume does this) and check it;
+    prints one JSON line saying what is there."""
+    import argparse
+    import json
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m torchdeck.trainer.data",
+                                description="Fetch CIFAR-10 into a folder (once) and check it.")
+    p.add_argument("--data-dir", required=True, help="where cifar-10-batches-py/ goes")
+    p.add_argument("--url", default=CIFAR10_URL, help="the archive to fetch (a mirror)")
+    p.add_argument("--md5", default=CIFAR10_MD5, help="its checksum")
+    a = p.parse_args(argv)
+    try:
+        folder = download_cifar10(a.data_dir, a.url, a.md5)
+        train, test = load_cifar10(a.data_dir, train=True), load_cifar10(a.data_dir, train=False)
+    except TrainerError as exc:
+        print(f"torchdeck.trainer.data: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"schema": 1, "event": "data", "path": str(folder), "train_images": len(train),
+                      "test_images": len(test), "classes": list(train.classes)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

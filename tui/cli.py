@@ -21,6 +21,7 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck monitor RUN            watch a run in the console
   torchdeck logs RUN --rank 1 -f   follow one rank's output
   torchdeck stop RUN               stop a run and every process it started
+  torchdeck test --run RUN         accuracy of a run's model, per class
   torchdeck render --kind job      print the Kubernetes manifests of the job
 """
 
@@ -75,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", metavar="ID", help="the object name (default: the job name)")
     p.add_argument("--validate", action="store_true",
                    help="check them against Kubernetes' schema and the operators' (needs kubernetes-validate)")
+
+    p = sub.add_parser("data", help="put CIFAR-10 where the job reads it (the data-prep job on a cluster)")
+    _add_spec_overrides(p)
+    p.add_argument("--output", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("test", help="evaluate a trained model: accuracy per class (the model test job on a cluster)")
+    _add_spec_overrides(p)
+    p.add_argument("--run", metavar="RUN", help="test this run's saved model (local runs)")
+    p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
     p.add_argument("--output", choices=("text", "json"), default="text")

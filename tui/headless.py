@@ -54,7 +54,7 @@ def dispatch(args: argparse.Namespace) -> int:
             app.run()
             return app.return_code or 0
         backend = open_backend(settings.backend, settings)
-        return {"train": cmd_train, "jobs": cmd_jobs, "status": cmd_status, "logs": cmd_logs,
+        return {"train": cmd_train, "data": cmd_data, "test": cmd_test, "jobs": cmd_jobs, "status": cmd_status, "logs": cmd_logs,
                 "stop": cmd_stop}[command](args, settings, backend)
     except (BackendError, SettingsError) as exc:
         return fail(str(exc), EXIT_USAGE if isinstance(exc, SpecError) else EXIT_ERROR)
@@ -112,6 +112,47 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
             return EXIT_ERROR
         print(f"torchdeck: {len(rendered.objects)} object(s) valid", file=sys.stderr)
     print(rendered.to_yaml(), end="")
+    return 0
+
+
+def _say(line: str) -> None:
+    print(f"torchdeck: {line}", file=sys.stderr)
+
+
+def cmd_data(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    result = backend.prepare_data(spec_for(args, settings), on_wait=_say)
+    if args.output == "json":
+        print(json.dumps(result))
+    else:
+        print(f"CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
+              f"{result.get('test_images')} test images")
+    return 0
+
+
+def format_test_report(result: dict[str, Any]) -> str:
+    """Accuracy overall and per class, with a bar each (as the model test job's report)."""
+    lines = [f"accuracy on {result['images']} test images: {100 * result['accuracy']:.1f}%", ""]
+    width = max((len(name) for name in result["per_class"]), default=5)
+    for name, row in result["per_class"].items():
+        filled = round(20 * row["accuracy"])
+        lines.append(f"  {name:<{width}}  {100 * row['accuracy']:5.1f}%  {'#' * filled}{'.' * (20 - filled)}"
+                     f"  of {row.get('images', '?')} images")
+    return "\n".join(lines)
+
+
+def cmd_test(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    model_file = args.model_file
+    if args.run:
+        if not hasattr(backend, "model_file_of"):
+            return fail("--run is for local runs; on a cluster give the spec (its model_file) or --model-file",
+                        EXIT_USAGE)
+        spec, saved = backend.model_file_of(args.run)
+        model_file = model_file or saved
+        spec = with_overrides(spec, {"data_dir": args.data_dir}) if args.data_dir else spec
+    else:
+        spec = spec_for(args, settings)
+    result = backend.test_model(spec, model_file, on_wait=_say)
+    print(json.dumps(result) if args.output == "json" else format_test_report(result))
     return 0
 
 
