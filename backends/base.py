@@ -170,6 +170,10 @@ class Backend(abc.ABC):
         shared volume on a cluster); returns what is there (path, image counts)."""
 
     @abc.abstractmethod
+    def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
+        """A run's spec (as far as the backend keeps it) and where its trained model is."""
+
+    @abc.abstractmethod
     def test_model(self, spec: JobSpec, model_file: str | None = None,
                    on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
         """Evaluate the trained model on the CIFAR-10 test batch where the job

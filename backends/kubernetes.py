@@ -386,6 +386,52 @@ class KubernetesBackend(Backend):
         on_wait(f"started job {ns}/{name}")
         return _last_json(self.wait_task(name, ns, on_wait=on_wait), name)
 
+    def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
+        """The spec read back from the job object (image, namespace, volume,
+        service account, paths), and the model file its trainer writes."""
+        key, obj = self._job(run_id)
+        words: list[str] = []
+        pod: dict[str, Any] = {}
+
+        def walk(node: Any) -> None:
+            nonlocal pod
+            if isinstance(node, dict):
+                if isinstance(node.get("containers"), list) and node["containers"] and not pod:
+                    pod = node  # the first pod spec (a TrainJob's is its override of the runtime's)
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                if all(isinstance(v, str) for v in node):
+                    words.extend(node)
+                for value in node:
+                    walk(value)
+
+        walk(obj.get("spec") or {})
+
+        def arg(flag: str) -> str | None:
+            return words[words.index(flag) + 1] if flag in words[:-1] else None
+
+        container = (pod.get("containers") or [{}])[0]
+        image = container.get("image") or ((obj.get("spec") or {}).get("trainer") or {}).get("image")
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in walk_volumes(obj) if "persistentVolumeClaim" in v]
+        gpus = (container.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu")
+        spec_data = {
+            "name": (obj["metadata"].get("labels") or {}).get("torchdeck.dev/job", "cifar10"), "image": image,
+            "namespace": obj["metadata"].get("namespace", "default"), "device": arg("--device") or "auto",
+            "resources": {"gpus": int(gpus) if gpus else 0},
+            "cluster": {"pvc": claims[0] if claims else None, "data_dir": arg("--data-dir") or "/shared/data",
+                        "service_account": pod.get("serviceAccountName"),
+                        "node_selector": pod.get("nodeSelector") or {}},
+        }
+        from .spec import spec_from_dict
+
+        spec = spec_from_dict(spec_data, f"{KIND_INFO[key].kind}/{obj['metadata']['name']}")
+        checkpoint_dir = arg("--checkpoint-dir")
+        model_file = arg("--model-file") or (f"{checkpoint_dir}/model.pt" if checkpoint_dir else None)
+        if model_file is None:
+            raise BackendError(f"{run_id}: the job does not say where its model goes", "pass --model-file")
+        return spec, model_file
+
     def test_model(self, spec: JobSpec, model_file: str | None = None,
                    on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
         name, ns = self.start_task(spec, "model-test", model_file)
@@ -467,6 +513,21 @@ class KubernetesBackend(Backend):
                 cpu_count=int(cpu_total) or 1, mem_used_mb=_quantity(used.get("memory", "0")) / 2**20,
                 mem_total_mb=mem_total / 2**20, gpu_note=f"{gpu_note}; {note}" if note else gpu_note))
         return out
+
+
+def walk_volumes(obj: Any) -> list[dict[str, Any]]:
+    """Every volume declared anywhere in a job object."""
+    found: list[dict[str, Any]] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key == "volumes" and isinstance(value, list):
+                found += [v for v in value if isinstance(v, dict)]
+            else:
+                found += walk_volumes(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            found += walk_volumes(value)
+    return found
 
 
 def _last_json(output: str, where: str) -> dict[str, Any]:

@@ -382,3 +382,50 @@ def test_data_prep_failure_is_one_line_with_the_pods_words(cluster, backend):
         backend.prepare_data(make_spec())
     assert "failed: torchdeck.trainer.data: error: cannot download CIFAR-10" in err.value.message
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "job", "trainjob"])
+def test_a_cluster_runs_spec_and_model_file_are_read_back(backend, kind):
+    install(backend)
+    spec = make_spec(cluster={"kind": kind}, model_file="s3://models/cifar10.pt")
+    run_id = backend.submit(spec)
+    again, model_file = KubernetesBackend(backend.kubeconfig).model_file_of(run_id)
+    assert model_file == "s3://models/cifar10.pt"
+    assert (again.image, again.namespace, again.cluster.pvc, again.cluster.data_dir) == (
+        IMAGE, NS, "shared", "/shared/data")
+    assert again.cluster.service_account == "torchdeck-s3"
+
+
+def test_the_console_shows_the_model_tests_accuracy_per_class(cluster, backend, tmp_path):
+    from textual.widgets import Static
+
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.home import HomeScreen
+    from torchdeck.tui.screens.model_test import ModelTestScreen
+    from tui_support import wait_for
+
+    install(backend)
+    run_id = backend.submit(make_spec())
+    set_conditions(backend, run_id, "Created", "Succeeded")
+    result = {"model": "resnet-fast", "model_file": "/shared/runs/cifar10/model.pt", "images": 1000,
+              "accuracy": 0.715, "loss": 0.9,
+              "per_class": {"airplane": {"accuracy": 0.81, "images": 100}, "bird": {"accuracy": 0.52, "images": 100}}}
+    play_task_job(backend, cluster, "model-test", json.dumps(result, indent=2).splitlines())
+
+    async def scenario():
+        app = make_app(Settings(backend="kubernetes", state_dir=tmp_path / "state"), KubernetesBackend(
+            cluster.kubeconfig))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
+            await pilot.press("t")
+            await wait_for(pilot, lambda: isinstance(app.screen, ModelTestScreen), what="the test screen")
+            screen = app.screen
+            await wait_for(pilot, lambda: screen.result is not None, what="the test result", timeout=30)
+            await pilot.pause(0.2)
+            shown = app.screen.query_one("#test-body", Static)
+            text = "\n".join(strip.text for strip in shown.render_lines(shown.region.reset_offset))
+            assert "accuracy 71.5% on 1000 test images" in text
+            assert "airplane" in text and "81.0%" in text and "bird" in text and "52.0%" in text
+
+    asyncio.run(scenario())

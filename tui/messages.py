@@ -42,3 +42,14 @@ class NodesMeasured(Message):
 @dataclass
 class RunStopped(Message):
     status: JobStatus
+
+
+@dataclass
+class ModelTested(Message):
+    run_id: str
+    result: dict
+
+
+@dataclass
+class TestProgressed(Message):
+    line: str

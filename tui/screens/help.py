@@ -16,7 +16,8 @@ switch screens), `q` quit. Jobs keep running after the console closes; open
 it again, or run `torchdeck monitor RUN`, to reattach.
 
 **Runs** (home): `n` launch a job, `enter` monitor the highlighted run,
-`s` stop it, `r` refresh.
+`s` stop it, `t` test its trained model (accuracy per class; the model
+test Job on a cluster), `r` refresh.
 
 **Launch**: fill the form (it starts from `torchdeck.yaml` where there is
 one), `ctrl+l` launch, `ctrl+s` save the form to the spec file, `escape`
@@ -28,7 +29,8 @@ ERROR), eval accuracy per epoch, node gauges, logs. `l` filter logs by rank,
 `/` search them, `s` stop the run, `escape` back to the runs.
 
 Headless, the same from a shell: `torchdeck train`, `jobs`, `status`,
-`logs RUN [--rank R] [-f]`, `stop RUN`, `monitor RUN`.
+`logs RUN [--rank R] [-f]`, `stop RUN`, `monitor RUN`, `test --run RUN`,
+`data`, `render`.
 """
 
 

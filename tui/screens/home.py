@@ -29,6 +29,7 @@ class HomeScreen(NotifyWorkerErrors, Screen):
         Binding("n", "app.launch", "New job"),
         Binding("enter", "open", "Monitor"),
         Binding("s", "stop", "Stop"),
+        Binding("t", "test", "Test model"),
         Binding("r", "refresh", "Refresh"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
@@ -90,6 +91,18 @@ class HomeScreen(NotifyWorkerErrors, Screen):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.show_detail()
+
+    def action_test(self) -> None:
+        run_id = self.selected()
+        status = self.statuses.get(run_id or "")
+        if status is None:
+            return
+        if status.state is not JobState.SUCCEEDED:
+            self.notify(f"{run_id} has not finished training ({status.state.value}); test it when it has",
+                        severity="warning")
+            return
+        from .model_test import ModelTestScreen
+        self.app.push_screen(ModelTestScreen(run_id))
 
     def selected(self) -> str | None:
         table = self.query_one("#runs", DataTable)
