@@ -160,6 +160,16 @@ class Backend(abc.ABC):
         """The run's metric events from the start, in batches; with
         ``follow`` it ends after the run ends and the stream is drained."""
 
+    logs_carry_metrics: bool = False
+    """True where metric lines and log lines come from one source (pod logs):
+    ``follow`` then yields both from it, and nobody needs to open the logs twice."""
+
+    async def follow(self, run_id: str) -> AsyncIterator[tuple[list[MetricEvent], list[LogLine]]]:
+        """The run's metric events, and its log lines where ``logs_carry_metrics``,
+        in batches until the run ends."""
+        async for batch in self.metrics(run_id, follow=True):
+            yield batch, []
+
     @abc.abstractmethod
     def node_metrics(self, run_id: str) -> list[NodeMetrics]:
         """CPU, memory and GPU of the machines the run uses, and of its rank processes."""

@@ -28,13 +28,14 @@ from typing import Any, AsyncIterator, Callable, Iterator
 
 from .base import Backend, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics
 from .errors import BackendError, RunNotFound
-from .events import parse_metric_lines
+from .events import describe_record, parse_metric_lines
 from .kube_diagnosis import Finding, diagnose_pod, job_findings
 from .manifests import KIND_INFO, RUN_LABEL, Rendered, render, render_task
 from .spec import JobSpec, validate
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 MAX_RETRIES = 8
+NODE_METRICS_TTL_S = 5.0
 CORE_PATHS = {"Service": ("api/v1", "services"), "Job": ("apis/batch/v1", "jobs"),
               "Deployment": ("apis/apps/v1", "deployments")}
 KIND_BY_NAME = {info.kind: key for key, info in KIND_INFO.items()}
@@ -71,12 +72,13 @@ class KubernetesBackend(Backend):
         """Where to look for runs; None: every namespace (or, where that is forbidden, the context's)."""
         self.context_namespace: str | None = None
         self._client = None
+        self._node_cache: dict[str, tuple[float, list[NodeMetrics]]] = {}
         self._kinds: dict[str, tuple[str, str]] = {}
         """run id -> (kind key, namespace), learned on the way."""
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection."""
-        return {**self.__dict__, "_client": None}
+        return {**self.__dict__, "_client": None, "_node_cache": {}}
 
     # -- the connection ------------------------------------------------------------
 
@@ -444,6 +446,21 @@ class KubernetesBackend(Backend):
         key, obj = self._job(run_id)
         return obj["metadata"]["name"], obj["metadata"].get("namespace", "default"), obj
 
+    def _log_lines(self, batch: list[tuple[int, int, bytes]], nproc: int,
+                   rank: int | None = None) -> tuple[list[MetricEvent], list[LogLine]]:
+        """Raw pod-log lines as metric events and as log lines (metric lines in words)."""
+        events: list[MetricEvent] = []
+        lines: list[LogLine] = []
+        for node, attempt, raw in batch:
+            parsed = parse_metric_lines([raw]) if raw[:1] == b"{" else ()
+            if parsed:
+                events.append(parsed[0])
+            r = parsed[0].rank if parsed else (node * nproc if node >= 0 else -1)
+            if rank is None or r == rank:
+                lines.append(LogLine(r, describe_record(parsed[0].record) if parsed
+                                     else raw.decode(errors="replace"), attempt))
+        return events, lines
+
     def logs(self, run_id: str, rank: int | None = None, follow: bool = False,
              poll_s: float = 0.2) -> Iterator[list[LogLine]]:
         name, ns, obj = self._namespace_of(run_id)
@@ -453,14 +470,27 @@ class KubernetesBackend(Backend):
         try:
             while True:
                 batch, done = follower.take(poll_s)
-                lines = []
-                for node_rank, attempt, raw in batch:
-                    events = parse_metric_lines([raw])
-                    r = events[0].rank if events else (node_rank * nproc if node_rank >= 0 else -1)
-                    if rank is None or r == rank:
-                        lines.append(LogLine(r, raw.decode(errors="replace"), attempt))
+                lines = self._log_lines(batch, nproc, rank)[1]
                 if lines or follow:
                     yield lines
+                if done:
+                    return
+        finally:
+            follower.stop()
+
+    logs_carry_metrics = True
+
+    async def follow(self, run_id: str) -> AsyncIterator[tuple[list[MetricEvent], list[LogLine]]]:
+        """Every pod's log once, as metric events and log lines together."""
+        name, ns, obj = await asyncio.to_thread(self._namespace_of, run_id)
+        nproc = nproc_per_node(obj)
+        follower = PodLogFollower(self, name, ns, follow=True)
+        follower.start()
+        try:
+            while True:
+                batch, done = await asyncio.to_thread(follower.take, 0.1)
+                if batch:
+                    yield self._log_lines(batch, nproc)
                 if done:
                     return
         finally:
@@ -483,6 +513,16 @@ class KubernetesBackend(Backend):
             follower.stop()
 
     def node_metrics(self, run_id: str) -> list[NodeMetrics]:
+        """Node CPU and memory from metrics-server, which measures every 15 s:
+        asked again at most every NODE_METRICS_TTL_S."""
+        cached = self._node_cache.get(run_id)
+        if cached and time.monotonic() - cached[0] < NODE_METRICS_TTL_S:
+            return cached[1]
+        result = self._measure_nodes(run_id)
+        self._node_cache[run_id] = (time.monotonic(), result)
+        return result
+
+    def _measure_nodes(self, run_id: str) -> list[NodeMetrics]:
         name, ns, _ = self._namespace_of(run_id)
         node_names = sorted({(p.get("spec") or {}).get("nodeName") for p in self.pods(name, ns)} - {None})
         if not node_names:
@@ -771,17 +811,23 @@ def _abort(response) -> None:
             pass
 
 
-def _lines(response) -> Iterator[bytes]:
-    """Whole lines from a streamed HTTP response."""
+def _line_chunks(response) -> Iterator[list[bytes]]:
+    """Whole lines from a streamed HTTP response, as they come (a list per read)."""
     pending = b""
     for chunk in response.stream(65536, decode_content=False):
         pending += chunk
         *whole, pending = pending.split(b"\n")
-        for line in whole:
-            if line.strip():
-                yield line
+        lines = [line for line in whole if line.strip()]
+        if lines:
+            yield lines
     if pending.strip():
-        yield pending
+        yield [pending]
+
+
+def _lines(response) -> Iterator[bytes]:
+    """Whole lines from a streamed HTTP response."""
+    for lines in _line_chunks(response):
+        yield from lines
 
 
 class PodLogFollower:
@@ -791,7 +837,7 @@ class PodLogFollower:
 
     def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str, follow: bool = True):
         self.backend, self.run_id, self.namespace, self.follow = backend, run_id, namespace, follow
-        self.queue: queue.Queue[tuple[int, int, bytes]] = queue.Queue()
+        self.queue: queue.SimpleQueue[tuple[int, int, list[bytes]]] = queue.SimpleQueue()
         self._streams: dict[tuple[str, int], threading.Thread] = {}
         self._lock = threading.Lock()
         self._responses: list[Any] = []
@@ -811,7 +857,7 @@ class PodLogFollower:
     def _retrying(self, attempt: int, wait: float, why: str) -> None:
         text = (f"[torchdeck] lost the pod watch ({why[:120]}); retry {attempt}/{MAX_RETRIES} in {wait:.1f} s"
                 if wait else f"[torchdeck] gave up after {MAX_RETRIES} retries: {why[:120]}")
-        self.queue.put((-1, 0, text.encode()))
+        self.queue.put((-1, 0, [text.encode()]))
 
     def _pods_changed(self, pods: dict[str, dict[str, Any]]) -> None:
         all_pods = list(pods.values())
@@ -840,13 +886,13 @@ class PodLogFollower:
             response = self.backend.request("GET", f"api/v1/namespaces/{self.namespace}/pods/{pod}/log",
                                             query=query, stream=True, timeout=None)
             self._responses.append(response)
-            for line in _lines(response):
+            for lines in _line_chunks(response):
                 if self._stopped.is_set():
                     return
-                self.queue.put((rank, attempt, line))
+                self.queue.put((rank, attempt, lines))
         except BackendError as exc:
             if not self._stopped.is_set() and getattr(exc, "status", 0) not in (400, 404):
-                self.queue.put((rank, attempt, f"[torchdeck] the log of {pod} broke off: {exc}".encode()))
+                self.queue.put((rank, attempt, [f"[torchdeck] the log of {pod} broke off: {exc}".encode()]))
         except Exception:
             pass  # the connection closed under us (stop), or the pod went away
 
@@ -863,13 +909,20 @@ class PodLogFollower:
         return bool(pods) and all((p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
                                   for p in pods.values())
 
-    def take(self, wait_s: float, limit: int = 4096) -> tuple[list[tuple[int, int, bytes]], bool]:
-        """What arrived (waiting up to ``wait_s`` for the first), and whether the logs are over."""
+    def take(self, wait_s: float, linger_s: float = 0.02,
+             limit: int = 8192) -> tuple[list[tuple[int, int, bytes]], bool]:
+        """What arrived, and whether the logs are over. Waits up to ``wait_s``
+        for the first line, then ``linger_s`` for more: a few batches a
+        second, not one per line, however many pods trickle lines in."""
         out: list[tuple[int, int, bytes]] = []
         try:
-            out.append(self.queue.get(timeout=wait_s))
+            rank, attempt, lines = self.queue.get(timeout=wait_s)
+            out += [(rank, attempt, line) for line in lines]
+            if linger_s:
+                time.sleep(linger_s)
             while len(out) < limit:
-                out.append(self.queue.get_nowait())
+                rank, attempt, lines = self.queue.get_nowait()
+                out += [(rank, attempt, line) for line in lines]
         except queue.Empty:
             pass
         done = not out and self._all_done() and self.queue.empty()

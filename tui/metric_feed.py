@@ -18,14 +18,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Iterator
 
-from torchdeck.backends.base import Backend
+from torchdeck.backends.base import Backend, LogLine
 from torchdeck.backends.errors import BackendError
 
 from .monitor_state import MonitorSnapshot, MonitorState
+
+
+@dataclass
+class FeedUpdate:
+    """A snapshot, and the log lines that came since the last one (where
+    the backend's logs carry its metrics, see ``Backend.logs_carry_metrics``)."""
+
+    snapshot: MonitorSnapshot
+    lines: list[LogLine]
+
+
+MAX_LINES_PER_UPDATE = 5000
+"""Log lines sent with one update at most; the log pane keeps 20,000."""
 
 
 @dataclass
@@ -42,10 +56,12 @@ def _follow(backend: Backend, run_id: str, straggler_ratio: float, curve_ranks: 
     something changed (and once a second regardless, for the clocks and the
     silence flags), and a last one when the stream ends."""
     state = MonitorState(straggler_ratio=straggler_ratio)
+    lines: deque[LogLine] = deque(maxlen=MAX_LINES_PER_UPDATE)
 
     async def consume() -> None:
-        async for batch in backend.metrics(run_id, follow=True):
-            state.ingest(batch)
+        async for events, new_lines in backend.follow(run_id):
+            state.ingest(events)
+            lines.extend(new_lines)
             await asyncio.sleep(0)  # the sender's turn, when it is due
 
     async def pump() -> None:
@@ -54,8 +70,9 @@ def _follow(backend: Backend, run_id: str, straggler_ratio: float, curve_ranks: 
         while True:
             await asyncio.wait({task}, timeout=period_s)
             now = time.monotonic()
-            if task.done() or state.events != sent_events or now - sent_at >= 1.0:
-                conn.send(state.snapshot(curve_ranks))
+            if task.done() or state.events != sent_events or lines or now - sent_at >= 1.0:
+                conn.send(FeedUpdate(state.snapshot(curve_ranks), list(lines)))
+                lines.clear()
                 sent_events, sent_at = state.events, now
             if task.done():
                 error = task.exception()
@@ -94,6 +111,7 @@ class MetricFeed:
         finally:
             os.close(write_fd)
         self._conn = Connection(read_fd, writable=False)
+        self._lines: list[LogLine] = []
         with self._proc.stdin as stdin:
             # The console's import path first, as multiprocessing does: the
             # backend's class may live anywhere the console could import it.
@@ -115,7 +133,8 @@ class MetricFeed:
                     item = self._conn.recv()
                     if isinstance(item, FeedFailed):
                         raise BackendError(item.message, item.hint)
-                    newest = item
+                    newest = item.snapshot
+                    self._lines.extend(item.lines)
                     if not self._conn.poll(0):
                         break
             except EOFError:
@@ -124,6 +143,11 @@ class MetricFeed:
                 self._check_exit()
                 return
             yield newest
+
+    def take_lines(self) -> list[LogLine]:
+        """The log lines that came with the snapshots so far (call from the reading thread)."""
+        lines, self._lines = self._lines, []
+        return lines
 
     def _check_exit(self) -> None:
         """The stream ended: fine if the child did, an error if it crashed."""

@@ -30,8 +30,10 @@ from ..widgets.rank_table import RankTable
 from .confirm import ConfirmScreen
 from .worker_errors import NotifyWorkerErrors
 
-CHART_EVERY_S = 0.25
-"""The chart and the rank table cost the most to draw: each at most four times a second."""
+HEAVY_EVERY_S = 0.25
+"""The rank table and the log pane cost the most to draw: each at most four times a second."""
+CHART_EVERY_S = 0.5
+"""The loss chart (tens of milliseconds of plotext): twice a second."""
 
 
 class MonitorScreen(NotifyWorkerErrors, Screen):
@@ -55,6 +57,8 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         self.frames_drawn = 0
         self._logs_dirty = False
         self._chart_at = 0.0
+        self._logs_at = 0.0
+        self._shown: dict[str, Text] = {}
         self._table_at = 0.0
         self._heavy_turn = 0
         self._last_draw = 0.0
@@ -83,7 +87,8 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         self.query_one("#logs").border_title = "logs"
         self.query_one("#nodes").border_title = "nodes"
         self.follow_metrics()
-        self.follow_logs()
+        if not self.backend.logs_carry_metrics:
+            self.follow_logs()  # else the metric reader sends the log lines too
         self.poll_status()
         self.measure_nodes()
         self._frame()
@@ -98,9 +103,14 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         settings = self.app.settings
         with MetricFeed(self.backend, self.run_id, straggler_ratio=settings.straggler_ratio,
                         period_s=1.0 / settings.refresh_hz) as feed:
+            pane = self.query_one(LogPane)
             for snap in feed.snapshots():
                 if worker.is_cancelled:
                     return
+                lines = feed.take_lines()
+                if lines:
+                    pane.add_lines(lines)
+                    self.post_message(LogsArrived(len(lines)))
                 if snap is not None:
                     self.snap = snap
                     self.post_message(MetricsArrived(snap.events))
@@ -167,8 +177,9 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         """One frame: fold in what arrived since the last one. Skipped when
         nothing changed, except once a second for the clocks."""
         now = time.monotonic()
-        if self._logs_dirty:
+        if self._logs_dirty and now - self._logs_at >= HEAVY_EVERY_S:
             self._logs_dirty = False
+            self._logs_at = now
             self.query_one(LogPane).flush()
         if not self._dirty and now - self._last_draw < 1.0:
             return False
@@ -177,18 +188,25 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         snap = self.snap
         self._draw_status(snap)
         self._draw_evals(snap)
-        # The chart and the table cost the most to draw: each at most
-        # CHART_EVERY_S, on alternate frames so they never land on the same one.
-        if self._heavy_turn == 0 and now - self._chart_at >= CHART_EVERY_S:
+        # The chart and the table cost the most to draw: each at most once
+        # a period, and never both on one frame (they take turns when both are due).
+        chart_due = now - self._chart_at >= CHART_EVERY_S
+        table_due = now - self._table_at >= HEAVY_EVERY_S
+        if chart_due and (self._heavy_turn == 0 or not table_due):
             self._chart_at = now
-            chart = self.query_one(LossChart)
-            chart.show(snap.curves, len(snap.ranks))
+            self.query_one(LossChart).show(snap.curves, len(snap.ranks))
             self._heavy_turn = 1
-        elif self._heavy_turn == 1 and now - self._table_at >= CHART_EVERY_S:
+        elif table_due:
             self._table_at = now
             self.query_one(RankTable).show(snap.ranks)
             self._heavy_turn = 0
         return True
+
+    def _show(self, selector: str, text: Text) -> None:
+        """Update a line only when it reads differently: a repaint costs more than the comparison."""
+        if self._shown.get(selector) != text:
+            self._shown[selector] = text
+            self.query_one(selector, Static).update(text, layout=False)
 
     def _draw_status(self, snap: MonitorSnapshot) -> None:
         g = self.app.glyphs
@@ -201,7 +219,7 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         steps = f"{snap.step}/{snap.total_steps}" if snap.total_steps else str(snap.step)
         line.append(f" epoch {epochs}  step {steps}  ETA {format_duration(snap.eta_s)}  "
                     f"restarts {max(snap.restarts, status.restarts if status else 0)}  world {snap.world_size}")
-        self.query_one("#status-line", Static).update(line, layout=False)
+        self._show("#status-line", line)
         progress = Text()
         progress.append(bar(snap.fraction, 20, g), style="green")
         progress.append(f" {snap.fraction * 100:3.0f}% ")
@@ -219,7 +237,7 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
                             style="bold yellow")
         elif snap.errors:
             progress.append(f" {g.bad} {snap.errors[-1]}", style="bold red")
-        self.query_one("#progress-line", Static).update(progress, layout=False)
+        self._show("#progress-line", progress)
 
     def _draw_evals(self, snap: MonitorSnapshot) -> None:
         text = Text()
@@ -229,7 +247,7 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
             best_epoch = max(snap.evals, key=lambda e: e[1])[0]
             text.append(f"best {snap.best_accuracy * 100:.1f}% (epoch {best_epoch})\n", style="bold")
             text.append("  ".join(f"{e}:{a * 100:.1f}" for e, a in snap.evals[-12:]))
-        self.query_one("#evals", Static).update(text, layout=False)
+        self._show("#evals", text)
 
     # -- actions -----------------------------------------------------------------
 

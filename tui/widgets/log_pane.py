@@ -34,6 +34,7 @@ class LogPane(Vertical):
         self._lock = threading.Lock()
         self.rank: int | None = None
         self.search = ""
+        self._caught_up = False
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -67,7 +68,13 @@ class LogPane(Vertical):
             return 0
         self.buffer.extend(pending)
         view = self.query_one(RichLog)
-        shown = [line for line in pending if self._matches(line)][-SHOWN_LINES:]
+        # Once the pane has caught up, lines that would scroll out of sight
+        # within this same flush are not drawn (hundreds of ranks write faster
+        # than anyone reads, and drawing a line costs tens of microseconds);
+        # they stay in the buffer, for the rank filter and the search.
+        room = SHOWN_LINES if not self._caught_up else max(1, view.size.height)
+        self._caught_up = True
+        shown = [line for line in pending if self._matches(line)][-room:]
         for line in shown:
             view.write(self._render_line(line))
         return len(pending)

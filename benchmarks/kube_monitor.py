@@ -1,0 +1,160 @@
+"""The console's monitor on a cluster job: 128 worker pods, each streaming
+20 metric lines/s through the Kubernetes API (kmock, in its own process,
+with the gaps closed by tests/kube_cluster.py), followed by the real
+kubernetes backend through a kubeconfig. We report whether every rank's
+curve kept updating, how much CPU the console used (its process and its
+metric reader together, not the API server), and its memory. Targets:
+every curve updates; under half of one core; bounded memory.
+
+    .venv/bin/python benchmarks/kube_monitor.py [--pods 128] [--rate 20] [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+NS = "training"
+
+
+def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
+    """The API server side (run in a child process): a PyTorchJob's 128 pods and their logs."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from kube_cluster import start_cluster
+
+    from torchdeck.backends.kubernetes import KubernetesBackend
+    from torchdeck.backends.spec import spec_from_dict
+
+    cluster, _ = start_cluster(Path(tmp))
+    cluster.emulator.namespaces.add(NS)
+    backend = KubernetesBackend(cluster.kubeconfig)
+    backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body={
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "pytorchjobs.kubeflow.org"}})
+    spec = spec_from_dict({"name": "bench", "nodes": pods, "nproc_per_node": 1, "namespace": NS,
+                           "image": "repo/torchdeck:1"})
+    run_id = backend.submit(spec)
+    lines = int(rate * seconds)
+    start = time.time()
+    for i in range(pods):
+        name = f"{run_id}-worker-{i}"
+        log = [json.dumps({"schema": 1, "event": "step", "rank": i, "world_size": pods, "time": start + s / rate,
+                           "epoch": 1, "step": s, "loss": 2.3 * 0.999 ** s + i * 1e-4,
+                           "samples_per_s": 900.0 + i % 7}) for s in range(1, lines + 1)]
+        cluster.call(cluster.emulator.script_log, NS, name, log, rate=rate, ended=False)
+        backend.request("POST", f"api/v1/namespaces/{NS}/pods", body={
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"torchdeck.dev/run": run_id,
+                                                  "training.kubeflow.org/replica-type": "worker",
+                                                  "training.kubeflow.org/replica-index": str(i)}},
+            "spec": {"nodeName": f"node-{i // 8}", "containers": [{"name": "pytorch", "image": "repo/torchdeck:1"}]},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": "pytorch", "restartCount": 0, "state": {"running": {}}}]}})
+    print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "run_id": run_id}), flush=True)
+    sys.stdin.read()  # until the benchmark is done
+
+
+def console_usage(me: psutil.Process) -> tuple[float, int, float]:
+    """CPU seconds and RSS of the console and its metric reader (not the API server),
+    and the reader's CPU seconds alone."""
+    procs = [me] + [c for c in me.children(recursive=True)
+                    if "torchdeck.tui.metric_feed" in " ".join(c.cmdline())]
+    cpu, rss, reader = 0.0, 0, 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            cpu += t.user + t.system
+            reader += 0.0 if p is me else t.user + t.system
+            rss += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return cpu, rss, reader
+
+
+async def measure(kubeconfig: str, run_id: str, pods: int, seconds: float, refresh_hz: float = 20.0) -> dict:
+    from torchdeck.backends.kubernetes import KubernetesBackend
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.monitor import MonitorScreen
+
+    me = psutil.Process()
+    app = make_app(Settings(backend="kubernetes", state_dir=Path(tempfile.mkdtemp()), refresh_hz=refresh_hz),
+                   KubernetesBackend(kubeconfig), run_id)
+    async with app.run_test(size=(120, 40)) as pilot:
+        while not isinstance(app.screen, MonitorScreen):
+            await pilot.pause(0.05)
+        screen = app.screen
+        t_start = time.perf_counter()
+        while len(screen.snap.ranks) < pods and time.perf_counter() - t_start < 60:
+            await pilot.pause(0.1)
+        ranks_seen_s = time.perf_counter() - t_start
+        await pilot.pause(2.0)  # past the catch-up
+        cpu0, rss0, reader0 = console_usage(me)
+        t0 = time.perf_counter()
+        steps0 = {r.rank: r.step for r in screen.snap.ranks}
+        events0 = screen.snap.events
+        samples, updated_all = [], 0
+        last = dict(steps0)
+        while time.perf_counter() - t0 < seconds:
+            await pilot.pause(2.0)
+            now = {r.rank: r.step for r in screen.snap.ranks}
+            moved = sum(1 for r, s in now.items() if s > last.get(r, 0))
+            samples.append(moved)
+            updated_all += moved == pods
+            last = now
+        t1 = time.perf_counter()
+        cpu1, rss1, reader1 = console_usage(me)
+        events1 = screen.snap.events
+    return {"pods": pods, "all_ranks_seen_after_s": round(ranks_seen_s, 1), "seconds": round(t1 - t0, 1),
+            "lines_per_s": round((events1 - events0) / (t1 - t0)),
+            "ranks_updated_per_2s": f"min {min(samples)} of {pods}", "windows_all_updated": f"{updated_all}/{len(samples)}",
+            "console_cores": round((cpu1 - cpu0) / (t1 - t0), 3),
+            "reader_cores": round((reader1 - reader0) / (t1 - t0), 3), "rss_mb": round(rss1 / 2**20, 1),
+            "rss_growth_mb": round((rss1 - rss0) / 2**20, 1)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pods", type=int, default=128)
+    p.add_argument("--rate", type=float, default=20.0, help="metric lines per second per pod")
+    p.add_argument("--seconds", type=float, default=30.0, help="how long to measure")
+    p.add_argument("--refresh-hz", type=float, default=20.0, help="the console's frame rate (its default: 20)")
+    p.add_argument("--serve", metavar="TMP", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.serve:
+        serve(a.serve, a.pods, a.rate, a.seconds + 90)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        server = subprocess.Popen([sys.executable, __file__, "--serve", tmp, "--pods", str(a.pods),
+                                   "--rate", str(a.rate), "--seconds", str(a.seconds)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            info = json.loads(server.stdout.readline())
+            result = asyncio.run(measure(info["kubeconfig"], info["run_id"], a.pods, a.seconds, a.refresh_hz))
+        finally:
+            server.stdin.close()
+            server.wait(10)
+    print(f"monitor on a cluster job: {a.pods} pods x {a.rate:g} metric lines/s through the API (kmock), "
+          f"console at 120x40 drawn at up to {a.refresh_hz:g} Hz, headless")
+    print(f"  every rank on screen after {result['all_ranks_seen_after_s']} s; over {result['seconds']} s: "
+          f"{result['lines_per_s']:,} lines/s taken in")
+    print(f"  ranks whose step moved in each 2 s window: {result['ranks_updated_per_2s']}; "
+          f"windows with all {a.pods} moving: {result['windows_all_updated']}   (target: every curve updates)")
+    print(f"  console CPU {result['console_cores']} cores: its process and its metric reader "
+          f"({result['reader_cores']} of them)   (target < 0.5)")
+    print(f"  console memory {result['rss_mb']} MB, grew {result['rss_growth_mb']} MB while measuring   "
+          f"(target: bounded)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
