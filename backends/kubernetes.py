@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import json
 import queue
+import re
 import socket
 import threading
 import time
@@ -26,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
-from .base import Backend, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics
+from .base import Backend, GpuMetrics, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics
 from .errors import BackendError, RunNotFound
 from .events import describe_record, parse_metric_lines
 from .kube_diagnosis import Finding, diagnose_pod, job_findings
@@ -36,6 +37,8 @@ from .spec import JobSpec, validate
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 MAX_RETRIES = 8
 NODE_METRICS_TTL_S = 5.0
+DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
+DCGM_PORT = 9400
 CORE_PATHS = {"Service": ("api/v1", "services"), "Job": ("apis/batch/v1", "jobs"),
               "Deployment": ("apis/apps/v1", "deployments")}
 KIND_BY_NAME = {info.kind: key for key, info in KIND_INFO.items()}
@@ -522,6 +525,27 @@ class KubernetesBackend(Backend):
         self._node_cache[run_id] = (time.monotonic(), result)
         return result
 
+    def _dcgm_gpus(self, nodes: set[str]) -> dict[str, list[GpuMetrics]]:
+        """Per node, its GPUs as the DCGM exporter pod on it reports them
+        (through the API server's pod proxy); nothing where none runs."""
+        try:
+            exporters = self.request("GET", "api/v1/pods", query={"labelSelector": DCGM_SELECTOR}).get("items", [])
+        except BackendError:
+            return {}
+        found: dict[str, list[GpuMetrics]] = {}
+        for pod in exporters:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node not in nodes or (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            meta = pod["metadata"]
+            try:
+                text = self.request("GET", f"api/v1/namespaces/{meta.get('namespace', 'default')}/pods/"
+                                           f"{meta['name']}:{DCGM_PORT}/proxy/metrics", stream=True, timeout=5).data
+            except BackendError:
+                continue
+            found[node] = parse_dcgm(text.decode(errors="replace"))
+        return found
+
     def _measure_nodes(self, run_id: str) -> list[NodeMetrics]:
         name, ns, _ = self._namespace_of(run_id)
         node_names = sorted({(p.get("spec") or {}).get("nodeName") for p in self.pods(name, ns)} - {None})
@@ -534,6 +558,7 @@ class KubernetesBackend(Backend):
                 usage[item["metadata"]["name"]] = item.get("usage") or {}
         except ApiError:
             note = "no metrics-server: install it for node CPU and memory"
+        dcgm = self._dcgm_gpus(set(node_names))
         out = []
         for node_name in node_names:
             try:
@@ -545,13 +570,16 @@ class KubernetesBackend(Backend):
             mem_total = _quantity(alloc.get("memory", "0"))
             used = usage.get(node_name, {})
             gpus = int(_quantity(alloc.get("nvidia.com/gpu", "0")))
-            # The API has GPU counts, not utilization: that comes from the
-            # trainer's own lines (gpu_util) or a DCGM exporter.
-            gpu_note = f"{gpus} GPU(s) allocatable" if gpus else "no GPU"
+            # The API has GPU counts, not utilization: that comes from a DCGM
+            # exporter where one runs (else from the trainer's own gpu_util).
+            measured = dcgm.get(node_name, [])
+            gpu_note = ("" if measured else
+                        f"{gpus} GPU(s) allocatable; no DCGM exporter for utilization" if gpus else "no GPU")
             out.append(NodeMetrics(
                 name=node_name, cpu_percent=100.0 * _quantity(used.get("cpu", "0")) / cpu_total if cpu_total else 0.0,
                 cpu_count=int(cpu_total) or 1, mem_used_mb=_quantity(used.get("memory", "0")) / 2**20,
-                mem_total_mb=mem_total / 2**20, gpu_note=f"{gpu_note}; {note}" if note else gpu_note))
+                mem_total_mb=mem_total / 2**20, gpus=measured,
+                gpu_note="; ".join(n for n in (gpu_note, note) if n)))
         return out
 
 
@@ -580,6 +608,27 @@ def _last_json(output: str, where: str) -> dict[str, Any]:
             except ValueError:
                 continue
     raise BackendError(f"{where} printed no result", f"its output ends: {' | '.join(lines[-3:]) or 'nothing'}")
+
+
+def parse_dcgm(text: str) -> list[GpuMetrics]:
+    """GPU utilization and framebuffer memory from a DCGM exporter's
+    Prometheus text (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED/FREE, in MiB)."""
+    gpus: dict[int, dict[str, Any]] = {}
+    for line in text.splitlines():
+        if not line.startswith("DCGM_FI_DEV_") or "{" not in line:
+            continue
+        metric, rest = line.split("{", 1)
+        labels_text, _, value = rest.rpartition("}")
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
+        try:
+            index, number = int(labels.get("gpu", "0")), float(value.split()[0])
+        except (ValueError, IndexError):
+            continue
+        gpu = gpus.setdefault(index, {"name": labels.get("modelName", "GPU")})
+        gpu[metric] = number
+    return [GpuMetrics(i, g["name"], g.get("DCGM_FI_DEV_GPU_UTIL", 0.0), g.get("DCGM_FI_DEV_FB_USED", 0.0),
+                       g.get("DCGM_FI_DEV_FB_USED", 0.0) + g.get("DCGM_FI_DEV_FB_FREE", 0.0))
+            for i, g in sorted(gpus.items())]
 
 
 class ApiError(BackendError):

@@ -14,7 +14,9 @@ closed here in a subclass:
 - namespaces are served from ``namespaces`` (kmock cannot parse
   /api/v1/namespaces);
 - pod logs are scripted: ``script_log(ns, pod, lines, rate=...)``, followed
-  with ``follow=true`` as the kubelet streams them.
+  with ``follow=true`` as the kubelet streams them;
+- the pod proxy (/pods/NAME:PORT/proxy/PATH) answers from ``proxied``, for a
+  DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource.
 
 Tests act as the operator and the kubelet would: they create and patch pods
 through the same API."""
@@ -35,11 +37,12 @@ import yaml
 from kmock import KubernetesEmulator, Server
 from kmock._internal import aiobus, rendering
 
-BUILTIN = {("", "pods"), ("", "services"), ("", "nodes"), ("", "events"), ("", "persistentvolumeclaims"),
+BUILTIN = {("metrics.k8s.io", "nodes"), ("", "pods"), ("", "services"), ("", "nodes"), ("", "events"), ("", "persistentvolumeclaims"),
            ("", "serviceaccounts"), ("batch", "jobs"), ("apps", "deployments"),
            ("apiextensions.k8s.io", "customresourcedefinitions")}
 NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")
 LOG_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
+PROXY_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/proxy(/.*)$")
 
 
 def _labels_match(selector: str | None, labels: dict[str, str]) -> bool:
@@ -114,6 +117,8 @@ class ClusterEmulator(KubernetesEmulator):
         self.pod_logs: dict[tuple[str, str], PodLog] = {}
         self.watch_faults: list[tuple[str, int]] = []
         self.watches = 0
+        self.proxied: dict[tuple[str, str, str], str] = {}
+        """(namespace, "pod:port", path) -> what the pod proxy answers (e.g. a DCGM exporter's metrics)."""
 
     # -- resource versions ----------------------------------------------------------
 
@@ -237,6 +242,11 @@ class ClusterEmulator(KubernetesEmulator):
             return self._serve_namespace(raw_request, m.group(1))
         if (m := LOG_PATH.match(raw_request.path)) and raw_request.method == "GET":
             return await self._serve_log(raw_request, m.group(1), m.group(2))
+        if m := PROXY_PATH.match(raw_request.path):
+            body = self.proxied.get((m.group(1), m.group(2), m.group(3)))
+            if body is None:
+                return _status(503, "ServiceUnavailable", "no endpoints available")
+            return aiohttp.web.Response(text=body, content_type="text/plain")
         return await super().__call__(raw_request)
 
     def _serve_namespace(self, raw_request, name: str) -> aiohttp.web.StreamResponse:

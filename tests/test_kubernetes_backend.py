@@ -429,3 +429,37 @@ def test_the_console_shows_the_model_tests_accuracy_per_class(cluster, backend, 
             assert "airplane" in text and "81.0%" in text and "bird" in text and "52.0%" in text
 
     asyncio.run(scenario())
+
+
+DCGM_TEXT = """\
+# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",device="nvidia0",modelName="NVIDIA A10G",Hostname="gpu-0"} 97
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-1",device="nvidia0",modelName="NVIDIA A10G",Hostname="gpu-0"} 18200
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-1",device="nvidia0",modelName="NVIDIA A10G",Hostname="gpu-0"} 4300
+"""
+
+
+def test_node_figures_from_metrics_server_and_the_dcgm_exporter(cluster, backend):
+    install(backend, gpu_nodes=1, cpu_nodes=1)
+    run_id = backend.submit(make_spec(resources={"gpus": 1}))
+    make_pod(backend, run_id, f"{run_id}-master-0", "master", node="gpu-0")
+    make_pod(backend, run_id, f"{run_id}-worker-0", "worker", node="cpu-0")
+    for node, cpu, mem in (("gpu-0", "6", "30Gi"), ("cpu-0", "2000m", "8Gi")):
+        backend.request("POST", "apis/metrics.k8s.io/v1beta1/nodes", body={
+            "apiVersion": "metrics.k8s.io/v1beta1", "kind": "NodeMetrics", "metadata": {"name": node},
+            "window": "15s", "usage": {"cpu": cpu, "memory": mem}})
+    cluster.emulator.namespaces.add("gpu-operator")
+    backend.request("POST", "api/v1/namespaces/gpu-operator/pods", body={
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "dcgm-exporter-abcde", "labels": {"app.kubernetes.io/name": "dcgm-exporter"}},
+        "spec": {"nodeName": "gpu-0", "containers": [{"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter"}]},
+        "status": {"phase": "Running"}})
+    cluster.emulator.proxied[("gpu-operator", "dcgm-exporter-abcde:9400", "/metrics")] = DCGM_TEXT
+    cpu_node, gpu_node = backend.node_metrics(run_id)
+    assert gpu_node.name == "gpu-0" and gpu_node.cpu_percent == pytest.approx(75.0)
+    assert gpu_node.mem_used_mb == pytest.approx(30 * 1024) and gpu_node.mem_total_mb == pytest.approx(60 * 1024)
+    (gpu,) = gpu_node.gpus
+    assert (gpu.name, gpu.util_percent, gpu.mem_used_mb, gpu.mem_total_mb) == ("NVIDIA A10G", 97.0, 18200.0, 22500.0)
+    assert cpu_node.name == "cpu-0" and cpu_node.cpu_percent == pytest.approx(25.0) and cpu_node.gpus == []
+    assert cpu_node.gpu_note == "no GPU"
