@@ -289,7 +289,31 @@ class KubernetesBackend(Backend):
     def status(self, run_id: str) -> JobStatus:
         key, obj = self._job(run_id)
         ns = obj["metadata"].get("namespace") or self.namespace or "default"
-        return self._status_of(key, obj, self.pods(obj["metadata"]["name"], ns))
+        pods = self.pods(obj["metadata"]["name"], ns)
+        status = self._status_of(key, obj, pods)
+        self._progress(status, ns, pods)
+        return status
+
+    def _progress(self, status: JobStatus, namespace: str, pods: list[dict[str, Any]]) -> None:
+        """Epoch, step, loss and accuracy from the tail of node 0's log (one small request)."""
+        started = [p for p in pods if any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
+                                          for cs in (p.get("status") or {}).get("containerStatuses") or [])]
+        first = sorted(started, key=lambda p: max(0, node_rank(p, started)))[:1]
+        if not first:
+            return
+        try:
+            tail = self.request("GET", f"api/v1/namespaces/{namespace}/pods/{first[0]['metadata']['name']}/log",
+                                query={"tailLines": 200}, stream=True, timeout=10).data
+        except BackendError:
+            return
+        for event in parse_metric_lines(tail.splitlines()):
+            r = event.record
+            if event.event == "start":
+                status.epochs, status.total_steps = r.get("epochs") or status.epochs, r.get("total_steps")
+            elif event.event == "step":
+                status.step, status.epoch, status.loss = r.get("step") or 0, r.get("epoch") or 0, r.get("loss")
+            elif event.event in ("eval", "done") and r.get("accuracy") is not None:
+                status.accuracy = r["accuracy"]
 
     def _status_of(self, key: str, obj: dict[str, Any], pods: list[dict[str, Any]]) -> JobStatus:
         meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}

@@ -151,7 +151,7 @@ def test_preflight_missing_namespace_and_gpus_on_a_cpu_pool(backend):
     assert backend.status(run_id).state is JobState.PENDING
 
 
-def test_status_follows_the_operator_and_explains_pending_pods(backend):
+def test_status_follows_the_operator_and_explains_pending_pods(cluster, backend):
     install(backend)
     run_id = backend.submit(make_spec())
     master = make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Pending")
@@ -162,9 +162,12 @@ def test_status_follows_the_operator_and_explains_pending_pods(backend):
     status = backend.status(run_id)
     assert status.state is JobState.PENDING and "no node has a free GPU" in status.reason
     assert "GPU nodegroup" in status.hint
+    cluster.call(cluster.emulator.script_log, NS, f"{run_id}-master-0",
+                 ["starting", metric_line(0, 11, 1.75), metric_line(1, 11, 1.8), metric_line(0, 12, 1.7)])
     set_phase(backend, f"{run_id}-master-0", "Running")
     set_conditions(backend, run_id, "Created", "Running")
-    assert backend.status(run_id).state is JobState.RUNNING
+    running = backend.status(run_id)
+    assert running.state is JobState.RUNNING and (running.step, running.epoch, running.loss) == (12, 1, 1.7)
     set_conditions(backend, run_id, "Created", "Failed", message="PyTorchJob has failed because it has reached "
                                                                   "the specified backoff limit")
     failed = backend.status(run_id[:12])  # a unique prefix is enough

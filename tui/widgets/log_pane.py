@@ -22,6 +22,7 @@ class LogPane(Vertical):
     LogPane { height: 1fr; }
     LogPane > Horizontal { height: 1; }
     LogPane Input { border: none; height: 1; padding: 0 1; }
+    LogPane Input:focus { border: none; background: $boost; }
     LogPane #log-rank { width: 16; }
     LogPane #log-search { width: 1fr; }
     LogPane RichLog { height: 1fr; background: $surface; overflow-x: hidden; }
