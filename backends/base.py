@@ -116,6 +116,10 @@ class NodeMetrics:
     gpu_note: str = ""
     """Why there are no GPU figures ("no GPU"), when there are none."""
     processes: list[ProcessMetrics] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    """Hostnames of the run's workers on this machine (pod names on a
+    cluster): the trainer's lines name their host, so the monitor can put
+    the GPU utilization the ranks report on the right node."""
 
 
 class Backend(abc.ABC):

@@ -572,7 +572,8 @@ class KubernetesBackend(Backend):
 
     def _measure_nodes(self, run_id: str) -> list[NodeMetrics]:
         name, ns, _ = self._namespace_of(run_id)
-        node_names = sorted({(p.get("spec") or {}).get("nodeName") for p in self.pods(name, ns)} - {None})
+        pods = self.pods(name, ns)
+        node_names = sorted({(p.get("spec") or {}).get("nodeName") for p in pods} - {None})
         if not node_names:
             return []
         usage: dict[str, dict[str, str]] = {}
@@ -603,7 +604,8 @@ class KubernetesBackend(Backend):
                 name=node_name, cpu_percent=100.0 * _quantity(used.get("cpu", "0")) / cpu_total if cpu_total else 0.0,
                 cpu_count=int(cpu_total) or 1, mem_used_mb=_quantity(used.get("memory", "0")) / 2**20,
                 mem_total_mb=mem_total / 2**20, gpus=measured,
-                gpu_note="; ".join(n for n in (gpu_note, note) if n)))
+                gpu_note="; ".join(n for n in (gpu_note, note) if n),
+                hosts=sorted(p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName") == node_name)))
         return out
 
 

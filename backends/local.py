@@ -505,7 +505,7 @@ class LocalBackend(Backend):
         gpus, note = read_gpus()
         node = NodeMetrics(name=socket.gethostname(), cpu_percent=psutil.cpu_percent(None),
                            cpu_count=psutil.cpu_count() or 1, mem_used_mb=(vm.total - vm.available) / 2**20,
-                           mem_total_mb=vm.total / 2**20, gpus=gpus, gpu_note=note)
+                           mem_total_mb=vm.total / 2**20, gpus=gpus, gpu_note=note, hosts=[socket.gethostname()])
         launcher = self._launcher(run_dir)
         if launcher is None:
             return [node]

@@ -103,9 +103,9 @@ def set_conditions(backend, run_id, *types, message=""):
         {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": message} for t in types]}})
 
 
-def metric_line(rank, step, loss=2.0):
+def metric_line(rank, step, loss=2.0, **extra):
     return json.dumps({"schema": 1, "event": "step", "rank": rank, "world_size": 4, "time": 1_790_000_000.0 + step,
-                       "epoch": 1, "step": step, "loss": loss, "samples_per_s": 900.0})
+                       "epoch": 1, "step": step, "loss": loss, "samples_per_s": 900.0, **extra})
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -312,8 +312,8 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
     em = cluster.emulator
     for name, role, index, ranks in ((f"{run_id}-master-0", "master", 0, (0, 1)),
                                      (f"{run_id}-worker-0", "worker", 0, (2, 3))):
-        cluster.call(em.script_log, NS, name, [metric_line(r, s, 2.3 - 0.01 * s) for s in range(1, 21) for r in ranks],
-                     rate=80, ended=False)
+        cluster.call(em.script_log, NS, name, [metric_line(r, s, 2.3 - 0.01 * s, host=name, gpu_util=90.0 + r)
+                                               for s in range(1, 21) for r in ranks], rate=80, ended=False)
         make_pod(backend, run_id, name, role, index, phase="Running")
     set_conditions(backend, run_id, "Created", "Running")
     settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
@@ -333,6 +333,10 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
             await wait_for(pilot, lambda: [table.get_row_at(i)[1] for i in range(4)] == ["20"] * 4,
                            what="every rank at step 20 in the table")
             assert [table.get_row_at(i)[0] for i in range(4)] == ["0", "1", "2", "3"]
+            # no NVML and no DCGM exporter on the node: its GPU line is what the ranks on it report
+            nodes = screen.query_one("#nodes", Static)
+            await wait_for(pilot, lambda: "as the ranks report" in str(nodes.render()), what="the node's GPU line")
+            assert "cpu-0" in str(nodes.render()) and "r0 90% r1 91% r2 92% r3 93%" in str(nodes.render())
 
     asyncio.run(scenario())
 

@@ -94,3 +94,14 @@ def test_error_lines_are_kept_with_their_hint():
 
 def test_format_duration():
     assert [format_duration(x) for x in (None, 9, 125, 3725)] == ["-", "9s", "2m05s", "1h02m"]
+
+
+def test_gpu_utilization_the_ranks_report_is_grouped_by_host():
+    state = MonitorState()
+    events = []
+    for rank, host, util in ((0, "pod-a", 97.0), (1, "pod-a", 95.0), (2, "pod-b", 40.0), (3, "pod-b", None)):
+        ev = step(rank, 1, 10.0)
+        ev.record.update(host=host, gpu_util=util)
+        events.append(ev)
+    state.ingest(events)
+    assert state.snapshot(now=11.0).gpu_by_host == {"pod-a": [(0, 97.0), (1, 95.0)], "pod-b": [(2, 40.0)]}

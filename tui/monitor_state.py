@@ -78,6 +78,8 @@ class RankView:
     finished: bool = False
     error: str = ""
     host: str = ""
+    gpu_util: float | None = None
+    """GPU utilization (%) the rank itself reports (NVML in the trainer), as of its latest step."""
     loss_curve: Series = field(default_factory=Series)
 
 
@@ -119,6 +121,8 @@ class MonitorSnapshot:
     info: dict[str, Any]
     done: dict[str, Any] | None
     errors: list[str]
+    gpu_by_host: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    """(rank, GPU utilization %) the ranks report, by the host they run on."""
 
     @property
     def fraction(self) -> float:
@@ -176,6 +180,9 @@ class MonitorState:
                         view.step_interval = gap if view.step_interval is None else 0.8 * view.step_interval + 0.2 * gap
                     view.step_time = ev.time
                     view.step, view.epoch, view.loss = step, rec.get("epoch") or view.epoch, loss
+                    view.gpu_util = rec.get("gpu_util")
+                    if view.gpu_util is not None:
+                        view.host = rec.get("host") or view.host
                     sps = rec.get("samples_per_s")
                     if sps is not None:
                         view.samples_per_s = sps if view.samples_per_s is None else 0.8 * view.samples_per_s + 0.2 * sps
@@ -250,6 +257,10 @@ class MonitorState:
                 (t0, s0), (t1, s1) = self._progress[0], self._progress[-1]
                 if t1 > t0 and s1 > s0:
                     eta = max(0.0, (self.total_steps - step) * (t1 - t0) / (s1 - s0))
+            gpu_by_host: dict[str, list[tuple[int, float]]] = {}
+            for v in views:
+                if v.gpu_util is not None and not v.finished:
+                    gpu_by_host.setdefault(v.host, []).append((v.rank, v.gpu_util))
             running = any(not v.finished and not v.error for v in views)
             quiet = now - freshest if running and freshest and now - freshest > threshold else None
             return MonitorSnapshot(
@@ -258,7 +269,7 @@ class MonitorState:
                 epoch=epoch, epochs=self.epochs, step=step, total_steps=self.total_steps,
                 eta_s=None if self.done else eta, restarts=self.restarts, events=self.events,
                 stragglers=stragglers, silent=silent, quiet_s=quiet, info=dict(self.info),
-                done=dict(self.done) if self.done else None, errors=list(self.errors))
+                done=dict(self.done) if self.done else None, errors=list(self.errors), gpu_by_host=gpu_by_host)
 
 
 def format_duration(seconds: float | None) -> str:

@@ -146,7 +146,7 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
 
     def on_nodes_measured(self, message: NodesMeasured) -> None:
         nodes = self.query_one(NodeBars)
-        nodes.show(message.nodes, self.size.width)
+        nodes.show(message.nodes, self.size.width, self.snap.gpu_by_host)
 
     def on_run_stopped(self, message: RunStopped) -> None:
         self.status = message.status

@@ -24,7 +24,10 @@ class NodeBars(Static):
         self.glyphs = glyphs
         self._lines = 1
 
-    def show(self, nodes: list[NodeMetrics], width: int) -> None:
+    def show(self, nodes: list[NodeMetrics], width: int,
+             reported: dict[str, list[tuple[int, float]]] | None = None) -> None:
+        """``reported``: (rank, GPU %) the ranks' own lines give, by host, for
+        nodes whose GPUs nothing else measures (no NVML here, no DCGM there)."""
         g = self.glyphs
         gauge = 10 if width < 100 else 16
         text = Text(no_wrap=True, overflow="ellipsis")
@@ -44,6 +47,13 @@ class NodeBars(Static):
                     text.append(f"gpu{gpu.index} ")
                     text.append(bar(gpu.util_percent / 100, 6, g), style=_level(gpu.util_percent))
                     text.append(f" {gpu.util_percent:3.0f}% {gmem:3.0f}%mem  ")
+            elif reported and (ranks := sorted(r for host in node.hosts for r in reported.get(host, ()))):
+                mean = sum(u for _, u in ranks) / len(ranks)
+                text.append("gpu ")
+                text.append(bar(mean / 100, 6, g), style=_level(mean))
+                text.append(f" {mean:3.0f}% ")
+                text.append("(as the ranks report: " + " ".join(f"r{r} {u:.0f}%" for r, u in ranks[:6])
+                            + (" ..." if len(ranks) > 6 else "") + ")", style="dim")
             else:
                 text.append(node.gpu_note or "no GPU", style="dim")
             if node.processes:
