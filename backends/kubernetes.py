@@ -6,22 +6,18 @@ The run id is the job object's name; every object and pod of a run carries
 the ``torchdeck.dev/run`` label, so the cluster itself is the record: the
 console and the CLI reattach from any machine with the kubeconfig.
 
-Pods are followed by list + watch from a resourceVersion (410 Gone means
-re-list; a dropped connection means reconnect with backoff, said in the log
-pane, and give up after ``MAX_RETRIES``); every rank's pod log is followed
-at once, one stream per pod (kubectl stops at 5), across container
-restarts. The trainer's metric lines in those logs feed the monitor exactly
-as the local backend's files do."""
+Pods are followed by list + watch and every rank's pod log at once, one
+stream per pod (kubectl stops at 5), across container restarts
+(``kube_streams``); the trainer's metric lines in those logs feed the
+monitor exactly as the local backend's files do. What is wrong is read from
+the pods in ``kube_diagnosis``."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import json
-import queue
 import re
-import socket
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,12 +26,13 @@ from typing import Any, AsyncIterator, Callable, Iterator
 from .base import Backend, GpuMetrics, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics
 from .errors import BackendError, RunNotFound
 from .events import describe_record, parse_metric_lines
+from .kube_api import ApiError, Unreachable, quantity
 from .kube_diagnosis import Finding, diagnose_pod, job_findings
+from .kube_streams import PodLogFollower, node_rank
 from .manifests import KIND_INFO, RUN_LABEL, Rendered, render, render_task
 from .spec import JobSpec, validate
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
-MAX_RETRIES = 8
 NODE_METRICS_TTL_S = 5.0
 DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
 DCGM_PORT = 9400
@@ -182,7 +179,7 @@ class KubernetesBackend(Backend):
         nodes = self.request("GET", "api/v1/nodes").get("items", [])
         matching = [n for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v
                                             for k, v in selector.items())]
-        with_gpus = [n for n in matching if _quantity(((n.get("status") or {}).get("allocatable") or {})
+        with_gpus = [n for n in matching if quantity(((n.get("status") or {}).get("allocatable") or {})
                                                       .get("nvidia.com/gpu", "0")) >= wanted]
         if with_gpus:
             return []
@@ -236,8 +233,7 @@ class KubernetesBackend(Backend):
                 try:
                     items = self.request("GET", path, query={"labelSelector": selector}).get("items", [])
                 except ApiError as exc:
-                    if exc.status == 403 and namespace is None:
-                        self.client  # noqa: B018 - reads the context's namespace
+                    if exc.status == 403 and namespace is None:  # may not list cluster-wide: the context's
                         namespace = self.context_namespace or "default"
                         continue
                     if exc.status in (403, 404):
@@ -591,18 +587,18 @@ class KubernetesBackend(Backend):
             except ApiError:
                 continue
             alloc = (node.get("status") or {}).get("allocatable") or {}
-            cpu_total = _quantity(alloc.get("cpu", "0"))
-            mem_total = _quantity(alloc.get("memory", "0"))
+            cpu_total = quantity(alloc.get("cpu", "0"))
+            mem_total = quantity(alloc.get("memory", "0"))
             used = usage.get(node_name, {})
-            gpus = int(_quantity(alloc.get("nvidia.com/gpu", "0")))
+            gpus = int(quantity(alloc.get("nvidia.com/gpu", "0")))
             # The API has GPU counts, not utilization: that comes from a DCGM
             # exporter where one runs (else from the trainer's own gpu_util).
             measured = dcgm.get(node_name, [])
             gpu_note = ("" if measured else
                         f"{gpus} GPU(s) allocatable; no DCGM exporter for utilization" if gpus else "no GPU")
             out.append(NodeMetrics(
-                name=node_name, cpu_percent=100.0 * _quantity(used.get("cpu", "0")) / cpu_total if cpu_total else 0.0,
-                cpu_count=int(cpu_total) or 1, mem_used_mb=_quantity(used.get("memory", "0")) / 2**20,
+                name=node_name, cpu_percent=100.0 * quantity(used.get("cpu", "0")) / cpu_total if cpu_total else 0.0,
+                cpu_count=int(cpu_total) or 1, mem_used_mb=quantity(used.get("memory", "0")) / 2**20,
                 mem_total_mb=mem_total / 2**20, gpus=measured,
                 gpu_note="; ".join(n for n in (gpu_note, note) if n),
                 hosts=sorted(p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName") == node_name)))
@@ -655,50 +651,6 @@ def parse_dcgm(text: str) -> list[GpuMetrics]:
     return [GpuMetrics(i, g["name"], g.get("DCGM_FI_DEV_GPU_UTIL", 0.0), g.get("DCGM_FI_DEV_FB_USED", 0.0),
                        g.get("DCGM_FI_DEV_FB_USED", 0.0) + g.get("DCGM_FI_DEV_FB_FREE", 0.0))
             for i, g in sorted(gpus.items())]
-
-
-class ApiError(BackendError):
-    """The API server answered with an error status."""
-
-    def __init__(self, message: str, hint: str = "", status: int = 0, reason: str = ""):
-        super().__init__(message, hint)
-        self.status, self.reason = status, reason
-
-    @classmethod
-    def from_exception(cls, exc) -> "ApiError":
-        status = getattr(exc, "status", 0) or 0
-        message, reason = "", getattr(exc, "reason", "") or ""
-        try:
-            body = json.loads(exc.body or "{}")
-            message, reason = body.get("message") or "", body.get("reason") or reason
-        except (TypeError, ValueError):
-            pass
-        hints = {401: "your credentials expired or are wrong: refresh the kubeconfig (aws eks update-kubeconfig)",
-                 403: "your identity lacks the RBAC permission for this; ask a cluster admin",
-                 404: "", 409: "an object with that name exists already", 410: "",
-                 422: "the cluster refused the manifest: torchdeck render --validate shows what is wrong"}
-        return cls(f"the cluster said {status} {reason}: {message}".rstrip(": "), hints.get(status, ""), status, reason)
-
-
-class Unreachable(BackendError):
-    """No answer from the API server (network, DNS, TLS, timeout)."""
-
-
-def _quantity(text: Any) -> float:
-    """A Kubernetes quantity as a number: "3500m" -> 3.5, "8Gi" -> 8589934592, "2" -> 2."""
-    text = str(text).strip()
-    units = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-    for suffix in ("Ki", "Mi", "Gi", "Ti", "n", "u", "m", "k", "M", "G", "T"):
-        if text.endswith(suffix):
-            try:
-                return float(text[: -len(suffix)]) * units[suffix]
-            except ValueError:
-                return 0.0
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
 
 
 def world_size(key: str, obj: dict[str, Any]) -> int:
@@ -765,247 +717,4 @@ def job_state(key: str, obj: dict[str, Any], pods: list[dict[str, Any]]) -> tupl
 def _any_running(pods: list[dict[str, Any]]) -> bool:
     return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
 
-
-def node_rank(pod: dict[str, Any], all_pods: list[dict[str, Any]]) -> int:
-    """Which node (torchrun's node rank) a pod is, from the labels its operator sets."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    kind = labels.get("training.kubeflow.org/replica-type", "").lower()
-    index = labels.get("training.kubeflow.org/replica-index") or labels.get("batch.kubernetes.io/job-completion-index")
-    if kind == "launcher":
-        return -1  # mpirun's output carries every rank; its lines say which
-    if index is not None and str(index).isdigit():
-        has_master = any(((p.get("metadata") or {}).get("labels") or {})
-                         .get("training.kubeflow.org/replica-type", "").lower() == "master" for p in all_pods)
-        return int(index) + (1 if kind == "worker" and has_master else 0)
-    names = sorted((p.get("metadata") or {}).get("name", "") for p in all_pods)
-    return names.index(pod["metadata"]["name"]) if pod["metadata"]["name"] in names else 0
-
-
-class PodWatcher:
-    """A run's pods, kept current by list + watch from a resourceVersion.
-    410 Gone: re-list. A dropped or failed connection: reconnect after a
-    backoff (0.5 s doubling to 8 s), ``on_retry`` says so; after
-    MAX_RETRIES failures in a row, ``error`` is set and it stops."""
-
-    def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str,
-                 on_change: Callable[[dict[str, dict[str, Any]]], None],
-                 on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None):
-        self.backend, self.run_id, self.namespace = backend, run_id, namespace
-        self.on_change, self.on_retry = on_change, on_retry
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.relists = 0
-        self.retries = 0
-        self.error: BackendError | None = None
-        self._stop = threading.Event()
-        self._response = None
-
-    def stop(self) -> None:
-        self._stop.set()
-        _abort(self._response)
-
-    def run(self) -> None:
-        failures = 0
-        rv = None
-        path = f"api/v1/namespaces/{self.namespace}/pods"
-        selector = f"{RUN_LABEL}={self.run_id}"
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    listing = self.backend.request("GET", path, query={"labelSelector": selector})
-                    self.pods = {p["metadata"]["name"]: p for p in listing.get("items", [])}
-                    rv = (listing.get("metadata") or {}).get("resourceVersion")
-                    self.relists += 1
-                    self.on_change(dict(self.pods))
-                self._response = self.backend.request(
-                    "GET", path, query={"labelSelector": selector, "watch": "true", "resourceVersion": rv,
-                                        "allowWatchBookmarks": "true", "timeoutSeconds": 300},
-                    stream=True, timeout=None)
-                failures = 0
-                for line in _lines(self._response):
-                    if self._stop.is_set():
-                        return
-                    event = json.loads(line)
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
-                            rv = None  # expired: list again
-                            break
-                        raise ApiError(f"the pod watch failed: {obj.get('message', obj)}", "", obj.get("code", 0))
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-                    if kind == "BOOKMARK":
-                        continue
-                    name = (obj.get("metadata") or {}).get("name")
-                    if kind == "DELETED":
-                        self.pods.pop(name, None)
-                    elif name:
-                        self.pods[name] = obj
-                    self.on_change(dict(self.pods))
-                # the server ended the watch (its timeout, or a cut): go on from rv
-            except ApiError as exc:
-                if exc.status == 410:
-                    rv = None
-                    continue
-                failures = self._failed(failures, str(exc))
-                if failures > MAX_RETRIES:
-                    return
-            except (BackendError, OSError, ValueError) as exc:
-                if self._stop.is_set():
-                    return
-                failures = self._failed(failures, str(exc))
-                if failures > MAX_RETRIES:
-                    return
-            except Exception as exc:  # urllib3 protocol errors while streaming
-                if self._stop.is_set():
-                    return
-                failures = self._failed(failures, f"{type(exc).__name__}: {exc}")
-                if failures > MAX_RETRIES:
-                    return
-
-    def _failed(self, failures: int, why: str) -> int:
-        failures += 1
-        self.retries += 1
-        if failures > MAX_RETRIES:
-            self.error = Unreachable(f"lost the cluster connection: {failures - 1} retries failed ({why[:160]})",
-                                     "check the network and the kubeconfig, then reopen the monitor")
-            self.on_retry(failures, 0.0, why)
-            return failures
-        wait = min(8.0, 0.5 * 2 ** (failures - 1))
-        self.on_retry(failures, wait, why)
-        self._stop.wait(wait)
-        return failures
-
-
-def _abort(response) -> None:
-    """End a streamed response another thread is reading. (Closing it would
-    wait for that reader's lock; shutting the socket down wakes the reader.)"""
-    sock = getattr(getattr(response, "connection", None), "sock", None)
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-def _line_chunks(response) -> Iterator[list[bytes]]:
-    """Whole lines from a streamed HTTP response, as they come (a list per read)."""
-    pending = b""
-    for chunk in response.stream(65536, decode_content=False):
-        pending += chunk
-        *whole, pending = pending.split(b"\n")
-        lines = [line for line in whole if line.strip()]
-        if lines:
-            yield lines
-    if pending.strip():
-        yield [pending]
-
-
-def _lines(response) -> Iterator[bytes]:
-    """Whole lines from a streamed HTTP response."""
-    for lines in _line_chunks(response):
-        yield from lines
-
-
-class PodLogFollower:
-    """Every pod's log of one run at once, a thread and a stream per pod,
-    into one queue of (node rank, attempt, line). A container that restarts
-    is followed again from its new start (attempt = its restart count)."""
-
-    def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str, follow: bool = True):
-        self.backend, self.run_id, self.namespace, self.follow = backend, run_id, namespace, follow
-        self.queue: queue.SimpleQueue[tuple[int, int, list[bytes]]] = queue.SimpleQueue()
-        self._streams: dict[tuple[str, int], threading.Thread] = {}
-        self._lock = threading.Lock()
-        self._responses: list[Any] = []
-        self._stopped = threading.Event()
-        self.watcher = PodWatcher(backend, run_id, namespace, self._pods_changed, self._retrying)
-        self._watch_thread: threading.Thread | None = None
-        self._job_over = False
-
-    def start(self) -> None:
-        if self.follow:
-            self._watch_thread = threading.Thread(target=self.watcher.run, name=f"watch-{self.run_id}", daemon=True)
-            self._watch_thread.start()
-        else:
-            pods = self.backend.pods(self.run_id, self.namespace)
-            self._pods_changed({p["metadata"]["name"]: p for p in pods})
-
-    def _retrying(self, attempt: int, wait: float, why: str) -> None:
-        text = (f"[torchdeck] lost the pod watch ({why[:120]}); retry {attempt}/{MAX_RETRIES} in {wait:.1f} s"
-                if wait else f"[torchdeck] gave up after {MAX_RETRIES} retries: {why[:120]}")
-        self.queue.put((-1, 0, [text.encode()]))
-
-    def _pods_changed(self, pods: dict[str, dict[str, Any]]) -> None:
-        all_pods = list(pods.values())
-        for name, pod in pods.items():
-            status = pod.get("status") or {}
-            statuses = status.get("containerStatuses") or []
-            started = any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
-                          for cs in statuses)
-            if not started:
-                continue
-            attempt = max((cs.get("restartCount", 0) for cs in statuses), default=0)
-            key = (name, attempt)
-            with self._lock:
-                if key in self._streams or self._stopped.is_set():
-                    continue
-                rank = node_rank(pod, all_pods)
-                thread = threading.Thread(target=self._stream, args=(name, rank, attempt, status),
-                                          name=f"log-{name}", daemon=True)
-                self._streams[key] = thread
-            thread.start()
-
-    def _stream(self, pod: str, rank: int, attempt: int, status: dict[str, Any]) -> None:
-        running = any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or [])
-        query = {"follow": "true" if self.follow and running else None}
-        try:
-            response = self.backend.request("GET", f"api/v1/namespaces/{self.namespace}/pods/{pod}/log",
-                                            query=query, stream=True, timeout=None)
-            self._responses.append(response)
-            for lines in _line_chunks(response):
-                if self._stopped.is_set():
-                    return
-                self.queue.put((rank, attempt, lines))
-        except BackendError as exc:
-            if not self._stopped.is_set() and getattr(exc, "status", 0) not in (400, 404):
-                self.queue.put((rank, attempt, [f"[torchdeck] the log of {pod} broke off: {exc}".encode()]))
-        except Exception:
-            pass  # the connection closed under us (stop), or the pod went away
-
-    def _all_done(self) -> bool:
-        with self._lock:
-            threads = list(self._streams.values())
-        if any(t.is_alive() for t in threads):
-            return False
-        if not self.follow:
-            return True
-        if self.watcher.error is not None:
-            return True
-        pods = self.watcher.pods
-        return bool(pods) and all((p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-                                  for p in pods.values())
-
-    def take(self, wait_s: float, linger_s: float = 0.02,
-             limit: int = 8192) -> tuple[list[tuple[int, int, bytes]], bool]:
-        """What arrived, and whether the logs are over. Waits up to ``wait_s``
-        for the first line, then ``linger_s`` for more: a few batches a
-        second, not one per line, however many pods trickle lines in."""
-        out: list[tuple[int, int, bytes]] = []
-        try:
-            rank, attempt, lines = self.queue.get(timeout=wait_s)
-            out += [(rank, attempt, line) for line in lines]
-            if linger_s:
-                time.sleep(linger_s)
-            while len(out) < limit:
-                rank, attempt, lines = self.queue.get_nowait()
-                out += [(rank, attempt, line) for line in lines]
-        except queue.Empty:
-            pass
-        done = not out and self._all_done() and self.queue.empty()
-        return out, done
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self.watcher.stop()
-        for response in list(self._responses):
-            _abort(response)
 

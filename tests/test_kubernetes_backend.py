@@ -18,7 +18,8 @@ import pytest
 from kube_cluster import start_cluster, stop_cluster
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, RunNotFound
-from torchdeck.backends.kubernetes import KubernetesBackend, PodWatcher
+from torchdeck.backends.kube_streams import PodWatcher
+from torchdeck.backends.kubernetes import KubernetesBackend
 from torchdeck.backends.manifests import KIND_INFO, RUN_LABEL, render
 from torchdeck.backends.spec import KINDS, spec_from_dict
 
@@ -253,7 +254,7 @@ def test_watch_gives_up_after_repeated_failures_with_a_clear_message(tmp_path, m
     running, thread = start_cluster(tmp_path)
     backend = KubernetesBackend(running.kubeconfig)
     stop_cluster(running, thread)  # the cluster goes away
-    monkeypatch.setattr("torchdeck.backends.kubernetes.MAX_RETRIES", 2)
+    monkeypatch.setattr("torchdeck.backends.kube_streams.MAX_RETRIES", 2)
     retries: list = []
     watcher = PodWatcher(backend, "r", NS, lambda pods: None, lambda n, wait, why: retries.append((n, wait)))
     watcher.run()  # returns: it gave up

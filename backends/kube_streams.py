@@ -1,0 +1,271 @@
+"""Following a cluster run live: its pods by list + watch, and every pod's
+log at once. Used by the kubernetes backend; each holds its own threads.
+
+The watch resumes from the last resourceVersion it saw; 410 Gone means
+list again; a failed or dropped connection means reconnect after a backoff
+(said through ``on_retry``), and after MAX_RETRIES failures in a row the
+watcher gives up with ``error`` set. Logs are one stream (and thread) per
+pod, followed again from the start when its container restarts."""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .errors import BackendError
+from .kube_api import ApiError, Unreachable
+from .manifests import RUN_LABEL
+
+if TYPE_CHECKING:
+    from .kubernetes import KubernetesBackend
+
+MAX_RETRIES = 8
+"""Failed watch connections in a row before the watcher gives up."""
+
+
+def node_rank(pod: dict[str, Any], all_pods: list[dict[str, Any]]) -> int:
+    """Which node (torchrun's node rank) a pod is, from the labels its operator sets."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    kind = labels.get("training.kubeflow.org/replica-type", "").lower()
+    index = labels.get("training.kubeflow.org/replica-index") or labels.get("batch.kubernetes.io/job-completion-index")
+    if kind == "launcher":
+        return -1  # mpirun's output carries every rank; its lines say which
+    if index is not None and str(index).isdigit():
+        has_master = any(((p.get("metadata") or {}).get("labels") or {})
+                         .get("training.kubeflow.org/replica-type", "").lower() == "master" for p in all_pods)
+        return int(index) + (1 if kind == "worker" and has_master else 0)
+    names = sorted((p.get("metadata") or {}).get("name", "") for p in all_pods)
+    return names.index(pod["metadata"]["name"]) if pod["metadata"]["name"] in names else 0
+
+
+class PodWatcher:
+    """A run's pods, kept current by list + watch from a resourceVersion.
+    410 Gone: re-list. A dropped or failed connection: reconnect after a
+    backoff (0.5 s doubling to 8 s), ``on_retry`` says so; after
+    MAX_RETRIES failures in a row, ``error`` is set and it stops."""
+
+    def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str,
+                 on_change: Callable[[dict[str, dict[str, Any]]], None],
+                 on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None):
+        self.backend, self.run_id, self.namespace = backend, run_id, namespace
+        self.on_change, self.on_retry = on_change, on_retry
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.relists = 0
+        self.retries = 0
+        self.error: BackendError | None = None
+        self._stop = threading.Event()
+        self._response = None
+
+    def stop(self) -> None:
+        self._stop.set()
+        _abort(self._response)
+
+    def run(self) -> None:
+        failures = 0
+        rv = None
+        path = f"api/v1/namespaces/{self.namespace}/pods"
+        selector = f"{RUN_LABEL}={self.run_id}"
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    listing = self.backend.request("GET", path, query={"labelSelector": selector})
+                    self.pods = {p["metadata"]["name"]: p for p in listing.get("items", [])}
+                    rv = (listing.get("metadata") or {}).get("resourceVersion")
+                    self.relists += 1
+                    self.on_change(dict(self.pods))
+                self._response = self.backend.request(
+                    "GET", path, query={"labelSelector": selector, "watch": "true", "resourceVersion": rv,
+                                        "allowWatchBookmarks": "true", "timeoutSeconds": 300},
+                    stream=True, timeout=None)
+                failures = 0
+                for line in _lines(self._response):
+                    if self._stop.is_set():
+                        return
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            rv = None  # expired: list again
+                            break
+                        raise ApiError(f"the pod watch failed: {obj.get('message', obj)}", "", obj.get("code", 0))
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if kind == "BOOKMARK":
+                        continue
+                    name = (obj.get("metadata") or {}).get("name")
+                    if kind == "DELETED":
+                        self.pods.pop(name, None)
+                    elif name:
+                        self.pods[name] = obj
+                    self.on_change(dict(self.pods))
+                # the server ended the watch (its timeout, or a cut): go on from rv
+            except ApiError as exc:
+                if exc.status == 410:
+                    rv = None
+                    continue
+                failures = self._failed(failures, str(exc))
+                if failures > MAX_RETRIES:
+                    return
+            except (BackendError, OSError, ValueError) as exc:
+                if self._stop.is_set():
+                    return
+                failures = self._failed(failures, str(exc))
+                if failures > MAX_RETRIES:
+                    return
+            except Exception as exc:  # urllib3 protocol errors while streaming
+                if self._stop.is_set():
+                    return
+                failures = self._failed(failures, f"{type(exc).__name__}: {exc}")
+                if failures > MAX_RETRIES:
+                    return
+
+    def _failed(self, failures: int, why: str) -> int:
+        failures += 1
+        self.retries += 1
+        if failures > MAX_RETRIES:
+            self.error = Unreachable(f"lost the cluster connection: {failures - 1} retries failed ({why[:160]})",
+                                     "check the network and the kubeconfig, then reopen the monitor")
+            self.on_retry(failures, 0.0, why)
+            return failures
+        wait = min(8.0, 0.5 * 2 ** (failures - 1))
+        self.on_retry(failures, wait, why)
+        self._stop.wait(wait)
+        return failures
+
+
+def _abort(response) -> None:
+    """End a streamed response another thread is reading. (Closing it would
+    wait for that reader's lock; shutting the socket down wakes the reader.)"""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _line_chunks(response) -> Iterator[list[bytes]]:
+    """Whole lines from a streamed HTTP response, as they come (a list per read)."""
+    pending = b""
+    for chunk in response.stream(65536, decode_content=False):
+        pending += chunk
+        *whole, pending = pending.split(b"\n")
+        lines = [line for line in whole if line.strip()]
+        if lines:
+            yield lines
+    if pending.strip():
+        yield [pending]
+
+
+def _lines(response) -> Iterator[bytes]:
+    """Whole lines from a streamed HTTP response."""
+    for lines in _line_chunks(response):
+        yield from lines
+
+
+class PodLogFollower:
+    """Every pod's log of one run at once, a thread and a stream per pod,
+    into one queue of (node rank, attempt, line). A container that restarts
+    is followed again from its new start (attempt = its restart count)."""
+
+    def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str, follow: bool = True):
+        self.backend, self.run_id, self.namespace, self.follow = backend, run_id, namespace, follow
+        self.queue: queue.SimpleQueue[tuple[int, int, list[bytes]]] = queue.SimpleQueue()
+        self._streams: dict[tuple[str, int], threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._responses: list[Any] = []
+        self._stopped = threading.Event()
+        self.watcher = PodWatcher(backend, run_id, namespace, self._pods_changed, self._retrying)
+        self._watch_thread: threading.Thread | None = None
+        self._job_over = False
+
+    def start(self) -> None:
+        if self.follow:
+            self._watch_thread = threading.Thread(target=self.watcher.run, name=f"watch-{self.run_id}", daemon=True)
+            self._watch_thread.start()
+        else:
+            pods = self.backend.pods(self.run_id, self.namespace)
+            self._pods_changed({p["metadata"]["name"]: p for p in pods})
+
+    def _retrying(self, attempt: int, wait: float, why: str) -> None:
+        text = (f"[torchdeck] lost the pod watch ({why[:120]}); retry {attempt}/{MAX_RETRIES} in {wait:.1f} s"
+                if wait else f"[torchdeck] gave up after {MAX_RETRIES} retries: {why[:120]}")
+        self.queue.put((-1, 0, [text.encode()]))
+
+    def _pods_changed(self, pods: dict[str, dict[str, Any]]) -> None:
+        all_pods = list(pods.values())
+        for name, pod in pods.items():
+            status = pod.get("status") or {}
+            statuses = status.get("containerStatuses") or []
+            started = any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
+                          for cs in statuses)
+            if not started:
+                continue
+            attempt = max((cs.get("restartCount", 0) for cs in statuses), default=0)
+            key = (name, attempt)
+            with self._lock:
+                if key in self._streams or self._stopped.is_set():
+                    continue
+                rank = node_rank(pod, all_pods)
+                thread = threading.Thread(target=self._stream, args=(name, rank, attempt, status),
+                                          name=f"log-{name}", daemon=True)
+                self._streams[key] = thread
+            thread.start()
+
+    def _stream(self, pod: str, rank: int, attempt: int, status: dict[str, Any]) -> None:
+        running = any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or [])
+        query = {"follow": "true" if self.follow and running else None}
+        try:
+            response = self.backend.request("GET", f"api/v1/namespaces/{self.namespace}/pods/{pod}/log",
+                                            query=query, stream=True, timeout=None)
+            self._responses.append(response)
+            for lines in _line_chunks(response):
+                if self._stopped.is_set():
+                    return
+                self.queue.put((rank, attempt, lines))
+        except BackendError as exc:
+            if not self._stopped.is_set() and getattr(exc, "status", 0) not in (400, 404):
+                self.queue.put((rank, attempt, [f"[torchdeck] the log of {pod} broke off: {exc}".encode()]))
+        except Exception:
+            pass  # the connection closed under us (stop), or the pod went away
+
+    def _all_done(self) -> bool:
+        with self._lock:
+            threads = list(self._streams.values())
+        if any(t.is_alive() for t in threads):
+            return False
+        if not self.follow:
+            return True
+        if self.watcher.error is not None:
+            return True
+        pods = self.watcher.pods
+        return bool(pods) and all((p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                                  for p in pods.values())
+
+    def take(self, wait_s: float, linger_s: float = 0.02,
+             limit: int = 8192) -> tuple[list[tuple[int, int, bytes]], bool]:
+        """What arrived, and whether the logs are over. Waits up to ``wait_s``
+        for the first line, then ``linger_s`` for more: a few batches a
+        second, not one per line, however many pods trickle lines in."""
+        out: list[tuple[int, int, bytes]] = []
+        try:
+            rank, attempt, lines = self.queue.get(timeout=wait_s)
+            out += [(rank, attempt, line) for line in lines]
+            if linger_s:
+                time.sleep(linger_s)
+            while len(out) < limit:
+                rank, attempt, lines = self.queue.get_nowait()
+                out += [(rank, attempt, line) for line in lines]
+        except queue.Empty:
+            pass
+        done = not out and self._all_done() and self.queue.empty()
+        return out, done
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.watcher.stop()
+        for response in list(self._responses):
+            _abort(response)
