@@ -1,0 +1,333 @@
+"""An EKS cluster plan: what ``torchdeck cluster init`` asks for, checked
+field by field, written as the eksctl ClusterConfig (``eksctl.io/v1alpha5``)
+that eksctl accepts and read back from it, with the cost per hour from the
+instance catalogue torchdeck ships (``manifests/eks/instance-types.yaml``).
+
+The plan asks for OIDC, an IAM service account that may use one S3 bucket
+and prefix only, the add-ons training needs (EFS CSI driver, metrics-server;
+eksctl installs the NVIDIA device plugin on GPU nodegroups itself), a system
+nodegroup and worker nodegroups, GPU workers tainted ``nvidia.com/gpu``."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import SpecError
+
+CLUSTER_TAG = "torchdeck:cluster"
+"""Every AWS resource torchdeck creates for a cluster carries it (value: the cluster name)."""
+EKS_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33")
+DEFAULT_VERSION = "1.31"
+# EKS: 1-100 characters, a letter or digit first, then letters, digits, '-'
+# and '_'. eksctl names its CloudFormation stacks eksctl-NAME-cluster, and a
+# stack name allows letters, digits and '-' only, starting with a letter.
+# Together: a letter first, then letters, digits and '-', 100 at most.
+CLUSTER_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,99}$")
+NODEGROUP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+BUCKET_RE = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+INSTANCE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+ID_RE = {"vpc": re.compile(r"^vpc-[0-9a-f]{8,17}$"), "subnet": re.compile(r"^subnet-[0-9a-f]{8,17}$")}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """One EC2 instance type as the planner sees it."""
+
+    name: str
+    vcpus: int
+    memory_gib: float
+    price: float | None = None
+    """On-demand USD per hour (us-east-1), where the shipped table has it."""
+    gpus: int = 0
+    gpu_model: str = ""
+    gpu_memory_gib: float = 0.0
+    efa: bool = False
+
+
+@functools.lru_cache(maxsize=1)
+def _catalogue_file() -> dict[str, Any]:
+    return yaml.safe_load((resources.files("torchdeck") / "manifests" / "eks" / "instance-types.yaml").read_text())
+
+
+def shipped_catalogue() -> dict[str, InstanceType]:
+    """The instance types torchdeck knows without asking EC2."""
+    return {name: InstanceType(name, **values) for name, values in _catalogue_file()["types"].items()}
+
+
+def control_plane_price() -> float:
+    return float(_catalogue_file()["eks_control_plane_per_hour"])
+
+
+@dataclass
+class NodegroupPlan:
+    """One managed nodegroup."""
+
+    name: str
+    instance_type: str
+    min_size: int = 1
+    desired: int = 1
+    max_size: int = 1
+    volume_gib: int = 100
+    spot: bool = False
+    gpu: bool = False
+    """A GPU nodegroup: its type must have GPUs; its nodes get the nvidia.com/gpu taint."""
+    efa: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterPlan:
+    """Everything ``eksctl create cluster`` (or torchdeck's own path) needs."""
+
+    name: str
+    region: str
+    zones: list[str] = field(default_factory=list)
+    version: str = DEFAULT_VERSION
+    vpc_id: str | None = None
+    """An existing VPC; None: eksctl makes a new one."""
+    subnets: dict[str, str] = field(default_factory=dict)
+    """Existing private subnets, zone -> subnet id (with vpc_id)."""
+    nodegroups: list[NodegroupPlan] = field(default_factory=list)
+    s3_bucket: str | None = None
+    s3_prefix: str = "torchdeck/"
+    service_account: str = "torchdeck-s3"
+    namespace: str = "default"
+
+
+def _fail(field_name: str, message: str, hint: str = "") -> None:
+    raise SpecError(field_name, message, hint)
+
+
+def check_cluster_name(name: Any) -> None:
+    """EKS's and CloudFormation's rules for the name, with the reason."""
+    if not isinstance(name, str) or not name:
+        _fail("name", "must not be empty", "e.g. torchdeck-demo")
+    if not name.isascii():
+        _fail("name", f"{name!r} has non-ASCII characters", "use letters, digits and '-'")
+    if len(name) > 100:
+        _fail("name", f"is {len(name)} characters; EKS allows 100", "shorten it")
+    if not name[0].isalpha():
+        _fail("name", f"{name!r} must start with a letter (CloudFormation stack names do)", "e.g. t" + name)
+    if "_" in name:
+        _fail("name", f"{name!r} has '_': eksctl's CloudFormation stack names allow letters, digits and '-' only",
+              "use '-' instead")
+    if not CLUSTER_NAME_RE.match(name):
+        bad = sorted({c for c in name if not (c.isalnum() or c == "-")})
+        _fail("name", f"{name!r} has characters EKS refuses: {' '.join(bad)}", "use letters, digits and '-'")
+
+
+def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None = None) -> ClusterPlan:
+    """Check every field, naming the first bad one and why; returns the plan."""
+    catalogue = shipped_catalogue() if catalogue is None else catalogue
+    check_cluster_name(plan.name)
+    if not isinstance(plan.region, str) or not REGION_RE.match(plan.region):
+        _fail("region", f"{plan.region!r} is not an AWS region", "e.g. us-west-2")
+    for zone in plan.zones:
+        if not zone.startswith(plan.region) or len(zone) != len(plan.region) + 1 or not zone[-1].isalpha():
+            _fail("zones", f"{zone!r} is not a zone of {plan.region}", f"e.g. {plan.region}a")
+    if plan.zones and len(set(plan.zones)) < 2:
+        _fail("zones", "EKS needs subnets in at least two availability zones", f"e.g. {plan.region}a,{plan.region}b")
+    if plan.version not in EKS_VERSIONS:
+        _fail("version", f"{plan.version!r} is not a Kubernetes version EKS offers",
+              f"one of {', '.join(EKS_VERSIONS)}")
+    if plan.vpc_id is not None:
+        if not ID_RE["vpc"].match(plan.vpc_id):
+            _fail("vpc_id", f"{plan.vpc_id!r} is not a VPC id", "vpc- and 8 or 17 hex digits")
+        if len(plan.subnets) < 2:
+            _fail("subnets", "an existing VPC needs private subnets in two zones at least", "zone=subnet-...")
+        for zone, subnet in plan.subnets.items():
+            if not ID_RE["subnet"].match(subnet):
+                _fail("subnets", f"{subnet!r} (zone {zone}) is not a subnet id", "subnet- and 8 or 17 hex digits")
+    elif plan.subnets:
+        _fail("subnets", "subnets are for an existing VPC", "set vpc_id too, or leave both out for a new VPC")
+    if not plan.nodegroups:
+        _fail("nodegroups", "a cluster needs one nodegroup at least", "a system nodegroup, and workers")
+    seen: set[str] = set()
+    for i, ng in enumerate(plan.nodegroups):
+        where = f"nodegroups[{ng.name or i}]"
+        if not isinstance(ng.name, str) or not NODEGROUP_NAME_RE.match(ng.name):
+            _fail(f"{where}.name", f"{ng.name!r}: 1-63 letters, digits, '-' or '_', a letter or digit first")
+        if ng.name in seen:
+            _fail(f"{where}.name", f"{ng.name!r} is used twice", "give each nodegroup its own name")
+        seen.add(ng.name)
+        if not INSTANCE_RE.match(ng.instance_type or ""):
+            _fail(f"{where}.instance_type", f"{ng.instance_type!r} is not an instance type", "e.g. m5.xlarge")
+        for key in ("min_size", "desired", "max_size"):
+            value = getattr(ng, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                _fail(f"{where}.{key}", f"must be a whole number >= 0, got {value!r}")
+        if ng.min_size > ng.max_size:
+            _fail(f"{where}.min_size", f"{ng.min_size} is more than max_size {ng.max_size}", "min <= desired <= max")
+        if not ng.min_size <= ng.desired <= ng.max_size:
+            _fail(f"{where}.desired", f"{ng.desired} is outside {ng.min_size}..{ng.max_size}", "min <= desired <= max")
+        if ng.max_size < 1:
+            _fail(f"{where}.max_size", "must be 1 at least")
+        if not isinstance(ng.volume_gib, int) or not 20 <= ng.volume_gib <= 16384:
+            _fail(f"{where}.volume_gib", f"must be 20..16384 GiB, got {ng.volume_gib!r}")
+        info = catalogue.get(ng.instance_type)
+        if info is not None:
+            if ng.gpu and not info.gpus:
+                _fail(f"{where}.instance_type", f"{ng.instance_type} has no GPU, and the nodegroup is for GPUs",
+                      "pick a GPU type (g5.xlarge, g4dn.xlarge, p4d.24xlarge), or drop --gpu")
+            if not ng.gpu and info.gpus:
+                _fail(f"{where}.instance_type", f"{ng.instance_type} has {info.gpus} GPU(s) and the nodegroup asks "
+                      "for none", "mark it a GPU nodegroup (gpu: true), or pick a CPU type such as m5.xlarge")
+            if ng.efa and not info.efa:
+                _fail(f"{where}.efa", f"{ng.instance_type} does not support EFA",
+                      "drop efa, or pick an EFA type (p4d.24xlarge, g5.48xlarge, c5n.18xlarge)")
+        for key, value in ng.labels.items():
+            if not re.match(r"^([a-z0-9.-]+/)?[A-Za-z0-9][-A-Za-z0-9_.]{0,62}$", key) or \
+                    not re.match(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]|[A-Za-z0-9]?)$", str(value)):
+                _fail(f"{where}.labels", f"{key}={value} is not a valid Kubernetes label")
+    if plan.s3_bucket is not None and not BUCKET_RE.match(plan.s3_bucket):
+        _fail("s3_bucket", f"{plan.s3_bucket!r} is not an S3 bucket name", "3-63 lower-case letters, digits, '.', '-'")
+    if plan.s3_prefix.startswith("/") or "*" in plan.s3_prefix:
+        _fail("s3_prefix", f"{plan.s3_prefix!r}: a key prefix, no leading '/' and no '*'", "e.g. torchdeck/")
+    return plan
+
+
+def s3_policy(bucket: str, prefix: str) -> dict[str, Any]:
+    """Read and write objects under one prefix of one bucket, and list that prefix; nothing else."""
+    prefix = prefix.rstrip("/") + "/" if prefix else ""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ObjectsUnderPrefix", "Effect": "Allow",
+         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+         "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"},
+        {"Sid": "ListThePrefix", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
+         "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}}},
+    ]}
+
+
+def to_eksctl(plan: ClusterPlan) -> dict[str, Any]:
+    """The plan as eksctl's ClusterConfig."""
+    validate_plan(plan)
+    tags = {CLUSTER_TAG: plan.name}
+    config: dict[str, Any] = {
+        "apiVersion": "eksctl.io/v1alpha5", "kind": "ClusterConfig",
+        "metadata": {"name": plan.name, "region": plan.region, "version": plan.version, "tags": dict(tags)},
+    }
+    if plan.zones:
+        config["availabilityZones"] = list(plan.zones)
+    if plan.vpc_id:
+        config["vpc"] = {"id": plan.vpc_id,
+                         "subnets": {"private": {zone: {"id": sid} for zone, sid in sorted(plan.subnets.items())}}}
+    iam: dict[str, Any] = {"withOIDC": True}
+    if plan.s3_bucket:
+        iam["serviceAccounts"] = [{
+            "metadata": {"name": plan.service_account, "namespace": plan.namespace, "labels": {"app.kubernetes.io/managed-by": "torchdeck"}},
+            "attachPolicy": s3_policy(plan.s3_bucket, plan.s3_prefix),
+            "tags": dict(tags),
+        }]
+    config["iam"] = iam
+    groups = []
+    for ng in plan.nodegroups:
+        group: dict[str, Any] = {
+            "name": ng.name, "instanceType": ng.instance_type, "minSize": ng.min_size,
+            "desiredCapacity": ng.desired, "maxSize": ng.max_size, "volumeSize": ng.volume_gib,
+            "privateNetworking": True, "labels": {"torchdeck.dev/nodegroup": ng.name, **ng.labels},
+            "tags": dict(tags),
+        }
+        if ng.spot:
+            group["spot"] = True
+        if ng.efa:
+            group["efaEnabled"] = True
+        if ng.gpu:
+            group["taints"] = [dict(GPU_TAINT)]
+        groups.append(group)
+    config["managedNodeGroups"] = groups
+    config["addons"] = [{"name": "aws-efs-csi-driver", "wellKnownPolicies": {"efsCSIController": True}},
+                        {"name": "metrics-server"}]
+    return config
+
+
+def plan_to_yaml(plan: ClusterPlan) -> str:
+    return ("# eksctl create cluster -f THIS_FILE (or torchdeck cluster create); written by torchdeck cluster init\n"
+            + yaml.safe_dump(to_eksctl(plan), sort_keys=False, width=120))
+
+
+def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
+    """A ClusterConfig (as written by ``to_eksctl``, or by hand) back as a plan, checked."""
+    if not isinstance(config, dict) or config.get("kind") != "ClusterConfig":
+        raise SpecError("", "not an eksctl ClusterConfig (kind: ClusterConfig)", "write one with torchdeck cluster init",
+                        source)
+    meta = config.get("metadata") or {}
+    vpc = config.get("vpc") or {}
+    subnets = {zone: (s or {}).get("id", "") for zone, s in ((vpc.get("subnets") or {}).get("private") or {}).items()}
+    accounts = (config.get("iam") or {}).get("serviceAccounts") or []
+    bucket, prefix, sa, ns = None, "torchdeck/", "torchdeck-s3", "default"
+    if accounts:
+        sa = accounts[0].get("metadata", {}).get("name", sa)
+        ns = accounts[0].get("metadata", {}).get("namespace", ns)
+        for statement in (accounts[0].get("attachPolicy") or {}).get("Statement", []):
+            m = re.match(r"^arn:aws:s3:::([^/]+)/(.*)\*$", str(statement.get("Resource", "")))
+            if m:
+                bucket, prefix = m.group(1), m.group(2)
+    groups = []
+    for g in config.get("managedNodeGroups") or []:
+        labels = {k: v for k, v in (g.get("labels") or {}).items() if k != "torchdeck.dev/nodegroup"}
+        groups.append(NodegroupPlan(
+            name=g.get("name", ""), instance_type=g.get("instanceType", ""), min_size=g.get("minSize", 1),
+            desired=g.get("desiredCapacity", g.get("minSize", 1)), max_size=g.get("maxSize", 1),
+            volume_gib=g.get("volumeSize", 100), spot=bool(g.get("spot")), efa=bool(g.get("efaEnabled")),
+            gpu=any(t.get("key") == "nvidia.com/gpu" for t in g.get("taints") or []), labels=labels))
+    plan = ClusterPlan(name=meta.get("name", ""), region=meta.get("region", ""),
+                       zones=list(config.get("availabilityZones") or []), version=str(meta.get("version", "")),
+                       vpc_id=vpc.get("id"), subnets=subnets, nodegroups=groups, s3_bucket=bucket, s3_prefix=prefix,
+                       service_account=sa, namespace=ns)
+    try:
+        return validate_plan(plan)
+    except SpecError as exc:
+        raise SpecError(exc.field, exc.message.split(": ", 1)[-1], exc.hint, source) from None
+
+
+def load_plan(path: str | Path) -> ClusterPlan:
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SpecError("", "no such file", "write one with torchdeck cluster init", str(path)) from None
+    except yaml.YAMLError as exc:
+        raise SpecError("", f"not valid YAML: {exc}", "", str(path)) from None
+    return from_eksctl(config, str(path))
+
+
+@dataclass
+class CostLine:
+    what: str
+    count: int
+    each: float | None
+
+    @property
+    def total(self) -> float | None:
+        return None if self.each is None else self.count * self.each
+
+
+def cost_per_hour(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None = None) -> tuple[list[CostLine], float, list[str]]:
+    """Lines (control plane, each nodegroup at its desired size), the total,
+    and notes (types without a price, spot priced at on-demand)."""
+    catalogue = shipped_catalogue() if catalogue is None else catalogue
+    lines = [CostLine("EKS control plane", 1, control_plane_price())]
+    notes = ["on-demand prices for us-east-1; other regions cost up to ~30% more"]
+    if plan.vpc_id is None:
+        notes.append("a new VPC adds a NAT gateway (about $0.045/h, plus data processed)")
+    for ng in plan.nodegroups:
+        info = catalogue.get(ng.instance_type)
+        price = info.price if info else None
+        lines.append(CostLine(f"{ng.name}: {ng.desired} x {ng.instance_type}" + (" (spot)" if ng.spot else ""),
+                              ng.desired, price))
+        if price is None:
+            notes.append(f"{ng.instance_type} is not in the shipped price table: not counted")
+        if ng.spot:
+            notes.append(f"{ng.name} is spot: counted at the on-demand price, spot is usually 60-70% less")
+    total = sum(line.total or 0.0 for line in lines)
+    return lines, total, notes
+
