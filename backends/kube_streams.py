@@ -27,6 +27,12 @@ MAX_RETRIES = 8
 """Failed watch connections in a row before the watcher gives up."""
 
 
+def has_started(pod: dict[str, Any]) -> bool:
+    """Whether a container of the pod has run (so it has a log to read)."""
+    return any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
+               for cs in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
 def node_rank(pod: dict[str, Any], all_pods: list[dict[str, Any]]) -> int:
     """Which node (torchrun's node rank) a pod is, from the labels its operator sets."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -200,9 +206,7 @@ class PodLogFollower:
         for name, pod in pods.items():
             status = pod.get("status") or {}
             statuses = status.get("containerStatuses") or []
-            started = any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
-                          for cs in statuses)
-            if not started:
+            if not has_started(pod):
                 continue
             attempt = max((cs.get("restartCount", 0) for cs in statuses), default=0)
             key = (name, attempt)

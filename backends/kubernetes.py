@@ -28,9 +28,9 @@ from .errors import BackendError, RunNotFound
 from .events import describe_record, parse_metric_lines
 from .kube_api import ApiError, Unreachable, quantity
 from .kube_diagnosis import Finding, diagnose_pod, job_findings
-from .kube_streams import PodLogFollower, node_rank
+from .kube_streams import PodLogFollower, has_started, node_rank
 from .manifests import KIND_INFO, RUN_LABEL, Rendered, render, render_task
-from .spec import JobSpec, validate
+from .spec import JobSpec, spec_from_dict, validate
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 NODE_METRICS_TTL_S = 5.0
@@ -100,13 +100,10 @@ class KubernetesBackend(Backend):
             self._client = client.ApiClient(cfg)
             if self.context_namespace is None:
                 try:
-                    _, active = config.list_kube_config_contexts(config_file=self.kubeconfig)
-                    chosen = active
-                    if self.context:
-                        chosen = next(c for c in config.list_kube_config_contexts(self.kubeconfig)[0]
-                                      if c["name"] == self.context)
+                    contexts, active = config.list_kube_config_contexts(config_file=self.kubeconfig)
+                    chosen = next((c for c in contexts if c["name"] == self.context), active)
                     self.context_namespace = (chosen.get("context") or {}).get("namespace") or "default"
-                except (ConfigException, StopIteration, TypeError, KeyError):
+                except (ConfigException, TypeError, KeyError):
                     pass
         return self._client
 
@@ -135,8 +132,15 @@ class KubernetesBackend(Backend):
     # -- rendering and submitting ---------------------------------------------------
 
     def render(self, spec: JobSpec) -> str:
+        """The manifests, and what the preflight finds on the cluster (as comments), for --dry-run."""
+        spec = validate(spec)
         rendered = render(spec, run_id_for(spec.name))
-        return rendered.to_yaml()
+        try:
+            found = self.preflight(spec, rendered)
+            checks = [f"# preflight: {f}\n" for f in found] or ["# preflight: the cluster can run it\n"]
+        except BackendError as exc:
+            checks = [f"# preflight not run: {exc}\n"]
+        return "".join(checks) + rendered.to_yaml()
 
     def preflight(self, spec: JobSpec, rendered: Rendered) -> list[Finding]:
         """What would stop the job on this cluster, each with its fix."""
@@ -202,14 +206,18 @@ class KubernetesBackend(Backend):
         spec = validate(spec)
         run_id = run_id_for(spec.name)
         rendered = render(spec, run_id)
-        problems = self.preflight(spec, rendered)
+        self._apply(spec, rendered, spec)
+        self._kinds[run_id] = (rendered.kind, spec.namespace)
+        return run_id
+
+    def _apply(self, spec: JobSpec, rendered: Rendered, checked: JobSpec) -> None:
+        """Preflight ``checked``, then create the objects in order; the first problem stops it in one line."""
+        problems = self.preflight(checked, rendered)
         if problems:
             more = f" (and {len(problems) - 1} more: torchdeck train --dry-run lists them)" if len(problems) > 1 else ""
             raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
         for obj in rendered.objects:
             self.request("POST", self._collection(obj["kind"], spec.namespace), body=obj)
-        self._kinds[run_id] = (rendered.kind, spec.namespace)
-        return run_id
 
     def _collection(self, kind: str, namespace: str) -> str:
         if kind in CORE_PATHS:
@@ -273,6 +281,12 @@ class KubernetesBackend(Backend):
         return self.request("GET", f"api/v1/namespaces/{namespace}/pods",
                             query={"labelSelector": f"{RUN_LABEL}={run_id}"}).get("items", [])
 
+    def _pod_findings(self, namespace: str, pods: list[dict[str, Any]]) -> list[Finding]:
+        """What is wrong with these pods; the scheduler's events are read for Pending ones only."""
+        return [f for pod in pods for f in diagnose_pod(
+            pod, self._events(namespace, pod["metadata"]["name"])
+            if (pod.get("status") or {}).get("phase") == "Pending" else ())]
+
     def _events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
         try:
             return self.request("GET", f"api/v1/namespaces/{namespace}/events",
@@ -292,8 +306,7 @@ class KubernetesBackend(Backend):
 
     def _progress(self, status: JobStatus, namespace: str, pods: list[dict[str, Any]]) -> None:
         """Epoch, step, loss and accuracy from the tail of node 0's log (one small request)."""
-        started = [p for p in pods if any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
-                                          for cs in (p.get("status") or {}).get("containerStatuses") or [])]
+        started = [p for p in pods if has_started(p)]
         first = sorted(started, key=lambda p: max(0, node_rank(p, started)))[:1]
         if not first:
             return
@@ -315,11 +328,7 @@ class KubernetesBackend(Backend):
         meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
         name = meta["name"]
         state, reason = job_state(key, obj, pods)
-        findings: list[Finding] = []
-        if not state.is_terminal:
-            for pod in pods:
-                findings += diagnose_pod(pod, self._events(meta.get("namespace", "default"), pod["metadata"]["name"])
-                                         if (pod.get("status") or {}).get("phase") == "Pending" else ())
+        findings = [] if state.is_terminal else self._pod_findings(meta.get("namespace", "default"), pods)
         findings += job_findings(name, st.get("conditions") or [], (spec.get("runPolicy") or {}).get("backoffLimit"))
         if findings and not reason:
             reason = str(findings[0].where) + ": " + findings[0].problem
@@ -360,13 +369,9 @@ class KubernetesBackend(Backend):
         spec = validate(spec)
         name = run_id_for(f"{spec.name}-{'data' if task == 'data-prep' else 'test'}")
         rendered = render_task(spec, task, name, model_file)
-        checked = spec if task != "data-prep" else dataclasses.replace(
+        checked = spec if task != "data-prep" else dataclasses.replace(  # downloading needs no GPU
             spec, resources=dataclasses.replace(spec.resources, gpus=0))
-        problems = self.preflight(checked, rendered)
-        if problems:
-            raise BackendError(f"{problems[0].where}: {problems[0].problem}", problems[0].fix)
-        for obj in rendered.objects:
-            self.request("POST", self._collection(obj["kind"], spec.namespace), body=obj)
+        self._apply(spec, rendered, checked)
         return name, spec.namespace
 
     def wait_task(self, name: str, namespace: str, timeout_s: float = 900.0, poll_s: float = 1.0,
@@ -381,9 +386,7 @@ class KubernetesBackend(Backend):
             state, reason = job_state("job", job, pods)
             if state.is_terminal:
                 break
-            findings = [f for p in pods for f in diagnose_pod(
-                p, self._events(namespace, p["metadata"]["name"])
-                if (p.get("status") or {}).get("phase") == "Pending" else ())]
+            findings = self._pod_findings(namespace, pods)
             on_wait(str(findings[0]) if findings else f"{name}: {state.value}")
             if time.monotonic() > deadline:
                 first = findings[0] if findings else None
@@ -406,35 +409,23 @@ class KubernetesBackend(Backend):
                                found[0].fix if found else f"kubectl logs -n {namespace} job/{name}")
         return output
 
-    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-        name, ns = self.start_task(spec, "data-prep")
+    def _run_task(self, spec: JobSpec, task: str, model_file: str | None,
+                  on_wait: Callable[[str], None]) -> dict[str, Any]:
+        name, ns = self.start_task(spec, task, model_file)
         on_wait(f"started job {ns}/{name}")
         return _last_json(self.wait_task(name, ns, on_wait=on_wait), name)
+
+    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+        return self._run_task(spec, "data-prep", None, on_wait)
 
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """The spec read back from the job object (image, namespace, volume,
         service account, paths), and the model file its trainer writes."""
         key, obj = self._job(run_id)
-        words: list[str] = []
-        pod: dict[str, Any] = {}
-
-        def walk(node: Any) -> None:
-            nonlocal pod
-            if isinstance(node, dict):
-                if isinstance(node.get("containers"), list) and node["containers"] and not pod:
-                    pod = node  # the first pod spec (a TrainJob's is its override of the runtime's)
-                for value in node.values():
-                    walk(value)
-            elif isinstance(node, list):
-                if all(isinstance(v, str) for v in node):
-                    words.extend(node)
-                for value in node:
-                    walk(value)
-
-        walk(obj.get("spec") or {})
+        pod = first_pod_spec(obj.get("spec") or {})
 
         def arg(flag: str) -> str | None:
-            return words[words.index(flag) + 1] if flag in words[:-1] else None
+            return argument(obj, flag)
 
         container = (pod.get("containers") or [{}])[0]
         image = container.get("image") or ((obj.get("spec") or {}).get("trainer") or {}).get("image")
@@ -448,8 +439,6 @@ class KubernetesBackend(Backend):
                         "service_account": pod.get("serviceAccountName"),
                         "node_selector": pod.get("nodeSelector") or {}},
         }
-        from .spec import spec_from_dict
-
         spec = spec_from_dict(spec_data, f"{KIND_INFO[key].kind}/{obj['metadata']['name']}")
         checkpoint_dir = arg("--checkpoint-dir")
         model_file = arg("--model-file") or (f"{checkpoint_dir}/model.pt" if checkpoint_dir else None)
@@ -459,9 +448,7 @@ class KubernetesBackend(Backend):
 
     def test_model(self, spec: JobSpec, model_file: str | None = None,
                    on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-        name, ns = self.start_task(spec, "model-test", model_file)
-        on_wait(f"started job {ns}/{name}")
-        return _last_json(self.wait_task(name, ns, on_wait=on_wait), name)
+        return self._run_task(spec, "model-test", model_file, on_wait)
 
     # -- pods, logs and metrics -----------------------------------------------------
 
@@ -676,12 +663,45 @@ def nproc_per_node(obj: dict[str, Any]) -> int:
         return int(spec["nprocPerNode"])
     if (spec.get("trainer") or {}).get("numProcPerNode"):
         return int(spec["trainer"]["numProcPerNode"])
-    text = json.dumps(spec)
-    marker = '"--nproc-per-node", "'
-    at = text.find(marker)
-    if at >= 0:
-        return int(text[at + len(marker):].split('"', 1)[0])
-    return 1
+    nproc = argument(obj, "--nproc-per-node")
+    return int(nproc) if nproc and nproc.isdigit() else 1
+
+
+def _string_lists(node: Any) -> Iterator[list[str]]:
+    """Every list of strings in a job object: its containers' commands and args."""
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _string_lists(value)
+    elif isinstance(node, list):
+        if node and all(isinstance(v, str) for v in node):
+            yield node
+        for value in node:
+            yield from _string_lists(value)
+
+
+def argument(obj: dict[str, Any], flag: str) -> str | None:
+    """The value after ``flag`` in the job's container arguments, if any."""
+    for words in _string_lists(obj.get("spec") or {}):
+        if flag in words[:-1]:
+            return words[words.index(flag) + 1]
+    return None
+
+
+def first_pod_spec(node: Any) -> dict[str, Any]:
+    """The first pod spec in a job object (a TrainJob's is its override of the runtime's)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("containers"), list) and node["containers"]:
+            return node
+        values = node.values()
+    elif isinstance(node, list):
+        values = node
+    else:
+        return {}
+    for value in values:
+        found = first_pod_spec(value)
+        if found:
+            return found
+    return {}
 
 
 KUBEFLOW_STATES = (("Succeeded", JobState.SUCCEEDED), ("Failed", JobState.FAILED),

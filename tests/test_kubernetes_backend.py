@@ -298,6 +298,11 @@ def test_cli_trains_lists_and_explains_on_the_cluster(cluster, backend, tmp_path
     missing = torchdeck("train", "--detach", "--image", IMAGE, "--namespace", "nowhere")
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert "namespace nowhere does not exist" in missing.stderr and "kubectl create namespace" in missing.stderr
+    dry = torchdeck("train", "--dry-run", "--image", IMAGE, "--namespace", "nowhere")  # applies nothing
+    assert dry.returncode == 0 and "kind: PyTorchJob" in dry.stdout
+    assert "# preflight: nowhere: namespace nowhere does not exist (fix: kubectl create namespace nowhere)" in dry.stdout
+    ready = torchdeck("train", "--dry-run", "--image", IMAGE, "--namespace", NS, "--set", "cluster.pvc=shared")
+    assert "# preflight: the cluster can run it" in ready.stdout
 
 
 def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, tmp_path):

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("test", help="evaluate a trained model: accuracy per class (the model test job on a cluster)")
     _add_spec_overrides(p)
-    p.add_argument("--run", metavar="RUN", help="test this run's saved model (local runs)")
+    p.add_argument("--run", metavar="RUN", help="test this run's saved model (where and how that run was set up)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser("cluster", help="plan an EKS cluster (eksctl ClusterConfig)")

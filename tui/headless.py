@@ -145,9 +145,6 @@ def format_test_report(result: dict[str, Any]) -> str:
 def cmd_test(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     model_file = args.model_file
     if args.run:
-        if not hasattr(backend, "model_file_of"):
-            return fail("--run is for local runs; on a cluster give the spec (its model_file) or --model-file",
-                        EXIT_USAGE)
         spec, saved = backend.model_file_of(args.run)
         model_file = model_file or saved
         spec = with_overrides(spec, {"data_dir": args.data_dir}) if args.data_dir else spec

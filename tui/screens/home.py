@@ -92,11 +92,14 @@ class HomeScreen(NotifyWorkerErrors, Screen):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.show_detail()
 
+    def selected_status(self) -> JobStatus | None:
+        return self.statuses.get(self.selected() or "")
+
     def action_test(self) -> None:
-        run_id = self.selected()
-        status = self.statuses.get(run_id or "")
+        status = self.selected_status()
         if status is None:
             return
+        run_id = status.run_id
         if status.state is not JobState.SUCCEEDED:
             self.notify(f"{run_id} has not finished training ({status.state.value}); test it when it has",
                         severity="warning")
@@ -144,10 +147,10 @@ class HomeScreen(NotifyWorkerErrors, Screen):
         self.list_runs()
 
     def action_stop(self) -> None:
-        run_id = self.selected()
-        status = self.statuses.get(run_id or "")
+        status = self.selected_status()
         if status is None:
             return
+        run_id = status.run_id
         if status.state.is_terminal:
             self.notify(f"{run_id} has already {status.state.value}")
             return
