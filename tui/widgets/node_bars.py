@@ -31,6 +31,8 @@ class NodeBars(Static):
         g = self.glyphs
         gauge = 10 if width < 100 else 16
         text = Text(no_wrap=True, overflow="ellipsis")
+        if not nodes:
+            text.append("no node figures yet: no pod of the run is on a node", style="dim")
         for i, node in enumerate(nodes):
             if i:
                 text.append("\n")
