@@ -53,6 +53,8 @@ class Settings:
     """Kubeconfig context to use (TORCHDECK_KUBE_CONTEXT, --context; default: the current one)."""
     namespace: str | None = None
     """Namespace cluster commands look in (TORCHDECK_NAMESPACE; default: the context's, else every one)."""
+    aws_poll_s: float = 15.0
+    """Seconds between asking AWS how a cluster's create or delete stands (TORCHDECK_AWS_POLL_S, 0.01-300)."""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> "Settings":
@@ -99,9 +101,9 @@ class Settings:
                 return None if value in (None, "") and name == "kubeconfig" else Path(str(value)).expanduser()
             if name in ("kube_context", "namespace"):
                 return None if value in (None, "") else str(value)
-            if name in ("refresh_hz", "straggler_ratio"):
+            if name in ("refresh_hz", "straggler_ratio", "aws_poll_s"):
                 number = float(value)
-                low, high = (1.0, 60.0) if name == "refresh_hz" else (0.05, 1.0)
+                low, high = {"refresh_hz": (1.0, 60.0), "straggler_ratio": (0.05, 1.0), "aws_poll_s": (0.01, 300.0)}[name]
                 if not low <= number <= high:
                     raise ValueError
                 return number
@@ -121,5 +123,6 @@ class Settings:
         else:
             return value
         expected = {"refresh_hz": "a number from 1 to 60", "straggler_ratio": "a number from 0.05 to 1",
+                    "aws_poll_s": "a number of seconds from 0.01 to 300",
                     "ascii": "1 or 0", "backend": "local, kubernetes or eks"}.get(name, "a valid value")
         raise SettingsError(f"{source}: {name} must be {expected}, got {value!r}")

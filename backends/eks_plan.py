@@ -331,3 +331,48 @@ def cost_per_hour(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
     total = sum(line.total or 0.0 for line in lines)
     return lines, total, notes
 
+
+
+def parse_nodegroup(text: str, field_name: str = "--worker") -> NodegroupPlan:
+    """``NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]`` as a nodegroup (the CLI's --worker, the wizard's rows)."""
+    parts = text.strip().split(":")
+    if len(parts) not in (5, 6):
+        raise SpecError(field_name, f"{text!r}: expected NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]",
+                        "e.g. gpu-workers:g5.xlarge:0:2:4:gpu")
+    name, kind, *sizes = parts[:5]
+    try:
+        low, desired, high = (int(x) for x in sizes)
+    except ValueError:
+        raise SpecError(field_name, f"{text!r}: MIN, DESIRED and MAX are whole numbers", "e.g. 0:2:4") from None
+    flags = {f.strip() for f in parts[5].split(",")} - {""} if len(parts) == 6 else set()
+    unknown = flags - {"gpu", "spot", "efa"}
+    if unknown:
+        raise SpecError(field_name, f"{text!r}: unknown flag {sorted(unknown)[0]!r}", "flags: gpu, spot, efa")
+    return NodegroupPlan(name, kind, low, desired, high, gpu="gpu" in flags, spot="spot" in flags, efa="efa" in flags)
+
+
+def format_nodegroup(ng: NodegroupPlan) -> str:
+    """The inverse of ``parse_nodegroup``."""
+    flags = ",".join(f for f, on in (("gpu", ng.gpu), ("spot", ng.spot), ("efa", ng.efa)) if on)
+    return f"{ng.name}:{ng.instance_type}:{ng.min_size}:{ng.desired}:{ng.max_size}" + (f":{flags}" if flags else "")
+
+
+def parse_subnets(items: list[str]) -> dict[str, str]:
+    """``ZONE=SUBNET`` items as a mapping."""
+    subnets = {}
+    for item in items:
+        zone, sep, subnet = item.partition("=")
+        if not sep or not zone.strip() or not subnet.strip():
+            raise SpecError("subnets", f"{item!r}: expected ZONE=SUBNET", "e.g. us-west-2a=subnet-0abc1234")
+        subnets[zone.strip()] = subnet.strip()
+    return subnets
+
+
+def save_plan(plan: ClusterPlan, path: str | Path) -> str:
+    """Validate, then write the ClusterConfig atomically (a bad plan writes nothing); returns the text."""
+    text = plan_to_yaml(plan)
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return text

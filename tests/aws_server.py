@@ -1,10 +1,31 @@
 """moto in server mode on 127.0.0.1: a real HTTP endpoint that boto3 reaches
-through AWS_ENDPOINT_URL, as the product's own code does in the cloud."""
+through AWS_ENDPOINT_URL, as the product's own code does in the cloud.
+
+moto 5 lacks three things the EKS tests need; ``MotoGaps`` adds them on the
+server side, where the product cannot tell them from AWS:
+
+- EKS add-ons (CreateAddon, DescribeAddon, ListAddons, DeleteAddon): moto
+  has no add-on routes; they are added to its EKS service, ACTIVE at once.
+- EC2 vCPU quotas in Service Quotas: moto knows the VPC ones only; a test
+  sets the EC2 ones it needs (``gaps.quotas[code] = value``).
+- An API server: moto's clusters have a made-up endpoint and CA; with
+  ``gaps.cluster_endpoint`` set (a kmock emulator's URL) new clusters get that
+  endpoint and a well-formed CA, so the kubeconfig torchdeck writes reaches it.
+- Faults: ``gaps.fail("eks", "CreateNodegroup", "ThrottlingException", times=2)``
+  makes the next calls answer that error, as AWS does under load; ``gaps.calls``
+  counts every call by (service, action) so a test sees the retries.
+"""
 
 from __future__ import annotations
 
+import base64
+import collections
+import datetime as dt
+import os
 import socket
-from typing import Iterator
+import threading
+import urllib.request
+from typing import Any, Iterator
 
 import pytest
 
@@ -15,8 +36,147 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _service_error(code: str, message: str) -> Exception:
+    """An error moto serialises in the calling service's protocol (its class must live outside moto)."""
+    from moto.core.exceptions import ServiceException
+
+    class AwsServiceError(ServiceException):
+        pass
+
+    return AwsServiceError(code, message)
+
+
+class MotoGaps:
+    """Server-side additions to moto (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.addons: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+        self.quotas: dict[str, float] = {}
+        self.faults: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self.calls: collections.Counter = collections.Counter()
+        self.cluster_endpoint: str | None = None
+        self.lock = threading.Lock()
+
+    def fail(self, service: str, action: str, code: str, times: int = 1, message: str = "") -> None:
+        with self.lock:
+            self.faults.setdefault((service, action), []).extend([(code, message or code)] * times)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.faults.clear()
+            self.calls.clear()
+            self.quotas.clear()
+            self.cluster_endpoint = None
+
+    def install(self) -> None:
+        from moto.core.responses import ActionResult, BaseResponse
+        from moto.eks import urls as eks_urls
+        from moto.eks.responses import EKSResponse
+        from moto.servicequotas.models import ServiceQuotasBackend
+
+        gaps = self
+        original_call = BaseResponse.call_action
+
+        def call_action(response: BaseResponse):
+            action = response._get_action() or ""
+            key = (response.service_name or "", action)
+            with gaps.lock:
+                gaps.calls[key] += 1
+                pending = gaps.faults.get(key)
+                fault = pending.pop(0) if pending else None
+            if fault is not None:
+                status, headers, body = response.serialized(ActionResult(_service_error(*fault)))
+                return 400 if status == 200 else status, headers, body
+            return original_call(response)
+
+        BaseResponse.call_action = call_action  # type: ignore[method-assign]
+
+        original_quota = ServiceQuotasBackend.get_service_quota
+
+        def get_service_quota(backend, service_code: str, quota_code: str) -> dict[str, Any]:
+            if service_code == "ec2" and quota_code in gaps.quotas:
+                return {"ServiceCode": "ec2", "QuotaCode": quota_code, "QuotaName": quota_code,
+                        "Value": gaps.quotas[quota_code], "Unit": "None", "Adjustable": True, "GlobalQuota": False}
+            return original_quota(backend, service_code, quota_code)
+
+        ServiceQuotasBackend.get_service_quota = get_service_quota  # type: ignore[method-assign]
+
+        dispatch = EKSResponse.dispatch
+        eks_urls.url_paths.setdefault("{0}/clusters/(?P<name>[^/]+)/addons$", dispatch)
+        eks_urls.url_paths.setdefault("{0}/clusters/(?P<name>[^/]+)/addons/(?P<addonName>[^/]+)$", dispatch)
+
+        def where(response: EKSResponse) -> tuple[tuple[str, str, str], str]:
+            cluster = response._get_param("clusterName") or response.uri_match.get("name", "")
+            if cluster not in response.eks_backend.clusters:
+                raise _service_error("ResourceNotFoundException", f"No cluster found for name: {cluster}.")
+            return (response.current_account, response.region, cluster), cluster
+
+        def create_addon(response: EKSResponse):
+            key, cluster = where(response)
+            name = response._get_param("addonName")
+            now = dt.datetime.now(dt.timezone.utc)
+            with gaps.lock:
+                addons = gaps.addons.setdefault(key, {})
+                if name in addons:
+                    raise _service_error("ResourceInUseException", f"Addon already exists with name: {name}")
+                addons[name] = {
+                    "addonName": name, "clusterName": cluster, "status": "ACTIVE",
+                    "addonVersion": response._get_param("addonVersion") or "v1.0.0-eksbuild.1",
+                    "addonArn": f"arn:aws:eks:{response.region}:{response.current_account}:addon/{cluster}/{name}/x",
+                    "serviceAccountRoleArn": response._get_param("serviceAccountRoleArn"),
+                    "tags": response._get_param("tags") or {}, "createdAt": now, "modifiedAt": now,
+                    "health": {"issues": []}}
+                return ActionResult({"addon": addons[name]})
+
+        def describe_addon(response: EKSResponse):
+            key, cluster = where(response)
+            name = response._get_param("addonName")
+            addon = gaps.addons.get(key, {}).get(name)
+            if addon is None:
+                raise _service_error("ResourceNotFoundException", f"No addon: {name} found in cluster: {cluster}")
+            return ActionResult({"addon": addon})
+
+        def list_addons(response: EKSResponse):
+            key, _ = where(response)
+            return ActionResult({"addons": sorted(gaps.addons.get(key, {}))})
+
+        def delete_addon(response: EKSResponse):
+            key, cluster = where(response)
+            name = response._get_param("addonName")
+            with gaps.lock:
+                addon = gaps.addons.get(key, {}).pop(name, None)
+            if addon is None:
+                raise _service_error("ResourceNotFoundException", f"No addon: {name} found in cluster: {cluster}")
+            return ActionResult({"addon": {**addon, "status": "DELETING"}})
+
+        from moto.eks.models import Cluster
+
+        original_init = Cluster.__init__
+
+        def cluster_init(cluster, *args: Any, **kwargs: Any) -> None:
+            original_init(cluster, *args, **kwargs)
+            if gaps.cluster_endpoint:
+                cluster.endpoint = gaps.cluster_endpoint
+                pem = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----\n"
+                cluster.certificate_authority = {"data": base64.b64encode(pem.encode()).decode()}
+
+        Cluster.__init__ = cluster_init  # type: ignore[method-assign]
+
+        for fn in (create_addon, describe_addon, list_addons, delete_addon):
+            setattr(EKSResponse, fn.__name__, fn)
+
+
 @pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
+def moto_gaps() -> MotoGaps:
+    # AWS's managed policies (AmazonEKSClusterPolicy...) exist in every account; moto loads them on request
+    os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
+    gaps = MotoGaps()
+    gaps.install()
+    return gaps
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(moto_gaps: MotoGaps) -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
     port = free_port()
@@ -27,12 +187,16 @@ def moto_endpoint() -> Iterator[str]:
 
 
 @pytest.fixture
-def aws_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def aws_env(moto_endpoint: str, moto_gaps: MotoGaps, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Environment for boto3 (in this process and in subprocesses) to use moto."""
+    moto_gaps.reset()
+    moto_gaps.addons.clear()
+    # every test starts from an empty account (moto's own reset endpoint)
+    urllib.request.urlopen(urllib.request.Request(moto_endpoint + "/moto-api/reset", method="POST"), timeout=30).read()
     values = {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
               "AWS_DEFAULT_REGION": "us-east-1"}
     for key, value in values.items():
         monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):
         monkeypatch.delenv(key, raising=False)
     return values

@@ -25,6 +25,10 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck render --kind job      print the Kubernetes manifests of the job
   torchdeck cluster init --name demo --region us-west-2 --worker gpu:g5.xlarge:0:2:4:gpu
                                    plan an EKS cluster: an eksctl ClusterConfig and its cost
+  torchdeck cluster plan           check the plan against AWS (quotas, zones, cost)
+  torchdeck cluster create         create it (eksctl, or torchdeck's own path), then connect
+  torchdeck cluster status         the cluster, nodegroups and node readiness
+  torchdeck cluster delete         delete it and everything torchdeck made for it
 """
 
 
@@ -88,27 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="RUN", help="test this run's saved model (where and how that run was set up)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
-    p = sub.add_parser("cluster", help="plan an EKS cluster (eksctl ClusterConfig)")
-    csub = p.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
-    c = csub.add_parser("init", help="write an eksctl ClusterConfig for a training cluster, checked, with its cost")
-    c.add_argument("--file", default="cluster.yaml", help="where the plan goes (default: cluster.yaml)")
-    c.add_argument("--force", action="store_true", help="overwrite an existing file")
-    c.add_argument("--name", required=True, help="cluster name: a letter first, then letters, digits and '-'")
-    c.add_argument("--region", required=True, help="e.g. us-west-2")
-    c.add_argument("--zones", help="availability zones, comma-separated (two at least)")
-    c.add_argument("--version", default=None, help="Kubernetes version (default: 1.31)")
-    c.add_argument("--vpc-id", help="an existing VPC (default: eksctl makes a new one)")
-    c.add_argument("--subnet", action="append", default=[], metavar="ZONE=SUBNET",
-                   help="a private subnet of the existing VPC (repeat, two zones at least)")
-    c.add_argument("--system-type", default="m5.large", help="instance type of the system nodegroup")
-    c.add_argument("--system-nodes", type=int, default=2, help="nodes in the system nodegroup")
-    c.add_argument("--worker", action="append", default=[], metavar="NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]",
-                   help="a worker nodegroup (repeat); default cpu-workers:m5.2xlarge:1:2:4")
-    c.add_argument("--volume-gib", type=int, default=100, help="root volume per node")
-    c.add_argument("--bucket", help="the S3 bucket the training service account may use")
-    c.add_argument("--prefix", default="torchdeck/", help="the key prefix in it (default: torchdeck/)")
-    c.add_argument("--service-account", default="torchdeck-s3", help="its Kubernetes service account")
-    c.add_argument("--sa-namespace", default="default", help="the service account's namespace")
+    from .cluster_cli import add_cluster_parser
+    add_cluster_parser(sub)
 
     p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
     p.add_argument("--output", choices=("text", "json"), default="text")

@@ -44,7 +44,8 @@ def dispatch(args: argparse.Namespace) -> int:
         if command == "render":
             return cmd_render(args, settings)
         if command == "cluster":
-            return cmd_cluster_init(args)
+            from .cluster_cli import dispatch_cluster
+            return dispatch_cluster(args, settings)
         if command in ("console", "monitor"):
             backend = open_backend(settings.backend, settings)
             run_id = None
@@ -152,64 +153,6 @@ def cmd_test(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
         spec = spec_for(args, settings)
     result = backend.test_model(spec, model_file, on_wait=_say)
     print(json.dumps(result) if args.output == "json" else format_test_report(result))
-    return 0
-
-
-def _worker_group(text: str):
-    from torchdeck.backends.eks_plan import NodegroupPlan
-
-    parts = text.split(":")
-    if len(parts) not in (5, 6):
-        raise SpecError("--worker", f"{text!r}: expected NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]",
-                        "e.g. gpu-workers:g5.xlarge:0:2:4:gpu")
-    name, kind, *sizes = parts[:5]
-    try:
-        low, desired, high = (int(x) for x in sizes)
-    except ValueError:
-        raise SpecError("--worker", f"{text!r}: MIN, DESIRED and MAX are whole numbers", "") from None
-    flags = {f.strip() for f in parts[5].split(",")} if len(parts) == 6 and parts[5] else set()
-    unknown = flags - {"gpu", "spot", "efa"}
-    if unknown:
-        raise SpecError("--worker", f"{text!r}: unknown flag {sorted(unknown)[0]!r}", "flags: gpu, spot, efa")
-    return NodegroupPlan(name, kind, low, desired, high, gpu="gpu" in flags, spot="spot" in flags, efa="efa" in flags)
-
-
-def cmd_cluster_init(args: argparse.Namespace) -> int:
-    from torchdeck.backends.eks_plan import DEFAULT_VERSION, ClusterPlan, NodegroupPlan, cost_per_hour, plan_to_yaml
-
-    path = Path(args.file)
-    if path.exists() and not args.force:
-        return fail(f"{path} exists; pass --force to overwrite it (or --file another.yaml)")
-    subnets = {}
-    for item in args.subnet:
-        zone, sep, subnet = item.partition("=")
-        if not sep:
-            raise SpecError("--subnet", f"{item!r}: expected ZONE=SUBNET", "e.g. us-west-2a=subnet-0abc1234")
-        subnets[zone.strip()] = subnet.strip()
-    workers = [_worker_group(w) for w in args.worker] or [NodegroupPlan("cpu-workers", "m5.2xlarge", 1, 2, 4)]
-    for group in workers:
-        group.volume_gib = args.volume_gib
-    system = NodegroupPlan("system", args.system_type, 1, args.system_nodes, max(args.system_nodes, 2),
-                           volume_gib=args.volume_gib, labels={"role": "system"})
-    plan = ClusterPlan(name=args.name, region=args.region,
-                       zones=[z.strip() for z in args.zones.split(",")] if args.zones else [],
-                       version=args.version or DEFAULT_VERSION, vpc_id=args.vpc_id, subnets=subnets,
-                       nodegroups=[system, *workers], s3_bucket=args.bucket, s3_prefix=args.prefix,
-                       service_account=args.service_account, namespace=args.sa_namespace)
-    text = plan_to_yaml(plan)  # validates: a bad field is one line, and nothing is written
-    lines, total, notes = cost_per_hour(plan)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    print(f"wrote {path}: cluster {plan.name} in {plan.region}, Kubernetes {plan.version}, "
-          f"{len(plan.nodegroups)} nodegroups")
-    for line in lines:
-        each = "price unknown" if line.each is None else f"${line.total:,.2f}/h"
-        print(f"  {line.what:<44} {each}")
-    print(f"  {'estimated total':<44} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)")
-    for note in notes:
-        print(f"  note: {note}")
-    print(f"create it: eksctl create cluster -f {path}")
     return 0
 
 
