@@ -54,6 +54,7 @@ class Catalogue:
     zones: list[str]
     live: bool
     """From EC2 (True), or the shipped table with every zone assumed (False)."""
+    region: str = ""
 
     def offered_everywhere(self, zones: list[str] | None = None) -> list[InstanceType]:
         zones = zones or self.zones
@@ -100,7 +101,7 @@ def live_catalogue(aws: AwsSession, zones: list[str] | None = None, only: set[st
             kind = _from_ec2(item, shipped)
             if only is not None or kind.name in shipped or kind.gpus:
                 types[kind.name] = kind
-    return Catalogue(types, zones_of, list(zones), live=True)
+    return Catalogue(types, zones_of, list(zones), live=True, region=aws.region or "")
 
 
 def shipped_only(zones: list[str]) -> Catalogue:

@@ -29,4 +29,4 @@ def tiny_cifar(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-pytest_plugins = ["aws_server"]
+pytest_plugins = ["aws_server", "eks_support"]

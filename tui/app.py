@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from functools import partial
 from typing import Iterable
 
@@ -98,12 +99,17 @@ class TorchdeckApp(App):
     def action_launch(self) -> None:
         self.push_screen(LaunchScreen(self.settings.spec_file))
 
+    def action_cluster(self) -> None:
+        from .screens.cluster import ClusterScreen
+        self.push_screen(ClusterScreen(Path("cluster.yaml")))
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield SystemCommand("Launch a job", "Open the launch form", self.action_launch)
+        yield SystemCommand("EKS cluster", "Plan, check and create an EKS cluster", self.action_cluster)
         yield SystemCommand("Runs", "Back to the list of runs", self._home)
         yield SystemCommand("Help", "Keys and screens", self.action_help)
         yield from super().get_system_commands(screen)

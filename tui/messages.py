@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from textual.message import Message
 
@@ -53,3 +54,22 @@ class ModelTested(Message):
 @dataclass
 class TestProgressed(Message):
     line: str
+
+
+@dataclass
+class CatalogueLoaded(Message):
+    """The instance types of a region's zones, from EC2 (an eks_preflight.Catalogue)."""
+    catalogue: Any
+
+
+@dataclass
+class PreflightChecked(Message):
+    """A cluster plan's preflight (an eks_preflight.PreflightReport); create follows where it passed."""
+    report: Any
+    then_create: bool = False
+
+
+@dataclass
+class ClusterProgressed(Message):
+    """One line of a cluster create (an eks_create.Progress)."""
+    progress: Any

@@ -23,6 +23,14 @@ test Job on a cluster), `r` refresh.
 one), `ctrl+l` launch, `ctrl+s` save the form to the spec file, `escape`
 back. A bad field is named under the form and nothing is started.
 
+**Cluster** (`c` from the runs): the EKS wizard. Type the plan field by
+field (each field says what is wrong with it, as you type); `ctrl+l` loads
+the region's instance types from EC2 (`a` on a row adds it as a worker
+nodegroup); the eksctl ClusterConfig and its cost per hour show beside.
+`ctrl+s` saves it to `cluster.yaml`, `ctrl+t` runs the preflight (credentials,
+zones, quotas, an existing cluster), `ctrl+g` creates the cluster after a
+confirmation, showing phase, elapsed time and events.
+
 **Monitor**: per-rank loss, rank table (flags: SLOW = below the straggler
 ratio of the median samples/s, SILENT = no line for several step times,
 ERROR), eval accuracy per epoch, node gauges, logs. `l` filter logs by rank,
@@ -30,7 +38,7 @@ ERROR), eval accuracy per epoch, node gauges, logs. `l` filter logs by rank,
 
 Headless, the same from a shell: `torchdeck train`, `jobs`, `status`,
 `logs RUN [--rank R] [-f]`, `stop RUN`, `monitor RUN`, `test --run RUN`,
-`data`, `render`.
+`data`, `render`, `cluster init|types|plan|create|connect|status|delete`.
 """
 
 

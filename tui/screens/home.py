@@ -30,6 +30,7 @@ class HomeScreen(NotifyWorkerErrors, Screen):
         Binding("enter", "open", "Monitor"),
         Binding("s", "stop", "Stop"),
         Binding("t", "test", "Test model"),
+        Binding("c", "app.cluster", "EKS cluster"),
         Binding("r", "refresh", "Refresh"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),

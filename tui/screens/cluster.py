@@ -1,0 +1,389 @@
+"""The EKS cluster wizard: a plan typed field by field and checked as it is
+typed (each field says what is wrong with it), the instance catalogue of the
+region's zones to pick worker types from, the eksctl ClusterConfig and its
+cost per hour beside it, then save, preflight and create, with the create's
+phase, elapsed time and latest events in one view. It opens on the plan file
+(cluster.yaml) where there is one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Input, Label, RichLog, Select, Static
+from textual.worker import Worker, WorkerState
+
+from torchdeck.backends.eks_plan import (DEFAULT_VERSION, EKS_VERSIONS, ClusterPlan, cost_per_hour,
+                                         format_nodegroup, load_plan, parse_nodegroup, parse_subnets, plan_to_yaml,
+                                         save_plan, validate_plan)
+from torchdeck.backends.errors import SpecError
+
+from ..messages import CatalogueLoaded, ClusterProgressed, PreflightChecked
+from ..monitor_state import format_duration
+from .confirm import ConfirmScreen
+from .worker_errors import error_text
+
+# form id, label
+FIELDS: list[tuple[str, str]] = [
+    ("name", "Cluster name"),
+    ("region", "Region"),
+    ("zones", "Availability zones, comma-separated"),
+    ("version", "Kubernetes version"),
+    ("vpc", "Existing VPC id (empty: eksctl makes a new VPC)"),
+    ("subnets", "Its private subnets: ZONE=subnet-ID, comma-separated"),
+    ("system", "System nodegroup NAME:TYPE:MIN:DESIRED:MAX"),
+    ("workers", "Workers NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa], ';' between them"),
+    ("labels", "Node labels NODEGROUP:KEY=VALUE, comma-separated"),
+    ("volume", "Root volume per node (GiB)"),
+    ("bucket", "S3 bucket for models (empty: no S3 service account)"),
+    ("prefix", "Key prefix the service account may use"),
+    ("account", "Service account NAMESPACE/NAME"),
+]
+PLAN_FIELDS = {"name": "name", "region": "region", "zones": "zones", "version": "version", "vpc_id": "vpc",
+               "subnets": "subnets", "s3_bucket": "bucket", "s3_prefix": "prefix", "labels": "labels"}
+
+
+def field_for(error_field: str) -> str:
+    """The form field a plan error belongs to."""
+    if error_field.startswith("nodegroups[system]"):
+        return "system"
+    if error_field.startswith("nodegroups"):
+        return "labels" if error_field.endswith(".labels") else "workers"
+    return PLAN_FIELDS.get(error_field, error_field if error_field in dict(FIELDS) else "")
+
+
+class ClusterScreen(Screen):
+    CSS_PATH = "cluster.tcss"
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save plan", priority=True),
+        Binding("ctrl+t", "check", "Preflight", priority=True),
+        Binding("ctrl+g", "create", "Create", priority=True),
+        Binding("ctrl+l", "load_catalogue", "Load types from EC2", priority=True),
+        Binding("a", "add_worker", "Add type as workers", show=False),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, plan_file: Path):
+        super().__init__()
+        self.plan_file = plan_file
+        self.plan: ClusterPlan | None = None
+        self.catalogue: Any = None
+        self.phase, self.started = "", 0.0
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="cluster-title")
+        with Horizontal(id="cluster-body"):
+            with VerticalScroll(id="cluster-form"):
+                for field, label in FIELDS:
+                    yield Label(label)
+                    if field == "version":
+                        yield Select([(v, v) for v in EKS_VERSIONS], allow_blank=False, value=DEFAULT_VERSION,
+                                     id="f-version")
+                    else:
+                        yield Input(id=f"f-{field}", restrict=r"[0-9]*" if field == "volume" else None)
+                    yield Static(id=f"e-{field}", classes="field-error")
+            with Vertical(id="cluster-side"):
+                yield Static(id="catalogue-source")
+                yield DataTable(id="catalogue", cursor_type="row", zebra_stripes=True)
+                with VerticalScroll(id="plan-pane"):
+                    yield Static(id="cost")
+                    yield Static(id="plan-yaml")
+                yield Static(id="phase")
+                yield RichLog(id="progress", max_lines=500, wrap=True)
+        yield Static(id="cluster-error")
+        yield self.app.footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#catalogue", DataTable)
+        table.add_columns("type", "vCPUs", "memory", "GPUs", "EFA", "$/h")
+        plan = None
+        if self.plan_file.exists():
+            try:
+                plan = load_plan(self.plan_file)
+            except SpecError as exc:
+                self.show_error(f"{exc} - the form starts empty; saving overwrites the file")
+        self.query_one("#cluster-title", Static).update(
+            f"EKS cluster wizard - {self.plan_file}" + ("" if plan else " (new plan)"))
+        self.fill(plan)
+        from torchdeck.backends.eks_preflight import shipped_only
+        self.show_catalogue(shipped_only(plan.zones if plan else []))
+        self.query_one("#f-name", Input).focus()
+        self.set_interval(1.0, self.tick)
+
+    # -- the form ---------------------------------------------------------------------
+
+    def fill(self, plan: ClusterPlan | None) -> None:
+        if plan is None:
+            values = {"region": "us-west-2", "zones": "us-west-2a,us-west-2b", "system": "system:m5.large:1:2:2",
+                      "workers": "cpu-workers:m5.2xlarge:1:2:4", "volume": "100", "prefix": "torchdeck/",
+                      "account": "default/torchdeck-s3"}
+        else:
+            system = next((g for g in plan.nodegroups if g.name == "system"), None)
+            workers = [g for g in plan.nodegroups if g is not system]
+            labels = [f"{g.name}:{k}={v}" for g in plan.nodegroups for k, v in g.labels.items()
+                      if not (g is system and (k, v) == ("role", "system"))]
+            values = {"name": plan.name, "region": plan.region, "zones": ",".join(plan.zones),
+                      "vpc": plan.vpc_id or "", "subnets": ",".join(f"{z}={s}" for z, s in plan.subnets.items()),
+                      "system": format_nodegroup(system) if system else "",
+                      "workers": "; ".join(format_nodegroup(g) for g in workers), "labels": ",".join(labels),
+                      "volume": str(plan.nodegroups[0].volume_gib if plan.nodegroups else 100),
+                      "bucket": plan.s3_bucket or "", "prefix": plan.s3_prefix,
+                      "account": f"{plan.namespace}/{plan.service_account}"}
+            self.query_one("#f-version", Select).value = plan.version
+        for field, _ in FIELDS:
+            if field != "version":
+                self.query_one(f"#f-{field}", Input).value = values.get(field, "")
+        self.check_form()
+
+    def value(self, field: str) -> str:
+        return str(self.query_one(f"#f-{field}").value or "").strip()
+
+    def build_plan(self) -> ClusterPlan:
+        """The plan the form describes, checked (raises SpecError naming the field)."""
+        def items(field: str, sep: str = ",") -> list[str]:
+            return [x.strip() for x in self.value(field).split(sep) if x.strip()]
+
+        system = parse_nodegroup(self.value("system"), "system") if self.value("system") else None
+        workers = [parse_nodegroup(w, "workers") for w in items("workers", ";")]
+        volume = int(self.value("volume") or 0)
+        groups = ([system] if system else []) + workers
+        for group in groups:
+            group.volume_gib = volume
+        if system:
+            system.labels = {"role": "system"}
+        by_name = {g.name: g for g in groups}
+        for item in items("labels"):
+            group, sep, pair = item.partition(":")
+            key, eq, value = pair.partition("=")
+            if not sep or not eq or group not in by_name:
+                raise SpecError("labels", f"{item!r}: expected NODEGROUP:KEY=VALUE with a nodegroup of this plan")
+            by_name[group].labels[key] = value
+        namespace, slash, account = self.value("account").partition("/")
+        if not slash or not namespace or not account:
+            raise SpecError("account", "expected NAMESPACE/NAME", "e.g. default/torchdeck-s3")
+        plan = ClusterPlan(name=self.value("name"), region=self.value("region"), zones=items("zones"),
+                           version=self.value("version"), vpc_id=self.value("vpc") or None,
+                           subnets=parse_subnets(items("subnets")), nodegroups=groups,
+                           s3_bucket=self.value("bucket") or None, s3_prefix=self.value("prefix"),
+                           service_account=account, namespace=namespace)
+        validate_plan(plan)
+        self.check_offered(plan)
+        return plan
+
+    def check_offered(self, plan: ClusterPlan) -> None:
+        """With the region's catalogue loaded: every type must be offered in every chosen zone."""
+        catalogue = self.catalogue
+        if catalogue is None or not catalogue.live or catalogue.region != plan.region:
+            return
+        for group in plan.nodegroups:
+            offered = catalogue.zones_of.get(group.instance_type, set())
+            missing = [z for z in plan.zones if z not in offered]
+            if missing:
+                field = "nodegroups[system]" if group.name == "system" else f"nodegroups[{group.name}]"
+                raise SpecError(field, f"{group.instance_type} is not offered in {', '.join(missing)}",
+                                f"zones that offer it: {', '.join(sorted(offered)) or 'none'}")
+
+    def check_form(self) -> ClusterPlan | None:
+        for field, _ in FIELDS:
+            self.query_one(f"#e-{field}", Static).update("")
+        try:
+            plan = self.build_plan()
+        except SpecError as exc:
+            target = field_for(exc.field)
+            text = exc.message.split(": ", 1)[1] if exc.field and exc.message.startswith(exc.field + ": ") \
+                else exc.message
+            text += f" (hint: {exc.hint})" if exc.hint else ""
+            if target:
+                self.query_one(f"#e-{target}", Static).update(text)
+            else:
+                self.show_error(str(exc))
+            self.plan = None
+            self.query_one("#plan-yaml", Static).update(Text("the plan shows here once every field is right",
+                                                             style="dim"))
+            self.query_one("#cost", Static).update("")
+            return None
+        self.show_error("")
+        self.plan = plan
+        lines, total, notes = cost_per_hour(plan)
+        cost = Text()
+        for line in lines:
+            each = "price unknown" if line.each is None else f"${line.total:,.2f}/h"
+            cost.append(f"{line.what:<40} {each}\n")
+        cost.append(f"{'estimated total':<40} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)\n", "bold")
+        for note in notes:
+            cost.append(f"note: {note}\n", "dim")
+        self.query_one("#cost", Static).update(cost)
+        self.query_one("#plan-yaml", Static).update(plan_to_yaml(plan))
+        return plan
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.check_form()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self.check_form()
+
+    def show_error(self, text: str) -> None:
+        self.query_one("#cluster-error", Static).update(text)
+        self.query_one("#cluster-error").set_class(bool(text), "-shown")
+
+    # -- the catalogue ------------------------------------------------------------------
+
+    def show_catalogue(self, catalogue: Any) -> None:
+        self.catalogue = catalogue
+        table = self.query_one("#catalogue", DataTable)
+        table.clear()
+        for t in catalogue.offered_everywhere():
+            gpus = f"{t.gpus} x {t.gpu_model} {t.gpu_memory_gib:g}G" if t.gpus else "-"
+            table.add_row(t.name, str(t.vcpus), f"{t.memory_gib:g} GiB", gpus, "yes" if t.efa else "-",
+                          f"{t.price:.3f}" if t.price is not None else "?", key=t.name)
+        source = (f"{len(table.rows)} types offered in every zone of {', '.join(catalogue.zones)} (from EC2)"
+                  if catalogue.live else "the shipped catalogue (ctrl+l: the region's own, from EC2)")
+        self.query_one("#catalogue-source", Static).update(source + "; a: add the highlighted type as workers")
+
+    def action_load_catalogue(self) -> None:
+        region, zones = self.value("region"), [z.strip() for z in self.value("zones").split(",") if z.strip()]
+        self.query_one("#catalogue-source", Static).update(f"asking EC2 for the types of {region}...")
+        self.load_catalogue(region, zones)
+
+    @work(thread=True, exclusive=True, group="catalogue", exit_on_error=False)
+    def load_catalogue(self, region: str, zones: list[str]) -> None:
+        from torchdeck.backends.aws import AwsSession
+        from torchdeck.backends.eks_preflight import live_catalogue
+
+        catalogue = live_catalogue(AwsSession(region), zones or None)
+        self.post_message(CatalogueLoaded(catalogue))
+
+    def on_catalogue_loaded(self, message: CatalogueLoaded) -> None:
+        self.show_catalogue(message.catalogue)
+        self.check_form()
+
+    def action_add_worker(self) -> None:
+        table = self.query_one("#catalogue", DataTable)
+        if not table.has_focus or table.row_count == 0:
+            return
+        kind = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        info = self.catalogue.types[kind]
+        existing = [w for w in self.value("workers").split(";") if w.strip()]
+        name = f"{'gpu' if info.gpus else 'cpu'}-{kind.replace('.', '-')}"
+        existing.append(f"{name}:{kind}:0:1:2" + (":gpu" if info.gpus else ""))
+        self.query_one("#f-workers", Input).value = "; ".join(w.strip() for w in existing)
+        self.notify(f"added {name}: 0..2 nodes of {kind}, 1 at first; edit the sizes in Workers")
+
+    # -- save, check, create ------------------------------------------------------------------
+
+    def action_save(self) -> bool:
+        plan = self.check_form()
+        if plan is None:
+            self.notify("the plan has errors: see the red lines", severity="error")
+            return False
+        try:
+            save_plan(plan, self.plan_file)
+        except OSError as exc:
+            self.show_error(f"cannot write {self.plan_file}: {exc.strerror}")
+            return False
+        self.notify(f"saved {self.plan_file}")
+        return True
+
+    def action_check(self) -> None:
+        if self.check_form() is None:
+            return
+        self.log_line("preflight: asking AWS...", "bold")
+        self.preflight(self.plan)
+
+    @work(thread=True, exclusive=True, group="preflight", exit_on_error=False)
+    def preflight(self, plan: ClusterPlan, then_create: bool = False) -> None:
+        from torchdeck.backends.aws import AwsSession
+        from torchdeck.backends.eks_preflight import preflight
+
+        self.post_message(PreflightChecked(preflight(AwsSession(plan.region), plan), then_create))
+
+    def on_preflight_checked(self, message: PreflightChecked) -> None:
+        report = message.report
+        styles = {"ok": "green", "warn": "yellow", "error": "bold red"}
+        for finding in report.findings:
+            hint = f"  (hint: {finding.hint})" if finding.hint else ""
+            self.log_line(f"{finding.level:<5} {finding.text}{hint}", styles[finding.level])
+        self.log_line(f"about ${report.total_per_hour:,.2f} an hour", "bold")
+        if not message.then_create:
+            return
+        if not report.ok:
+            self.log_line("not creating: fix the errors above first", "bold red")
+            return
+        from torchdeck.backends.eks_create import pick_path
+        try:
+            path, _ = pick_path(None)
+        except Exception as exc:
+            self.show_error(error_text(exc))
+            return
+        question = (f"Create cluster {self.plan.name} in {self.plan.region} with {path}? It costs about "
+                    f"${report.total_per_hour:,.2f} an hour until you delete it.")
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.started, self.phase = time.monotonic(), "starting"
+                self.create(self.plan, path)
+
+        self.app.push_screen(ConfirmScreen(question), confirmed)
+
+    def action_create(self) -> None:
+        if not self.action_save():
+            return
+        self.log_line(f"create: preflight of {self.plan.name} first...", "bold")
+        self.preflight(self.plan, then_create=True)
+
+    @work(thread=True, exclusive=True, group="create", exit_on_error=False)
+    def create(self, plan: ClusterPlan, path: str) -> None:
+        from torchdeck.backends.aws import AwsSession
+        from torchdeck.backends.eks_access import ClusterRecord
+        from torchdeck.backends.eks_create import create_native, create_with_eksctl, eksctl_path
+
+        settings = self.app.settings
+        aws = AwsSession(plan.region)
+        record = ClusterRecord.open(settings.state_dir, plan.name, plan.region)
+        record.plan_file = str(self.plan_file.resolve())
+        if path == "eksctl":
+            progress = create_with_eksctl(aws, plan, self.plan_file, record, eksctl_path() or "eksctl",
+                                          poll_s=settings.aws_poll_s)
+        else:
+            progress = create_native(aws, plan, record, poll_s=settings.aws_poll_s)
+
+        async def forward() -> None:
+            async for p in progress:
+                self.post_message(ClusterProgressed(p))
+        asyncio.run(forward())
+
+    def on_cluster_progressed(self, message: ClusterProgressed) -> None:
+        p = message.progress
+        self.phase = p.phase if p.kind != "done" else "done"
+        style = {"event": "cyan", "output": "", "wait": "dim", "done": "bold green"}.get(p.kind, "bold")
+        self.log_line(f"[{format_duration(p.elapsed)}] {p.phase}: {p.message}", style)
+        self.tick()
+
+    def tick(self) -> None:
+        if not self.phase:
+            return
+        elapsed = "" if self.phase == "done" else f"  {format_duration(time.monotonic() - self.started)} elapsed"
+        self.query_one("#phase", Static).update(Text.assemble(("create: ", "bold"), (self.phase, "reverse"), elapsed))
+
+    def log_line(self, text: str, style: str = "") -> None:
+        self.query_one("#progress", RichLog).write(Text(text, style=style))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            text = error_text(event.worker.error)
+            if event.worker.group == "catalogue":
+                self.query_one("#catalogue-source", Static).update(f"no catalogue from EC2: {text}")
+                return
+            if event.worker.group == "create":
+                self.phase = f"stopped in {self.phase}"
+                self.tick()
+            self.log_line(f"{event.worker.group} failed: {text}", "bold red")
+            self.notify(text, title=f"{event.worker.group} failed", severity="error", timeout=8)
