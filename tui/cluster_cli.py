@@ -325,6 +325,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print("  add-ons   " + ", ".join(f"{k} {v}" for k, v in sorted(state.addons.items())))
     if state.nodes is None:
         print(f"  nodes     unknown: {state.nodes_error}")
+    elif not state.nodes:
+        print("  nodes     none has joined yet (a nodegroup's nodes join a few minutes after it is ACTIVE)")
     else:
         ready = sum(n.ready for n in state.nodes)
         print(f"  nodes     {ready}/{len(state.nodes)} ready")

@@ -40,7 +40,7 @@ FIELDS: list[tuple[str, str]] = [
     ("vpc", "Existing VPC id (empty: eksctl makes a new VPC)"),
     ("subnets", "Its private subnets: ZONE=subnet-ID, comma-separated"),
     ("system", "System nodegroup NAME:TYPE:MIN:DESIRED:MAX"),
-    ("workers", "Workers NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa], ';' between them"),
+    ("workers", "Workers, ';' between: NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]"),
     ("labels", "Node labels NODEGROUP:KEY=VALUE, comma-separated"),
     ("volume", "Root volume per node (GiB)"),
     ("bucket", "S3 bucket for models (empty: no S3 service account)"),
@@ -194,6 +194,7 @@ class ClusterScreen(Screen):
     def check_form(self) -> ClusterPlan | None:
         for field, _ in FIELDS:
             self.query_one(f"#e-{field}", Static).update("")
+            self.query_one(f"#e-{field}").remove_class("-shown")
         try:
             plan = self.build_plan()
         except SpecError as exc:
@@ -203,6 +204,7 @@ class ClusterScreen(Screen):
             text += f" (hint: {exc.hint})" if exc.hint else ""
             if target:
                 self.query_one(f"#e-{target}", Static).update(text)
+                self.query_one(f"#e-{target}").add_class("-shown")
             else:
                 self.show_error(str(exc))
             self.plan = None
