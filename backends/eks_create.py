@@ -445,7 +445,8 @@ async def create_with_eksctl(aws: AwsSession, plan: ClusterPlan, plan_file: Path
     else:
         yield Progress("cluster", f"cluster {plan.name} exists ({found['cluster'].get('status')}): adding what is "
                        "missing", clock())
-        commands = [[eksctl, "create", "nodegroup", "--config-file", str(plan_file)]]
+        commands = [[eksctl, "create", "nodegroup", "--config-file", str(plan_file)],
+                    [eksctl, "create", "addon", "--config-file", str(plan_file)]]
         if plan.s3_bucket:
             commands.append([eksctl, "create", "iamserviceaccount", "--config-file", str(plan_file), "--approve"])
     for argv in commands:

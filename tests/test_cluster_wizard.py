@@ -82,9 +82,14 @@ def test_the_catalogue_comes_from_ec2_and_zones_that_lack_a_type_are_named(tmp_p
             screen = app.screen
             await type_into(pilot, screen, "name", "demo")
             await type_into(pilot, screen, "region", REGION)
+            screen.query_one("#f-zones", Input).value = ""
+            await pilot.press("ctrl+l")  # no zones yet: EC2's zones of the region, the first three offered
+            await wait_for(pilot, lambda: "(from EC2)" in text_of(screen, "#catalogue-source"), what="the catalogue")
+            assert screen.query_one("#f-zones", Input).value == f"{REGION}a,{REGION}b,{REGION}c"
             await type_into(pilot, screen, "zones", f"{REGION}a,{REGION}f")
             await pilot.press("ctrl+l")
-            await wait_for(pilot, lambda: "(from EC2)" in text_of(screen, "#catalogue-source"), what="the catalogue")
+            await wait_for(pilot, lambda: "us-east-1a, us-east-1f (from EC2)" in text_of(screen, "#catalogue-source"),
+                           what="the catalogue of two zones")
             table = screen.query_one("#catalogue", DataTable)
             rows = {str(table.get_row(key)[0]): table.get_row(key) for key in table.rows}
             assert rows["g5.xlarge"][3] == "1 x NVIDIA A10G 22.4G" and rows["g5.xlarge"][5] == "1.006"

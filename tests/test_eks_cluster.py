@@ -434,7 +434,8 @@ def test_the_eksctl_path_streams_its_output_and_the_stack_events(tmp_path, aws_e
     assert any("cfn  eksctl-demo-nodegroup-system:" in line for line in lines)
     assert "context torchdeck-demo" in done.stdout
     log = (tmp_path / "eksctl.log").read_text().splitlines()
-    assert log == ["create cluster --config-file cluster.yaml", "create nodegroup --config-file cluster.yaml"]
+    assert log == ["create cluster --config-file cluster.yaml", "create nodegroup --config-file cluster.yaml",
+                   "create addon --config-file cluster.yaml"]
     record = json.loads((tmp_path / "state" / "clusters" / "demo.json").read_text())
     assert record["method"] == "eksctl" and record["state"] == "created"
     assert "cloudformation-stack/eksctl-demo-cluster" in record["resources"]

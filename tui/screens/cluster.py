@@ -264,6 +264,8 @@ class ClusterScreen(Screen):
         self.post_message(CatalogueLoaded(catalogue))
 
     def on_catalogue_loaded(self, message: CatalogueLoaded) -> None:
+        if not self.value("zones"):  # asked EC2 for the region's zones: offer the first three
+            self.query_one("#f-zones", Input).value = ",".join(message.catalogue.zones[:3])
         self.show_catalogue(message.catalogue)
         self.check_form()
 
