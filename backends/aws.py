@@ -100,9 +100,6 @@ class AwsSession:
         self._session = None
         self._clients: dict[str, Any] = {}
 
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_session": None, "_clients": {}}
-
     def client(self, service: str):
         if service not in self._clients:
             try:

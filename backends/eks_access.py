@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .aws import AwsSession, redact
+from .aws import AwsSession, redact, translate
 from .errors import BackendError
 
 TOKEN_PREFIX = "k8s-aws-v1."
@@ -80,11 +80,6 @@ class ClusterRecord:
         record = cls.load(state_dir, name) or cls(name, region)
         record.path = cls.file_for(state_dir, name)
         return record
-
-    @classmethod
-    def all(cls, state_dir: Path) -> list["ClusterRecord"]:
-        folder = Path(state_dir) / "clusters"
-        return [r for p in sorted(folder.glob("*.json")) if (r := cls.load(state_dir, p.stem))]
 
     def note(self, kind: str, ident: str, created: bool, **extra: Any) -> None:
         """Remember a resource (made now, or found and reused) and save at once: a crash loses nothing."""
@@ -217,7 +212,6 @@ def eks_token(aws: AwsSession, cluster: str) -> dict[str, Any]:
     try:
         url = sts.generate_presigned_url("get_caller_identity", Params={}, ExpiresIn=60, HttpMethod="GET")
     except Exception as exc:
-        from .aws import translate
         raise translate(exc, "sts presign") from None
     token = TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
     expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=14)

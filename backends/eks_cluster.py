@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Callable
 from .aws import AwsError, AwsSession
 from .eks_access import ClusterRecord, remove_context
 from .eks_create import POLL_S, TIMEOUT_S, Progress, _Clock, run_eksctl
-from .eks_plan import CLUSTER_TAG
+from .eks_plan import CLUSTER_TAG, made_by_torchdeck
 from .errors import BackendError
 
 
@@ -69,7 +69,7 @@ def cluster_state(aws: AwsSession, name: str, record: ClusterRecord | None = Non
         return ClusterState(name, aws.region or "", "MISSING", record=record)
     info = found["cluster"]
     state = ClusterState(name, aws.region or "", info.get("status", ""), info.get("version", ""),
-                         info.get("endpoint", ""), (info.get("tags") or {}).get(CLUSTER_TAG) == name, record=record)
+                         info.get("endpoint", ""), made_by_torchdeck(info, name), record=record)
     for group in sorted(aws.pages("eks", "list_nodegroups", "nodegroups", clusterName=name)):
         ng = aws.find("eks", "describe_nodegroup", clusterName=name, nodegroupName=group)
         if ng is None:
@@ -117,7 +117,7 @@ def node_states(kube: Any) -> list[NodeState]:
 # -- delete ---------------------------------------------------------------------------
 
 
-def _gone(aws: AwsSession, describe: Callable[[], Any]) -> bool:
+def _gone(describe: Callable[[], Any]) -> bool:
     try:
         describe()
     except AwsError as exc:
@@ -127,11 +127,11 @@ def _gone(aws: AwsSession, describe: Callable[[], Any]) -> bool:
     return False
 
 
-async def _wait_gone(aws: AwsSession, what: str, describe: Callable[[], Any], clock: _Clock, phase: str,
+async def _wait_gone(what: str, describe: Callable[[], Any], clock: _Clock, phase: str,
                      poll_s: float, timeout_s: float) -> AsyncIterator[Progress]:
     started = time.monotonic()
     said = False
-    while not await asyncio.to_thread(_gone, aws, describe):
+    while not await asyncio.to_thread(_gone, describe):
         if time.monotonic() - started > timeout_s:
             raise BackendError(f"{what} is still being deleted after {timeout_s / 60:.0f} minutes",
                                "run delete again later: it continues")
@@ -185,7 +185,7 @@ async def delete_cluster(aws: AwsSession, name: str, record: ClusterRecord, eksc
     refused. eksctl deletes its own stacks first where it made the cluster."""
     clock = _Clock()
     found = await aws.afind("eks", "describe_cluster", name=name)
-    if found is not None and (found["cluster"].get("tags") or {}).get(CLUSTER_TAG) != name:
+    if found is not None and not made_by_torchdeck(found["cluster"], name):
         raise BackendError(f"cluster {name} was not made by torchdeck (no {CLUSTER_TAG} tag): not deleting it",
                            "delete it the way it was made (eksctl delete cluster, or the EKS console)")
     record.state = "deleting"
@@ -208,7 +208,7 @@ async def delete_cluster(aws: AwsSession, name: str, record: ClusterRecord, eksc
         for addon in await aws.apages("eks", "list_addons", "addons", clusterName=name):
             await aws.acall("eks", "delete_addon", clusterName=name, addonName=addon)
             yield Progress("add-ons", f"deleting add-on {addon}", clock())
-            async for p in _wait_gone(aws, f"add-on {addon}", lambda a=addon: aws.call(
+            async for p in _wait_gone(f"add-on {addon}", lambda a=addon: aws.call(
                     "eks", "describe_addon", clusterName=name, addonName=a), clock, "add-ons", poll_s, timeout_s):
                 yield p
             record.forget("eks-addon", f"{name}/{addon}")
@@ -219,7 +219,7 @@ async def delete_cluster(aws: AwsSession, name: str, record: ClusterRecord, eksc
                 await aws.acall("eks", "delete_nodegroup", clusterName=name, nodegroupName=group)
             yield Progress("nodegroups", f"deleting nodegroup {group}", clock())
         for group in groups:
-            async for p in _wait_gone(aws, f"nodegroup {group}", lambda g=group: aws.call(
+            async for p in _wait_gone(f"nodegroup {group}", lambda g=group: aws.call(
                     "eks", "describe_nodegroup", clusterName=name, nodegroupName=g), clock, "nodegroups",
                     poll_s, timeout_s):
                 yield p
@@ -228,7 +228,7 @@ async def delete_cluster(aws: AwsSession, name: str, record: ClusterRecord, eksc
         if found["cluster"].get("status") != "DELETING":
             await aws.acall("eks", "delete_cluster", name=name)
         yield Progress("cluster", f"deleting cluster {name}; this takes a few minutes", clock())
-        async for p in _wait_gone(aws, f"cluster {name}", lambda: aws.call("eks", "describe_cluster", name=name),
+        async for p in _wait_gone(f"cluster {name}", lambda: aws.call("eks", "describe_cluster", name=name),
                                   clock, "cluster", poll_s, timeout_s):
             yield p
         yield Progress("cluster", f"cluster {name} is gone", clock())

@@ -28,7 +28,7 @@ from typing import Any, AsyncIterator, Callable
 
 from .aws import AwsError, AwsSession, redact
 from .eks_access import ClusterRecord, connect, role_name
-from .eks_plan import CLUSTER_TAG, GPU_TAINT, ClusterPlan, s3_policy
+from .eks_plan import CLUSTER_TAG, GPU_TAINT, ClusterPlan, made_by_torchdeck, s3_policy
 from .errors import BackendError
 
 POLICY = "arn:aws:iam::aws:policy/"
@@ -129,7 +129,7 @@ async def ensure_role(aws: AwsSession, record: ClusterRecord, name: str, trust: 
     return role["Arn"], made
 
 
-async def _wait(aws: AwsSession, what: str, describe: Callable[[], Any], key: str, clock: _Clock, phase: str,
+async def _wait(what: str, describe: Callable[[], Any], key: str, clock: _Clock, phase: str,
                 poll_s: float, timeout_s: float, done: str = "ACTIVE",
                 failed: tuple[str, ...] = ("FAILED", "CREATE_FAILED", "DEGRADED")) -> AsyncIterator[Progress]:
     """Poll until the thing's status is ``done``; a failed status is an error with AWS's reason."""
@@ -193,13 +193,10 @@ async def create_native(aws: AwsSession, plan: ClusterPlan, record: ClusterRecor
                         tags=_tags(name))
         made = True
     else:
-        tags = found["cluster"].get("tags") or {}
-        if tags.get(CLUSTER_TAG) != name:
-            raise BackendError(f"a cluster named {name} exists and torchdeck did not make it",
-                               f"pick another name, or use it as it is: torchdeck cluster connect --name {name}")
+        _refuse_foreign(found["cluster"], name)
         made = False
         yield Progress("cluster", f"reusing cluster {name} ({found['cluster'].get('status')})", clock())
-    async for p in _wait(aws, f"cluster {name}", lambda: aws.acall("eks", "describe_cluster", name=name), "cluster",
+    async for p in _wait(f"cluster {name}", lambda: aws.acall("eks", "describe_cluster", name=name), "cluster",
                          clock, "cluster", poll_s, timeout_s):
         yield p
     cluster = (await aws.acall("eks", "describe_cluster", name=name))["cluster"]
@@ -253,7 +250,7 @@ async def create_native(aws: AwsSession, plan: ClusterPlan, record: ClusterRecor
             yield Progress("nodegroups", f"reusing nodegroup {ng.name} ({found['nodegroup'].get('status')})", clock())
         record.note("eks-nodegroup", f"{name}/{ng.name}", found is None)
     for ng in plan.nodegroups:
-        async for p in _wait(aws, f"nodegroup {ng.name}",
+        async for p in _wait(f"nodegroup {ng.name}",
                              lambda ng=ng: aws.acall("eks", "describe_nodegroup", clusterName=name,
                                                      nodegroupName=ng.name),
                              "nodegroup", clock, "nodegroups", poll_s, timeout_s):
@@ -268,15 +265,13 @@ async def create_native(aws: AwsSession, plan: ClusterPlan, record: ClusterRecor
                 params["serviceAccountRoleArn"] = efs_role
             await aws.acall("eks", "create_addon", **params)
         record.note("eks-addon", f"{name}/{addon}", found is None)
-        async for p in _wait(aws, f"add-on {addon}",
+        async for p in _wait(f"add-on {addon}",
                              lambda addon=addon: aws.acall("eks", "describe_addon", clusterName=name, addonName=addon),
                              "addon", clock, "add-ons", poll_s, timeout_s, failed=("CREATE_FAILED",)):
             yield p
         yield Progress("add-ons", f"{addon} is ACTIVE", clock())
 
-    path, context = await asyncio.to_thread(connect, aws, name, kubeconfig)
-    record.kubeconfig, record.context = str(path), context
-    record.save()
+    path, context = await _connect(aws, name, record, kubeconfig)
     yield Progress("kubeconfig", f"context {context} in {path} (exec authentication, mode 0600)", clock())
 
     client = kube(path, context) if kube else _kubernetes(path, context)
@@ -286,10 +281,7 @@ async def create_native(aws: AwsSession, plan: ClusterPlan, record: ClusterRecor
     if any(ng.gpu for ng in plan.nodegroups):
         await asyncio.to_thread(ensure_object, client, device_plugin(name))
         yield Progress("kubernetes", "NVIDIA device plugin on the GPU nodes", clock())
-    record.state = "created"
-    record.save()
-    yield Progress("done", f"cluster {name} is ready: torchdeck --backend kubernetes --context {context}", clock(),
-                   "done")
+    yield _created(record, context, clock)
 
 
 def _kubernetes(kubeconfig: Path, context: str):
@@ -437,9 +429,8 @@ async def create_with_eksctl(aws: AwsSession, plan: ClusterPlan, plan_file: Path
     record.method, record.state, record.plan_file = "eksctl", "creating", str(plan_file)
     record.save()
     found = await aws.afind("eks", "describe_cluster", name=plan.name)
-    if found and (found["cluster"].get("tags") or {}).get(CLUSTER_TAG) != plan.name:
-        raise BackendError(f"a cluster named {plan.name} exists and torchdeck did not make it",
-                           f"pick another name, or use it as it is: torchdeck cluster connect --name {plan.name}")
+    if found is not None:
+        _refuse_foreign(found["cluster"], plan.name)
     if found is None:
         commands = [[eksctl, "create", "cluster", "--config-file", str(plan_file)]]
     else:
@@ -458,12 +449,40 @@ async def create_with_eksctl(aws: AwsSession, plan: ClusterPlan, plan_file: Path
     for stack in await aws.apages("cloudformation", "describe_stacks", "Stacks"):
         if stack["StackName"].startswith(f"eksctl-{plan.name}-"):
             record.note("cloudformation-stack", stack["StackName"], True)
-    path, context = await asyncio.to_thread(connect, aws, plan.name, kubeconfig)
-    record.kubeconfig, record.context, record.state = str(path), context, "created"
-    record.save()
+    path, context = await _connect(aws, plan.name, record, kubeconfig)
     yield Progress("kubeconfig", f"context {context} in {path} (exec authentication, mode 0600)", clock())
-    yield Progress("done", f"cluster {plan.name} is ready: torchdeck --backend kubernetes --context {context}",
-                   clock(), "done")
+    yield _created(record, context, clock)
+
+
+def create_cluster(aws: AwsSession, plan: ClusterPlan, plan_file: Path, state_dir: Path, path: str,
+                   eksctl: str | None = None, kubeconfig: Path | None = None,
+                   poll_s: float = POLL_S) -> AsyncIterator[Progress]:
+    """The create the CLI and the wizard start: the plan's record opened, then the chosen path."""
+    record = ClusterRecord.open(state_dir, plan.name, plan.region)
+    record.plan_file = str(plan_file.resolve())
+    if path == "eksctl":
+        return create_with_eksctl(aws, plan, plan_file, record, eksctl or "eksctl", kubeconfig, poll_s=poll_s)
+    return create_native(aws, plan, record, kubeconfig=kubeconfig, poll_s=poll_s)
+
+
+def _refuse_foreign(cluster: dict[str, Any], name: str) -> None:
+    if not made_by_torchdeck(cluster, name):
+        raise BackendError(f"a cluster named {name} exists and torchdeck did not make it",
+                           f"pick another name, or use it as it is: torchdeck cluster connect --name {name}")
+
+
+async def _connect(aws: AwsSession, name: str, record: ClusterRecord, kubeconfig: Path | None) -> tuple[Path, str]:
+    path, context = await asyncio.to_thread(connect, aws, name, kubeconfig)
+    record.kubeconfig, record.context = str(path), context
+    record.save()
+    return path, context
+
+
+def _created(record: ClusterRecord, context: str, clock: _Clock) -> Progress:
+    record.state = "created"
+    record.save()
+    return Progress("done", f"cluster {record.name} is ready: torchdeck --backend kubernetes --context {context}",
+                    clock(), "done")
 
 
 def pick_path(requested: str | None) -> tuple[str, str | None]:

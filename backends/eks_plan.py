@@ -35,6 +35,11 @@ REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 BUCKET_RE = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 INSTANCE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 ID_RE = {"vpc": re.compile(r"^vpc-[0-9a-f]{8,17}$"), "subnet": re.compile(r"^subnet-[0-9a-f]{8,17}$")}
+def made_by_torchdeck(resource: dict[str, Any], name: str) -> bool:
+    """Whether an EKS resource (as describe_* returns it) carries torchdeck's tag for this cluster."""
+    return (resource.get("tags") or {}).get(CLUSTER_TAG) == name
+
+
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 
 

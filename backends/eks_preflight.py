@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .aws import AwsError, AwsSession
-from .eks_plan import CLUSTER_TAG, ClusterPlan, CostLine, InstanceType, cost_per_hour, shipped_catalogue
+from .eks_plan import ClusterPlan, made_by_torchdeck, CostLine, InstanceType, cost_per_hour, shipped_catalogue
 
 # EC2's vCPU quotas by instance family: (on-demand code, spot code, name). The
 # longest matching prefix of the type's family picks one; the rest are standard.
@@ -222,24 +222,25 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
             found = {}
             report.findings.append(Finding("error", f"the subnets are not there: {exc.message}",
                                            "check --subnet ids (aws ec2 describe-subnets)"))
+        wrong = []
         for zone, sid in plan.subnets.items():
             subnet = found.get(sid)
             if subnet is None:
                 continue
             if subnet.get("VpcId") != plan.vpc_id:
-                report.findings.append(Finding("error", f"subnet {sid} is in {subnet.get('VpcId')}, not {plan.vpc_id}"))
+                wrong.append(Finding("error", f"subnet {sid} is in {subnet.get('VpcId')}, not {plan.vpc_id}"))
             elif subnet.get("AvailabilityZone") != zone:
-                report.findings.append(Finding("error", f"subnet {sid} is in {subnet.get('AvailabilityZone')}, "
-                                               f"not {zone}", "write ZONE=SUBNET as describe-subnets shows them"))
-        if found and all(f.level != "error" or "subnet" not in f.text for f in report.findings):
+                wrong.append(Finding("error", f"subnet {sid} is in {subnet.get('AvailabilityZone')}, not {zone}",
+                                     "write ZONE=SUBNET as describe-subnets shows them"))
+        report.findings.extend(wrong)
+        if found and not wrong:
             report.findings.append(Finding("ok", f"VPC {plan.vpc_id}: subnets in {', '.join(sorted(plan.subnets))}"))
 
     existing = aws.find("eks", "describe_cluster", name=plan.name)
     if existing:
         cluster = existing["cluster"]
         report.existing_cluster = cluster
-        ours = (cluster.get("tags") or {}).get(CLUSTER_TAG) == plan.name
-        if ours:
+        if made_by_torchdeck(cluster, plan.name):
             report.findings.append(Finding("warn", f"cluster {plan.name} exists ({cluster.get('status')}), "
                                            "made by torchdeck", "create reuses it and adds what is missing"))
         else:

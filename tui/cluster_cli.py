@@ -6,16 +6,15 @@ laptop, over SSH and in a CI log."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from torchdeck.backends.errors import BackendError, SpecError
-from torchdeck.settings import Settings
 
-from .monitor_state import format_duration
+if TYPE_CHECKING:  # the parser is built for every command, --help included: nothing heavy at import
+    from torchdeck.settings import Settings
 
 EXIT_ERROR = 1
 
@@ -130,16 +129,22 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_cost(plan: Any, types: dict[str, Any] | None = None) -> float:
+def cost_lines(plan: Any, width: int = 44) -> tuple[list[tuple[str, str]], float]:
+    """The plan's cost per hour as (text, kind) lines, kind being line, total or note; and the total."""
     from torchdeck.backends.eks_plan import cost_per_hour
 
-    lines, total, notes = cost_per_hour(plan, types)
-    for line in lines:
-        each = "price unknown" if line.each is None else f"${line.total:,.2f}/h"
-        print(f"  {line.what:<44} {each}")
-    print(f"  {'estimated total':<44} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)")
-    for note in notes:
-        print(f"  note: {note}")
+    lines, total, notes = cost_per_hour(plan)
+    out = [(f"{line.what:<{width}} " + ("price unknown" if line.each is None else f"${line.total:,.2f}/h"), "line")
+           for line in lines]
+    out.append((f"{'estimated total':<{width}} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)", "total"))
+    out += [(f"note: {note}", "note") for note in notes]
+    return out, total
+
+
+def print_cost(plan: Any) -> float:
+    lines, total = cost_lines(plan)
+    for text, _ in lines:
+        print("  " + text)
     return total
 
 
@@ -232,12 +237,16 @@ def _confirm(question: str, yes: bool) -> None:
 
 
 def progress_line(p: Any) -> str:
+    from .monitor_state import format_duration
+
     mark = {"event": "cfn ", "output": "  | ", "wait": " ...", "done": "done"}.get(p.kind, "    ")
     return f"[{format_duration(p.elapsed):>6}] {p.phase:<11} {mark} {p.message}"
 
 
 def stream(progress: AsyncIterator[Any]) -> None:
     """Print each progress event as it comes; Ctrl-C stops here (create and delete resume on a re-run)."""
+    import asyncio
+
     async def run() -> None:
         async for p in progress:
             print(progress_line(p), flush=True)
@@ -249,8 +258,7 @@ def stream(progress: AsyncIterator[Any]) -> None:
 
 
 def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_access import ClusterRecord
-    from torchdeck.backends.eks_create import create_native, create_with_eksctl, pick_path
+    from torchdeck.backends.eks_create import create_cluster, pick_path
     from torchdeck.backends.eks_preflight import preflight
 
     plan = _load_plan(args)
@@ -263,15 +271,9 @@ def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
         raise BackendError("preflight failed: nothing was created", "fix the FAIL lines above and run it again")
     total = print_cost(plan)
     _confirm(f"create cluster {plan.name} (about ${total:,.2f} an hour until you delete it)?", args.yes)
-    record = ClusterRecord.open(settings.state_dir, plan.name, plan.region)
-    record.plan_file = str(Path(args.file).resolve())
     kubeconfig = Path(args.kubeconfig).expanduser() if args.kubeconfig else None
-    if path == "eksctl":
-        progress = create_with_eksctl(aws, plan, Path(args.file), record, eksctl or "eksctl", kubeconfig,
-                                      poll_s=settings.aws_poll_s)
-    else:
-        progress = create_native(aws, plan, record, kubeconfig=kubeconfig, poll_s=settings.aws_poll_s)
-    stream(progress)
+    stream(create_cluster(aws, plan, Path(args.file), settings.state_dir, path, eksctl, kubeconfig,
+                          poll_s=settings.aws_poll_s))
     print(f"delete it when done: torchdeck cluster delete --name {plan.name} --region {plan.region}")
     return 0
 

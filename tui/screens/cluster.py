@@ -21,11 +21,11 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, RichLog, Select, Static
 from textual.worker import Worker, WorkerState
 
-from torchdeck.backends.eks_plan import (DEFAULT_VERSION, EKS_VERSIONS, ClusterPlan, cost_per_hour,
-                                         format_nodegroup, load_plan, parse_nodegroup, parse_subnets, plan_to_yaml,
+from torchdeck.backends.eks_plan import (DEFAULT_VERSION, EKS_VERSIONS, ClusterPlan, format_nodegroup, load_plan, parse_nodegroup, parse_subnets, plan_to_yaml,
                                          save_plan, validate_plan)
 from torchdeck.backends.errors import SpecError
 
+from ..cluster_cli import cost_lines
 from ..messages import CatalogueLoaded, ClusterProgressed, PreflightChecked
 from ..monitor_state import format_duration
 from .confirm import ConfirmScreen
@@ -214,15 +214,9 @@ class ClusterScreen(Screen):
             return None
         self.show_error("")
         self.plan = plan
-        lines, total, notes = cost_per_hour(plan)
-        cost = Text()
-        for line in lines:
-            each = "price unknown" if line.each is None else f"${line.total:,.2f}/h"
-            cost.append(f"{line.what:<40} {each}\n")
-        cost.append(f"{'estimated total':<40} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)\n", "bold")
-        for note in notes:
-            cost.append(f"note: {note}\n", "dim")
-        self.query_one("#cost", Static).update(cost)
+        lines, _ = cost_lines(plan, width=40)
+        styles = {"line": "", "total": "bold", "note": "dim"}
+        self.query_one("#cost", Static).update(Text("\n").join(Text(text, styles[kind]) for text, kind in lines))
         self.query_one("#plan-yaml", Static).update(plan_to_yaml(plan))
         return plan
 
@@ -323,7 +317,7 @@ class ClusterScreen(Screen):
             return
         from torchdeck.backends.eks_create import pick_path
         try:
-            path, _ = pick_path(None)
+            path, binary = pick_path(None)
         except Exception as exc:
             self.show_error(error_text(exc))
             return
@@ -333,7 +327,7 @@ class ClusterScreen(Screen):
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.started, self.phase = time.monotonic(), "starting"
-                self.create(self.plan, path)
+                self.create(self.plan, path, binary)
 
         self.app.push_screen(ConfirmScreen(question), confirmed)
 
@@ -344,20 +338,13 @@ class ClusterScreen(Screen):
         self.preflight(self.plan, then_create=True)
 
     @work(thread=True, exclusive=True, group="create", exit_on_error=False)
-    def create(self, plan: ClusterPlan, path: str) -> None:
+    def create(self, plan: ClusterPlan, path: str, eksctl: str | None) -> None:
         from torchdeck.backends.aws import AwsSession
-        from torchdeck.backends.eks_access import ClusterRecord
-        from torchdeck.backends.eks_create import create_native, create_with_eksctl, eksctl_path
+        from torchdeck.backends.eks_create import create_cluster
 
         settings = self.app.settings
-        aws = AwsSession(plan.region)
-        record = ClusterRecord.open(settings.state_dir, plan.name, plan.region)
-        record.plan_file = str(self.plan_file.resolve())
-        if path == "eksctl":
-            progress = create_with_eksctl(aws, plan, self.plan_file, record, eksctl_path() or "eksctl",
-                                          poll_s=settings.aws_poll_s)
-        else:
-            progress = create_native(aws, plan, record, poll_s=settings.aws_poll_s)
+        progress = create_cluster(AwsSession(plan.region), plan, self.plan_file, settings.state_dir, path,
+                                  eksctl, poll_s=settings.aws_poll_s)
 
         async def forward() -> None:
             async for p in progress:
