@@ -19,6 +19,12 @@ from .errors import BackendError
 MAX_ATTEMPTS = 5
 """Attempts per call, the first included, before a throttled call fails (botocore's standard mode)."""
 _SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID")
+NOT_FOUND = {"ResourceNotFoundException", "NoSuchEntity", "NoSuchEntityException", "NotFoundException",
+             "FileSystemNotFound", "MountTargetNotFound", "InvalidGroup.NotFound", "InvalidGroupId.NotFound",
+             "RepositoryNotFoundException", "ImageNotFoundException", "NoSuchBucket", "NoSuchKey", "404",
+             "NoSuchTagSet", "NoSuchBucketPolicy", "NoSuchPublicAccessBlockConfiguration",
+             "ServerSideEncryptionConfigurationNotFoundError"}
+"""AWS's words, service by service, for "there is no such thing"."""
 _THROTTLED = {"Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
               "TooManyRequestsException", "RequestLimitExceeded", "SlowDown", "Throttled"}
 
@@ -43,7 +49,7 @@ class AwsError(BackendError):
 
     @property
     def not_found(self) -> bool:
-        return self.code in ("ResourceNotFoundException", "NoSuchEntity", "NoSuchEntityException", "NotFoundException")
+        return self.code in NOT_FOUND
 
 
 def _hint_for(code: str, operation: str) -> str:

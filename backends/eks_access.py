@@ -23,6 +23,8 @@ import yaml
 
 from .aws import AwsSession, redact, translate
 from .errors import BackendError
+from .eks_plan import CLUSTER_TAG
+from .ledger import Ledger
 
 TOKEN_PREFIX = "k8s-aws-v1."
 EXEC_API = "client.authentication.k8s.io/v1beta1"
@@ -56,6 +58,10 @@ class ClusterRecord:
     """key (e.g. "iam-role/torchdeck-demo-node") -> {"type", "id", "created": this run made it, "at"}."""
     kubeconfig: str = ""
     context: str = ""
+    account: str = ""
+    """The AWS account the cluster lives in (for the ledger)."""
+    storage: dict[str, Any] = field(default_factory=dict)
+    """The last storage create: kind, pvc, namespace, bucket, prefix, service_account."""
     updated_at: float = 0.0
     path: Path | None = field(default=None, repr=False, compare=False)
 
@@ -81,17 +87,30 @@ class ClusterRecord:
         record.path = cls.file_for(state_dir, name)
         return record
 
-    def note(self, kind: str, ident: str, created: bool, **extra: Any) -> None:
-        """Remember a resource (made now, or found and reused) and save at once: a crash loses nothing."""
+    @property
+    def ledger(self) -> Ledger:
+        assert self.path is not None
+        return Ledger(self.path.parent.parent)
+
+    def note(self, kind: str, ident: str, created: bool, hourly: float = 0.0, made: bool | None = None,
+             **extra: Any) -> None:
+        """Remember a resource (made now, or found and reused) and save at once: a crash loses nothing.
+        It goes into the ledger too, with ``hourly`` its estimated cost; ``made`` (default: ``created``)
+        says whether torchdeck made it, and so whether cleanup deletes it."""
         key = f"{kind}/{ident}"
         before = self.resources.get(key, {})
         self.resources[key] = {**before, "type": kind, "id": ident, "created": before.get("created", False) or created,
                                "at": before.get("at", time.time()), **extra}
         self.save()
+        self.ledger.add(kind, ident, region=self.region, account=self.account, scope=self.name,
+                        tags={CLUSTER_TAG: self.name}, detail=extra, made=created if made is None else made,
+                        cost_per_hour=hourly)
 
     def forget(self, kind: str, ident: str) -> None:
+        """It is deleted (or was gone already)."""
         self.resources.pop(f"{kind}/{ident}", None)
         self.save()
+        self.ledger.gone(kind, ident, self.region)
 
     def of_type(self, kind: str) -> list[str]:
         return [r["id"] for r in self.resources.values() if r["type"] == kind]

@@ -28,7 +28,8 @@ from typing import Any, AsyncIterator, Callable
 
 from .aws import AwsError, AwsSession, redact
 from .eks_access import ClusterRecord, connect, role_name
-from .eks_plan import CLUSTER_TAG, GPU_TAINT, ClusterPlan, made_by_torchdeck, s3_policy
+from .eks_plan import (CLUSTER_TAG, GPU_TAINT, ClusterPlan, control_plane_price, made_by_torchdeck, s3_policy,
+                       shipped_catalogue)
 from .errors import BackendError
 
 POLICY = "arn:aws:iam::aws:policy/"
@@ -43,6 +44,7 @@ OIDC_AUDIENCE = "sts.amazonaws.com"
 OIDC_THUMBPRINT = "9e99a48a9960b14926bb7f3b02e22da2b0ab7280"
 POLL_S = 15.0
 TIMEOUT_S = 45 * 60
+NAT_GATEWAY_PER_HOUR = 0.045
 HEARTBEAT_S = 60.0
 """A long wait says it is still waiting this often."""
 
@@ -170,8 +172,10 @@ async def create_native(aws: AwsSession, plan: ClusterPlan, record: ClusterRecor
         raise BackendError(f"EFA nodegroups ({', '.join(efa)}) need a launch template with EFA interfaces",
                            "install eksctl (it writes one), or drop efa for the native path")
     record.method, record.state = "native", "creating"
+    # no credentials: say so before anything else
+    record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
     record.save()
-    await aws.acall("sts", "get_caller_identity")  # no credentials: say so before anything else
+    hourly = nodegroup_costs(plan)
 
     yield Progress("roles", "IAM roles for the control plane and the nodes", clock())
     cluster_role, made = await ensure_role(aws, record, role_name(name, "cluster"), trust_service("eks.amazonaws.com"),
@@ -200,7 +204,7 @@ async def create_native(aws: AwsSession, plan: ClusterPlan, record: ClusterRecor
                          clock, "cluster", poll_s, timeout_s):
         yield p
     cluster = (await aws.acall("eks", "describe_cluster", name=name))["cluster"]
-    record.note("eks-cluster", name, made, arn=cluster.get("arn"))
+    record.note("eks-cluster", name, made, hourly=control_plane_price(), arn=cluster.get("arn"))
     yield Progress("cluster", f"cluster {name} is ACTIVE at {cluster.get('endpoint')}", clock())
 
     issuer = (cluster.get("identity") or {}).get("oidc", {}).get("issuer", "")
@@ -248,7 +252,7 @@ async def create_native(aws: AwsSession, plan: ClusterPlan, record: ClusterRecor
             yield Progress("nodegroups", f"creating nodegroup {ng.name}: {ng.desired} x {ng.instance_type}", clock())
         else:
             yield Progress("nodegroups", f"reusing nodegroup {ng.name} ({found['nodegroup'].get('status')})", clock())
-        record.note("eks-nodegroup", f"{name}/{ng.name}", found is None)
+        record.note("eks-nodegroup", f"{name}/{ng.name}", found is None, hourly=hourly.get(ng.name, 0.0))
     for ng in plan.nodegroups:
         async for p in _wait(f"nodegroup {ng.name}",
                              lambda ng=ng: aws.acall("eks", "describe_nodegroup", clusterName=name,
@@ -284,26 +288,48 @@ async def create_native(aws: AwsSession, plan: ClusterPlan, record: ClusterRecor
     yield _created(record, context, clock)
 
 
+def nodegroup_costs(plan: ClusterPlan) -> dict[str, float]:
+    """Each nodegroup's on-demand price per hour at its desired size (0 where the type has no price)."""
+    catalogue = shipped_catalogue()
+    return {ng.name: ng.desired * ((catalogue.get(ng.instance_type).price or 0.0)
+                                   if ng.instance_type in catalogue else 0.0) for ng in plan.nodegroups}
+
+
 def _kubernetes(kubeconfig: Path, context: str):
     from .kubernetes import KubernetesBackend
     return KubernetesBackend(kubeconfig, context)
 
 
+KIND_PATHS = {
+    "Namespace": "api/v1/namespaces",
+    "ServiceAccount": "api/v1/namespaces/{ns}/serviceaccounts",
+    "PersistentVolumeClaim": "api/v1/namespaces/{ns}/persistentvolumeclaims",
+    "PersistentVolume": "api/v1/persistentvolumes",
+    "StorageClass": "apis/storage.k8s.io/v1/storageclasses",
+    "DaemonSet": "apis/apps/v1/namespaces/{ns}/daemonsets",
+    "Job": "apis/batch/v1/namespaces/{ns}/jobs",
+}
+"""Where the API server keeps each kind torchdeck creates outside a training job."""
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    """The API path of one object (its collection, then its name)."""
+    meta = obj["metadata"]
+    return KIND_PATHS[obj["kind"]].format(ns=meta.get("namespace", "default")) + "/" + meta["name"]
+
+
 def ensure_object(kube: Any, obj: dict[str, Any]) -> bool:
-    """Create a namespaced object, or merge-patch it where it is; True if made now."""
+    """Create an object, or merge-patch it where it is; True if made now."""
     from .kube_api import ApiError
 
-    kind_paths = {"ServiceAccount": "api/v1/namespaces/{ns}/serviceaccounts", "Namespace": "api/v1/namespaces",
-                  "DaemonSet": "apis/apps/v1/namespaces/{ns}/daemonsets"}
-    meta = obj["metadata"]
-    collection = kind_paths[obj["kind"]].format(ns=meta.get("namespace", "default"))
+    path = object_path(obj)
     try:
-        kube.request("POST", collection, body=obj)
+        kube.request("POST", path.rsplit("/", 1)[0], body=obj)
         return True
     except ApiError as exc:
         if exc.status != 409:
             raise
-    kube.request("PATCH", f"{collection}/{meta['name']}", body=obj)
+    kube.request("PATCH", path, body=obj)
     return False
 
 
@@ -427,7 +453,9 @@ async def create_with_eksctl(aws: AwsSession, plan: ClusterPlan, plan_file: Path
     service accounts) is added. Then torchdeck's own kubeconfig context."""
     clock = _Clock()
     record.method, record.state, record.plan_file = "eksctl", "creating", str(plan_file)
+    record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
     record.save()
+    hourly = nodegroup_costs(plan)
     found = await aws.afind("eks", "describe_cluster", name=plan.name)
     if found is not None:
         _refuse_foreign(found["cluster"], plan.name)
@@ -445,10 +473,15 @@ async def create_with_eksctl(aws: AwsSession, plan: ClusterPlan, plan_file: Path
         async for p in run_eksctl(aws, argv, f"eksctl-{plan.name}-", clock, poll_s):
             yield p
     cluster = (await aws.acall("eks", "describe_cluster", name=plan.name))["cluster"]
-    record.note("eks-cluster", plan.name, found is None, arn=cluster.get("arn"))
+    record.note("eks-cluster", plan.name, found is None, hourly=control_plane_price(), arn=cluster.get("arn"))
     for stack in await aws.apages("cloudformation", "describe_stacks", "Stacks"):
-        if stack["StackName"].startswith(f"eksctl-{plan.name}-"):
-            record.note("cloudformation-stack", stack["StackName"], True)
+        stack_name = stack["StackName"]
+        if stack_name.startswith(f"eksctl-{plan.name}-"):
+            # eksctl's nodegroup stacks hold the instances; its cluster stack a new VPC's NAT gateway
+            group = stack_name.rsplit("-nodegroup-", 1)[1] if "-nodegroup-" in stack_name else None
+            cost = hourly.get(group, 0.0) if group else (NAT_GATEWAY_PER_HOUR if stack_name.endswith("-cluster")
+                                                         and not plan.vpc_id else 0.0)
+            record.note("cloudformation-stack", stack_name, True, hourly=cost)
     path, context = await _connect(aws, plan.name, record, kubeconfig)
     yield Progress("kubeconfig", f"context {context} in {path} (exec authentication, mode 0600)", clock())
     yield _created(record, context, clock)

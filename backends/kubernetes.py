@@ -116,7 +116,9 @@ class KubernetesBackend(Backend):
         try:
             response = self.client.call_api(
                 "/" + path.lstrip("/"), method, query_params=params, body=body,
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                # the API server takes a PATCH only with a patch type: a JSON merge patch here
+                header_params={"Accept": "application/json", "Content-Type": "application/merge-patch+json"
+                               if method == "PATCH" else "application/json"},
                 auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
                 _request_timeout=timeout)
         except ApiException as exc:

@@ -55,6 +55,8 @@ class MotoGaps:
         self.faults: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self.calls: collections.Counter = collections.Counter()
         self.cluster_endpoint: str | None = None
+        self.fsx_ready_after: int | None = 2
+        self.fsx_looks: dict[str, int] = {}
         self.lock = threading.Lock()
 
     def fail(self, service: str, action: str, code: str, times: int = 1, message: str = "") -> None:
@@ -67,6 +69,8 @@ class MotoGaps:
             self.calls.clear()
             self.quotas.clear()
             self.cluster_endpoint = None
+            self.fsx_ready_after = 2
+            self.fsx_looks.clear()
 
     def install(self) -> None:
         from moto.core.responses import ActionResult, BaseResponse
@@ -155,6 +159,18 @@ class MotoGaps:
 
         def cluster_init(cluster, *args: Any, **kwargs: Any) -> None:
             original_init(cluster, *args, **kwargs)
+            # EKS makes a security group for every cluster and reports it and the VPC; moto does neither
+            _, region, account = cluster.arn.split(":")[2:5]
+            vpc_config = cluster.resources_vpc_config or {}
+            subnets = vpc_config.get("subnetIds") or []
+            if subnets:
+                from moto.ec2.models import ec2_backends
+
+                ec2 = ec2_backends[account][region]
+                vpc_id = ec2.get_subnet(subnets[0]).vpc_id
+                group = ec2.create_security_group(f"eks-cluster-sg-{cluster.name}", "EKS created security group",
+                                                  vpc_id)
+                cluster.resources_vpc_config = {**vpc_config, "vpcId": vpc_id, "clusterSecurityGroupId": group.id}
             if gaps.cluster_endpoint:
                 cluster.endpoint = gaps.cluster_endpoint
                 pem = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----\n"
@@ -164,6 +180,25 @@ class MotoGaps:
 
         for fn in (create_addon, describe_addon, list_addons, delete_addon):
             setattr(EKSResponse, fn.__name__, fn)
+
+        # FSx: a Lustre file system is CREATING for a few looks, then AVAILABLE with a mount name (moto
+        # reports no lifecycle at all); ``fsx_ready_after = None`` keeps it CREATING for ever
+        from moto.fsx.models import FileSystem
+
+        original_to_dict = FileSystem.to_dict
+
+        def fsx_to_dict(fs) -> dict[str, Any]:
+            out = original_to_dict(fs)
+            with gaps.lock:
+                looks = gaps.fsx_looks[fs.file_system_id] = gaps.fsx_looks.get(fs.file_system_id, -1) + 1
+            ready = gaps.fsx_ready_after is not None and looks >= gaps.fsx_ready_after
+            out["Lifecycle"] = "AVAILABLE" if ready else "CREATING"
+            if out.get("FileSystemType") == "LUSTRE":
+                out["LustreConfiguration"] = {**(out.get("LustreConfiguration") or {}),
+                                              "MountName": fs.file_system_id.replace("fs-", "")[:8]}
+            return out
+
+        FileSystem.to_dict = fsx_to_dict  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")

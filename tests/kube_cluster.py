@@ -37,7 +37,8 @@ import yaml
 from kmock import KubernetesEmulator, Server
 from kmock._internal import aiobus, rendering
 
-BUILTIN = {("metrics.k8s.io", "nodes"), ("", "pods"), ("", "services"), ("", "nodes"), ("", "events"), ("", "persistentvolumeclaims"),
+BUILTIN = {("metrics.k8s.io", "nodes"), ("", "pods"), ("", "services"), ("", "nodes"), ("", "events"), ("", "persistentvolumeclaims"), ("", "persistentvolumes"),
+           ("storage.k8s.io", "storageclasses"),
            ("", "serviceaccounts"), ("batch", "jobs"), ("apps", "deployments"),
            ("apiextensions.k8s.io", "customresourcedefinitions")}
 NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")

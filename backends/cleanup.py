@@ -1,0 +1,348 @@
+"""Tearing down what torchdeck made: the plan (from the ledger, plus
+orphans found by their ``torchdeck:cluster`` tag when the ledger was lost),
+then the deletes in dependency order: Kubernetes objects, file systems and
+their mount targets, security groups, ECR repositories, buckets, and last
+each cluster with its nodegroups, add-ons, OIDC provider and roles.
+
+Every delete treats "already gone" as done and marks the ledger row as soon
+as it is, so a cleanup that was interrupted resumes where it stopped and a
+second run has nothing to do."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterable
+
+from .aws import AwsError, AwsSession
+from .eks_access import ClusterRecord
+from .eks_cluster import delete_cluster, delete_role
+from .eks_create import Progress, _Clock
+from .eks_plan import CLUSTER_TAG
+from .errors import BackendError
+from .ledger import KINDS, Ledger, Resource, in_teardown_order
+
+POLL_S = 15.0
+TIMEOUT_S = 30 * 60
+CLUSTER_KINDS = ("cloudformation-stack", "eks-addon", "eks-nodegroup", "eks-cluster", "oidc-provider", "iam-role")
+STORAGE_KINDS = ("k8s-object", "fsx-filesystem", "efs-mount-target", "efs-filesystem", "ec2-security-group",
+                 "s3-bucket")
+
+
+@dataclass
+class Step:
+    """One line of the teardown plan."""
+
+    resource: Resource
+    action: str
+    """delete, keep (torchdeck did not make it), or cluster (deleted with its cluster)."""
+    why: str = ""
+    orphan: bool = False
+    """Found by its tag, not in the ledger."""
+
+    def line(self) -> str:
+        r = self.resource
+        cost = f"  ${r.cost_per_hour:.3f}/h" if r.cost_per_hour else ""
+        where = f"  [{r.scope or '-'} {r.region or '-'}]"
+        mark = " (found by tag)" if self.orphan else ""
+        verb = {"delete": "delete", "keep": "keep  ", "cluster": "  with"}[self.action]
+        return f"{verb}  {r.kind:<20} {r.ident}{where}{cost}{mark}" + (f"  -- {self.why}" if self.why else "")
+
+
+def plan_cleanup(resources: Iterable[Resource], orphans: Iterable[Resource] = (), scope: str | None = None,
+                 keep_buckets: bool = False, kinds: tuple[str, ...] | None = None) -> list[Step]:
+    """The teardown plan in the order it runs. The rows of a cluster torchdeck made go with the cluster
+    (one delete walks them in order); what torchdeck found and did not make is kept."""
+    known = {(r.kind, r.ident, r.region) for r in resources}
+    rows = [(r, False) for r in resources] + [(r, True) for r in orphans if (r.kind, r.ident, r.region) not in known]
+    rows = [(r, o) for r, o in rows if (scope is None or r.scope == scope) and (kinds is None or r.kind in kinds)]
+    own_clusters = {(r.scope, r.region) for r, _ in rows if r.kind == "eks-cluster" and r.made}
+    steps = []
+    for r, orphan in sorted(rows, key=lambda x: (x[0].order, -x[0].created_at)):
+        if not r.made:
+            steps.append(Step(r, "keep", "torchdeck did not make it", orphan))
+        elif r.kind == "s3-bucket" and keep_buckets:
+            steps.append(Step(r, "keep", "--keep-buckets", orphan))
+        elif r.kind in CLUSTER_KINDS and r.kind != "eks-cluster" and (r.scope, r.region) in own_clusters:
+            steps.append(Step(r, "cluster", f"deleted with cluster {r.scope}", orphan))
+        else:
+            steps.append(Step(r, "delete", "", orphan))
+    return steps
+
+
+# -- one delete per kind, each idempotent ----------------------------------------------
+
+
+class Teardown:
+    """Runs a plan: ``aws_for(region)`` gives the session for a row's region, ``kube(kubeconfig, context)``
+    the Kubernetes client for its objects (default: the kubernetes backend)."""
+
+    def __init__(self, state_dir: Path, aws_for: Callable[[str], AwsSession],
+                 kube: Callable[[str, str], Any] | None = None, eksctl: str | None = None,
+                 poll_s: float = POLL_S, timeout_s: float = TIMEOUT_S):
+        self.state_dir, self.aws_for, self.kube_factory = Path(state_dir), aws_for, kube
+        self.eksctl, self.poll_s, self.timeout_s = eksctl, poll_s, timeout_s
+        self.ledger = Ledger(state_dir)
+        self.clock = _Clock()
+
+    def _kube(self, kubeconfig: str, context: str) -> Any:
+        if self.kube_factory:
+            return self.kube_factory(kubeconfig, context)
+        from .kubernetes import KubernetesBackend
+        return KubernetesBackend(kubeconfig or None, context or None)
+
+    async def run(self, steps: list[Step]) -> AsyncIterator[Progress]:
+        done_clusters: set[tuple[str, str]] = set()
+        for step in steps:
+            r = step.resource
+            if step.action == "keep":
+                continue
+            if step.orphan:  # remember it first: an interrupted run resumes from the ledger
+                self.ledger.add(r.kind, r.ident, region=r.region, account=r.account, scope=r.scope, tags=r.tags,
+                                detail=r.detail, made=True, cost_per_hour=r.cost_per_hour)
+            if step.action == "cluster":
+                continue
+            if r.kind == "eks-cluster":
+                if (r.scope, r.region) not in done_clusters:
+                    async for p in self._cluster(r):
+                        yield p
+                    done_clusters.add((r.scope, r.region))
+                continue
+            deleter = getattr(self, "_" + r.kind.replace("-", "_"))
+            said = await deleter(r)
+            self.ledger.gone(r.kind, r.ident, r.region)
+            yield Progress("cleanup", f"{r.kind} {r.ident}: {said}", self.clock())
+        yield Progress("done", "nothing torchdeck made is left" if steps else "nothing to clean up", self.clock(),
+                       "done")
+
+    async def _cluster(self, r: Resource) -> AsyncIterator[Progress]:
+        aws = self.aws_for(r.region)
+        record = ClusterRecord.open(self.state_dir, r.scope, r.region)
+        async for p in delete_cluster(aws, r.scope, record, self.eksctl, self.poll_s, self.timeout_s):
+            if p.kind != "done":
+                yield p
+        # delete_cluster walked the cluster's resources by listing and by tag: what is left in the ledger is gone
+        for row in self.ledger.resources(scope=r.scope):
+            if row.kind in CLUSTER_KINDS and row.region == r.region:
+                self.ledger.gone(row.kind, row.ident, row.region)
+        yield Progress("cleanup", f"cluster {r.scope} and its nodegroups, add-ons, OIDC provider and roles are gone",
+                       self.clock())
+
+    async def _retry(self, what: str, call: Callable[[], Any], busy: tuple[str, ...]) -> str:
+        """Call until it succeeds, or AWS says it is gone; ``busy`` codes (a dependency still
+        draining) are retried until the deadline."""
+        started = time.monotonic()
+        while True:
+            try:
+                await asyncio.to_thread(call)
+                return "deleted"
+            except AwsError as exc:
+                if exc.not_found:
+                    return "already gone"
+                if exc.code not in busy or time.monotonic() - started > self.timeout_s:
+                    if exc.code in busy:
+                        raise BackendError(f"{what} is still in use after {self.timeout_s:.0f} s: {exc.message}",
+                                           "run cleanup again later: it resumes") from None
+                    raise
+            await asyncio.sleep(self.poll_s)
+
+    async def _wait_gone(self, what: str, probe: Callable[[], Any]) -> None:
+        started = time.monotonic()
+        while True:
+            try:
+                if not await asyncio.to_thread(probe):
+                    return
+            except AwsError as exc:
+                if exc.not_found:
+                    return
+                raise
+            if time.monotonic() - started > self.timeout_s:
+                raise BackendError(f"{what} is still being deleted after {self.timeout_s:.0f} s",
+                                   "run cleanup again later: it resumes")
+            await asyncio.sleep(self.poll_s)
+
+    async def _k8s_object(self, r: Resource) -> str:
+        from .kube_api import ApiError
+
+        d = r.detail
+        try:
+            kube = self._kube(d.get("kubeconfig", ""), d.get("context", ""))
+            await asyncio.to_thread(kube.request, "DELETE", d["path"], None, {"propagationPolicy": "Background"})
+            return "deleted"
+        except ApiError as exc:
+            if exc.status == 404:
+                return "already gone"
+            raise
+        except BackendError:  # unreachable, or the context is gone: fine if the cluster went first
+            if r.region and await self._cluster_gone(r):
+                return "gone with its cluster"
+            raise
+
+    async def _cluster_gone(self, r: Resource) -> bool:
+        try:
+            return await self.aws_for(r.region).afind("eks", "describe_cluster", name=r.scope) is None
+        except AwsError:
+            return False
+
+    async def _fsx_filesystem(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        said = await self._retry(f"FSx {r.ident}", lambda: aws.call("fsx", "delete_file_system",
+                                                                      FileSystemId=r.ident), ())
+        await self._wait_gone(f"FSx {r.ident}", lambda: aws.call("fsx", "describe_file_systems",
+                                                                  FileSystemIds=[r.ident])["FileSystems"])
+        return said
+
+    async def _efs_mount_target(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        said = await self._retry(f"mount target {r.ident}", lambda: aws.call("efs", "delete_mount_target",
+                                                                               MountTargetId=r.ident), ())
+        await self._wait_gone(f"mount target {r.ident}", lambda: aws.call(
+            "efs", "describe_mount_targets", MountTargetId=r.ident)["MountTargets"])
+        return said
+
+    async def _efs_filesystem(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        try:  # mount targets the ledger does not know (made by hand, or a lost ledger) go first
+            targets = await aws.apages("efs", "describe_mount_targets", "MountTargets", FileSystemId=r.ident)
+        except AwsError as exc:
+            if exc.not_found:
+                return "already gone"
+            raise
+        for mt in targets:
+            await self._efs_mount_target(Resource("efs-mount-target", mt["MountTargetId"], r.region))
+        return await self._retry(f"EFS {r.ident}", lambda: aws.call("efs", "delete_file_system",
+                                                                      FileSystemId=r.ident), ("FileSystemInUse",))
+
+    async def _ec2_security_group(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        # the mount targets' network interfaces linger for a while after the targets are gone
+        return await self._retry(f"security group {r.ident}", lambda: aws.call(
+            "ec2", "delete_security_group", GroupId=r.ident), ("DependencyViolation", "InvalidGroup.InUse"))
+
+    async def _ecr_repository(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        return await self._retry(f"ECR repository {r.ident}", lambda: aws.call(
+            "ecr", "delete_repository", repositoryName=r.ident, force=True), ())
+
+    async def _s3_object(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        bucket, _, key = r.ident.partition("/")
+        return await self._retry(f"s3://{r.ident}", lambda: aws.call("s3", "delete_object", Bucket=bucket, Key=key), ())
+
+    async def _s3_bucket(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+
+        def empty_and_delete() -> None:
+            batch: list[dict[str, str]] = []
+            for page in aws.client("s3").get_paginator("list_object_versions").paginate(Bucket=r.ident):
+                for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
+                    batch.append({"Key": item["Key"], "VersionId": item.get("VersionId") or "null"})
+            for start in range(0, len(batch), 1000):
+                aws.call("s3", "delete_objects", Bucket=r.ident, Delete={"Objects": batch[start:start + 1000],
+                                                                          "Quiet": True})
+            aws.call("s3", "delete_bucket", Bucket=r.ident)
+
+        try:
+            return await self._retry(f"bucket {r.ident}", empty_and_delete, ("BucketNotEmpty",))
+        except AwsError as exc:
+            if exc.code == "NoSuchBucket":
+                return "already gone"
+            raise
+        except Exception as exc:  # the paginator's own errors
+            from .aws import translate
+            error = translate(exc, "s3.list_object_versions")
+            if error.not_found:
+                return "already gone"
+            raise error from None
+
+    async def _cloudformation_stack(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        said = await self._retry(f"stack {r.ident}", lambda: aws.call("cloudformation", "delete_stack",
+                                                                        StackName=r.ident), ())
+        return said
+
+    async def _eks_addon(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        cluster, _, addon = r.ident.partition("/")
+        return await self._retry(f"add-on {addon}", lambda: aws.call("eks", "delete_addon", clusterName=cluster,
+                                                                       addonName=addon), ())
+
+    async def _eks_nodegroup(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        cluster, _, group = r.ident.partition("/")
+        said = await self._retry(f"nodegroup {group}", lambda: aws.call("eks", "delete_nodegroup",
+                                                                          clusterName=cluster, nodegroupName=group), ())
+        await self._wait_gone(f"nodegroup {group}", lambda: aws.call("eks", "describe_nodegroup", clusterName=cluster,
+                                                                      nodegroupName=group))
+        return said
+
+    async def _oidc_provider(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        return await self._retry(f"OIDC provider {r.ident}", lambda: aws.call(
+            "iam", "delete_open_id_connect_provider", OpenIDConnectProviderArn=r.ident), ())
+
+    async def _iam_role(self, r: Resource) -> str:
+        return "deleted" if await delete_role(self.aws_for(r.region), r.ident) else "already gone"
+
+
+# -- orphans: found by tag when the ledger does not know them ---------------------------
+
+
+def _tag_value(tags: Any) -> str | None:
+    if isinstance(tags, dict):
+        return tags.get(CLUSTER_TAG)
+    return next((t.get("Value") for t in tags or [] if t.get("Key") == CLUSTER_TAG), None)
+
+
+async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
+    """Everything in the session's region (and IAM, S3 buckets of that region) tagged
+    ``torchdeck:cluster``: clusters, file systems, security groups, repositories, buckets, stacks,
+    OIDC providers and roles."""
+    region = aws.region or ""
+    found: list[Resource] = []
+
+    def add(kind: str, ident: str, scope: str, **detail: Any) -> None:
+        found.append(Resource(kind, ident, region, account, scope, {CLUSTER_TAG: scope}, detail, True,
+                              created_at=time.time()))
+
+    for name in await aws.apages("eks", "list_clusters", "clusters"):
+        cluster = (await aws.acall("eks", "describe_cluster", name=name))["cluster"]
+        if _tag_value(cluster.get("tags")) == name:
+            add("eks-cluster", name, name)
+    for fs in await aws.apages("efs", "describe_file_systems", "FileSystems"):
+        if scope := _tag_value(fs.get("Tags")):
+            add("efs-filesystem", fs["FileSystemId"], scope)
+    for fs in await aws.apages("fsx", "describe_file_systems", "FileSystems"):
+        if scope := _tag_value(fs.get("Tags")):
+            add("fsx-filesystem", fs["FileSystemId"], scope)
+    for sg in await aws.apages("ec2", "describe_security_groups", "SecurityGroups",
+                               Filters=[{"Name": "tag-key", "Values": [CLUSTER_TAG]}]):
+        if scope := _tag_value(sg.get("Tags")):
+            add("ec2-security-group", sg["GroupId"], scope)
+    for repo in await aws.apages("ecr", "describe_repositories", "repositories"):
+        tags = (await aws.acall("ecr", "list_tags_for_resource", resourceArn=repo["repositoryArn"])).get("tags", [])
+        if scope := _tag_value(tags):
+            add("ecr-repository", repo["repositoryName"], scope)
+    for stack in await aws.apages("cloudformation", "describe_stacks", "Stacks"):
+        if (scope := _tag_value(stack.get("Tags"))) and stack.get("StackStatus") != "DELETE_COMPLETE":
+            add("cloudformation-stack", stack["StackName"], scope)
+    for bucket in (await aws.acall("s3", "list_buckets")).get("Buckets", []):
+        name = bucket["Name"]
+        tags = await aws.afind("s3", "get_bucket_tagging", Bucket=name)
+        if tags and (scope := _tag_value(tags.get("TagSet"))):
+            where = (await aws.acall("s3", "get_bucket_location", Bucket=name)).get("LocationConstraint") or "us-east-1"
+            if where == (region or "us-east-1"):
+                add("s3-bucket", name, scope)
+    for provider in (await aws.acall("iam", "list_open_id_connect_providers")).get("OpenIDConnectProviderList", []):
+        tags = (await aws.acall("iam", "list_open_id_connect_provider_tags",
+                                OpenIDConnectProviderArn=provider["Arn"])).get("Tags", [])
+        if scope := _tag_value(tags):
+            add("oidc-provider", provider["Arn"], scope)
+    for role in await aws.apages("iam", "list_roles", "Roles"):
+        tags = (await aws.acall("iam", "list_role_tags", RoleName=role["RoleName"])).get("Tags", [])
+        if scope := _tag_value(tags):
+            add("iam-role", role["RoleName"], scope)
+    return in_teardown_order(found)
+

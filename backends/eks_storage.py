@@ -1,0 +1,652 @@
+"""Shared storage for an EKS cluster, and the bucket for its models.
+
+- **EFS** (the default): a security group that admits NFS (2049) from the
+  cluster's security group only, an encrypted file system, a mount target in
+  every zone the nodes' subnets cover (waited until available), the EFS CSI
+  driver add-on, and the StorageClass, PersistentVolume and ReadWriteMany
+  claim the jobs mount.
+- **FSx for Lustre** (the fast option): deployment type, capacity and an
+  optional S3 data repository link, its security group (Lustre's ports from
+  the cluster group and itself), the FSx CSI driver add-on, a PV and a claim.
+- **S3**: a bucket for models with public access blocked and encryption on;
+  the training service account's IRSA role and the bucket policy allow that
+  bucket and prefix only.
+
+Everything is looked up before it is made, tagged ``torchdeck:cluster=NAME``
+and recorded in the cluster's record and the ledger as soon as it exists.
+Every wait has a deadline and ends with a message that says what to do."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+from .aws import AwsError, AwsSession
+from .eks_access import ClusterRecord, connect, role_name
+from .eks_create import (EFS_CSI_POLICY, EFS_CSI_SERVICE_ACCOUNT, POLICY, Progress, _Clock, _iam_tags, _tags,
+                         ensure_object, ensure_role, ensure_service_account, object_path, trust_service_account)
+from .eks_plan import CLUSTER_TAG, s3_policy
+from .errors import BackendError, SpecError
+
+POLL_S = 15.0
+TIMEOUT_S = 30 * 60
+NFS_PORT = 2049
+LUSTRE_PORTS = ((988, 988), (1018, 1023))
+FSX_CSI_POLICY = POLICY + "AmazonFSxFullAccess"
+FSX_CSI_SERVICE_ACCOUNT = ("kube-system", "fsx-csi-controller-sa")
+EFS_PER_GB_MONTH = 0.30
+HOURS_PER_MONTH = 730.0
+FSX_DEPLOYMENTS: dict[str, dict[int | None, float]] = {
+    # deployment type -> {per-unit throughput (MB/s/TiB), or None: $ per GB-month}
+    "SCRATCH_1": {None: 0.140},
+    "SCRATCH_2": {None: 0.140},
+    "PERSISTENT_1": {50: 0.145, 100: 0.210, 200: 0.290},
+    "PERSISTENT_2": {125: 0.145, 250: 0.210, 500: 0.340, 1000: 0.600},
+}
+LABELS = {"app.kubernetes.io/managed-by": "torchdeck"}
+
+
+@dataclass
+class StoragePlan:
+    """What ``torchdeck storage create`` makes for one cluster."""
+
+    cluster: str
+    region: str
+    kind: str = "efs"
+    """efs, fsx, or none (a bucket only)."""
+    fsx_deployment: str = "SCRATCH_2"
+    fsx_capacity_gib: int = 1200
+    fsx_throughput: int | None = None
+    """PERSISTENT_1/2 only: MB/s per TiB (default: the smallest)."""
+    fsx_s3_link: str | None = None
+    """s3://bucket[/prefix] the file system imports from and exports to (SCRATCH_1/2, PERSISTENT_1)."""
+    bucket: str | None = None
+    """The bucket for models; made if absent."""
+    prefix: str = "models/"
+    namespace: str = "default"
+    pvc: str = "shared"
+    service_account: str = "torchdeck-s3"
+    size: str = "100Gi"
+    """The claim's nominal size (EFS grows as it is filled; FSx is the file system's capacity)."""
+
+    @property
+    def fsx_per_hour(self) -> float:
+        rates = FSX_DEPLOYMENTS[self.fsx_deployment]
+        rate = rates.get(self.fsx_throughput if self.fsx_deployment.startswith("PERSISTENT") else None) or 0.0
+        return self.fsx_capacity_gib * rate / HOURS_PER_MONTH
+
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def check_bucket_name(name: str, field_name: str = "--bucket") -> None:
+    """S3's naming rules, checked here because moto checks few of them and AWS's error is vague."""
+    problem = None
+    if not _BUCKET.match(name or ""):
+        problem = "3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit"
+    elif ".." in name or ".-" in name or "-." in name:
+        problem = "no '..', '.-' or '-.'"
+    elif name.startswith(("xn--", "sthree-")) or name.endswith(("-s3alias", "--ol-s3")):
+        problem = "prefixes xn--/sthree- and suffixes -s3alias/--ol-s3 are reserved"
+    else:
+        try:
+            ipaddress.ip_address(name)
+            problem = "must not look like an IP address"
+        except ValueError:
+            pass
+    if problem:
+        raise SpecError(field_name, f"{name!r} is not a valid bucket name: {problem}", "e.g. torchdeck-models-123456")
+
+
+def split_s3(url: str, field_name: str) -> tuple[str, str]:
+    if not url.startswith("s3://"):
+        raise SpecError(field_name, f"{url!r} is not an s3:// URL", "e.g. s3://my-bucket/cifar10/")
+    bucket, _, prefix = url[5:].partition("/")
+    check_bucket_name(bucket, field_name)
+    return bucket, prefix
+
+
+def validate_storage(plan: StoragePlan) -> StoragePlan:
+    """Every field checked, with the reason: a bad plan never reaches AWS."""
+    if plan.kind not in ("efs", "fsx", "none"):
+        raise SpecError("--kind", f"must be efs, fsx or none, got {plan.kind!r}")
+    if plan.kind == "none" and not plan.bucket:
+        raise SpecError("--bucket", "nothing to make: no file system and no bucket", "give --bucket, or --kind efs")
+    if plan.kind == "fsx":
+        rates = FSX_DEPLOYMENTS.get(plan.fsx_deployment)
+        if rates is None:
+            raise SpecError("--fsx-deployment", f"must be one of {', '.join(FSX_DEPLOYMENTS)}, "
+                            f"got {plan.fsx_deployment!r}")
+        cap = plan.fsx_capacity_gib
+        step = 3600 if plan.fsx_deployment == "SCRATCH_1" else 2400
+        if cap < 1200 or (cap not in (1200, 2400) and cap % step):
+            raise SpecError("--fsx-capacity", f"{cap} GiB is not a capacity {plan.fsx_deployment} offers",
+                            f"1200, 2400 or a multiple of {step} GiB")
+        if plan.fsx_deployment.startswith("PERSISTENT"):
+            plan.fsx_throughput = plan.fsx_throughput or min(k for k in rates if k)
+            if plan.fsx_throughput not in rates:
+                raise SpecError("--fsx-throughput", f"{plan.fsx_deployment} offers "
+                                f"{', '.join(str(k) for k in rates)} MB/s per TiB, not {plan.fsx_throughput}")
+        elif plan.fsx_throughput:
+            raise SpecError("--fsx-throughput", f"{plan.fsx_deployment} has a fixed throughput",
+                            "use PERSISTENT_1 or PERSISTENT_2 to choose one")
+        if plan.fsx_s3_link:
+            split_s3(plan.fsx_s3_link, "--fsx-s3-link")
+            if plan.fsx_deployment == "PERSISTENT_2":
+                raise SpecError("--fsx-s3-link", "PERSISTENT_2 links to S3 through data repository associations",
+                                "use SCRATCH_2 or PERSISTENT_1 for a linked bucket")
+    if plan.bucket:
+        check_bucket_name(plan.bucket)
+    if plan.prefix.startswith("/") or "*" in plan.prefix:
+        raise SpecError("--prefix", f"{plan.prefix!r}: a key prefix has no leading '/' and no '*'", "e.g. models/")
+    if plan.prefix and not plan.prefix.endswith("/"):
+        plan.prefix += "/"
+    for field_name, value in (("--pvc", plan.pvc), ("--namespace", plan.namespace),
+                              ("--service-account", plan.service_account)):
+        if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", value):
+            raise SpecError(field_name, f"{value!r} is not a Kubernetes name", "lower-case letters, digits and '-'")
+    return plan
+
+
+# -- what the cluster tells us --------------------------------------------------------
+
+
+@dataclass
+class ClusterNetwork:
+    """Where the storage goes: the cluster's VPC, its security group, and the subnets its nodes use."""
+
+    vpc_id: str
+    cluster_sg: str
+    node_subnets: dict[str, str]
+    """subnet id -> availability zone."""
+    issuer: str
+
+
+async def cluster_network(aws: AwsSession, name: str) -> ClusterNetwork:
+    found = await aws.afind("eks", "describe_cluster", name=name)
+    if found is None:
+        raise BackendError(f"no cluster {name} in {aws.region}", "create it first: torchdeck cluster create")
+    cluster = found["cluster"]
+    vpc = cluster.get("resourcesVpcConfig") or {}
+    cluster_sg = vpc.get("clusterSecurityGroupId") or ""
+    if not cluster_sg:
+        raise BackendError(f"cluster {name} reports no cluster security group",
+                           "EKS gives every cluster one once it is ACTIVE; wait for it and run again")
+    subnets: list[str] = []
+    for group in await aws.apages("eks", "list_nodegroups", "nodegroups", clusterName=name):
+        ng = (await aws.acall("eks", "describe_nodegroup", clusterName=name, nodegroupName=group))["nodegroup"]
+        subnets += [s for s in ng.get("subnets", []) if s not in subnets]
+    if not subnets:
+        subnets = list(vpc.get("subnetIds") or [])
+    if not subnets:
+        raise BackendError(f"cluster {name} has no subnets for nodes", "add a nodegroup, then run again")
+    described = (await aws.acall("ec2", "describe_subnets", SubnetIds=subnets))["Subnets"]
+    zones = {s["SubnetId"]: s["AvailabilityZone"] for s in described}
+    vpc_id = vpc.get("vpcId") or (described[0]["VpcId"] if described else "")
+    issuer = ((cluster.get("identity") or {}).get("oidc") or {}).get("issuer", "")
+    return ClusterNetwork(vpc_id, cluster_sg, {s: zones[s] for s in subnets if s in zones}, issuer)
+
+
+def one_subnet_per_zone(subnets: dict[str, str]) -> dict[str, str]:
+    """EFS allows one mount target per zone: the first node subnet of each (zone -> subnet)."""
+    chosen: dict[str, str] = {}
+    for subnet, zone in subnets.items():
+        chosen.setdefault(zone, subnet)
+    return chosen
+
+
+# -- waiting, always with an end ------------------------------------------------------
+
+
+async def wait_until(what: str, probe: Callable[[], Any], clock: _Clock, phase: str, poll_s: float,
+                     timeout_s: float, ready: tuple[str, ...], failed: tuple[str, ...] = ()) -> AsyncIterator[Progress]:
+    """Poll ``probe()`` (a state word) until it is one of ``ready``; a failed state or the deadline ends
+    the wait with an error that says what to do."""
+    started, last = time.monotonic(), None
+    while True:
+        state = await asyncio.to_thread(probe)
+        if state in ready:
+            return
+        if state in failed:
+            raise BackendError(f"{what} is {state}", "see it in the AWS console; fix the cause and run again")
+        if time.monotonic() - started > timeout_s:
+            raise BackendError(f"{what} is still {state} after {timeout_s:.0f} s",
+                               "run the same command again later: it picks up where it stopped")
+        if state != last:
+            yield Progress(phase, f"{what} is {state}", clock(), "wait")
+            last = state
+        await asyncio.sleep(poll_s)
+
+
+# -- the pieces -----------------------------------------------------------------------
+
+
+def _ec2_tags(cluster: str, purpose: str, name: str) -> list[dict[str, Any]]:
+    return [{"Key": CLUSTER_TAG, "Value": cluster}, {"Key": "torchdeck:purpose", "Value": purpose},
+            {"Key": "Name", "Value": name}]
+
+
+async def ensure_security_group(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork, purpose: str,
+                                ports: tuple[tuple[int, int], ...], self_too: bool) -> tuple[str, bool]:
+    """A group in the cluster's VPC admitting ``ports`` from the cluster's group only (and from itself,
+    for Lustre's servers); an existing one's rules are set back to exactly that."""
+    name = f"torchdeck-{record.name}-{purpose}"
+    found = (await aws.acall("ec2", "describe_security_groups", Filters=[
+        {"Name": "vpc-id", "Values": [net.vpc_id]}, {"Name": "group-name", "Values": [name]}]))["SecurityGroups"]
+    if found:
+        group = found[0]
+        if {t["Key"]: t["Value"] for t in group.get("Tags", [])}.get(CLUSTER_TAG) != record.name:
+            raise BackendError(f"security group {name} exists and is not torchdeck's",
+                               "delete or rename it, then run again")
+        sg, made = group["GroupId"], False
+    else:
+        sg = (await aws.acall("ec2", "create_security_group", GroupName=name, VpcId=net.vpc_id,
+                              Description=f"torchdeck {purpose} for EKS cluster {record.name}",
+                              TagSpecifications=[{"ResourceType": "security-group",
+                                                  "Tags": _ec2_tags(record.name, purpose, name)}]))["GroupId"]
+        group, made = {"IpPermissions": []}, True
+    record.note("ec2-security-group", sg, made, vpc=net.vpc_id)
+    sources = [net.cluster_sg] + ([sg] if self_too else [])
+    wanted = [{"IpProtocol": "tcp", "FromPort": low, "ToPort": high,
+               "UserIdGroupPairs": [{"GroupId": g, "Description": "torchdeck: from the cluster"} for g in sources]}
+              for low, high in ports]
+    have = group.get("IpPermissions", [])
+    if _rules(have) != _rules(wanted):
+        if have:
+            await aws.acall("ec2", "revoke_security_group_ingress", GroupId=sg, IpPermissions=have)
+        await aws.acall("ec2", "authorize_security_group_ingress", GroupId=sg, IpPermissions=wanted)
+    return sg, made
+
+
+def _rules(perms: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+    out = set()
+    for p in perms:
+        for pair in p.get("UserIdGroupPairs", []):
+            out.add((p.get("IpProtocol"), p.get("FromPort"), p.get("ToPort"), pair.get("GroupId")))
+        for r in p.get("IpRanges", []) + p.get("Ipv6Ranges", []):
+            out.add((p.get("IpProtocol"), p.get("FromPort"), p.get("ToPort"), r.get("CidrIp") or r.get("CidrIpv6")))
+    return out
+
+
+async def ensure_csi_addon(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork, addon: str,
+                           purpose: str, account: tuple[str, str], policy: str, clock: _Clock,
+                           poll_s: float, timeout_s: float) -> AsyncIterator[Progress]:
+    """The CSI driver as an EKS add-on, with its IRSA role; waited to ACTIVE."""
+    name = record.name
+    found = await aws.afind("eks", "describe_addon", clusterName=name, addonName=addon)
+    if found is None:
+        provider = await oidc_provider(aws, net)
+        role, _ = await ensure_role(aws, record, role_name(name, purpose),
+                                    trust_service_account(provider, net.issuer, *account), (policy,))
+        await aws.acall("eks", "create_addon", clusterName=name, addonName=addon, serviceAccountRoleArn=role,
+                        resolveConflicts="OVERWRITE", tags=_tags(name))
+        yield Progress("csi", f"installing the {addon} add-on", clock())
+    record.note("eks-addon", f"{name}/{addon}", found is None)
+
+    def status() -> str:
+        return aws.call("eks", "describe_addon", clusterName=name, addonName=addon)["addon"].get("status", "")
+
+    async for p in wait_until(f"add-on {addon}", status, clock, "csi", poll_s, timeout_s, ("ACTIVE",),
+                              ("CREATE_FAILED", "DEGRADED")):
+        yield p
+    yield Progress("csi", f"{addon} is ACTIVE", clock())
+
+
+async def oidc_provider(aws: AwsSession, net: ClusterNetwork) -> str:
+    host = net.issuer.removeprefix("https://")
+    providers = (await aws.acall("iam", "list_open_id_connect_providers")).get("OpenIDConnectProviderList", [])
+    arn = next((p["Arn"] for p in providers if host and p["Arn"].endswith("oidc-provider/" + host)), None)
+    if arn is None:
+        raise BackendError("the cluster has no IAM OIDC provider, so service accounts cannot have IAM roles",
+                           "run torchdeck cluster create again (it adds one), or eksctl utils "
+                           "associate-iam-oidc-provider --approve")
+    return arn
+
+
+async def create_efs(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork, clock: _Clock,
+                     poll_s: float, timeout_s: float) -> AsyncIterator[Progress | str]:
+    """The security group, the encrypted file system and a mount target per node zone; yields the
+    file system's id last."""
+    sg, made = await ensure_security_group(aws, record, net, "efs", ((NFS_PORT, NFS_PORT),), self_too=False)
+    yield Progress("efs", f"{'created' if made else 'reusing'} security group {sg}: NFS from {net.cluster_sg} only",
+                   clock())
+    token = f"torchdeck-{record.name}-efs"
+    found = (await aws.acall("efs", "describe_file_systems", CreationToken=token))["FileSystems"]
+    if found:
+        fs, made = found[0]["FileSystemId"], False
+    else:
+        fs = (await aws.acall("efs", "create_file_system", CreationToken=token, Encrypted=True,
+                              PerformanceMode="generalPurpose", ThroughputMode="elastic",
+                              Tags=[t for t in _ec2_tags(record.name, "efs", token)]))["FileSystemId"]
+        made = True
+    record.note("efs-filesystem", fs, made)
+    yield Progress("efs", f"{'created' if made else 'reusing'} encrypted file system {fs}", clock())
+
+    def fs_state() -> str:
+        return aws.call("efs", "describe_file_systems", FileSystemId=fs)["FileSystems"][0]["LifeCycleState"]
+
+    async for p in wait_until(f"file system {fs}", fs_state, clock, "efs", poll_s, timeout_s, ("available",),
+                              ("error", "deleting", "deleted")):
+        yield p
+    have = {m["SubnetId"]: m for m in await aws.apages("efs", "describe_mount_targets", "MountTargets",
+                                                        FileSystemId=fs)}
+    zones_with = {m.get("AvailabilityZoneName") or net.node_subnets.get(m["SubnetId"]) for m in have.values()}
+    targets = []
+    for zone, subnet in sorted(one_subnet_per_zone(net.node_subnets).items()):
+        if subnet in have:
+            target, made = have[subnet]["MountTargetId"], False
+        elif zone in zones_with:
+            continue  # a mount target in another subnet of this zone serves it
+        else:
+            target = (await aws.acall("efs", "create_mount_target", FileSystemId=fs, SubnetId=subnet,
+                                      SecurityGroups=[sg]))["MountTargetId"]
+            made = True
+        record.note("efs-mount-target", target, made, file_system=fs, subnet=subnet)
+        targets.append(target)
+        yield Progress("efs", f"{'created' if made else 'reusing'} mount target {target} in {subnet} ({zone})",
+                       clock())
+    for target in targets:
+        def mt_state(target: str = target) -> str:
+            return aws.call("efs", "describe_mount_targets", MountTargetId=target)["MountTargets"][0]["LifeCycleState"]
+
+        async for p in wait_until(f"mount target {target}", mt_state, clock, "efs", poll_s, timeout_s,
+                                  ("available",), ("error", "deleting", "deleted")):
+            yield p
+    yield Progress("efs", f"{len(targets)} mount target(s) available", clock())
+    yield fs
+
+
+async def create_fsx(aws: AwsSession, plan: StoragePlan, record: ClusterRecord, net: ClusterNetwork,
+                     clock: _Clock, poll_s: float, timeout_s: float) -> AsyncIterator[Progress | dict[str, Any]]:
+    """The security group and the Lustre file system; yields its description last."""
+    sg, made = await ensure_security_group(aws, record, net, "fsx", LUSTRE_PORTS, self_too=True)
+    yield Progress("fsx", f"{'created' if made else 'reusing'} security group {sg}: Lustre from {net.cluster_sg}",
+                   clock())
+    mine = [f for f in await aws.apages("fsx", "describe_file_systems", "FileSystems")
+            if {t["Key"]: t["Value"] for t in f.get("Tags", [])}.get(CLUSTER_TAG) == record.name
+            and f.get("FileSystemType") == "LUSTRE"]
+    if mine:
+        fs, made = mine[0], False
+    else:
+        lustre: dict[str, Any] = {"DeploymentType": plan.fsx_deployment}
+        if plan.fsx_throughput:
+            lustre["PerUnitStorageThroughput"] = plan.fsx_throughput
+        if plan.fsx_s3_link:
+            lustre.update(ImportPath=plan.fsx_s3_link.rstrip("/"), ExportPath=plan.fsx_s3_link.rstrip("/"))
+            if plan.fsx_deployment != "SCRATCH_1":
+                lustre["AutoImportPolicy"] = "NEW_CHANGED_DELETED"
+        subnet = sorted(net.node_subnets)[0]
+        fs = (await aws.acall("fsx", "create_file_system", FileSystemType="LUSTRE",
+                              StorageCapacity=plan.fsx_capacity_gib, StorageType="SSD", SubnetIds=[subnet],
+                              SecurityGroupIds=[sg], LustreConfiguration=lustre,
+                              ClientRequestToken=f"torchdeck-{record.name}-fsx",
+                              Tags=_ec2_tags(record.name, "fsx", f"torchdeck-{record.name}-fsx")))["FileSystem"]
+        made = True
+    fs_id = fs["FileSystemId"]
+    record.note("fsx-filesystem", fs_id, made, hourly=plan.fsx_per_hour)
+    yield Progress("fsx", f"{'created' if made else 'reusing'} FSx for Lustre {fs_id}: {plan.fsx_capacity_gib} GiB "
+                   f"{plan.fsx_deployment}" + (f", linked to {plan.fsx_s3_link}" if plan.fsx_s3_link else ""), clock())
+
+    def state() -> str:
+        return aws.call("fsx", "describe_file_systems", FileSystemIds=[fs_id])["FileSystems"][0].get("Lifecycle", "")
+
+    async for p in wait_until(f"FSx {fs_id}", state, clock, "fsx", poll_s, timeout_s, ("AVAILABLE",),
+                              ("FAILED", "MISCONFIGURED", "DELETING")):
+        yield p
+    yield Progress("fsx", f"FSx {fs_id} is AVAILABLE", clock())
+    yield (await aws.acall("fsx", "describe_file_systems", FileSystemIds=[fs_id]))["FileSystems"][0]
+
+
+def bucket_policy(bucket: str, prefix: str, role_arn: str) -> dict[str, Any]:
+    """The training role may read and write under the prefix and list it; and nobody over plain HTTP.
+    Every resource is the bucket or the prefix: no '*'."""
+    objects = f"arn:aws:s3:::{bucket}/{prefix}*"
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "TrainingObjects", "Effect": "Allow", "Principal": {"AWS": role_arn},
+         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+         "Resource": objects},
+        {"Sid": "TrainingList", "Effect": "Allow", "Principal": {"AWS": role_arn}, "Action": "s3:ListBucket",
+         "Resource": f"arn:aws:s3:::{bucket}", "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}}},
+        {"Sid": "TlsOnly", "Effect": "Deny", "Principal": {"AWS": role_arn}, "Action": "s3:*",
+         "Resource": [f"arn:aws:s3:::{bucket}", objects], "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+    ]}
+
+
+async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clock: _Clock) -> AsyncIterator[Progress]:
+    """The bucket, private and encrypted; one that exists and is not torchdeck's is used as it is."""
+    found = await aws.afind("s3", "head_bucket", Bucket=bucket)
+    if found is not None:
+        tags = await aws.afind("s3", "get_bucket_tagging", Bucket=bucket)
+        ours = {t["Key"]: t["Value"] for t in (tags or {}).get("TagSet", [])}.get(CLUSTER_TAG) == record.name
+        if not ours:
+            record.note("s3-bucket", bucket, False, made=False)
+            yield Progress("s3", f"using bucket {bucket} as it is (torchdeck did not make it, and cleanup keeps it)",
+                           clock())
+            return
+    else:
+        params: dict[str, Any] = {"Bucket": bucket}
+        if aws.region and aws.region != "us-east-1":
+            params["CreateBucketConfiguration"] = {"LocationConstraint": aws.region}
+        try:
+            await aws.acall("s3", "create_bucket", **params)
+        except AwsError as exc:
+            if exc.code == "BucketAlreadyExists":
+                raise BackendError(f"bucket name {bucket} is taken by another AWS account",
+                                   "bucket names are global: pick another --bucket") from None
+            raise
+    record.note("s3-bucket", bucket, found is None)
+    await aws.acall("s3", "put_public_access_block", Bucket=bucket, PublicAccessBlockConfiguration={
+        "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
+    await aws.acall("s3", "put_bucket_encryption", Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
+        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]})
+    await aws.acall("s3", "put_bucket_tagging", Bucket=bucket, Tagging={"TagSet": [
+        {"Key": CLUSTER_TAG, "Value": record.name}]})
+    yield Progress("s3", f"{'created' if found is None else 'reusing'} bucket {bucket}: public access blocked, "
+                   "encrypted (SSE-S3)", clock())
+
+
+# -- the whole of it ------------------------------------------------------------------
+
+
+def _kube(record: ClusterRecord, aws: AwsSession, kube: Callable[[Path, str], Any] | None):
+    if not record.context:
+        path, context = connect(aws, record.name, Path(record.kubeconfig) if record.kubeconfig else None)
+        record.kubeconfig, record.context = str(path), context
+        record.save()
+    if kube:
+        return kube(Path(record.kubeconfig), record.context)
+    from .kubernetes import KubernetesBackend
+    return KubernetesBackend(record.kubeconfig, record.context)
+
+
+def render_storage(plan: StoragePlan, file_system: dict[str, Any]) -> list[dict[str, Any]]:
+    """The StorageClass/PV/PVC for the file system, rendered from manifests/storage/."""
+    import yaml
+
+    from .manifests import _environment
+
+    labels = {**LABELS, "torchdeck.dev/cluster": plan.cluster}
+    ctx = dict(labels=labels, pv=f"torchdeck-{plan.cluster}-{plan.kind}", pvc=plan.pvc, namespace=plan.namespace,
+               file_system_id=file_system["FileSystemId"], storage_class="torchdeck-efs", size=plan.size)
+    if plan.kind == "fsx":
+        ctx.update(size=f"{plan.fsx_capacity_gib}Gi", dns_name=file_system.get("DNSName", ""),
+                   mount_name=(file_system.get("LustreConfiguration") or {}).get("MountName", ""))
+    text = _environment().get_template(f"storage/{plan.kind}.yaml.j2").render(**ctx)
+    return [o for o in yaml.safe_load_all(text) if o]
+
+
+def note_object(record: ClusterRecord, obj: dict[str, Any], made: bool, rank: int) -> None:
+    """A Kubernetes object in the ledger, with what deleting it needs; ``rank`` orders deletes
+    (jobs 0, claims 1, volumes 2, classes and accounts 3)."""
+    path = object_path(obj)
+    record.note("k8s-object", f"{record.context}/{path}", made, context=record.context,
+                kubeconfig=record.kubeconfig, path=path, rank=rank)
+
+
+OBJECT_RANK = {"Job": 0, "PersistentVolumeClaim": 1, "PersistentVolume": 2, "StorageClass": 3, "ServiceAccount": 3}
+
+
+async def create_storage(aws: AwsSession, plan: StoragePlan, record: ClusterRecord,
+                         kube: Callable[[Path, str], Any] | None = None, poll_s: float = POLL_S,
+                         timeout_s: float = TIMEOUT_S) -> AsyncIterator[Progress]:
+    """EFS or FSx with its driver and claim, and the model bucket, for the cluster; idempotent."""
+    validate_storage(plan)
+    clock = _Clock()
+    if not record.account:
+        record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
+        record.save()
+    net = await cluster_network(aws, plan.cluster)
+    yield Progress("cluster", f"cluster {plan.cluster}: VPC {net.vpc_id}, security group {net.cluster_sg}, "
+                   f"node subnets {', '.join(f'{s} ({z})' for s, z in sorted(net.node_subnets.items()))}", clock())
+    objects: list[dict[str, Any]] = []
+    if plan.kind == "efs":
+        fs_id = ""
+        async for item in create_efs(aws, record, net, clock, poll_s, timeout_s):
+            if isinstance(item, str):
+                fs_id = item
+            else:
+                yield item
+        async for p in ensure_csi_addon(aws, record, net, "aws-efs-csi-driver", "efs-csi", EFS_CSI_SERVICE_ACCOUNT,
+                                        EFS_CSI_POLICY, clock, poll_s, timeout_s):
+            yield p
+        objects = render_storage(plan, {"FileSystemId": fs_id})
+    elif plan.kind == "fsx":
+        described: dict[str, Any] = {}
+        async for item in create_fsx(aws, plan, record, net, clock, poll_s, timeout_s):
+            if isinstance(item, dict):
+                described = item
+            else:
+                yield item
+        async for p in ensure_csi_addon(aws, record, net, "aws-fsx-csi-driver", "fsx-csi", FSX_CSI_SERVICE_ACCOUNT,
+                                        FSX_CSI_POLICY, clock, poll_s, timeout_s):
+            yield p
+        objects = render_storage(plan, described)
+
+    client = None
+    if objects:
+        client = await asyncio.to_thread(_kube, record, aws, kube)
+        for obj in objects:
+            made = await asyncio.to_thread(ensure_object, client, obj)
+            note_object(record, obj, made, OBJECT_RANK[obj["kind"]])
+            yield Progress("kubernetes", f"{'applied' if made else 'updated'} {obj['kind']} {obj['metadata']['name']}",
+                           clock())
+
+    if plan.bucket:
+        async for p in ensure_bucket(aws, record, plan.bucket, clock):
+            yield p
+        provider = await oidc_provider(aws, net)
+        role, made = await ensure_role(aws, record, role_name(plan.cluster, "s3"),
+                                       trust_service_account(provider, net.issuer, plan.namespace,
+                                                             plan.service_account),
+                                       inline=s3_policy(plan.bucket, plan.prefix))
+        if record.resources.get(f"s3-bucket/{plan.bucket}", {}).get("created") or made:
+            await aws.acall("s3", "put_bucket_policy", Bucket=plan.bucket,
+                            Policy=json.dumps(bucket_policy(plan.bucket, plan.prefix, role)))
+        client = client or await asyncio.to_thread(_kube, record, aws, kube)
+        await asyncio.to_thread(ensure_service_account, client, plan.namespace, plan.service_account, role,
+                                plan.cluster)
+        note_object(record, {"kind": "ServiceAccount", "metadata": {"name": plan.service_account,
+                                                                    "namespace": plan.namespace}}, True, 3)
+        yield Progress("s3", f"{plan.namespace}/{plan.service_account} ({role.rsplit('/', 1)[-1]}) may use "
+                       f"s3://{plan.bucket}/{plan.prefix} and nothing else", clock())
+    record.storage = {"kind": plan.kind, "pvc": plan.pvc, "namespace": plan.namespace, "bucket": plan.bucket,
+                      "prefix": plan.prefix, "service_account": plan.service_account}
+    record.save()
+    settings = [f"cluster.pvc={plan.pvc}"] if objects else []
+    if plan.bucket:
+        settings += [f"cluster.service_account={plan.service_account}",
+                     f"model_file=s3://{plan.bucket}/{plan.prefix}model.pt"]
+    yield Progress("done", "storage ready; jobs use it with " + " ".join(f"--set {s}" for s in settings),
+                   clock(), "done")
+
+
+def spec_settings(record: ClusterRecord) -> dict[str, Any]:
+    """What a job spec needs to use the cluster's storage (from the last storage create)."""
+    plan = record.storage
+    if not plan:
+        return {}
+    out: dict[str, Any] = {}
+    if plan.get("kind") in ("efs", "fsx"):
+        out["cluster.pvc"] = plan["pvc"]
+    if plan.get("bucket"):
+        out["cluster.service_account"] = plan["service_account"]
+        out["model_file"] = f"s3://{plan['bucket']}/{plan['prefix']}model.pt"
+    return out
+
+
+# -- status ---------------------------------------------------------------------------
+
+
+@dataclass
+class StorageState:
+    """What exists for the cluster now, as lines a person reads; ``problems`` are what is not right."""
+
+    cluster: str
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "lines": self.lines, "problems": self.problems}
+
+
+def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = None) -> StorageState:
+    state = StorageState(record.name)
+    for fs in record.of_type("efs-filesystem"):
+        found = aws.find("efs", "describe_file_systems", FileSystemId=fs)
+        if not found:
+            state.problems.append(f"EFS {fs} is gone")
+            continue
+        info = found["FileSystems"][0]
+        size = (info.get("SizeInBytes") or {}).get("Value", 0)
+        state.lines.append(f"EFS {fs}  {info['LifeCycleState']}  encrypted={info.get('Encrypted')}  "
+                           f"{size / 2**30:.2f} GiB  (${size / 1e9 * EFS_PER_GB_MONTH:.2f}/month)")
+        for mt in aws.pages("efs", "describe_mount_targets", "MountTargets", FileSystemId=fs):
+            state.lines.append(f"  mount target {mt['MountTargetId']}  {mt['SubnetId']}  "
+                               f"{mt.get('AvailabilityZoneName', '')}  {mt['LifeCycleState']}")
+            if mt["LifeCycleState"] != "available":
+                state.problems.append(f"mount target {mt['MountTargetId']} is {mt['LifeCycleState']}")
+    for fs in record.of_type("fsx-filesystem"):
+        found = aws.find("fsx", "describe_file_systems", FileSystemIds=[fs])
+        if not found:
+            state.problems.append(f"FSx {fs} is gone")
+            continue
+        info = found["FileSystems"][0]
+        lustre = info.get("LustreConfiguration") or {}
+        state.lines.append(f"FSx {fs}  {info.get('Lifecycle')}  {info.get('StorageCapacity')} GiB  "
+                           f"{lustre.get('DeploymentType', '')}  {info.get('DNSName', '')}")
+    for sg in record.of_type("ec2-security-group"):
+        found = aws.find("ec2", "describe_security_groups", GroupIds=[sg])
+        if found:
+            rules = sorted(_rules(found["SecurityGroups"][0].get("IpPermissions", [])), key=str)
+            state.lines.append(f"security group {sg}: " + ", ".join(f"{p}/{a}-{b} from {src}"
+                                                                    for p, a, b, src in rules))
+    for bucket in record.of_type("s3-bucket"):
+        if aws.find("s3", "head_bucket", Bucket=bucket) is None:
+            state.problems.append(f"bucket {bucket} is gone")
+            continue
+        block = (aws.find("s3", "get_public_access_block", Bucket=bucket) or {}).get(
+            "PublicAccessBlockConfiguration", {})
+        enc = aws.find("s3", "get_bucket_encryption", Bucket=bucket)
+        private = bool(block) and all(block.values())
+        state.lines.append(f"bucket {bucket}  public access {'blocked' if private else 'NOT blocked'}  "
+                           f"encryption {'on' if enc else 'off'}")
+        if not private:
+            state.problems.append(f"bucket {bucket} does not block public access")
+    if kube is not None:
+        for key in record.of_type("k8s-object"):
+            path = record.resources[f"k8s-object/{key}"].get("path", "")
+            if "/persistentvolumeclaims/" in path or "/persistentvolumes/" in path:
+                try:
+                    phase = (kube.request("GET", path).get("status") or {}).get("phase", "?")
+                except BackendError as exc:
+                    phase = f"unreadable ({exc.message})"
+                state.lines.append(f"{path.rsplit('/', 2)[-2][:-1]} {path.rsplit('/', 1)[-1]}  {phase}")
+    if not state.lines and not state.problems:
+        state.problems.append(f"no storage for cluster {record.name}: torchdeck storage create --cluster {record.name}")
+    return state

@@ -1,0 +1,170 @@
+"""The ledger: every AWS and Kubernetes object torchdeck creates, in one
+SQLite database on this machine (``$STATE/ledger.sqlite``), with its
+account, region, tags, when it was made and when it was deleted, and what it
+costs per hour while it exists.
+
+``torchdeck cleanup`` reads it to plan the teardown; the home screen reads it
+to show what exists and what it has cost so far. Rows are never removed:
+a deleted object keeps its row with ``deleted_at`` set, so the cost so far
+stays right and a cleanup that was interrupted knows where it stopped.
+
+Writers are short transactions (one row each), so the CLI, the console and
+a running create can share the file; SQLite's own locking serialises them."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import BackendError
+
+FILE_NAME = "ledger.sqlite"
+
+# Teardown order: a kind is deleted only after every kind listed before it (dependents first).
+KINDS = (
+    "k8s-object",          # jobs, PVCs, PVs, storage classes, service accounts in a cluster
+    "fsx-filesystem",
+    "efs-mount-target",
+    "efs-filesystem",
+    "ec2-security-group",  # the storage groups; EKS's own go with the cluster
+    "ecr-repository",
+    "s3-object",
+    "s3-bucket",
+    "cloudformation-stack",
+    "eks-addon",
+    "eks-nodegroup",
+    "eks-cluster",
+    "oidc-provider",
+    "iam-role",
+)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS resources (
+    kind TEXT NOT NULL,
+    ident TEXT NOT NULL,
+    region TEXT NOT NULL DEFAULT '',
+    account TEXT NOT NULL DEFAULT '',
+    scope TEXT NOT NULL DEFAULT '',
+    tags TEXT NOT NULL DEFAULT '{}',
+    detail TEXT NOT NULL DEFAULT '{}',
+    made INTEGER NOT NULL DEFAULT 1,
+    cost_per_hour REAL NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    deleted_at REAL,
+    PRIMARY KEY (kind, ident, region)
+);
+"""
+
+
+@dataclass
+class Resource:
+    """One row: something torchdeck made (or found and reused, ``made`` False)."""
+
+    kind: str
+    ident: str
+    region: str = ""
+    account: str = ""
+    scope: str = ""
+    """The cluster (or kube context) it belongs to."""
+    tags: dict[str, str] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    """What deleting it needs (an ARN, a kube context and API path, a bucket's region)."""
+    made: bool = True
+    cost_per_hour: float = 0.0
+    created_at: float = 0.0
+    deleted_at: float | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.deleted_at is None
+
+    @property
+    def order(self) -> int:
+        return KINDS.index(self.kind) if self.kind in KINDS else len(KINDS)
+
+    def cost_so_far(self, now: float | None = None) -> float:
+        end = self.deleted_at or (time.time() if now is None else now)
+        return self.cost_per_hour * max(0.0, end - self.created_at) / 3600.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "ident": self.ident, "region": self.region, "account": self.account,
+                "scope": self.scope, "tags": self.tags, "detail": self.detail, "made": self.made,
+                "cost_per_hour": self.cost_per_hour, "created_at": self.created_at, "deleted_at": self.deleted_at}
+
+
+class Ledger:
+    """``$STATE/ledger.sqlite``."""
+
+    def __init__(self, state_dir: str | os.PathLike):
+        self.path = Path(state_dir) / FILE_NAME
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fresh = not self.path.exists()
+            conn = sqlite3.connect(self.path, timeout=30)
+            if fresh:
+                os.chmod(self.path, 0o600)
+            conn.execute(_SCHEMA)
+            return conn
+        except (OSError, sqlite3.Error) as exc:
+            raise BackendError(f"{self.path}: cannot open the ledger: {exc}",
+                               "check the state folder's permissions (TORCHDECK_STATE_DIR)") from None
+
+    def add(self, kind: str, ident: str, *, region: str = "", account: str = "", scope: str = "",
+            tags: dict[str, str] | None = None, detail: dict[str, Any] | None = None, made: bool = True,
+            cost_per_hour: float = 0.0) -> None:
+        """Record an object as existing (again): a row that was marked deleted comes back to life; an
+        existing live row keeps its creation time and whether torchdeck made it."""
+        now = time.time()
+        with closing(self._connect()) as conn, conn:
+            row = conn.execute("SELECT made, created_at, deleted_at, detail FROM resources "
+                               "WHERE kind=? AND ident=? AND region=?", (kind, ident, region)).fetchone()
+            if row and row[2] is None:
+                made, created = bool(row[0]) or made, row[1]
+                detail = {**json.loads(row[3]), **(detail or {})}
+            else:
+                created = now
+            conn.execute(
+                "INSERT OR REPLACE INTO resources (kind, ident, region, account, scope, tags, detail, made, "
+                "cost_per_hour, created_at, deleted_at) VALUES (?,?,?,?,?,?,?,?,?,?,NULL)",
+                (kind, ident, region, account, scope, json.dumps(tags or {}, sort_keys=True),
+                 json.dumps(detail or {}, sort_keys=True), int(made), float(cost_per_hour), created))
+
+    def gone(self, kind: str, ident: str, region: str = "") -> None:
+        """Mark an object deleted (or found already gone); a no-op for one never recorded."""
+        with closing(self._connect()) as conn, conn:
+            conn.execute("UPDATE resources SET deleted_at=? WHERE kind=? AND ident=? AND region=? "
+                         "AND deleted_at IS NULL", (time.time(), kind, ident, region))
+
+    def resources(self, live_only: bool = True, scope: str | None = None) -> list[Resource]:
+        """Rows in teardown order (dependents first), newest first within a kind."""
+        if not self.path.exists():
+            return []
+        query, args = "SELECT kind, ident, region, account, scope, tags, detail, made, cost_per_hour, " \
+                      "created_at, deleted_at FROM resources WHERE 1=1", []
+        if live_only:
+            query += " AND deleted_at IS NULL"
+        if scope is not None:
+            query += " AND scope=?"
+            args.append(scope)
+        with closing(self._connect()) as conn:
+            rows = conn.execute(query, args).fetchall()
+        found = [Resource(k, i, r, a, s, json.loads(t), json.loads(d), bool(m), c, ca, da)
+                 for k, i, r, a, s, t, d, m, c, ca, da in rows]
+        return sorted(found, key=lambda x: (x.order, -x.created_at))
+
+    def costs(self, now: float | None = None) -> tuple[float, float]:
+        """(per hour of what exists now, so far of everything recorded)."""
+        every = self.resources(live_only=False)
+        return (sum(r.cost_per_hour for r in every if r.live),
+                sum(r.cost_so_far(now) for r in every))
+
+
+def in_teardown_order(resources: Iterable[Resource]) -> list[Resource]:
+    return sorted(resources, key=lambda x: (x.order, -x.created_at))
