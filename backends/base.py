@@ -179,9 +179,12 @@ class Backend(abc.ABC):
         """CPU, memory and GPU of the machines the run uses, and of its rank processes."""
 
     @abc.abstractmethod
-    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None,
+                     source: str | None = None) -> dict[str, Any]:
         """Put CIFAR-10 where the spec's jobs read it (a folder here, the
-        shared volume on a cluster); returns what is there (path, image counts)."""
+        shared volume on a cluster): the official archive, checked against its
+        md5, or a copy from ``source`` (an s3:// prefix); ``on_wait`` gets the
+        progress lines. Returns what is there (path, image counts)."""
 
     @abc.abstractmethod
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:

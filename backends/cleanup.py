@@ -22,7 +22,7 @@ from .eks_cluster import delete_cluster, delete_role
 from .eks_create import Progress, _Clock
 from .eks_plan import CLUSTER_TAG
 from .errors import BackendError
-from .ledger import KINDS, Ledger, Resource, in_teardown_order
+from .ledger import Ledger, Resource, in_teardown_order
 
 POLL_S = 15.0
 TIMEOUT_S = 30 * 60

@@ -308,6 +308,7 @@ KIND_PATHS = {
     "StorageClass": "apis/storage.k8s.io/v1/storageclasses",
     "DaemonSet": "apis/apps/v1/namespaces/{ns}/daemonsets",
     "Job": "apis/batch/v1/namespaces/{ns}/jobs",
+    "ConfigMap": "api/v1/namespaces/{ns}/configmaps",
 }
 """Where the API server keeps each kind torchdeck creates outside a training job."""
 

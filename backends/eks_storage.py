@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator, Callable
 
 from .aws import AwsError, AwsSession
 from .eks_access import ClusterRecord, connect, role_name
-from .eks_create import (EFS_CSI_POLICY, EFS_CSI_SERVICE_ACCOUNT, POLICY, Progress, _Clock, _iam_tags, _tags,
+from .eks_create import (EFS_CSI_POLICY, EFS_CSI_SERVICE_ACCOUNT, POLICY, Progress, _Clock, _tags,
                          ensure_object, ensure_role, ensure_service_account, object_path, trust_service_account)
 from .eks_plan import CLUSTER_TAG, s3_policy
 from .errors import BackendError, SpecError

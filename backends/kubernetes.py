@@ -366,11 +366,12 @@ class KubernetesBackend(Backend):
 
     # -- jobs around training ---------------------------------------------------------
 
-    def start_task(self, spec: JobSpec, task: str, model_file: str | None = None) -> tuple[str, str]:
+    def start_task(self, spec: JobSpec, task: str, model_file: str | None = None,
+                   source: str | None = None) -> tuple[str, str]:
         """Start the data-prep or model-test job; returns (its name, its namespace)."""
         spec = validate(spec)
-        name = run_id_for(f"{spec.name}-{'data' if task == 'data-prep' else 'test'}")
-        rendered = render_task(spec, task, name, model_file)
+        name = run_id_for(f"{spec.name}-{ {'data-prep': 'data', 'model-test': 'test'}.get(task, 'copy')}")
+        rendered = render_task(spec, task, name, model_file, source)
         checked = spec if task != "data-prep" else dataclasses.replace(  # downloading needs no GPU
             spec, resources=dataclasses.replace(spec.resources, gpus=0))
         self._apply(spec, rendered, checked)
@@ -389,7 +390,7 @@ class KubernetesBackend(Backend):
             if state.is_terminal:
                 break
             findings = self._pod_findings(namespace, pods)
-            on_wait(str(findings[0]) if findings else f"{name}: {state.value}")
+            on_wait(str(findings[0]) if findings else f"{name}: {self._last_line(namespace, pods) or state.value}")
             if time.monotonic() > deadline:
                 first = findings[0] if findings else None
                 raise BackendError(f"{name} did not finish in {timeout_s:.0f} s"
@@ -411,14 +412,35 @@ class KubernetesBackend(Backend):
                                found[0].fix if found else f"kubectl logs -n {namespace} job/{name}")
         return output
 
+    def _last_line(self, namespace: str, pods: list[dict[str, Any]]) -> str:
+        """The newest line a running task pod wrote (its progress), or ''."""
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            try:
+                tail = self.request("GET", f"api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/log",
+                                    query={"tailLines": 1}, stream=True).data.decode(errors="replace").strip()
+            except BackendError:
+                continue
+            if tail:
+                return tail.splitlines()[-1].split("torchdeck.trainer.data: ", 1)[-1]
+        return ""
+
     def _run_task(self, spec: JobSpec, task: str, model_file: str | None,
-                  on_wait: Callable[[str], None]) -> dict[str, Any]:
-        name, ns = self.start_task(spec, task, model_file)
+                  on_wait: Callable[[str], None], source: str | None = None) -> dict[str, Any]:
+        name, ns = self.start_task(spec, task, model_file, source)
         on_wait(f"started job {ns}/{name}")
         return _last_json(self.wait_task(name, ns, on_wait=on_wait), name)
 
-    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-        return self._run_task(spec, "data-prep", None, on_wait)
+    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None,
+                     source: str | None = None) -> dict[str, Any]:
+        return self._run_task(spec, "data-prep", None, on_wait, source)
+
+    def copy_model(self, spec: JobSpec, model_file: str, target: str,
+                   on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+        """The model-copy job: the model file on the shared volume to ``target`` (s3://), so it can
+        leave the cluster; the job runs with the spec's service account (its IRSA role)."""
+        return self._run_task(spec, "model-copy", model_file, on_wait, target)
 
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """The spec read back from the job object (image, namespace, volume,

@@ -467,18 +467,28 @@ class LocalBackend(Backend):
         """Run one of the trainer's tools (it imports torch, the console does not) for its JSON."""
         on_wait(f"running python -m {module}")
         try:
-            done = subprocess.run([self.python, "-m", module, *args], capture_output=True, text=True, timeout=3600)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            proc = subprocess.Popen([self.python, "-m", module, *args], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        except OSError as exc:
             raise BackendError(f"cannot run {module}: {exc}", "check the Python environment") from None
-        if done.returncode != 0:
-            lines = [line for line in done.stderr.splitlines() if line.strip()]
-            message = lines[-1] if lines else f"exit {done.returncode}"
+        lines: list[str] = []
+        assert proc.stderr is not None and proc.stdout is not None
+        for line in proc.stderr:  # progress lines, as they come
+            line = line.rstrip()
+            if line.strip():
+                lines.append(line)
+                if "error: " not in line:
+                    on_wait(line.split(": ", 1)[-1] if line.startswith("torchdeck.trainer") else line)
+        text = proc.stdout.read()
+        if proc.wait() != 0:
+            message = lines[-1] if lines else f"exit {proc.returncode}"
             raise BackendError(message.split("error: ", 1)[-1], "")
-        text = done.stdout
         return json.loads(text[text.index("{"):]) if "{" in text else {}
 
-    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None) -> dict:
-        return self._trainer_tool("torchdeck.trainer.data", ["--data-dir", spec.data_dir], on_wait)
+    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None,
+                     source: str | None = None) -> dict:
+        return self._trainer_tool("torchdeck.trainer.data", ["--data-dir", spec.data_dir]
+                                  + (["--from-s3", source] if source else []), on_wait)
 
     def test_model(self, spec: JobSpec, model_file: str | None = None,
                    on_wait: Callable[[str], None] = lambda line: None) -> dict:

@@ -208,7 +208,7 @@ def render(spec: JobSpec, run_id: str, kind: str | None = None) -> Rendered:
 
 
 
-TASKS = ("data-prep", "model-test")
+TASKS = ("data-prep", "model-test", "model-copy")
 TASK_LABEL = "torchdeck.dev/task"
 
 
@@ -218,9 +218,11 @@ def default_model_file(spec: JobSpec) -> str:
     return spec.model_file or f"{c.checkpoint_dir or c.mount_path.rstrip('/') + '/runs/' + spec.name}/model.pt"
 
 
-def render_task(spec: JobSpec, task: str, name: str, model_file: str | None = None) -> Rendered:
-    """The data-prep job (CIFAR-10 onto the shared volume) or the model test
-    job (``torchdeck.trainer.evaluate`` on the saved model), as one-pod Jobs."""
+def render_task(spec: JobSpec, task: str, name: str, model_file: str | None = None,
+                source: str | None = None) -> Rendered:
+    """The data-prep job (CIFAR-10 onto the shared volume: the official archive, or a copy from
+    ``source``, an s3:// prefix) or the model test job (``torchdeck.trainer.evaluate`` on the saved
+    model), as one-pod Jobs."""
     spec = validate(spec)
     if task not in TASKS:
         raise SpecError("task", f"must be one of {', '.join(TASKS)}, got {task!r}")
@@ -235,9 +237,14 @@ def render_task(spec: JobSpec, task: str, name: str, model_file: str | None = No
     ctx["env"] = [e for e in ctx["env"] if not e["name"].startswith("PET_")]
     if task == "data-prep":
         ctx["command"] = ["python", "-m", "torchdeck.trainer.data"]
-        ctx["args"] = ["--data-dir", c.data_dir]
+        ctx["args"] = ["--data-dir", c.data_dir] + (["--from-s3", source] if source else [])
         ctx["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
         ctx["tolerations"], ctx["node_selector"] = [], {}  # any node can download
+    elif task == "model-copy":  # the model leaves the volume through S3 (source: where it goes)
+        ctx["command"] = ["python", "-m", "torchdeck.trainer.model_file"]
+        ctx["args"] = ["--copy", model_file or default_model_file(spec), source or ""]
+        ctx["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+        ctx["tolerations"], ctx["node_selector"] = [], {}
     else:
         ctx["command"] = ["python", "-m", "torchdeck.trainer.evaluate"]
         ctx["args"] = ["--model-file", model_file or default_model_file(spec), "--data-dir", c.data_dir,

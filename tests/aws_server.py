@@ -178,6 +178,20 @@ class MotoGaps:
 
         Cluster.__init__ = cluster_init  # type: ignore[method-assign]
 
+        from moto.eks.models import EKSBackend
+
+        original_delete = EKSBackend.delete_cluster
+
+        def delete_cluster(backend, name: str):
+            deleted = original_delete(backend, name)
+            group = (deleted.resources_vpc_config or {}).get("clusterSecurityGroupId")
+            if group:  # EKS deletes the group it made with the cluster
+                from moto.ec2.models import ec2_backends
+                ec2_backends[backend.account_id][backend.region_name].delete_security_group(group_id=group)
+            return deleted
+
+        EKSBackend.delete_cluster = delete_cluster  # type: ignore[method-assign]
+
         for fn in (create_addon, describe_addon, list_addons, delete_addon):
             setattr(EKSResponse, fn.__name__, fn)
 

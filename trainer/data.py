@@ -167,31 +167,106 @@ def download_cifar10(data_dir: str | os.PathLike, url: str = CIFAR10_URL, md5: s
     return target
 
 
+def _say(line: str) -> None:
+    """A progress line on stderr (the data-prep job's log, which the console follows)."""
+    import sys
+    print(f"torchdeck.trainer.data: {line}", file=sys.stderr, flush=True)
+
+
 def _fetch_and_unpack(root: Path, target: Path, url: str, md5: str, timeout: float) -> None:
     with tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
         archive = Path(tmp) / "cifar-10-python.tar.gz"
-        digest = hashlib.md5()
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp, open(archive, "wb") as out:
+                total, done, said = int(resp.headers.get("Content-Length") or 0), 0, -1
                 while chunk := resp.read(1 << 20):
-                    digest.update(chunk)
                     out.write(chunk)
+                    done += len(chunk)
+                    tenth = 10 * done // total if total else -1
+                    if tenth > said:
+                        _say(f"downloaded {done / 1e6:.0f}/{total / 1e6:.0f} MB")
+                        said = tenth
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise TrainerError(f"cannot download CIFAR-10 from {url}: {reason}",
                                hint="this machine may have no network; copy cifar-10-batches-py/ into --data-dir") from exc
-        if digest.hexdigest() != md5:
-            raise TrainerError(f"downloaded archive has md5 {digest.hexdigest()}, expected {md5}",
-                               hint="the download was damaged or intercepted; run again")
-        try:
-            with tarfile.open(archive) as tar:
-                tar.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise TrainerError(f"cannot unpack CIFAR-10 archive: {exc}") from exc
-        unpacked = Path(tmp) / FOLDER
-        if target.exists():
-            shutil.rmtree(target)  # a partial folder from an older, non-atomic copy
-        os.replace(unpacked, target)
+        _unpack_verified(archive, Path(tmp), target, md5)
+
+
+def _unpack_verified(archive: Path, tmp: Path, target: Path, md5: str) -> None:
+    """Check the archive's md5, unpack it beside ``target`` and move it into place in one step."""
+    digest = hashlib.md5()
+    with open(archive, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    if digest.hexdigest() != md5:
+        raise TrainerError(f"the archive has md5 {digest.hexdigest()}, expected {md5}",
+                           hint="the copy was damaged or is not the official CIFAR-10 archive; fetch it again")
+    _say(f"checksum ok (md5 {md5})")
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise TrainerError(f"cannot unpack CIFAR-10 archive: {exc}") from exc
+    unpacked = tmp / FOLDER
+    if not _complete(unpacked):
+        raise TrainerError(f"the archive holds no complete {FOLDER}/")
+    if target.exists():
+        shutil.rmtree(target)  # a partial folder from an older, non-atomic copy
+    os.replace(unpacked, target)
+
+
+def copy_from_s3(url: str, data_dir: str | os.PathLike, md5: str = CIFAR10_MD5) -> Path:
+    """Put CIFAR-10 into ``data_dir`` from an S3 prefix holding either the official archive
+    (cifar-10-python.tar.gz, verified by md5) or the unpacked cifar-10-batches-py/ files."""
+    if not url.startswith("s3://"):
+        raise TrainerError(f"{url} is not an s3:// URL", hint="e.g. s3://my-bucket/datasets/cifar10/")
+    bucket, _, prefix = url[5:].partition("/")
+    root = Path(data_dir).expanduser()
+    target = root / FOLDER
+    if _complete(target):
+        _say(f"{target} is complete already")
+        return target
+    from .model_file import _s3_client, _s3_error
+
+    s3 = _s3_client()
+    try:
+        objects = [o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                   for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+    except Exception as exc:
+        raise _s3_error("list", url, exc) from exc
+    archive = next((o for o in objects if o["Key"].endswith("cifar-10-python.tar.gz")), None)
+    batches = [o for o in objects if f"{FOLDER}/" in o["Key"]]
+    if archive is None and not batches:
+        raise TrainerError(f"{url} holds neither cifar-10-python.tar.gz nor {FOLDER}/",
+                           hint="upload one of them there, or prepare without --from-s3 (the official archive)")
+    root.mkdir(parents=True, exist_ok=True)
+    with _exclusive(root / ".download.lock"), tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
+        if _complete(target):
+            return target
+        chosen = [archive] if archive else batches
+        total = sum(o["Size"] for o in chosen)
+        done = 0
+        for i, obj in enumerate(chosen, 1):
+            where = Path(tmp) / (obj["Key"].rsplit("/", 1)[-1] if archive else
+                                 obj["Key"][obj["Key"].index(f"{FOLDER}/"):])
+            where.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                s3.download_file(bucket, obj["Key"], str(where))
+            except Exception as exc:
+                raise _s3_error("copy", f"s3://{bucket}/{obj['Key']}", exc) from exc
+            done += obj["Size"]
+            _say(f"copied {i}/{len(chosen)} objects, {done / 1e6:.1f}/{total / 1e6:.1f} MB")
+        if archive:
+            _unpack_verified(where, Path(tmp), target, md5)
+        else:
+            unpacked = Path(tmp) / FOLDER
+            if not _complete(unpacked):
+                raise TrainerError(f"{url} has an incomplete {FOLDER}/ (data_batch_1..5 and test_batch are needed)")
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(unpacked, target)
+    return target
 
 
 class ShardedSampler:
@@ -287,9 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", required=True, help="where cifar-10-batches-py/ goes")
     p.add_argument("--url", default=CIFAR10_URL, help="the archive to fetch (a mirror)")
     p.add_argument("--md5", default=CIFAR10_MD5, help="its checksum")
+    p.add_argument("--from-s3", metavar="URL", help="copy from this S3 prefix instead (the archive or the batches)")
     a = p.parse_args(argv)
     try:
-        folder = download_cifar10(a.data_dir, a.url, a.md5)
+        folder = copy_from_s3(a.from_s3, a.data_dir, a.md5) if a.from_s3 else download_cifar10(a.data_dir, a.url, a.md5)
         train, test = load_cifar10(a.data_dir, train=True), load_cifar10(a.data_dir, train=False)
     except TrainerError as exc:
         print(f"torchdeck.trainer.data: error: {exc}", file=sys.stderr)

@@ -102,3 +102,54 @@ def describe_mismatch(model_name: str, error: RuntimeError) -> TrainerError:
     return TrainerError(f"the model file's weights do not fit model '{model_name}': {detail}",
                         hint="pass the --model the file was trained with")
 
+
+
+def copy_model_file(source: str, target: str) -> int:
+    """Copy a model file byte for byte between a path and s3:// (either way); returns its size.
+    The model-copy job runs this on the shared volume so a model can leave the cluster through S3."""
+    if source.startswith("s3://"):
+        bucket, key = _split_s3(source)
+        try:
+            data = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        except Exception as exc:
+            raise _s3_error("download", source, exc) from exc
+    else:
+        try:
+            data = Path(source).expanduser().read_bytes()
+        except OSError as exc:
+            raise TrainerError(f"cannot read {source}: {exc.strerror or exc}",
+                               hint="is the path on the shared volume, and did training finish?") from exc
+    if target.startswith("s3://"):
+        bucket, key = _split_s3(target)
+        try:
+            _s3_client().put_object(Bucket=bucket, Key=key, Body=data)
+        except Exception as exc:
+            raise _s3_error("upload to", target, exc) from exc
+    else:
+        path = Path(target).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, lambda f: f.write(data))
+    return len(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m torchdeck.trainer.model_file --copy SOURCE TARGET``; prints one JSON line."""
+    import argparse
+    import json
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m torchdeck.trainer.model_file")
+    p.add_argument("--copy", nargs=2, metavar=("SOURCE", "TARGET"), required=True,
+                   help="a path or s3://bucket/key each")
+    a = p.parse_args(argv)
+    try:
+        size = copy_model_file(*a.copy)
+    except TrainerError as exc:
+        print(f"torchdeck.trainer.model_file: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"schema": 1, "event": "copied", "source": a.copy[0], "target": a.copy[1], "bytes": size}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,6 +28,13 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck cluster plan           check the plan against AWS (quotas, zones, cost)
   torchdeck cluster create         create it (eksctl, or torchdeck's own path), then connect
   torchdeck cluster status         the cluster, nodegroups and node readiness
+  torchdeck storage create --bucket NAME
+                                   EFS (or --kind fsx) with its claim, and a private model bucket
+  torchdeck image build            build the training image and push it to ECR (Kaniko without Docker)
+  torchdeck data prepare           put CIFAR-10 on the shared volume (checksum verified)
+  torchdeck model get --run RUN    copy a trained model here
+  torchdeck resources              what torchdeck made that exists, and its cost
+  torchdeck cleanup                the teardown plan; --yes deletes it all
   torchdeck cluster delete         delete it and everything torchdeck made for it
 """
 
@@ -84,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check them against Kubernetes' schema and the operators' (needs kubernetes-validate)")
 
     p = sub.add_parser("data", help="put CIFAR-10 where the job reads it (the data-prep job on a cluster)")
+    dsub = p.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
+    p = dsub.add_parser("prepare", help="the official archive (md5 checked) or a copy from S3, onto the data folder "
+                        "or the shared volume")
     _add_spec_overrides(p)
+    p.add_argument("--from-s3", metavar="S3_URL", help="copy from this prefix (the archive or cifar-10-batches-py/)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser("test", help="evaluate a trained model: accuracy per class (the model test job on a cluster)")
@@ -92,8 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="RUN", help="test this run's saved model (where and how that run was set up)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
+    from .cloud_cli import add_cloud_parsers
     from .cluster_cli import add_cluster_parser
     add_cluster_parser(sub)
+    add_cloud_parsers(sub)
 
     p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
     p.add_argument("--output", choices=("text", "json"), default="text")

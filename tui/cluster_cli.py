@@ -344,10 +344,21 @@ def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
     from torchdeck.backends.eks_cluster import delete_cluster
     from torchdeck.backends.eks_create import eksctl_path
 
+    from torchdeck.backends.cleanup import CLUSTER_KINDS, plan_cleanup
+    from torchdeck.backends.ledger import Ledger
+
     name, region, _ = _target(args, settings)
     aws = _session(region, args.profile)
     record = ClusterRecord.open(settings.state_dir, name, region)
-    _confirm(f"delete cluster {name} in {region}, its nodegroups, add-ons, OIDC provider and IAM roles?", args.yes)
+    # storage, images and jobs in it go first: an EFS mount target keeps the VPC from being deleted
+    inside = [s for s in plan_cleanup([r for r in Ledger(settings.state_dir).resources(scope=name)
+                                       if r.kind not in CLUSTER_KINDS], scope=name) if s.action == "delete"]
+    also = f", and what torchdeck made in it ({len(inside)}: storage, images, jobs)" if inside else ""
+    _confirm(f"delete cluster {name} in {region}, its nodegroups, add-ons, OIDC provider and IAM roles{also}?",
+             args.yes)
+    if inside:
+        from .cloud_cli import teardown
+        teardown(settings, inside, args.profile)
     stream(delete_cluster(aws, name, record, eksctl_path(), poll_s=settings.aws_poll_s))
     return 0
 

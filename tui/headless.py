@@ -46,6 +46,9 @@ def dispatch(args: argparse.Namespace) -> int:
         if command == "cluster":
             from .cluster_cli import dispatch_cluster
             return dispatch_cluster(args, settings)
+        if command in ("storage", "image", "model", "cleanup", "resources"):
+            from .cloud_cli import dispatch_cloud
+            return dispatch_cloud(args, settings)
         if command in ("console", "monitor"):
             backend = open_backend(settings.backend, settings)
             run_id = None
@@ -123,7 +126,7 @@ def _say(line: str) -> None:
 
 
 def cmd_data(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
-    result = backend.prepare_data(spec_for(args, settings), on_wait=_say)
+    result = backend.prepare_data(spec_for(args, settings), on_wait=_say, source=args.from_s3)
     if args.output == "json":
         print(json.dumps(result))
     else:
