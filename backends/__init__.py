@@ -24,8 +24,20 @@ def open_backend(name: str, settings: "Settings") -> "Backend":
         return LocalBackend(settings.state_dir)
     if name == "kubernetes":
         from .kubernetes import KubernetesBackend
-        return KubernetesBackend(settings.kubeconfig, settings.kube_context, settings.namespace)
-    if name == "eks":
-        raise BackendError(f"the {name} backend is not in this version of torchdeck yet",
-                           "use --backend local (the default) to train on this machine")
+        return KubernetesBackend(settings.kubeconfig, settings.kube_context, settings.namespace,
+                                 ledger_dir=settings.state_dir)
+    if name == "eks":  # the kubernetes backend on the context of a cluster torchdeck made
+        from .eks_access import ClusterRecord
+        from .kubernetes import KubernetesBackend
+
+        kubeconfig, context = settings.kubeconfig, settings.kube_context
+        if not context:
+            records = [r for p in sorted((settings.state_dir / "clusters").glob("*.json"))
+                       if (r := ClusterRecord.load(settings.state_dir, p.stem)) and r.context and r.state != "deleted"]
+            if len(records) != 1:
+                raise BackendError("which EKS cluster?" + (f" torchdeck knows {', '.join(r.name for r in records)}"
+                                                           if records else " torchdeck has connected to none"),
+                                   "pass --context torchdeck-NAME, or torchdeck cluster connect --name NAME first")
+            kubeconfig, context = records[0].kubeconfig or kubeconfig, records[0].context
+        return KubernetesBackend(kubeconfig, context, settings.namespace, ledger_dir=settings.state_dir)
     raise BackendError(f"unknown backend {name!r}", f"choose one of: {', '.join(BACKENDS)}")

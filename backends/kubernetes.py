@@ -65,9 +65,11 @@ class KubernetesBackend(Backend):
     name = "kubernetes"
 
     def __init__(self, kubeconfig: str | Path | None = None, context: str | None = None,
-                 namespace: str | None = None):
+                 namespace: str | None = None, ledger_dir: str | Path | None = None):
         self.kubeconfig = str(kubeconfig) if kubeconfig else None
         self.context = context
+        self.ledger_dir = Path(ledger_dir) if ledger_dir else None
+        """Where the ledger is: jobs submitted are recorded there (None: not recorded)."""
         self.namespace = namespace
         """Where to look for runs; None: every namespace (or, where that is forbidden, the context's)."""
         self.context_namespace: str | None = None
@@ -219,7 +221,48 @@ class KubernetesBackend(Backend):
             more = f" (and {len(problems) - 1} more: torchdeck train --dry-run lists them)" if len(problems) > 1 else ""
             raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
         for obj in rendered.objects:
-            self.request("POST", self._collection(obj["kind"], spec.namespace), body=obj)
+            collection = self._collection(obj["kind"], spec.namespace)
+            self.request("POST", collection, body=obj)
+            self._note(f"{collection}/{obj['metadata']['name']}")
+
+    # -- the ledger -------------------------------------------------------------------
+
+    def _ledger_place(self) -> tuple[str, str, str, str]:
+        """(context, scope, region, account): an EKS cluster torchdeck made is the scope of what runs in it."""
+        context = self.context or ""
+        if not context:
+            try:
+                from kubernetes import config
+                context = config.list_kube_config_contexts(config_file=self.kubeconfig)[1]["name"]
+            except Exception:  # no kubeconfig: the request itself said so already
+                context = ""
+        assert self.ledger_dir is not None
+        for path in sorted((self.ledger_dir / "clusters").glob("*.json")):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if data.get("context") == context and data.get("state") != "deleted":
+                return context, data.get("name", ""), data.get("region", ""), data.get("account", "")
+        return context, context, "", ""
+
+    def _note(self, path: str) -> None:
+        if self.ledger_dir is None:
+            return
+        from .ledger import Ledger
+
+        context, scope, region, account = self._ledger_place()
+        Ledger(self.ledger_dir).add("k8s-object", f"{context}/{path}", region=region, account=account, scope=scope,
+                                    detail={"context": context, "kubeconfig": self.kubeconfig or "", "path": path,
+                                            "rank": 0})
+
+    def _forget(self, path: str) -> None:
+        if self.ledger_dir is None:
+            return
+        from .ledger import Ledger
+
+        context, _, region, _ = self._ledger_place()
+        Ledger(self.ledger_dir).gone("k8s-object", f"{context}/{path}", region)
 
     def _collection(self, kind: str, namespace: str) -> str:
         if kind in CORE_PATHS:
@@ -356,10 +399,12 @@ class KubernetesBackend(Backend):
         name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         self.request("DELETE", f"{self._collection(KIND_INFO[key].kind, ns)}/{name}", body=body)
+        self._forget(f"{self._collection(KIND_INFO[key].kind, ns)}/{name}")
         for kind in ("Service", "Deployment"):  # the plain Job's service, the ElasticJob's etcd
             collection = self._collection(kind, ns)
             for item in self.request("GET", collection, query={"labelSelector": f"{RUN_LABEL}={name}"}).get("items", []):
                 self.request("DELETE", f"{collection}/{item['metadata']['name']}", body=body)
+                self._forget(f"{collection}/{item['metadata']['name']}")
         status = self._status_of(key, obj, [])
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
         return status

@@ -1,14 +1,20 @@
 """What the EKS tests share: a kmock API server that moto's clusters point
-at (``kube``), a VPC with two subnets (``vpc``), and a plan in it."""
+at (``kube``), a VPC with two subnets (``vpc``), a plan in it, a cluster
+made from it on the native path (``cluster``), and the stand-in docker
+client on the PATH with an engine that answers (``standin_docker``)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from torchdeck.backends.aws import AwsSession
+from torchdeck.backends.eks_access import ClusterRecord
+from torchdeck.backends.eks_create import create_native
 from torchdeck.backends.eks_plan import ClusterPlan, NodegroupPlan
 
 from kube_cluster import start_cluster, stop_cluster
@@ -46,3 +52,29 @@ def make_plan(vpc: tuple[str, dict[str, str]] | None = None, name: str = "demo",
     return ClusterPlan(**base)
 
 
+
+
+def run_progress(progress) -> list[Any]:
+    """Every event of an async Progress stream, in order."""
+    async def collect():
+        return [p async for p in progress]
+    return asyncio.run(collect())
+
+
+@pytest.fixture
+def cluster(tmp_path, aws_env, moto_gaps, vpc, kube) -> ClusterRecord:
+    """A cluster made on the native path, its kubeconfig context written; its record in tmp_path/state."""
+    record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
+    run_progress(create_native(AwsSession(REGION), make_plan(vpc), record, kubeconfig=tmp_path / "kc", poll_s=0.01))
+    return record
+
+
+@pytest.fixture
+def standin_docker(tmp_path, monkeypatch) -> Path:
+    """tests/standin/docker first on the PATH, its engine answering; returns its call log."""
+    log = tmp_path / "docker.log"
+    standin = Path(__file__).parent / "standin"
+    monkeypatch.setenv("PATH", f"{standin}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_DOCKER_LOG", str(log))
+    monkeypatch.setenv("STANDIN_DOCKER_ENGINE", "1")
+    return log

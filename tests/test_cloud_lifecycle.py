@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from torchdeck.backends.aws import AwsSession
@@ -32,25 +31,13 @@ from torchdeck.backends.image import ImagePlan, build_image, render_kaniko
 from torchdeck.backends.kubernetes import KubernetesBackend
 from torchdeck.backends.ledger import Ledger, Resource
 
-from eks_support import REGION
-from test_eks_cluster import cli, run_all
-from test_eks_storage import cluster  # noqa: F401  (the fixture)
+from eks_support import REGION, run_progress as run_all
+from test_eks_cluster import cli
 from tinydata import write_tiny_cifar
-from trainer_runs import REPO
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
-STANDIN = REPO / "tests" / "standin"
 PASSWORD = "123456789012-auth-token"  # what moto's get_authorization_token hands out
 TOKEN = base64.b64encode(f"AWS:{PASSWORD}".encode()).decode()
-
-
-@pytest.fixture
-def standin_docker(tmp_path, monkeypatch) -> Path:
-    log = tmp_path / "docker.log"
-    monkeypatch.setenv("PATH", f"{STANDIN}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("STANDIN_DOCKER_LOG", str(log))
-    monkeypatch.setenv("STANDIN_DOCKER_ENGINE", "1")
-    return log
 
 
 def docker_calls(log: Path) -> list[dict[str, Any]]:
@@ -265,7 +252,7 @@ def test_a_whole_cycle_leaves_nothing_in_moto(cluster, tmp_path, standin_docker,
 def test_an_interrupted_cleanup_resumes_where_it_stopped(cluster, tmp_path, standin_docker, moto_gaps):
     state = cluster.path.parent.parent
     build_everything(cluster, tmp_path)
-    moto_gaps.fail("efs", "DeleteFileSystem", "AccessDeniedException", message="not allowed today")
+    moto_gaps.fail("efs", "DeleteFileSystem", "BadRequest", message="not allowed today")
     code, _, err = cli("cleanup", "--yes", state=state)
     assert code == 1 and "not allowed today" in err and err.count("\n") == 1
     live = {r.kind for r in Ledger(state).resources()}

@@ -13,10 +13,10 @@ import yaml
 from torchdeck.backends.eks_plan import load_plan, plan_to_yaml
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.cluster import ClusterScreen
-from textual.widgets import DataTable, Input, RichLog, Static
+from textual.widgets import DataTable, Input, RichLog
 
 from eks_support import REGION, make_plan
-from tui_support import FixedNodesBackend, settings_for, wait_for
+from tui_support import FixedNodesBackend, settings_for, text_of, type_into, wait_for
 
 
 def wizard_app(tmp_path: Path, monkeypatch):
@@ -24,19 +24,6 @@ def wizard_app(tmp_path: Path, monkeypatch):
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
     return make_app(settings_for(state, aws_poll_s=0.02), FixedNodesBackend(state))
-
-
-def text_of(screen, selector: str) -> str:
-    return str(screen.query_one(selector, Static).render())
-
-
-async def type_into(pilot, screen, field: str, text: str) -> None:
-    widget = screen.query_one(f"#f-{field}", Input)
-    widget.value = ""
-    widget.focus()
-    await pilot.pause()
-    await pilot.press(*text)
-    await pilot.pause()
 
 
 def test_each_field_says_what_is_wrong_as_it_is_typed_and_the_plan_saves_and_reads_back(tmp_path, monkeypatch):

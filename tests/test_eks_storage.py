@@ -16,24 +16,14 @@ import yaml
 
 from torchdeck.backends.aws import AwsSession
 from torchdeck.backends.eks_access import ClusterRecord
-from torchdeck.backends.eks_create import create_native
 from torchdeck.backends.eks_storage import StoragePlan, create_storage, render_storage, storage_state
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.kubernetes import KubernetesBackend
 from torchdeck.backends.ledger import Ledger
 
-from eks_support import REGION, make_plan
-from test_eks_cluster import run_all
+from eks_support import REGION, run_progress as run_all
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
-
-
-@pytest.fixture
-def cluster(tmp_path, aws_env, moto_gaps, vpc, kube) -> ClusterRecord:
-    """A cluster made on the native path, its kubeconfig context written."""
-    record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
-    run_all(create_native(AwsSession(REGION), make_plan(vpc), record, kubeconfig=tmp_path / "kc", poll_s=0.01))
-    return record
 
 
 def storage(record: ClusterRecord, **changes: Any) -> list[Any]:

@@ -476,3 +476,27 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(cluster, backend
     assert (gpu.name, gpu.util_percent, gpu.mem_used_mb, gpu.mem_total_mb) == ("NVIDIA A10G", 97.0, 18200.0, 22500.0)
     assert cpu_node.name == "cpu-0" and cpu_node.cpu_percent == pytest.approx(25.0) and cpu_node.gpus == []
     assert cpu_node.gpu_note == "no GPU"
+
+
+def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(cluster, tmp_path):
+    from torchdeck.backends.cleanup import Teardown, plan_cleanup
+    from torchdeck.backends.ledger import Ledger
+
+    backend = KubernetesBackend(cluster.kubeconfig, ledger_dir=tmp_path / "state")
+    install(backend)
+    run_id = backend.submit(make_spec(cluster={"kind": "job"}))
+    rows = Ledger(tmp_path / "state").resources()
+    paths = sorted(r.detail["path"] for r in rows)
+    assert paths == [f"api/v1/namespaces/{NS}/services/{run_id}", f"apis/batch/v1/namespaces/{NS}/jobs/{run_id}"]
+    assert {r.kind for r in rows} == {"k8s-object"} and all(r.made for r in rows)
+
+    progress = asyncio.run(_collect(Teardown(tmp_path / "state", lambda region: None, poll_s=0.01).run(
+        plan_cleanup(rows))))
+    assert [p.message.rsplit(": ", 1)[-1] for p in progress[:-1]] == ["deleted", "deleted"]
+    assert Ledger(tmp_path / "state").resources() == []
+    with pytest.raises(BackendError):
+        backend.status(run_id)
+
+
+async def _collect(progress):
+    return [p async for p in progress]

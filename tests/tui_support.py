@@ -46,3 +46,20 @@ async def wait_for(pilot, condition, timeout: float = 20.0, what: str = "conditi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await pilot.pause(0.05)
+
+
+def text_of(screen, selector: str) -> str:
+    """What a Static shows now."""
+    from textual.widgets import Static
+    return str(screen.query_one(selector, Static).render())
+
+
+async def type_into(pilot, screen, field: str, text: str) -> None:
+    """Clear the form field ``#f-FIELD`` and type ``text`` into it, key by key."""
+    from textual.widgets import Input
+    widget = screen.query_one(f"#f-{field}", Input)
+    widget.value = ""
+    widget.focus()
+    await pilot.pause()
+    await pilot.press(*text)
+    await pilot.pause()

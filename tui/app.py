@@ -103,6 +103,14 @@ class TorchdeckApp(App):
         from .screens.cluster import ClusterScreen
         self.push_screen(ClusterScreen(Path("cluster.yaml")))
 
+    def action_storage(self) -> None:
+        from .screens.storage import StorageScreen
+        self.push_screen(StorageScreen())
+
+    def action_image(self) -> None:
+        from .screens.image import ImageScreen
+        self.push_screen(ImageScreen())
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
@@ -110,6 +118,8 @@ class TorchdeckApp(App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield SystemCommand("Launch a job", "Open the launch form", self.action_launch)
         yield SystemCommand("EKS cluster", "Plan, check and create an EKS cluster", self.action_cluster)
+        yield SystemCommand("Storage", "EFS or FSx and the model bucket for a cluster", self.action_storage)
+        yield SystemCommand("Image", "Build the training image and push it to ECR", self.action_image)
         yield SystemCommand("Runs", "Back to the list of runs", self._home)
         yield SystemCommand("Help", "Keys and screens", self.action_help)
         yield from super().get_system_commands(screen)

@@ -73,3 +73,19 @@ class PreflightChecked(Message):
 class ClusterProgressed(Message):
     """One line of a cluster create (an eks_create.Progress)."""
     progress: Any
+
+
+@dataclass
+class StepProgressed(Message):
+    """One line of a storage create or delete, an image build or a data copy (an eks_create.Progress),
+    from the worker ``group``."""
+    progress: Any
+    group: str
+
+
+@dataclass
+class LedgerRead(Message):
+    """What torchdeck made that exists (ledger rows), and the cost per hour now and so far."""
+    resources: list
+    per_hour: float
+    so_far: float

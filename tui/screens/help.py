@@ -17,7 +17,8 @@ it again, or run `torchdeck monitor RUN`, to reattach.
 
 **Runs** (home): `n` launch a job, `enter` monitor the highlighted run,
 `s` stop it, `t` test its trained model (accuracy per class; the model
-test Job on a cluster), `r` refresh.
+test Job on a cluster), `v` storage, `i` image, `r` refresh. Below the
+runs: what torchdeck made in the cloud, its cost per hour and so far.
 
 **Launch**: fill the form (it starts from `torchdeck.yaml` where there is
 one), `ctrl+l` launch, `ctrl+s` save the form to the spec file, `escape`
@@ -31,6 +32,15 @@ nodegroup); the eksctl ClusterConfig and its cost per hour show beside.
 zones, quotas, an existing cluster), `ctrl+g` creates the cluster after a
 confirmation, showing phase, elapsed time and events.
 
+**Storage** (`v`): EFS or FSx for Lustre for a cluster, and the model
+bucket, checked as typed. `ctrl+g` creates (after a confirmation with the
+cost), `ctrl+t` shows what exists, `ctrl+r` puts CIFAR-10 on the volume,
+`ctrl+d` deletes it.
+
+**Image** (`i`): the Dockerfile, the ECR repository and how it is built
+here (docker where an engine answers, else Kaniko in the cluster).
+`ctrl+g` builds and pushes, and pins the pushed digest in the job spec.
+
 **Monitor**: per-rank loss, rank table (flags: SLOW = below the straggler
 ratio of the median samples/s, SILENT = no line for several step times,
 ERROR), eval accuracy per epoch, node gauges, logs. `l` filter logs by rank,
@@ -38,7 +48,9 @@ ERROR), eval accuracy per epoch, node gauges, logs. `l` filter logs by rank,
 
 Headless, the same from a shell: `torchdeck train`, `jobs`, `status`,
 `logs RUN [--rank R] [-f]`, `stop RUN`, `monitor RUN`, `test --run RUN`,
-`data`, `render`, `cluster init|types|plan|create|connect|status|delete`.
+`data prepare`, `render`, `cluster init|types|plan|create|connect|status|delete`,
+`storage create|status|delete`, `image build|push`, `model get`, `resources`,
+`cleanup`.
 """
 
 

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Static
 from torchdeck.backends.base import JobState, JobStatus
 
 from ..glyphs import STATE_STYLE
-from ..messages import RunsListed, RunStopped
+from ..messages import LedgerRead, RunsListed, RunStopped
 from ..monitor_state import format_duration
 from .confirm import ConfirmScreen
 from .worker_errors import NotifyWorkerErrors
@@ -31,6 +31,8 @@ class HomeScreen(NotifyWorkerErrors, Screen):
         Binding("s", "stop", "Stop"),
         Binding("t", "test", "Test model"),
         Binding("c", "app.cluster", "EKS cluster"),
+        Binding("v", "app.storage", "Storage"),
+        Binding("i", "app.image", "Image"),
         Binding("r", "refresh", "Refresh"),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
@@ -44,6 +46,7 @@ class HomeScreen(NotifyWorkerErrors, Screen):
         yield Static(id="title")
         yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static(id="detail")
+        yield Static(id="cloud")
         yield self.app.footer()
 
     def on_mount(self) -> None:
@@ -56,6 +59,41 @@ class HomeScreen(NotifyWorkerErrors, Screen):
         self.query_one("#detail", Static).update("reading runs...")
         self.list_runs()
         self.set_interval(2.0, self.list_runs)
+        self.read_ledger()
+        self.set_interval(5.0, self.read_ledger)
+
+    @work(thread=True, exclusive=True, group="ledger", exit_on_error=False)
+    def read_ledger(self) -> None:
+        from torchdeck.backends.ledger import Ledger
+
+        ledger = Ledger(self.app.settings.state_dir)
+        per_hour, so_far = ledger.costs()
+        self.post_message(LedgerRead(ledger.resources(), per_hour, so_far))
+
+    def on_ledger_read(self, message: LedgerRead) -> None:
+        """What torchdeck made in the cloud: counted by kind, with its cost per hour and so far."""
+        cloud = self.query_one("#cloud", Static)
+        if not message.resources and not message.so_far:
+            cloud.update("")
+            cloud.set_class(False, "-shown")
+            return
+        counts: dict[str, int] = {}
+        for r in message.resources:
+            counts[r.kind] = counts.get(r.kind, 0) + 1
+        clusters = sorted({r.scope for r in message.resources if r.kind == "eks-cluster"})
+        text = Text()
+        text.append("cloud ", style="bold")
+        if message.resources:
+            text.append(f"{len(message.resources)} resources" + (f" in {', '.join(clusters)}" if clusters else ""))
+            text.append(f"  about ${message.per_hour:.3f}/h now", style="bold yellow" if message.per_hour else "")
+        else:
+            text.append("nothing exists now")
+        text.append(f"  ${message.so_far:.2f} so far")
+        if counts:
+            text.append("\n" + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())), style="dim")
+            text.append("\ntorchdeck resources lists them; torchdeck cleanup tears them down", style="dim")
+        cloud.update(text)
+        cloud.set_class(True, "-shown")
 
     @work(thread=True, exclusive=True, group="runs", exit_on_error=False)
     def list_runs(self) -> None:

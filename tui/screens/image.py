@@ -1,0 +1,147 @@
+"""The image screen: which Dockerfile, which ECR repository, and how it is
+built here (docker where an engine answers, else a Kaniko job in the
+cluster), with the build context's tag; then build and push with the
+phase, elapsed time and the build's output, and the pushed digest written
+into the job spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Input, Label, RichLog, Select, Static
+
+from torchdeck.backends.errors import SpecError
+from torchdeck.backends.image import ImagePlan, validate_image
+
+from .cloud_steps import CloudStepsScreen
+from .storage import known_clusters
+
+FIELDS: list[tuple[str, str]] = [
+    ("cluster", "EKS cluster"),
+    ("region", "Region"),
+    ("variant", "Image"),
+    ("repository", "ECR repository"),
+    ("builder", "Build with"),
+    ("bucket", "Kaniko: bucket for the build context (empty: the model bucket)"),
+    ("namespace", "Kaniko: namespace of the build job"),
+    ("spec", "Job spec to pin the image in"),
+]
+
+
+class ImageScreen(CloudStepsScreen):
+    CSS_PATH = "cloud.tcss"
+    BINDINGS = [
+        Binding("ctrl+g", "build", "Build and push", priority=True),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Static("Training image", id="cloud-title")
+        with Horizontal(id="cloud-body"):
+            with VerticalScroll(id="cloud-form"):
+                for field, label in FIELDS:
+                    yield Label(label)
+                    if field == "variant":
+                        yield Select([("CPU (docker/Dockerfile.cpu)", "cpu"), ("GPU (docker/Dockerfile.gpu)", "gpu")],
+                                     allow_blank=False, value="cpu", id="f-variant")
+                    elif field == "builder":
+                        yield Select([("auto", "auto"), ("docker", "docker"), ("kaniko (in the cluster)", "kaniko")],
+                                     allow_blank=False, value="auto", id="f-builder")
+                    else:
+                        yield Input(id=f"f-{field}")
+                    yield Static(id=f"e-{field}", classes="field-error")
+            with Vertical(id="cloud-side"):
+                yield Static("looking for a Docker engine and reading the build context...", id="summary")
+                yield Static(id="phase")
+                yield RichLog(id="progress", max_lines=2000, wrap=True)
+        yield self.app.footer()
+
+    def on_mount(self) -> None:
+        known = known_clusters(self.app.settings.state_dir)
+        name, region = known[0] if len(known) == 1 else ("", "")
+        for field, value in (("cluster", name), ("region", region), ("repository", "torchdeck-trainer"),
+                             ("namespace", "default"), ("spec", str(self.app.settings.spec_file))):
+            self.query_one(f"#f-{field}", Input).value = value
+        self.query_one("#f-cluster", Input).focus()
+        self.engine: str | None = None
+        self.tag = ""
+        self.look_around()
+        self.set_interval(1.0, self.tick)
+
+    @work(thread=True, exclusive=True, group="context", exit_on_error=False)
+    def look_around(self) -> None:
+        from torchdeck.backends.image import context_archive, docker_engine, image_tag, source_root
+
+        engine = docker_engine()
+        archive = context_archive(source_root())
+        self.app.call_from_thread(self.looked, engine, archive, image_tag)
+
+    def looked(self, engine: str | None, archive: bytes, image_tag: Any) -> None:
+        self.engine = engine
+        self.archive_kib = len(archive) / 1024
+        self.tag_of = lambda variant: image_tag(archive, variant)
+        self.check_form()
+
+    def build_plan(self) -> ImagePlan:
+        if not self.value("cluster"):
+            raise SpecError("--cluster", "which cluster?", "the image is pushed to ECR in its account and region")
+        if not self.value("region"):
+            raise SpecError("--region", "which region is it in?")
+        if not self.value("spec"):
+            raise SpecError("--spec", "where should the image's digest go?", "e.g. torchdeck.yaml")
+        return validate_image(ImagePlan(self.value("cluster"), self.value("region"), variant=self.value("variant"),
+                                        repository=self.value("repository"), builder=self.value("builder"),
+                                        bucket=self.value("bucket") or None, namespace=self.value("namespace")))
+
+    def check_form(self) -> ImagePlan | None:
+        try:
+            plan = self.build_plan()
+        except SpecError as exc:
+            field = exc.field.lstrip("-").replace("-", "_")
+            self.field_error(field if field in dict(FIELDS) else "", str(exc).split(": ", 1)[-1])
+            return None
+        self.field_error("", "")
+        if hasattr(self, "tag_of"):
+            how = ("docker" if self.engine else "kaniko") if plan.builder == "auto" else plan.builder
+            engine = "a Docker engine answers here" if self.engine else "no Docker engine answers here"
+            self.query_one("#summary", Static).update(
+                f"{engine}: builds with {how}\n{plan.dockerfile} -> {plan.repository}:{self.tag_of(plan.variant)} "
+                f"(context {self.archive_kib:.0f} KiB; an unchanged context is not built twice)\n"
+                f"the pushed digest goes into {self.value('spec')}")
+        return plan
+
+    def action_build(self) -> None:
+        plan = self.check_form()
+        if plan is None:
+            self.notify("fix the fields marked in red first", severity="warning")
+            return
+        self.spec_file = Path(self.value("spec"))
+        self.start("build")
+        self.build(plan)
+
+    @work(thread=True, exclusive=True, group="image", exit_on_error=False)
+    def build(self, plan: ImagePlan) -> None:
+        from torchdeck.backends.aws import AwsSession
+        from torchdeck.backends.eks_access import ClusterRecord
+        from torchdeck.backends.image import build_image
+
+        record = ClusterRecord.open(self.app.settings.state_dir, plan.cluster, plan.region)
+        self.forward("image", lambda: build_image(AwsSession(plan.region), plan, record,
+                                                  poll_s=min(self.app.settings.aws_poll_s, 2.0)))
+
+    def finished(self, group: str, progress: Any) -> None:
+        from torchdeck.backends.image import write_image_to_spec
+
+        image = progress.message.removeprefix("image ")
+        try:
+            write_image_to_spec(self.spec_file, image)
+        except SpecError as exc:
+            self.log_line(f"could not write {self.spec_file}: {exc}", "bold red")
+            return
+        self.log_line(f"{self.spec_file}: image: {image}", "bold green")
+        self.notify(f"jobs now pull {image.rsplit('/', 1)[-1]}", title="image pinned")

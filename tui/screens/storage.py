@@ -1,0 +1,229 @@
+"""The storage screen: EFS or FSx for Lustre for a cluster's jobs, and the
+bucket for its models, checked field by field as typed; then create (with
+what it costs), status, delete, and CIFAR-10 onto the new volume, each with
+its phase, elapsed time and events as they come."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Input, Label, RichLog, Select, Static
+
+from torchdeck.backends.eks_storage import FSX_DEPLOYMENTS, StoragePlan, validate_storage
+from torchdeck.backends.errors import BackendError, SpecError
+
+from .cloud_steps import CloudStepsScreen
+from .confirm import ConfirmScreen
+
+FIELDS: list[tuple[str, str]] = [
+    ("cluster", "EKS cluster"),
+    ("region", "Region"),
+    ("kind", "File system"),
+    ("fsx_deployment", "FSx deployment type"),
+    ("fsx_capacity", "FSx capacity (GiB: 1200, 2400, then steps of 2400)"),
+    ("fsx_s3_link", "FSx S3 link, s3://bucket/prefix (optional)"),
+    ("bucket", "Bucket for models (empty: none)"),
+    ("prefix", "Key prefix jobs may use"),
+    ("namespace", "Namespace of the claim and service account"),
+    ("pvc", "Claim name (cluster.pvc)"),
+]
+KINDS = [("EFS (elastic, shared)", "efs"), ("FSx for Lustre (fast)", "fsx"), ("none: a bucket only", "none")]
+
+
+def known_clusters(state_dir: Path) -> list[tuple[str, str]]:
+    """(name, region) of every cluster torchdeck keeps a record of."""
+    from torchdeck.backends.eks_access import ClusterRecord
+
+    found = []
+    for path in sorted((state_dir / "clusters").glob("*.json")):
+        try:
+            record = ClusterRecord.load(state_dir, path.stem)
+        except BackendError:
+            continue
+        if record and record.state != "deleted":
+            found.append((record.name, record.region))
+    return found
+
+
+class StorageScreen(CloudStepsScreen):
+    CSS_PATH = "cloud.tcss"
+    BINDINGS = [
+        Binding("ctrl+g", "create", "Create", priority=True),
+        Binding("ctrl+t", "status", "Status", priority=True),
+        Binding("ctrl+r", "prepare_data", "CIFAR-10 onto it", priority=True),
+        Binding("ctrl+d", "delete", "Delete", priority=True),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Static("Shared storage and the model bucket", id="cloud-title")
+        with Horizontal(id="cloud-body"):
+            with VerticalScroll(id="cloud-form"):
+                for field, label in FIELDS:
+                    yield Label(label)
+                    if field == "kind":
+                        yield Select(KINDS, allow_blank=False, value="efs", id="f-kind")
+                    elif field == "fsx_deployment":
+                        yield Select([(d, d) for d in FSX_DEPLOYMENTS], allow_blank=False, value="SCRATCH_2",
+                                     id="f-fsx_deployment")
+                    else:
+                        yield Input(id=f"f-{field}", restrict=r"[0-9]*" if field == "fsx_capacity" else None)
+                    yield Static(id=f"e-{field}", classes="field-error")
+            with Vertical(id="cloud-side"):
+                yield Static(id="summary")
+                yield Static(id="phase")
+                yield RichLog(id="progress", max_lines=1000, wrap=True)
+        yield self.app.footer()
+
+    def on_mount(self) -> None:
+        known = known_clusters(self.app.settings.state_dir)
+        name, region = known[0] if len(known) == 1 else ("", "")
+        for field, value in (("cluster", name), ("region", region), ("fsx_capacity", "1200"), ("prefix", "models/"),
+                             ("namespace", "default"), ("pvc", "shared")):
+            self.query_one(f"#f-{field}", Input).value = value
+        self.log_line("ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
+                      "ctrl+d deletes" + (f"; clusters torchdeck knows: {', '.join(n for n, _ in known)}"
+                                          if known else "; no cluster yet: make one with c from the runs"), "dim")
+        self.query_one("#f-cluster", Input).focus()
+        self.set_interval(1.0, self.tick)
+
+    def build_plan(self) -> StoragePlan:
+        if not self.value("cluster"):
+            raise SpecError("--cluster", "which cluster?", "the name of an EKS cluster (c makes one)")
+        if not self.value("region"):
+            raise SpecError("--region", "which region is it in?")
+        return validate_storage(StoragePlan(
+            self.value("cluster"), self.value("region"), kind=self.value("kind") or "efs",
+            fsx_deployment=self.value("fsx_deployment") or "SCRATCH_2",
+            fsx_capacity_gib=int(self.value("fsx_capacity") or 0), fsx_s3_link=self.value("fsx_s3_link") or None,
+            bucket=self.value("bucket") or None, prefix=self.value("prefix"), namespace=self.value("namespace"),
+            pvc=self.value("pvc")))
+
+    def check_form(self) -> StoragePlan | None:
+        try:
+            plan = self.build_plan()
+        except SpecError as exc:
+            field = exc.field.lstrip("-").replace("-", "_")
+            field = {"fsx_throughput": "fsx_deployment"}.get(field, field)
+            self.field_error(field if field in dict(FIELDS) else "", str(exc).split(": ", 1)[-1])
+            self.query_one("#summary", Static).update("")
+            return None
+        self.field_error("", "")
+        what = {"efs": "EFS: encrypted, NFS from the cluster's security group only, a mount target per node zone; "
+                       "$0.30 per GB-month stored",
+                "fsx": f"FSx for Lustre {plan.fsx_deployment}, {plan.fsx_capacity_gib} GiB: about "
+                       f"${plan.fsx_per_hour:.3f}/h", "none": "no file system"}[plan.kind]
+        bucket = (f"\nbucket {plan.bucket}: private, encrypted; {plan.namespace}/{plan.service_account} may use "
+                  f"s3://{plan.bucket}/{plan.prefix} only") if plan.bucket else ""
+        claim = f"\nclaim {plan.namespace}/{plan.pvc} (ReadWriteMany)" if plan.kind != "none" else ""
+        self.query_one("#summary", Static).update(f"{what}{claim}{bucket}")
+        return plan
+
+    def record(self, plan: StoragePlan) -> Any:
+        from torchdeck.backends.eks_access import ClusterRecord
+        return ClusterRecord.open(self.app.settings.state_dir, plan.cluster, plan.region)
+
+    def action_create(self) -> None:
+        plan = self.check_form()
+        if plan is None:
+            self.notify("fix the fields marked in red first", severity="warning")
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.start("create")
+                self.create(plan)
+
+        cost = f" (about ${plan.fsx_per_hour:.3f}/h until deleted)" if plan.kind == "fsx" else ""
+        self.app.push_screen(ConfirmScreen(f"Create this storage for cluster {plan.cluster}{cost}?"), confirmed)
+
+    @work(thread=True, exclusive=True, group="storage", exit_on_error=False)
+    def create(self, plan: StoragePlan) -> None:
+        from torchdeck.backends.aws import AwsSession
+        from torchdeck.backends.eks_storage import create_storage
+
+        record = self.record(plan)
+        self.forward("storage", lambda: create_storage(AwsSession(plan.region), plan, record,
+                                                       poll_s=self.app.settings.aws_poll_s))
+
+    def action_status(self) -> None:
+        plan = self.check_form()
+        if plan is not None:
+            self.status(plan)
+
+    @work(thread=True, exclusive=True, group="status", exit_on_error=False)
+    def status(self, plan: StoragePlan) -> None:
+        from torchdeck.backends.aws import AwsSession
+        from torchdeck.backends.eks_storage import storage_state
+
+        record = self.record(plan)
+        kube = None
+        if record.context:
+            from torchdeck.backends.kubernetes import KubernetesBackend
+            kube = KubernetesBackend(record.kubeconfig or None, record.context)
+        state = storage_state(AwsSession(plan.region), record, kube)
+        self.app.call_from_thread(self.show_state, state)
+
+    def show_state(self, state: Any) -> None:
+        for line in state.lines:
+            self.log_line(line)
+        for problem in state.problems:
+            self.log_line(f"problem: {problem}", "bold red")
+
+    def action_delete(self) -> None:
+        plan = self.check_form()
+        if plan is None:
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.start("delete")
+                self.delete(plan)
+
+        self.app.push_screen(ConfirmScreen(f"Delete the storage torchdeck made for {plan.cluster}, the data on it "
+                                           "and the model bucket?"), confirmed)
+
+    @work(thread=True, exclusive=True, group="storage", exit_on_error=False)
+    def delete(self, plan: StoragePlan) -> None:
+        from torchdeck.backends.aws import AwsSession
+        from torchdeck.backends.cleanup import STORAGE_KINDS, Teardown, plan_cleanup
+        from torchdeck.backends.ledger import Ledger
+
+        settings = self.app.settings
+        steps = plan_cleanup(Ledger(settings.state_dir).resources(scope=plan.cluster), scope=plan.cluster,
+                             kinds=STORAGE_KINDS)
+        sessions: dict[str, Any] = {}
+        teardown = Teardown(settings.state_dir, lambda r: sessions.setdefault(r, AwsSession(r or plan.region)),
+                            poll_s=settings.aws_poll_s)
+        self.forward("storage", lambda: teardown.run(steps))
+
+    def action_prepare_data(self) -> None:
+        plan = self.check_form()
+        self.start("data")
+        self.prepare_data(plan)
+
+    @work(thread=True, exclusive=True, group="data", exit_on_error=False)
+    def prepare_data(self, plan: StoragePlan | None) -> None:
+        from torchdeck.backends.spec import JobSpec, load_spec, with_overrides
+
+        settings = self.app.settings
+        spec = load_spec(settings.spec_file) if settings.spec_file.exists() else JobSpec()
+        if plan is not None and self.app.backend.name != "local":
+            from torchdeck.backends.eks_storage import spec_settings
+            spec = with_overrides(spec, spec_settings(self.record(plan)))
+        self.app.call_from_thread(self.log_line, f"data: CIFAR-10 for {spec.name} on the {self.app.backend.name} "
+                                                 "backend", "bold")
+        result = self.app.backend.prepare_data(spec, on_wait=lambda line: self.app.call_from_thread(
+            self.log_line, f"data: {line}", "dim"))
+        self.app.call_from_thread(self.data_ready, result)
+
+    def data_ready(self, result: dict[str, Any]) -> None:
+        self.phase = "done"
+        self.tick()
+        self.log_line(f"data: CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
+                      f"{result.get('test_images')} test images", "bold green")
