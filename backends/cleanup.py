@@ -51,6 +51,14 @@ class Step:
         return f"{verb}  {r.kind:<20} {r.ident}{where}{cost}{mark}" + (f"  -- {self.why}" if self.why else "")
 
 
+def storage_steps(ledger: Ledger, cluster: str, keep_bucket: bool = False) -> list[Step]:
+    """What ``storage delete`` takes: the file systems, their groups and mount targets, the claims,
+    volumes and service account storage made, and the bucket (unless kept)."""
+    rows = [r for r in ledger.resources(scope=cluster)
+            if r.kind in STORAGE_KINDS and (r.kind != "k8s-object" or r.detail.get("purpose") == "storage")]
+    return plan_cleanup(rows, scope=cluster, keep_buckets=keep_bucket)
+
+
 def plan_cleanup(resources: Iterable[Resource], orphans: Iterable[Resource] = (), scope: str | None = None,
                  keep_buckets: bool = False, kinds: tuple[str, ...] | None = None) -> list[Step]:
     """The teardown plan in the order it runs. The rows of a cluster torchdeck made go with the cluster
@@ -76,13 +84,21 @@ def plan_cleanup(resources: Iterable[Resource], orphans: Iterable[Resource] = ()
 
 
 class Teardown:
-    """Runs a plan: ``aws_for(region)`` gives the session for a row's region, ``kube(kubeconfig, context)``
-    the Kubernetes client for its objects (default: the kubernetes backend)."""
+    """Runs a plan: ``aws_for(region)`` gives the session for a row's region (default: one per region
+    with ``profile``), ``kube(kubeconfig, context)`` the Kubernetes client for its objects (default:
+    the kubernetes backend)."""
 
-    def __init__(self, state_dir: Path, aws_for: Callable[[str], AwsSession],
+    def __init__(self, state_dir: Path, aws_for: Callable[[str], AwsSession] | None = None,
                  kube: Callable[[str, str], Any] | None = None, eksctl: str | None = None,
-                 poll_s: float = POLL_S, timeout_s: float = TIMEOUT_S):
-        self.state_dir, self.aws_for, self.kube_factory = Path(state_dir), aws_for, kube
+                 poll_s: float = POLL_S, timeout_s: float = TIMEOUT_S, profile: str | None = None):
+        sessions: dict[str, AwsSession] = {}
+
+        def session(region: str) -> AwsSession:  # one per region, with the profile
+            if region not in sessions:
+                sessions[region] = AwsSession(region or None, profile)
+            return sessions[region]
+
+        self.state_dir, self.aws_for, self.kube_factory = Path(state_dir), aws_for or session, kube
         self.eksctl, self.poll_s, self.timeout_s = eksctl, poll_s, timeout_s
         self.ledger = Ledger(state_dir)
         self.clock = _Clock()

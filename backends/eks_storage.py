@@ -425,7 +425,7 @@ async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clo
         tags = await aws.afind("s3", "get_bucket_tagging", Bucket=bucket)
         ours = {t["Key"]: t["Value"] for t in (tags or {}).get("TagSet", [])}.get(CLUSTER_TAG) == record.name
         if not ours:
-            record.note("s3-bucket", bucket, False, made=False)
+            record.note("s3-bucket", bucket, False, made=False, ours=False)
             yield Progress("s3", f"using bucket {bucket} as it is (torchdeck did not make it, and cleanup keeps it)",
                            clock())
             return
@@ -440,7 +440,7 @@ async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clo
                 raise BackendError(f"bucket name {bucket} is taken by another AWS account",
                                    "bucket names are global: pick another --bucket") from None
             raise
-    record.note("s3-bucket", bucket, found is None)
+    record.note("s3-bucket", bucket, found is None, made=True, ours=True)
     await aws.acall("s3", "put_public_access_block", Bucket=bucket, PublicAccessBlockConfiguration={
         "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
     await aws.acall("s3", "put_bucket_encryption", Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
@@ -481,12 +481,13 @@ def render_storage(plan: StoragePlan, file_system: dict[str, Any]) -> list[dict[
     return [o for o in yaml.safe_load_all(text) if o]
 
 
-def note_object(record: ClusterRecord, obj: dict[str, Any], made: bool, rank: int) -> None:
+def note_object(record: ClusterRecord, obj: dict[str, Any], made: bool, rank: int, purpose: str) -> None:
     """A Kubernetes object in the ledger, with what deleting it needs; ``rank`` orders deletes
-    (jobs 0, claims 1, volumes 2, classes and accounts 3)."""
+    (jobs 0, claims 1, volumes 2, classes and accounts 3); ``purpose`` (storage, image) says which
+    delete takes it besides cleanup."""
     path = object_path(obj)
     record.note("k8s-object", f"{record.context}/{path}", made, context=record.context,
-                kubeconfig=record.kubeconfig, path=path, rank=rank)
+                kubeconfig=record.kubeconfig, path=path, rank=rank, purpose=purpose)
 
 
 OBJECT_RANK = {"Job": 0, "PersistentVolumeClaim": 1, "PersistentVolume": 2, "StorageClass": 3, "ServiceAccount": 3}
@@ -533,7 +534,7 @@ async def create_storage(aws: AwsSession, plan: StoragePlan, record: ClusterReco
         client = await asyncio.to_thread(_kube, record, aws, kube)
         for obj in objects:
             made = await asyncio.to_thread(ensure_object, client, obj)
-            note_object(record, obj, made, OBJECT_RANK[obj["kind"]])
+            note_object(record, obj, made, OBJECT_RANK[obj["kind"]], "storage")
             yield Progress("kubernetes", f"{'applied' if made else 'updated'} {obj['kind']} {obj['metadata']['name']}",
                            clock())
 
@@ -545,14 +546,14 @@ async def create_storage(aws: AwsSession, plan: StoragePlan, record: ClusterReco
                                        trust_service_account(provider, net.issuer, plan.namespace,
                                                              plan.service_account),
                                        inline=s3_policy(plan.bucket, plan.prefix))
-        if record.resources.get(f"s3-bucket/{plan.bucket}", {}).get("created") or made:
+        if record.resources.get(f"s3-bucket/{plan.bucket}", {}).get("ours"):  # never someone else's bucket
             await aws.acall("s3", "put_bucket_policy", Bucket=plan.bucket,
                             Policy=json.dumps(bucket_policy(plan.bucket, plan.prefix, role)))
         client = client or await asyncio.to_thread(_kube, record, aws, kube)
         await asyncio.to_thread(ensure_service_account, client, plan.namespace, plan.service_account, role,
                                 plan.cluster)
         note_object(record, {"kind": "ServiceAccount", "metadata": {"name": plan.service_account,
-                                                                    "namespace": plan.namespace}}, True, 3)
+                                                                    "namespace": plan.namespace}}, True, 3, "storage")
         yield Progress("s3", f"{plan.namespace}/{plan.service_account} ({role.rsplit('/', 1)[-1]}) may use "
                        f"s3://{plan.bucket}/{plan.prefix} and nothing else", clock())
     record.storage = {"kind": plan.kind, "pvc": plan.pvc, "namespace": plan.namespace, "bucket": plan.bucket,
@@ -597,7 +598,12 @@ class StorageState:
 
 def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = None) -> StorageState:
     state = StorageState(record.name)
-    for fs in record.of_type("efs-filesystem"):
+    rows = record.ledger.resources(scope=record.name)  # what exists, as far as torchdeck knows
+
+    def live(kind: str) -> list[str]:
+        return [r.ident for r in rows if r.kind == kind]
+
+    for fs in live("efs-filesystem"):
         found = aws.find("efs", "describe_file_systems", FileSystemId=fs)
         if not found:
             state.problems.append(f"EFS {fs} is gone")
@@ -611,7 +617,7 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = Non
                                f"{mt.get('AvailabilityZoneName', '')}  {mt['LifeCycleState']}")
             if mt["LifeCycleState"] != "available":
                 state.problems.append(f"mount target {mt['MountTargetId']} is {mt['LifeCycleState']}")
-    for fs in record.of_type("fsx-filesystem"):
+    for fs in live("fsx-filesystem"):
         found = aws.find("fsx", "describe_file_systems", FileSystemIds=[fs])
         if not found:
             state.problems.append(f"FSx {fs} is gone")
@@ -620,13 +626,13 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = Non
         lustre = info.get("LustreConfiguration") or {}
         state.lines.append(f"FSx {fs}  {info.get('Lifecycle')}  {info.get('StorageCapacity')} GiB  "
                            f"{lustre.get('DeploymentType', '')}  {info.get('DNSName', '')}")
-    for sg in record.of_type("ec2-security-group"):
+    for sg in live("ec2-security-group"):
         found = aws.find("ec2", "describe_security_groups", GroupIds=[sg])
         if found:
             rules = sorted(_rules(found["SecurityGroups"][0].get("IpPermissions", [])), key=str)
             state.lines.append(f"security group {sg}: " + ", ".join(f"{p}/{a}-{b} from {src}"
                                                                     for p, a, b, src in rules))
-    for bucket in record.of_type("s3-bucket"):
+    for bucket in live("s3-bucket"):
         if aws.find("s3", "head_bucket", Bucket=bucket) is None:
             state.problems.append(f"bucket {bucket} is gone")
             continue
@@ -639,8 +645,8 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = Non
         if not private:
             state.problems.append(f"bucket {bucket} does not block public access")
     if kube is not None:
-        for key in record.of_type("k8s-object"):
-            path = record.resources[f"k8s-object/{key}"].get("path", "")
+        for row in rows:
+            path = row.detail.get("path", "") if row.kind == "k8s-object" else ""
             if "/persistentvolumeclaims/" in path or "/persistentvolumes/" in path:
                 try:
                     phase = (kube.request("GET", path).get("status") or {}).get("phase", "?")

@@ -307,11 +307,11 @@ async def build_with_kaniko(aws: AwsSession, plan: ImagePlan, record: ClusterRec
     client = await asyncio.to_thread(_kube, record, aws, kube)
     await asyncio.to_thread(ensure_service_account, client, plan.namespace, BUILDER_ACCOUNT, role, plan.cluster)
     note_object(record, {"kind": "ServiceAccount", "metadata": {"name": BUILDER_ACCOUNT,
-                                                                "namespace": plan.namespace}}, True, 3)
+                                                                "namespace": plan.namespace}}, True, 3, "image")
     name = f"torchdeck-build-{tag}"[:63].rstrip("-")
     for obj in render_kaniko(plan, name, f"s3://{bucket}/{key}", destination):
         made = await asyncio.to_thread(ensure_object, client, obj)
-        note_object(record, obj, made, 0)
+        note_object(record, obj, made, 0, "image")
     yield Progress("build", f"Kaniko job {plan.namespace}/{name} builds {plan.dockerfile} in the cluster", clock())
 
     loop = asyncio.get_running_loop()

@@ -249,6 +249,20 @@ def test_a_whole_cycle_leaves_nothing_in_moto(cluster, tmp_path, standin_docker,
     assert code == 0 and "nothing to clean up" in out
 
 
+def test_storage_delete_takes_the_storage_and_leaves_the_cluster_and_image(cluster, tmp_path, standin_docker):
+    state = cluster.path.parent.parent
+    build_everything(cluster, tmp_path)
+    code, out, err = cli("storage", "delete", "--cluster", "demo", "--yes", state=state)
+    assert code == 0, err
+    left = everything_left(AwsSession(REGION))
+    assert not [x for x in left if x.startswith(("efs", "bucket", "sg torchdeck-demo-efs"))], left
+    assert "cluster demo" in left and "ecr torchdeck-trainer" in left and "role torchdeck-demo-s3" in left
+    kinds = {r.kind for r in Ledger(state).resources()}
+    assert {"eks-cluster", "ecr-repository"} <= kinds and not kinds & {"efs-filesystem", "s3-bucket"}
+    code, out, _ = cli("storage", "status", "--cluster", "demo", state=state)
+    assert code == 0 and "no storage for cluster demo" in out
+
+
 def test_an_interrupted_cleanup_resumes_where_it_stopped(cluster, tmp_path, standin_docker, moto_gaps):
     state = cluster.path.parent.parent
     build_everything(cluster, tmp_path)

@@ -123,6 +123,7 @@ def test_a_bucket_torchdeck_did_not_make_is_used_as_it_is_and_kept(cluster):
     progress = storage(cluster, kind="none", bucket="someone-elses")
     assert any("torchdeck did not make it" in p.message for p in progress)
     assert aws.find("s3", "get_public_access_block", Bucket="someone-elses") is None  # untouched
+    assert aws.find("s3", "get_bucket_policy", Bucket="someone-elses") is None
     (row,) = [r for r in Ledger(cluster.path.parent.parent).resources() if r.kind == "s3-bucket"]
     assert row.made is False
 

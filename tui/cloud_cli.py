@@ -175,24 +175,15 @@ def teardown(settings: Settings, steps: list[Any], profile: str | None) -> None:
     from torchdeck.backends.cleanup import Teardown
     from torchdeck.backends.eks_create import eksctl_path
 
-    sessions: dict[str, Any] = {}
-
-    def aws_for(region: str):
-        if region not in sessions:
-            sessions[region] = _session(region or None, profile)
-        return sessions[region]
-
-    stream(Teardown(settings.state_dir, aws_for, eksctl=eksctl_path(), poll_s=settings.aws_poll_s).run(steps))
+    stream(Teardown(settings.state_dir, eksctl=eksctl_path(), poll_s=settings.aws_poll_s, profile=profile).run(steps))
 
 
 def cmd_storage_delete(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.cleanup import STORAGE_KINDS, plan_cleanup
+    from torchdeck.backends.cleanup import storage_steps
     from torchdeck.backends.ledger import Ledger
 
     record = cluster_target(args, settings)
-    rows = [r for r in Ledger(settings.state_dir).resources(scope=record.name)
-            if r.kind != "k8s-object" or "/jobs/" not in r.detail.get("path", "")]
-    steps = [s for s in plan_cleanup(rows, scope=record.name, keep_buckets=args.keep_bucket, kinds=STORAGE_KINDS)]
+    steps = storage_steps(Ledger(settings.state_dir), record.name, args.keep_bucket)
     if not [s for s in steps if s.action == "delete"]:
         print(f"no storage of cluster {record.name} to delete")
         return 0

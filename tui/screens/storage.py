@@ -190,17 +190,16 @@ class StorageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="storage", exit_on_error=False)
     def delete(self, plan: StoragePlan) -> None:
-        from torchdeck.backends.aws import AwsSession
-        from torchdeck.backends.cleanup import STORAGE_KINDS, Teardown, plan_cleanup
+        from torchdeck.backends.cleanup import Teardown, storage_steps
         from torchdeck.backends.ledger import Ledger
 
         settings = self.app.settings
-        steps = plan_cleanup(Ledger(settings.state_dir).resources(scope=plan.cluster), scope=plan.cluster,
-                             kinds=STORAGE_KINDS)
-        sessions: dict[str, Any] = {}
-        teardown = Teardown(settings.state_dir, lambda r: sessions.setdefault(r, AwsSession(r or plan.region)),
-                            poll_s=settings.aws_poll_s)
+        steps = storage_steps(Ledger(settings.state_dir), plan.cluster)
+        teardown = Teardown(settings.state_dir, poll_s=settings.aws_poll_s)
         self.forward("storage", lambda: teardown.run(steps))
+        record = self.record(plan)
+        record.storage = {}
+        record.save()
 
     def action_prepare_data(self) -> None:
         plan = self.check_form()
