@@ -137,8 +137,8 @@ class Teardown:
         aws = self.aws_for(r.region)
         record = ClusterRecord.open(self.state_dir, r.scope, r.region)
         async for p in delete_cluster(aws, r.scope, record, self.eksctl, self.poll_s, self.timeout_s):
-            if p.kind != "done":
-                yield p
+            if p.kind != "done":  # on the teardown's clock, not the cluster delete's own
+                yield Progress(p.phase, p.message, self.clock(), p.kind)
         # delete_cluster walked the cluster's resources by listing and by tag: what is left in the ledger is gone
         for row in self.ledger.resources(scope=r.scope):
             if row.kind in CLUSTER_KINDS and row.region == r.region:

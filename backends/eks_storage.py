@@ -649,7 +649,7 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = Non
             path = row.detail.get("path", "") if row.kind == "k8s-object" else ""
             if "/persistentvolumeclaims/" in path or "/persistentvolumes/" in path:
                 try:
-                    phase = (kube.request("GET", path).get("status") or {}).get("phase", "?")
+                    phase = (kube.request("GET", path).get("status") or {}).get("phase", "no phase reported yet")
                 except BackendError as exc:
                     phase = f"unreadable ({exc.message})"
                 state.lines.append(f"{path.rsplit('/', 2)[-2][:-1]} {path.rsplit('/', 1)[-1]}  {phase}")

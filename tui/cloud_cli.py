@@ -333,7 +333,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
                           for s in steps], indent=2))
     else:
         if not steps:
-            print("nothing to clean up: the ledger is empty and nothing tagged torchdeck was found")
+            print("nothing to clean up: nothing torchdeck made exists, and nothing tagged torchdeck was found")
             return 0
         per_hour = sum(s.resource.cost_per_hour for s in steps if s.action != "keep")
         print(f"teardown plan ({len([s for s in steps if s.action != 'keep'])} to delete, "

@@ -83,9 +83,16 @@ class StorageScreen(CloudStepsScreen):
     def on_mount(self) -> None:
         known = known_clusters(self.app.settings.state_dir)
         name, region = known[0] if len(known) == 1 else ("", "")
-        for field, value in (("cluster", name), ("region", region), ("fsx_capacity", "1200"), ("prefix", "models/"),
-                             ("namespace", "default"), ("pvc", "shared")):
+        made: dict[str, Any] = {}  # what the last storage create of that cluster chose
+        if name:
+            from torchdeck.backends.eks_access import ClusterRecord
+            made = ClusterRecord.open(self.app.settings.state_dir, name, region).storage
+        for field, value in (("cluster", name), ("region", region), ("fsx_capacity", "1200"),
+                             ("bucket", made.get("bucket") or ""), ("prefix", made.get("prefix", "models/")),
+                             ("namespace", made.get("namespace", "default")), ("pvc", made.get("pvc", "shared"))):
             self.query_one(f"#f-{field}", Input).value = value
+        if made.get("kind"):
+            self.query_one("#f-kind", Select).value = made["kind"]
         self.log_line("ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
                       "ctrl+d deletes" + (f"; clusters torchdeck knows: {', '.join(n for n, _ in known)}"
                                           if known else "; no cluster yet: make one with c from the runs"), "dim")
