@@ -97,6 +97,22 @@ def test_docker_build_pushes_pins_the_digest_and_never_shows_the_token(cluster, 
     assert [c["argv"][2] for c in docker_calls(standin_docker)[len(calls):] if c["config"]] == []
 
 
+def test_a_local_build_is_pushed_later_and_pinned(cluster, tmp_path, standin_docker):
+    state = cluster.path.parent.parent
+    spec = tmp_path / "torchdeck.yaml"
+    code, out, err = cli("image", "build", "--cluster", "demo", "--no-push", "--spec", str(spec), state=state)
+    assert code == 0, err
+    assert "(not pushed): torchdeck image push" in out and not spec.exists()
+    assert AwsSession(REGION).call("ecr", "describe_images", repositoryName="torchdeck-trainer")["imageDetails"] == []
+    code, out, err = cli("image", "push", "--cluster", "demo", "--spec", str(spec), state=state)
+    assert code == 0, err
+    (image,) = AwsSession(REGION).call("ecr", "describe_images", repositoryName="torchdeck-trainer")["imageDetails"]
+    assert yaml.safe_load(spec.read_text())["image"].endswith("@" + image["imageDigest"])
+    calls = [c for c in docker_calls(standin_docker) if c["config"]]
+    assert [c["argv"][2] for c in calls] == ["login", "buildx", "login", "push"]
+    assert "--load" in calls[1]["argv"] and not any(Path(c["config"]).exists() for c in calls)
+
+
 def test_without_an_engine_auto_builds_in_the_cluster_and_docker_is_refused(cluster, tmp_path, standin_docker,
                                                                             monkeypatch):
     monkeypatch.setenv("STANDIN_DOCKER_ENGINE", "0")
