@@ -32,8 +32,7 @@ def open_backend(name: str, settings: "Settings") -> "Backend":
 
         kubeconfig, context = settings.kubeconfig, settings.kube_context
         if not context:
-            records = [r for p in sorted((settings.state_dir / "clusters").glob("*.json"))
-                       if (r := ClusterRecord.load(settings.state_dir, p.stem)) and r.context and r.state != "deleted"]
+            records = [r for r in ClusterRecord.all(settings.state_dir) if r.context]
             if len(records) != 1:
                 raise BackendError("which EKS cluster?" + (f" torchdeck knows {', '.join(r.name for r in records)}"
                                                            if records else " torchdeck has connected to none"),

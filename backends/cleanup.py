@@ -102,12 +102,17 @@ class Teardown:
         self.eksctl, self.poll_s, self.timeout_s = eksctl, poll_s, timeout_s
         self.ledger = Ledger(state_dir)
         self.clock = _Clock()
+        self._kubes: dict[tuple[str, str], Any] = {}
 
     def _kube(self, kubeconfig: str, context: str) -> Any:
-        if self.kube_factory:
-            return self.kube_factory(kubeconfig, context)
-        from .kubernetes import KubernetesBackend
-        return KubernetesBackend(kubeconfig or None, context or None)
+        """One client per context for the whole teardown (each loads the kubeconfig and connects)."""
+        if (kubeconfig, context) not in self._kubes:
+            if self.kube_factory:
+                self._kubes[kubeconfig, context] = self.kube_factory(kubeconfig, context)
+            else:
+                from .kubernetes import KubernetesBackend
+                self._kubes[kubeconfig, context] = KubernetesBackend(kubeconfig or None, context or None)
+        return self._kubes[kubeconfig, context]
 
     async def run(self, steps: list[Step]) -> AsyncIterator[Progress]:
         done_clusters: set[tuple[str, str]] = set()
@@ -157,11 +162,11 @@ class Teardown:
             except AwsError as exc:
                 if exc.not_found:
                     return "already gone"
-                if exc.code not in busy or time.monotonic() - started > self.timeout_s:
-                    if exc.code in busy:
-                        raise BackendError(f"{what} is still in use after {self.timeout_s:.0f} s: {exc.message}",
-                                           "run cleanup again later: it resumes") from None
+                if exc.code not in busy:
                     raise
+                if time.monotonic() - started > self.timeout_s:
+                    raise BackendError(f"{what} is still in use after {self.timeout_s:.0f} s: {exc.message}",
+                                       "run cleanup again later: it resumes") from None
             await asyncio.sleep(self.poll_s)
 
     async def _wait_gone(self, what: str, probe: Callable[[], Any]) -> None:
@@ -250,34 +255,21 @@ class Teardown:
     async def _s3_bucket(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
 
-        def empty_and_delete() -> None:
-            batch: list[dict[str, str]] = []
-            for page in aws.client("s3").get_paginator("list_object_versions").paginate(Bucket=r.ident):
-                for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
-                    batch.append({"Key": item["Key"], "VersionId": item.get("VersionId") or "null"})
+        def empty_and_delete() -> None:  # every version and delete marker first: S3 deletes only empty buckets
+            batch = [{"Key": item["Key"], "VersionId": item.get("VersionId") or "null"}
+                     for key in ("Versions", "DeleteMarkers")
+                     for item in aws.pages("s3", "list_object_versions", key, Bucket=r.ident)]
             for start in range(0, len(batch), 1000):
                 aws.call("s3", "delete_objects", Bucket=r.ident, Delete={"Objects": batch[start:start + 1000],
                                                                           "Quiet": True})
             aws.call("s3", "delete_bucket", Bucket=r.ident)
 
-        try:
-            return await self._retry(f"bucket {r.ident}", empty_and_delete, ("BucketNotEmpty",))
-        except AwsError as exc:
-            if exc.code == "NoSuchBucket":
-                return "already gone"
-            raise
-        except Exception as exc:  # the paginator's own errors
-            from .aws import translate
-            error = translate(exc, "s3.list_object_versions")
-            if error.not_found:
-                return "already gone"
-            raise error from None
+        return await self._retry(f"bucket {r.ident}", empty_and_delete, ("BucketNotEmpty",))
 
     async def _cloudformation_stack(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
-        said = await self._retry(f"stack {r.ident}", lambda: aws.call("cloudformation", "delete_stack",
+        return await self._retry(f"stack {r.ident}", lambda: aws.call("cloudformation", "delete_stack",
                                                                         StackName=r.ident), ())
-        return said
 
     async def _eks_addon(self, r: Resource) -> str:
         aws = self.aws_for(r.region)

@@ -82,6 +82,20 @@ class ClusterRecord:
         return cls(**known, path=path)
 
     @classmethod
+    def all(cls, state_dir: Path) -> list["ClusterRecord"]:
+        """Every cluster torchdeck keeps a record of and has not deleted, by name; an unreadable
+        record is skipped (``load`` on it says why)."""
+        found = []
+        for path in sorted((Path(state_dir) / "clusters").glob("*.json")):
+            try:
+                record = cls.load(state_dir, path.stem)
+            except BackendError:
+                continue
+            if record and record.state != "deleted":
+                found.append(record)
+        return found
+
+    @classmethod
     def open(cls, state_dir: Path, name: str, region: str) -> "ClusterRecord":
         record = cls.load(state_dir, name) or cls(name, region)
         record.path = cls.file_for(state_dir, name)

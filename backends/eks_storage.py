@@ -323,7 +323,7 @@ async def create_efs(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork
     else:
         fs = (await aws.acall("efs", "create_file_system", CreationToken=token, Encrypted=True,
                               PerformanceMode="generalPurpose", ThroughputMode="elastic",
-                              Tags=[t for t in _ec2_tags(record.name, "efs", token)]))["FileSystemId"]
+                              Tags=_ec2_tags(record.name, "efs", token)))["FileSystemId"]
         made = True
     record.note("efs-filesystem", fs, made)
     yield Progress("efs", f"{'created' if made else 'reusing'} encrypted file system {fs}", clock())
@@ -454,7 +454,9 @@ async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clo
 # -- the whole of it ------------------------------------------------------------------
 
 
-def _kube(record: ClusterRecord, aws: AwsSession, kube: Callable[[Path, str], Any] | None):
+def kube_for(record: ClusterRecord, aws: AwsSession, kube: Callable[[Path, str], Any] | None):
+    """The Kubernetes client on the cluster's context (connecting first where torchdeck has none);
+    ``kube(kubeconfig, context)`` makes it where given (the tests' kmock)."""
     if not record.context:
         path, context = connect(aws, record.name, Path(record.kubeconfig) if record.kubeconfig else None)
         record.kubeconfig, record.context = str(path), context
@@ -531,7 +533,7 @@ async def create_storage(aws: AwsSession, plan: StoragePlan, record: ClusterReco
 
     client = None
     if objects:
-        client = await asyncio.to_thread(_kube, record, aws, kube)
+        client = await asyncio.to_thread(kube_for, record, aws, kube)
         for obj in objects:
             made = await asyncio.to_thread(ensure_object, client, obj)
             note_object(record, obj, made, OBJECT_RANK[obj["kind"]], "storage")
@@ -549,7 +551,7 @@ async def create_storage(aws: AwsSession, plan: StoragePlan, record: ClusterReco
         if record.resources.get(f"s3-bucket/{plan.bucket}", {}).get("ours"):  # never someone else's bucket
             await aws.acall("s3", "put_bucket_policy", Bucket=plan.bucket,
                             Policy=json.dumps(bucket_policy(plan.bucket, plan.prefix, role)))
-        client = client or await asyncio.to_thread(_kube, record, aws, kube)
+        client = client or await asyncio.to_thread(kube_for, record, aws, kube)
         await asyncio.to_thread(ensure_service_account, client, plan.namespace, plan.service_account, role,
                                 plan.cluster)
         note_object(record, {"kind": "ServiceAccount", "metadata": {"name": plan.service_account,

@@ -37,7 +37,7 @@ from .aws import AwsError, AwsSession, redact
 from .eks_access import ClusterRecord, role_name
 from .eks_create import Progress, _Clock, ensure_object, ensure_role, ensure_service_account, trust_service_account
 from .eks_plan import CLUSTER_TAG
-from .eks_storage import cluster_network, note_object, oidc_provider, _kube
+from .eks_storage import cluster_network, kube_for, note_object, oidc_provider
 from .errors import BackendError, SpecError
 
 CONTEXT_PATHS = ("pyproject.toml", "README.md", "LICENSE", "__init__.py", "__main__.py", "trainer", "backends", "tui",
@@ -245,13 +245,27 @@ async def build_with_docker(aws: AwsSession, docker: str, root: Path, dockerfile
         yield digest
 
 
-async def push_with_docker(aws: AwsSession, docker: str, root: Path, destination: str,
-                           clock: _Clock) -> AsyncIterator[Progress]:
+async def push_image(aws: AwsSession, plan: ImagePlan, docker: str | None = None) -> AsyncIterator[Progress]:
+    """Push what ``build_image(push=False)`` built here; the last Progress (kind done) names the image
+    with its digest, as ``build_image``'s does."""
+    docker = docker or docker_engine()
+    if docker is None:
+        raise BackendError("no Docker engine answers here, so there is no local image to push",
+                           "torchdeck image build builds and pushes in the cluster (Kaniko)")
+    clock = _Clock()
+    root = source_root()
+    tag = image_tag(await asyncio.to_thread(context_archive, root), plan.variant)
+    uri = (await aws.acall("ecr", "describe_repositories", repositoryNames=[plan.repository]))["repositories"][0][
+        "repositoryUri"]
     async with EcrLogin(aws, docker) as login:
         assert login.folder is not None
-        argv = [docker, "--config", login.folder, "push", destination]
+        argv = [docker, "--config", login.folder, "push", f"{uri}:{tag}"]
         async for p in _stream(argv, login, "push", clock, root):
             yield p
+    digest = await pushed_digest(aws, plan.repository, tag)
+    if not digest:
+        raise BackendError(f"ECR has no image tagged {tag} after the push", "read the push output above")
+    yield Progress("done", f"image {uri}@{digest}", clock(), "done")
 
 
 # -- the kaniko path ------------------------------------------------------------------
@@ -304,7 +318,7 @@ async def build_with_kaniko(aws: AwsSession, plan: ImagePlan, record: ClusterRec
     role, _ = await ensure_role(aws, record, role_name(plan.cluster, "image-builder"),
                                 trust_service_account(provider, net.issuer, plan.namespace, BUILDER_ACCOUNT),
                                 inline=builder_policy(repo["repositoryArn"], bucket, key))
-    client = await asyncio.to_thread(_kube, record, aws, kube)
+    client = await asyncio.to_thread(kube_for, record, aws, kube)
     await asyncio.to_thread(ensure_service_account, client, plan.namespace, BUILDER_ACCOUNT, role, plan.cluster)
     note_object(record, {"kind": "ServiceAccount", "metadata": {"name": BUILDER_ACCOUNT,
                                                                 "namespace": plan.namespace}}, True, 3, "image")

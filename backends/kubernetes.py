@@ -236,14 +236,12 @@ class KubernetesBackend(Backend):
                 context = config.list_kube_config_contexts(config_file=self.kubeconfig)[1]["name"]
             except Exception:  # no kubeconfig: the request itself said so already
                 context = ""
+        from .eks_access import ClusterRecord
+
         assert self.ledger_dir is not None
-        for path in sorted((self.ledger_dir / "clusters").glob("*.json")):
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if data.get("context") == context and data.get("state") != "deleted":
-                return context, data.get("name", ""), data.get("region", ""), data.get("account", "")
+        for record in ClusterRecord.all(self.ledger_dir):
+            if record.context == context:
+                return context, record.name, record.region, record.account
         return context, context, "", ""
 
     def _note(self, path: str) -> None:

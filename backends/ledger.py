@@ -155,9 +155,8 @@ class Ledger:
             args.append(scope)
         with closing(self._connect()) as conn:
             rows = conn.execute(query, args).fetchall()
-        found = [Resource(k, i, r, a, s, json.loads(t), json.loads(d), bool(m), c, ca, da)
-                 for k, i, r, a, s, t, d, m, c, ca, da in rows]
-        return sorted(found, key=lambda x: (x.order, -x.created_at))
+        return in_teardown_order(Resource(k, i, r, a, s, json.loads(t), json.loads(d), bool(m), c, ca, da)
+                                 for k, i, r, a, s, t, d, m, c, ca, da in rows)
 
     def costs(self, now: float | None = None) -> tuple[float, float]:
         """(per hour of what exists now, so far of everything recorded)."""
@@ -167,4 +166,5 @@ class Ledger:
 
 
 def in_teardown_order(resources: Iterable[Resource]) -> list[Resource]:
+    """Dependents first (the order of KINDS); within a kind, the newest first."""
     return sorted(resources, key=lambda x: (x.order, -x.created_at))

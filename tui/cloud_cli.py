@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdeck.backends.errors import BackendError
 
-from .cluster_cli import _confirm, _say, _session, progress_line, stream
+from .cluster_cli import _confirm, _say, _session, stream
 
 if TYPE_CHECKING:
     from torchdeck.settings import Settings
@@ -111,7 +111,7 @@ def cluster_target(args: argparse.Namespace, settings: Settings):
 
     name, region = args.cluster, args.region
     if not name:
-        known = sorted(p.stem for p in (settings.state_dir / "clusters").glob("*.json"))
+        known = [r.name for r in ClusterRecord.all(settings.state_dir)]
         if len(known) != 1:
             raise BackendError("which cluster?" + (f" torchdeck knows {', '.join(known)}" if known else ""),
                                "pass --cluster NAME (and --region)")
@@ -204,11 +204,7 @@ def _spec_file(args: argparse.Namespace, settings: Settings) -> Path:
 
 
 def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
-    import asyncio
-
-    from torchdeck.backends.image import (ImagePlan, build_image, context_archive, docker_engine, image_tag,
-                                          pushed_digest, push_with_docker, source_root, validate_image,
-                                          write_image_to_spec)
+    from torchdeck.backends.image import ImagePlan, build_image, push_image, validate_image, write_image_to_spec
 
     record = cluster_target(args, settings)
     plan = validate_image(ImagePlan(record.name, record.region, variant="gpu" if args.gpu else "cpu",
@@ -216,38 +212,13 @@ def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
                                     bucket=getattr(args, "bucket", None),
                                     namespace=getattr(args, "namespace", "default")))
     aws = _session(record.region, args.profile)
-    image = ""
     if args.image_command == "build":
-        async def run() -> str:
-            last = ""
-            async for p in build_image(aws, plan, record, push=not args.no_push, poll_s=min(settings.aws_poll_s, 2.0)):
-                print(progress_line(p), flush=True)
-                last = p.message
-            return last
-        try:
-            last = asyncio.run(run())
-        except KeyboardInterrupt:
-            _say("interrupted: run the same command again (an image already in ECR is not built twice)")
-            raise
+        last = stream(build_image(aws, plan, record, push=not args.no_push, poll_s=min(settings.aws_poll_s, 2.0)))
         if args.no_push:
             return 0
-        image = last.removeprefix("image ")
     else:
-        docker = docker_engine()
-        if docker is None:
-            raise BackendError("no Docker engine answers here, so there is no local image to push",
-                               "torchdeck image build builds and pushes in the cluster (Kaniko)")
-        root = source_root()
-        tag = image_tag(context_archive(root), plan.variant)
-        uri = aws.call("ecr", "describe_repositories", repositoryNames=[plan.repository])["repositories"][0][
-            "repositoryUri"]
-        from torchdeck.backends.eks_create import _Clock
-
-        stream(push_with_docker(aws, docker, root, f"{uri}:{tag}", _Clock()))
-        digest = asyncio.run(pushed_digest(aws, plan.repository, tag))
-        if not digest:
-            raise BackendError(f"ECR has no image tagged {tag} after the push", "read the push output above")
-        image = f"{uri}@{digest}"
+        last = stream(push_image(aws, plan))
+    image = last.message.removeprefix("image ")
     spec_file = _spec_file(args, settings)
     write_image_to_spec(spec_file, image)
     print(f"{spec_file}: image: {image} (jobs pull exactly this image)")
@@ -297,9 +268,8 @@ def cmd_model_get(args: argparse.Namespace, settings: Settings) -> int:
 def _model_prefix(settings: Settings, spec: Any) -> str:
     from torchdeck.backends.eks_access import ClusterRecord
 
-    for path in sorted((settings.state_dir / "clusters").glob("*.json")):
-        record = ClusterRecord.load(settings.state_dir, path.stem)
-        if record and record.storage.get("bucket"):
+    for record in ClusterRecord.all(settings.state_dir):
+        if record.storage.get("bucket"):
             return f"s3://{record.storage['bucket']}/{record.storage['prefix']}models"
     raise BackendError("the model is on the cluster's volume and there is no bucket to pass it through",
                        "make one (torchdeck storage create --bucket NAME) or pass --via s3://BUCKET/PREFIX")
@@ -325,8 +295,11 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
             regions.add(default)
         if not regions:
             raise BackendError("which region should cleanup look in for leftovers?", "pass --region (repeatable)")
-        for region in sorted(regions):
-            orphans += asyncio.run(find_orphans(_session(region, args.profile)))
+        found: dict[tuple[str, str], Any] = {}
+        for region in sorted(regions):  # IAM is global: a role found from two regions is one role
+            for orphan in asyncio.run(find_orphans(_session(region, args.profile))):
+                found.setdefault((orphan.kind, orphan.ident), orphan)
+        orphans = list(found.values())
     steps = plan_cleanup(rows, orphans, scope=args.cluster, keep_buckets=args.keep_buckets)
     if args.output == "json":
         print(json.dumps([{"action": s.action, "orphan": s.orphan, "why": s.why, **s.resource.to_dict()}
@@ -351,7 +324,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def resource_rows(resources: list[Any], now: float | None = None) -> list[tuple[str, ...]]:
-    """KIND, NAME, CLUSTER, REGION, AGE, $/H, SO FAR: the rows the home screen and ``resources`` show."""
+    """KIND, NAME, CLUSTER, REGION, AGE, $/H, SO FAR: the rows ``torchdeck resources`` prints."""
     from .monitor_state import format_duration
 
     now = time.time() if now is None else now

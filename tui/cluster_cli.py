@@ -243,15 +243,19 @@ def progress_line(p: Any) -> str:
     return f"[{format_duration(p.elapsed):>6}] {p.phase:<11} {mark} {p.message}"
 
 
-def stream(progress: AsyncIterator[Any]) -> None:
-    """Print each progress event as it comes; Ctrl-C stops here (create and delete resume on a re-run)."""
+def stream(progress: AsyncIterator[Any]) -> Any:
+    """Print each progress event as it comes, and return the last; Ctrl-C stops here (create and delete
+    resume on a re-run)."""
     import asyncio
 
-    async def run() -> None:
+    async def run() -> Any:
+        last = None
         async for p in progress:
             print(progress_line(p), flush=True)
+            last = p
+        return last
     try:
-        asyncio.run(run())
+        return asyncio.run(run())
     except KeyboardInterrupt:
         _say("interrupted: what is made is recorded; run the same command again to continue")
         raise

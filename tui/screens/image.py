@@ -19,7 +19,6 @@ from torchdeck.backends.errors import SpecError
 from torchdeck.backends.image import ImagePlan, validate_image
 
 from .cloud_steps import CloudStepsScreen
-from .storage import known_clusters
 
 FIELDS: list[tuple[str, str]] = [
     ("cluster", "EKS cluster"),
@@ -62,8 +61,10 @@ class ImageScreen(CloudStepsScreen):
         yield self.app.footer()
 
     def on_mount(self) -> None:
-        known = known_clusters(self.app.settings.state_dir)
-        name, region = known[0] if len(known) == 1 else ("", "")
+        from torchdeck.backends.eks_access import ClusterRecord
+
+        known = ClusterRecord.all(self.app.settings.state_dir)
+        name, region = (known[0].name, known[0].region) if len(known) == 1 else ("", "")
         for field, value in (("cluster", name), ("region", region), ("repository", "torchdeck-trainer"),
                              ("namespace", "default"), ("spec", str(self.app.settings.spec_file))):
             self.query_one(f"#f-{field}", Input).value = value

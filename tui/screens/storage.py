@@ -5,7 +5,6 @@ its phase, elapsed time and events as they come."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from textual import work
@@ -14,8 +13,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Label, RichLog, Select, Static
 
+from torchdeck.backends.eks_access import ClusterRecord
 from torchdeck.backends.eks_storage import FSX_DEPLOYMENTS, StoragePlan, validate_storage
-from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.errors import SpecError
 
 from .cloud_steps import CloudStepsScreen
 from .confirm import ConfirmScreen
@@ -33,21 +33,6 @@ FIELDS: list[tuple[str, str]] = [
     ("pvc", "Claim name (cluster.pvc)"),
 ]
 KINDS = [("EFS (elastic, shared)", "efs"), ("FSx for Lustre (fast)", "fsx"), ("none: a bucket only", "none")]
-
-
-def known_clusters(state_dir: Path) -> list[tuple[str, str]]:
-    """(name, region) of every cluster torchdeck keeps a record of."""
-    from torchdeck.backends.eks_access import ClusterRecord
-
-    found = []
-    for path in sorted((state_dir / "clusters").glob("*.json")):
-        try:
-            record = ClusterRecord.load(state_dir, path.stem)
-        except BackendError:
-            continue
-        if record and record.state != "deleted":
-            found.append((record.name, record.region))
-    return found
 
 
 class StorageScreen(CloudStepsScreen):
@@ -81,12 +66,10 @@ class StorageScreen(CloudStepsScreen):
         yield self.app.footer()
 
     def on_mount(self) -> None:
-        known = known_clusters(self.app.settings.state_dir)
-        name, region = known[0] if len(known) == 1 else ("", "")
-        made: dict[str, Any] = {}  # what the last storage create of that cluster chose
-        if name:
-            from torchdeck.backends.eks_access import ClusterRecord
-            made = ClusterRecord.open(self.app.settings.state_dir, name, region).storage
+        known = ClusterRecord.all(self.app.settings.state_dir)
+        only = known[0] if len(known) == 1 else None
+        name, region = (only.name, only.region) if only else ("", "")
+        made: dict[str, Any] = only.storage if only else {}  # what its last storage create chose
         for field, value in (("cluster", name), ("region", region), ("fsx_capacity", "1200"),
                              ("bucket", made.get("bucket") or ""), ("prefix", made.get("prefix", "models/")),
                              ("namespace", made.get("namespace", "default")), ("pvc", made.get("pvc", "shared"))):
@@ -94,7 +77,7 @@ class StorageScreen(CloudStepsScreen):
         if made.get("kind"):
             self.query_one("#f-kind", Select).value = made["kind"]
         self.log_line("ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
-                      "ctrl+d deletes" + (f"; clusters torchdeck knows: {', '.join(n for n, _ in known)}"
+                      "ctrl+d deletes" + (f"; clusters torchdeck knows: {', '.join(r.name for r in known)}"
                                           if known else "; no cluster yet: make one with c from the runs"), "dim")
         self.query_one("#f-cluster", Input).focus()
         self.set_interval(1.0, self.tick)
@@ -132,7 +115,6 @@ class StorageScreen(CloudStepsScreen):
         return plan
 
     def record(self, plan: StoragePlan) -> Any:
-        from torchdeck.backends.eks_access import ClusterRecord
         return ClusterRecord.open(self.app.settings.state_dir, plan.cluster, plan.region)
 
     def action_create(self) -> None:
