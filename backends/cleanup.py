@@ -135,8 +135,10 @@ class Teardown:
             said = await deleter(r)
             self.ledger.gone(r.kind, r.ident, r.region)
             yield Progress("cleanup", f"{r.kind} {r.ident}: {said}", self.clock())
-        yield Progress("done", "nothing torchdeck made is left" if steps else "nothing to clean up", self.clock(),
-                       "done")
+        deleted = sum(1 for s in steps if s.action != "keep")
+        # a partial plan (storage delete, one cluster) says what it did, not that nothing is left anywhere
+        yield Progress("done", f"all {deleted} in the plan are deleted" if deleted else "nothing to delete",
+                       self.clock(), "done")
 
     async def _cluster(self, r: Resource) -> AsyncIterator[Progress]:
         aws = self.aws_for(r.region)

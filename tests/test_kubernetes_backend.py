@@ -493,6 +493,7 @@ def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(cluster, 
     progress = asyncio.run(_collect(Teardown(tmp_path / "state", lambda region: None, poll_s=0.01).run(
         plan_cleanup(rows))))
     assert [p.message.rsplit(": ", 1)[-1] for p in progress[:-1]] == ["deleted", "deleted"]
+    assert progress[-1].message == "all 2 in the plan are deleted"
     assert Ledger(tmp_path / "state").resources() == []
     with pytest.raises(BackendError):
         backend.status(run_id)
