@@ -4,8 +4,10 @@ and a regular (non-editable) install works with its package data."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -57,40 +59,116 @@ def test_dockerignore_keeps_the_context_small() -> None:
     assert {".git", ".venv", "tests"} <= set(ignored)
 
 
+PACKAGE_SUFFIXES = (".py", ".tcss", ".j2")
+NOT_PACKAGED = ("tests", "benchmarks", "scripts", "examples", "docs", "build", "dist", ".git", ".ci", ".venv")
+
+
+def tracked_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
+    return [f for f in out.stdout.split("\0") if f and (REPO / f).is_file()]
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel pip builds from a clean copy of the tracked files (never in
+    the source tree, which would leave build/ there: a second copy of every
+    module for the next run to import)."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "src"
+    for name in tracked_files():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
+    out = root / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(out), str(REPO)], check=True, capture_output=True, cwd=out)
+                    "-w", str(out), str(source)], check=True, capture_output=True, cwd=root)
+    assert not (REPO / "build").exists(), "building the wheel must not write into the source tree"
     return next(out.glob("torchdeck-*.whl"))
 
 
-def test_wheel_holds_the_packages_and_their_data(wheel: Path) -> None:
+def test_wheel_holds_every_module_stylesheet_and_template(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ("torchdeck/__init__.py", "torchdeck/trainer/train.py", "torchdeck/trainer/evaluate.py",
-                     "torchdeck/tui/cli.py", "torchdeck/backends/__init__.py",
-                     "torchdeck/docker/Dockerfile.cpu", "torchdeck/docker/Dockerfile.gpu"):
+    wanted = {f"torchdeck/{f}" for f in tracked_files()
+              if f.endswith(PACKAGE_SUFFIXES) and f.split("/")[0] not in NOT_PACKAGED}
+    assert {"torchdeck/tui/screens/monitor.py", "torchdeck/tui/widgets/rank_table.py",
+            "torchdeck/tui/app.tcss", "torchdeck/manifests/pytorchjob.yaml.j2"} <= wanted  # the walk sees them
+    assert sorted(wanted - names) == []
+    for expected in ("torchdeck/docker/Dockerfile.cpu", "torchdeck/docker/Dockerfile.gpu"):
         assert expected in names
-    assert not [n for n in names if n.startswith(("torchdeck/tests", "torchdeck/benchmarks", "torchdeck/.venv"))]
+    assert not [n for n in names if n.startswith(tuple(f"torchdeck/{d}/" for d in NOT_PACKAGED))]
     metadata = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert "Requires-Dist: torch>=2.3; extra == \"trainer\"" in text
     assert not re.search(r"Requires-Dist: torch[^;]*$", text, re.M)  # torch is never a core dependency
 
 
-def test_regular_install_runs_the_trainer(wheel: Path, tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True)
-    code = (f"import sys; sys.path.insert(0, {str(site)!r})\n"
-            "import torchdeck, importlib.resources as r\n"
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory) -> Path:
+    """A fresh virtual environment with the wheel installed (not editable).
+    Its dependencies come from the test environment's site-packages through
+    a .pth file, which Python reads after the environment's own packages, and
+    which does not run the editable install's finder: every torchdeck module
+    imported there is the installed copy."""
+    venv = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    deps = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (site / "zz-test-dependencies.pth").write_text("\n".join(deps) + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                    "--no-deps", "--no-compile", str(wheel)], check=True, capture_output=True)
+    return venv
+
+
+def run_installed(venv: Path, *args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=env, timeout=120, **kw)
+
+
+def test_installed_console_opens_and_the_cli_answers(installed: Path, tmp_path: Path) -> None:
+    python, exe = str(installed / "bin" / "python"), str(installed / "bin" / "torchdeck")
+    help_out = run_installed(installed, exe, "--help", cwd=tmp_path)
+    assert help_out.returncode == 0, help_out.stderr
+    assert "torchdeck init" in help_out.stdout
+    # The console itself, from the installed copy: Pilot opens the runs screen
+    # and the launch form, which need every screen, widget and stylesheet.
+    code = f"""
+import asyncio, sys
+from pathlib import Path
+import torchdeck
+assert torchdeck.__file__.startswith({str(installed)!r}), torchdeck.__file__
+from torchdeck.settings import Settings
+from torchdeck.backends.local import LocalBackend
+from torchdeck.tui.app import make_app
+state = Path({str(tmp_path / "state")!r})
+settings = Settings(state_dir=state, spec_file=state / "torchdeck.yaml")
+
+async def main():
+    app = make_app(settings, LocalBackend(state))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.5)
+        first = type(app.screen).__name__
+        await pilot.press("n")
+        await pilot.pause(0.5)
+        print(first, type(app.screen).__name__)
+        mods = [m.__file__ for n, m in sys.modules.items() if n.startswith("torchdeck") and getattr(m, "__file__", None)]
+        assert all(f.startswith({str(installed)!r}) for f in mods), [f for f in mods if {str(installed)!r} not in f]
+        print(len(mods), "modules")
+
+asyncio.run(main())
+"""
+    out = run_installed(installed, python, "-c", code, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first_line = out.stdout.splitlines()[0]
+    assert first_line == "HomeScreen LaunchScreen", out.stdout
+
+
+def test_installed_trainer_runs_and_finds_its_data(installed: Path, tmp_path: Path) -> None:
+    python = str(installed / "bin" / "python")
+    code = ("import torchdeck, importlib.resources as r\n"
             "from torchdeck.trainer import train\n"
             "print(torchdeck.__file__)\n"
             "print((r.files('torchdeck') / 'docker' / 'Dockerfile.gpu').is_file())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    out = run_installed(installed, python, "-c", code, cwd=tmp_path, check=True)
     path, has_data = out.stdout.split()
-    assert path.startswith(str(site)) and has_data == "True"
-    help_out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); "
-                               "sys.argv=['x', '--help']; import runpy; runpy.run_module('torchdeck.trainer', run_name='__main__')"],
-                              capture_output=True, text=True, cwd=tmp_path)
+    assert path.startswith(str(installed)) and has_data == "True"
+    help_out = run_installed(installed, python, "-m", "torchdeck.trainer", "--help", cwd=tmp_path)
     assert help_out.returncode == 0 and "--checkpoint-every" in help_out.stdout
