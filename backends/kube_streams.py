@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .errors import BackendError
 from .kube_api import ApiError, Unreachable
-from .manifests import RUN_LABEL
 
 if TYPE_CHECKING:
     from .kubernetes import KubernetesBackend
@@ -74,7 +73,7 @@ class PodWatcher:
         failures = 0
         rv = None
         path = f"api/v1/namespaces/{self.namespace}/pods"
-        selector = f"{RUN_LABEL}={self.run_id}"
+        selector = self.backend.pod_selector(self.run_id)
         while not self._stop.is_set():
             try:
                 if rv is None:

@@ -29,7 +29,8 @@ from .events import describe_record, parse_metric_lines
 from .kube_api import ApiError, Unreachable, quantity
 from .kube_diagnosis import Finding, diagnose_pod, job_findings
 from .kube_streams import PodLogFollower, has_started, node_rank
-from .manifests import KIND_INFO, RUN_LABEL, Rendered, render, render_task
+from . import crds
+from .manifests import KIND_INFO, RUN_LABEL, Rendered, pod_selector, render, render_task
 from .spec import JobSpec, spec_from_dict, validate
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
@@ -77,6 +78,8 @@ class KubernetesBackend(Backend):
         self._node_cache: dict[str, tuple[float, list[NodeMetrics]]] = {}
         self._kinds: dict[str, tuple[str, str]] = {}
         """run id -> (kind key, namespace), learned on the way."""
+        self._selectors: dict[str, str] = {}
+        """run id -> its pods' label selector, learned with the kind."""
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection."""
@@ -138,7 +141,11 @@ class KubernetesBackend(Backend):
     def render(self, spec: JobSpec) -> str:
         """The manifests, and what the preflight finds on the cluster (as comments), for --dry-run."""
         spec = validate(spec)
-        rendered = render(spec, run_id_for(spec.name))
+        try:
+            rendered = render(spec, run_id_for(spec.name), target=self.served_target(spec.cluster.kind))
+        except BackendError as exc:  # the cluster serves no version torchdeck renders: show the newest
+            rendered = render(spec, run_id_for(spec.name))
+            rendered.warnings.insert(0, str(exc))
         try:
             found = self.preflight(spec, rendered)
             checks = [f"# preflight: {f}\n" for f in found] or ["# preflight: the cluster can run it\n"]
@@ -153,9 +160,12 @@ class KubernetesBackend(Backend):
         ns = spec.namespace
         if info.group != "batch":
             crd = f"{info.plural}.{info.group}"
-            if not self._exists(f"apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}"):
+            definition = self.crd(rendered.kind)
+            if definition is None:
                 found.append(Finding(rendered.kind, f"{info.kind} is not installed on this cluster (no CRD {crd})",
                                      f"install {info.operator}: {info.install}, or use --kind job (needs nothing)"))
+            else:
+                found += self._served_findings(rendered, definition)
         if not self._exists(f"api/v1/namespaces/{ns}"):
             found.append(Finding(ns, f"namespace {ns} does not exist", f"kubectl create namespace {ns}"))
             return found
@@ -180,6 +190,42 @@ class KubernetesBackend(Backend):
         if spec.resources.gpus:
             found += self._gpu_check(spec)
         return found
+
+    def crd(self, kind: str) -> dict[str, Any] | None:
+        """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed)."""
+        info = KIND_INFO[kind]
+        try:
+            return self.request("GET", f"apis/apiextensions.k8s.io/v1/customresourcedefinitions/{info.plural}.{info.group}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def served_target(self, kind: str) -> crds.Target | None:
+        """The operator release to render ``kind`` for, read from the cluster's CRD (the newest
+        supported where the CRD is not there to read); BackendError where it serves none we render."""
+        if KIND_INFO[kind].group == "batch":
+            return None
+        definition = self.crd(kind)
+        return crds.for_cluster(kind, definition) if definition else crds.latest(kind)
+
+    def _served_findings(self, rendered: Rendered, definition: dict[str, Any]) -> list[Finding]:
+        """What the cluster's own CRD says of the rendered job: a version it does not serve, a field
+        it would drop, a value it refuses."""
+        info = KIND_INFO[rendered.kind]
+        try:
+            crds.for_cluster(rendered.kind, definition)
+        except BackendError as exc:
+            return [Finding(rendered.kind, exc.message, exc.hint)]
+        version = rendered.main["apiVersion"].rpartition("/")[2]
+        schema = crds.schema_of(definition, version)
+        if schema is None:
+            return []
+        problems = crds.check(rendered.main, schema).problems
+        return [Finding(f"{info.kind} {rendered.name}", f"{problems[0]} (the cluster's CRD {definition['metadata']['name']})"
+                        + (f", and {len(problems) - 1} more" if len(problems) > 1 else ""),
+                        f"torchdeck renders for {crds.supported(rendered.kind)}; torchdeck render --validate shows "
+                        "every problem")] if problems else []
 
     def _gpu_check(self, spec: JobSpec) -> list[Finding]:
         wanted = spec.resources.gpus
@@ -209,9 +255,10 @@ class KubernetesBackend(Backend):
     def submit(self, spec: JobSpec) -> str:
         spec = validate(spec)
         run_id = run_id_for(spec.name)
-        rendered = render(spec, run_id)
+        rendered = render(spec, run_id, target=self.served_target(spec.cluster.kind))
         self._apply(spec, rendered, spec)
         self._kinds[run_id] = (rendered.kind, spec.namespace)
+        self._selectors[run_id] = pod_selector(rendered.main)
         return run_id
 
     def _apply(self, spec: JobSpec, rendered: Rendered, checked: JobSpec) -> None:
@@ -318,11 +365,16 @@ class KubernetesBackend(Backend):
                               "torchdeck --backend kubernetes jobs lists them; --namespace picks another")
         key, obj = jobs[0]
         self._kinds[obj["metadata"]["name"]] = (key, obj["metadata"].get("namespace") or self.namespace or "default")
+        self._selectors[obj["metadata"]["name"]] = pod_selector(obj)
         return key, obj
+
+    def pod_selector(self, run_id: str) -> str:
+        """The label selector of a run's pods (the run label, or what its job's release gives them)."""
+        return self._selectors.get(run_id) or f"{RUN_LABEL}={run_id}"
 
     def pods(self, run_id: str, namespace: str) -> list[dict[str, Any]]:
         return self.request("GET", f"api/v1/namespaces/{namespace}/pods",
-                            query={"labelSelector": f"{RUN_LABEL}={run_id}"}).get("items", [])
+                            query={"labelSelector": self.pod_selector(run_id)}).get("items", [])
 
     def _pod_findings(self, namespace: str, pods: list[dict[str, Any]]) -> list[Finding]:
         """What is wrong with these pods; the scheduler's events are read for Pending ones only."""

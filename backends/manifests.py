@@ -11,15 +11,18 @@ writable scratch folder, and labels that find every pod of the job."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 import yaml
 
+from . import crds
 from .errors import SpecError
-from .spec import KINDS, JobSpec, trainer_arguments, validate
+from .spec import KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
 
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""
@@ -46,27 +49,47 @@ class KindInfo:
 
 
 KIND_INFO = {
-    "pytorchjob": KindInfo("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "the Kubeflow Training Operator",
-                           'kubectl apply --server-side -k "github.com/kubeflow/training-operator.git/'
-                           'manifests/overlays/standalone?ref=v1.8.1"'),
+    "pytorchjob": KindInfo("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "the Kubeflow Training Operator v1",
+                           'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/'
+                           'manifests/overlays/standalone?ref=v1.9.4"'),
     "trainjob": KindInfo("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "Kubeflow Trainer v2",
-                         'kubectl apply --server-side -k "https://github.com/kubeflow/trainer.git/'
-                         'manifests/overlays/manager?ref=v2.0.0" (and its runtimes overlay)',
+                         'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/'
+                         'manifests/overlays/manager?ref=v2.3.0", then the same with overlays/runtimes',
                          "TrainJob: the pods' security context comes from the ClusterTrainingRuntime, "
                          "not from torchdeck"),
     "mpijob": KindInfo("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", "the Kubeflow MPI Operator",
                        "kubectl apply --server-side -f https://raw.githubusercontent.com/kubeflow/mpi-operator/"
-                       "v0.6.0/deploy/v2beta1/mpi-operator.yaml",
-                       "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000; "
-                       "torchdeck's own images have neither (use pytorchjob or job with them)"),
+                       "v0.8.2/deploy/v2beta1/mpi-operator.yaml",
+                       "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000 with its keys "
+                       f"in {'{'}MPI_SSH_DIR{'}'}; torchdeck's own images have neither (use pytorchjob or job with them)"),
     "job": KindInfo("batch", "v1", "jobs", "Job", "nothing (built into Kubernetes)", ""),
     "elasticjob": KindInfo("elastic.pytorch.org", "v1alpha1", "elasticjobs", "ElasticJob",
-                           "the TorchElastic controller",
-                           "kubectl apply -k github.com/pytorch/elastic/kubernetes/config/default",
-                           "ElasticJob: the TorchElastic controller is unmaintained upstream, and etcd "
-                           "rendezvous needs python-etcd in the image; prefer pytorchjob with "
-                           "cluster.min_nodes and cluster.max_nodes"),
+                           "the TorchElastic controller (v0.2.2, 2022, unmaintained)",
+                           "none works on Kubernetes 1.22 or later: its CRD is apiextensions.k8s.io/v1beta1, "
+                           "which 1.22 removed; use --kind pytorchjob with cluster.min_nodes and "
+                           "cluster.max_nodes (the same elastic job), or --kind job",
+                           "ElasticJob: the TorchElastic controller's CRD is apiextensions.k8s.io/v1beta1, which "
+                           "Kubernetes removed in 1.22 (EKS's oldest supported release is newer), so it installs on "
+                           "no current cluster; torchdeck submits it only where the cluster already serves it. "
+                           "The same elastic job: --kind pytorchjob with cluster.min_nodes and cluster.max_nodes"),
 }
+MPI_SSH_DIR = "/home/trainer/.ssh"
+"""Where the MPI Operator mounts the SSH keys: the home of the images' uid-1000
+user (the operator's default, /root/.ssh, is not that user's)."""
+KIND_INFO["mpijob"] = dataclasses.replace(KIND_INFO["mpijob"],
+                                          warning=KIND_INFO["mpijob"].warning.replace("{MPI_SSH_DIR}", MPI_SSH_DIR))
+
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def pod_selector(job: dict[str, Any]) -> str:
+    """The label selector that finds a job object's pods: the run label, except on a TrainJob for
+    Trainer v2.0, which cannot label its pods (they carry their JobSet's name)."""
+    name = job["metadata"]["name"]
+    if job.get("kind") == "TrainJob" and "podSpecOverrides" in (job.get("spec") or {}):
+        return f"{JOBSET_NAME_LABEL}={name}"
+    return f"{RUN_LABEL}={name}"
 
 
 @dataclass
@@ -78,6 +101,8 @@ class Rendered:
     namespace: str
     objects: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    target: crds.Target | None = None
+    """The operator release the custom kind was rendered for (None: a built-in kind)."""
 
     @property
     def main(self) -> dict[str, Any]:
@@ -105,6 +130,9 @@ def _check_kind(kind: str) -> str:
 
 
 def _check_name(run_id: str) -> None:
+    if not isinstance(run_id, str) or not re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", run_id):
+        raise SpecError("name", f"the object name {run_id!r:.60} is not a DNS-1035 name",
+                        "lower-case letters, digits and '-', starting with a letter, ending with a letter or digit")
     if len(run_id) > MAX_NAME:
         raise SpecError("name", f"the run id {run_id!r} is {len(run_id)} characters; at most {MAX_NAME} fit in "
                         "the pod names Kubernetes derives from it", "use a shorter job name")
@@ -169,6 +197,7 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
         rdzv_ports = [{"name": "rdzv", "containerPort": RDZV_PORT}]
         ctx["mpi_roles"] = [("Launcher", 1, "launcher", ["mpirun"], launch, launcher_resources, []),
                             ("Worker", spec.nodes, "worker", ["/usr/sbin/sshd", "-De"], [], resources_, rdzv_ports)]
+        ctx["ssh_auth_mount_path"] = MPI_SSH_DIR
     elif kind == "job":
         ctx["subdomain"] = run_id
         ctx["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
@@ -187,24 +216,29 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
     return ctx
 
 
-def render(spec: JobSpec, run_id: str, kind: str | None = None) -> Rendered:
-    """The manifests that run ``spec`` as ``run_id`` (its object name)."""
+def render(spec: JobSpec, run_id: str, kind: str | None = None, target: crds.Target | None = None) -> Rendered:
+    """The manifests that run ``spec`` as ``run_id`` (its object name), for ``target`` (the
+    operator release the cluster runs: ``crds.for_cluster``), by default the newest supported."""
     spec = validate(spec)
     kind = _check_kind(kind or spec.cluster.kind)
+    target = target or crds.latest(kind)
     _check_name(run_id)
     if not spec.image:
         raise SpecError("image", "a cluster job needs a training image",
                         "build and push one (torchdeck image build), then set image: or pass --image")
-    if kind == "trainjob" and spec.cluster.min_nodes is not None:
-        raise SpecError("cluster.min_nodes", "a TrainJob has no elastic bounds",
-                        "use kind pytorchjob for an elastic job")
-    text = _environment().get_template(f"{kind}.yaml.j2").render(**context(spec, run_id, kind))
+    check_kind_fields(spec, kind)
+    ctx = context(spec, run_id, kind)
+    ctx["pod_overrides"] = target.pod_overrides if target else ""
+    text = _environment().get_template(f"{kind}.yaml.j2").render(**ctx)
     objects = [o for o in yaml.safe_load_all(text) if o]
     info = KIND_INFO[kind]
     warnings = [info.warning] if info.warning else []
+    if target and target.pod_overrides == "podSpecOverrides":
+        warnings.append(f"TrainJob for {target.release}: its pods carry the JobSet's labels, not the run's; "
+                        "torchdeck finds them by the JobSet's name")
     if not spec.cluster.pvc:
         warnings.append("no cluster.pvc: the data and the checkpoints live in each pod's own folder and go with it")
-    return Rendered(kind, run_id, spec.namespace, objects, warnings)
+    return Rendered(kind, run_id, spec.namespace, objects, warnings, target)
 
 
 

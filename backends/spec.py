@@ -21,6 +21,9 @@ from .errors import SpecError
 
 DEFAULT_SPEC_FILE = "torchdeck.yaml"
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+JOB_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+"""A job name starts runs' object names: DNS-1035 (a letter first), as Service names, the
+PyTorchJob webhook and TrainJob's CEL rule demand."""
 DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -198,6 +201,14 @@ def _path(optional: bool):
     return check
 
 
+def quantity_text(v: Any) -> Any:
+    """A number where a Kubernetes quantity goes (cpu: 90, memory: 1.5) as the quantity's text,
+    as the API server takes it; anything else unchanged, for the check to judge."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    return str(v) if isinstance(v, int) or not v.is_integer() else str(int(v))
+
+
 def _quantity(optional: bool):
     def check(v: Any) -> str | None:
         if v is None and optional:
@@ -212,6 +223,13 @@ def _name(v: Any) -> str | None:
     if not isinstance(v, str) or not NAME_RE.match(v):
         return (f"must be 1-40 lower-case letters, digits or '-', starting and ending with a "
                 f"letter or digit, got {v!r}")
+    return None
+
+
+def _job_name(v: Any) -> str | None:
+    if not isinstance(v, str) or not JOB_NAME_RE.match(v):
+        return (f"must be 1-40 lower-case letters, digits or '-', starting with a letter and ending with a "
+                f"letter or digit (Kubernetes' DNS-1035 names), got {v!r:.60}")
     return None
 
 
@@ -252,6 +270,7 @@ TRAINER_CHECKS = {
     "keep_checkpoints": _int_at_least(0),
     "log_every": _int_at_least(1),
 }
+QUANTITY_FIELDS = ("cpu", "memory", "shm_size")
 RESOURCE_CHECKS = {
     "cpu": _quantity(optional=True),
     "memory": _quantity(optional=True),
@@ -259,7 +278,7 @@ RESOURCE_CHECKS = {
     "shm_size": _quantity(optional=False),
 }
 SPEC_CHECKS = {
-    "name": _name,
+    "name": _job_name,
     "nodes": _int_at_least(1),
     "nproc_per_node": _int_at_least(1),
     "max_restarts": _int_at_least(0),
@@ -340,6 +359,8 @@ def spec_from_dict(data: Any, source: str = "") -> JobSpec:
             if key == "cluster" and "node_selector" in value and value["node_selector"] is None:
                 value = {**value, "node_selector": {}}
             _check_keys(value, list(checks), f"{key}.", source)
+            if key == "resources":
+                value = {k: quantity_text(v) if k in QUANTITY_FIELDS else v for k, v in value.items()}
             for sub, subvalue in value.items():
                 problem = checks[sub](subvalue)
                 if problem:
@@ -374,9 +395,19 @@ def _check_together(spec: JobSpec, source: str) -> None:
     if spec.resources.gpus and spec.device == "cpu":
         raise SpecError("resources.gpus", f"{spec.resources.gpus} GPU(s) asked for with device: cpu",
                         "set device: cuda (or auto), or resources.gpus: 0", source)
-    if c.kind == "trainjob" and c.min_nodes is not None:
-        raise SpecError("cluster.min_nodes", "a TrainJob has no elastic bounds",
-                        "use kind pytorchjob for an elastic job", source)
+    check_kind_fields(spec, c.kind, source)
+
+
+def check_kind_fields(spec: JobSpec, kind: str, source: str = "") -> None:
+    """Fields that ``kind`` cannot carry out: refused rather than dropped without a word."""
+    c = spec.cluster
+    if kind in ("trainjob", "mpijob") and c.min_nodes is not None:
+        name = {"trainjob": "a TrainJob", "mpijob": "an MPIJob"}[kind]
+        raise SpecError("cluster.min_nodes", f"{name} has no elastic bounds",
+                        "use kind pytorchjob (or job) for an elastic job, or drop cluster.min_nodes/max_nodes", source)
+    if kind == "mpijob" and c.restart_policy == "ExitCode":
+        raise SpecError("cluster.restart_policy", "the MPI Operator takes Never or OnFailure, not ExitCode",
+                        "set cluster.restart_policy: OnFailure", source)
 
 
 def validate(spec: JobSpec) -> JobSpec:

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from kube_cluster import start_cluster, stop_cluster
+from torchdeck.backends import crds
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, RunNotFound
 from torchdeck.backends.kube_streams import PodWatcher
@@ -51,14 +52,17 @@ def make_spec(**changes):
     return spec_from_dict(data)
 
 
+def install_crd(backend, crd_file):
+    """An operator's own CRD, as its release publishes it (manifests/crds/)."""
+    backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crds.crd(crd_file))
+
+
 def install(backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, cpu_nodes=1):
-    """What a prepared cluster has: the operators' CRDs, the claim, the service account, nodes."""
+    """What a prepared cluster has: the operators' CRDs (their newest supported releases), the
+    claim, the service account, nodes."""
     for kind in kinds:
-        info = KIND_INFO[kind]
-        if info.group != "batch":
-            backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body={
-                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": f"{info.plural}.{info.group}"}})
+        if KIND_INFO[kind].group != "batch":
+            install_crd(backend, crds.latest(kind).crd_file)
     backend.request("POST", f"api/v1/namespaces/{NS}/persistentvolumeclaims", body={
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"},
         "status": {"phase": pvc_phase}})
@@ -125,9 +129,55 @@ def test_each_kind_is_stored_as_rendered(backend, kind):
     assert status.state is JobState.PENDING and status.world_size == 4 and status.backend == "kubernetes"
 
 
+@pytest.mark.parametrize("target", crds.TARGETS["trainjob"], ids=lambda t: t.release)
+def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(backend, target):
+    """The cluster's own TrainJob CRD says where pod settings go; the stored job has them there,
+    and its pods are found (by the run label, or on v2.0 by the JobSet's name)."""
+    install(backend, kinds=("job",))
+    install_crd(backend, target.crd_file)
+    run_id = backend.submit(make_spec(cluster={"kind": "trainjob"}))
+    stored = backend.request("GET", f"apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{run_id}")
+    assert set(stored["spec"]) & set(crds.TRAINJOB_OVERRIDES) == {target.pod_overrides}
+    assert "'claimName': 'shared'" in repr(stored["spec"][target.pod_overrides])
+    assert crds.check(stored, crds.target_schema(target)).problems == []
+    labels = ({"jobset.sigs.k8s.io/jobset-name": run_id} if target.pod_overrides == "podSpecOverrides"
+              else {RUN_LABEL: run_id})
+    backend.request("POST", f"api/v1/namespaces/{NS}/pods", body={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{run_id}-node-0-0", "labels": labels},
+        "spec": {"containers": [{"name": "node", "image": IMAGE}]}, "status": {"phase": "Pending"}})
+    fresh = KubernetesBackend(backend.kubeconfig)  # another console: learns the selector from the job
+    assert [p["metadata"]["name"] for p in fresh.pods(fresh._job(run_id)[1]["metadata"]["name"], NS)] == [
+        f"{run_id}-node-0-0"]
+
+
+def test_a_cluster_serving_another_version_is_told_which_are_supported(backend):
+    """The Training Operator v1 installs an MPIJob CRD that serves v1 only: torchdeck renders the
+    MPI Operator's v2beta1, so it says so before creating anything."""
+    install(backend, kinds=("job",))
+    install_crd(backend, "mpijob-v1-trainer-v1.9.4.yaml")
+    with pytest.raises(BackendError) as err:
+        backend.submit(make_spec(cluster={"kind": "mpijob"}))
+    assert "serves v1; torchdeck renders v2beta1 (Kubeflow MPI Operator v0.8.2)" in err.value.message
+    assert "MPI Operator" in err.value.hint
+    assert backend.list() == []
+    text = backend.render(make_spec(cluster={"kind": "mpijob"}))
+    assert "serves v1" in text.splitlines()[0]
+
+
+def test_elasticjob_is_submitted_only_where_the_cluster_serves_it(backend):
+    install(backend, kinds=("job",))
+    with pytest.raises(BackendError) as err:
+        backend.submit(make_spec(cluster={"kind": "elasticjob"}))
+    assert "ElasticJob is not installed" in err.value.message
+    assert "1.22" in err.value.hint and "--kind pytorchjob with cluster.min_nodes" in err.value.hint
+    install_crd(backend, "elasticjob-elastic-v0.2.2.yaml")  # a cluster that serves it (an old one)
+    run_id = backend.submit(make_spec(cluster={"kind": "elasticjob"}))
+    assert backend.status(run_id).state is JobState.PENDING
+
+
 @pytest.mark.parametrize("setup, kind, words, fix", [
     ({"kinds": ()}, "pytorchjob", "PyTorchJob is not installed on this cluster (no CRD pytorchjobs.kubeflow.org)",
-     "training-operator"),
+     "Training Operator v1"),
     ({"pvc_phase": "Pending"}, "job", "PersistentVolumeClaim shared is Pending", "describe pvc"),
     ({"sa": False}, "job", "service account torchdeck-s3 does not exist in training", "iamserviceaccount"),
 ])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -181,3 +182,31 @@ def test_gpu_figures_fall_back_to_a_clear_no_gpu():
         assert gpus and all(0 <= g.util_percent <= 100 and g.mem_total_mb > 0 for g in gpus)
     else:
         assert gpus == [] and note == "no GPU"
+
+
+@pytest.mark.slow
+def test_many_short_runs_end_without_a_restart_even_under_load(tmp_path, cifar_dir):
+    """A run that finished must not be restarted at its exit (a rank once died after `done`
+    with "terminate called without an active exception", and torchrun ran the group again).
+    Twelve 2-rank runs, four at a time (8 ranks on this machine's cores), the last four beside
+    a busy loop on every core: each ends SUCCEEDED with restarts 0 and a clean log."""
+    backend = LocalBackend(tmp_path)
+    hogs: list[subprocess.Popen] = []
+    try:
+        for wave in range(3):
+            if wave == 2:
+                hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                        for _ in range(os.cpu_count() or 2)]
+            run_ids = [backend.submit(JobSpec(name=f"exit{wave}{i}", data_dir=str(cifar_dir), max_restarts=1,
+                                              trainer=TrainerOptions(model="seed-cnn", max_steps=2, batch_size=16)))
+                       for i in range(4)]
+            for run_id in run_ids:
+                status = finished(backend, run_id, timeout=300)
+                text = "".join(line.text + "\n" for batch in backend.logs(run_id) for line in batch)
+                assert status.state is JobState.SUCCEEDED, (run_id, status, text[-2000:])
+                assert status.restarts == 0, (run_id, text[-2000:])
+                assert "terminate called" not in text and text.count("done") >= 2, text[-2000:]
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

@@ -1,19 +1,23 @@
 """Rendering a job spec into each kind's manifests: golden files, schema
 validation (Kubernetes' own for core kinds and pod templates, the operators'
-for custom kinds), the fields every pod must carry, and bad specs refused
-with one clear line. Regenerate the golden files after a deliberate change
-with TORCHDECK_UPDATE_GOLDEN=1."""
+own CRDs from manifests/crds/ for custom kinds, pruning included), the
+fields every pod must carry, and bad specs refused with one clear line.
+Regenerate the golden files after a deliberate change with
+TORCHDECK_UPDATE_GOLDEN=1."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from torchdeck.backends import crds
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.manifest_validation import validate_manifests
-from torchdeck.backends.manifests import RUN_LABEL, render
+from torchdeck.backends.manifests import MPI_SSH_DIR, RUN_LABEL, pod_selector, render
 from torchdeck.backends.spec import KINDS, load_spec, spec_from_dict, with_overrides
 from torchdeck.tui.cli import main
 
@@ -45,18 +49,80 @@ def test_rendering_matches_the_golden_file(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_passes_its_schemas(kind):
-    assert validate_manifests(render(golden_spec(), RUN, kind)) == []
+    checked = validate_manifests(render(golden_spec(), RUN, kind))
+    assert checked.problems == [] and checked.cel_unchecked == 0
+    assert len(checked.checked_against) == (0 if kind == "job" else 1)
 
 
-def test_validation_names_a_misspelt_field_and_a_bad_value():
+def test_the_crds_are_the_operators_own_files():
+    """Each CRD file is byte for byte what SOURCES.json says it is, from the operators' repositories."""
+    sources = crds.sources()
+    files = {p.name for p in (Path(crds.__file__).parent.parent / "manifests" / "crds").glob("*.yaml")}
+    assert files == set(sources)
+    for name, source in sources.items():
+        data = (Path(crds.__file__).parent.parent / "manifests" / "crds" / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == source["sha256"], name
+        assert source["repository"] in ("kubeflow/trainer", "kubeflow/mpi-operator", "pytorch/elastic")
+        assert re.fullmatch(r"[0-9a-f]{40}", source["commit"])
+    for targets in crds.TARGETS.values():
+        for target in targets:
+            assert crds.crd(target.crd_file)["kind"] == "CustomResourceDefinition"
+            assert target.version in crds.served_versions(crds.crd(target.crd_file))
+
+
+@pytest.mark.parametrize("target", crds.TARGETS["trainjob"], ids=lambda t: t.release)
+def test_trainjob_carries_its_pod_settings_in_each_trainer_release(target):
+    """Each release's form validates against that release's CRD with nothing pruned, and
+    against no release whose CRD lacks its field (a CRD would drop it without a word)."""
+    rendered = render(golden_spec(), RUN, "trainjob", target)
+    assert validate_manifests(rendered).problems == []
+    job = rendered.main["spec"]
+    patch = job[target.pod_overrides]
+    text = repr(patch)
+    for wanted in ("torchdeck-shared", "'medium': 'Memory'", "torchdeck-s3", "gpu-workers", "nvidia.com/gpu"):
+        assert wanted in text, (wanted, target.pod_overrides)
+    assert (RUN_LABEL in text) == (target.pod_overrides != "podSpecOverrides")  # v2.0 cannot label pods
+    for other in crds.TARGETS["trainjob"]:
+        problems = crds.check(rendered.main, crds.target_schema(other)).problems
+        if other.pod_overrides == target.pod_overrides:
+            assert problems == []
+        else:
+            assert problems == [f"spec.{target.pod_overrides}: unknown field (this release of the CRD would drop it)"]
+    expected = ("jobset.sigs.k8s.io/jobset-name" if target.pod_overrides == "podSpecOverrides" else RUN_LABEL)
+    assert pod_selector(rendered.main) == f"{expected}={RUN}"
+
+
+def test_validation_names_a_misspelt_field_and_what_the_crd_refuses():
     rendered = render(golden_spec(), RUN, "pytorchjob")
     job = rendered.main
-    job["spec"]["runPolicy"]["cleanPodPolicy"] = "Sometimes"
+    job["spec"]["runPolicy"]["cleanPodPolcy"] = "None"
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "Always"
-    problems = validate_manifests(rendered)
-    assert len(problems) == 2
-    assert "runPolicy.cleanPodPolicy" in problems[0] and "'Sometimes'" in problems[0]
-    assert "Worker pod template" in problems[1] and "imagePullPolcy" in problems[1]
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
+    problems = validate_manifests(rendered).problems
+    assert any("runPolicy.cleanPodPolcy: unknown field" in p for p in problems)
+    assert any("containers[0].imagePullPolcy: unknown field" in p for p in problems)
+    assert any("Worker.replicas: must be integer" in p for p in problems)
+    assert any("Worker pod template" in p and "imagePullPolcy" in p for p in problems)  # Kubernetes' own schema too
+    trainjob = render(golden_spec(), RUN, "trainjob")
+    trainjob.main["metadata"]["name"] = "9lives"
+    assert validate_manifests(trainjob).problems == [
+        "TrainJob/9lives: (object): metadata.name must match RFC 1035 DNS label format"]  # the CRD's CEL rule
+
+
+def test_mpijob_keys_go_to_the_images_user_and_its_limits_are_refused():
+    job = render(golden_spec(), RUN, "mpijob").main
+    dockerfile = (Path(crds.__file__).parent.parent / "docker" / "Dockerfile.gpu").read_text()
+    user = re.search(r"useradd --uid 1000 .*?(\S+) \\?$", dockerfile, re.M)
+    assert user and job["spec"]["sshAuthMountPath"] == MPI_SSH_DIR == f"/home/{user.group(1)}/.ssh"
+    for template in pod_templates(job):
+        assert template["spec"]["securityContext"]["runAsUser"] == 1000
+    with pytest.raises(SpecError, match="Never or OnFailure"):
+        render(with_overrides(golden_spec(), {"cluster.restart_policy": "ExitCode"}), RUN, "mpijob")
+    with pytest.raises(SpecError, match="an MPIJob has no elastic bounds"):
+        render(with_overrides(golden_spec(), {"cluster.min_nodes": 1, "cluster.max_nodes": 2}), RUN, "mpijob")
+    with pytest.raises(SpecError) as err:
+        spec_from_dict({"name": "x", "cluster": {"kind": "mpijob", "restart_policy": "ExitCode"}})
+    assert err.value.field == "cluster.restart_policy"
 
 
 @pytest.mark.parametrize("kind", ["pytorchjob", "mpijob", "job", "elasticjob"])
@@ -121,12 +187,14 @@ def test_elasticjob_is_rendered_with_its_etcd_and_a_warning():
     rendered = render(golden_spec(), RUN, "elasticjob")
     assert [o["kind"] for o in rendered.objects] == ["Deployment", "Service", "ElasticJob"]
     assert rendered.main["spec"]["rdzvEndpoint"] == f"{RUN}-etcd:2379"
-    assert any("unmaintained" in w for w in rendered.warnings)
+    warning = rendered.warnings[0]
+    assert "v1beta1" in warning and "1.22" in warning and "cluster.min_nodes" in warning
     assert rendered.to_yaml().startswith("# warning: ElasticJob")
 
 
 @pytest.mark.parametrize("change, field, words", [
     ({"name": "CIFAR_10"}, "name", "lower-case"),
+    ({"name": "9lives"}, "name", "starting with a letter"),
     ({"namespace": "Training"}, "namespace", "lower-case"),
     ({"nodes": 0}, "nodes", ">= 1"),
     ({"nproc_per_node": 0}, "nproc_per_node", ">= 1"),
@@ -151,6 +219,19 @@ def test_render_needs_an_image_and_a_short_enough_name():
         render(spec_from_dict({"name": "cifar10"}), RUN)
     with pytest.raises(SpecError, match="at most 52"):
         render(spec_from_dict({"name": "cifar10", "image": "repo/x:1"}), "x" * 60)
+    with pytest.raises(SpecError, match="DNS-1035"):
+        render(spec_from_dict({"name": "cifar10", "image": "repo/x:1"}), "9lives")
+
+
+def test_numbers_are_taken_for_quantities():
+    spec = with_overrides(golden_spec(), {"resources.cpu": 90, "resources.memory": 2048, "resources.shm_size": 1.5})
+    assert (spec.resources.cpu, spec.resources.memory, spec.resources.shm_size) == ("90", "2048", "1.5")
+    assert spec_from_dict({"name": "x", "resources": {"cpu": 0.5}}).resources.cpu == "0.5"
+    requests = pod_templates(render(spec, RUN, "pytorchjob").main)[0]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["cpu"] == "90"
+    for bad in (-1, True, "lots"):
+        with pytest.raises(SpecError, match="Kubernetes quantity"):
+            spec_from_dict({"name": "x", "resources": {"cpu": bad}})
 
 
 def test_render_command_prints_valid_yaml_and_one_line_errors(tmp_path, capsys, monkeypatch):
@@ -158,6 +239,9 @@ def test_render_command_prints_valid_yaml_and_one_line_errors(tmp_path, capsys, 
     assert main(["render", str(GOLDEN / "spec.yaml"), "--kind", "job", "--validate"]) == 0
     out, err = capsys.readouterr()
     assert "kind: Job" in out and "completionMode: Indexed" in out and "2 object(s) valid" in err
+    assert main(["render", str(GOLDEN / "spec.yaml"), "--kind", "trainjob", "--validate"]) == 0
+    out, err = capsys.readouterr()
+    assert "runtimePatches:" in out and "(against TrainJob: Kubeflow Trainer v2.3.0 (kubeflow/trainer@" in err
     assert main(["render", str(GOLDEN / "spec.yaml"), "--kind", "tfjob"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cluster.kind: must be one of" in err

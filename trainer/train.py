@@ -436,7 +436,11 @@ def run(cfg: TrainConfig, env: DistEnv) -> dict[str, Any]:
     try:
         started = _agree_on_start_time(env, ckpt_dir, placement)
         trainer = Trainer(cfg, env, placement, train_set, test_set, name, started)
-        return trainer.train()
+        summary = trainer.train()
+        if dist.is_initialized():
+            # No rank leaves while another still uses the group (rank 0 saving the model).
+            dist.barrier()
+        return summary
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -111,12 +111,16 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
     if args.validate:
         from torchdeck.backends.manifest_validation import validate_manifests
 
-        problems = validate_manifests(rendered)
-        if problems:
-            for line in problems:
+        checked = validate_manifests(rendered)
+        if checked.problems:
+            for line in checked.problems:
                 print(f"torchdeck: invalid: {line}", file=sys.stderr)
             return EXIT_ERROR
-        print(f"torchdeck: {len(rendered.objects)} object(s) valid", file=sys.stderr)
+        against = f" (against {'; '.join(checked.checked_against)})" if checked.checked_against else ""
+        print(f"torchdeck: {len(rendered.objects)} object(s) valid{against}", file=sys.stderr)
+        if checked.cel_unchecked:
+            print(f"torchdeck: {checked.cel_unchecked} CEL rule(s) not checked here (pip install cel-python)",
+                  file=sys.stderr)
     print(rendered.to_yaml(), end="")
     return 0
 
