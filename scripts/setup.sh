@@ -8,7 +8,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 extras="$1"
 python="${PYTHON:-python3}"
 venv=".venv"
-torch_version="${TORCHDECK_TORCH_VERSION:-2.13.0}"
+# One PyTorch release for setup, CI and both training images: docker/torch-version.
+torch_version="${TORCHDECK_TORCH_VERSION:-$(cat docker/torch-version)}"
 
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
     echo "torchdeck needs Python 3.10 or newer; set PYTHON=/path/to/python3.x" >&2
@@ -18,7 +19,7 @@ fi
 vpy="$venv/bin/python"
 
 # Skip the installs when nothing they depend on changed since the last setup.
-stamp="$venv/.torchdeck-setup-$extras-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+stamp="$venv/.torchdeck-setup-$extras-$(cat pyproject.toml scripts/setup.sh docker/torch-version | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && "$vpy" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("torch") and u.find_spec("torchdeck")))' 2>/dev/null; then
     return 0 2>/dev/null || exit 0
 fi

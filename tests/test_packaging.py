@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer_runs import REPO
+from trainer_runs import REPO, trainer_env
 
 DOCKERFILES = ["Dockerfile.cpu", "Dockerfile.gpu"]
 
@@ -43,7 +43,12 @@ def test_dockerfile_copies_what_exists_and_runs_the_trainer(name: str) -> None:
             for src in sources:
                 assert (REPO / src).exists(), f"{name} copies {src}, which is not in the repository"
     installs = " ".join(arg for op, arg in steps if op == "RUN" and "pip install" in arg)
-    assert '".[trainer' in installs  # the trainer extra, not the console's dependencies
+    assert "pip install --no-deps ." in installs and "numpy" in installs  # the trainer's needs only
+    for dependency in console_dependencies():
+        assert dependency not in installs.replace("--no-deps", ""), f"{name} installs the console's {dependency}"
+    version = (REPO / "docker" / "torch-version").read_text().strip()
+    assert f"ARG TORCH_VERSION={version}" in (REPO / "docker" / name).read_text()
+    assert '"torch==${TORCH_VERSION}"' in installs
     if "cpu" in name:
         assert "download.pytorch.org/whl/cpu" in installs  # no CUDA packages in the CPU image
     users = [arg for op, arg in steps if op == "USER"]
@@ -52,6 +57,45 @@ def test_dockerfile_copies_what_exists_and_runs_the_trainer(name: str) -> None:
     cmd = " ".join(" ".join(json.loads(arg)) for op, arg in steps if op == "CMD")  # exec form: a JSON list
     assert "torchrun" in entry and "-m torchdeck.trainer" in cmd and "--rdzv-backend=c10d" in cmd
     assert (REPO / "trainer" / "__main__.py").is_file()
+
+
+def console_dependencies() -> list[str]:
+    """The distribution names of the package's core dependencies (what the console needs)."""
+    text = (REPO / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
+    return [re.match(r"[A-Za-z0-9_.-]+", d).group(0) for d in re.findall(r'"([^"]+)"', block)]
+
+
+def test_one_pytorch_release_for_setup_ci_and_the_images() -> None:
+    import torch
+
+    version = (REPO / "docker" / "torch-version").read_text().strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version)
+    assert "$(cat docker/torch-version)" in (REPO / "scripts" / "setup.sh").read_text()
+    assert torch.__version__.split("+")[0] == version  # what setup installed, and every test runs
+
+
+def test_the_trainer_runs_without_the_consoles_dependencies(tmp_path: Path) -> None:
+    """What a training image has: torchdeck, torch and numpy. Every core dependency of the
+    package is made unimportable, and the trainer still takes a step and writes its summary."""
+    modules = {"pyyaml": "yaml", "textual-plotext": "textual_plotext"}
+    blocked = sorted({modules.get(d, d.replace("-", "_")) for d in console_dependencies()} | {"botocore"})
+    assert {"textual", "boto3", "kubernetes", "yaml"} <= set(blocked)
+    code = ("import runpy, sys\n"
+            f"BLOCKED = {blocked!r}\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in BLOCKED:\n"
+            "            raise ImportError(name + ' is not in the training image')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "sys.argv = ['torchdeck.trainer'] + sys.argv[1:]\n"
+            "runpy.run_module('torchdeck.trainer', run_name='__main__')\n")
+    out = subprocess.run([sys.executable, "-c", code, "--dataset", "synthetic", "--model", "seed-cnn", "--max-steps",
+                          "1", "--batch-size", "8", "--checkpoint-dir", str(tmp_path / "ck")],
+                         capture_output=True, text=True, timeout=300, env=trainer_env(), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    done = [json.loads(line) for line in out.stdout.splitlines() if '"event":"done"' in line]
+    assert done and done[0]["step"] == 1
 
 
 def test_dockerignore_keeps_the_context_small() -> None:
