@@ -38,6 +38,10 @@ def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the
             assert screen.query_one("#f-cluster", Input).value == "demo"  # the only cluster torchdeck knows
             await type_into(pilot, screen, "bucket", "Bad_Bucket")
             assert "is not a valid bucket name" in text_of(screen, "#e-bucket")
+            phase = text_of(screen, "#phase")
+            await pilot.press("ctrl+r")  # no data preparation from a form with an error
+            await pilot.pause(0.3)
+            assert not any("data:" in line for line in logged(screen)) and text_of(screen, "#phase") == phase
             await type_into(pilot, screen, "bucket", "torchdeck-models-demo")
             await wait_for(pilot, lambda: "s3://torchdeck-models-demo/models/ only" in text_of(screen, "#summary"),
                            what="the whole name checked")

@@ -32,3 +32,41 @@ def test_bad_setting_names_itself_and_its_source(tmp_path, var, value, words):
     with pytest.raises(SettingsError) as info:
         Settings.load(env={var: value}, config_file=tmp_path / "none.yaml")
     assert str(info.value).startswith(f"{var}: ") and words in str(info.value)
+
+
+def test_global_options_go_before_or_after_the_command(tmp_path, monkeypatch, capsys):
+    from torchdeck.tui.cli import build_parser, main
+
+    parser = build_parser()
+    for argv, backend, context in ((["train", "--backend", "kubernetes"], "kubernetes", None),
+                                   (["--backend", "eks", "train"], "eks", None),
+                                   (["--context", "a", "jobs", "--context", "b"], None, "b"),
+                                   (["cluster", "status", "--context", "x"], None, "x"),
+                                   (["train"], None, None)):
+        args = parser.parse_args(argv)
+        assert (args.backend, args.context) == (backend, context), argv
+    assert parser.parse_args(["jobs", "--ascii"]).ascii is True
+    monkeypatch.setenv("TORCHDECK_STATE_DIR", str(tmp_path))
+    assert main(["jobs", "--backend", "nope"]) != 0  # the option after the command reaches the settings
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "backend must be local, kubernetes or eks, got 'nope'" in err
+
+
+def test_model_get_passes_through_the_bucket_beside_the_runs_own_claim(tmp_path):
+    """Two clusters with buckets: the run's spec names the claim of the second, so its bucket is
+    used, not the alphabetically first one's."""
+    from torchdeck.backends.eks_access import ClusterRecord
+    from torchdeck.backends.errors import BackendError
+    from torchdeck.backends.spec import spec_from_dict
+    from torchdeck.tui.cloud_cli import _model_prefix
+
+    for name, pvc in (("alpha", "shared"), ("beta", "beta-shared")):
+        record = ClusterRecord.open(tmp_path, name, "us-west-2")
+        record.storage = {"kind": "efs", "pvc": pvc, "namespace": "default", "bucket": f"{name}-models",
+                          "prefix": "runs/", "service_account": "torchdeck-s3"}
+        record.save()
+    settings = Settings(state_dir=tmp_path)
+    spec = spec_from_dict({"name": "x", "cluster": {"pvc": "beta-shared", "service_account": "torchdeck-s3"}})
+    assert _model_prefix(settings, spec) == "s3://beta-models/runs/models"
+    with pytest.raises(BackendError, match="no bucket torchdeck made sits beside that claim"):
+        _model_prefix(settings, spec_from_dict({"name": "x", "cluster": {"pvc": "elsewhere"}}))

@@ -63,15 +63,30 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
                    help="any spec field, e.g. --set trainer.seed=3 (repeatable)")
 
 
+def _add_global_options(parser: argparse.ArgumentParser, default: object = None) -> None:
+    g = parser.add_argument_group("global options (before or after the command)")
+    g.add_argument("--backend", default=default, help="where jobs run: local (default), kubernetes or eks")
+    g.add_argument("--context", default=default, help="kubeconfig context (kubernetes backend)")
+    g.add_argument("--ascii", action="store_const", const=True, default=default,
+                   help="draw with ASCII characters only")
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A sub-command's parser: it takes the global options too, as kubectl does, without
+    overwriting what was given before the command (their default there is 'not given')."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _add_global_options(self, default=argparse.SUPPRESS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchdeck", description=OVERVIEW, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"torchdeck {__version__}")
-    parser.add_argument("--backend", help="where jobs run: local (default), kubernetes or eks")
-    parser.add_argument("--context", help="kubeconfig context (kubernetes backend)")
-    parser.add_argument("--ascii", action="store_const", const=True, help="draw with ASCII characters only")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_global_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
     sub.add_parser("console", help="open the console (the default)")
     p = sub.add_parser("init", help="write a job spec with every field and its default")

@@ -266,13 +266,25 @@ def cmd_model_get(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _model_prefix(settings: Settings, spec: Any) -> str:
+    """The model prefix of the bucket beside the run's volume: the cluster whose storage made the
+    claim (and service account) the run's spec names, never just the first cluster with a bucket."""
     from torchdeck.backends.eks_access import ClusterRecord
 
-    for record in ClusterRecord.all(settings.state_dir):
-        if record.storage.get("bucket"):
-            return f"s3://{record.storage['bucket']}/{record.storage['prefix']}models"
-    raise BackendError("the model is on the cluster's volume and there is no bucket to pass it through",
-                       "make one (torchdeck storage create --bucket NAME) or pass --via s3://BUCKET/PREFIX")
+    c = spec.cluster
+    with_bucket = [r for r in ClusterRecord.all(settings.state_dir) if r.storage.get("bucket")]
+    matching = [r for r in with_bucket if r.storage.get("pvc") == c.pvc
+                and r.storage.get("namespace", spec.namespace) == spec.namespace
+                and (not c.service_account or r.storage.get("service_account") == c.service_account)]
+    if len(matching) == 1:
+        record = matching[0]
+        return f"s3://{record.storage['bucket']}/{record.storage.get('prefix', '')}models"
+    if matching:
+        names = ", ".join(sorted(r.name for r in matching))
+        raise BackendError(f"the claim {c.pvc} in {spec.namespace} belongs to several clusters' storage ({names})",
+                           "pass --via s3://BUCKET/PREFIX")
+    raise BackendError(f"the model is on the volume of claim {c.pvc or '(none)'} in {spec.namespace}, and no bucket "
+                       "torchdeck made sits beside that claim",
+                       "make one (torchdeck storage create --bucket NAME --spec) or pass --via s3://BUCKET/PREFIX")
 
 
 # -- cleanup and resources ----------------------------------------------------------------

@@ -192,16 +192,19 @@ class StorageScreen(CloudStepsScreen):
 
     def action_prepare_data(self) -> None:
         plan = self.check_form()
+        if plan is None:  # the data would go to a claim the form does not name
+            self.notify("fix the fields marked in red first", severity="warning")
+            return
         self.start("data")
         self.prepare_data(plan)
 
     @work(thread=True, exclusive=True, group="data", exit_on_error=False)
-    def prepare_data(self, plan: StoragePlan | None) -> None:
+    def prepare_data(self, plan: StoragePlan) -> None:
         from torchdeck.backends.spec import JobSpec, load_spec, with_overrides
 
         settings = self.app.settings
         spec = load_spec(settings.spec_file) if settings.spec_file.exists() else JobSpec()
-        if plan is not None and self.app.backend.name != "local":
+        if self.app.backend.name != "local":
             from torchdeck.backends.eks_storage import spec_settings
             spec = with_overrides(spec, spec_settings(self.record(plan)))
         self.app.call_from_thread(self.log_line, f"data: CIFAR-10 for {spec.name} on the {self.app.backend.name} "
