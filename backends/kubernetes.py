@@ -142,10 +142,10 @@ class KubernetesBackend(Backend):
         """The manifests, and what the preflight finds on the cluster (as comments), for --dry-run."""
         spec = validate(spec)
         try:
-            rendered = render(spec, run_id_for(spec.name), target=self.served_target(spec.cluster.kind))
-        except BackendError as exc:  # the cluster serves no version torchdeck renders: show the newest
-            rendered = render(spec, run_id_for(spec.name))
-            rendered.warnings.insert(0, str(exc))
+            target = self.served_target(spec.cluster.kind)
+        except BackendError:  # unreachable, or serves no version we render: the preflight below says which
+            target = None
+        rendered = render(spec, run_id_for(spec.name), target=target)
         try:
             found = self.preflight(spec, rendered)
             checks = [f"# preflight: {f}\n" for f in found] or ["# preflight: the cluster can run it\n"]

@@ -65,7 +65,7 @@ def validate_manifests(rendered: Rendered) -> Validation:
     for obj in rendered.objects:
         kind = obj.get("kind", "?")
         where = f"{kind}/{obj.get('metadata', {}).get('name', '?')}"
-        if target is None or kind != rendered.main.get("kind") or obj is not rendered.main:
+        if target is None or obj is not rendered.main:  # built-in kinds, and what a job brings along
             result.problems += _core_problems(kv, obj, where)
             continue
         source = crds.sources()[target.crd_file]

@@ -11,7 +11,6 @@ writable scratch folder, and labels that find every pod of the job."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
@@ -48,6 +47,9 @@ class KindInfo:
     warning: str = ""
 
 
+MPI_SSH_DIR = "/home/trainer/.ssh"
+"""Where the MPI Operator mounts the SSH keys: the home of the images' uid-1000
+user (the operator's default, /root/.ssh, is not that user's)."""
 KIND_INFO = {
     "pytorchjob": KindInfo("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "the Kubeflow Training Operator v1",
                            'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/'
@@ -61,7 +63,7 @@ KIND_INFO = {
                        "kubectl apply --server-side -f https://raw.githubusercontent.com/kubeflow/mpi-operator/"
                        "v0.8.2/deploy/v2beta1/mpi-operator.yaml",
                        "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000 with its keys "
-                       f"in {'{'}MPI_SSH_DIR{'}'}; torchdeck's own images have neither (use pytorchjob or job with them)"),
+                       f"in {MPI_SSH_DIR}; torchdeck's own images have neither (use pytorchjob or job with them)"),
     "job": KindInfo("batch", "v1", "jobs", "Job", "nothing (built into Kubernetes)", ""),
     "elasticjob": KindInfo("elastic.pytorch.org", "v1alpha1", "elasticjobs", "ElasticJob",
                            "the TorchElastic controller (v0.2.2, 2022, unmaintained)",
@@ -73,11 +75,6 @@ KIND_INFO = {
                            "no current cluster; torchdeck submits it only where the cluster already serves it. "
                            "The same elastic job: --kind pytorchjob with cluster.min_nodes and cluster.max_nodes"),
 }
-MPI_SSH_DIR = "/home/trainer/.ssh"
-"""Where the MPI Operator mounts the SSH keys: the home of the images' uid-1000
-user (the operator's default, /root/.ssh, is not that user's)."""
-KIND_INFO["mpijob"] = dataclasses.replace(KIND_INFO["mpijob"],
-                                          warning=KIND_INFO["mpijob"].warning.replace("{MPI_SSH_DIR}", MPI_SSH_DIR))
 
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

@@ -161,7 +161,7 @@ def test_a_cluster_serving_another_version_is_told_which_are_supported(backend):
     assert "MPI Operator" in err.value.hint
     assert backend.list() == []
     text = backend.render(make_spec(cluster={"kind": "mpijob"}))
-    assert "serves v1" in text.splitlines()[0]
+    assert text.startswith("# preflight: mpijob: this cluster's mpijobs.kubeflow.org serves v1;")
 
 
 def test_elasticjob_is_submitted_only_where_the_cluster_serves_it(backend):
