@@ -1,6 +1,6 @@
 """The operators' own CustomResourceDefinitions, kept as they publish them in
 ``manifests/crds/`` (``SOURCES.json`` says where each came from;
-``scripts/refresh_crds.py`` refreshes them), and a check of an object
+``manifests/crds/refresh.py`` refreshes them), and a check of an object
 against one as the API server makes it on create.
 
 A CRD drops a field its schema does not name without a word (structural

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Refresh the operators' own CRDs in manifests/crds/ and record where each
+"""Refresh the operators' own CRDs in this folder (manifests/crds/) and record where each
 came from (repository, ref, commit, path, sha256) in SOURCES.json.
 
-    scripts/refresh_crds.py                      # from GitHub (needs its network)
-    scripts/refresh_crds.py --git kubeflow/trainer=/path/to/clone ...
+    python manifests/crds/refresh.py             # from GitHub (needs its network)
+    python manifests/crds/refresh.py --git kubeflow/trainer=/path/to/clone ...
                                                  # from local clones (git show REF:PATH)
 
 The files are kept as the projects publish them: torchdeck's `render
@@ -21,7 +21,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "manifests" / "crds"
+OUT = Path(__file__).resolve().parent
 
 # (file here, repository, ref, path in the repository)
 SOURCES = [
