@@ -34,6 +34,7 @@ from .manifests import KIND_INFO, RUN_LABEL, Rendered, pod_selector, render, ren
 from .spec import JobSpec, spec_from_dict, validate
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
+CRD_CACHE_S = 5.0
 NODE_METRICS_TTL_S = 5.0
 DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
 DCGM_PORT = 9400
@@ -80,10 +81,12 @@ class KubernetesBackend(Backend):
         """run id -> (kind key, namespace), learned on the way."""
         self._selectors: dict[str, str] = {}
         """run id -> its pods' label selector, learned with the kind."""
+        self._crds: dict[str, tuple[float, dict[str, Any]]] = {}
+        """kind -> (when read, the cluster's CRD)."""
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection."""
-        return {**self.__dict__, "_client": None, "_node_cache": {}}
+        return {**self.__dict__, "_client": None, "_node_cache": {}, "_crds": {}}
 
     # -- the connection ------------------------------------------------------------
 
@@ -192,14 +195,22 @@ class KubernetesBackend(Backend):
         return found
 
     def crd(self, kind: str) -> dict[str, Any] | None:
-        """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed)."""
+        """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed). One
+        found is kept CRD_CACHE_S (it is hundreds of kB, and a submit wants it for the render and
+        the preflight); "not installed" is asked again, so an operator installed a moment ago counts."""
+        cached = self._crds.get(kind)
+        if cached and time.monotonic() - cached[0] < CRD_CACHE_S:
+            return cached[1]
         info = KIND_INFO[kind]
         try:
-            return self.request("GET", f"apis/apiextensions.k8s.io/v1/customresourcedefinitions/{info.plural}.{info.group}")
+            definition = self.request(
+                "GET", f"apis/apiextensions.k8s.io/v1/customresourcedefinitions/{info.plural}.{info.group}")
         except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+            if exc.status != 404:
+                raise
+            return None
+        self._crds[kind] = (time.monotonic(), definition)
+        return definition
 
     def served_target(self, kind: str) -> crds.Target | None:
         """The operator release to render ``kind`` for, read from the cluster's CRD (the newest

@@ -12,7 +12,6 @@ writable scratch folder, and labels that find every pod of the job."""
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -21,7 +20,7 @@ import yaml
 
 from . import crds
 from .errors import SpecError
-from .spec import KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
+from .spec import DNS_1035_RE, KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
 
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""
@@ -127,7 +126,7 @@ def _check_kind(kind: str) -> str:
 
 
 def _check_name(run_id: str) -> None:
-    if not isinstance(run_id, str) or not re.match(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", run_id):
+    if not isinstance(run_id, str) or not DNS_1035_RE.match(run_id):
         raise SpecError("name", f"the object name {run_id!r:.60} is not a DNS-1035 name",
                         "lower-case letters, digits and '-', starting with a letter, ending with a letter or digit")
     if len(run_id) > MAX_NAME:

@@ -21,9 +21,10 @@ from .errors import SpecError
 
 DEFAULT_SPEC_FILE = "torchdeck.yaml"
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
-JOB_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
-"""A job name starts runs' object names: DNS-1035 (a letter first), as Service names, the
-PyTorchJob webhook and TrainJob's CEL rule demand."""
+DNS_1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+"""Names of objects a run makes (and so job names, which start them): a letter first, as Service
+names, the PyTorchJob webhook and TrainJob's CEL rule demand."""
+MAX_JOB_NAME = 40
 DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -227,7 +228,7 @@ def _name(v: Any) -> str | None:
 
 
 def _job_name(v: Any) -> str | None:
-    if not isinstance(v, str) or not JOB_NAME_RE.match(v):
+    if not isinstance(v, str) or len(v) > MAX_JOB_NAME or not DNS_1035_RE.match(v):
         return (f"must be 1-40 lower-case letters, digits or '-', starting with a letter and ending with a "
                 f"letter or digit (Kubernetes' DNS-1035 names), got {v!r:.60}")
     return None

@@ -146,8 +146,8 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(backend, 
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{run_id}-node-0-0", "labels": labels},
         "spec": {"containers": [{"name": "node", "image": IMAGE}]}, "status": {"phase": "Pending"}})
     fresh = KubernetesBackend(backend.kubeconfig)  # another console: learns the selector from the job
-    assert [p["metadata"]["name"] for p in fresh.pods(fresh._job(run_id)[1]["metadata"]["name"], NS)] == [
-        f"{run_id}-node-0-0"]
+    assert fresh.status(run_id).state is JobState.PENDING
+    assert [p["metadata"]["name"] for p in fresh.pods(run_id, NS)] == [f"{run_id}-node-0-0"]
 
 
 def test_a_cluster_serving_another_version_is_told_which_are_supported(backend):

@@ -17,7 +17,7 @@ import pytest
 from torchdeck.backends import crds
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.manifest_validation import validate_manifests
-from torchdeck.backends.manifests import MPI_SSH_DIR, RUN_LABEL, pod_selector, render
+from torchdeck.backends.manifests import KIND_INFO, MPI_SSH_DIR, RUN_LABEL, pod_selector, render
 from torchdeck.backends.spec import KINDS, load_spec, spec_from_dict, with_overrides
 from torchdeck.tui.cli import main
 
@@ -64,10 +64,17 @@ def test_the_crds_are_the_operators_own_files():
         assert hashlib.sha256(data).hexdigest() == source["sha256"], name
         assert source["repository"] in ("kubeflow/trainer", "kubeflow/mpi-operator", "pytorch/elastic")
         assert re.fullmatch(r"[0-9a-f]{40}", source["commit"])
-    for targets in crds.TARGETS.values():
+    for kind, targets in crds.TARGETS.items():
         for target in targets:
-            assert crds.crd(target.crd_file)["kind"] == "CustomResourceDefinition"
-            assert target.version in crds.served_versions(crds.crd(target.crd_file))
+            definition = crds.crd(target.crd_file)
+            assert definition["kind"] == "CustomResourceDefinition"
+            assert target.version in crds.served_versions(definition)
+            # the API paths (KIND_INFO) and what is rendered name what the CRD serves
+            info = KIND_INFO[kind]
+            assert (info.group, info.plural, info.kind, info.version) == (
+                definition["spec"]["group"], definition["spec"]["names"]["plural"],
+                definition["spec"]["names"]["kind"], target.version)
+            assert render(golden_spec(), RUN, kind, target).main["apiVersion"] == f"{info.group}/{target.version}"
 
 
 @pytest.mark.parametrize("target", crds.TARGETS["trainjob"], ids=lambda t: t.release)

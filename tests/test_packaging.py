@@ -162,14 +162,14 @@ def installed(wheel: Path, tmp_path_factory) -> Path:
     return venv
 
 
-def run_installed(venv: Path, *args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
+def run_installed(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return subprocess.run(args, capture_output=True, text=True, cwd=cwd, env=env, timeout=120, **kw)
 
 
 def test_installed_console_opens_and_the_cli_answers(installed: Path, tmp_path: Path) -> None:
     python, exe = str(installed / "bin" / "python"), str(installed / "bin" / "torchdeck")
-    help_out = run_installed(installed, exe, "--help", cwd=tmp_path)
+    help_out = run_installed(exe, "--help", cwd=tmp_path)
     assert help_out.returncode == 0, help_out.stderr
     assert "torchdeck init" in help_out.stdout
     # The console itself, from the installed copy: Pilot opens the runs screen
@@ -199,7 +199,7 @@ async def main():
 
 asyncio.run(main())
 """
-    out = run_installed(installed, python, "-c", code, cwd=tmp_path)
+    out = run_installed(python, "-c", code, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     first_line = out.stdout.splitlines()[0]
     assert first_line == "HomeScreen LaunchScreen", out.stdout
@@ -211,8 +211,8 @@ def test_installed_trainer_runs_and_finds_its_data(installed: Path, tmp_path: Pa
             "from torchdeck.trainer import train\n"
             "print(torchdeck.__file__)\n"
             "print((r.files('torchdeck') / 'docker' / 'Dockerfile.gpu').is_file())\n")
-    out = run_installed(installed, python, "-c", code, cwd=tmp_path, check=True)
+    out = run_installed(python, "-c", code, cwd=tmp_path, check=True)
     path, has_data = out.stdout.split()
     assert path.startswith(str(installed)) and has_data == "True"
-    help_out = run_installed(installed, python, "-m", "torchdeck.trainer", "--help", cwd=tmp_path)
+    help_out = run_installed(python, "-m", "torchdeck.trainer", "--help", cwd=tmp_path)
     assert help_out.returncode == 0 and "--checkpoint-every" in help_out.stdout

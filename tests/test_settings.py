@@ -58,7 +58,7 @@ def test_model_get_passes_through_the_bucket_beside_the_runs_own_claim(tmp_path)
     from torchdeck.backends.eks_access import ClusterRecord
     from torchdeck.backends.errors import BackendError
     from torchdeck.backends.spec import spec_from_dict
-    from torchdeck.tui.cloud_cli import _model_prefix
+    from torchdeck.tui.cloud_cli import model_prefix
 
     for name, pvc in (("alpha", "shared"), ("beta", "beta-shared")):
         record = ClusterRecord.open(tmp_path, name, "us-west-2")
@@ -67,6 +67,6 @@ def test_model_get_passes_through_the_bucket_beside_the_runs_own_claim(tmp_path)
         record.save()
     settings = Settings(state_dir=tmp_path)
     spec = spec_from_dict({"name": "x", "cluster": {"pvc": "beta-shared", "service_account": "torchdeck-s3"}})
-    assert _model_prefix(settings, spec) == "s3://beta-models/runs/models"
+    assert model_prefix(settings, spec) == "s3://beta-models/runs/models"
     with pytest.raises(BackendError, match="no bucket torchdeck made sits beside that claim"):
-        _model_prefix(settings, spec_from_dict({"name": "x", "cluster": {"pvc": "elsewhere"}}))
+        model_prefix(settings, spec_from_dict({"name": "x", "cluster": {"pvc": "elsewhere"}}))

@@ -241,7 +241,7 @@ def cmd_model_get(args: argparse.Namespace, settings: Settings) -> int:
         spec, saved = backend.model_file_of(args.run)
         location = location or saved
         if settings.backend != "local" and not location.startswith("s3://"):
-            via = args.via or _model_prefix(settings, spec)
+            via = args.via or model_prefix(settings, spec)
             target = f"{via.rstrip('/')}/{args.run}/model.pt"
             _say(f"{location} is on the cluster's volume: copying it to {target} with a job")
             backend.copy_model(spec, location, target, on_wait=_say)
@@ -265,7 +265,7 @@ def cmd_model_get(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _model_prefix(settings: Settings, spec: Any) -> str:
+def model_prefix(settings: Settings, spec: Any) -> str:
     """The model prefix of the bucket beside the run's volume: the cluster whose storage made the
     claim (and service account) the run's spec names, never just the first cluster with a bucket."""
     from torchdeck.backends.eks_access import ClusterRecord
