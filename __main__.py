@@ -2,7 +2,7 @@
 
 import sys
 
-from torchdeck.tui.cli import main
+from torchdeck.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

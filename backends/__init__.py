@@ -23,12 +23,12 @@ def open_backend(name: str, settings: "Settings") -> "Backend":
         from .local import LocalBackend
         return LocalBackend(settings.state_dir)
     if name == "kubernetes":
-        from .kubernetes import KubernetesBackend
+        from .kubernetes.backend import KubernetesBackend
         return KubernetesBackend(settings.kubeconfig, settings.kube_context, settings.namespace,
                                  ledger_dir=settings.state_dir)
     if name == "eks":  # the kubernetes backend on the context of a cluster torchdeck made
-        from .eks_access import ClusterRecord
-        from .kubernetes import KubernetesBackend
+        from .eks.access import ClusterRecord
+        from .kubernetes.backend import KubernetesBackend
 
         kubeconfig, context = settings.kubeconfig, settings.kube_context
         if not context:

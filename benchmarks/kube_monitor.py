@@ -31,7 +31,7 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
     sys.path.insert(0, str(REPO / "tests"))
     from kube_cluster import start_cluster
 
-    from torchdeck.backends.kubernetes import KubernetesBackend
+    from torchdeck.backends.kubernetes.backend import KubernetesBackend
     from torchdeck.backends.spec import spec_from_dict
 
     cluster, _ = start_cluster(Path(tmp))
@@ -67,7 +67,7 @@ def console_usage(me: psutil.Process) -> tuple[float, int, float]:
     """CPU seconds and RSS of the console and its metric reader (not the API server),
     and the reader's CPU seconds alone."""
     procs = [me] + [c for c in me.children(recursive=True)
-                    if "torchdeck.tui.metric_feed" in " ".join(c.cmdline())]
+                    if "torchdeck.monitor.feed" in " ".join(c.cmdline())]
     cpu, rss, reader = 0.0, 0, 0.0
     for p in procs:
         try:
@@ -81,7 +81,7 @@ def console_usage(me: psutil.Process) -> tuple[float, int, float]:
 
 
 async def measure(kubeconfig: str, run_id: str, pods: int, seconds: float, refresh_hz: float = 20.0) -> dict:
-    from torchdeck.backends.kubernetes import KubernetesBackend
+    from torchdeck.backends.kubernetes.backend import KubernetesBackend
     from torchdeck.settings import Settings
     from torchdeck.tui.app import make_app
     from torchdeck.tui.screens.monitor import MonitorScreen

@@ -69,7 +69,7 @@ def console_rss(me: psutil.Process) -> int:
     total = me.memory_info().rss
     for child in me.children(recursive=True):
         try:
-            if "torchdeck.tui.metric_feed" in " ".join(child.cmdline()):
+            if "torchdeck.monitor.feed" in " ".join(child.cmdline()):
                 total += child.memory_info().rss
         except psutil.Error:
             pass

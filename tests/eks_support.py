@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from torchdeck.backends.aws import AwsSession
-from torchdeck.backends.eks_access import ClusterRecord
-from torchdeck.backends.eks_create import create_native
-from torchdeck.backends.eks_plan import ClusterPlan, NodegroupPlan
+from torchdeck.backends.eks.session import AwsSession
+from torchdeck.backends.eks.access import ClusterRecord
+from torchdeck.backends.eks.create import create_native
+from torchdeck.backends.eks.plan import ClusterPlan, NodegroupPlan
 
 from kube_cluster import start_cluster, stop_cluster
 

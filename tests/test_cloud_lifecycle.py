@@ -23,12 +23,12 @@ from typing import Any
 
 import yaml
 
-from torchdeck.backends.aws import AwsSession
-from torchdeck.backends.cleanup import Teardown, plan_cleanup
-from torchdeck.backends.eks_access import ClusterRecord
-from torchdeck.backends.eks_storage import StoragePlan, create_storage
-from torchdeck.backends.image import ImagePlan, build_image, render_kaniko
-from torchdeck.backends.kubernetes import KubernetesBackend
+from torchdeck.backends.eks.session import AwsSession
+from torchdeck.backends.eks.teardown import Teardown, plan_cleanup
+from torchdeck.backends.eks.access import ClusterRecord
+from torchdeck.backends.eks.storage import StoragePlan, create_storage
+from torchdeck.backends.eks.image import ImagePlan, build_image, render_kaniko
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.ledger import Ledger, Resource
 
 from eks_support import REGION, run_progress as run_all

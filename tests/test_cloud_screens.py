@@ -9,7 +9,7 @@ import asyncio
 import yaml
 from textual.widgets import Input, RichLog
 
-from torchdeck.backends.aws import AwsSession
+from torchdeck.backends.eks.session import AwsSession
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.image import ImageScreen
 from torchdeck.tui.screens.storage import StorageScreen

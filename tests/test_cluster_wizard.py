@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from torchdeck.backends.eks_plan import load_plan, plan_to_yaml
+from torchdeck.backends.eks.plan import load_plan, plan_to_yaml
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.cluster import ClusterScreen
 from textual.widgets import DataTable, Input, RichLog

@@ -22,15 +22,15 @@ from typing import Any
 import pytest
 import yaml
 
-from torchdeck.backends.aws import AwsError, AwsSession
-from torchdeck.backends.eks_access import ClusterRecord, eks_token
-from torchdeck.backends.eks_cluster import delete_cluster
-from torchdeck.backends.eks_create import NODE_POLICIES, create_native
-from torchdeck.backends.eks_plan import NodegroupPlan, plan_to_yaml, to_eksctl
-from torchdeck.backends.eks_preflight import preflight
+from torchdeck.backends.eks.session import AwsError, AwsSession
+from torchdeck.backends.eks.access import ClusterRecord, eks_token
+from torchdeck.backends.eks.cluster import delete_cluster
+from torchdeck.backends.eks.create import NODE_POLICIES, create_native
+from torchdeck.backends.eks.plan import NodegroupPlan, plan_to_yaml, to_eksctl
+from torchdeck.backends.eks.preflight import preflight
 from torchdeck.backends.errors import BackendError
-from torchdeck.backends.kubernetes import KubernetesBackend
-from torchdeck.tui.cli import main as torchdeck_main
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.cli.main import main as torchdeck_main
 
 from eks_support import REGION, make_plan
 from trainer_runs import REPO

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchdeck.backends.eks_plan import (ClusterPlan, NodegroupPlan, cost_per_hour, from_eksctl, load_plan,
+from torchdeck.backends.eks.plan import (ClusterPlan, NodegroupPlan, cost_per_hour, from_eksctl, load_plan,
                                          plan_to_yaml, to_eksctl, validate_plan)
 from torchdeck.backends.errors import SpecError
-from torchdeck.tui.cli import main
+from torchdeck.cli.main import main
 
 GOLDEN = Path(__file__).parent / "data" / "golden" / "eks-cluster.yaml"
 

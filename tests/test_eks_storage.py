@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from torchdeck.backends.aws import AwsSession
-from torchdeck.backends.eks_access import ClusterRecord
-from torchdeck.backends.eks_storage import StoragePlan, create_storage, render_storage, storage_state
+from torchdeck.backends.eks.session import AwsSession
+from torchdeck.backends.eks.access import ClusterRecord
+from torchdeck.backends.eks.storage import StoragePlan, create_storage, render_storage, storage_state
 from torchdeck.backends.errors import BackendError, SpecError
-from torchdeck.backends.kubernetes import KubernetesBackend
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.ledger import Ledger
 
 from eks_support import REGION, run_progress as run_all
@@ -33,7 +33,7 @@ def storage(record: ClusterRecord, **changes: Any) -> list[Any]:
 
 def kube_object(kube, path: str) -> dict[str, Any] | None:
     """The object at an API path, through kmock's own kubeconfig; None if there is none."""
-    from torchdeck.backends.kube_api import ApiError
+    from torchdeck.backends.kubernetes.client import ApiError
 
     try:
         return KubernetesBackend(kube.kubeconfig).request("GET", path)

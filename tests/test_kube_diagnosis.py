@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchdeck.backends.kube_diagnosis import diagnose_pod, job_findings, log_findings
+from torchdeck.backends.kubernetes.diagnosis import diagnose_pod, job_findings, log_findings
 
 ECR_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/torchdeck-trainer:v3"
 

@@ -16,12 +16,12 @@ import time
 import pytest
 
 from kube_cluster import start_cluster, stop_cluster
-from torchdeck.backends import crds
+from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, RunNotFound
-from torchdeck.backends.kube_streams import PodWatcher
-from torchdeck.backends.kubernetes import KubernetesBackend
-from torchdeck.backends.manifests import KIND_INFO, RUN_LABEL, render
+from torchdeck.backends.kubernetes.streams import PodWatcher
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.kubernetes.manifests import KIND_INFO, RUN_LABEL, render
 from torchdeck.backends.spec import KINDS, spec_from_dict
 
 NS = "training"
@@ -304,7 +304,7 @@ def test_watch_gives_up_after_repeated_failures_with_a_clear_message(tmp_path, m
     running, thread = start_cluster(tmp_path)
     backend = KubernetesBackend(running.kubeconfig)
     stop_cluster(running, thread)  # the cluster goes away
-    monkeypatch.setattr("torchdeck.backends.kube_streams.MAX_RETRIES", 2)
+    monkeypatch.setattr("torchdeck.backends.kubernetes.streams.MAX_RETRIES", 2)
     retries: list = []
     watcher = PodWatcher(backend, "r", NS, lambda pods: None, lambda n, wait, why: retries.append((n, wait)))
     watcher.run()  # returns: it gave up
@@ -529,7 +529,7 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(cluster, backend
 
 
 def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(cluster, tmp_path):
-    from torchdeck.backends.cleanup import Teardown, plan_cleanup
+    from torchdeck.backends.eks.teardown import Teardown, plan_cleanup
     from torchdeck.backends.ledger import Ledger
 
     backend = KubernetesBackend(cluster.kubeconfig, ledger_dir=tmp_path / "state")

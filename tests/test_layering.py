@@ -51,7 +51,7 @@ def test_trainer_needs_only_torch_and_numpy_at_import() -> None:
 
 def test_cli_help_loads_no_heavy_library() -> None:
     code = ("import sys, contextlib, io\n"
-            "from torchdeck.tui import cli\n"
+            "from torchdeck.cli import main as cli\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    try: cli.main(['--help'])\n"
             "    except SystemExit: pass\n"

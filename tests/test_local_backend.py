@@ -17,7 +17,7 @@ from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import RunNotFound, SpecError
 from torchdeck.backends.local import LocalBackend
 from torchdeck.backends.spec import JobSpec, TrainerOptions
-from torchdeck.tui.monitor_state import MonitorState
+from torchdeck.monitor.state import MonitorState
 from trainer_runs import REPO
 
 

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from torchdeck.backends import crds
+from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.errors import SpecError
-from torchdeck.backends.manifest_validation import validate_manifests
-from torchdeck.backends.manifests import KIND_INFO, MPI_SSH_DIR, RUN_LABEL, pod_selector, render
+from torchdeck.backends.kubernetes.validation import validate_manifests
+from torchdeck.backends.kubernetes.manifests import KIND_INFO, MPI_SSH_DIR, RUN_LABEL, pod_selector, render
 from torchdeck.backends.spec import KINDS, load_spec, spec_from_dict, with_overrides
-from torchdeck.tui.cli import main
+from torchdeck.cli.main import main
+from trainer_runs import REPO
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 RUN = "cifar10-1122-0700"
@@ -57,10 +58,10 @@ def test_every_kind_passes_its_schemas(kind):
 def test_the_crds_are_the_operators_own_files():
     """Each CRD file is byte for byte what SOURCES.json says it is, from the operators' repositories."""
     sources = crds.sources()
-    files = {p.name for p in (Path(crds.__file__).parent.parent / "manifests" / "crds").glob("*.yaml")}
+    files = {p.name for p in (REPO / "manifests" / "crds").glob("*.yaml")}
     assert files == set(sources)
     for name, source in sources.items():
-        data = (Path(crds.__file__).parent.parent / "manifests" / "crds" / name).read_bytes()
+        data = (REPO / "manifests" / "crds" / name).read_bytes()
         assert hashlib.sha256(data).hexdigest() == source["sha256"], name
         assert source["repository"] in ("kubeflow/trainer", "kubeflow/mpi-operator", "pytorch/elastic")
         assert re.fullmatch(r"[0-9a-f]{40}", source["commit"])
@@ -118,7 +119,7 @@ def test_validation_names_a_misspelt_field_and_what_the_crd_refuses():
 
 def test_mpijob_keys_go_to_the_images_user_and_its_limits_are_refused():
     job = render(golden_spec(), RUN, "mpijob").main
-    dockerfile = (Path(crds.__file__).parent.parent / "docker" / "Dockerfile.gpu").read_text()
+    dockerfile = (REPO / "docker" / "Dockerfile.gpu").read_text()
     user = re.search(r"useradd --uid 1000 .*?(\S+) \\?$", dockerfile, re.M)
     assert user and job["spec"]["sshAuthMountPath"] == MPI_SSH_DIR == f"/home/{user.group(1)}/.ssh"
     for template in pod_templates(job):

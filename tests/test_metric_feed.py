@@ -16,7 +16,7 @@ import pytest
 
 from torchdeck.backends.errors import BackendError
 from torchdeck.backends.local import LocalBackend
-from torchdeck.tui.metric_feed import MetricFeed
+from torchdeck.monitor.feed import MetricFeed
 from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state
 
 RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
@@ -63,7 +63,7 @@ def reader_processes(parent_pid: int | None = None) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline", "ppid"]):
         cmd = " ".join(proc.info["cmdline"] or [])
-        if "torchdeck.tui.metric_feed" in cmd and (parent_pid is None or proc.info["ppid"] == parent_pid):
+        if "torchdeck.monitor.feed" in cmd and (parent_pid is None or proc.info["ppid"] == parent_pid):
             found.append(proc)
     return found
 
@@ -83,7 +83,7 @@ def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
             import sys, time
             sys.path[:0] = {sys.path!r}
             from torchdeck.backends.local import LocalBackend
-            from torchdeck.tui.metric_feed import MetricFeed
+            from torchdeck.monitor.feed import MetricFeed
             feed = MetricFeed(LocalBackend({str(tmp_path)!r}), {run_id!r})
             next(s for s in feed.snapshots() if s is not None)
             print("reading", flush=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torchdeck.backends.base import MetricEvent
 from torchdeck.backends.events import parse_metric_line
-from torchdeck.tui.monitor_state import MonitorState, Series, format_duration
+from torchdeck.monitor.state import MonitorState, Series, format_duration
 from tui_support import RECORDED, RECORDED_RUN
 
 

@@ -35,7 +35,7 @@ def test_bad_setting_names_itself_and_its_source(tmp_path, var, value, words):
 
 
 def test_global_options_go_before_or_after_the_command(tmp_path, monkeypatch, capsys):
-    from torchdeck.tui.cli import build_parser, main
+    from torchdeck.cli.main import build_parser, main
 
     parser = build_parser()
     for argv, backend, context in ((["train", "--backend", "kubernetes"], "kubernetes", None),
@@ -55,10 +55,10 @@ def test_global_options_go_before_or_after_the_command(tmp_path, monkeypatch, ca
 def test_model_get_passes_through_the_bucket_beside_the_runs_own_claim(tmp_path):
     """Two clusters with buckets: the run's spec names the claim of the second, so its bucket is
     used, not the alphabetically first one's."""
-    from torchdeck.backends.eks_access import ClusterRecord
+    from torchdeck.backends.eks.access import ClusterRecord
     from torchdeck.backends.errors import BackendError
     from torchdeck.backends.spec import spec_from_dict
-    from torchdeck.tui.cloud_cli import model_prefix
+    from torchdeck.cli.cloud import model_prefix
 
     for name, pvc in (("alpha", "shared"), ("beta", "beta-shared")):
         record = ClusterRecord.open(tmp_path, name, "us-west-2")

@@ -15,7 +15,7 @@ from textual.widgets import Input, RichLog, Select, Static
 from textual.worker import Worker, WorkerState
 
 from ..messages import StepProgressed
-from ..monitor_state import format_duration
+from torchdeck.monitor.state import format_duration
 from .worker_errors import error_text
 
 

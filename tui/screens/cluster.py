@@ -21,13 +21,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, RichLog, Select, Static
 from textual.worker import Worker, WorkerState
 
-from torchdeck.backends.eks_plan import (DEFAULT_VERSION, EKS_VERSIONS, ClusterPlan, format_nodegroup, load_plan, parse_nodegroup, parse_subnets, plan_to_yaml,
+from torchdeck.backends.eks.plan import (DEFAULT_VERSION, EKS_VERSIONS, ClusterPlan, format_nodegroup, load_plan, parse_nodegroup, parse_subnets, plan_to_yaml,
                                          save_plan, validate_plan)
 from torchdeck.backends.errors import SpecError
 
-from ..cluster_cli import cost_lines
+from torchdeck.cli.cluster import cost_lines
 from ..messages import CatalogueLoaded, ClusterProgressed, PreflightChecked
-from ..monitor_state import format_duration
+from torchdeck.monitor.state import format_duration
 from .confirm import ConfirmScreen
 from .worker_errors import error_text
 
@@ -113,7 +113,7 @@ class ClusterScreen(Screen):
         self.query_one("#cluster-title", Static).update(
             f"EKS cluster wizard - {self.plan_file}" + ("" if plan else " (new plan)"))
         self.fill(plan)
-        from torchdeck.backends.eks_preflight import shipped_only
+        from torchdeck.backends.eks.preflight import shipped_only
         self.show_catalogue(shipped_only(plan.zones if plan else []))
         self.query_one("#f-name", Input).focus()
         self.set_interval(1.0, self.tick)
@@ -251,8 +251,8 @@ class ClusterScreen(Screen):
 
     @work(thread=True, exclusive=True, group="catalogue", exit_on_error=False)
     def load_catalogue(self, region: str, zones: list[str]) -> None:
-        from torchdeck.backends.aws import AwsSession
-        from torchdeck.backends.eks_preflight import live_catalogue
+        from torchdeck.backends.eks.session import AwsSession
+        from torchdeck.backends.eks.preflight import live_catalogue
 
         catalogue = live_catalogue(AwsSession(region), zones or None)
         self.post_message(CatalogueLoaded(catalogue))
@@ -298,8 +298,8 @@ class ClusterScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preflight", exit_on_error=False)
     def preflight(self, plan: ClusterPlan, then_create: bool = False) -> None:
-        from torchdeck.backends.aws import AwsSession
-        from torchdeck.backends.eks_preflight import preflight
+        from torchdeck.backends.eks.session import AwsSession
+        from torchdeck.backends.eks.preflight import preflight
 
         self.post_message(PreflightChecked(preflight(AwsSession(plan.region), plan), then_create))
 
@@ -315,7 +315,7 @@ class ClusterScreen(Screen):
         if not report.ok:
             self.log_line("not creating: fix the errors above first", "bold red")
             return
-        from torchdeck.backends.eks_create import pick_path
+        from torchdeck.backends.eks.create import pick_path
         try:
             path, binary = pick_path(None)
         except Exception as exc:
@@ -339,8 +339,8 @@ class ClusterScreen(Screen):
 
     @work(thread=True, exclusive=True, group="create", exit_on_error=False)
     def create(self, plan: ClusterPlan, path: str, eksctl: str | None) -> None:
-        from torchdeck.backends.aws import AwsSession
-        from torchdeck.backends.eks_create import create_cluster
+        from torchdeck.backends.eks.session import AwsSession
+        from torchdeck.backends.eks.create import create_cluster
 
         settings = self.app.settings
         progress = create_cluster(AwsSession(plan.region), plan, self.plan_file, settings.state_dir, path,

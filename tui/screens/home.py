@@ -16,7 +16,7 @@ from torchdeck.backends.base import JobState, JobStatus
 
 from ..glyphs import STATE_STYLE
 from ..messages import LedgerRead, RunsListed, RunStopped
-from ..monitor_state import format_duration
+from torchdeck.monitor.state import format_duration
 from .confirm import ConfirmScreen
 from .worker_errors import NotifyWorkerErrors
 

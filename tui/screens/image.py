@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Label, RichLog, Select, Static
 
 from torchdeck.backends.errors import SpecError
-from torchdeck.backends.image import ImagePlan, validate_image
+from torchdeck.backends.eks.image import ImagePlan, validate_image
 
 from .cloud_steps import CloudStepsScreen
 
@@ -61,7 +61,7 @@ class ImageScreen(CloudStepsScreen):
         yield self.app.footer()
 
     def on_mount(self) -> None:
-        from torchdeck.backends.eks_access import ClusterRecord
+        from torchdeck.backends.eks.access import ClusterRecord
 
         known = ClusterRecord.all(self.app.settings.state_dir)
         name, region = (known[0].name, known[0].region) if len(known) == 1 else ("", "")
@@ -76,7 +76,7 @@ class ImageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="context", exit_on_error=False)
     def look_around(self) -> None:
-        from torchdeck.backends.image import context_archive, docker_engine, image_tag, source_root
+        from torchdeck.backends.eks.image import context_archive, docker_engine, image_tag, source_root
 
         engine = docker_engine()
         archive = context_archive(source_root())
@@ -127,16 +127,16 @@ class ImageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="image", exit_on_error=False)
     def build(self, plan: ImagePlan) -> None:
-        from torchdeck.backends.aws import AwsSession
-        from torchdeck.backends.eks_access import ClusterRecord
-        from torchdeck.backends.image import build_image
+        from torchdeck.backends.eks.session import AwsSession
+        from torchdeck.backends.eks.access import ClusterRecord
+        from torchdeck.backends.eks.image import build_image
 
         record = ClusterRecord.open(self.app.settings.state_dir, plan.cluster, plan.region)
         self.forward("image", lambda: build_image(AwsSession(plan.region), plan, record,
                                                   poll_s=min(self.app.settings.aws_poll_s, 2.0)))
 
     def finished(self, group: str, progress: Any) -> None:
-        from torchdeck.backends.image import write_image_to_spec
+        from torchdeck.backends.eks.image import write_image_to_spec
 
         image = progress.message.removeprefix("image ")
         try:

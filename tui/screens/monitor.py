@@ -21,8 +21,8 @@ from torchdeck.backends.base import JobState, JobStatus
 
 from ..glyphs import STATE_STYLE, bar
 from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged
-from ..metric_feed import MetricFeed
-from ..monitor_state import MonitorSnapshot, MonitorState, format_duration
+from torchdeck.monitor.feed import MetricFeed
+from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
 from ..widgets.log_pane import LogPane
 from ..widgets.loss_chart import LossChart
 from ..widgets.node_bars import NodeBars

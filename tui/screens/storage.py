@@ -13,8 +13,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Label, RichLog, Select, Static
 
-from torchdeck.backends.eks_access import ClusterRecord
-from torchdeck.backends.eks_storage import FSX_DEPLOYMENTS, StoragePlan, validate_storage
+from torchdeck.backends.eks.access import ClusterRecord
+from torchdeck.backends.eks.storage import FSX_DEPLOYMENTS, StoragePlan, validate_storage
 from torchdeck.backends.errors import SpecError
 
 from .cloud_steps import CloudStepsScreen
@@ -133,8 +133,8 @@ class StorageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="storage", exit_on_error=False)
     def create(self, plan: StoragePlan) -> None:
-        from torchdeck.backends.aws import AwsSession
-        from torchdeck.backends.eks_storage import create_storage
+        from torchdeck.backends.eks.session import AwsSession
+        from torchdeck.backends.eks.storage import create_storage
 
         record = self.record(plan)
         self.forward("storage", lambda: create_storage(AwsSession(plan.region), plan, record,
@@ -147,13 +147,13 @@ class StorageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="status", exit_on_error=False)
     def status(self, plan: StoragePlan) -> None:
-        from torchdeck.backends.aws import AwsSession
-        from torchdeck.backends.eks_storage import storage_state
+        from torchdeck.backends.eks.session import AwsSession
+        from torchdeck.backends.eks.storage import storage_state
 
         record = self.record(plan)
         kube = None
         if record.context:
-            from torchdeck.backends.kubernetes import KubernetesBackend
+            from torchdeck.backends.kubernetes.backend import KubernetesBackend
             kube = KubernetesBackend(record.kubeconfig or None, record.context)
         state = storage_state(AwsSession(plan.region), record, kube)
         self.app.call_from_thread(self.show_state, state)
@@ -179,7 +179,7 @@ class StorageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="storage", exit_on_error=False)
     def delete(self, plan: StoragePlan) -> None:
-        from torchdeck.backends.cleanup import Teardown, storage_steps
+        from torchdeck.backends.eks.teardown import Teardown, storage_steps
         from torchdeck.backends.ledger import Ledger
 
         settings = self.app.settings
@@ -205,7 +205,7 @@ class StorageScreen(CloudStepsScreen):
         settings = self.app.settings
         spec = load_spec(settings.spec_file) if settings.spec_file.exists() else JobSpec()
         if self.app.backend.name != "local":
-            from torchdeck.backends.eks_storage import spec_settings
+            from torchdeck.backends.eks.storage import spec_settings
             spec = with_overrides(spec, spec_settings(self.record(plan)))
         self.app.call_from_thread(self.log_line, f"data: CIFAR-10 for {spec.name} on the {self.app.backend.name} "
                                                  "backend", "bold")

@@ -14,7 +14,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..monitor_state import RankRow
+from torchdeck.monitor.state import RankRow
 
 COLUMNS = (("rank", 4), ("step", 6), ("loss", 6), ("img/s", 5), ("flag", 6))
 WIDTH = sum(w for _, w in COLUMNS) + len(COLUMNS) - 1

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable
 
-from .aws import AwsError, AwsSession
-from .eks_access import ClusterRecord
-from .eks_cluster import delete_cluster, delete_role
-from .eks_create import Progress, _Clock
-from .eks_plan import CLUSTER_TAG
-from .errors import BackendError
-from .ledger import Ledger, Resource, in_teardown_order
+from .session import AwsError, AwsSession
+from .access import ClusterRecord
+from .cluster import delete_cluster, delete_role
+from .create import Progress, _Clock
+from .plan import CLUSTER_TAG
+from ..errors import BackendError
+from ..ledger import Ledger, Resource, in_teardown_order
 
 POLL_S = 15.0
 TIMEOUT_S = 30 * 60
@@ -110,7 +110,7 @@ class Teardown:
             if self.kube_factory:
                 self._kubes[kubeconfig, context] = self.kube_factory(kubeconfig, context)
             else:
-                from .kubernetes import KubernetesBackend
+                from ..kubernetes.backend import KubernetesBackend
                 self._kubes[kubeconfig, context] = KubernetesBackend(kubeconfig or None, context or None)
         return self._kubes[kubeconfig, context]
 
@@ -187,7 +187,7 @@ class Teardown:
             await asyncio.sleep(self.poll_s)
 
     async def _k8s_object(self, r: Resource) -> str:
-        from .kube_api import ApiError
+        from ..kubernetes.client import ApiError
 
         d = r.detail
         try:

@@ -23,15 +23,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
-from .base import Backend, GpuMetrics, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics
-from .errors import BackendError, RunNotFound
-from .events import describe_record, parse_metric_lines
-from .kube_api import ApiError, Unreachable, quantity
-from .kube_diagnosis import Finding, diagnose_pod, job_findings
-from .kube_streams import PodLogFollower, has_started, node_rank
+from ..base import Backend, GpuMetrics, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics
+from ..errors import BackendError, RunNotFound
+from ..events import describe_record, parse_metric_lines
+from .client import ApiError, Unreachable, quantity
+from .diagnosis import Finding, diagnose_pod, job_findings
+from .streams import PodLogFollower, has_started, node_rank
 from . import crds
 from .manifests import KIND_INFO, RUN_LABEL, Rendered, pod_selector, render, render_task
-from .spec import JobSpec, spec_from_dict, validate
+from ..spec import JobSpec, spec_from_dict, validate
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 CRD_CACHE_S = 5.0
@@ -294,7 +294,7 @@ class KubernetesBackend(Backend):
                 context = config.list_kube_config_contexts(config_file=self.kubeconfig)[1]["name"]
             except Exception:  # no kubeconfig: the request itself said so already
                 context = ""
-        from .eks_access import ClusterRecord
+        from ..eks.access import ClusterRecord
 
         assert self.ledger_dir is not None
         for record in ClusterRecord.all(self.ledger_dir):
@@ -305,7 +305,7 @@ class KubernetesBackend(Backend):
     def _note(self, path: str) -> None:
         if self.ledger_dir is None:
             return
-        from .ledger import Ledger
+        from ..ledger import Ledger
 
         context, scope, region, account = self._ledger_place()
         Ledger(self.ledger_dir).add("k8s-object", f"{context}/{path}", region=region, account=account, scope=scope,
@@ -315,7 +315,7 @@ class KubernetesBackend(Backend):
     def _forget(self, path: str) -> None:
         if self.ledger_dir is None:
             return
-        from .ledger import Ledger
+        from ..ledger import Ledger
 
         context, _, region, _ = self._ledger_place()
         Ledger(self.ledger_dir).gone("k8s-object", f"{context}/{path}", region)

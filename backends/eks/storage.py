@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from .aws import AwsError, AwsSession
-from .eks_access import ClusterRecord, connect, role_name
-from .eks_create import (EFS_CSI_POLICY, EFS_CSI_SERVICE_ACCOUNT, POLICY, Progress, _Clock, _tags,
+from .session import AwsError, AwsSession
+from .access import ClusterRecord, connect, role_name
+from .create import (EFS_CSI_POLICY, EFS_CSI_SERVICE_ACCOUNT, POLICY, Progress, _Clock, _tags,
                          ensure_object, ensure_role, ensure_service_account, object_path, trust_service_account)
-from .eks_plan import CLUSTER_TAG, s3_policy
-from .errors import BackendError, SpecError
+from .plan import CLUSTER_TAG, s3_policy
+from ..errors import BackendError, SpecError
 
 POLL_S = 15.0
 TIMEOUT_S = 30 * 60
@@ -463,7 +463,7 @@ def kube_for(record: ClusterRecord, aws: AwsSession, kube: Callable[[Path, str],
         record.save()
     if kube:
         return kube(Path(record.kubeconfig), record.context)
-    from .kubernetes import KubernetesBackend
+    from ..kubernetes.backend import KubernetesBackend
     return KubernetesBackend(record.kubeconfig, record.context)
 
 
@@ -471,7 +471,7 @@ def render_storage(plan: StoragePlan, file_system: dict[str, Any]) -> list[dict[
     """The StorageClass/PV/PVC for the file system, rendered from manifests/storage/."""
     import yaml
 
-    from .manifests import _environment
+    from ..kubernetes.manifests import _environment
 
     labels = {**LABELS, "torchdeck.dev/cluster": plan.cluster}
     ctx = dict(labels=labels, pv=f"torchdeck-{plan.cluster}-{plan.kind}", pvc=plan.pvc, namespace=plan.namespace,

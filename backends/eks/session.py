@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any, Iterator
 
-from .errors import BackendError
+from ..errors import BackendError
 
 MAX_ATTEMPTS = 5
 """Attempts per call, the first included, before a throttled call fails (botocore's standard mode)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .errors import BackendError
+from ..errors import BackendError
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import crds
-from .errors import BackendError
+from ..errors import BackendError
 from .manifests import Rendered
 
 KUBERNETES_VERSION = "1.31.0"

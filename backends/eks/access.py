@@ -21,10 +21,10 @@ from typing import Any
 
 import yaml
 
-from .aws import AwsSession, redact, translate
-from .errors import BackendError
-from .eks_plan import CLUSTER_TAG
-from .ledger import Ledger
+from .session import AwsSession, redact, translate
+from ..errors import BackendError
+from .plan import CLUSTER_TAG
+from ..ledger import Ledger
 
 TOKEN_PREFIX = "k8s-aws-v1."
 EXEC_API = "client.authentication.k8s.io/v1beta1"

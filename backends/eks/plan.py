@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .errors import SpecError
+from ..errors import SpecError
 
 CLUSTER_TAG = "torchdeck:cluster"
 """Every AWS resource torchdeck creates for a cluster carries it (value: the cluster name)."""

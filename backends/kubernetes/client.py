@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import BackendError
+from ..errors import BackendError
 
 
 class ApiError(BackendError):

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from .aws import AwsError, AwsSession, redact
-from .eks_access import ClusterRecord, connect, role_name
-from .eks_plan import (CLUSTER_TAG, GPU_TAINT, ClusterPlan, control_plane_price, made_by_torchdeck, s3_policy,
+from .session import AwsError, AwsSession, redact
+from .access import ClusterRecord, connect, role_name
+from .plan import (CLUSTER_TAG, GPU_TAINT, ClusterPlan, control_plane_price, made_by_torchdeck, s3_policy,
                        shipped_catalogue)
-from .errors import BackendError
+from ..errors import BackendError
 
 POLICY = "arn:aws:iam::aws:policy/"
 CLUSTER_POLICIES = (POLICY + "AmazonEKSClusterPolicy",)
@@ -296,7 +296,7 @@ def nodegroup_costs(plan: ClusterPlan) -> dict[str, float]:
 
 
 def _kubernetes(kubeconfig: Path, context: str):
-    from .kubernetes import KubernetesBackend
+    from ..kubernetes.backend import KubernetesBackend
     return KubernetesBackend(kubeconfig, context)
 
 
@@ -321,7 +321,7 @@ def object_path(obj: dict[str, Any]) -> str:
 
 def ensure_object(kube: Any, obj: dict[str, Any]) -> bool:
     """Create an object, or merge-patch it where it is; True if made now."""
-    from .kube_api import ApiError
+    from ..kubernetes.client import ApiError
 
     path = object_path(obj)
     try:

@@ -16,11 +16,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .errors import BackendError
-from .kube_api import ApiError, Unreachable
+from ..errors import BackendError
+from .client import ApiError, Unreachable
 
 if TYPE_CHECKING:
-    from .kubernetes import KubernetesBackend
+    from .backend import KubernetesBackend
 
 MAX_RETRIES = 8
 """Failed watch connections in a row before the watcher gives up."""

@@ -97,7 +97,7 @@ def _say(line: str) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from torchdeck.backends.eks_plan import (DEFAULT_VERSION, ClusterPlan, NodegroupPlan, parse_nodegroup,
+    from torchdeck.backends.eks.plan import (DEFAULT_VERSION, ClusterPlan, NodegroupPlan, parse_nodegroup,
                                              parse_subnets, save_plan)
 
     path = Path(args.file)
@@ -131,7 +131,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cost_lines(plan: Any, width: int = 44) -> tuple[list[tuple[str, str]], float]:
     """The plan's cost per hour as (text, kind) lines, kind being line, total or note; and the total."""
-    from torchdeck.backends.eks_plan import cost_per_hour
+    from torchdeck.backends.eks.plan import cost_per_hour
 
     lines, total, notes = cost_per_hour(plan)
     out = [(f"{line.what:<{width}} " + ("price unknown" if line.each is None else f"${line.total:,.2f}/h"), "line")
@@ -149,18 +149,18 @@ def print_cost(plan: Any) -> float:
 
 
 def _session(region: str | None, profile: str | None):
-    from torchdeck.backends.aws import AwsSession
+    from torchdeck.backends.eks.session import AwsSession
     return AwsSession(region, profile)
 
 
 def _load_plan(args: argparse.Namespace):
-    from torchdeck.backends.eks_plan import load_plan
+    from torchdeck.backends.eks.plan import load_plan
     return load_plan(args.file)
 
 
 def _target(args: argparse.Namespace, settings: Settings) -> tuple[str, str, Any]:
     """(name, region, plan or None) from --name/--region, the plan file, or the local record."""
-    from torchdeck.backends.eks_access import ClusterRecord
+    from torchdeck.backends.eks.access import ClusterRecord
 
     name, region, plan = args.name, args.region, None
     if (not name or not region) and Path(args.file).exists():
@@ -181,7 +181,7 @@ def _target(args: argparse.Namespace, settings: Settings) -> tuple[str, str, Any
 
 
 def cmd_types(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_preflight import live_catalogue
+    from torchdeck.backends.eks.preflight import live_catalogue
 
     zones = [z.strip() for z in args.zones.split(",")] if args.zones else None
     catalogue = live_catalogue(_session(args.region, args.profile), zones)
@@ -205,7 +205,7 @@ def print_report(report: Any) -> None:
 
 
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_preflight import preflight
+    from torchdeck.backends.eks.preflight import preflight
 
     plan = _load_plan(args)
     report = preflight(_session(plan.region, args.profile), plan)
@@ -237,7 +237,7 @@ def _confirm(question: str, yes: bool) -> None:
 
 
 def progress_line(p: Any) -> str:
-    from .monitor_state import format_duration
+    from torchdeck.monitor.state import format_duration
 
     mark = {"event": "cfn ", "output": "  | ", "wait": " ...", "done": "done"}.get(p.kind, "    ")
     return f"[{format_duration(p.elapsed):>6}] {p.phase:<11} {mark} {p.message}"
@@ -262,8 +262,8 @@ def stream(progress: AsyncIterator[Any]) -> Any:
 
 
 def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_create import create_cluster, pick_path
-    from torchdeck.backends.eks_preflight import preflight
+    from torchdeck.backends.eks.create import create_cluster, pick_path
+    from torchdeck.backends.eks.preflight import preflight
 
     plan = _load_plan(args)
     aws = _session(plan.region, args.profile)
@@ -283,7 +283,7 @@ def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_connect(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_access import ClusterRecord, connect
+    from torchdeck.backends.eks.access import ClusterRecord, connect
 
     name, region, _ = _target(args, settings)
     path, context = connect(_session(region, args.profile), name,
@@ -298,14 +298,14 @@ def cmd_connect(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_access import ClusterRecord
-    from torchdeck.backends.eks_cluster import cluster_state
+    from torchdeck.backends.eks.access import ClusterRecord
+    from torchdeck.backends.eks.cluster import cluster_state
 
     name, region, _ = _target(args, settings)
     record = ClusterRecord.load(settings.state_dir, name)
     kube = None
     if record is not None and record.context:
-        from torchdeck.backends.kubernetes import KubernetesBackend
+        from torchdeck.backends.kubernetes.backend import KubernetesBackend
         kube = KubernetesBackend(record.kubeconfig or None, record.context)
     state = cluster_state(_session(region, args.profile), name, record, kube)
     if args.output == "json":
@@ -344,11 +344,11 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_access import ClusterRecord
-    from torchdeck.backends.eks_cluster import delete_cluster
-    from torchdeck.backends.eks_create import eksctl_path
+    from torchdeck.backends.eks.access import ClusterRecord
+    from torchdeck.backends.eks.cluster import delete_cluster
+    from torchdeck.backends.eks.create import eksctl_path
 
-    from torchdeck.backends.cleanup import CLUSTER_KINDS, plan_cleanup
+    from torchdeck.backends.eks.teardown import CLUSTER_KINDS, plan_cleanup
     from torchdeck.backends.ledger import Ledger
 
     name, region, _ = _target(args, settings)
@@ -361,14 +361,14 @@ def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
     _confirm(f"delete cluster {name} in {region}, its nodegroups, add-ons, OIDC provider and IAM roles{also}?",
              args.yes)
     if inside:
-        from .cloud_cli import teardown
+        from .cloud import teardown
         teardown(settings, inside, args.profile)
     stream(delete_cluster(aws, name, record, eksctl_path(), poll_s=settings.aws_poll_s))
     return 0
 
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_access import eks_token
+    from torchdeck.backends.eks.access import eks_token
 
     print(json.dumps(eks_token(_session(args.region, args.profile), args.name)))
     return 0

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from .aws import AwsError, AwsSession
-from .eks_access import ClusterRecord, remove_context
-from .eks_create import POLL_S, TIMEOUT_S, Progress, _Clock, run_eksctl
-from .eks_plan import CLUSTER_TAG, made_by_torchdeck
-from .errors import BackendError
+from .session import AwsError, AwsSession
+from .access import ClusterRecord, remove_context
+from .create import POLL_S, TIMEOUT_S, Progress, _Clock, run_eksctl
+from .plan import CLUSTER_TAG, made_by_torchdeck
+from ..errors import BackendError
 
 
 @dataclass
@@ -98,7 +98,7 @@ def cluster_state(aws: AwsSession, name: str, record: ClusterRecord | None = Non
 
 def node_states(kube: Any) -> list[NodeState]:
     """Every node: ready or not (and why), its nodegroup, type and GPUs."""
-    from .kube_api import quantity
+    from ..kubernetes.client import quantity
 
     nodes = []
     for node in kube.request("GET", "api/v1/nodes").get("items", []):

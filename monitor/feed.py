@@ -26,7 +26,7 @@ from typing import Iterator
 from torchdeck.backends.base import Backend, LogLine
 from torchdeck.backends.errors import BackendError
 
-from .monitor_state import MonitorSnapshot, MonitorState
+from .state import MonitorSnapshot, MonitorState
 
 
 @dataclass
@@ -186,6 +186,6 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     # The module's own name, not __main__, so what the child pickles
     # (FeedFailed) unpickles in the console.
-    from torchdeck.tui.metric_feed import main as _main
+    from torchdeck.monitor.feed import main as _main
 
     sys.exit(_main(sys.argv[1:]))

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from . import crds
-from .errors import SpecError
-from .spec import DNS_1035_RE, KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
+from ..errors import SpecError
+from ..spec import DNS_1035_RE, KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
 
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""

@@ -118,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="RUN", help="test this run's saved model (where and how that run was set up)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
-    from .cloud_cli import add_cloud_parsers
-    from .cluster_cli import add_cluster_parser
+    from .cloud import add_cloud_parsers
+    from .cluster import add_cluster_parser
     add_cluster_parser(sub)
     add_cloud_parsers(sub)
 
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(f"torchdeck {__version__}")
         return 0
-    from . import headless
+    from . import jobs as headless
     return headless.dispatch(args)
 
 

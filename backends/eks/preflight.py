@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .aws import AwsError, AwsSession
-from .eks_plan import ClusterPlan, made_by_torchdeck, CostLine, InstanceType, cost_per_hour, shipped_catalogue
+from .session import AwsError, AwsSession
+from .plan import ClusterPlan, made_by_torchdeck, CostLine, InstanceType, cost_per_hour, shipped_catalogue
 
 # EC2's vCPU quotas by instance family: (on-demand code, spot code, name). The
 # longest matching prefix of the type's family picks one; the rest are standard.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdeck.backends.errors import BackendError
 
-from .cluster_cli import _confirm, _say, _session, stream
+from .cluster import _confirm, _say, _session, stream
 
 if TYPE_CHECKING:
     from torchdeck.settings import Settings
@@ -107,7 +107,7 @@ def dispatch_cloud(args: argparse.Namespace, settings: Settings) -> int:
 
 def cluster_target(args: argparse.Namespace, settings: Settings):
     """The cluster's record (made if torchdeck has none yet) from --cluster/--region or the only record."""
-    from torchdeck.backends.eks_access import ClusterRecord
+    from torchdeck.backends.eks.access import ClusterRecord
 
     name, region = args.cluster, args.region
     if not name:
@@ -127,7 +127,7 @@ def cluster_target(args: argparse.Namespace, settings: Settings):
 
 
 def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_storage import StoragePlan, create_storage, spec_settings, validate_storage
+    from torchdeck.backends.eks.storage import StoragePlan, create_storage, spec_settings, validate_storage
 
     record = cluster_target(args, settings)
     plan = validate_storage(StoragePlan(
@@ -154,12 +154,12 @@ def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_storage_status(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks_storage import storage_state
+    from torchdeck.backends.eks.storage import storage_state
 
     record = cluster_target(args, settings)
     kube = None
     if record.context:
-        from torchdeck.backends.kubernetes import KubernetesBackend
+        from torchdeck.backends.kubernetes.backend import KubernetesBackend
         kube = KubernetesBackend(record.kubeconfig or None, record.context)
     state = storage_state(_session(record.region, args.profile), record, kube)
     if args.output == "json":
@@ -172,14 +172,14 @@ def cmd_storage_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def teardown(settings: Settings, steps: list[Any], profile: str | None) -> None:
-    from torchdeck.backends.cleanup import Teardown
-    from torchdeck.backends.eks_create import eksctl_path
+    from torchdeck.backends.eks.teardown import Teardown
+    from torchdeck.backends.eks.create import eksctl_path
 
     stream(Teardown(settings.state_dir, eksctl=eksctl_path(), poll_s=settings.aws_poll_s, profile=profile).run(steps))
 
 
 def cmd_storage_delete(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.cleanup import storage_steps
+    from torchdeck.backends.eks.teardown import storage_steps
     from torchdeck.backends.ledger import Ledger
 
     record = cluster_target(args, settings)
@@ -204,7 +204,7 @@ def _spec_file(args: argparse.Namespace, settings: Settings) -> Path:
 
 
 def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.image import ImagePlan, build_image, push_image, validate_image, write_image_to_spec
+    from torchdeck.backends.eks.image import ImagePlan, build_image, push_image, validate_image, write_image_to_spec
 
     record = cluster_target(args, settings)
     plan = validate_image(ImagePlan(record.name, record.region, variant="gpu" if args.gpu else "cpu",
@@ -268,7 +268,7 @@ def cmd_model_get(args: argparse.Namespace, settings: Settings) -> int:
 def model_prefix(settings: Settings, spec: Any) -> str:
     """The model prefix of the bucket beside the run's volume: the cluster whose storage made the
     claim (and service account) the run's spec names, never just the first cluster with a bucket."""
-    from torchdeck.backends.eks_access import ClusterRecord
+    from torchdeck.backends.eks.access import ClusterRecord
 
     c = spec.cluster
     with_bucket = [r for r in ClusterRecord.all(settings.state_dir) if r.storage.get("bucket")]
@@ -294,7 +294,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     import asyncio
     import os
 
-    from torchdeck.backends.cleanup import find_orphans, plan_cleanup
+    from torchdeck.backends.eks.teardown import find_orphans, plan_cleanup
     from torchdeck.backends.ledger import Ledger
 
     ledger = Ledger(settings.state_dir)
@@ -337,7 +337,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
 
 def resource_rows(resources: list[Any], now: float | None = None) -> list[tuple[str, ...]]:
     """KIND, NAME, CLUSTER, REGION, AGE, $/H, SO FAR: the rows ``torchdeck resources`` prints."""
-    from .monitor_state import format_duration
+    from torchdeck.monitor.state import format_duration
 
     now = time.time() if now is None else now
     rows = []

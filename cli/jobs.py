@@ -18,7 +18,7 @@ from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.spec import JobSpec, load_spec, parse_override, save_spec, with_overrides
 from torchdeck.settings import Settings, SettingsError
 
-from .monitor_state import MonitorSnapshot, MonitorState, format_duration
+from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -44,10 +44,10 @@ def dispatch(args: argparse.Namespace) -> int:
         if command == "render":
             return cmd_render(args, settings)
         if command == "cluster":
-            from .cluster_cli import dispatch_cluster
+            from .cluster import dispatch_cluster
             return dispatch_cluster(args, settings)
         if command in ("storage", "image", "model", "cleanup", "resources"):
-            from .cloud_cli import dispatch_cloud
+            from .cloud import dispatch_cloud
             return dispatch_cloud(args, settings)
         if command in ("console", "monitor"):
             backend = open_backend(settings.backend, settings)
@@ -55,7 +55,7 @@ def dispatch(args: argparse.Namespace) -> int:
             if command == "monitor":
                 # a unique prefix becomes the run's id; a bad one is a one-line error before the screen opens
                 run_id = backend.status(args.run).run_id
-            from .app import make_app
+            from torchdeck.tui.app import make_app
             app = make_app(settings, backend, monitor_run=run_id)
             app.run()
             return app.return_code or 0
@@ -104,12 +104,12 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
 
 
 def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.manifests import render
+    from torchdeck.backends.kubernetes.manifests import render
 
     spec = spec_for(args, settings)
     rendered = render(spec, args.run_id or spec.name)
     if args.validate:
-        from torchdeck.backends.manifest_validation import validate_manifests
+        from torchdeck.backends.kubernetes.validation import validate_manifests
 
         checked = validate_manifests(rendered)
         if checked.problems:

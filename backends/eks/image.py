@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from .aws import AwsError, AwsSession, redact
-from .eks_access import ClusterRecord, role_name
-from .eks_create import Progress, _Clock, ensure_object, ensure_role, ensure_service_account, trust_service_account
-from .eks_plan import CLUSTER_TAG
-from .eks_storage import cluster_network, kube_for, note_object, oidc_provider
-from .errors import BackendError, SpecError
+from .session import AwsError, AwsSession, redact
+from .access import ClusterRecord, role_name
+from .create import Progress, _Clock, ensure_object, ensure_role, ensure_service_account, trust_service_account
+from .plan import CLUSTER_TAG
+from .storage import cluster_network, kube_for, note_object, oidc_provider
+from ..errors import BackendError, SpecError
 
-CONTEXT_PATHS = ("pyproject.toml", "README.md", "LICENSE", "__init__.py", "__main__.py", "trainer", "backends", "tui",
+CONTEXT_PATHS = ("pyproject.toml", "README.md", "LICENSE", "__init__.py", "__main__.py", "trainer", "backends", "cli", "monitor", "tui",
                  "manifests", "docker")
 """What the Dockerfiles COPY: the build context is these and nothing else."""
 KANIKO_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
@@ -275,7 +275,7 @@ def render_kaniko(plan: ImagePlan, name: str, context_url: str, destination: str
     """The Kaniko ConfigMap and Job, rendered from manifests/kaniko.yaml.j2."""
     import yaml
 
-    from .manifests import _environment
+    from ..kubernetes.manifests import _environment
 
     labels = {"app.kubernetes.io/managed-by": "torchdeck", "torchdeck.dev/task": "image-build",
               "torchdeck.dev/cluster": plan.cluster, "torchdeck.dev/run": name}
@@ -418,7 +418,7 @@ async def build_image(aws: AwsSession, plan: ImagePlan, record: ClusterRecord, p
 
 def write_image_to_spec(spec_file: Path, image: str) -> None:
     """Set ``image:`` in the spec file (made with the defaults if absent)."""
-    from .spec import JobSpec, load_spec, save_spec, with_overrides
+    from ..spec import JobSpec, load_spec, save_spec, with_overrides
 
     spec = load_spec(spec_file) if spec_file.exists() else JobSpec()
     save_spec(with_overrides(spec, {"image": image}), spec_file)
