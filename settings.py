@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -57,7 +58,7 @@ class Settings:
     """Seconds between asking AWS how a cluster's create or delete stands (TORCHDECK_AWS_POLL_S, 0.01-300)."""
 
     @classmethod
-    def load(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> "Settings":
+    def load(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> Settings:
         env = os.environ if env is None else env
         config_file = config_file or _xdg("XDG_CONFIG_HOME", ".config", env) / "torchdeck" / "config.yaml"
         values: dict[str, Any] = {
@@ -81,7 +82,7 @@ class Settings:
         return cls.from_values(values)
 
     @classmethod
-    def from_values(cls, values: Mapping[str, tuple[Any, str]]) -> "Settings":
+    def from_values(cls, values: Mapping[str, tuple[Any, str]]) -> Settings:
         known = {f.name: f for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for name, (value, source) in values.items():
@@ -90,7 +91,7 @@ class Settings:
             kwargs[name] = cls._convert(name, value, source)
         return cls(**kwargs)
 
-    def with_value(self, name: str, value: Any, source: str) -> "Settings":
+    def with_value(self, name: str, value: Any, source: str) -> Settings:
         """A copy with one setting changed (a command-line option), checked like the others."""
         return dataclasses.replace(self, **{name: self._convert(name, value, source)})
 
@@ -103,7 +104,9 @@ class Settings:
                 return None if value in (None, "") else str(value)
             if name in ("refresh_hz", "straggler_ratio", "aws_poll_s"):
                 number = float(value)
-                low, high = {"refresh_hz": (1.0, 60.0), "straggler_ratio": (0.05, 1.0), "aws_poll_s": (0.01, 300.0)}[name]
+                low, high = {"refresh_hz": (1.0, 60.0), "straggler_ratio": (0.05, 1.0), "aws_poll_s": (0.01, 300.0)}[
+                    name
+                ]
                 if not low <= number <= high:
                     raise ValueError
                 return number
@@ -122,7 +125,11 @@ class Settings:
             pass
         else:
             return value
-        expected = {"refresh_hz": "a number from 1 to 60", "straggler_ratio": "a number from 0.05 to 1",
-                    "aws_poll_s": "a number of seconds from 0.01 to 300",
-                    "ascii": "1 or 0", "backend": "local, kubernetes or eks"}.get(name, "a valid value")
+        expected = {
+            "refresh_hz": "a number from 1 to 60",
+            "straggler_ratio": "a number from 0.05 to 1",
+            "aws_poll_s": "a number of seconds from 0.01 to 300",
+            "ascii": "1 or 0",
+            "backend": "local, kubernetes or eks",
+        }.get(name, "a valid value")
         raise SettingsError(f"{source}: {name} must be {expected}, got {value!r}")

@@ -4,7 +4,7 @@ errors."""
 
 from __future__ import annotations
 
-
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import BackendError
@@ -17,26 +17,36 @@ if TYPE_CHECKING:
 BACKENDS = ("local", "kubernetes", "eks")
 
 
-def open_backend(name: str, settings: "Settings") -> "Backend":
+def open_backend(name: str, settings: Settings) -> Backend:
     """The backend called ``name``; its module (and SDK) is imported only now."""
     if name == "local":
         from .local import LocalBackend
+
         return LocalBackend(settings.state_dir)
     if name == "kubernetes":
         from .kubernetes.backend import KubernetesBackend
-        return KubernetesBackend(settings.kubeconfig, settings.kube_context, settings.namespace,
-                                 ledger_dir=settings.state_dir)
+
+        return KubernetesBackend(
+            settings.kubeconfig, settings.kube_context, settings.namespace, ledger_dir=settings.state_dir
+        )
     if name == "eks":  # the kubernetes backend on the context of a cluster torchdeck made
         from .eks.access import ClusterRecord
         from .kubernetes.backend import KubernetesBackend
 
-        kubeconfig, context = settings.kubeconfig, settings.kube_context
+        kubeconfig: str | Path | None = settings.kubeconfig
+        context = settings.kube_context
         if not context:
             records = [r for r in ClusterRecord.all(settings.state_dir) if r.context]
             if len(records) != 1:
-                raise BackendError("which EKS cluster?" + (f" torchdeck knows {', '.join(r.name for r in records)}"
-                                                           if records else " torchdeck has connected to none"),
-                                   "pass --context torchdeck-NAME, or torchdeck cluster connect --name NAME first")
+                raise BackendError(
+                    "which EKS cluster?"
+                    + (
+                        f" torchdeck knows {', '.join(r.name for r in records)}"
+                        if records
+                        else " torchdeck has connected to none"
+                    ),
+                    "pass --context torchdeck-NAME, or torchdeck cluster connect --name NAME first",
+                )
             kubeconfig, context = records[0].kubeconfig or kubeconfig, records[0].context
         return KubernetesBackend(kubeconfig, context, settings.namespace, ledger_dir=settings.state_dir)
     raise BackendError(f"unknown backend {name!r}", f"choose one of: {', '.join(BACKENDS)}")

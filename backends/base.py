@@ -6,9 +6,11 @@ backend it has."""
 from __future__ import annotations
 
 import abc
+import builtins
 import enum
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 from .spec import JobSpec
 
@@ -152,15 +154,17 @@ class Backend(abc.ABC):
         """Stop the run and everything it started; returns the final status."""
 
     @abc.abstractmethod
-    def logs(self, run_id: str, rank: int | None = None, follow: bool = False,
-             poll_s: float = 0.2) -> Iterator[list[LogLine]]:
+    def logs(
+        self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
+    ) -> Iterator[builtins.list[LogLine]]:
         """Batches of log lines, one rank or all. With ``follow`` it keeps
         going until the run ends, yielding an empty batch when idle so the
         caller can stop between batches."""
 
     @abc.abstractmethod
-    def metrics(self, run_id: str, follow: bool = True,
-                poll_s: float = 0.1) -> AsyncIterator[list[MetricEvent]]:
+    def metrics(
+        self, run_id: str, follow: bool = True, poll_s: float = 0.1
+    ) -> AsyncIterator[builtins.list[MetricEvent]]:
         """The run's metric events from the start, in batches; with
         ``follow`` it ends after the run ends and the stream is drained."""
 
@@ -168,19 +172,20 @@ class Backend(abc.ABC):
     """True where metric lines and log lines come from one source (pod logs):
     ``follow`` then yields both from it, and nobody needs to open the logs twice."""
 
-    async def follow(self, run_id: str) -> AsyncIterator[tuple[list[MetricEvent], list[LogLine]]]:
+    async def follow(self, run_id: str) -> AsyncIterator[tuple[builtins.list[MetricEvent], builtins.list[LogLine]]]:
         """The run's metric events, and its log lines where ``logs_carry_metrics``,
         in batches until the run ends."""
         async for batch in self.metrics(run_id, follow=True):
             yield batch, []
 
     @abc.abstractmethod
-    def node_metrics(self, run_id: str) -> list[NodeMetrics]:
+    def node_metrics(self, run_id: str) -> builtins.list[NodeMetrics]:
         """CPU, memory and GPU of the machines the run uses, and of its rank processes."""
 
     @abc.abstractmethod
-    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None,
-                     source: str | None = None) -> dict[str, Any]:
+    def prepare_data(
+        self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
+    ) -> dict[str, Any]:
         """Put CIFAR-10 where the spec's jobs read it (a folder here, the
         shared volume on a cluster): the official archive, checked against its
         md5, or a copy from ``source`` (an s3:// prefix); ``on_wait`` gets the
@@ -190,8 +195,17 @@ class Backend(abc.ABC):
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """A run's spec (as far as the backend keeps it) and where its trained model is."""
 
+    def fetch_model(
+        self, run_id: str, via: Callable[[JobSpec], str], on_wait: Callable[[str], None] = lambda line: None
+    ) -> str:
+        """Where the run's trained model can be copied from on this machine: a path, or an s3:// URL.
+        A backend whose models stay on a cluster's volume first copies it to ``via(spec)`` (an S3
+        prefix) and returns that."""
+        return self.model_file_of(run_id)[1]
+
     @abc.abstractmethod
-    def test_model(self, spec: JobSpec, model_file: str | None = None,
-                   on_wait: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    def test_model(
+        self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
+    ) -> dict[str, Any]:
         """Evaluate the trained model on the CIFAR-10 test batch where the job
         ran; returns accuracy, images and per_class {name: {accuracy, correct, total}}."""

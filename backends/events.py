@@ -6,7 +6,8 @@ logs) and parses them here."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from torchdeck.trainer.metrics import SCHEMA_VERSION
 
@@ -15,7 +16,7 @@ from .base import MetricEvent
 try:  # five times faster than json on metric lines; the monitor ingests tens of thousands a second
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - orjson is a dependency, but a missing wheel must not break the console
-    _loads = json.loads
+    _loads = json.loads  # type: ignore[assignment]
 
 
 def parse_metric_lines(lines: Iterable[bytes]) -> list[MetricEvent]:
@@ -58,26 +59,34 @@ def describe_record(record: dict[str, Any]) -> str:
     event = record.get("event")
     r = record.get
     if event == "step":
-        return (f"epoch {r('epoch')} step {r('step')}  loss {_num(r('loss'), '.4f')}  lr {_num(r('lr'), '.4g')}  "
-                f"{_num(r('samples_per_s'), '.0f')} img/s")
+        return (
+            f"epoch {r('epoch')} step {r('step')}  loss {_num(r('loss'), '.4f')}  lr {_num(r('lr'), '.4g')}  "
+            f"{_num(r('samples_per_s'), '.0f')} img/s"
+        )
     if event == "epoch":
-        return (f"epoch {r('epoch')} done: mean loss {_num(r('loss'), '.4f')}, "
-                f"{_num(r('samples_per_s'), '.0f')} img/s, {_num(r('epoch_s'), '.1f')} s")
+        return (
+            f"epoch {r('epoch')} done: mean loss {_num(r('loss'), '.4f')}, "
+            f"{_num(r('samples_per_s'), '.0f')} img/s, {_num(r('epoch_s'), '.1f')} s"
+        )
     if event == "eval":
         acc = r("accuracy")
         return f"eval after epoch {r('epoch')}: accuracy {_num(None if acc is None else acc * 100, '.2f')}%"
     if event == "start":
-        return (f"start: {r('model')} ({r('recipe')}) on {r('device')}/{r('backend')} {r('precision')}, "
-                f"world {r('world_size')}, {r('epochs')} epochs x {r('steps_per_epoch')} steps, "
-                f"restart {r('restart_count')}")
+        return (
+            f"start: {r('model')} ({r('recipe')}) on {r('device')}/{r('backend')} {r('precision')}, "
+            f"world {r('world_size')}, {r('epochs')} epochs x {r('steps_per_epoch')} steps, "
+            f"restart {r('restart_count')}"
+        )
     if event == "checkpoint":
         return f"checkpoint at step {r('step')}: {r('path')} ({_num(r('save_s'), '.2f')} s)"
     if event == "resume":
         return f"resumed from {r('path')} at epoch {r('epoch')} step {r('step')} (restart {r('restart_count')})"
     if event == "done":
         acc, best = r("accuracy"), r("best_accuracy")
-        return (f"done: accuracy {_num(None if acc is None else acc * 100, '.2f')}%, best "
-                f"{_num(None if best is None else best * 100, '.2f')}%, model {r('model_file')}")
+        return (
+            f"done: accuracy {_num(None if acc is None else acc * 100, '.2f')}%, best "
+            f"{_num(None if best is None else best * 100, '.2f')}%, model {r('model_file')}"
+        )
     if event == "error":
         hint = r("hint")
         return f"error: {r('message')}" + (f" ({hint})" if hint else "")

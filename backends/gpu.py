@@ -18,14 +18,18 @@ def _nvml():
         if "module" not in _state:
             try:
                 import pynvml  # nvidia-ml-py
+
                 pynvml.nvmlInit()
                 _state["module"] = pynvml
             except ImportError:
                 _state["module"] = "no GPU (nvidia-ml-py is not installed)"
             except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
                 text = str(exc) or type(exc).__name__
-                _state["module"] = "no GPU" if "not found" in text.lower() or "driver" in text.lower() \
+                _state["module"] = (
+                    "no GPU"
+                    if "not found" in text.lower() or "driver" in text.lower()
                     else f"no GPU figures: NVML: {text}"
+                )
         return _state["module"]
 
 
@@ -41,9 +45,15 @@ def read_gpus() -> tuple[list[GpuMetrics], str]:
             name = nvml.nvmlDeviceGetName(handle)
             util = nvml.nvmlDeviceGetUtilizationRates(handle)
             mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append(GpuMetrics(index=index, name=name.decode() if isinstance(name, bytes) else str(name),
-                                   util_percent=float(util.gpu), mem_used_mb=mem.used / 2**20,
-                                   mem_total_mb=mem.total / 2**20))
+            gpus.append(
+                GpuMetrics(
+                    index=index,
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    util_percent=float(util.gpu),
+                    mem_used_mb=mem.used / 2**20,
+                    mem_total_mb=mem.total / 2**20,
+                )
+            )
     except Exception as exc:  # a GPU that falls off the bus mid-run
         return gpus, f"NVML: {exc}"
     return gpus, "" if gpus else "no GPU"

@@ -20,29 +20,12 @@ import time
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .errors import BackendError
 
 FILE_NAME = "ledger.sqlite"
 
-# Teardown order: a kind is deleted only after every kind listed before it (dependents first).
-KINDS = (
-    "k8s-object",          # jobs, PVCs, PVs, storage classes, service accounts in a cluster
-    "fsx-filesystem",
-    "efs-mount-target",
-    "efs-filesystem",
-    "ec2-security-group",  # the storage groups; EKS's own go with the cluster
-    "ecr-repository",
-    "s3-object",
-    "s3-bucket",
-    "cloudformation-stack",
-    "eks-addon",
-    "eks-nodegroup",
-    "eks-cluster",
-    "oidc-provider",
-    "iam-role",
-)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS resources (
     kind TEXT NOT NULL,
@@ -57,6 +40,12 @@ CREATE TABLE IF NOT EXISTS resources (
     created_at REAL NOT NULL,
     deleted_at REAL,
     PRIMARY KEY (kind, ident, region)
+);
+CREATE TABLE IF NOT EXISTS places (
+    context TEXT PRIMARY KEY,
+    scope TEXT NOT NULL,
+    region TEXT NOT NULL DEFAULT '',
+    account TEXT NOT NULL DEFAULT ''
 );
 """
 
@@ -83,22 +72,38 @@ class Resource:
     def live(self) -> bool:
         return self.deleted_at is None
 
-    @property
-    def order(self) -> int:
-        return KINDS.index(self.kind) if self.kind in KINDS else len(KINDS)
-
     def cost_so_far(self, now: float | None = None) -> float:
         end = self.deleted_at or (time.time() if now is None else now)
         return self.cost_per_hour * max(0.0, end - self.created_at) / 3600.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "ident": self.ident, "region": self.region, "account": self.account,
-                "scope": self.scope, "tags": self.tags, "detail": self.detail, "made": self.made,
-                "cost_per_hour": self.cost_per_hour, "created_at": self.created_at, "deleted_at": self.deleted_at}
+        return {
+            "kind": self.kind,
+            "ident": self.ident,
+            "region": self.region,
+            "account": self.account,
+            "scope": self.scope,
+            "tags": self.tags,
+            "detail": self.detail,
+            "made": self.made,
+            "cost_per_hour": self.cost_per_hour,
+            "created_at": self.created_at,
+            "deleted_at": self.deleted_at,
+        }
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a kubeconfig context's objects belong in the ledger."""
+
+    context: str
+    scope: str
+    region: str = ""
+    account: str = ""
 
 
 class Ledger:
-    """``$STATE/ledger.sqlite``."""
+    """``$STATE/ledger.sqlite``: the one record of what torchdeck made."""
 
     def __init__(self, state_dir: str | os.PathLike):
         self.path = Path(state_dir) / FILE_NAME
@@ -110,21 +115,35 @@ class Ledger:
             conn = sqlite3.connect(self.path, timeout=30)
             if fresh:
                 os.chmod(self.path, 0o600)
-            conn.execute(_SCHEMA)
+            conn.executescript(_SCHEMA)
             return conn
         except (OSError, sqlite3.Error) as exc:
-            raise BackendError(f"{self.path}: cannot open the ledger: {exc}",
-                               "check the state folder's permissions (TORCHDECK_STATE_DIR)") from None
+            raise BackendError(
+                f"{self.path}: cannot open the ledger: {exc}",
+                "check the state folder's permissions (TORCHDECK_STATE_DIR)",
+            ) from None
 
-    def add(self, kind: str, ident: str, *, region: str = "", account: str = "", scope: str = "",
-            tags: dict[str, str] | None = None, detail: dict[str, Any] | None = None, made: bool = True,
-            cost_per_hour: float = 0.0) -> None:
+    def add(
+        self,
+        kind: str,
+        ident: str,
+        *,
+        region: str = "",
+        account: str = "",
+        scope: str = "",
+        tags: dict[str, str] | None = None,
+        detail: dict[str, Any] | None = None,
+        made: bool = True,
+        cost_per_hour: float = 0.0,
+    ) -> None:
         """Record an object as existing (again): a row that was marked deleted comes back to life; an
         existing live row keeps its creation time and whether torchdeck made it."""
         now = time.time()
         with closing(self._connect()) as conn, conn:
-            row = conn.execute("SELECT made, created_at, deleted_at, detail FROM resources "
-                               "WHERE kind=? AND ident=? AND region=?", (kind, ident, region)).fetchone()
+            row = conn.execute(
+                "SELECT made, created_at, deleted_at, detail FROM resources WHERE kind=? AND ident=? AND region=?",
+                (kind, ident, region),
+            ).fetchone()
             if row and row[2] is None:
                 made, created = bool(row[0]) or made, row[1]
                 detail = {**json.loads(row[3]), **(detail or {})}
@@ -133,38 +152,76 @@ class Ledger:
             conn.execute(
                 "INSERT OR REPLACE INTO resources (kind, ident, region, account, scope, tags, detail, made, "
                 "cost_per_hour, created_at, deleted_at) VALUES (?,?,?,?,?,?,?,?,?,?,NULL)",
-                (kind, ident, region, account, scope, json.dumps(tags or {}, sort_keys=True),
-                 json.dumps(detail or {}, sort_keys=True), int(made), float(cost_per_hour), created))
+                (
+                    kind,
+                    ident,
+                    region,
+                    account,
+                    scope,
+                    json.dumps(tags or {}, sort_keys=True),
+                    json.dumps(detail or {}, sort_keys=True),
+                    int(made),
+                    float(cost_per_hour),
+                    created,
+                ),
+            )
 
     def gone(self, kind: str, ident: str, region: str = "") -> None:
         """Mark an object deleted (or found already gone); a no-op for one never recorded."""
         with closing(self._connect()) as conn, conn:
-            conn.execute("UPDATE resources SET deleted_at=? WHERE kind=? AND ident=? AND region=? "
-                         "AND deleted_at IS NULL", (time.time(), kind, ident, region))
+            conn.execute(
+                "UPDATE resources SET deleted_at=? WHERE kind=? AND ident=? AND region=? AND deleted_at IS NULL",
+                (time.time(), kind, ident, region),
+            )
 
-    def resources(self, live_only: bool = True, scope: str | None = None) -> list[Resource]:
-        """Rows in teardown order (dependents first), newest first within a kind."""
+    def resources(
+        self, live_only: bool = True, scope: str | None = None, kind: str | None = None, region: str | None = None
+    ) -> list[Resource]:
+        """Rows, newest first (``eks.teardown.in_teardown_order`` sorts them for a teardown)."""
         if not self.path.exists():
             return []
-        query, args = "SELECT kind, ident, region, account, scope, tags, detail, made, cost_per_hour, " \
-                      "created_at, deleted_at FROM resources WHERE 1=1", []
+        query, args = (
+            "SELECT kind, ident, region, account, scope, tags, detail, made, cost_per_hour, "
+            "created_at, deleted_at FROM resources WHERE 1=1",
+            [],
+        )
         if live_only:
             query += " AND deleted_at IS NULL"
-        if scope is not None:
-            query += " AND scope=?"
-            args.append(scope)
+        for column, value in (("scope", scope), ("kind", kind), ("region", region)):
+            if value is not None:
+                query += f" AND {column}=?"
+                args.append(value)
         with closing(self._connect()) as conn:
             rows = conn.execute(query, args).fetchall()
-        return in_teardown_order(Resource(k, i, r, a, s, json.loads(t), json.loads(d), bool(m), c, ca, da)
-                                 for k, i, r, a, s, t, d, m, c, ca, da in rows)
+        found = [
+            Resource(k, i, r, a, s, json.loads(t), json.loads(d), bool(m), c, ca, da)
+            for k, i, r, a, s, t, d, m, c, ca, da in rows
+        ]
+        return sorted(found, key=lambda x: -x.created_at)
+
+    def find(self, kind: str, ident: str, region: str = "") -> Resource | None:
+        """The live row of one object, if torchdeck knows it."""
+        return next((r for r in self.resources(kind=kind, region=region) if r.ident == ident), None)
+
+    def set_place(self, context: str, scope: str, region: str = "", account: str = "") -> None:
+        """What runs on a kubeconfig context belongs to ``scope`` (the EKS cluster torchdeck made)."""
+        with closing(self._connect()) as conn, conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO places (context, scope, region, account) VALUES (?,?,?,?)",
+                (context, scope, region, account),
+            )
+
+    def place(self, context: str) -> Place:
+        """Where objects made on ``context`` belong: its cluster's scope, region and account where
+        torchdeck made the cluster, else the context itself."""
+        if context and self.path.exists():
+            with closing(self._connect()) as conn:
+                row = conn.execute("SELECT scope, region, account FROM places WHERE context=?", (context,)).fetchone()
+            if row:
+                return Place(context, *row)
+        return Place(context, context)
 
     def costs(self, now: float | None = None) -> tuple[float, float]:
         """(per hour of what exists now, so far of everything recorded)."""
         every = self.resources(live_only=False)
-        return (sum(r.cost_per_hour for r in every if r.live),
-                sum(r.cost_so_far(now) for r in every))
-
-
-def in_teardown_order(resources: Iterable[Resource]) -> list[Resource]:
-    """Dependents first (the order of KINDS); within a kind, the newest first."""
-    return sorted(resources, key=lambda x: (x.order, -x.created_at))
+        return (sum(r.cost_per_hour for r in every if r.live), sum(r.cost_so_far(now) for r in every))

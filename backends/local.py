@@ -17,6 +17,7 @@ started later (or on another SSH session) reattaches to any run."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import json
 import os
@@ -27,8 +28,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import BinaryIO
 
 import psutil
 
@@ -93,7 +95,8 @@ class _Tail:
     __slots__ = ("path", "file", "partial")
 
     def __init__(self, path: Path):
-        self.path, self.file, self.partial = path, None, b""
+        self.path, self.partial = path, b""
+        self.file: BinaryIO | None = None
 
     def read_lines(self, max_bytes: int = 1 << 20) -> list[bytes]:
         if self.file is None:
@@ -135,29 +138,60 @@ class LocalBackend(Backend):
     def _check(self, spec: JobSpec) -> JobSpec:
         spec = validate(spec)
         if spec.nodes != 1:
-            raise SpecError("nodes", f"the local backend runs one node, got {spec.nodes}",
-                            "set nodes: 1, or use --backend kubernetes for several machines")
+            raise SpecError(
+                "nodes",
+                f"the local backend runs one node, got {spec.nodes}",
+                "set nodes: 1, or use --backend kubernetes for several machines",
+            )
         return spec
 
     def _command(self, spec: JobSpec, run_dir: Path, port: int, run_id: str) -> list[str]:
-        args = trainer_arguments(spec, spec.data_dir, spec.checkpoint_dir or str(run_dir / "checkpoints"),
-                                 str(run_dir / "metrics" / "rank-{rank}.jsonl"))
+        args = trainer_arguments(
+            spec,
+            spec.data_dir,
+            spec.checkpoint_dir or str(run_dir / "checkpoints"),
+            str(run_dir / "metrics" / "rank-{rank}.jsonl"),
+        )
         # Each rank runs through sh so that its stderr joins its stdout in one
         # file, in the order it was written.
-        return [self.python, "-m", "torch.distributed.run",
-                "--nnodes", "1", "--nproc-per-node", str(spec.nproc_per_node),
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
-                "--max-restarts", str(spec.max_restarts), "--log-dir", str(run_dir / "logs"),
-                "--redirects", "3", "--no-python",
-                "sh", "-c", 'exec "$@" 2>&1', "sh", self.python, "-u", "-m", "torchdeck.trainer", *args]
+        return [
+            self.python,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(spec.nproc_per_node),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            run_id,
+            "--max-restarts",
+            str(spec.max_restarts),
+            "--log-dir",
+            str(run_dir / "logs"),
+            "--redirects",
+            "3",
+            "--no-python",
+            "sh",
+            "-c",
+            'exec "$@" 2>&1',
+            "sh",
+            self.python,
+            "-u",
+            "-m",
+            "torchdeck.trainer",
+            *args,
+        ]
 
     def render(self, spec: JobSpec) -> str:
         spec = self._check(spec)
         run_dir = self.runs_dir / f"{spec.name}-<id>"
         cmd = self._command(spec, run_dir, 29500, f"{spec.name}-<id>")
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
-        return (f"# runs in {run_dir} (port chosen at submit)\n"
-                + (env + " " if env else "") + shlex.join(cmd) + "\n")
+        return f"# runs in {run_dir} (port chosen at submit)\n" + (env + " " if env else "") + shlex.join(cmd) + "\n"
 
     def _new_run_dir(self, name: str) -> tuple[str, Path]:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -179,23 +213,44 @@ class LocalBackend(Backend):
             (run_dir / "spec.yaml").write_text(spec.to_yaml())
             port = free_port()
             now = time.time()
-            env = {**spec.env, "PYTHONUNBUFFERED": "1", "TORCHDECK_JOB_STARTED_AT": repr(now),
-                   "TORCHDECK_RUN_ID": run_id}
+            env = {
+                **spec.env,
+                "PYTHONUNBUFFERED": "1",
+                "TORCHDECK_JOB_STARTED_AT": repr(now),
+                "TORCHDECK_RUN_ID": run_id,
+            }
             cmd = self._command(spec, run_dir, port, run_id)
-            write_json(run_dir / "launch.json", {"run_id": run_id, "name": spec.name, "cmd": cmd, "env": env,
-                                                 "cwd": os.getcwd(), "port": port, "submitted_at": now,
-                                                 "world_size": spec.world_size, "host": socket.gethostname()})
+            write_json(
+                run_dir / "launch.json",
+                {
+                    "run_id": run_id,
+                    "name": spec.name,
+                    "cmd": cmd,
+                    "env": env,
+                    "cwd": os.getcwd(),
+                    "port": port,
+                    "submitted_at": now,
+                    "world_size": spec.world_size,
+                    "host": socket.gethostname(),
+                },
+            )
             with open(run_dir / "launcher.log", "ab") as log:
-                child = subprocess.Popen([self.python, "-m", "torchdeck.backends.local_launcher", str(run_dir)],
-                                         env={**os.environ, "TORCHDECK_RUN_ID": run_id},
-                                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, close_fds=True)
+                child = subprocess.Popen(
+                    [self.python, "-m", "torchdeck.backends.local_launcher", str(run_dir)],
+                    env={**os.environ, "TORCHDECK_RUN_ID": run_id},
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    close_fds=True,
+                )
             self._children[child.pid] = child
             create_time = psutil.Process(child.pid).create_time() if psutil.pid_exists(child.pid) else 0.0
             write_json(run_dir / "pid.json", {"pid": child.pid, "create_time": create_time})
         except OSError as exc:
-            raise BackendError(f"cannot start the run: {exc.strerror or exc}",
-                               f"check that {self.state_dir} is writable") from None
+            raise BackendError(
+                f"cannot start the run: {exc.strerror or exc}", f"check that {self.state_dir} is writable"
+            ) from None
         return run_id
 
     # -- finding runs ------------------------------------------------------------
@@ -204,8 +259,11 @@ class LocalBackend(Backend):
         """The folder of a run given its id or a unique prefix of it."""
         if run_id and "/" not in run_id and (self.runs_dir / run_id / "launch.json").exists():
             return self.runs_dir / run_id
-        matches = sorted(p for p in self.runs_dir.glob(f"{glob_escape(run_id)}*") if (p / "launch.json").exists()) \
-            if run_id and "/" not in run_id and self.runs_dir.exists() else []
+        matches = (
+            sorted(p for p in self.runs_dir.glob(f"{glob_escape(run_id)}*") if (p / "launch.json").exists())
+            if run_id and "/" not in run_id and self.runs_dir.exists()
+            else []
+        )
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
@@ -249,8 +307,10 @@ class LocalBackend(Backend):
         rank's metric file, and the first error any rank reported. Cheap
         with hundreds of ranks: other ranks' files are only searched for an
         error line, not parsed."""
-        files = sorted((run_dir / "metrics").glob("rank-*.jsonl"),
-                       key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else 1 << 30)
+        files = sorted(
+            (run_dir / "metrics").glob("rank-*.jsonl"),
+            key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else 1 << 30,
+        )
         if not files:
             return
         error = None
@@ -307,9 +367,15 @@ class LocalBackend(Backend):
 
     def _status_of(self, run_dir: Path) -> JobStatus:
         launch = _read_json(run_dir / "launch.json") or {}
-        status = JobStatus(run_id=run_dir.name, name=launch.get("name", run_dir.name), backend=self.name,
-                           state=JobState.UNKNOWN, world_size=launch.get("world_size", 0),
-                           submitted_at=launch.get("submitted_at", 0.0), location=str(run_dir))
+        status = JobStatus(
+            run_id=run_dir.name,
+            name=launch.get("name", run_dir.name),
+            backend=self.name,
+            state=JobState.UNKNOWN,
+            world_size=launch.get("world_size", 0),
+            submitted_at=launch.get("submitted_at", 0.0),
+            location=str(run_dir),
+        )
         attempts = self._attempts(run_dir)
         status.restarts = attempts[-1][0] if attempts else 0
         self._progress(run_dir, status)
@@ -355,7 +421,7 @@ class LocalBackend(Backend):
     # -- stopping ----------------------------------------------------------------
 
     @staticmethod
-    def _group(pgid: int) -> list[psutil.Process]:
+    def _group(pgid: int) -> builtins.list[psutil.Process]:
         """Live (non-zombie) processes in a process group."""
         out = []
         for proc in psutil.process_iter(["status"]):
@@ -390,11 +456,12 @@ class LocalBackend(Backend):
             pgid = info["pid"]  # the launcher leads its own session and group
             if not self._signal_group(pgid, signal.SIGTERM, time.monotonic() + STOP_GRACE_S):
                 if not self._signal_group(pgid, signal.SIGKILL, time.monotonic() + 5.0):
-                    raise BackendError(f"some processes of {run_dir.name} did not end",
-                                       f"see `ps -g {pgid}`")
+                    raise BackendError(f"some processes of {run_dir.name} did not end", f"see `ps -g {pgid}`")
         if not (run_dir / "exit.json").exists():
-            write_json(run_dir / "exit.json", {"exit_code": -signal.SIGTERM, "finished_at": time.time(),
-                                               "signals": [int(signal.SIGTERM)]})
+            write_json(
+                run_dir / "exit.json",
+                {"exit_code": -signal.SIGTERM, "finished_at": time.time(), "signals": [int(signal.SIGTERM)]},
+            )
         return self._status_of(run_dir)
 
     # -- streams -----------------------------------------------------------------
@@ -402,8 +469,9 @@ class LocalBackend(Backend):
     def _is_over(self, run_dir: Path) -> bool:
         return (run_dir / "exit.json").exists() or self._launcher(run_dir) is None
 
-    def logs(self, run_id: str, rank: int | None = None, follow: bool = False,
-             poll_s: float = 0.2) -> Iterator[list[LogLine]]:
+    def logs(
+        self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
+    ) -> Iterator[builtins.list[LogLine]]:
         run_dir = self.resolve(run_id)
         tails: dict[Path, tuple[int, int, _Tail]] = {}
         try:
@@ -430,8 +498,9 @@ class LocalBackend(Backend):
             for _, _, tail in tails.values():
                 tail.close()
 
-    async def metrics(self, run_id: str, follow: bool = True,
-                      poll_s: float = 0.1) -> AsyncIterator[list[MetricEvent]]:
+    async def metrics(
+        self, run_id: str, follow: bool = True, poll_s: float = 0.1
+    ) -> AsyncIterator[builtins.list[MetricEvent]]:
         run_dir = self.resolve(run_id)
         tails: dict[Path, _Tail] = {}
         try:
@@ -463,12 +532,13 @@ class LocalBackend(Backend):
 
     # -- jobs around training --------------------------------------------------------
 
-    def _trainer_tool(self, module: str, args: list[str], on_wait: Callable[[str], None]) -> dict:
+    def _trainer_tool(self, module: str, args: builtins.list[str], on_wait: Callable[[str], None]) -> dict:
         """Run one of the trainer's tools (it imports torch, the console does not) for its JSON."""
         on_wait(f"running python -m {module}")
         try:
-            proc = subprocess.Popen([self.python, "-m", module, *args], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                [self.python, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         except OSError as exc:
             raise BackendError(f"cannot run {module}: {exc}", "check the Python environment") from None
         lines: list[str] = []
@@ -483,23 +553,30 @@ class LocalBackend(Backend):
         if proc.wait() != 0:
             message = lines[-1] if lines else f"exit {proc.returncode}"
             raise BackendError(message.split("error: ", 1)[-1], "")
-        return json.loads(text[text.index("{"):]) if "{" in text else {}
+        return json.loads(text[text.index("{") :]) if "{" in text else {}
 
-    def prepare_data(self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None,
-                     source: str | None = None) -> dict:
-        return self._trainer_tool("torchdeck.trainer.data", ["--data-dir", spec.data_dir]
-                                  + (["--from-s3", source] if source else []), on_wait)
+    def prepare_data(
+        self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
+    ) -> dict:
+        return self._trainer_tool(
+            "torchdeck.trainer.data", ["--data-dir", spec.data_dir] + (["--from-s3", source] if source else []), on_wait
+        )
 
-    def test_model(self, spec: JobSpec, model_file: str | None = None,
-                   on_wait: Callable[[str], None] = lambda line: None) -> dict:
+    def test_model(
+        self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
+    ) -> dict:
         if model_file is None:
             model_file = spec.model_file
         if model_file is None:
-            raise BackendError("which model? no --model-file and no model_file in the spec",
-                               "pass --run RUN (its saved model) or --model-file PATH")
-        return self._trainer_tool("torchdeck.trainer.evaluate", ["--model-file", model_file, "--data-dir",
-                                                                  spec.data_dir, "--device", spec.device,
-                                                                  "--output", "json"], on_wait)
+            raise BackendError(
+                "which model? no --model-file and no model_file in the spec",
+                "pass --run RUN (its saved model) or --model-file PATH",
+            )
+        return self._trainer_tool(
+            "torchdeck.trainer.evaluate",
+            ["--model-file", model_file, "--data-dir", spec.data_dir, "--device", spec.device, "--output", "json"],
+            on_wait,
+        )
 
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """A finished run's spec and where its model was saved."""
@@ -509,13 +586,20 @@ class LocalBackend(Backend):
         spec = load_spec(run_dir / "spec.yaml")
         return spec, spec.model_file or str(Path(spec.checkpoint_dir or run_dir / "checkpoints") / "model.pt")
 
-    def node_metrics(self, run_id: str) -> list[NodeMetrics]:
+    def node_metrics(self, run_id: str) -> builtins.list[NodeMetrics]:
         run_dir = self.resolve(run_id)
         vm = psutil.virtual_memory()
         gpus, note = read_gpus()
-        node = NodeMetrics(name=socket.gethostname(), cpu_percent=psutil.cpu_percent(None),
-                           cpu_count=psutil.cpu_count() or 1, mem_used_mb=(vm.total - vm.available) / 2**20,
-                           mem_total_mb=vm.total / 2**20, gpus=gpus, gpu_note=note, hosts=[socket.gethostname()])
+        node = NodeMetrics(
+            name=socket.gethostname(),
+            cpu_percent=psutil.cpu_percent(None),
+            cpu_count=psutil.cpu_count() or 1,
+            mem_used_mb=(vm.total - vm.available) / 2**20,
+            mem_total_mb=vm.total / 2**20,
+            gpus=gpus,
+            gpu_note=note,
+            hosts=[socket.gethostname()],
+        )
         launcher = self._launcher(run_dir)
         if launcher is None:
             return [node]
@@ -527,9 +611,14 @@ class LocalBackend(Backend):
                     if rank is None or cached.name() == "sh":
                         continue
                     with cached.oneshot():
-                        node.processes.append(ProcessMetrics(rank=int(rank), pid=proc.pid,
-                                                             cpu_percent=cached.cpu_percent(None),
-                                                             rss_mb=cached.memory_info().rss / 2**20))
+                        node.processes.append(
+                            ProcessMetrics(
+                                rank=int(rank),
+                                pid=proc.pid,
+                                cpu_percent=cached.cpu_percent(None),
+                                rss_mb=cached.memory_info().rss / 2**20,
+                            )
+                        )
                 except (psutil.Error, ValueError):
                     self._procs.pop(proc.pid, None)
         node.processes.sort(key=lambda p: p.rank)

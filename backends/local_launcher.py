@@ -35,12 +35,17 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, **launch["env"])
     with open(run_dir / "launcher.log", "ab", buffering=0) as log:
         try:
-            child = subprocess.Popen(launch["cmd"], cwd=launch["cwd"], env=env, stdin=subprocess.DEVNULL,
-                                     stdout=log, stderr=subprocess.STDOUT)
+            child = subprocess.Popen(
+                launch["cmd"],
+                cwd=launch["cwd"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         except OSError as exc:
             log.write(f"torchdeck: cannot start torchrun: {exc}\n".encode())
-            write_json(run_dir / "exit.json", {"exit_code": 127, "finished_at": time.time(),
-                                               "signals": received})
+            write_json(run_dir / "exit.json", {"exit_code": 127, "finished_at": time.time(), "signals": received})
             return 127
         while True:
             try:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -28,8 +29,10 @@ MAX_JOB_NAME = 40
 DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-IMAGE_RE = re.compile(r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
-                      r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$")
+IMAGE_RE = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
 QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 # The trainer's recipes and models, by name; the trainer itself (which
 # imports torch) is not loaded to validate a spec. tests/test_spec.py checks
@@ -175,6 +178,7 @@ def _choices(*values: str | None):
             shown = ", ".join(x for x in values if x is not None)
             return f"must be one of {shown}, got {v!r}"
         return None
+
     return check
 
 
@@ -185,6 +189,7 @@ def _int_at_least(low: int, optional: bool = False):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             return f"must be an integer >= {low}, got {v!r}"
         return None
+
     return check
 
 
@@ -199,6 +204,7 @@ def _path(optional: bool):
         if not isinstance(v, str) or not v.strip():
             return f"must be a path, got {v!r}"
         return None
+
     return check
 
 
@@ -215,30 +221,34 @@ def _quantity(optional: bool):
         if v is None and optional:
             return None
         if not isinstance(v, str) or not QUANTITY_RE.match(v):
-            return f"must be a Kubernetes quantity such as \"4\", \"500m\" or \"8Gi\", got {v!r}"
+            return f'must be a Kubernetes quantity such as "4", "500m" or "8Gi", got {v!r}'
         return None
+
     return check
 
 
 def _name(v: Any) -> str | None:
     if not isinstance(v, str) or not NAME_RE.match(v):
-        return (f"must be 1-40 lower-case letters, digits or '-', starting and ending with a "
-                f"letter or digit, got {v!r}")
+        return f"must be 1-40 lower-case letters, digits or '-', starting and ending with a letter or digit, got {v!r}"
     return None
 
 
 def _job_name(v: Any) -> str | None:
     if not isinstance(v, str) or len(v) > MAX_JOB_NAME or not DNS_1035_RE.match(v):
-        return (f"must be 1-40 lower-case letters, digits or '-', starting with a letter and ending with a "
-                f"letter or digit (Kubernetes' DNS-1035 names), got {v!r:.60}")
+        return (
+            f"must be 1-40 lower-case letters, digits or '-', starting with a letter and ending with a "
+            f"letter or digit (Kubernetes' DNS-1035 names), got {v!r:.60}"
+        )
     return None
 
 
 def _name_253(v: Any) -> str | None:
     """A DNS subdomain name (RFC 1123): what Kubernetes takes for most object names."""
     if not isinstance(v, str) or len(v) > 253 or not DNS_SUBDOMAIN_RE.match(v):
-        return (f"must be a DNS-1123 name (lower-case letters, digits, '-' and '.', starting and ending "
-                f"with a letter or digit), got {v!r}")
+        return (
+            f"must be a DNS-1123 name (lower-case letters, digits, '-' and '.', starting and ending "
+            f"with a letter or digit), got {v!r}"
+        )
     return None
 
 
@@ -246,14 +256,16 @@ def _image(v: Any) -> str | None:
     if v is None:
         return None
     if not isinstance(v, str) or not IMAGE_RE.match(v):
-        return (f"must be an image reference such as registry/repo:tag or repo@sha256:<64 hex>, got {v!r} "
-                f"(lower-case repository, no spaces or scheme)")
+        return (
+            f"must be an image reference such as registry/repo:tag or repo@sha256:<64 hex>, got {v!r} "
+            f"(lower-case repository, no spaces or scheme)"
+        )
     return None
 
 
 def _env(v: Any) -> str | None:
     if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
-        return "must map names to string values (quote numbers: \"1\")"
+        return 'must map names to string values (quote numbers: "1")'
     bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
     return f"{bad[0]!r} is not a valid variable name" if bad else None
 
@@ -292,6 +304,8 @@ SPEC_CHECKS = {
     "namespace": _name,
     "env": _env,
 }
+
+
 def _labels(v: Any) -> str | None:
     if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
         return "must map label names to string values"
@@ -328,8 +342,11 @@ CLUSTER_CHECKS = {
     "ttl_seconds_after_finished": _int_at_least(0, optional=True),
     "runtime": _name_253,
 }
-NESTED = {"trainer": (TrainerOptions, TRAINER_CHECKS), "resources": (Resources, RESOURCE_CHECKS),
-          "cluster": (ClusterOptions, CLUSTER_CHECKS)}
+NESTED = {
+    "trainer": (TrainerOptions, TRAINER_CHECKS),
+    "resources": (Resources, RESOURCE_CHECKS),
+    "cluster": (ClusterOptions, CLUSTER_CHECKS),
+}
 
 
 def _check_keys(data: Mapping[str, Any], known: list[str], prefix: str, source: str) -> None:
@@ -346,8 +363,12 @@ def spec_from_dict(data: Any, source: str = "") -> JobSpec:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise SpecError("", f"a job spec is a mapping of fields, got {type(data).__name__}",
-                        "see the README's torchdeck.yaml example", source)
+        raise SpecError(
+            "",
+            f"a job spec is a mapping of fields, got {type(data).__name__}",
+            "see the README's torchdeck.yaml example",
+            source,
+        )
     _check_keys(data, [f.name for f in dataclasses.fields(JobSpec)], "", source)
     values: dict[str, Any] = {}
     for key, value in data.items():
@@ -384,18 +405,34 @@ def _check_together(spec: JobSpec, source: str) -> None:
     c = spec.cluster
     if (c.min_nodes is None) != (c.max_nodes is None):
         missing = "cluster.max_nodes" if c.max_nodes is None else "cluster.min_nodes"
-        raise SpecError(missing, "must be set with the other one (elastic jobs need both bounds)",
-                        "set both cluster.min_nodes and cluster.max_nodes, or neither", source)
+        raise SpecError(
+            missing,
+            "must be set with the other one (elastic jobs need both bounds)",
+            "set both cluster.min_nodes and cluster.max_nodes, or neither",
+            source,
+        )
     if c.min_nodes is not None and c.max_nodes is not None:
         if c.min_nodes > c.max_nodes:
-            raise SpecError("cluster.min_nodes", f"{c.min_nodes} is more than cluster.max_nodes ({c.max_nodes})",
-                            "min_nodes <= nodes <= max_nodes", source)
+            raise SpecError(
+                "cluster.min_nodes",
+                f"{c.min_nodes} is more than cluster.max_nodes ({c.max_nodes})",
+                "min_nodes <= nodes <= max_nodes",
+                source,
+            )
         if not c.min_nodes <= spec.nodes <= c.max_nodes:
-            raise SpecError("nodes", f"{spec.nodes} is outside cluster.min_nodes..max_nodes "
-                            f"({c.min_nodes}..{c.max_nodes})", "min_nodes <= nodes <= max_nodes", source)
+            raise SpecError(
+                "nodes",
+                f"{spec.nodes} is outside cluster.min_nodes..max_nodes ({c.min_nodes}..{c.max_nodes})",
+                "min_nodes <= nodes <= max_nodes",
+                source,
+            )
     if spec.resources.gpus and spec.device == "cpu":
-        raise SpecError("resources.gpus", f"{spec.resources.gpus} GPU(s) asked for with device: cpu",
-                        "set device: cuda (or auto), or resources.gpus: 0", source)
+        raise SpecError(
+            "resources.gpus",
+            f"{spec.resources.gpus} GPU(s) asked for with device: cpu",
+            "set device: cuda (or auto), or resources.gpus: 0",
+            source,
+        )
     check_kind_fields(spec, c.kind, source)
 
 
@@ -404,11 +441,19 @@ def check_kind_fields(spec: JobSpec, kind: str, source: str = "") -> None:
     c = spec.cluster
     if kind in ("trainjob", "mpijob") and c.min_nodes is not None:
         name = {"trainjob": "a TrainJob", "mpijob": "an MPIJob"}[kind]
-        raise SpecError("cluster.min_nodes", f"{name} has no elastic bounds",
-                        "use kind pytorchjob (or job) for an elastic job, or drop cluster.min_nodes/max_nodes", source)
+        raise SpecError(
+            "cluster.min_nodes",
+            f"{name} has no elastic bounds",
+            "use kind pytorchjob (or job) for an elastic job, or drop cluster.min_nodes/max_nodes",
+            source,
+        )
     if kind == "mpijob" and c.restart_policy == "ExitCode":
-        raise SpecError("cluster.restart_policy", "the MPI Operator takes Never or OnFailure, not ExitCode",
-                        "set cluster.restart_policy: OnFailure", source)
+        raise SpecError(
+            "cluster.restart_policy",
+            "the MPI Operator takes Never or OnFailure, not ExitCode",
+            "set cluster.restart_policy: OnFailure",
+            source,
+        )
 
 
 def validate(spec: JobSpec) -> JobSpec:
@@ -439,12 +484,18 @@ def load_spec(path: str | Path) -> JobSpec:
 
 def resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
     """Make local relative paths absolute against ``base``; s3:// stays as is."""
+
     def fix(value: str | None) -> str | None:
         if value is None or "://" in value or Path(value).expanduser().is_absolute():
             return str(Path(value).expanduser()) if value and "://" not in value else value
         return str((base / value).resolve())
-    return dataclasses.replace(spec, data_dir=fix(spec.data_dir), checkpoint_dir=fix(spec.checkpoint_dir),
-                               model_file=fix(spec.model_file))
+
+    return dataclasses.replace(
+        spec,
+        data_dir=fix(spec.data_dir) or spec.data_dir,
+        checkpoint_dir=fix(spec.checkpoint_dir),
+        model_file=fix(spec.model_file),
+    )
 
 
 def save_spec(spec: JobSpec, path: str | Path) -> None:
@@ -483,20 +534,40 @@ def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
     return spec_from_dict(data, "command line")
 
 
-def trainer_arguments(spec: JobSpec, data_dir: str, checkpoint_dir: str,
-                      metrics_file: str | None = None) -> list[str]:
+def trainer_arguments(spec: JobSpec, data_dir: str, checkpoint_dir: str, metrics_file: str | None = None) -> list[str]:
     """The ``python -m torchdeck.trainer`` arguments for this spec, with the
     paths as the ranks will see them (a run folder here, a volume in a pod)."""
     t = spec.trainer
-    args = ["--data-dir", data_dir, "--dataset", t.dataset, "--recipe", t.recipe,
-            "--checkpoint-dir", checkpoint_dir, "--device", spec.device, "--seed", str(t.seed),
-            "--checkpoint-every", str(t.checkpoint_every), "--keep-checkpoints", str(t.keep_checkpoints),
-            "--log-every", str(t.log_every)]
+    args = [
+        "--data-dir",
+        data_dir,
+        "--dataset",
+        t.dataset,
+        "--recipe",
+        t.recipe,
+        "--checkpoint-dir",
+        checkpoint_dir,
+        "--device",
+        spec.device,
+        "--seed",
+        str(t.seed),
+        "--checkpoint-every",
+        str(t.checkpoint_every),
+        "--keep-checkpoints",
+        str(t.keep_checkpoints),
+        "--log-every",
+        str(t.log_every),
+    ]
     if metrics_file:
         args += ["--metrics-file", metrics_file]
-    for flag, value in (("--model", t.model), ("--epochs", t.epochs), ("--batch-size", t.batch_size),
-                        ("--max-steps", t.max_steps), ("--precision", t.precision),
-                        ("--model-file", spec.model_file)):
+    for flag, value in (
+        ("--model", t.model),
+        ("--epochs", t.epochs),
+        ("--batch-size", t.batch_size),
+        ("--max-steps", t.max_steps),
+        ("--precision", t.precision),
+        ("--model-file", spec.model_file),
+    ):
         if value is not None:
             args += [flag, str(value)]
     if spec.download:

@@ -37,28 +37,64 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
     cluster, _ = start_cluster(Path(tmp))
     cluster.emulator.namespaces.add(NS)
     backend = KubernetesBackend(cluster.kubeconfig)
-    backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body={
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "pytorchjobs.kubeflow.org"}})
-    spec = spec_from_dict({"name": "bench", "nodes": pods, "nproc_per_node": 1, "namespace": NS,
-                           "image": "repo/torchdeck:1"})
+    backend.request(
+        "POST",
+        "apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        body={
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "pytorchjobs.kubeflow.org"},
+        },
+    )
+    spec = spec_from_dict(
+        {"name": "bench", "nodes": pods, "nproc_per_node": 1, "namespace": NS, "image": "repo/torchdeck:1"}
+    )
     run_id = backend.submit(spec)
     lines = int(rate * seconds)
     start = time.time()
     for i in range(pods):
         name = f"{run_id}-worker-{i}"
-        log = [json.dumps({"schema": 1, "event": "step", "rank": i, "world_size": pods, "time": start + s / rate,
-                           "epoch": 1, "step": s, "loss": 2.3 * 0.999 ** s + i * 1e-4,
-                           "samples_per_s": 900.0 + i % 7}) for s in range(1, lines + 1)]
+        log = [
+            json.dumps(
+                {
+                    "schema": 1,
+                    "event": "step",
+                    "rank": i,
+                    "world_size": pods,
+                    "time": start + s / rate,
+                    "epoch": 1,
+                    "step": s,
+                    "loss": 2.3 * 0.999**s + i * 1e-4,
+                    "samples_per_s": 900.0 + i % 7,
+                }
+            )
+            for s in range(1, lines + 1)
+        ]
         cluster.call(cluster.emulator.script_log, NS, name, log, rate=rate, ended=False)
-        backend.request("POST", f"api/v1/namespaces/{NS}/pods", body={
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"torchdeck.dev/run": run_id,
-                                                  "training.kubeflow.org/replica-type": "worker",
-                                                  "training.kubeflow.org/replica-index": str(i)}},
-            "spec": {"nodeName": f"node-{i // 8}", "containers": [{"name": "pytorch", "image": "repo/torchdeck:1"}]},
-            "status": {"phase": "Running", "containerStatuses": [
-                {"name": "pytorch", "restartCount": 0, "state": {"running": {}}}]}})
+        backend.request(
+            "POST",
+            f"api/v1/namespaces/{NS}/pods",
+            body={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "torchdeck.dev/run": run_id,
+                        "training.kubeflow.org/replica-type": "worker",
+                        "training.kubeflow.org/replica-index": str(i),
+                    },
+                },
+                "spec": {
+                    "nodeName": f"node-{i // 8}",
+                    "containers": [{"name": "pytorch", "image": "repo/torchdeck:1"}],
+                },
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": [{"name": "pytorch", "restartCount": 0, "state": {"running": {}}}],
+                },
+            },
+        )
     print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "run_id": run_id}), flush=True)
     sys.stdin.read()  # until the benchmark is done
 
@@ -66,8 +102,7 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
 def console_usage(me: psutil.Process) -> tuple[float, int, float]:
     """CPU seconds and RSS of the console and its metric reader (not the API server),
     and the reader's CPU seconds alone."""
-    procs = [me] + [c for c in me.children(recursive=True)
-                    if "torchdeck.monitor.feed" in " ".join(c.cmdline())]
+    procs = [me] + [c for c in me.children(recursive=True) if "torchdeck.monitor.feed" in " ".join(c.cmdline())]
     cpu, rss, reader = 0.0, 0, 0.0
     for p in procs:
         try:
@@ -87,8 +122,11 @@ async def measure(kubeconfig: str, run_id: str, pods: int, seconds: float, refre
     from torchdeck.tui.screens.monitor import MonitorScreen
 
     me = psutil.Process()
-    app = make_app(Settings(backend="kubernetes", state_dir=Path(tempfile.mkdtemp()), refresh_hz=refresh_hz),
-                   KubernetesBackend(kubeconfig), run_id)
+    app = make_app(
+        Settings(backend="kubernetes", state_dir=Path(tempfile.mkdtemp()), refresh_hz=refresh_hz),
+        KubernetesBackend(kubeconfig),
+        run_id,
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         while not isinstance(app.screen, MonitorScreen):
             await pilot.pause(0.05)
@@ -114,12 +152,18 @@ async def measure(kubeconfig: str, run_id: str, pods: int, seconds: float, refre
         t1 = time.perf_counter()
         cpu1, rss1, reader1 = console_usage(me)
         events1 = screen.snap.events
-    return {"pods": pods, "all_ranks_seen_after_s": round(ranks_seen_s, 1), "seconds": round(t1 - t0, 1),
-            "lines_per_s": round((events1 - events0) / (t1 - t0)),
-            "ranks_updated_per_2s": f"min {min(samples)} of {pods}", "windows_all_updated": f"{updated_all}/{len(samples)}",
-            "console_cores": round((cpu1 - cpu0) / (t1 - t0), 3),
-            "reader_cores": round((reader1 - reader0) / (t1 - t0), 3), "rss_mb": round(rss1 / 2**20, 1),
-            "rss_growth_mb": round((rss1 - rss0) / 2**20, 1)}
+    return {
+        "pods": pods,
+        "all_ranks_seen_after_s": round(ranks_seen_s, 1),
+        "seconds": round(t1 - t0, 1),
+        "lines_per_s": round((events1 - events0) / (t1 - t0)),
+        "ranks_updated_per_2s": f"min {min(samples)} of {pods}",
+        "windows_all_updated": f"{updated_all}/{len(samples)}",
+        "console_cores": round((cpu1 - cpu0) / (t1 - t0), 3),
+        "reader_cores": round((reader1 - reader0) / (t1 - t0), 3),
+        "rss_mb": round(rss1 / 2**20, 1),
+        "rss_growth_mb": round((rss1 - rss0) / 2**20, 1),
+    }
 
 
 def main() -> int:
@@ -134,25 +178,48 @@ def main() -> int:
         serve(a.serve, a.pods, a.rate, a.seconds + 90)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        server = subprocess.Popen([sys.executable, __file__, "--serve", tmp, "--pods", str(a.pods),
-                                   "--rate", str(a.rate), "--seconds", str(a.seconds)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--serve",
+                tmp,
+                "--pods",
+                str(a.pods),
+                "--rate",
+                str(a.rate),
+                "--seconds",
+                str(a.seconds),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             info = json.loads(server.stdout.readline())
             result = asyncio.run(measure(info["kubeconfig"], info["run_id"], a.pods, a.seconds, a.refresh_hz))
         finally:
             server.stdin.close()
             server.wait(10)
-    print(f"monitor on a cluster job: {a.pods} pods x {a.rate:g} metric lines/s through the API (kmock), "
-          f"console at 120x40 drawn at up to {a.refresh_hz:g} Hz, headless")
-    print(f"  every rank on screen after {result['all_ranks_seen_after_s']} s; over {result['seconds']} s: "
-          f"{result['lines_per_s']:,} lines/s taken in")
-    print(f"  ranks whose step moved in each 2 s window: {result['ranks_updated_per_2s']}; "
-          f"windows with all {a.pods} moving: {result['windows_all_updated']}   (target: every curve updates)")
-    print(f"  console CPU {result['console_cores']} cores: its process and its metric reader "
-          f"({result['reader_cores']} of them)   (target < 0.5)")
-    print(f"  console memory {result['rss_mb']} MB, grew {result['rss_growth_mb']} MB while measuring   "
-          f"(target: bounded)")
+    print(
+        f"monitor on a cluster job: {a.pods} pods x {a.rate:g} metric lines/s through the API (kmock), "
+        f"console at 120x40 drawn at up to {a.refresh_hz:g} Hz, headless"
+    )
+    print(
+        f"  every rank on screen after {result['all_ranks_seen_after_s']} s; over {result['seconds']} s: "
+        f"{result['lines_per_s']:,} lines/s taken in"
+    )
+    print(
+        f"  ranks whose step moved in each 2 s window: {result['ranks_updated_per_2s']}; "
+        f"windows with all {a.pods} moving: {result['windows_all_updated']}   (target: every curve updates)"
+    )
+    print(
+        f"  console CPU {result['console_cores']} cores: its process and its metric reader "
+        f"({result['reader_cores']} of them)   (target < 0.5)"
+    )
+    print(
+        f"  console memory {result['rss_mb']} MB, grew {result['rss_growth_mb']} MB while measuring   (target: bounded)"
+    )
     return 0
 
 

@@ -32,27 +32,62 @@ def writer(run_dir: str, ranks: int, rate: float, total: int, ready) -> None:
     files = [open(Path(run_dir) / "metrics" / f"rank-{r}.jsonl", "a") for r in range(ranks)]
     start = time.time()
     for r, f in enumerate(files):
-        f.write(json.dumps({"schema": 1, "event": "start", "rank": r, "local_rank": r % 8, "world_size": ranks,
-                            "host": f"node-{r // 8}", "time": start, "elapsed_s": 0.0, "model": "resnet-fast",
-                            "recipe": "fast", "device": "cuda", "backend": "nccl", "precision": "bf16",
-                            "epochs": 30, "steps_per_epoch": 10_000, "total_steps": 300_000,
-                            "restart_count": 0}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "schema": 1,
+                    "event": "start",
+                    "rank": r,
+                    "local_rank": r % 8,
+                    "world_size": ranks,
+                    "host": f"node-{r // 8}",
+                    "time": start,
+                    "elapsed_s": 0.0,
+                    "model": "resnet-fast",
+                    "recipe": "fast",
+                    "device": "cuda",
+                    "backend": "nccl",
+                    "precision": "bf16",
+                    "epochs": 30,
+                    "steps_per_epoch": 10_000,
+                    "total_steps": 300_000,
+                    "restart_count": 0,
+                }
+            )
+            + "\n"
+        )
         f.flush()
     ready.set()
     # Lines are written ten steps at a time per rank file (one write each), so
     # that this generator stays cheap: the monitor is what is measured, and on
     # a 2-core machine a costly writer would starve it.
-    template = ('{"schema":1,"event":"step","rank":%d,"local_rank":%d,"world_size":%d,"host":"node-%d",'
-                '"time":%.3f,"elapsed_s":%.3f,"epoch":1,"step":%d,"loss":%.5f,"lr":0.1,"samples_per_s":%.1f,'
-                '"step_s":0.032,"data_s":0.001,"gpu_util":97,"gpu_mem_mb":10240}\n')
+    template = (
+        '{"schema":1,"event":"step","rank":%d,"local_rank":%d,"world_size":%d,"host":"node-%d",'
+        '"time":%.3f,"elapsed_s":%.3f,"epoch":1,"step":%d,"loss":%.5f,"lr":0.1,"samples_per_s":%.1f,'
+        '"step_s":0.032,"data_s":0.001,"gpu_util":97,"gpu_mem_mb":10240}\n'
+    )
     steps_per_write = 10
     written, step, t0 = 0, 0, time.perf_counter()
     while written < total:
         now = time.time()
         for r in range(ranks):
-            files[r].write("".join(template % (r, r % 8, ranks, r // 8, now, now - start, step + k,
-                                               2.3 * (0.999 ** (step + k)) + (r % 7) * 0.001, 4000.0 - (r % 5))
-                                   for k in range(1, steps_per_write + 1)))
+            files[r].write(
+                "".join(
+                    template
+                    % (
+                        r,
+                        r % 8,
+                        ranks,
+                        r // 8,
+                        now,
+                        now - start,
+                        step + k,
+                        2.3 * (0.999 ** (step + k)) + (r % 7) * 0.001,
+                        4000.0 - (r % 5),
+                    )
+                    for k in range(1, steps_per_write + 1)
+                )
+            )
             files[r].flush()
         step += steps_per_write
         written += ranks * steps_per_write
@@ -103,10 +138,16 @@ async def measure(state: Path, run_id: str, total: int, refresh_hz: float) -> di
         drawn = screen.frames_drawn - drawn0
     gaps = sorted((b - a) * 1000 for a, b in zip(frames, frames[1:]))
     return {
-        "lines": e1 - e0, "seconds": round(t1 - t0, 2), "lines_per_s": round((e1 - e0) / (t1 - t0)),
-        "frames": len(frames), "frames_drawn": drawn, "frame_ms_p50": round(statistics.median(gaps), 1),
-        "frame_ms_p99": round(gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))], 1), "frame_ms_max": round(gaps[-1], 1),
-        "rss_growth_mb": round((rss1 - rss0) / 2**20, 1), "rss_mb": round(rss1 / 2**20, 1),
+        "lines": e1 - e0,
+        "seconds": round(t1 - t0, 2),
+        "lines_per_s": round((e1 - e0) / (t1 - t0)),
+        "frames": len(frames),
+        "frames_drawn": drawn,
+        "frame_ms_p50": round(statistics.median(gaps), 1),
+        "frame_ms_p99": round(gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))], 1),
+        "frame_ms_max": round(gaps[-1], 1),
+        "rss_growth_mb": round((rss1 - rss0) / 2**20, 1),
+        "rss_mb": round(rss1 / 2**20, 1),
     }
 
 
@@ -132,23 +173,42 @@ def main() -> int:
     if a.json:
         print(json.dumps(result))
     else:
-        print(f"monitor ingest, {a.ranks} ranks, writer at {a.rate:,.0f} lines/s, {a.points:,} points, "
-              f"drawn at up to {a.refresh_hz:g} Hz (120x40, headless)")
-        print(f"  ingested       {result['lines']:,} lines in {result['seconds']} s = "
-              f"{result['lines_per_s']:,} lines/s   (target >= 50,000)")
-        print(f"  frame interval p50 {result['frame_ms_p50']} ms, p99 {result['frame_ms_p99']} ms, "
-              f"max {result['frame_ms_max']} ms over {result['frames']} frames, "
-              f"{result['frames_drawn']} with new data   (target p99 < 100 ms)")
-        print(f"  memory growth  {result['rss_growth_mb']} MB after {result['lines']:,} points "
-              f"(peak RSS of the console and its metric reader {result['rss_mb']} MB)   (target <= 100 MB)")
+        print(
+            f"monitor ingest, {a.ranks} ranks, writer at {a.rate:,.0f} lines/s, {a.points:,} points, "
+            f"drawn at up to {a.refresh_hz:g} Hz (120x40, headless)"
+        )
+        print(
+            f"  ingested       {result['lines']:,} lines in {result['seconds']} s = "
+            f"{result['lines_per_s']:,} lines/s   (target >= 50,000)"
+        )
+        print(
+            f"  frame interval p50 {result['frame_ms_p50']} ms, p99 {result['frame_ms_p99']} ms, "
+            f"max {result['frame_ms_max']} ms over {result['frames']} frames, "
+            f"{result['frames_drawn']} with new data   (target p99 < 100 ms)"
+        )
+        print(
+            f"  memory growth  {result['rss_growth_mb']} MB after {result['lines']:,} points "
+            f"(peak RSS of the console and its metric reader {result['rss_mb']} MB)   (target <= 100 MB)"
+        )
     return 0
 
 
 def make_run_meta(state: Path, ranks: int, pid: int) -> str:
     run_dir = state / "runs" / "bench-ingest"
-    (run_dir / "launch.json").write_text(json.dumps({"run_id": "bench-ingest", "name": "bench", "cmd": [],
-                                                    "env": {}, "cwd": "/", "port": 0,
-                                                    "submitted_at": time.time(), "world_size": ranks}))
+    (run_dir / "launch.json").write_text(
+        json.dumps(
+            {
+                "run_id": "bench-ingest",
+                "name": "bench",
+                "cmd": [],
+                "env": {},
+                "cwd": "/",
+                "port": 0,
+                "submitted_at": time.time(),
+                "world_size": ranks,
+            }
+        )
+    )
     (run_dir / "pid.json").write_text(json.dumps({"pid": pid, "create_time": psutil.Process(pid).create_time()}))
     (run_dir / "spec.yaml").write_text("name: bench\n")
     return "bench-ingest"

@@ -58,11 +58,28 @@ def main() -> None:
                 print(f"[{epoch + 1}, {i + 1:5d}] loss: {running / 5:.3f}", flush=True)
                 running = 0.0
         if rank == 0:
-            torch.save({"epoch": epoch, "model_state_dict": model.state_dict(),
-                        "optimizer_state_dict": optimizer.state_dict()}, a.checkpoint_file)
+            torch.save(
+                {
+                    "epoch": epoch,
+                    "model_state_dict": model.state_dict(),
+                    "optimizer_state_dict": optimizer.state_dict(),
+                },
+                a.checkpoint_file,
+            )
         elapsed = time.perf_counter() - started
-        print(json.dumps({"event": "epoch", "rank": rank, "epoch": epoch + 1, "images": images,
-                          "epoch_s": elapsed, "samples_per_s": images / elapsed}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "event": "epoch",
+                    "rank": rank,
+                    "epoch": epoch + 1,
+                    "images": images,
+                    "epoch_s": elapsed,
+                    "samples_per_s": images / elapsed,
+                }
+            ),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

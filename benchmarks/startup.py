@@ -47,9 +47,13 @@ def main() -> int:
     helps = [help_time() for _ in range(10)]
     with tempfile.TemporaryDirectory() as state:
         frames = [first_frame_time(state) for _ in range(5)]
-    print(f"torchdeck --help      median {statistics.median(helps):.3f} s, max {max(helps):.3f} s (10 runs; target < 0.3 s)")
-    print(f"console first frame   median {statistics.median(frames):.3f} s, max {max(frames):.3f} s "
-          f"(tmux 80x24, 5 runs; target < 1.0 s)")
+    print(
+        f"torchdeck --help      median {statistics.median(helps):.3f} s, max {max(helps):.3f} s (10 runs; target < 0.3 s)"
+    )
+    print(
+        f"console first frame   median {statistics.median(frames):.3f} s, max {max(frames):.3f} s "
+        f"(tmux 80x24, 5 runs; target < 1.0 s)"
+    )
     return 0
 
 

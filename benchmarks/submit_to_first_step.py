@@ -41,16 +41,23 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as state:
         backend = LocalBackend(state)
         for _ in range(a.repeats):
-            spec = JobSpec(name="bench", data_dir=a.data_dir, nproc_per_node=2, max_restarts=0,
-                           trainer=TrainerOptions(epochs=1, max_steps=5))
+            spec = JobSpec(
+                name="bench",
+                data_dir=a.data_dir,
+                nproc_per_node=2,
+                max_restarts=0,
+                trainer=TrainerOptions(epochs=1, max_steps=5),
+            )
             t0 = time.perf_counter()
             run_id = backend.submit(spec)
             seen = asyncio.run(first_steps(backend, run_id, t0, 2))
             times.append(max(seen.values()))
             print(f"  {run_id}: rank 0 at {seen[0]:.2f} s, rank 1 at {seen[1]:.2f} s")
             backend.cancel(run_id)
-    print(f"submit to first step of both ranks: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
-          f"({a.repeats} runs; target < 10 s)")
+    print(
+        f"submit to first step of both ranks: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
+        f"({a.repeats} runs; target < 10 s)"
+    )
     return 0
 
 

@@ -34,8 +34,18 @@ DEFAULT_DATA = Path(os.environ.get("TORCHDECK_TEST_DATA", REPO.parent / "shared"
 def torchrun(nproc: int, *args: str) -> tuple[list[dict], float, float]:
     """Run a torchrun job; returns its JSON lines, its launch time and its wall time."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:0",
+        *args,
+    ]
     launched = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     wall = time.time() - launched
@@ -86,11 +96,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         print(f"1/3 seed recipe, {a.nproc} ranks, 10 epochs ...", flush=True)
         seed_lines, seed_t0, seed_wall = torchrun(
-            a.nproc, "-m", "torchdeck.trainer", "--recipe", "seed", "--data-dir", data,
-            "--checkpoint-dir", f"{tmp}/seed")
+            a.nproc,
+            "-m",
+            "torchdeck.trainer",
+            "--recipe",
+            "seed",
+            "--data-dir",
+            data,
+            "--checkpoint-dir",
+            f"{tmp}/seed",
+        )
         print(f"2/3 default recipe, {a.nproc} ranks ...", flush=True)
         fast_lines, fast_t0, fast_wall = torchrun(
-            a.nproc, "-m", "torchdeck.trainer", "--data-dir", data, "--checkpoint-dir", f"{tmp}/fast")
+            a.nproc, "-m", "torchdeck.trainer", "--data-dir", data, "--checkpoint-dir", f"{tmp}/fast"
+        )
         ref_lines: list[dict] = []
         full_lines: list[dict] = []
         bare_lines: list[dict] = []
@@ -98,17 +117,49 @@ def main() -> int:
         bare_wall: list[float] = []
         epochs = str(a.throughput_epochs)
         for rep in range(a.repeats):
-            print(f"3/3 images/s, round {rep + 1} of {a.repeats}: seed script, seed recipe, seed recipe bare ...",
-                  flush=True)
-            lines, _, _ = torchrun(a.nproc, str(REPO / "benchmarks" / "seed_script.py"), "--data-dir", data,
-                                   "--epochs", epochs, "--checkpoint-file", f"{tmp}/seed-script.pth")
+            print(
+                f"3/3 images/s, round {rep + 1} of {a.repeats}: seed script, seed recipe, seed recipe bare ...",
+                flush=True,
+            )
+            lines, _, _ = torchrun(
+                a.nproc,
+                str(REPO / "benchmarks" / "seed_script.py"),
+                "--data-dir",
+                data,
+                "--epochs",
+                epochs,
+                "--checkpoint-file",
+                f"{tmp}/seed-script.pth",
+            )
             ref_lines += tag(lines, rep)
-            lines, _, _ = torchrun(a.nproc, "-m", "torchdeck.trainer", "--recipe", "seed", "--data-dir", data,
-                                   "--epochs", epochs, "--checkpoint-dir", f"{tmp}/full{rep}")
+            lines, _, _ = torchrun(
+                a.nproc,
+                "-m",
+                "torchdeck.trainer",
+                "--recipe",
+                "seed",
+                "--data-dir",
+                data,
+                "--epochs",
+                epochs,
+                "--checkpoint-dir",
+                f"{tmp}/full{rep}",
+            )
             full_lines += tag(lines, rep)
             full_wall.append(train_s(lines))
-            lines, _, _ = torchrun(a.nproc, "-m", "torchdeck.trainer", "--recipe", "seed", "--data-dir", data,
-                                   "--epochs", epochs, "--log-every", "1000000")
+            lines, _, _ = torchrun(
+                a.nproc,
+                "-m",
+                "torchdeck.trainer",
+                "--recipe",
+                "seed",
+                "--data-dir",
+                data,
+                "--epochs",
+                epochs,
+                "--log-every",
+                "1000000",
+            )
             bare_lines += tag(lines, rep)
             bare_wall.append(train_s(lines))
 
@@ -119,18 +170,26 @@ def main() -> int:
     fast_match_at = next((t for t, acc in fast_curve if acc >= seed_best), None)
     fast_best_in_budget = max((acc for t, acc in fast_curve if t <= seed_done_at), default=0.0)
     fast_best = max(acc for _, acc in fast_curve)
-    rates = {"seed_recipe_10_epochs": images_per_s(seed_lines), "default_recipe": images_per_s(fast_lines),
-             "seed_script": images_per_s(ref_lines), "seed_recipe": images_per_s(full_lines),
-             "seed_recipe_bare": images_per_s(bare_lines)}
+    rates = {
+        "seed_recipe_10_epochs": images_per_s(seed_lines),
+        "default_recipe": images_per_s(fast_lines),
+        "seed_script": images_per_s(ref_lines),
+        "seed_recipe": images_per_s(full_lines),
+        "seed_recipe_bare": images_per_s(bare_lines),
+    }
     wall_cost = 1 - statistics.median(bare_wall) / statistics.median(full_wall)
     figures = {
         "nproc": a.nproc,
-        "seed_best_accuracy": seed_best, "seed_best_at_s": round(seed_best_at, 1),
-        "seed_10_epochs_s": round(seed_done_at, 1), "seed_wall_s": round(seed_wall, 1),
+        "seed_best_accuracy": seed_best,
+        "seed_best_at_s": round(seed_best_at, 1),
+        "seed_10_epochs_s": round(seed_done_at, 1),
+        "seed_wall_s": round(seed_wall, 1),
         "default_matches_seed_best_at_s": None if fast_match_at is None else round(fast_match_at, 1),
         "time_ratio_default_to_seed": None if fast_match_at is None else round(fast_match_at / seed_best_at, 3),
-        "default_best_within_seed_time": fast_best_in_budget, "default_best_accuracy": fast_best,
-        "default_done_s": round(fast_curve[-1][0], 1), "default_epochs": len(fast_curve),
+        "default_best_within_seed_time": fast_best_in_budget,
+        "default_best_accuracy": fast_best,
+        "default_done_s": round(fast_curve[-1][0], 1),
+        "default_epochs": len(fast_curve),
         "images_per_s": {k: round(v, 1) for k, v in rates.items()},
         "seed_recipe_vs_seed_script": round(rates["seed_recipe"] / rates["seed_script"], 3),
         "metrics_and_checkpoint_cost": round(1 - rates["seed_recipe"] / rates["seed_recipe_bare"], 4),
@@ -140,20 +199,30 @@ def main() -> int:
         "default_curve": [(round(t, 1), a_) for t, a_ in fast_curve],
     }
     print()
-    print(f"seed recipe:    best test accuracy {seed_best:.1%} at {seed_best_at:.0f} s; "
-          f"10 epochs done at {seed_done_at:.0f} s")
+    print(
+        f"seed recipe:    best test accuracy {seed_best:.1%} at {seed_best_at:.0f} s; "
+        f"10 epochs done at {seed_done_at:.0f} s"
+    )
     if fast_match_at is None:
         print(f"default recipe: never reached {seed_best:.1%}")
     else:
-        print(f"default recipe: reached {seed_best:.1%} at {fast_match_at:.1f} s "
-              f"= {fast_match_at / seed_best_at:.2f} x the seed's time (target <= 0.25)")
-    print(f"default recipe: best {fast_best_in_budget:.1%} within the seed's {seed_done_at:.0f} s "
-          f"(target >= 72%); best overall {fast_best:.1%}, finished at {fast_curve[-1][0]:.0f} s")
+        print(
+            f"default recipe: reached {seed_best:.1%} at {fast_match_at:.1f} s "
+            f"= {fast_match_at / seed_best_at:.2f} x the seed's time (target <= 0.25)"
+        )
+    print(
+        f"default recipe: best {fast_best_in_budget:.1%} within the seed's {seed_done_at:.0f} s "
+        f"(target >= 72%); best overall {fast_best:.1%}, finished at {fast_curve[-1][0]:.0f} s"
+    )
     print("images/s (training, all ranks): " + ", ".join(f"{k} {v:.0f}" for k, v in rates.items()))
-    print(f"seed recipe in torchdeck vs the seed's script design: {figures['seed_recipe_vs_seed_script']:.2f} x "
-          f"(target >= 1.00)")
-    print(f"cost of metrics and checkpoints: {figures['metrics_and_checkpoint_cost']:.1%} of training images/s, "
-          f"{wall_cost:.1%} of wall time with evaluation and snapshots (target < 3%)")
+    print(
+        f"seed recipe in torchdeck vs the seed's script design: {figures['seed_recipe_vs_seed_script']:.2f} x "
+        f"(target >= 1.00)"
+    )
+    print(
+        f"cost of metrics and checkpoints: {figures['metrics_and_checkpoint_cost']:.1%} of training images/s, "
+        f"{wall_cost:.1%} of wall time with evaluation and snapshots (target < 3%)"
+    )
     if a.json:
         a.json.write_text(json.dumps(figures, indent=2))
     return 0

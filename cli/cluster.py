@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
-from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.errors import BackendError
+
+from .output import confirm, say, stream
 
 if TYPE_CHECKING:  # the parser is built for every command, --help included: nothing heavy at import
+    from torchdeck.backends.eks.cloud import EksCloud
+    from torchdeck.backends.eks.plan import ClusterPlan
+    from torchdeck.backends.eks.preflight import PreflightReport
     from torchdeck.settings import Settings
 
 EXIT_ERROR = 1
@@ -30,14 +34,29 @@ def add_cluster_parser(sub: Any) -> None:
     c.add_argument("--zones", help="availability zones, comma-separated (two at least)")
     c.add_argument("--version", default=None, help="Kubernetes version (default: 1.31)")
     c.add_argument("--vpc-id", help="an existing VPC (default: eksctl makes a new one)")
-    c.add_argument("--subnet", action="append", default=[], metavar="ZONE=SUBNET",
-                   help="a private subnet of the existing VPC (repeat, two zones at least)")
+    c.add_argument(
+        "--subnet",
+        action="append",
+        default=[],
+        metavar="ZONE=SUBNET",
+        help="a private subnet of the existing VPC (repeat, two zones at least)",
+    )
     c.add_argument("--system-type", default="m5.large", help="instance type of the system nodegroup")
     c.add_argument("--system-nodes", type=int, default=2, help="nodes in the system nodegroup")
-    c.add_argument("--worker", action="append", default=[], metavar="NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]",
-                   help="a worker nodegroup (repeat); default cpu-workers:m5.2xlarge:1:2:4")
-    c.add_argument("--label", action="append", default=[], metavar="NODEGROUP:KEY=VALUE",
-                   help="a Kubernetes label on a nodegroup's nodes (repeat)")
+    c.add_argument(
+        "--worker",
+        action="append",
+        default=[],
+        metavar="NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]",
+        help="a worker nodegroup (repeat); default cpu-workers:m5.2xlarge:1:2:4",
+    )
+    c.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="NODEGROUP:KEY=VALUE",
+        help="a Kubernetes label on a nodegroup's nodes (repeat)",
+    )
     c.add_argument("--volume-gib", type=int, default=100, help="root volume per node")
     c.add_argument("--bucket", help="the S3 bucket the training service account may use")
     c.add_argument("--prefix", default="torchdeck/", help="the key prefix in it (default: torchdeck/)")
@@ -51,11 +70,13 @@ def add_cluster_parser(sub: Any) -> None:
     c.add_argument("--profile", help="AWS profile (default: $AWS_PROFILE)")
     c.add_argument("--output", choices=("text", "json"), default="text")
 
-    for name, text in (("plan", "check a plan against AWS: credentials, zones, quotas, an existing cluster, cost"),
-                       ("create", "create the planned cluster (eksctl where installed, else torchdeck's own path)"),
-                       ("connect", "add the cluster to the kubeconfig (exec authentication, no stored keys)"),
-                       ("status", "the cluster, its nodegroups, add-ons and nodes"),
-                       ("delete", "delete the cluster and everything torchdeck made for it")):
+    for name, text in (
+        ("plan", "check a plan against AWS: credentials, zones, quotas, an existing cluster, cost"),
+        ("create", "create the planned cluster (eksctl where installed, else torchdeck's own path)"),
+        ("connect", "add the cluster to the kubeconfig (exec authentication, no stored keys)"),
+        ("status", "the cluster, its nodegroups, add-ons and nodes"),
+        ("delete", "delete the cluster and everything torchdeck made for it"),
+    ):
         c = csub.add_parser(name, help=text)
         c.add_argument("--file", default="cluster.yaml", help="the plan (default: cluster.yaml)")
         if name != "plan":
@@ -66,13 +87,24 @@ def add_cluster_parser(sub: Any) -> None:
             c.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         if name == "create":
             way = c.add_mutually_exclusive_group()
-            way.add_argument("--eksctl", dest="path", action="store_const", const="eksctl",
-                             help="run eksctl on the plan (the default where eksctl is on the PATH)")
-            way.add_argument("--native", dest="path", action="store_const", const="native",
-                             help="torchdeck's own path with boto3 (an existing VPC; the default without eksctl)")
+            way.add_argument(
+                "--eksctl",
+                dest="path",
+                action="store_const",
+                const="eksctl",
+                help="run eksctl on the plan (the default where eksctl is on the PATH)",
+            )
+            way.add_argument(
+                "--native",
+                dest="path",
+                action="store_const",
+                const="native",
+                help="torchdeck's own path with boto3 (an existing VPC; the default without eksctl)",
+            )
         if name in ("create", "connect"):
-            c.add_argument("--kubeconfig", help="the kubeconfig to add the context to (default: $KUBECONFIG or "
-                                                "~/.kube/config)")
+            c.add_argument(
+                "--kubeconfig", help="the kubeconfig to add the context to (default: $KUBECONFIG or ~/.kube/config)"
+            )
         if name == "connect":
             c.add_argument("--aws-cli", action="store_true", help="let `aws eks get-token` make the tokens")
         if name in ("plan", "status"):
@@ -88,17 +120,27 @@ def dispatch_cluster(args: argparse.Namespace, settings: Settings) -> int:
     command = args.cluster_command
     if command == "init":
         return cmd_init(args)
-    return {"types": cmd_types, "plan": cmd_plan, "create": cmd_create, "connect": cmd_connect,
-            "status": cmd_status, "delete": cmd_delete, "token": cmd_token}[command](args, settings)
-
-
-def _say(line: str) -> None:
-    print(f"torchdeck: {line}", file=sys.stderr)
+    return {
+        "types": cmd_types,
+        "plan": cmd_plan,
+        "create": cmd_create,
+        "connect": cmd_connect,
+        "status": cmd_status,
+        "delete": cmd_delete,
+        "token": cmd_token,
+    }[command](args, settings)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from torchdeck.backends.eks.plan import (DEFAULT_VERSION, ClusterPlan, NodegroupPlan, parse_nodegroup,
-                                             parse_subnets, save_plan)
+    from torchdeck.backends.eks.plan import (
+        DEFAULT_VERSION,
+        ClusterPlan,
+        NodegroupPlan,
+        apply_labels,
+        parse_nodegroup,
+        parse_subnets,
+        save_plan,
+    )
 
     path = Path(args.file)
     if path.exists() and not args.force:
@@ -106,55 +148,63 @@ def cmd_init(args: argparse.Namespace) -> int:
     workers = [parse_nodegroup(w) for w in args.worker] or [NodegroupPlan("cpu-workers", "m5.2xlarge", 1, 2, 4)]
     for group in workers:
         group.volume_gib = args.volume_gib
-    system = NodegroupPlan("system", args.system_type, 1, args.system_nodes, max(args.system_nodes, 2),
-                           volume_gib=args.volume_gib, labels={"role": "system"})
+    system = NodegroupPlan(
+        "system",
+        args.system_type,
+        1,
+        args.system_nodes,
+        max(args.system_nodes, 2),
+        volume_gib=args.volume_gib,
+        labels={"role": "system"},
+    )
     groups = {g.name: g for g in (system, *workers)}
-    for item in args.label:
-        group, sep, pair = item.partition(":")
-        key, eq, value = pair.partition("=")
-        if not sep or not eq or group not in groups:
-            raise SpecError("--label", f"{item!r}: expected NODEGROUP:KEY=VALUE with a nodegroup of this plan",
-                            f"nodegroups: {', '.join(groups)}")
-        groups[group].labels[key] = value
-    plan = ClusterPlan(name=args.name, region=args.region,
-                       zones=[z.strip() for z in args.zones.split(",")] if args.zones else [],
-                       version=args.version or DEFAULT_VERSION, vpc_id=args.vpc_id, subnets=parse_subnets(args.subnet),
-                       nodegroups=list(groups.values()), s3_bucket=args.bucket, s3_prefix=args.prefix,
-                       service_account=args.service_account, namespace=args.sa_namespace)
+    apply_labels(list(groups.values()), args.label)
+    plan = ClusterPlan(
+        name=args.name,
+        region=args.region,
+        zones=[z.strip() for z in args.zones.split(",")] if args.zones else [],
+        version=args.version or DEFAULT_VERSION,
+        vpc_id=args.vpc_id,
+        subnets=parse_subnets(args.subnet),
+        nodegroups=list(groups.values()),
+        s3_bucket=args.bucket,
+        s3_prefix=args.prefix,
+        service_account=args.service_account,
+        namespace=args.sa_namespace,
+    )
     save_plan(plan, path)  # validates first: a bad field is one line, and nothing is written
-    print(f"wrote {path}: cluster {plan.name} in {plan.region}, Kubernetes {plan.version}, "
-          f"{len(plan.nodegroups)} nodegroups")
+    print(
+        f"wrote {path}: cluster {plan.name} in {plan.region}, Kubernetes {plan.version}, "
+        f"{len(plan.nodegroups)} nodegroups"
+    )
     print_cost(plan)
     print(f"check it against AWS: torchdeck cluster plan --file {path}; then: torchdeck cluster create --file {path}")
     return 0
 
 
-def cost_lines(plan: Any, width: int = 44) -> tuple[list[tuple[str, str]], float]:
-    """The plan's cost per hour as (text, kind) lines, kind being line, total or note; and the total."""
+def print_cost(plan: ClusterPlan, width: int = 44) -> float:
+    """The plan's cost per hour, a line per item, then the total and the notes; returns the total."""
     from torchdeck.backends.eks.plan import cost_per_hour
 
     lines, total, notes = cost_per_hour(plan)
-    out = [(f"{line.what:<{width}} " + ("price unknown" if line.each is None else f"${line.total:,.2f}/h"), "line")
-           for line in lines]
-    out.append((f"{'estimated total':<{width}} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)", "total"))
-    out += [(f"note: {note}", "note") for note in notes]
-    return out, total
-
-
-def print_cost(plan: Any) -> float:
-    lines, total = cost_lines(plan)
-    for text, _ in lines:
-        print("  " + text)
+    for line in lines:
+        print(f"  {line.what:<{width}} " + ("price unknown" if line.total is None else f"${line.total:,.2f}/h"))
+    print(f"  {'estimated total':<{width}} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)")
+    for note in notes:
+        print(f"  note: {note}")
     return total
 
 
-def _session(region: str | None, profile: str | None):
-    from torchdeck.backends.eks.session import AwsSession
-    return AwsSession(region, profile)
+def open_cloud(settings: Settings, profile: str | None = None) -> EksCloud:
+    """The door to AWS and EKS for this state folder and profile."""
+    from torchdeck.backends.eks.cloud import EksCloud
+
+    return EksCloud(settings.state_dir, profile, poll_s=settings.aws_poll_s)
 
 
 def _load_plan(args: argparse.Namespace):
     from torchdeck.backends.eks.plan import load_plan
+
     return load_plan(args.file)
 
 
@@ -170,8 +220,10 @@ def _target(args: argparse.Namespace, settings: Settings) -> tuple[str, str, Any
     name = name or (plan.name if plan else None)
     region = region or (plan.region if plan else None)
     if not name:
-        raise BackendError("which cluster? no --name and no plan file", f"pass --name NAME --region REGION, or "
-                           f"--file PLAN (there is no {args.file})")
+        raise BackendError(
+            "which cluster? no --name and no plan file",
+            f"pass --name NAME --region REGION, or --file PLAN (there is no {args.file})",
+        )
     if not region:
         record = ClusterRecord.load(settings.state_dir, name)
         region = record.region if record else None
@@ -181,10 +233,8 @@ def _target(args: argparse.Namespace, settings: Settings) -> tuple[str, str, Any
 
 
 def cmd_types(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.preflight import live_catalogue
-
     zones = [z.strip() for z in args.zones.split(",")] if args.zones else None
-    catalogue = live_catalogue(_session(args.region, args.profile), zones)
+    catalogue = open_cloud(settings, args.profile).catalogue(args.region, zones)
     kinds = [t for t in catalogue.offered_everywhere() if t.gpus or not args.gpu]
     if args.output == "json":
         print(json.dumps([{**t.__dict__, "zones": sorted(catalogue.zones_of.get(t.name, ()))} for t in kinds]))
@@ -198,116 +248,72 @@ def cmd_types(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def print_report(report: Any) -> None:
+def print_report(report: PreflightReport) -> None:
     marks = {"ok": "ok  ", "warn": "warn", "error": "FAIL"}
     for finding in report.findings:
         print(f"  {marks[finding.level]}  {finding.text}" + (f"  (hint: {finding.hint})" if finding.hint else ""))
 
 
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.preflight import preflight
-
     plan = _load_plan(args)
-    report = preflight(_session(plan.region, args.profile), plan)
+    report = open_cloud(settings, args.profile).preflight(plan)
     if args.output == "json":
-        print(json.dumps({"ok": report.ok, "account": report.account, "identity": report.identity,
-                          "findings": [f.__dict__ for f in report.findings], "total_per_hour": report.total_per_hour,
-                          "cost": [{"what": c.what, "count": c.count, "each": c.each} for c in report.cost],
-                          "notes": report.notes}))
+        print(
+            json.dumps(
+                {
+                    "ok": report.ok,
+                    "account": report.account,
+                    "identity": report.identity,
+                    "findings": [f.__dict__ for f in report.findings],
+                    "total_per_hour": report.total_per_hour,
+                    "cost": [{"what": c.what, "count": c.count, "each": c.each} for c in report.cost],
+                    "notes": report.notes,
+                }
+            )
+        )
         return 0 if report.ok else EXIT_ERROR
     print(f"cluster {plan.name} in {plan.region}, Kubernetes {plan.version} ({args.file})")
     print_report(report)
     print("cost per hour:")
     print_cost(plan)
     if not report.ok:
-        _say("the plan cannot be created as it is: fix the FAIL lines above")
+        say("the plan cannot be created as it is: fix the FAIL lines above")
         return EXIT_ERROR
     print(f"create it: torchdeck cluster create --file {args.file}")
     return 0
 
 
-def _confirm(question: str, yes: bool) -> None:
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise BackendError(f"{question} needs a confirmation", "pass --yes to go ahead without a prompt")
-    answer = input(f"{question} [y/N] ").strip().lower()
-    if answer not in ("y", "yes"):
-        raise BackendError("cancelled; nothing was changed")
-
-
-def progress_line(p: Any) -> str:
-    from torchdeck.monitor.state import format_duration
-
-    mark = {"event": "cfn ", "output": "  | ", "wait": " ...", "done": "done"}.get(p.kind, "    ")
-    return f"[{format_duration(p.elapsed):>6}] {p.phase:<11} {mark} {p.message}"
-
-
-def stream(progress: AsyncIterator[Any]) -> Any:
-    """Print each progress event as it comes, and return the last; Ctrl-C stops here (create and delete
-    resume on a re-run)."""
-    import asyncio
-
-    async def run() -> Any:
-        last = None
-        async for p in progress:
-            print(progress_line(p), flush=True)
-            last = p
-        return last
-    try:
-        return asyncio.run(run())
-    except KeyboardInterrupt:
-        _say("interrupted: what is made is recorded; run the same command again to continue")
-        raise
-
-
 def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.create import create_cluster, pick_path
-    from torchdeck.backends.eks.preflight import preflight
-
     plan = _load_plan(args)
-    aws = _session(plan.region, args.profile)
-    path, eksctl = pick_path(args.path)
-    report = preflight(aws, plan)
+    cloud = open_cloud(settings, args.profile)
+    path, eksctl = cloud.pick_path(args.path)
+    report = cloud.preflight(plan)
     print(f"cluster {plan.name} in {plan.region} ({args.file}), with {path}")
     print_report(report)
     if not report.ok:
         raise BackendError("preflight failed: nothing was created", "fix the FAIL lines above and run it again")
     total = print_cost(plan)
-    _confirm(f"create cluster {plan.name} (about ${total:,.2f} an hour until you delete it)?", args.yes)
+    confirm(f"create cluster {plan.name} (about ${total:,.2f} an hour until you delete it)?", args.yes)
     kubeconfig = Path(args.kubeconfig).expanduser() if args.kubeconfig else None
-    stream(create_cluster(aws, plan, Path(args.file), settings.state_dir, path, eksctl, kubeconfig,
-                          poll_s=settings.aws_poll_s))
+    stream(cloud.create_cluster(plan, Path(args.file), path, eksctl, kubeconfig))
     print(f"delete it when done: torchdeck cluster delete --name {plan.name} --region {plan.region}")
     return 0
 
 
 def cmd_connect(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.access import ClusterRecord, connect
-
     name, region, _ = _target(args, settings)
-    path, context = connect(_session(region, args.profile), name,
-                            Path(args.kubeconfig).expanduser() if args.kubeconfig else None, args.aws_cli)
-    record = ClusterRecord.load(settings.state_dir, name)
-    if record is not None:
-        record.kubeconfig, record.context = str(path), context
-        record.save()
+    path, context = open_cloud(settings, args.profile).connect(
+        name, region, Path(args.kubeconfig).expanduser() if args.kubeconfig else None, args.aws_cli
+    )
     print(f"context {context} written to {path} (mode 0600, exec authentication: no keys stored) and made current")
     print(f"train on it: torchdeck --backend kubernetes --context {context}")
     return 0
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.access import ClusterRecord
-    from torchdeck.backends.eks.cluster import cluster_state
-
     name, region, _ = _target(args, settings)
-    record = ClusterRecord.load(settings.state_dir, name)
-    kube = None
-    if record is not None and record.context:
-        from torchdeck.backends.kubernetes.backend import KubernetesBackend
-        kube = KubernetesBackend(record.kubeconfig or None, record.context)
-    state = cluster_state(_session(region, args.profile), name, record, kube)
+    state = open_cloud(settings, args.profile).cluster_state(name, region)
+    record = state.record
     if args.output == "json":
         data = {k: v for k, v in state.__dict__.items() if k != "record"}
         data["nodegroups"] = [g.__dict__ for g in state.nodegroups]
@@ -316,15 +322,19 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         return 0 if state.status != "MISSING" else EXIT_ERROR
     if state.status == "MISSING":
         gone = record is not None and record.state == "deleted"
-        raise BackendError(f"no cluster {name} in {region}" + (" (deleted)" if gone else ""),
-                           "plan one: torchdeck cluster init" if not gone else "")
+        raise BackendError(
+            f"no cluster {name} in {region}" + (" (deleted)" if gone else ""),
+            "plan one: torchdeck cluster init" if not gone else "",
+        )
     owner = "made by torchdeck" if state.tagged else "not made by torchdeck"
     print(f"cluster {name}  {state.status}  Kubernetes {state.version}  {region}  ({owner})")
     print(f"  endpoint {state.endpoint}")
     for g in state.nodegroups:
         kinds = ",".join(g.instance_types)
-        print(f"  nodegroup {g.name:<16} {g.status:<14} {kinds:<14} {g.desired} of {g.min_size}..{g.max_size}"
-              f"  {g.capacity.lower()}")
+        print(
+            f"  nodegroup {g.name:<16} {g.status:<14} {kinds:<14} {g.desired} of {g.min_size}..{g.max_size}"
+            f"  {g.capacity.lower()}"
+        )
         for issue in g.issues:
             print(f"      issue: {issue}")
     if state.addons:
@@ -338,37 +348,29 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  nodes     {ready}/{len(state.nodes)} ready")
         for n in state.nodes:
             gpus = f" {n.gpus} GPU" if n.gpus else ""
-            print(f"    {n.name:<40} {'Ready' if n.ready else 'NotReady':<9} {n.nodegroup:<16} {n.instance_type}{gpus}"
-                  + (f"  ({n.reason})" if n.reason else ""))
+            print(
+                f"    {n.name:<40} {'Ready' if n.ready else 'NotReady':<9} {n.nodegroup:<16} {n.instance_type}{gpus}"
+                + (f"  ({n.reason})" if n.reason else "")
+            )
     return 0
 
 
 def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.access import ClusterRecord
-    from torchdeck.backends.eks.cluster import delete_cluster
-    from torchdeck.backends.eks.create import eksctl_path
-
-    from torchdeck.backends.eks.teardown import CLUSTER_KINDS, plan_cleanup
-    from torchdeck.backends.ledger import Ledger
+    from torchdeck.backends.eks.teardown import CLUSTER_KINDS, RESOURCE_KINDS
 
     name, region, _ = _target(args, settings)
-    aws = _session(region, args.profile)
-    record = ClusterRecord.open(settings.state_dir, name, region)
+    cloud = open_cloud(settings, args.profile)
     # storage, images and jobs in it go first: an EFS mount target keeps the VPC from being deleted
-    inside = [s for s in plan_cleanup([r for r in Ledger(settings.state_dir).resources(scope=name)
-                                       if r.kind not in CLUSTER_KINDS], scope=name) if s.action == "delete"]
+    inside_kinds = tuple(k.name for k in RESOURCE_KINDS if k.name not in CLUSTER_KINDS)
+    inside = [s for s in cloud.cleanup_plan(scope=name, kinds=inside_kinds) if s.action == "delete"]
     also = f", and what torchdeck made in it ({len(inside)}: storage, images, jobs)" if inside else ""
-    _confirm(f"delete cluster {name} in {region}, its nodegroups, add-ons, OIDC provider and IAM roles{also}?",
-             args.yes)
+    confirm(f"delete cluster {name} in {region}, its nodegroups, add-ons, OIDC provider and IAM roles{also}?", args.yes)
     if inside:
-        from .cloud import teardown
-        teardown(settings, inside, args.profile)
-    stream(delete_cluster(aws, name, record, eksctl_path(), poll_s=settings.aws_poll_s))
+        stream(cloud.teardown(inside))
+    stream(cloud.delete_cluster(name, region))
     return 0
 
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.access import eks_token
-
-    print(json.dumps(eks_token(_session(args.region, args.profile), args.name)))
+    print(json.dumps(open_cloud(settings, args.profile).token(args.name, args.region)))
     return 0

@@ -16,9 +16,8 @@ from torchdeck.backends import open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.spec import JobSpec, load_spec, parse_override, save_spec, with_overrides
-from torchdeck.settings import Settings, SettingsError
-
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
+from torchdeck.settings import Settings, SettingsError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -45,10 +44,20 @@ def dispatch(args: argparse.Namespace) -> int:
             return cmd_render(args, settings)
         if command == "cluster":
             from .cluster import dispatch_cluster
+
             return dispatch_cluster(args, settings)
-        if command in ("storage", "image", "model", "cleanup", "resources"):
-            from .cloud import dispatch_cloud
-            return dispatch_cloud(args, settings)
+        if command == "storage":
+            from .storage import dispatch_storage
+
+            return dispatch_storage(args, settings)
+        if command == "image":
+            from .image import cmd_image
+
+            return cmd_image(args, settings)
+        if command in ("model", "cleanup", "resources"):
+            from .resources import dispatch_resources
+
+            return dispatch_resources(args, settings)
         if command in ("console", "monitor"):
             backend = open_backend(settings.backend, settings)
             run_id = None
@@ -56,12 +65,20 @@ def dispatch(args: argparse.Namespace) -> int:
                 # a unique prefix becomes the run's id; a bad one is a one-line error before the screen opens
                 run_id = backend.status(args.run).run_id
             from torchdeck.tui.app import make_app
+
             app = make_app(settings, backend, monitor_run=run_id)
             app.run()
             return app.return_code or 0
         backend = open_backend(settings.backend, settings)
-        return {"train": cmd_train, "data": cmd_data, "test": cmd_test, "jobs": cmd_jobs, "status": cmd_status, "logs": cmd_logs,
-                "stop": cmd_stop}[command](args, settings, backend)
+        return {
+            "train": cmd_train,
+            "data": cmd_data,
+            "test": cmd_test,
+            "jobs": cmd_jobs,
+            "status": cmd_status,
+            "logs": cmd_logs,
+            "stop": cmd_stop,
+        }[command](args, settings, backend)
     except (BackendError, SettingsError) as exc:
         return fail(str(exc), EXIT_USAGE if isinstance(exc, SpecError) else EXIT_ERROR)
     except KeyboardInterrupt:
@@ -85,16 +102,29 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
     path = args.spec or (settings.spec_file if settings.spec_file.exists() else None)
     spec = load_spec(path) if path else JobSpec()
     overrides: dict[str, Any] = {}
-    for field, value in (("name", args.name), ("nodes", args.nodes), ("nproc_per_node", args.nproc_per_node),
-                         ("max_restarts", args.max_restarts), ("device", args.device), ("download", args.download),
-                         ("trainer.epochs", args.epochs), ("trainer.max_steps", args.max_steps),
-                         ("trainer.batch_size", args.batch_size), ("trainer.recipe", args.recipe),
-                         ("trainer.model", args.model), ("cluster.kind", args.kind), ("image", args.image),
-                         ("namespace", args.namespace)):
+    for field, value in (
+        ("name", args.name),
+        ("nodes", args.nodes),
+        ("nproc_per_node", args.nproc_per_node),
+        ("max_restarts", args.max_restarts),
+        ("device", args.device),
+        ("download", args.download),
+        ("trainer.epochs", args.epochs),
+        ("trainer.max_steps", args.max_steps),
+        ("trainer.batch_size", args.batch_size),
+        ("trainer.recipe", args.recipe),
+        ("trainer.model", args.model),
+        ("cluster.kind", args.kind),
+        ("image", args.image),
+        ("namespace", args.namespace),
+    ):
         if value is not None:
             overrides[field] = value
-    for field, value in (("data_dir", args.data_dir), ("checkpoint_dir", args.checkpoint_dir),
-                         ("model_file", args.model_file)):
+    for field, value in (
+        ("data_dir", args.data_dir),
+        ("checkpoint_dir", args.checkpoint_dir),
+        ("model_file", args.model_file),
+    ):
         if value is not None:
             overrides[field] = value if "://" in value else str(Path(value).expanduser().resolve())
     for item in args.set:
@@ -119,8 +149,10 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
         against = f" (against {'; '.join(checked.checked_against)})" if checked.checked_against else ""
         print(f"torchdeck: {len(rendered.objects)} object(s) valid{against}", file=sys.stderr)
         if checked.cel_unchecked:
-            print(f"torchdeck: {checked.cel_unchecked} CEL rule(s) not checked here (pip install cel-python)",
-                  file=sys.stderr)
+            print(
+                f"torchdeck: {checked.cel_unchecked} CEL rule(s) not checked here (pip install cel-python)",
+                file=sys.stderr,
+            )
     print(rendered.to_yaml(), end="")
     return 0
 
@@ -134,8 +166,10 @@ def cmd_data(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
     if args.output == "json":
         print(json.dumps(result))
     else:
-        print(f"CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
-              f"{result.get('test_images')} test images")
+        print(
+            f"CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
+            f"{result.get('test_images')} test images"
+        )
     return 0
 
 
@@ -145,8 +179,10 @@ def format_test_report(result: dict[str, Any]) -> str:
     width = max((len(name) for name in result["per_class"]), default=5)
     for name, row in result["per_class"].items():
         filled = round(20 * row["accuracy"])
-        lines.append(f"  {name:<{width}}  {100 * row['accuracy']:5.1f}%  {'#' * filled}{'.' * (20 - filled)}"
-                     f"  of {row.get('images', '?')} images")
+        lines.append(
+            f"  {name:<{width}}  {100 * row['accuracy']:5.1f}%  {'#' * filled}{'.' * (20 - filled)}"
+            f"  of {row.get('images', '?')} images"
+        )
     return "\n".join(lines)
 
 
@@ -172,8 +208,10 @@ def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) ->
     if args.detach:
         print(json.dumps({"run_id": run_id}) if args.output == "json" else run_id)
         return 0
-    print(f"torchdeck: run {run_id} started ({spec.world_size} ranks); Ctrl-C detaches, the job keeps running",
-          file=sys.stderr)
+    print(
+        f"torchdeck: run {run_id} started ({spec.world_size} ranks); Ctrl-C detaches, the job keeps running",
+        file=sys.stderr,
+    )
     return follow_run(backend, run_id, args.output, sys.stdout)
 
 
@@ -187,13 +225,19 @@ def progress_lines(snap: MonitorSnapshot, max_ranks: int = 8) -> list[str]:
     epochs = f"{snap.epoch}/{snap.epochs}" if snap.epochs else str(snap.epoch)
     steps = f"{snap.step}/{snap.total_steps}" if snap.total_steps else str(snap.step)
     acc = f"  acc {snap.evals[-1][1] * 100:.1f}%" if snap.evals else ""
-    lines = [f"{_bar(snap.fraction)} {snap.fraction * 100:3.0f}%  epoch {epochs}  step {steps}  "
-             f"ETA {format_duration(snap.eta_s)}  restarts {snap.restarts}{acc}"]
+    lines = [
+        f"{_bar(snap.fraction)} {snap.fraction * 100:3.0f}%  epoch {epochs}  step {steps}  "
+        f"ETA {format_duration(snap.eta_s)}  restarts {snap.restarts}{acc}"
+    ]
     rows = sorted(snap.ranks, key=lambda r: (r.flag not in ("slow", "silent", "error"), r.rank))
     for row in sorted(rows[:max_ranks], key=lambda r: r.rank):
         loss = "-" if row.loss is None else f"{row.loss:.4f}"
         speed = "-" if row.samples_per_s is None else f"{row.samples_per_s:.0f}"
-        flag = f"  {row.flag.upper()}" + (f" ({row.detail})" if row.detail else "") if row.flag and row.flag != "done" else ""
+        flag = (
+            f"  {row.flag.upper()}" + (f" ({row.detail})" if row.detail else "")
+            if row.flag and row.flag != "done"
+            else ""
+        )
         lines.append(f"  rank {row.rank:<3} step {row.step:<6} loss {loss:<8} {speed:>6} img/s{flag}")
     if len(rows) > max_ranks:
         lines.append(f"  ... and {len(rows) - max_ranks} more ranks")
@@ -209,8 +253,10 @@ def summary(status: JobStatus, snap: MonitorSnapshot) -> dict[str, Any]:
         "model_file": done.get("model_file"),
         "train_s": done.get("train_s"),
         "evals": [{"epoch": e, "accuracy": a} for e, a in snap.evals],
-        "ranks": [{"rank": r.rank, "step": r.step, "loss": r.loss, "samples_per_s": r.samples_per_s,
-                   "flag": r.flag} for r in snap.ranks],
+        "ranks": [
+            {"rank": r.rank, "step": r.step, "loss": r.loss, "samples_per_s": r.samples_per_s, "flag": r.flag}
+            for r in snap.ranks
+        ],
         "errors": snap.errors,
     }
 
@@ -249,8 +295,11 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
     try:
         asyncio.run(consume())
     except KeyboardInterrupt:
-        print(f"\ntorchdeck: detached; the run goes on. `torchdeck monitor {run_id}` watches it, "
-              f"`torchdeck stop {run_id}` stops it", file=sys.stderr)
+        print(
+            f"\ntorchdeck: detached; the run goes on. `torchdeck monitor {run_id}` watches it, "
+            f"`torchdeck stop {run_id}` stops it",
+            file=sys.stderr,
+        )
         return 130
     status = backend.status(run_id)
     for _ in range(50):  # the stream ended: wait for the launcher to record the exit status
@@ -263,12 +312,19 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
         out.write(json.dumps(summary(status, snap), indent=2) + "\n")
     else:
         draw(final=True)
-        acc = f", accuracy {snap.evals[-1][1] * 100:.2f}% (best {snap.best_accuracy * 100:.2f}%)" if snap.evals else ""
+        acc = (
+            f", accuracy {snap.evals[-1][1] * 100:.2f}% (best {(snap.best_accuracy or 0.0) * 100:.2f}%)"
+            if snap.evals
+            else ""
+        )
         out.write(f"{run_id}: {status.state.value}{acc}\n")
     if status.state is not JobState.SUCCEEDED:
         reason = status.reason or status.state.value
-        print(f"torchdeck: error: {run_id} {status.state.value}: {reason}"
-              + (f" (hint: {status.hint})" if status.hint else ""), file=sys.stderr)
+        print(
+            f"torchdeck: error: {run_id} {status.state.value}: {reason}"
+            + (f" (hint: {status.hint})" if status.hint else ""),
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     return 0
 
@@ -280,12 +336,19 @@ def _age(ts: float | None) -> str:
 def format_status_table(statuses: list[JobStatus]) -> str:
     rows = [("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "REASON")]
     for s in statuses:
-        rows.append((s.run_id, s.state.value, str(s.world_size),
-                     f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
-                     f"{s.step}/{s.total_steps}" if s.total_steps else str(s.step),
-                     "-" if s.loss is None else f"{s.loss:.3f}",
-                     "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
-                     _age(s.submitted_at), s.reason[:60]))
+        rows.append(
+            (
+                s.run_id,
+                s.state.value,
+                str(s.world_size),
+                f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
+                f"{s.step}/{s.total_steps}" if s.total_steps else str(s.step),
+                "-" if s.loss is None else f"{s.loss:.3f}",
+                "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
+                _age(s.submitted_at),
+                s.reason[:60],
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from torchdeck import __version__
 
@@ -59,16 +59,20 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kind", help="cluster: pytorchjob (default), trainjob, mpijob, job or elasticjob")
     g.add_argument("--image", help="cluster: the training image (registry/repo:tag or @sha256:...)")
     g.add_argument("--namespace", help="cluster: the Kubernetes namespace")
-    g.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="any spec field, e.g. --set trainer.seed=3 (repeatable)")
+    g.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any spec field, e.g. --set trainer.seed=3 (repeatable)",
+    )
 
 
 def _add_global_options(parser: argparse.ArgumentParser, default: object = None) -> None:
     g = parser.add_argument_group("global options (before or after the command)")
     g.add_argument("--backend", default=default, help="where jobs run: local (default), kubernetes or eks")
     g.add_argument("--context", default=default, help="kubeconfig context (kubernetes backend)")
-    g.add_argument("--ascii", action="store_const", const=True, default=default,
-                   help="draw with ASCII characters only")
+    g.add_argument("--ascii", action="store_const", const=True, default=default, help="draw with ASCII characters only")
 
 
 class _CommandParser(argparse.ArgumentParser):
@@ -82,7 +86,9 @@ class _CommandParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="torchdeck", description=OVERVIEW, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="torchdeck",
+        description=OVERVIEW,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"torchdeck {__version__}")
     _add_global_options(parser)
@@ -102,13 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("render", help="print a job's Kubernetes manifests (for kubectl apply -f - or GitOps)")
     _add_spec_overrides(p)
     p.add_argument("--run-id", metavar="ID", help="the object name (default: the job name)")
-    p.add_argument("--validate", action="store_true",
-                   help="check them against Kubernetes' schema and the operators' (needs kubernetes-validate)")
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="check them against Kubernetes' schema and the operators' (needs kubernetes-validate)",
+    )
 
     p = sub.add_parser("data", help="put CIFAR-10 where the job reads it (the data-prep job on a cluster)")
     dsub = p.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
-    p = dsub.add_parser("prepare", help="the official archive (md5 checked) or a copy from S3, onto the data folder "
-                        "or the shared volume")
+    p = dsub.add_parser(
+        "prepare",
+        help="the official archive (md5 checked) or a copy from S3, onto the data folder or the shared volume",
+    )
     _add_spec_overrides(p)
     p.add_argument("--from-s3", metavar="S3_URL", help="copy from this prefix (the archive or cifar-10-batches-py/)")
     p.add_argument("--output", choices=("text", "json"), default="text")
@@ -118,10 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="RUN", help="test this run's saved model (where and how that run was set up)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
-    from .cloud import add_cloud_parsers
     from .cluster import add_cluster_parser
+    from .image import add_image_parser
+    from .resources import add_resource_parsers
+    from .storage import add_storage_parser
+
     add_cluster_parser(sub)
-    add_cloud_parsers(sub)
+    add_storage_parser(sub)
+    add_image_parser(sub)
+    add_resource_parsers(sub)
 
     p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
     p.add_argument("--output", choices=("text", "json"), default="text")
@@ -152,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"torchdeck {__version__}")
         return 0
     from . import jobs as headless
+
     return headless.dispatch(args)
 
 

@@ -19,9 +19,9 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Iterator
 
 from torchdeck.backends.base import Backend, LogLine
 from torchdeck.backends.errors import BackendError
@@ -50,8 +50,9 @@ class FeedFailed:
     hint: str = ""
 
 
-def _follow(backend: Backend, run_id: str, straggler_ratio: float, curve_ranks: int, period_s: float,
-            conn: Connection) -> None:
+def _follow(
+    backend: Backend, run_id: str, straggler_ratio: float, curve_ranks: int, period_s: float, conn: Connection
+) -> None:
     """The child: fold the stream in, send a snapshot every period when
     something changed (and once a second regardless, for the clocks and the
     silence flags), and a last one when the stream ends."""
@@ -77,8 +78,12 @@ def _follow(backend: Backend, run_id: str, straggler_ratio: float, curve_ranks: 
             if task.done():
                 error = task.exception()
                 if error is not None:
-                    conn.send(FeedFailed(getattr(error, "message", None) or str(error) or type(error).__name__,
-                                         getattr(error, "hint", "")))
+                    conn.send(
+                        FeedFailed(
+                            getattr(error, "message", None) or str(error) or type(error).__name__,
+                            getattr(error, "hint", ""),
+                        )
+                    )
                 return
 
     try:
@@ -98,13 +103,19 @@ class MetricFeed:
     ``sys.stderr`` or ``__main__`` (Textual replaces the one, pytest owns
     the other)."""
 
-    def __init__(self, backend: Backend, run_id: str, straggler_ratio: float = 0.75,
-                 curve_ranks: int = 8, period_s: float = 0.05):
+    def __init__(
+        self, backend: Backend, run_id: str, straggler_ratio: float = 0.75, curve_ranks: int = 8, period_s: float = 0.05
+    ):
         read_fd, write_fd = os.pipe()
         self._stderr = tempfile.TemporaryFile()
         try:
-            self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(write_fd)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.DEVNULL, stderr=self._stderr, pass_fds=(write_fd,))
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(write_fd)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=self._stderr,
+                pass_fds=(write_fd,),
+            )
         except OSError as exc:
             os.close(read_fd)
             raise BackendError(f"cannot start the metric reader: {exc}", "check that Python can run here") from exc
@@ -112,6 +123,7 @@ class MetricFeed:
             os.close(write_fd)
         self._conn = Connection(read_fd, writable=False)
         self._lines: list[LogLine] = []
+        assert self._proc.stdin is not None
         with self._proc.stdin as stdin:
             # The console's import path first, as multiprocessing does: the
             # backend's class may live anywhere the console could import it.
@@ -155,8 +167,10 @@ class MetricFeed:
         if code:
             self._stderr.seek(0)
             lines = self._stderr.read().decode(errors="replace").strip().splitlines()
-            raise BackendError(f"the metric reader stopped (exit {code}): {lines[-1] if lines else 'no message'}",
-                               "the logs pane still shows the run; reopen the monitor to retry")
+            raise BackendError(
+                f"the metric reader stopped (exit {code}): {lines[-1] if lines else 'no message'}",
+                "the logs pane still shows the run; reopen the monitor to retry",
+            )
 
     def close(self) -> None:
         self._conn.close()

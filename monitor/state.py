@@ -13,8 +13,9 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from torchdeck.backends.base import MetricEvent
 
@@ -134,8 +135,7 @@ class MonitorSnapshot:
 class MonitorState:
     """Ingests metric events (any thread) and hands out snapshots."""
 
-    def __init__(self, straggler_ratio: float = 0.75, curve_points: int = 400,
-                 clock: Callable[[], float] = time.time):
+    def __init__(self, straggler_ratio: float = 0.75, curve_points: int = 400, clock: Callable[[], float] = time.time):
         self.straggler_ratio = straggler_ratio
         self.curve_points = curve_points
         self.clock = clock
@@ -242,11 +242,25 @@ class MonitorState:
                 elif freshest - v.last_time > threshold:
                     flag, detail = "silent", f"no line for {freshest - v.last_time:.0f} s"
                     silent.append(v.rank)
-                elif median_speed and v.samples_per_s is not None and v.samples_per_s < self.straggler_ratio * median_speed:
+                elif (
+                    median_speed
+                    and v.samples_per_s is not None
+                    and v.samples_per_s < self.straggler_ratio * median_speed
+                ):
                     flag, detail = "slow", f"{v.samples_per_s / median_speed:.0%} of the median"
                     stragglers.append(v.rank)
-                rows.append(RankRow(v.rank, v.step, v.epoch, v.loss, v.samples_per_s,
-                                    max(0.0, now - v.last_time) if v.last_time else 0.0, flag, detail))
+                rows.append(
+                    RankRow(
+                        v.rank,
+                        v.step,
+                        v.epoch,
+                        v.loss,
+                        v.samples_per_s,
+                        max(0.0, now - v.last_time) if v.last_time else 0.0,
+                        flag,
+                        detail,
+                    )
+                )
             chosen = [r.rank for r in rows if r.flag in ("slow", "silent", "error")]
             chosen += [v.rank for v in views if v.rank not in chosen]
             curves = {r: self.ranks[r].loss_curve.points() for r in chosen[:curve_ranks]}
@@ -264,12 +278,26 @@ class MonitorState:
             running = any(not v.finished and not v.error for v in views)
             quiet = now - freshest if running and freshest and now - freshest > threshold else None
             return MonitorSnapshot(
-                world_size=self.world_size or len(views), ranks=rows, curves=curves,
-                evals=sorted(self.evals.items()), best_accuracy=max(self.evals.values(), default=None),
-                epoch=epoch, epochs=self.epochs, step=step, total_steps=self.total_steps,
-                eta_s=None if self.done else eta, restarts=self.restarts, events=self.events,
-                stragglers=stragglers, silent=silent, quiet_s=quiet, info=dict(self.info),
-                done=dict(self.done) if self.done else None, errors=list(self.errors), gpu_by_host=gpu_by_host)
+                world_size=self.world_size or len(views),
+                ranks=rows,
+                curves=curves,
+                evals=sorted(self.evals.items()),
+                best_accuracy=max(self.evals.values(), default=None),
+                epoch=epoch,
+                epochs=self.epochs,
+                step=step,
+                total_steps=self.total_steps,
+                eta_s=None if self.done else eta,
+                restarts=self.restarts,
+                events=self.events,
+                stragglers=stragglers,
+                silent=silent,
+                quiet_s=quiet,
+                info=dict(self.info),
+                done=dict(self.done) if self.done else None,
+                errors=list(self.errors),
+                gpu_by_host=gpu_by_host,
+            )
 
 
 def format_duration(seconds: float | None) -> str:

@@ -25,7 +25,8 @@ import os
 import socket
 import threading
 import urllib.request
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -99,8 +100,15 @@ class MotoGaps:
 
         def get_service_quota(backend, service_code: str, quota_code: str) -> dict[str, Any]:
             if service_code == "ec2" and quota_code in gaps.quotas:
-                return {"ServiceCode": "ec2", "QuotaCode": quota_code, "QuotaName": quota_code,
-                        "Value": gaps.quotas[quota_code], "Unit": "None", "Adjustable": True, "GlobalQuota": False}
+                return {
+                    "ServiceCode": "ec2",
+                    "QuotaCode": quota_code,
+                    "QuotaName": quota_code,
+                    "Value": gaps.quotas[quota_code],
+                    "Unit": "None",
+                    "Adjustable": True,
+                    "GlobalQuota": False,
+                }
             return original_quota(backend, service_code, quota_code)
 
         ServiceQuotasBackend.get_service_quota = get_service_quota  # type: ignore[method-assign]
@@ -124,12 +132,17 @@ class MotoGaps:
                 if name in addons:
                     raise _service_error("ResourceInUseException", f"Addon already exists with name: {name}")
                 addons[name] = {
-                    "addonName": name, "clusterName": cluster, "status": "ACTIVE",
+                    "addonName": name,
+                    "clusterName": cluster,
+                    "status": "ACTIVE",
                     "addonVersion": response._get_param("addonVersion") or "v1.0.0-eksbuild.1",
                     "addonArn": f"arn:aws:eks:{response.region}:{response.current_account}:addon/{cluster}/{name}/x",
                     "serviceAccountRoleArn": response._get_param("serviceAccountRoleArn"),
-                    "tags": response._get_param("tags") or {}, "createdAt": now, "modifiedAt": now,
-                    "health": {"issues": []}}
+                    "tags": response._get_param("tags") or {},
+                    "createdAt": now,
+                    "modifiedAt": now,
+                    "health": {"issues": []},
+                }
                 return ActionResult({"addon": addons[name]})
 
         def describe_addon(response: EKSResponse):
@@ -168,8 +181,9 @@ class MotoGaps:
 
                 ec2 = ec2_backends[account][region]
                 vpc_id = ec2.get_subnet(subnets[0]).vpc_id
-                group = ec2.create_security_group(f"eks-cluster-sg-{cluster.name}", "EKS created security group",
-                                                  vpc_id)
+                group = ec2.create_security_group(
+                    f"eks-cluster-sg-{cluster.name}", "EKS created security group", vpc_id
+                )
                 cluster.resources_vpc_config = {**vpc_config, "vpcId": vpc_id, "clusterSecurityGroupId": group.id}
             if gaps.cluster_endpoint:
                 cluster.endpoint = gaps.cluster_endpoint
@@ -187,6 +201,7 @@ class MotoGaps:
             group = (deleted.resources_vpc_config or {}).get("clusterSecurityGroupId")
             if group:  # EKS deletes the group it made with the cluster
                 from moto.ec2.models import ec2_backends
+
                 ec2_backends[backend.account_id][backend.region_name].delete_security_group(group_id=group)
             return deleted
 
@@ -208,8 +223,10 @@ class MotoGaps:
             ready = gaps.fsx_ready_after is not None and looks >= gaps.fsx_ready_after
             out["Lifecycle"] = "AVAILABLE" if ready else "CREATING"
             if out.get("FileSystemType") == "LUSTRE":
-                out["LustreConfiguration"] = {**(out.get("LustreConfiguration") or {}),
-                                              "MountName": fs.file_system_id.replace("fs-", "")[:8]}
+                out["LustreConfiguration"] = {
+                    **(out.get("LustreConfiguration") or {}),
+                    "MountName": fs.file_system_id.replace("fs-", "")[:8],
+                }
             return out
 
         FileSystem.to_dict = fsx_to_dict  # type: ignore[method-assign]
@@ -242,8 +259,12 @@ def aws_env(moto_endpoint: str, moto_gaps: MotoGaps, monkeypatch: pytest.MonkeyP
     moto_gaps.addons.clear()
     # every test starts from an empty account (moto's own reset endpoint)
     urllib.request.urlopen(urllib.request.Request(moto_endpoint + "/moto-api/reset", method="POST"), timeout=30).read()
-    values = {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-              "AWS_DEFAULT_REGION": "us-east-1"}
+    values = {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     for key, value in values.items():
         monkeypatch.setenv(key, value)
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION"):

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from tinydata import write_tiny_cifar
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kube_cluster import start_cluster, stop_cluster
 
-from torchdeck.backends.eks.session import AwsSession
 from torchdeck.backends.eks.access import ClusterRecord
 from torchdeck.backends.eks.create import create_native
 from torchdeck.backends.eks.plan import ClusterPlan, NodegroupPlan
-
-from kube_cluster import start_cluster, stop_cluster
+from torchdeck.backends.eks.session import AwsSession
 
 REGION = "us-east-1"
 
@@ -36,28 +35,37 @@ def kube(tmp_path: Path, moto_gaps):
 def vpc(aws_env) -> tuple[str, dict[str, str]]:
     aws = AwsSession(REGION)
     vpc_id = aws.call("ec2", "create_vpc", CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-    subnets = {zone: aws.call("ec2", "create_subnet", VpcId=vpc_id, CidrBlock=cidr,
-                              AvailabilityZone=zone)["Subnet"]["SubnetId"]
-               for zone, cidr in ((f"{REGION}a", "10.0.1.0/24"), (f"{REGION}b", "10.0.2.0/24"))}
+    subnets = {
+        zone: aws.call("ec2", "create_subnet", VpcId=vpc_id, CidrBlock=cidr, AvailabilityZone=zone)["Subnet"][
+            "SubnetId"
+        ]
+        for zone, cidr in ((f"{REGION}a", "10.0.1.0/24"), (f"{REGION}b", "10.0.2.0/24"))
+    }
     return vpc_id, subnets
 
 
 def make_plan(vpc: tuple[str, dict[str, str]] | None = None, name: str = "demo", **changes: Any) -> ClusterPlan:
     vpc_id, subnets = vpc or (None, {})
-    base = dict(name=name, region=REGION, zones=sorted(subnets) or [f"{REGION}a", f"{REGION}b"], vpc_id=vpc_id,
-                subnets=subnets, s3_bucket="torchdeck-models", s3_prefix="cifar10/",
-                nodegroups=[NodegroupPlan("system", "m5.large", 1, 2, 2),
-                            NodegroupPlan("gpu", "g5.xlarge", 0, 1, 2, gpu=True)])
+    base = dict(
+        name=name,
+        region=REGION,
+        zones=sorted(subnets) or [f"{REGION}a", f"{REGION}b"],
+        vpc_id=vpc_id,
+        subnets=subnets,
+        s3_bucket="torchdeck-models",
+        s3_prefix="cifar10/",
+        nodegroups=[NodegroupPlan("system", "m5.large", 1, 2, 2), NodegroupPlan("gpu", "g5.xlarge", 0, 1, 2, gpu=True)],
+    )
     base.update(changes)
     return ClusterPlan(**base)
 
 
-
-
 def run_progress(progress) -> list[Any]:
     """Every event of an async Progress stream, in order."""
+
     async def collect():
         return [p async for p in progress]
+
     return asyncio.run(collect())
 
 

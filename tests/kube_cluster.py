@@ -37,10 +37,20 @@ import yaml
 from kmock import KubernetesEmulator, Server
 from kmock._internal import aiobus, rendering
 
-BUILTIN = {("metrics.k8s.io", "nodes"), ("", "pods"), ("", "services"), ("", "nodes"), ("", "events"), ("", "persistentvolumeclaims"), ("", "persistentvolumes"),
-           ("storage.k8s.io", "storageclasses"),
-           ("", "serviceaccounts"), ("batch", "jobs"), ("apps", "deployments"),
-           ("apiextensions.k8s.io", "customresourcedefinitions")}
+BUILTIN = {
+    ("metrics.k8s.io", "nodes"),
+    ("", "pods"),
+    ("", "services"),
+    ("", "nodes"),
+    ("", "events"),
+    ("", "persistentvolumeclaims"),
+    ("", "persistentvolumes"),
+    ("storage.k8s.io", "storageclasses"),
+    ("", "serviceaccounts"),
+    ("batch", "jobs"),
+    ("apps", "deployments"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+}
 NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")
 LOG_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 PROXY_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/proxy(/.*)$")
@@ -88,7 +98,7 @@ class PodLog:
 class StampingBus(aiobus.Bus):
     """kmock's event bus for one resource, recording each event with a resourceVersion."""
 
-    def __init__(self, owner: "ClusterEmulator", resource):
+    def __init__(self, owner: ClusterEmulator, resource):
         super().__init__()
         self.owner, self.resource = owner, resource
 
@@ -161,9 +171,11 @@ class ClusterEmulator(KubernetesEmulator):
 
     def _event_matches(self, request: rendering.Request, resource, event: dict[str, Any]) -> bool:
         meta = event["object"].get("metadata") or {}
-        return (resource == request.resource
-                and (request.namespace is None or meta.get("namespace", request.namespace) == request.namespace)
-                and _labels_match(request.params.get("labelSelector"), meta.get("labels") or {}))
+        return (
+            resource == request.resource
+            and (request.namespace is None or meta.get("namespace", request.namespace) == request.namespace)
+            and _labels_match(request.params.get("labelSelector"), meta.get("labels") or {})
+        )
 
     # -- what kmock does differently from the API server ------------------------------
 
@@ -177,14 +189,20 @@ class ClusterEmulator(KubernetesEmulator):
         if (resource.group, resource.plural) in BUILTIN:
             return True
         crd = f"{resource.plural}.{resource.group}"
-        return any(r.plural == "customresourcedefinitions" and name == crd and not obj.deleted
-                   for (r, _, name), obj in self._objects.items())
+        return any(
+            r.plural == "customresourcedefinitions" and name == crd and not obj.deleted
+            for (r, _, name), obj in self._objects.items()
+        )
 
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
         if not self._installed(request.resource):
             return await super()._serve_list(request)  # kmock's 404 for an unknown resource
-        return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": str(self.rv)},
-                "items": self._matching(request)}
+        return {
+            "apiVersion": "v1",
+            "kind": "List",
+            "metadata": {"resourceVersion": str(self.rv)},
+            "items": self._matching(request),
+        }
 
     def fail_next_watch(self, how: str, after: int = 0) -> None:
         """The next watch answers 410 Gone ("gone"), or drops after ``after`` events ("cut")."""
@@ -203,10 +221,17 @@ class ClusterEmulator(KubernetesEmulator):
         since_text = request.params.get("resourceVersion") or "0"
         since = int(since_text) if since_text.isdigit() else 0
         if fault == "gone" or (since and since < self.compacted_rv):
-            yield {"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status", "status": "Failure",
-                                               "code": 410, "reason": "Expired",
-                                               "message": f"too old resource version: {since} "
-                                                          f"({self.__dict__['compacted_rv']})"}}
+            yield {
+                "type": "ERROR",
+                "object": {
+                    "apiVersion": "v1",
+                    "kind": "Status",
+                    "status": "Failure",
+                    "code": 410,
+                    "reason": "Expired",
+                    "message": f"too old resource version: {since} ({self.__dict__['compacted_rv']})",
+                },
+            }
             return
         sent = 0
         if since == 0:
@@ -253,22 +278,31 @@ class ClusterEmulator(KubernetesEmulator):
     def _serve_namespace(self, raw_request, name: str) -> aiohttp.web.StreamResponse:
         def ns(n):
             return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}, "status": {"phase": "Active"}}
+
         if not name:
-            return aiohttp.web.json_response({"apiVersion": "v1", "kind": "NamespaceList", "metadata": {},
-                                              "items": [ns(n) for n in sorted(self.namespaces)]})
+            return aiohttp.web.json_response(
+                {
+                    "apiVersion": "v1",
+                    "kind": "NamespaceList",
+                    "metadata": {},
+                    "items": [ns(n) for n in sorted(self.namespaces)],
+                }
+            )
         if name in self.namespaces:
             return aiohttp.web.json_response(ns(name))
         return _status(404, "NotFound", f'namespaces "{name}" not found')
 
-    def script_log(self, namespace: str, pod: str, lines: list[str], rate: float | None = None,
-                   ended: bool = True) -> None:
+    def script_log(
+        self, namespace: str, pod: str, lines: list[str], rate: float | None = None, ended: bool = True
+    ) -> None:
         self.pod_logs[(namespace, pod)] = PodLog([(line + "\n").encode() for line in lines], rate, ended)
 
     async def _serve_log(self, raw_request, namespace: str, pod: str) -> aiohttp.web.StreamResponse:
         log: PodLog | None = self.pod_logs.get((namespace, pod))
         if log is None:
-            return _status(400, "BadRequest", f'container "pytorch" in pod "{pod}" is waiting to start: '
-                                              "ContainerCreating")
+            return _status(
+                400, "BadRequest", f'container "pytorch" in pod "{pod}" is waiting to start: ContainerCreating'
+            )
         follow = raw_request.query.get("follow") == "true"
         if log.started is None:
             log.started = time.monotonic()
@@ -277,8 +311,11 @@ class ClusterEmulator(KubernetesEmulator):
         i = 0
         try:
             while True:
-                due = (len(log.lines) if log.rate is None else
-                       min(len(log.lines), int((time.monotonic() - log.started) * log.rate) + 1))
+                due = (
+                    len(log.lines)
+                    if log.rate is None
+                    else min(len(log.lines), int((time.monotonic() - log.started) * log.rate) + 1)
+                )
                 if due > i:
                     await response.write(b"".join(log.lines[i:due]))
                     i = due
@@ -292,8 +329,18 @@ class ClusterEmulator(KubernetesEmulator):
 
 
 def _status(code: int, reason: str, message: str) -> aiohttp.web.Response:
-    return aiohttp.web.json_response({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-                                      "code": code, "reason": reason, "message": message}, status=code)
+    return aiohttp.web.json_response(
+        {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "metadata": {},
+            "status": "Failure",
+            "code": code,
+            "reason": reason,
+            "message": message,
+        },
+        status=code,
+    )
 
 
 @dataclass
@@ -308,11 +355,13 @@ class RunningCluster:
 
     def call(self, fn, *args, **kwargs):
         """Run ``fn`` on the emulator's loop (its state is not thread-safe)."""
+
         async def run():
             result = fn(*args, **kwargs)
             if asyncio.iscoroutine(result):
                 result = await result
             return result
+
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
 
 
@@ -322,8 +371,12 @@ def start_cluster(tmp_path: Path, context: str = "kmock") -> tuple[RunningCluste
 
     async def serve() -> None:
         async with ClusterEmulator() as emulator, Server(emulator) as server:
-            holder.update(emulator=emulator, url=str(server.url).rstrip("/"), loop=asyncio.get_running_loop(),
-                          stop=asyncio.Event())
+            holder.update(
+                emulator=emulator,
+                url=str(server.url).rstrip("/"),
+                loop=asyncio.get_running_loop(),
+                stop=asyncio.Event(),
+            )
             started.set()
             await holder["stop"].wait()
 
@@ -332,12 +385,20 @@ def start_cluster(tmp_path: Path, context: str = "kmock") -> tuple[RunningCluste
     if not started.wait(20):
         raise RuntimeError("kmock did not start")
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": context,
-        "clusters": [{"name": "kmock", "cluster": {"server": holder["url"]}}],
-        "users": [{"name": "tester", "user": {"token": "test-token"}}],
-        "contexts": [{"name": context, "context": {"cluster": "kmock", "user": "tester", "namespace": "default"}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": context,
+                "clusters": [{"name": "kmock", "cluster": {"server": holder["url"]}}],
+                "users": [{"name": "tester", "user": {"token": "test-token"}}],
+                "contexts": [
+                    {"name": context, "context": {"cluster": "kmock", "user": "tester", "namespace": "default"}}
+                ],
+            }
+        )
+    )
     cluster = RunningCluster(kubeconfig, holder["url"], holder["emulator"], holder["loop"], holder["stop"])
     return cluster, thread
 

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import psutil
+from trainer_runs import REPO, trainer_env
 
 from torchdeck.backends.base import JobStatus
 from torchdeck.backends.local import LocalBackend
-from trainer_runs import REPO, trainer_env
 
 
 def cli_env(state: Path) -> dict[str, str]:
@@ -23,8 +23,14 @@ def cli_env(state: Path) -> dict[str, str]:
 
 def torchdeck(state: Path, *args: str, timeout: float = 180, cwd: Path = REPO) -> subprocess.CompletedProcess:
     """``torchdeck ARGS`` in a subprocess, with its own state directory."""
-    return subprocess.run([sys.executable, "-m", "torchdeck", *args], capture_output=True, text=True,
-                          timeout=timeout, env=cli_env(state), cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "torchdeck", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(state),
+        cwd=cwd,
+    )
 
 
 def wait_status(backend: LocalBackend, run_id: str, condition, timeout: float = 120) -> JobStatus:
@@ -73,5 +79,3 @@ def rank_process(run_id: str, rank: int) -> psutil.Process:
 
 def quick_spec_args(data_dir: Path, *extra: str) -> list[str]:
     return ["--data-dir", str(data_dir), "--nproc-per-node", "2", *extra]
-
-

@@ -12,8 +12,13 @@ from torchdeck.trainer.errors import TrainerError
 
 
 def state(step: int) -> dict:
-    return {"model": {"w": torch.full((3,), float(step))}, "model_name": "seed-cnn", "optimizer": {},
-            "epoch": step // 10, "step": step}
+    return {
+        "model": {"w": torch.full((3,), float(step))},
+        "model_name": "seed-cnn",
+        "optimizer": {},
+        "epoch": step // 10,
+        "step": step,
+    }
 
 
 def test_save_is_atomic_when_the_writer_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,18 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from torchdeck.backends.eks.session import AwsSession
-from torchdeck.backends.eks.teardown import Teardown, plan_cleanup
-from torchdeck.backends.eks.access import ClusterRecord
-from torchdeck.backends.eks.storage import StoragePlan, create_storage
-from torchdeck.backends.eks.image import ImagePlan, build_image, render_kaniko
-from torchdeck.backends.kubernetes.backend import KubernetesBackend
-from torchdeck.backends.ledger import Ledger, Resource
-
-from eks_support import REGION, run_progress as run_all
+from eks_support import REGION
+from eks_support import run_progress as run_all
 from test_eks_cluster import cli
 from tinydata import write_tiny_cifar
+
+from torchdeck.backends.eks.access import ClusterRecord
+from torchdeck.backends.eks.image import ImagePlan, build_image, render_kaniko
+from torchdeck.backends.eks.progress import ImageRef
+from torchdeck.backends.eks.session import AwsSession
+from torchdeck.backends.eks.storage import StoragePlan, create_storage
+from torchdeck.backends.eks.teardown import Teardown, plan_cleanup
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.ledger import Ledger, Resource
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 PASSWORD = "123456789012-auth-token"  # what moto's get_authorization_token hands out
@@ -49,8 +50,11 @@ def everything_left(aws: AwsSession) -> list[str]:
     left = [f"cluster {c}" for c in aws.call("eks", "list_clusters")["clusters"]]
     left += [f"role {r['RoleName']}" for r in aws.pages("iam", "list_roles", "Roles")]
     left += [f"oidc {p['Arn']}" for p in aws.call("iam", "list_open_id_connect_providers")["OpenIDConnectProviderList"]]
-    left += [f"sg {g['GroupName']}" for g in aws.pages("ec2", "describe_security_groups", "SecurityGroups")
-             if g["GroupName"] != "default"]
+    left += [
+        f"sg {g['GroupName']}"
+        for g in aws.pages("ec2", "describe_security_groups", "SecurityGroups")
+        if g["GroupName"] != "default"
+    ]
     left += [f"efs {f['FileSystemId']}" for f in aws.call("efs", "describe_file_systems")["FileSystems"]]
     left += [f"fsx {f['FileSystemId']}" for f in aws.call("fsx", "describe_file_systems")["FileSystems"]]
     left += [f"bucket {b['Name']}" for b in aws.call("s3", "list_buckets")["Buckets"]]
@@ -61,8 +65,15 @@ def everything_left(aws: AwsSession) -> list[str]:
 
 def build_everything(record: ClusterRecord, tmp_path: Path) -> None:
     """Storage (EFS and the bucket) and an image pushed with docker, for a cluster."""
-    run_all(create_storage(AwsSession(REGION), StoragePlan("demo", REGION, bucket="torchdeck-models-demo"), record,
-                           poll_s=0.01, timeout_s=5))
+    run_all(
+        create_storage(
+            AwsSession(REGION),
+            StoragePlan("demo", REGION, bucket="torchdeck-models-demo"),
+            record,
+            poll_s=0.01,
+            timeout_s=5,
+        )
+    )
     run_all(build_image(AwsSession(REGION), ImagePlan("demo", REGION), record, poll_s=0.01))
 
 
@@ -94,7 +105,7 @@ def test_docker_build_pushes_pins_the_digest_and_never_shows_the_token(cluster, 
 
     code, out, _ = cli("image", "build", "--cluster", "demo", "--spec", str(spec), state=state)
     assert code == 0 and "is in ECR already" in out
-    assert [c["argv"][2] for c in docker_calls(standin_docker)[len(calls):] if c["config"]] == []
+    assert [c["argv"][2] for c in docker_calls(standin_docker)[len(calls) :] if c["config"]] == []
 
 
 def test_a_local_build_is_pushed_later_and_pinned(cluster, tmp_path, standin_docker):
@@ -113,8 +124,9 @@ def test_a_local_build_is_pushed_later_and_pinned(cluster, tmp_path, standin_doc
     assert "--load" in calls[1]["argv"] and not any(Path(c["config"]).exists() for c in calls)
 
 
-def test_without_an_engine_auto_builds_in_the_cluster_and_docker_is_refused(cluster, tmp_path, standin_docker,
-                                                                            monkeypatch):
+def test_without_an_engine_auto_builds_in_the_cluster_and_docker_is_refused(
+    cluster, tmp_path, standin_docker, monkeypatch
+):
     monkeypatch.setenv("STANDIN_DOCKER_ENGINE", "0")
     state = cluster.path.parent.parent
     code, _, err = cli("image", "build", "--cluster", "demo", "--builder", "docker", state=state)
@@ -132,28 +144,58 @@ def be_kaniko(kube, digest_holder: dict[str, str]) -> threading.Thread:
         deadline = time.monotonic() + 30
         jobs: list[dict[str, Any]] = []
         while time.monotonic() < deadline and not jobs:
-            jobs = api.request("GET", "apis/batch/v1/namespaces/default/jobs",
-                               query={"labelSelector": "torchdeck.dev/task=image-build"}).get("items", [])
+            jobs = api.request(
+                "GET",
+                "apis/batch/v1/namespaces/default/jobs",
+                query={"labelSelector": "torchdeck.dev/task=image-build"},
+            ).get("items", [])
             time.sleep(0.05)
         job = jobs[0]
         args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-        destination = next(a for a in args if a.startswith("--destination="))[len("--destination="):]
+        destination = next(a for a in args if a.startswith("--destination="))[len("--destination=") :]
         repository, tag = destination.split("/", 1)[1].split(":")
         aws = AwsSession(REGION)
-        digest = aws.call("ecr", "put_image", repositoryName=repository, imageTag=tag, imageManifest=json.dumps(
-            {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-             "config": {"digest": "sha256:" + "1" * 64}, "layers": []}))["image"]["imageId"][
-            "imageDigest"]
+        digest = aws.call(
+            "ecr",
+            "put_image",
+            repositoryName=repository,
+            imageTag=tag,
+            imageManifest=json.dumps(
+                {
+                    "schemaVersion": 2,
+                    "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                    "config": {"digest": "sha256:" + "1" * 64},
+                    "layers": [],
+                }
+            ),
+        )["image"]["imageId"]["imageDigest"]
         digest_holder["digest"] = digest
         name = job["metadata"]["name"]
-        api.request("POST", "api/v1/namespaces/default/pods", body={
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-abcde", "labels": job["spec"]["template"][
-                "metadata"]["labels"]},
-            "spec": {"containers": [{"name": "kaniko", "image": "kaniko"}]},
-            "status": {"phase": "Succeeded", "containerStatuses": [{"name": "kaniko", "restartCount": 0, "state": {
-                "terminated": {"exitCode": 0, "reason": "Completed", "message": digest}}}]}})
-        api.request("PATCH", f"apis/batch/v1/namespaces/default/jobs/{name}/status", body={"status": {
-            "succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}})
+        api.request(
+            "POST",
+            "api/v1/namespaces/default/pods",
+            body={
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-abcde", "labels": job["spec"]["template"]["metadata"]["labels"]},
+                "spec": {"containers": [{"name": "kaniko", "image": "kaniko"}]},
+                "status": {
+                    "phase": "Succeeded",
+                    "containerStatuses": [
+                        {
+                            "name": "kaniko",
+                            "restartCount": 0,
+                            "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": digest}},
+                        }
+                    ],
+                },
+            },
+        )
+        api.request(
+            "PATCH",
+            f"apis/batch/v1/namespaces/default/jobs/{name}/status",
+            body={"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}},
+        )
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -162,30 +204,42 @@ def be_kaniko(kube, digest_holder: dict[str, str]) -> threading.Thread:
 
 def test_kaniko_builds_in_the_cluster_from_a_context_in_s3(cluster, tmp_path, kube):
     aws = AwsSession(REGION)
-    run_all(create_storage(aws, StoragePlan("demo", REGION, kind="none", bucket="torchdeck-models-demo"), cluster,
-                           poll_s=0.01))
+    run_all(
+        create_storage(
+            aws, StoragePlan("demo", REGION, kind="none", bucket="torchdeck-models-demo"), cluster, poll_s=0.01
+        )
+    )
     got: dict[str, str] = {}
     thread = be_kaniko(kube, got)
-    progress = run_all(build_image(aws, ImagePlan("demo", REGION, builder="kaniko"), cluster, poll_s=0.05,
-                                   timeout_s=20))
+    progress = run_all(
+        build_image(aws, ImagePlan("demo", REGION, builder="kaniko"), cluster, poll_s=0.05, timeout_s=20)
+    )
     thread.join(5)
     assert progress[-1].message.endswith("@" + got["digest"])
+    assert isinstance(progress[-1].result, ImageRef) and progress[-1].result.digest == got["digest"]
     keys = [o["Key"] for o in aws.call("s3", "list_objects_v2", Bucket="torchdeck-models-demo")["Contents"]]
     assert len(keys) == 1 and keys[0].startswith("build-context/ctx-") and keys[0].endswith("-cpu.tar.gz")
     policy = aws.call("iam", "get_role_policy", RoleName="torchdeck-demo-image-builder", PolicyName="torchdeck")[
-        "PolicyDocument"]
+        "PolicyDocument"
+    ]
     resources = {s["Sid"]: s["Resource"] for s in policy["Statement"]}
     assert resources["Context"] == f"arn:aws:s3:::torchdeck-models-demo/{keys[0]}"
     assert resources["Push"].endswith(":repository/torchdeck-trainer")
     account = KubernetesBackend(kube.kubeconfig).request(
-        "GET", "api/v1/namespaces/default/serviceaccounts/torchdeck-image-builder")
-    assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith("role/torchdeck-demo-image-builder")
+        "GET", "api/v1/namespaces/default/serviceaccounts/torchdeck-image-builder"
+    )
+    assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(
+        "role/torchdeck-demo-image-builder"
+    )
 
 
 def test_the_kaniko_job_matches_its_golden_file():
-    objects = render_kaniko(ImagePlan("demo", "us-east-1", namespace="builds"), "torchdeck-build-ctx-0123456789ab-cpu",
-                            "s3://torchdeck-models/build-context/ctx-0123456789ab-cpu.tar.gz",
-                            "123456789012.dkr.ecr.us-east-1.amazonaws.com/torchdeck-trainer:ctx-0123456789ab-cpu")
+    objects = render_kaniko(
+        ImagePlan("demo", "us-east-1", namespace="builds"),
+        "torchdeck-build-ctx-0123456789ab-cpu",
+        "s3://torchdeck-models/build-context/ctx-0123456789ab-cpu.tar.gz",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/torchdeck-trainer:ctx-0123456789ab-cpu",
+    )
     text = yaml.safe_dump_all(objects, sort_keys=False)
     path = GOLDEN / "kaniko.yaml"
     if os.environ.get("TORCHDECK_UPDATE_GOLDEN"):
@@ -202,19 +256,33 @@ def test_data_prepare_copies_cifar10_from_an_s3_prefix_with_progress(tmp_path, a
     aws = AwsSession(REGION)
     aws.call("s3", "create_bucket", Bucket="datasets")
     for path in sorted((source / "cifar-10-batches-py").iterdir()):
-        aws.call("s3", "put_object", Bucket="datasets", Key=f"cifar10/cifar-10-batches-py/{path.name}",
-                 Body=path.read_bytes())
+        aws.call(
+            "s3",
+            "put_object",
+            Bucket="datasets",
+            Key=f"cifar10/cifar-10-batches-py/{path.name}",
+            Body=path.read_bytes(),
+        )
     target = tmp_path / "data"
-    code, out, err = cli("data", "prepare", "--data-dir", str(target), "--from-s3", "s3://datasets/cifar10/",
-                         state=tmp_path / "state")
+    code, out, err = cli(
+        "data", "prepare", "--data-dir", str(target), "--from-s3", "s3://datasets/cifar10/", state=tmp_path / "state"
+    )
     assert code == 0, err
     assert "50 training and 10 test images" in out
     assert "copied 7/7 objects" in err or "copied 6/6 objects" in err
     assert sorted(p.name for p in (target / "cifar-10-batches-py").iterdir()) == sorted(
-        p.name for p in (source / "cifar-10-batches-py").iterdir())
+        p.name for p in (source / "cifar-10-batches-py").iterdir()
+    )
 
-    code, _, err = cli("data", "prepare", "--data-dir", str(tmp_path / "other"), "--from-s3", "s3://datasets/none/",
-                       state=tmp_path / "state")
+    code, _, err = cli(
+        "data",
+        "prepare",
+        "--data-dir",
+        str(tmp_path / "other"),
+        "--from-s3",
+        "s3://datasets/none/",
+        state=tmp_path / "state",
+    )
     assert code == 1 and "holds neither cifar-10-python.tar.gz nor cifar-10-batches-py/" in err
 
 
@@ -223,8 +291,9 @@ def test_model_get_copies_a_model_from_s3(tmp_path, aws_env):
     aws.call("s3", "create_bucket", Bucket="models")
     aws.call("s3", "put_object", Bucket="models", Key="cifar10/model.pt", Body=b"weights" * 1000)
     out_file = tmp_path / "here" / "model.pt"
-    code, out, err = cli("model", "get", "--from", "s3://models/cifar10/model.pt", "-o", str(out_file),
-                         state=tmp_path / "state")
+    code, out, err = cli(
+        "model", "get", "--from", "s3://models/cifar10/model.pt", "-o", str(out_file), state=tmp_path / "state"
+    )
     assert code == 0, err
     assert out_file.read_bytes() == b"weights" * 1000 and "torchdeck test --model-file" in out
     code, _, err = cli("model", "get", "--from", "s3://models/none.pt", "-o", str(out_file), state=tmp_path / "state")
@@ -239,8 +308,18 @@ def test_a_whole_cycle_leaves_nothing_in_moto(cluster, tmp_path, standin_docker,
     build_everything(cluster, tmp_path)
     code, out, err = cli("resources", state=state)
     assert code == 0, err
-    for kind in ("eks-cluster", "eks-nodegroup", "iam-role", "oidc-provider", "efs-filesystem", "efs-mount-target",
-                 "ec2-security-group", "s3-bucket", "ecr-repository", "k8s-object"):
+    for kind in (
+        "eks-cluster",
+        "eks-nodegroup",
+        "iam-role",
+        "oidc-provider",
+        "efs-filesystem",
+        "efs-mount-target",
+        "ec2-security-group",
+        "s3-bucket",
+        "ecr-repository",
+        "k8s-object",
+    ):
         assert kind in out, kind
     assert "/h now" in out
     code, out, err = cli("storage", "status", "--cluster", "demo", state=state)
@@ -250,9 +329,18 @@ def test_a_whole_cycle_leaves_nothing_in_moto(cluster, tmp_path, standin_docker,
     assert code == 0 and "dry run: nothing was deleted" in out
     assert everything_left(AwsSession(REGION)) != []
     plan = out.splitlines()
-    order = [next(i for i, line in enumerate(plan) if kind in line)
-             for kind in ("k8s-object", "efs-mount-target", "efs-filesystem", "ec2-security-group", "ecr-repository",
-                          "s3-bucket", "eks-cluster")]
+    order = [
+        next(i for i, line in enumerate(plan) if kind in line)
+        for kind in (
+            "k8s-object",
+            "efs-mount-target",
+            "efs-filesystem",
+            "ec2-security-group",
+            "ecr-repository",
+            "s3-bucket",
+            "eks-cluster",
+        )
+    ]
     assert order == sorted(order), plan
 
     code, out, err = cli("cleanup", "--yes", state=state)
@@ -304,8 +392,15 @@ def test_orphans_are_found_by_tag_when_the_ledger_is_lost(cluster, tmp_path, sta
         record.unlink()
     code, out, err = cli("cleanup", "--region", REGION, state=state)
     assert code == 0, err
-    for kind in ("eks-cluster", "efs-filesystem", "ec2-security-group", "s3-bucket", "ecr-repository", "iam-role",
-                 "oidc-provider"):
+    for kind in (
+        "eks-cluster",
+        "efs-filesystem",
+        "ec2-security-group",
+        "s3-bucket",
+        "ecr-repository",
+        "iam-role",
+        "oidc-provider",
+    ):
         assert any(kind in line and "(found by tag)" in line for line in out.splitlines()), kind
     code, out, err = cli("cleanup", "--region", REGION, "--yes", state=state)
     assert code == 0, err
@@ -314,18 +409,30 @@ def test_orphans_are_found_by_tag_when_the_ledger_is_lost(cluster, tmp_path, sta
 
 def test_deleting_what_is_already_gone_is_not_an_error(tmp_path, aws_env):
     aws = AwsSession(REGION)
-    gone = [Resource(kind, ident, REGION, scope="demo", created_at=time.time()) for kind, ident in (
-        ("efs-mount-target", "fsmt-12345678"), ("efs-filesystem", "fs-12345678"), ("fsx-filesystem", "fs-0123456789abcdef0"),
-        ("ec2-security-group", "sg-12345678"), ("ecr-repository", "nothing-here"), ("s3-object", "no-bucket/key"),
-        ("s3-bucket", "no-such-bucket"), ("eks-addon", "demo/metrics-server"), ("eks-nodegroup", "demo/gpu"),
-        ("oidc-provider", "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/X"),
-        ("iam-role", "torchdeck-demo-s3"), ("eks-cluster", "demo"))]
+    gone = [
+        Resource(kind, ident, REGION, scope="demo", created_at=time.time())
+        for kind, ident in (
+            ("efs-mount-target", "fsmt-12345678"),
+            ("efs-filesystem", "fs-12345678"),
+            ("fsx-filesystem", "fs-0123456789abcdef0"),
+            ("ec2-security-group", "sg-12345678"),
+            ("ecr-repository", "nothing-here"),
+            ("s3-object", "no-bucket/key"),
+            ("s3-bucket", "no-such-bucket"),
+            ("eks-addon", "demo/metrics-server"),
+            ("eks-nodegroup", "demo/gpu"),
+            ("oidc-provider", "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/X"),
+            ("iam-role", "torchdeck-demo-s3"),
+            ("eks-cluster", "demo"),
+        )
+    ]
     ledger = Ledger(tmp_path)
     for r in gone:
         ledger.add(r.kind, r.ident, region=REGION, scope="demo")
     steps = plan_cleanup(ledger.resources())
     progress = run_all(Teardown(tmp_path, lambda region: aws, poll_s=0.01, timeout_s=2).run(steps))
     said = [p.message for p in progress]
-    assert any("fs-12345678: already gone" in m for m in said) and any("no-such-bucket: already gone" in m
-                                                                        for m in said)
+    assert any("fs-12345678: already gone" in m for m in said) and any(
+        "no-such-bucket: already gone" in m for m in said
+    )
     assert ledger.resources() == []

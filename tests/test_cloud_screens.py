@@ -7,15 +7,14 @@ from __future__ import annotations
 import asyncio
 
 import yaml
+from eks_support import REGION
 from textual.widgets import Input, RichLog
+from tui_support import FixedNodesBackend, settings_for, text_of, type_into, wait_for
 
 from torchdeck.backends.eks.session import AwsSession
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.image import ImageScreen
 from torchdeck.tui.screens.storage import StorageScreen
-
-from eks_support import REGION
-from tui_support import FixedNodesBackend, settings_for, text_of, type_into, wait_for
 
 
 def logged(screen) -> list[str]:
@@ -43,22 +42,36 @@ def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the
             await pilot.pause(0.3)
             assert not any("data:" in line for line in logged(screen)) and text_of(screen, "#phase") == phase
             await type_into(pilot, screen, "bucket", "torchdeck-models-demo")
-            await wait_for(pilot, lambda: "s3://torchdeck-models-demo/models/ only" in text_of(screen, "#summary"),
-                           what="the whole name checked")
+            await wait_for(
+                pilot,
+                lambda: "s3://torchdeck-models-demo/models/ only" in text_of(screen, "#summary"),
+                what="the whole name checked",
+            )
             assert text_of(screen, "#e-bucket") == ""
             await pilot.press("ctrl+g")
             await wait_for(pilot, lambda: app.screen is not screen, what="the confirmation")
             await pilot.press("y")
-            await wait_for(pilot, lambda: any("storage ready" in line for line in logged(screen)), timeout=60,
-                           what="the create to finish")
+            await wait_for(
+                pilot,
+                lambda: any("storage ready" in line for line in logged(screen)),
+                timeout=60,
+                what="the create to finish",
+            )
             assert any("mount target" in line for line in logged(screen))
             assert text_of(screen, "#phase").startswith("done")
             await pilot.press("ctrl+t")
-            await wait_for(pilot, lambda: any("public access blocked" in line for line in logged(screen)),
-                           what="the status")
+            await wait_for(
+                pilot, lambda: any("public access blocked" in line for line in logged(screen)), what="the status"
+            )
+            assert any("tcp/2049 from sg-" in line for line in logged(screen))
+            assert any(line.startswith("EFS fs-") and "available, encrypted" in line for line in logged(screen))
             await pilot.press("escape")
-            await wait_for(pilot, lambda: "efs-filesystem" in text_of(home, "#cloud"), timeout=15,
-                           what="the new file system on the home screen")
+            await wait_for(
+                pilot,
+                lambda: "efs-filesystem" in text_of(home, "#cloud"),
+                timeout=15,
+                what="the new file system on the home screen",
+            )
 
     asyncio.run(scenario())
     assert AwsSession(REGION).call("efs", "describe_file_systems")["FileSystems"]
@@ -74,14 +87,18 @@ def test_the_image_screen_builds_pushes_and_pins_the_digest(cluster, tmp_path, m
             await pilot.press("i")
             screen = app.screen
             assert isinstance(screen, ImageScreen)
-            await wait_for(pilot, lambda: "a Docker engine answers here: builds with docker" in
-                           text_of(screen, "#summary"), what="the engine and the context tag")
+            await wait_for(
+                pilot,
+                lambda: "a Docker engine answers here: builds with docker" in text_of(screen, "#summary"),
+                what="the engine and the context tag",
+            )
             await type_into(pilot, screen, "repository", "Bad Repo")
             assert "is not an ECR repository name" in text_of(screen, "#e-repository")
             await type_into(pilot, screen, "repository", "trainer")
             await pilot.press("ctrl+g")
-            await wait_for(pilot, lambda: any(": image: " in line for line in logged(screen)), timeout=60,
-                           what="the digest pinned")
+            await wait_for(
+                pilot, lambda: any(": image: " in line for line in logged(screen)), timeout=60, what="the digest pinned"
+            )
 
     asyncio.run(scenario())
     pinned = yaml.safe_load((state / "torchdeck.yaml").read_text())["image"]

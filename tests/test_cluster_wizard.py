@@ -9,14 +9,13 @@ import os
 from pathlib import Path
 
 import yaml
+from eks_support import REGION, make_plan
+from textual.widgets import DataTable, Input, RichLog
+from tui_support import FixedNodesBackend, settings_for, text_of, type_into, wait_for
 
 from torchdeck.backends.eks.plan import load_plan, plan_to_yaml
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.cluster import ClusterScreen
-from textual.widgets import DataTable, Input, RichLog
-
-from eks_support import REGION, make_plan
-from tui_support import FixedNodesBackend, settings_for, text_of, type_into, wait_for
 
 
 def wizard_app(tmp_path: Path, monkeypatch):
@@ -58,6 +57,7 @@ def test_each_field_says_what_is_wrong_as_it_is_typed_and_the_plan_saves_and_rea
             assert again.query_one("#f-name", Input).value == "demo"
             assert again.query_one("#f-workers", Input).value == "gpu:g5.xlarge:0:1:2:gpu"
             assert again.plan is not None and plan_to_yaml(again.plan) == (tmp_path / "cluster.yaml").read_text()
+
     asyncio.run(scenario())
 
 
@@ -75,8 +75,11 @@ def test_the_catalogue_comes_from_ec2_and_zones_that_lack_a_type_are_named(tmp_p
             assert screen.query_one("#f-zones", Input).value == f"{REGION}a,{REGION}b,{REGION}c"
             await type_into(pilot, screen, "zones", f"{REGION}a,{REGION}f")
             await pilot.press("ctrl+l")
-            await wait_for(pilot, lambda: "us-east-1a, us-east-1f (from EC2)" in text_of(screen, "#catalogue-source"),
-                           what="the catalogue of two zones")
+            await wait_for(
+                pilot,
+                lambda: "us-east-1a, us-east-1f (from EC2)" in text_of(screen, "#catalogue-source"),
+                what="the catalogue of two zones",
+            )
             table = screen.query_one("#catalogue", DataTable)
             rows = {str(table.get_row(key)[0]): table.get_row(key) for key in table.rows}
             assert rows["g5.xlarge"][3] == "1 x NVIDIA A10G 22.4G" and rows["g5.xlarge"][5] == "1.006"
@@ -87,11 +90,13 @@ def test_the_catalogue_comes_from_ec2_and_zones_that_lack_a_type_are_named(tmp_p
             table.move_cursor(row=list(rows).index("g5.xlarge"))
             await pilot.press("a")
             assert screen.query_one("#f-workers", Input).value.endswith("gpu-g5-xlarge:g5.xlarge:0:1:2:gpu")
+
     asyncio.run(scenario())
 
 
-def test_create_from_the_wizard_shows_phase_elapsed_time_and_events(tmp_path, monkeypatch, aws_env, moto_gaps, vpc,
-                                                                    kube):
+def test_create_from_the_wizard_shows_phase_elapsed_time_and_events(
+    tmp_path, monkeypatch, aws_env, moto_gaps, vpc, kube
+):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no eksctl: the native path
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
     moto_gaps.quotas.update({"L-DB2E81BA": 64, "L-1216C47A": 64})
@@ -107,12 +112,17 @@ def test_create_from_the_wizard_shows_phase_elapsed_time_and_events(tmp_path, mo
             assert "about $1.30 an hour" in str(app.screen.query_one("Label").render())
             await pilot.press("y")
             log = screen.query_one("#progress", RichLog)
-            await wait_for(pilot, lambda: any("cluster demo is ready" in line.text for line in log.lines),
-                           timeout=60, what="the create to finish")
+            await wait_for(
+                pilot,
+                lambda: any("cluster demo is ready" in line.text for line in log.lines),
+                timeout=60,
+                what="the create to finish",
+            )
             lines = [line.text for line in log.lines]
             assert any("ok    credentials:" in line for line in lines)
             assert any("] cluster: cluster demo is ACTIVE" in line for line in lines)
             assert "create: done" in text_of(screen, "#phase")
+
     asyncio.run(scenario())
     config = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
     assert config["current-context"] == "torchdeck-demo"

@@ -8,13 +8,13 @@ import asyncio
 
 import pytest
 from textual.widgets import DataTable, Input, RichLog, Static
+from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state, settings_for, wait_for
 
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.home import HomeScreen
 from torchdeck.tui.screens.launch import LaunchScreen
 from torchdeck.tui.screens.monitor import MonitorScreen
 from torchdeck.tui.widgets.rank_table import RankTable
-from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state, settings_for, wait_for
 
 RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
 LOG_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "logs").rglob("stdout.log"))
@@ -36,13 +36,8 @@ async def monitor_ready(pilot) -> MonitorScreen:
     await pilot.pause(0.5)  # two frames at least, and the chart's own rate
     chart = screen.query_one("#chart")
     builds = chart.builds
-    screen._dirty = True
-    screen._chart_at = 0.0
-    screen._heavy_turn = 0
-    screen.draw()
+    screen.draw_all()
     await wait_for(pilot, lambda: chart.builds > builds and chart.shown == 2, what="the chart")
-    screen._dirty = True
-    screen.draw()  # and the rank table, on the next heavy turn
     await pilot.pause(0.2)
     return screen
 
@@ -78,6 +73,7 @@ def test_monitor_shows_the_recorded_run(tmp_path):
             assert chart.shown == 2
             nodes = text_of(screen.query_one("#nodes", Static))
             assert "node-0" in nodes and "62%" in nodes and "no GPU" in nodes and "r1" in nodes
+
     run(scenario())
 
 
@@ -88,7 +84,9 @@ def test_log_pane_filters_by_rank_and_searches(tmp_path):
             screen = await monitor_ready(pilot)
             log = screen.query_one("#log-lines", RichLog)
             all_lines = [strip.text for strip in log.lines]
-            assert any(line.startswith("r0 ") for line in all_lines) and any(line.startswith("r1") for line in all_lines)
+            assert any(line.startswith("r0 ") for line in all_lines) and any(
+                line.startswith("r1") for line in all_lines
+            )
             await pilot.press("l", "1")
             await pilot.pause(0.2)
             ranked = [strip.text for strip in log.lines]
@@ -102,6 +100,7 @@ def test_log_pane_filters_by_rank_and_searches(tmp_path):
             screen.query_one("#log-rank", Input).value = ""
             await pilot.pause(0.2)
             assert len([strip.text for strip in log.lines]) > len(found)
+
     run(scenario())
 
 
@@ -124,6 +123,7 @@ def test_ascii_mode_draws_only_ascii(tmp_path):
             assert "loss per rank" in screen_text and "[####" in screen_text
             bad = sorted({c for c in screen_text if ord(c) > 127})
             assert bad == [], f"non-ASCII characters on screen: {bad}"
+
     run(scenario())
 
 
@@ -145,6 +145,7 @@ def test_home_lists_runs_and_opens_the_monitor(tmp_path):
             await pilot.press("question_mark")
             await pilot.pause(0.1)
             assert type(app.screen).__name__ == "HelpScreen"
+
     run(scenario())
 
 
@@ -170,6 +171,7 @@ def test_launch_form_names_the_bad_field_and_starts_nothing(tmp_path):
             await pilot.pause(0.1)
             spec_file = tmp_path / "state" / "torchdeck.yaml"
             assert "name: saved-job" in spec_file.read_text() and "epochs: 3" in spec_file.read_text()
+
     run(scenario())
 
 
@@ -178,7 +180,11 @@ def test_monitor_of_unknown_run_is_a_notification_not_a_crash(tmp_path, bad):
     async def scenario():
         state = recorded_state(tmp_path)
         app = make_app(settings_for(state), FixedNodesBackend(state), bad)
+        said: list[str] = []
+        notify = app.notify
+        app.notify = lambda message, **kw: (said.append(message), notify(message, **kw))[1]  # type: ignore[method-assign]
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: any("no run" in n.message for n in app._notifications), what="a notice")
+            await wait_for(pilot, lambda: any("no run" in message for message in said), what="a notice")
             assert app.is_running
+
     run(scenario())

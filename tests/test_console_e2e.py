@@ -10,16 +10,16 @@ import sys
 import time
 
 import pytest
-from textual.widgets import Input
-
 from local_runs import cli_env, finished, run_processes
+from textual.widgets import Input
+from trainer_runs import REPO
+from tui_support import wait_for
+
 from torchdeck.backends.local import LocalBackend
 from torchdeck.settings import Settings
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.launch import LaunchScreen
 from torchdeck.tui.screens.monitor import MonitorScreen
-from trainer_runs import REPO
-from tui_support import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +41,11 @@ def test_launch_from_the_console_watch_and_reattach(tmp_path, cifar_dir):
             await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the launch form")
             form = app.screen
             # type into the form as a user would
-            for field, value in (("#f-trainer-epochs", "2"), ("#f-trainer-max-steps", "30"),
-                                 ("#f-data-dir", str(cifar_dir))):
+            for field, value in (
+                ("#f-trainer-epochs", "2"),
+                ("#f-trainer-max-steps", "30"),
+                ("#f-data-dir", str(cifar_dir)),
+            ):
                 form.query_one(field, Input).value = ""
                 form.query_one(field, Input).focus()
                 await pilot.press(*value)
@@ -66,8 +69,12 @@ def test_launch_from_the_console_watch_and_reattach(tmp_path, cifar_dir):
         async with app.run_test(size=(100, 40)) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
             screen = app.screen
-            await wait_for(pilot, lambda: screen.status is not None and screen.status.state.is_terminal
-                           and screen.snap.done is not None, what="the finished run", timeout=20)
+            await wait_for(
+                pilot,
+                lambda: screen.status is not None and screen.status.state.is_terminal and screen.snap.done is not None,
+                what="the finished run",
+                timeout=20,
+            )
             snap = screen.snap
             assert snap.step == 30 and len(snap.evals) == 2 and snap.events > seen["events_live"]
             assert all(r.flag == "done" for r in snap.ranks)
@@ -98,8 +105,21 @@ def test_real_terminal_80x24_over_tmux(tmp_path, cifar_dir):
 
     exports = " ".join(f"{k}={v!r}" for k, v in env.items() if k.startswith(("TORCHDECK_", "PATH", "HOME", "OMP")))
     try:
-        subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24",
-                        f"cd {REPO} && env {exports} {sys.executable} -m torchdeck"], check=True)
+        subprocess.run(
+            [
+                *tmux,
+                "new-session",
+                "-d",
+                "-s",
+                session,
+                "-x",
+                "80",
+                "-y",
+                "24",
+                f"cd {REPO} && env {exports} {sys.executable} -m torchdeck",
+            ],
+            check=True,
+        )
         home = wait_screen("runs on the local backend")
         assert "No runs yet" in home and "New job" in home
         subprocess.run([*tmux, "send-keys", "-t", session, "?"], check=True)
@@ -108,13 +128,30 @@ def test_real_terminal_80x24_over_tmux(tmp_path, cifar_dir):
         subprocess.run([*tmux, "send-keys", "-t", session, "q"], check=True)
         time.sleep(1)
 
-        run_id = subprocess.run([sys.executable, "-m", "torchdeck", "train", "--detach", "--data-dir", str(cifar_dir),
-                                 "--epochs", "30"], capture_output=True, text=True, env=env, cwd=REPO,
-                                check=True).stdout.strip()
+        run_id = subprocess.run(
+            [sys.executable, "-m", "torchdeck", "train", "--detach", "--data-dir", str(cifar_dir), "--epochs", "30"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            check=True,
+        ).stdout.strip()
         subprocess.run([*tmux, "kill-server"], check=False)
-        subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24",
-                        f"cd {REPO} && env {exports} {sys.executable} -m torchdeck --ascii monitor {run_id[:8]}"],
-                       check=True)
+        subprocess.run(
+            [
+                *tmux,
+                "new-session",
+                "-d",
+                "-s",
+                session,
+                "-x",
+                "80",
+                "-y",
+                "24",
+                f"cd {REPO} && env {exports} {sys.executable} -m torchdeck --ascii monitor {run_id[:8]}",
+            ],
+            check=True,
+        )
         shown = wait_screen("RUNNING", timeout=60)
         shown = wait_screen(" r1 ", timeout=30)
         assert run_id in shown and "loss per rank" in shown  # the prefix was resolved to the whole id

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tinydata import write_tiny_cifar
+
 from torchdeck.trainer import data
 from torchdeck.trainer.errors import TrainerError
 
@@ -92,7 +92,7 @@ def test_random_translate_crops_from_the_padded_image() -> None:
     assert out.shape == x.shape
     padded = torch.nn.functional.pad(x, (2, 2, 2, 2), mode="reflect")
     for i in range(2):
-        windows = [padded[i, :, dy:dy + 8, dx:dx + 8] for dy in range(5) for dx in range(5)]
+        windows = [padded[i, :, dy : dy + 8, dx : dx + 8] for dy in range(5) for dx in range(5)]
         assert any(torch.equal(out[i], w) for w in windows)
 
 

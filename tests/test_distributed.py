@@ -12,7 +12,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from trainer_runs import REPO, records, torchrun_cmd, trainer_env
 
 pytestmark = pytest.mark.slow
@@ -21,7 +20,12 @@ pytestmark = pytest.mark.slow
 def test_two_ranks_train_on_the_real_subset(cifar_dir: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
         torchrun_cmd(2, "--data-dir", str(cifar_dir), "--max-steps", "6", "--checkpoint-dir", str(tmp_path / "ck")),
-        capture_output=True, text=True, timeout=240, env=trainer_env(), cwd=REPO)
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=trainer_env(),
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = records(proc.stdout)
     for rank in (0, 1):
@@ -57,9 +61,27 @@ def test_killed_worker_restarts_from_the_checkpoint(cifar_dir: Path, tmp_path: P
     out = tmp_path / "stdout.log"
     with open(out, "w") as stdout:
         job = subprocess.Popen(
-            torchrun_cmd(2, "--data-dir", str(cifar_dir), "--checkpoint-dir", str(ck), "--checkpoint-every", "4",
-                         "--epochs", "2", "--log-every", "1", max_restarts=1),
-            stdout=stdout, stderr=subprocess.PIPE, text=True, env=trainer_env(), cwd=REPO, start_new_session=True)
+            torchrun_cmd(
+                2,
+                "--data-dir",
+                str(cifar_dir),
+                "--checkpoint-dir",
+                str(ck),
+                "--checkpoint-every",
+                "4",
+                "--epochs",
+                "2",
+                "--log-every",
+                "1",
+                max_restarts=1,
+            ),
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=trainer_env(),
+            cwd=REPO,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 120
         while not (ck / "ckpt-00000008.pt").exists():

@@ -21,19 +21,19 @@ from typing import Any
 
 import pytest
 import yaml
+from eks_support import REGION, make_plan
+from trainer_runs import REPO
 
-from torchdeck.backends.eks.session import AwsError, AwsSession
 from torchdeck.backends.eks.access import ClusterRecord, eks_token
 from torchdeck.backends.eks.cluster import delete_cluster
 from torchdeck.backends.eks.create import NODE_POLICIES, create_native
 from torchdeck.backends.eks.plan import NodegroupPlan, plan_to_yaml, to_eksctl
 from torchdeck.backends.eks.preflight import preflight
+from torchdeck.backends.eks.session import AwsError, AwsSession
 from torchdeck.backends.errors import BackendError
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.ledger import Ledger
 from torchdeck.cli.main import main as torchdeck_main
-
-from eks_support import REGION, make_plan
-from trainer_runs import REPO
 
 TAG = "torchdeck:cluster"
 STANDIN = REPO / "tests" / "standin" / "eksctl"
@@ -42,6 +42,7 @@ STANDIN = REPO / "tests" / "standin" / "eksctl"
 def run_all(progress) -> list[Any]:
     async def collect():
         return [p async for p in progress]
+
     return asyncio.run(collect())
 
 
@@ -60,8 +61,11 @@ def cli(*argv: str, state: Path) -> tuple[int, str, str]:
 
 
 def creates(gaps) -> dict[str, int]:
-    return {f"{svc}.{action}": n for (svc, action), n in gaps.calls.items()
-            if action.startswith(("Create", "Attach", "Put")) and n}
+    return {
+        f"{svc}.{action}": n
+        for (svc, action), n in gaps.calls.items()
+        if action.startswith(("Create", "Attach", "Put")) and n
+    }
 
 
 def tagged_everywhere(name: str) -> list[str]:
@@ -84,23 +88,33 @@ def tagged_everywhere(name: str) -> list[str]:
 # -- validation and preflight -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"name": ""}, "name: must not be empty"),
-    ({"name": "-demo"}, "must start with a letter"),
-    ({"name": "my_cluster"}, "has '_'"),
-    ({"name": "a" * 101}, "is 101 characters"),
-    ({"name": "démo"}, "non-ASCII"),
-    ({"nodegroups": [NodegroupPlan("w", "m5.large", 3, 3, 2)]}, "3 is more than max_size 2"),
-    ({"nodegroups": [NodegroupPlan("w", "m5.large", 1, 1, 1, gpu=True)]}, "m5.large has no GPU"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"name": ""}, "name: must not be empty"),
+        ({"name": "-demo"}, "must start with a letter"),
+        ({"name": "my_cluster"}, "has '_'"),
+        ({"name": "a" * 101}, "is 101 characters"),
+        ({"name": "démo"}, "non-ASCII"),
+        ({"nodegroups": [NodegroupPlan("w", "m5.large", 3, 3, 2)]}, "3 is more than max_size 2"),
+        ({"nodegroups": [NodegroupPlan("w", "m5.large", 1, 1, 1, gpu=True)]}, "m5.large has no GPU"),
+    ],
+)
 def test_a_bad_plan_is_one_line_and_nothing_reaches_aws(tmp_path, aws_env, moto_gaps, changes, words):
     config = to_eksctl(make_plan())
     bad = make_plan(**changes)
     config["metadata"]["name"] = bad.name
-    config["managedNodeGroups"] = [{"name": g.name, "instanceType": g.instance_type, "minSize": g.min_size,
-                                    "desiredCapacity": g.desired, "maxSize": g.max_size,
-                                    **({"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]} if g.gpu else {})}
-                                   for g in bad.nodegroups]
+    config["managedNodeGroups"] = [
+        {
+            "name": g.name,
+            "instanceType": g.instance_type,
+            "minSize": g.min_size,
+            "desiredCapacity": g.desired,
+            "maxSize": g.max_size,
+            **({"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]} if g.gpu else {}),
+        }
+        for g in bad.nodegroups
+    ]
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
     for command in ("plan", "create"):
         extra = ["--yes"] if command == "create" else []
@@ -111,9 +125,13 @@ def test_a_bad_plan_is_one_line_and_nothing_reaches_aws(tmp_path, aws_env, moto_
 
 def test_preflight_names_the_zone_that_lacks_a_type_and_the_quota_short(aws_env, moto_gaps):
     moto_gaps.quotas.update({"L-417A185B": 96, "L-1216C47A": 64})
-    plan = make_plan(zones=[f"{REGION}a", f"{REGION}f"], nodegroups=[
-        NodegroupPlan("system", "m5.large", 1, 2, 2),
-        NodegroupPlan("p4d", "p4d.24xlarge", 0, 2, 2, gpu=True, efa=True)])
+    plan = make_plan(
+        zones=[f"{REGION}a", f"{REGION}f"],
+        nodegroups=[
+            NodegroupPlan("system", "m5.large", 1, 2, 2),
+            NodegroupPlan("p4d", "p4d.24xlarge", 0, 2, 2, gpu=True, efa=True),
+        ],
+    )
     report = preflight(AwsSession(REGION), plan)
     text = {f.level + ": " + f.text for f in report.findings}
     assert "ok: credentials: arn:aws:sts::123456789012:user/moto (account 123456789012)" in text
@@ -136,8 +154,13 @@ def test_cluster_plan_prints_the_checks_and_the_cost(tmp_path, aws_env, moto_gap
 
 def test_a_cluster_torchdeck_did_not_make_is_neither_reused_nor_deleted(tmp_path, aws_env, vpc):
     aws = AwsSession(REGION)
-    aws.call("eks", "create_cluster", name="demo", roleArn="arn:aws:iam::123456789012:role/x",
-             resourcesVpcConfig={"subnetIds": list(vpc[1].values())})
+    aws.call(
+        "eks",
+        "create_cluster",
+        name="demo",
+        roleArn="arn:aws:iam::123456789012:role/x",
+        resourcesVpcConfig={"subnetIds": list(vpc[1].values())},
+    )
     report = preflight(aws, make_plan(vpc))
     assert any(f.level == "error" and "not made by torchdeck" in f.text for f in report.findings)
     record = ClusterRecord.open(tmp_path, "demo", REGION)
@@ -157,22 +180,35 @@ def test_native_create_makes_the_cluster_its_roles_and_the_irsa_role(tmp_path, a
     kubeconfig = tmp_path / "kubeconfig"
     progress = run_all(create_native(aws, make_plan(vpc), record, kubeconfig=kubeconfig, poll_s=0.01))
     phases = [p.phase for p in progress]
-    assert phases.index("roles") < phases.index("cluster") < phases.index("oidc") < phases.index("nodegroups") \
-        < phases.index("add-ons") < phases.index("kubeconfig") < phases.index("kubernetes") < phases.index("done")
+    assert (
+        phases.index("roles")
+        < phases.index("cluster")
+        < phases.index("oidc")
+        < phases.index("nodegroups")
+        < phases.index("add-ons")
+        < phases.index("kubeconfig")
+        < phases.index("kubernetes")
+        < phases.index("done")
+    )
     assert all(b.elapsed >= a.elapsed for a, b in zip(progress, progress[1:]))
 
     cluster = aws.call("eks", "describe_cluster", name="demo")["cluster"]
     assert cluster["status"] == "ACTIVE" and cluster["tags"] == {TAG: "demo"}
     assert cluster["roleArn"].endswith(":role/torchdeck-demo-cluster")
-    groups = {g: aws.call("eks", "describe_nodegroup", clusterName="demo", nodegroupName=g)["nodegroup"]
-              for g in ("system", "gpu")}
+    groups = {
+        g: aws.call("eks", "describe_nodegroup", clusterName="demo", nodegroupName=g)["nodegroup"]
+        for g in ("system", "gpu")
+    }
     assert groups["gpu"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
     assert groups["gpu"]["amiType"] == "AL2023_x86_64_NVIDIA" and groups["system"]["scalingConfig"]["desiredSize"] == 2
     assert groups["gpu"]["nodeRole"].endswith(":role/torchdeck-demo-node")
 
     def policies(role: str) -> set[str]:
-        return {p["PolicyArn"].rsplit("/", 1)[-1] for p in aws.call("iam", "list_attached_role_policies",
-                                                                        RoleName=role)["AttachedPolicies"]}
+        return {
+            p["PolicyArn"].rsplit("/", 1)[-1]
+            for p in aws.call("iam", "list_attached_role_policies", RoleName=role)["AttachedPolicies"]
+        }
+
     assert policies("torchdeck-demo-cluster") == {"AmazonEKSClusterPolicy"}
     assert policies("torchdeck-demo-node") == {arn.rsplit("/", 1)[-1] for arn in NODE_POLICIES}
     assert policies("torchdeck-demo-efs-csi") == {"AmazonEFSCSIDriverPolicy"}
@@ -186,8 +222,12 @@ def test_native_create_makes_the_cluster_its_roles_and_the_irsa_role(tmp_path, a
     (statement,) = trust["Statement"]
     assert statement["Principal"] == {"Federated": provider["Arn"]}
     assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
-    assert statement["Condition"] == {"StringEquals": {
-        f"{issuer}:sub": "system:serviceaccount:default:torchdeck-s3", f"{issuer}:aud": "sts.amazonaws.com"}}
+    assert statement["Condition"] == {
+        "StringEquals": {
+            f"{issuer}:sub": "system:serviceaccount:default:torchdeck-s3",
+            f"{issuer}:aud": "sts.amazonaws.com",
+        }
+    }
     inline = aws.call("iam", "get_role_policy", RoleName="torchdeck-demo-s3", PolicyName="torchdeck")
     document = inline["PolicyDocument"]
     document = json.loads(urllib.parse.unquote(document)) if isinstance(document, str) else document
@@ -200,15 +240,23 @@ def test_native_create_makes_the_cluster_its_roles_and_the_irsa_role(tmp_path, a
     # the Kubernetes side, through the context create wrote (exec authentication against kmock)
     backend = KubernetesBackend(kubeconfig, "torchdeck-demo")
     account = backend.request("GET", "api/v1/namespaces/default/serviceaccounts/torchdeck-s3")
-    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn":
-                                                  "arn:aws:iam::123456789012:role/torchdeck-demo-s3"}
+    assert account["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/torchdeck-demo-s3"
+    }
     plugin = backend.request("GET", "apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin-daemonset")
     assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {"torchdeck.dev/gpu": "true"}
 
     saved = json.loads(record.path.read_text())
     assert saved["state"] == "created" and saved["method"] == "native" and saved["context"] == "torchdeck-demo"
-    assert {r["type"] for r in saved["resources"].values()} == {
-        "iam-role", "eks-cluster", "oidc-provider", "eks-nodegroup", "eks-addon"}
+    assert "resources" not in saved  # what was made lives in the ledger only
+    assert {r.kind for r in Ledger(tmp_path / "state").resources(scope="demo")} == {
+        "iam-role",
+        "eks-cluster",
+        "oidc-provider",
+        "eks-nodegroup",
+        "eks-addon",
+    }
+    assert Ledger(tmp_path / "state").place("torchdeck-demo").scope == "demo"  # jobs on its context are its
     assert stat.S_IMODE(record.path.stat().st_mode) == 0o600
 
 
@@ -231,8 +279,7 @@ def test_an_interrupted_create_resumes_where_it_stopped(tmp_path, aws_env, moto_
     with pytest.raises(BackendError, match="subnet has no free addresses"):
         run_all(create_native(aws, make_plan(vpc), record, kubeconfig=tmp_path / "kc", poll_s=0.01))
     saved = ClusterRecord.load(tmp_path / "state", "demo")
-    assert saved.state == "creating" and "eks-cluster/demo" in saved.resources and \
-        not saved.of_type("eks-nodegroup")
+    assert saved.state == "creating" and saved.of_type("eks-cluster") == ["demo"] and not saved.of_type("eks-nodegroup")
 
     # and a Ctrl-C (the generator closed) between two steps
     async def stop_after_first_nodegroup():
@@ -241,6 +288,7 @@ def test_an_interrupted_create_resumes_where_it_stopped(tmp_path, aws_env, moto_
             if p.message.startswith("creating nodegroup"):
                 await progress.aclose()
                 return
+
     asyncio.run(stop_after_first_nodegroup())
 
     run_all(create_native(aws, make_plan(vpc), record, kubeconfig=tmp_path / "kc", poll_s=0.01))
@@ -259,13 +307,18 @@ def test_delete_leaves_nothing_tagged_and_runs_twice(tmp_path, aws_env, moto_gap
     assert len(tagged_everywhere("demo")) == 6  # 4 roles, the OIDC provider, the cluster
     progress = run_all(delete_cluster(aws, "demo", record, poll_s=0.01))
     order = [p.phase for p in progress if p.kind == "step"]
-    assert order.index("add-ons") < order.index("nodegroups") < order.index("cluster") < order.index("oidc") \
+    assert (
+        order.index("add-ons")
+        < order.index("nodegroups")
+        < order.index("cluster")
+        < order.index("oidc")
         < order.index("roles")
+    )
     assert tagged_everywhere("demo") == []
     assert aws.call("eks", "list_clusters")["clusters"] == []
     assert "torchdeck-demo" not in kubeconfig.read_text()
     saved = ClusterRecord.load(tmp_path / "state", "demo")
-    assert saved.state == "deleted" and saved.resources == {}
+    assert saved.state == "deleted" and Ledger(tmp_path / "state").resources(scope="demo") == []
     again = run_all(delete_cluster(aws, "demo", record, poll_s=0.01))
     assert [p.kind for p in again] == ["done"]
 
@@ -283,8 +336,10 @@ def test_throttling_is_retried_a_bounded_number_of_times(aws_env, moto_gaps, vpc
     with pytest.raises(AwsError) as err:
         aws.call("eks", "describe_cluster", name="demo")
     assert moto_gaps.calls[("eks", "DescribeCluster")] == 4
-    assert str(err.value) == ("AWS kept throttling eks.describe_cluster (4 attempts): Rate exceeded (hint: AWS is "
-                              "rate-limiting this account; wait a minute and run it again (it resumes))")
+    assert str(err.value) == (
+        "AWS kept throttling eks.describe_cluster (4 attempts): Rate exceeded (hint: AWS is "
+        "rate-limiting this account; wait a minute and run it again (it resumes))"
+    )
 
 
 def test_no_credentials_is_one_line_with_a_hint(tmp_path, aws_env, monkeypatch):
@@ -295,8 +350,10 @@ def test_no_credentials_is_one_line_with_a_hint(tmp_path, aws_env, monkeypatch):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     (tmp_path / "cluster.yaml").write_text(plan_to_yaml(make_plan()))
     code, out, err = cli("cluster", "plan", "--file", str(tmp_path / "cluster.yaml"), state=tmp_path)
-    assert code == 1 and err == ("torchdeck: error: no AWS credentials found (hint: run `aws configure` or `aws sso "
-                                 "login`, or set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY))\n")
+    assert code == 1 and err == (
+        "torchdeck: error: no AWS credentials found (hint: run `aws configure` or `aws sso "
+        "login`, or set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY))\n"
+    )
 
 
 # -- connect and the token ----------------------------------------------------------------
@@ -304,15 +361,30 @@ def test_no_credentials_is_one_line_with_a_hint(tmp_path, aws_env, monkeypatch):
 
 def test_connect_writes_an_exec_context_and_the_backend_works_on_it(tmp_path, aws_env, vpc, kube):
     aws = AwsSession(REGION)
-    aws.call("eks", "create_cluster", name="demo", roleArn="arn:aws:iam::123456789012:role/x",
-             resourcesVpcConfig={"subnetIds": list(vpc[1].values())}, tags={TAG: "demo"})
+    aws.call(
+        "eks",
+        "create_cluster",
+        name="demo",
+        roleArn="arn:aws:iam::123456789012:role/x",
+        resourcesVpcConfig={"subnetIds": list(vpc[1].values())},
+        tags={TAG: "demo"},
+    )
     kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "other",
-                                          "contexts": [{"name": "other", "context": {"cluster": "o", "user": "o"}}],
-                                          "clusters": [{"name": "o", "cluster": {"server": "https://o"}}],
-                                          "users": [{"name": "o", "user": {"token": "kept"}}]}))
-    code, out, err = cli("cluster", "connect", "--name", "demo", "--region", REGION, "--kubeconfig", str(kubeconfig),
-                         state=tmp_path)
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "other",
+                "contexts": [{"name": "other", "context": {"cluster": "o", "user": "o"}}],
+                "clusters": [{"name": "o", "cluster": {"server": "https://o"}}],
+                "users": [{"name": "o", "user": {"token": "kept"}}],
+            }
+        )
+    )
+    code, out, err = cli(
+        "cluster", "connect", "--name", "demo", "--region", REGION, "--kubeconfig", str(kubeconfig), state=tmp_path
+    )
     assert code == 0, err
     assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
     config = yaml.safe_load(kubeconfig.read_text())
@@ -323,7 +395,9 @@ def test_connect_writes_an_exec_context_and_the_backend_works_on_it(tmp_path, aw
     assert "testing" not in kubeconfig.read_text()  # no key, no secret
 
     # the official client runs the exec command, gets a token, and the backend lists runs on the cluster
-    from kubernetes import client, config as kube_config
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
     cfg = client.Configuration()
     kube_config.load_kube_config(config_file=str(kubeconfig), context="torchdeck-demo", client_configuration=cfg)
     assert cfg.api_key["BearerToken"].startswith("Bearer k8s-aws-v1.")
@@ -345,39 +419,83 @@ def test_the_token_is_a_presigned_sts_call_bound_to_the_cluster(aws_env):
 # -- the whole life from the command line, with canary credentials ----------------------------
 
 
-def test_the_command_line_life_of_a_cluster_leaks_no_credential(tmp_path, aws_env, moto_gaps, vpc, kube,
-                                                               monkeypatch):
-    canaries = {"AWS_ACCESS_KEY_ID": "AKIACANARY0000000001", "AWS_SECRET_ACCESS_KEY": "canary-secret-9f8e7d6c5b4a",
-                "AWS_SESSION_TOKEN": "canary-session-token-1a2b3c4d5e"}
+def test_the_command_line_life_of_a_cluster_leaks_no_credential(tmp_path, aws_env, moto_gaps, vpc, kube, monkeypatch):
+    canaries = {
+        "AWS_ACCESS_KEY_ID": "AKIACANARY0000000001",
+        "AWS_SECRET_ACCESS_KEY": "canary-secret-9f8e7d6c5b4a",
+        "AWS_SESSION_TOKEN": "canary-session-token-1a2b3c4d5e",
+    }
     for key, value in canaries.items():
         monkeypatch.setenv(key, value)
     moto_gaps.quotas.update({"L-DB2E81BA": 64, "L-1216C47A": 64})
     state, kubeconfig, plan_file = tmp_path / "state", tmp_path / "kubeconfig", tmp_path / "cluster.yaml"
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    env = {**os.environ, "TORCHDECK_STATE_DIR": str(state), "TORCHDECK_AWS_POLL_S": "0.05",
-           "PATH": "/usr/bin:/bin"}  # no eksctl: the native path
+    env = {
+        **os.environ,
+        "TORCHDECK_STATE_DIR": str(state),
+        "TORCHDECK_AWS_POLL_S": "0.05",
+        "PATH": "/usr/bin:/bin",
+    }  # no eksctl: the native path
     outputs = []
 
     def run(*argv: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([sys.executable, "-m", "torchdeck", *argv], env=env, capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, "-m", "torchdeck", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
         outputs.append(done.stdout + done.stderr)
         return done
 
     subnet_args = [f"--subnet={zone}={sid}" for zone, sid in vpc[1].items()]
-    done = run("cluster", "init", "--name", "demo", "--region", REGION, "--zones", f"{REGION}a,{REGION}b",
-               "--vpc-id", vpc[0], *subnet_args, "--worker", "gpu:g5.xlarge:0:1:2:gpu", "--bucket", "torchdeck-models")
+    done = run(
+        "cluster",
+        "init",
+        "--name",
+        "demo",
+        "--region",
+        REGION,
+        "--zones",
+        f"{REGION}a,{REGION}b",
+        "--vpc-id",
+        vpc[0],
+        *subnet_args,
+        "--worker",
+        "gpu:g5.xlarge:0:1:2:gpu",
+        "--bucket",
+        "torchdeck-models",
+    )
     assert done.returncode == 0, done.stderr
     done = run("cluster", "create", "--yes")
     assert done.returncode == 0, done.stderr
     assert "with native" in done.stdout and "] kubernetes       service account default/torchdeck-s3" in done.stdout
     # nodes join (kmock: posted the way kubelets register), then status shows their readiness
     for name, ready in (("ip-10-0-1-10", "True"), ("ip-10-0-2-20", "False")):
-        KubernetesBackend(kubeconfig, "torchdeck-demo").request("POST", "api/v1/nodes", body={
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
-                "eks.amazonaws.com/nodegroup": "gpu", "node.kubernetes.io/instance-type": "g5.xlarge"}},
-            "status": {"allocatable": {"nvidia.com/gpu": "1"}, "conditions": [
-                {"type": "Ready", "status": ready, "message": "" if ready == "True" else "container runtime is down"}]}})
+        KubernetesBackend(kubeconfig, "torchdeck-demo").request(
+            "POST",
+            "api/v1/nodes",
+            body={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {"eks.amazonaws.com/nodegroup": "gpu", "node.kubernetes.io/instance-type": "g5.xlarge"},
+                },
+                "status": {
+                    "allocatable": {"nvidia.com/gpu": "1"},
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": ready,
+                            "message": "" if ready == "True" else "container runtime is down",
+                        }
+                    ],
+                },
+            },
+        )
     done = run("cluster", "status")
     assert done.returncode == 0, done.stderr
     assert "cluster demo  ACTIVE  Kubernetes 1.31  us-east-1  (made by torchdeck)" in done.stdout
@@ -406,22 +524,34 @@ def test_the_command_line_life_of_a_cluster_leaks_no_credential(tmp_path, aws_en
 def test_the_eksctl_path_streams_its_output_and_the_stack_events(tmp_path, aws_env, moto_gaps, kube):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "eksctl").write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN} \"$@\"\n")
+    (bin_dir / "eksctl").write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
     (bin_dir / "eksctl").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
-           "TORCHDECK_AWS_POLL_S": "0.05", "KUBECONFIG": str(tmp_path / "kubeconfig"),
-           "STANDIN_EKSCTL_LOG": str(tmp_path / "eksctl.log"), "STANDIN_EKSCTL_FAIL": "nodegroup"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
+        "TORCHDECK_AWS_POLL_S": "0.05",
+        "KUBECONFIG": str(tmp_path / "kubeconfig"),
+        "STANDIN_EKSCTL_LOG": str(tmp_path / "eksctl.log"),
+        "STANDIN_EKSCTL_FAIL": "nodegroup",
+    }
     moto_gaps.quotas.update({"L-DB2E81BA": 64, "L-1216C47A": 64})
     (tmp_path / "cluster.yaml").write_text(plan_to_yaml(make_plan(s3_bucket=None)))
 
     def run(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "torchdeck", *argv], env=env, capture_output=True, text=True,
-                              timeout=120, cwd=tmp_path)
+        return subprocess.run(
+            [sys.executable, "-m", "torchdeck", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
 
     done = run("cluster", "create", "--yes")
     assert done.returncode == 1
     assert "with eksctl" in done.stdout
-    assert '  |  ' in done.stdout and 'building cluster stack "eksctl-demo-cluster"' in done.stdout
+    assert "  |  " in done.stdout and 'building cluster stack "eksctl-demo-cluster"' in done.stdout
     assert "cfn  eksctl-demo-cluster: eksctl-demo-cluster CREATE_COMPLETE" in done.stdout
     assert done.stderr.startswith("torchdeck: error: eksctl create cluster failed (exit 1)")
     env.pop("STANDIN_EKSCTL_FAIL")
@@ -433,17 +563,23 @@ def test_the_eksctl_path_streams_its_output_and_the_stack_events(tmp_path, aws_e
     assert any("cfn  eksctl-demo-nodegroup-system:" in line for line in lines)
     assert "context torchdeck-demo" in done.stdout
     log = (tmp_path / "eksctl.log").read_text().splitlines()
-    assert log == ["create cluster --config-file cluster.yaml", "create nodegroup --config-file cluster.yaml",
-                   "create addon --config-file cluster.yaml"]
+    assert log == [
+        "create cluster --config-file cluster.yaml",
+        "create nodegroup --config-file cluster.yaml",
+        "create addon --config-file cluster.yaml",
+    ]
     record = json.loads((tmp_path / "state" / "clusters" / "demo.json").read_text())
     assert record["method"] == "eksctl" and record["state"] == "created"
-    assert "cloudformation-stack/eksctl-demo-cluster" in record["resources"]
+    assert "eksctl-demo-cluster" in ClusterRecord.load(tmp_path / "state", "demo").of_type("cloudformation-stack")
 
     done = run("cluster", "delete", "--yes")
     assert done.returncode == 0, done.stderr
     assert "$ delete cluster --name demo --region us-east-1 --wait" in done.stdout
     aws = AwsSession(REGION)
     assert aws.call("eks", "list_clusters")["clusters"] == []
-    live = [s["StackName"] for s in aws.call("cloudformation", "describe_stacks")["Stacks"]
-            if s["StackStatus"] != "DELETE_COMPLETE"]
+    live = [
+        s["StackName"]
+        for s in aws.call("cloudformation", "describe_stacks")["Stacks"]
+        if s["StackStatus"] != "DELETE_COMPLETE"
+    ]
     assert live == []

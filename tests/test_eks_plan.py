@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torchdeck.backends.eks.plan import (ClusterPlan, NodegroupPlan, cost_per_hour, from_eksctl, load_plan,
-                                         plan_to_yaml, to_eksctl, validate_plan)
+from torchdeck.backends.eks.plan import (
+    ClusterPlan,
+    NodegroupPlan,
+    cost_per_hour,
+    from_eksctl,
+    load_plan,
+    plan_to_yaml,
+    to_eksctl,
+    validate_plan,
+)
 from torchdeck.backends.errors import SpecError
 from torchdeck.cli.main import main
 
@@ -21,10 +29,17 @@ GOLDEN = Path(__file__).parent / "data" / "golden" / "eks-cluster.yaml"
 
 
 def plan(**changes) -> ClusterPlan:
-    base = dict(name="torchdeck-demo", region="us-west-2", zones=["us-west-2a", "us-west-2b"],
-                nodegroups=[NodegroupPlan("system", "m5.large", 1, 2, 2, labels={"role": "system"}),
-                            NodegroupPlan("gpu-workers", "g5.xlarge", 0, 2, 4, gpu=True)],
-                s3_bucket="torchdeck-models", s3_prefix="cifar10/")
+    base = dict(
+        name="torchdeck-demo",
+        region="us-west-2",
+        zones=["us-west-2a", "us-west-2b"],
+        nodegroups=[
+            NodegroupPlan("system", "m5.large", 1, 2, 2, labels={"role": "system"}),
+            NodegroupPlan("gpu-workers", "g5.xlarge", 0, 2, 4, gpu=True),
+        ],
+        s3_bucket="torchdeck-models",
+        s3_prefix="cifar10/",
+    )
     base.update(changes)
     return ClusterPlan(**base)
 
@@ -35,14 +50,17 @@ def group(**changes) -> NodegroupPlan:
     return NodegroupPlan(**base)
 
 
-@pytest.mark.parametrize("name, words", [
-    ("", "must not be empty"),
-    ("-demo", "must start with a letter"),
-    ("my_cluster", "has '_'"),
-    ("a" * 101, "is 101 characters; EKS allows 100"),
-    ("démo", "non-ASCII"),
-    ("demo.1", "characters EKS refuses: ."),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("", "must not be empty"),
+        ("-demo", "must start with a letter"),
+        ("my_cluster", "has '_'"),
+        ("a" * 101, "is 101 characters; EKS allows 100"),
+        ("démo", "non-ASCII"),
+        ("demo.1", "characters EKS refuses: ."),
+    ],
+)
 def test_bad_cluster_names_say_why(name, words):
     with pytest.raises(SpecError) as err:
         validate_plan(plan(name=name))
@@ -53,29 +71,41 @@ def test_a_100_character_name_is_fine():
     validate_plan(plan(name="a" * 100))
 
 
-@pytest.mark.parametrize("changes, field, words", [
-    ({"region": "oregon"}, "region", "not an AWS region"),
-    ({"zones": ["us-east-1a", "us-west-2b"]}, "zones", "not a zone of us-west-2"),
-    ({"zones": ["us-west-2a"]}, "zones", "two availability zones"),
-    ({"version": "1.12"}, "version", "not a Kubernetes version EKS offers"),
-    ({"vpc_id": "vpc-xyz"}, "vpc_id", "not a VPC id"),
-    ({"vpc_id": "vpc-0abc1234", "subnets": {"us-west-2a": "subnet-0abc1234"}}, "subnets", "two zones"),
-    ({"subnets": {"us-west-2a": "subnet-0abc1234"}}, "subnets", "existing VPC"),
-    ({"nodegroups": []}, "nodegroups", "one nodegroup at least"),
-    ({"nodegroups": [group(min_size=3, desired=3, max_size=2)]}, "nodegroups[workers].min_size",
-     "3 is more than max_size 2"),
-    ({"nodegroups": [group(desired=5)]}, "nodegroups[workers].desired", "outside 1..4"),
-    ({"nodegroups": [group(instance_type="m5.xlarge", gpu=True)]}, "nodegroups[workers].instance_type",
-     "m5.xlarge has no GPU"),
-    ({"nodegroups": [group(instance_type="g5.xlarge")]}, "nodegroups[workers].instance_type",
-     "g5.xlarge has 1 GPU(s) and the nodegroup asks for none"),
-    ({"nodegroups": [group(efa=True)]}, "nodegroups[workers].efa", "does not support EFA"),
-    ({"nodegroups": [group(), group()]}, "nodegroups[workers].name", "used twice"),
-    ({"nodegroups": [group(instance_type="big")]}, "nodegroups[workers].instance_type", "not an instance type"),
-    ({"nodegroups": [group(volume_gib=5)]}, "nodegroups[workers].volume_gib", "20..16384"),
-    ({"s3_bucket": "My_Bucket"}, "s3_bucket", "not an S3 bucket name"),
-    ({"s3_prefix": "/models/*"}, "s3_prefix", "no leading '/'"),
-])
+@pytest.mark.parametrize(
+    "changes, field, words",
+    [
+        ({"region": "oregon"}, "region", "not an AWS region"),
+        ({"zones": ["us-east-1a", "us-west-2b"]}, "zones", "not a zone of us-west-2"),
+        ({"zones": ["us-west-2a"]}, "zones", "two availability zones"),
+        ({"version": "1.12"}, "version", "not a Kubernetes version EKS offers"),
+        ({"vpc_id": "vpc-xyz"}, "vpc_id", "not a VPC id"),
+        ({"vpc_id": "vpc-0abc1234", "subnets": {"us-west-2a": "subnet-0abc1234"}}, "subnets", "two zones"),
+        ({"subnets": {"us-west-2a": "subnet-0abc1234"}}, "subnets", "existing VPC"),
+        ({"nodegroups": []}, "nodegroups", "one nodegroup at least"),
+        (
+            {"nodegroups": [group(min_size=3, desired=3, max_size=2)]},
+            "nodegroups[workers].min_size",
+            "3 is more than max_size 2",
+        ),
+        ({"nodegroups": [group(desired=5)]}, "nodegroups[workers].desired", "outside 1..4"),
+        (
+            {"nodegroups": [group(instance_type="m5.xlarge", gpu=True)]},
+            "nodegroups[workers].instance_type",
+            "m5.xlarge has no GPU",
+        ),
+        (
+            {"nodegroups": [group(instance_type="g5.xlarge")]},
+            "nodegroups[workers].instance_type",
+            "g5.xlarge has 1 GPU(s) and the nodegroup asks for none",
+        ),
+        ({"nodegroups": [group(efa=True)]}, "nodegroups[workers].efa", "does not support EFA"),
+        ({"nodegroups": [group(), group()]}, "nodegroups[workers].name", "used twice"),
+        ({"nodegroups": [group(instance_type="big")]}, "nodegroups[workers].instance_type", "not an instance type"),
+        ({"nodegroups": [group(volume_gib=5)]}, "nodegroups[workers].volume_gib", "20..16384"),
+        ({"s3_bucket": "My_Bucket"}, "s3_bucket", "not an S3 bucket name"),
+        ({"s3_prefix": "/models/*"}, "s3_prefix", "no leading '/'"),
+    ],
+)
 def test_every_field_is_checked_with_its_reason(changes, field, words):
     with pytest.raises(SpecError) as err:
         validate_plan(plan(**changes))
@@ -92,8 +122,9 @@ def test_the_plan_is_an_eksctl_cluster_config():
     assert config["metadata"]["tags"] == {"torchdeck:cluster": "torchdeck-demo"}
     assert config["iam"]["withOIDC"] is True
     system, gpu = config["managedNodeGroups"]
-    assert "taints" not in system and gpu["taints"] == [{"key": "nvidia.com/gpu", "value": "true",
-                                                        "effect": "NoSchedule"}]
+    assert "taints" not in system and gpu["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+    ]
     assert all(g["tags"] == {"torchdeck:cluster": "torchdeck-demo"} for g in config["managedNodeGroups"])
     assert {a["name"] for a in config["addons"]} == {"aws-efs-csi-driver", "metrics-server"}
     assert "&id" not in text  # no YAML anchors: plain to read and to diff
@@ -101,20 +132,32 @@ def test_the_plan_is_an_eksctl_cluster_config():
 
 def test_the_service_account_may_use_one_bucket_prefix_only():
     (account,) = to_eksctl(plan())["iam"]["serviceAccounts"]
-    assert account["metadata"] == {"name": "torchdeck-s3", "namespace": "default",
-                                   "labels": {"app.kubernetes.io/managed-by": "torchdeck"}}
+    assert account["metadata"] == {
+        "name": "torchdeck-s3",
+        "namespace": "default",
+        "labels": {"app.kubernetes.io/managed-by": "torchdeck"},
+    }
     objects, listing = account["attachPolicy"]["Statement"]
     assert objects["Resource"] == "arn:aws:s3:::torchdeck-models/cifar10/*"
     assert "s3:*" not in objects["Action"] and set(objects["Action"]) >= {"s3:GetObject", "s3:PutObject"}
-    assert listing == {"Sid": "ListThePrefix", "Effect": "Allow", "Action": "s3:ListBucket",
-                       "Resource": "arn:aws:s3:::torchdeck-models",
-                       "Condition": {"StringLike": {"s3:prefix": ["cifar10/*"]}}}
+    assert listing == {
+        "Sid": "ListThePrefix",
+        "Effect": "Allow",
+        "Action": "s3:ListBucket",
+        "Resource": "arn:aws:s3:::torchdeck-models",
+        "Condition": {"StringLike": {"s3:prefix": ["cifar10/*"]}},
+    }
 
 
 def test_the_config_reads_back_into_the_same_plan(tmp_path):
-    original = plan(vpc_id="vpc-0abc1234", subnets={"us-west-2a": "subnet-0aaa1111", "us-west-2b": "subnet-0bbb2222"},
-                    nodegroups=[NodegroupPlan("system", "m5.large", 1, 2, 2, labels={"role": "system"}),
-                                NodegroupPlan("big", "p4d.24xlarge", 0, 1, 2, gpu=True, efa=True, spot=True)])
+    original = plan(
+        vpc_id="vpc-0abc1234",
+        subnets={"us-west-2a": "subnet-0aaa1111", "us-west-2b": "subnet-0bbb2222"},
+        nodegroups=[
+            NodegroupPlan("system", "m5.large", 1, 2, 2, labels={"role": "system"}),
+            NodegroupPlan("big", "p4d.24xlarge", 0, 1, 2, gpu=True, efa=True, spot=True),
+        ],
+    )
     assert from_eksctl(to_eksctl(original)) == original
     path = tmp_path / "cluster.yaml"
     path.write_text(plan_to_yaml(original))
@@ -138,17 +181,33 @@ def test_cost_per_hour_from_the_shipped_table():
 
 def test_cluster_init_writes_the_plan_and_its_cost(tmp_path, capsys):
     path = tmp_path / "cluster.yaml"
-    argv = ["cluster", "init", "--file", str(path), "--name", "demo", "--region", "us-west-2",
-            "--zones", "us-west-2a,us-west-2b", "--worker", "gpu-workers:g5.xlarge:0:2:4:gpu", "--bucket", "my-models"]
+    argv = [
+        "cluster",
+        "init",
+        "--file",
+        str(path),
+        "--name",
+        "demo",
+        "--region",
+        "us-west-2",
+        "--zones",
+        "us-west-2a,us-west-2b",
+        "--worker",
+        "gpu-workers:g5.xlarge:0:2:4:gpu",
+        "--bucket",
+        "my-models",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "wrote" in out and "gpu-workers: 2 x g5.xlarge" in out and "$2.30/h" in out
     assert load_plan(path).nodegroups[1].gpu is True
     assert main(argv) == 1 and "exists; pass --force" in capsys.readouterr().err
     bad = tmp_path / "bad.yaml"
-    for extra, words in ((["--worker", "gpu:m5.large:0:1:2:gpu"], "m5.large has no GPU"),
-                         (["--worker", "w:m5.large:a:1:2"], "whole numbers"),
-                         (["--worker", "w:m5.large:0:1:2:fast"], "unknown flag 'fast'")):
+    for extra, words in (
+        (["--worker", "gpu:m5.large:0:1:2:gpu"], "m5.large has no GPU"),
+        (["--worker", "w:m5.large:a:1:2"], "whole numbers"),
+        (["--worker", "w:m5.large:0:1:2:fast"], "unknown flag 'fast'"),
+    ):
         code = main(["cluster", "init", "--file", str(bad), "--name", "demo", "--region", "us-west-2", *extra])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and words in err

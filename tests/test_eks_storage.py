@@ -13,15 +13,16 @@ from typing import Any
 
 import pytest
 import yaml
+from eks_support import REGION
+from eks_support import run_progress as run_all
 
-from torchdeck.backends.eks.session import AwsSession
 from torchdeck.backends.eks.access import ClusterRecord
+from torchdeck.backends.eks.progress import FileSystemReady, StorageReady
+from torchdeck.backends.eks.session import AwsSession
 from torchdeck.backends.eks.storage import StoragePlan, create_storage, render_storage, storage_state
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.ledger import Ledger
-
-from eks_support import REGION, run_progress as run_all
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 
@@ -53,9 +54,11 @@ def test_efs_has_a_mount_target_per_node_subnet_and_admits_nfs_from_the_cluster_
     assert sorted(t["SubnetId"] for t in targets) == sorted(subnets.values())
 
     cluster_sg = aws.call("eks", "describe_cluster", name="demo")["cluster"]["resourcesVpcConfig"][
-        "clusterSecurityGroupId"]
-    (group,) = aws.call("ec2", "describe_security_groups", Filters=[
-        {"Name": "group-name", "Values": ["torchdeck-demo-efs"]}])["SecurityGroups"]
+        "clusterSecurityGroupId"
+    ]
+    (group,) = aws.call(
+        "ec2", "describe_security_groups", Filters=[{"Name": "group-name", "Values": ["torchdeck-demo-efs"]}]
+    )["SecurityGroups"]
     rules = group["IpPermissions"]
     assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in rules] == [("tcp", 2049, 2049)]
     assert [p["GroupId"] for p in rules[0]["UserIdGroupPairs"]] == [cluster_sg]
@@ -74,22 +77,35 @@ def test_efs_has_a_mount_target_per_node_subnet_and_admits_nfs_from_the_cluster_
     kinds = sorted({r.kind for r in Ledger(cluster.path.parent.parent).resources(scope="demo")})
     assert {"efs-filesystem", "efs-mount-target", "ec2-security-group", "k8s-object"} <= set(kinds)
     state = storage_state(aws, cluster)
-    assert state.problems == [] and any(line.startswith(f"EFS {fs['FileSystemId']}  available") for line in state.lines)
+    assert state.problems == [] and [(f.kind, f.ident, f.state, f.encrypted) for f in state.file_systems] == [
+        ("efs", fs["FileSystemId"], "available", True)
+    ]
+    assert len(state.file_systems[0].mount_targets) == len(targets)
+    assert [(r.protocol, r.low, r.high, r.source) for r in state.security_groups[0].rules] == [
+        ("tcp", 2049, 2049, cluster_sg)
+    ]
+    assert progress[-1].result == StorageReady("demo", {"cluster.pvc": "shared"})
 
 
 def test_a_second_storage_create_makes_nothing_and_puts_back_a_widened_rule(cluster, moto_gaps):
     storage(cluster)
     aws = AwsSession(REGION)
-    (group,) = aws.call("ec2", "describe_security_groups", Filters=[
-        {"Name": "group-name", "Values": ["torchdeck-demo-efs"]}])["SecurityGroups"]
-    aws.call("ec2", "authorize_security_group_ingress", GroupId=group["GroupId"], IpPermissions=[
-        {"IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+    (group,) = aws.call(
+        "ec2", "describe_security_groups", Filters=[{"Name": "group-name", "Values": ["torchdeck-demo-efs"]}]
+    )["SecurityGroups"]
+    aws.call(
+        "ec2",
+        "authorize_security_group_ingress",
+        GroupId=group["GroupId"],
+        IpPermissions=[{"IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}],
+    )
     moto_gaps.calls.clear()
     storage(cluster)
     made = {k for k, n in moto_gaps.calls.items() if k[1].startswith("Create") and n}
     assert made == set()
     rules = aws.call("ec2", "describe_security_groups", GroupIds=[group["GroupId"]])["SecurityGroups"][0][
-        "IpPermissions"]
+        "IpPermissions"
+    ]
     assert all(not r.get("IpRanges") for r in rules)
 
 
@@ -97,21 +113,32 @@ def test_the_bucket_is_private_encrypted_and_the_policies_name_only_the_bucket_a
     storage(cluster, kind="none", bucket="torchdeck-models-demo", prefix="cifar10")
     aws = AwsSession(REGION)
     block = aws.call("s3", "get_public_access_block", Bucket="torchdeck-models-demo")["PublicAccessBlockConfiguration"]
-    assert block == {"BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True,
-                     "RestrictPublicBuckets": True}
+    assert block == {
+        "BlockPublicAcls": True,
+        "IgnorePublicAcls": True,
+        "BlockPublicPolicy": True,
+        "RestrictPublicBuckets": True,
+    }
     rules = aws.call("s3", "get_bucket_encryption", Bucket="torchdeck-models-demo")[
-        "ServerSideEncryptionConfiguration"]["Rules"]
+        "ServerSideEncryptionConfiguration"
+    ]["Rules"]
     assert rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
 
     bucket_policy = json.loads(aws.call("s3", "get_bucket_policy", Bucket="torchdeck-models-demo")["Policy"])
     role_policy = aws.call("iam", "get_role_policy", RoleName="torchdeck-demo-s3", PolicyName="torchdeck")[
-        "PolicyDocument"]
+        "PolicyDocument"
+    ]
     for policy in (bucket_policy, role_policy):
-        resources = [res for st in policy["Statement"]
-                     for res in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])]
+        resources = [
+            res
+            for st in policy["Statement"]
+            for res in ([st["Resource"]] if isinstance(st["Resource"], str) else st["Resource"])
+        ]
         assert resources and "*" not in resources
-        assert all(res in ("arn:aws:s3:::torchdeck-models-demo", "arn:aws:s3:::torchdeck-models-demo/cifar10/*")
-                   for res in resources), resources
+        assert all(
+            res in ("arn:aws:s3:::torchdeck-models-demo", "arn:aws:s3:::torchdeck-models-demo/cifar10/*")
+            for res in resources
+        ), resources
     role_arn = aws.call("iam", "get_role", RoleName="torchdeck-demo-s3")["Role"]["Arn"]
     principals = {st["Principal"]["AWS"] for st in bucket_policy["Statement"]}
     assert principals == {role_arn}
@@ -136,10 +163,13 @@ def test_fsx_waits_for_available_and_renders_its_volume(cluster, moto_gaps, kube
     assert fs["LustreConfiguration"]["PerUnitStorageThroughput"] == 125
     assert any(p.kind == "wait" and "CREATING" in p.message for p in progress)
     pv = kube_object(kube, "api/v1/persistentvolumes/torchdeck-demo-fsx")
-    assert pv["spec"]["csi"]["volumeAttributes"] == {"dnsname": fs["DNSName"],
-                                                      "mountname": fs["LustreConfiguration"]["MountName"]}
+    assert pv["spec"]["csi"]["volumeAttributes"] == {
+        "dnsname": fs["DNSName"],
+        "mountname": fs["LustreConfiguration"]["MountName"],
+    }
     assert aws.call("eks", "describe_addon", clusterName="demo", addonName="aws-fsx-csi-driver")["addon"][
-        "serviceAccountRoleArn"].endswith("role/torchdeck-demo-fsx-csi")
+        "serviceAccountRoleArn"
+    ].endswith("role/torchdeck-demo-fsx-csi")
     (row,) = [r for r in Ledger(cluster.path.parent.parent).resources() if r.kind == "fsx-filesystem"]
     assert row.cost_per_hour == pytest.approx(2400 * 0.145 / 730)
 
@@ -147,24 +177,32 @@ def test_fsx_waits_for_available_and_renders_its_volume(cluster, moto_gaps, kube
 def test_a_wait_that_never_ends_stops_at_its_deadline_with_a_message(cluster, moto_gaps):
     moto_gaps.fsx_ready_after = None
     with pytest.raises(BackendError) as caught:
-        run_all(create_storage(AwsSession(REGION), StoragePlan("demo", REGION, kind="fsx"), cluster,
-                               poll_s=0.01, timeout_s=0.3))
+        run_all(
+            create_storage(
+                AwsSession(REGION), StoragePlan("demo", REGION, kind="fsx"), cluster, poll_s=0.01, timeout_s=0.3
+            )
+        )
     assert "is still CREATING after 0 s" in caught.value.message
     assert "picks up where it stopped" in caught.value.hint
 
 
-@pytest.mark.parametrize("changes, words", [
-    ({"kind": "nfs"}, "--kind: must be efs, fsx or none"),
-    ({"kind": "fsx", "fsx_capacity_gib": 1000}, "1000 GiB is not a capacity SCRATCH_2 offers"),
-    ({"kind": "fsx", "fsx_deployment": "PERSISTENT_1", "fsx_throughput": 125}, "offers 50, 100, 200 MB/s"),
-    ({"kind": "fsx", "fsx_s3_link": "https://x"}, "is not an s3:// URL"),
-    ({"kind": "fsx", "fsx_deployment": "PERSISTENT_2", "fsx_s3_link": "s3://data-bucket/x"},
-     "data repository associations"),
-    ({"bucket": "My_Bucket"}, "is not a valid bucket name"),
-    ({"bucket": "192.168.1.1"}, "must not look like an IP address"),
-    ({"prefix": "/models"}, "no leading '/'"),
-    ({"kind": "none"}, "nothing to make"),
-])
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"kind": "nfs"}, "--kind: must be efs, fsx or none"),
+        ({"kind": "fsx", "fsx_capacity_gib": 1000}, "1000 GiB is not a capacity SCRATCH_2 offers"),
+        ({"kind": "fsx", "fsx_deployment": "PERSISTENT_1", "fsx_throughput": 125}, "offers 50, 100, 200 MB/s"),
+        ({"kind": "fsx", "fsx_s3_link": "https://x"}, "is not an s3:// URL"),
+        (
+            {"kind": "fsx", "fsx_deployment": "PERSISTENT_2", "fsx_s3_link": "s3://data-bucket/x"},
+            "data repository associations",
+        ),
+        ({"bucket": "My_Bucket"}, "is not a valid bucket name"),
+        ({"bucket": "192.168.1.1"}, "must not look like an IP address"),
+        ({"prefix": "/models"}, "no leading '/'"),
+        ({"kind": "none"}, "nothing to make"),
+    ],
+)
 def test_bad_storage_plans_are_one_line_before_any_call(tmp_path, aws_env, moto_gaps, changes, words):
     record = ClusterRecord.open(tmp_path, "demo", REGION)
     with pytest.raises(SpecError, match=words.replace("(", r"\(")):
@@ -174,8 +212,7 @@ def test_bad_storage_plans_are_one_line_before_any_call(tmp_path, aws_env, moto_
 
 @pytest.mark.parametrize("kind", ["efs", "fsx"])
 def test_storage_manifests_match_the_golden_files(kind):
-    fs = {"FileSystemId": "fs-0123456789abcdef0", "DNSName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
-          "LustreConfiguration": {"MountName": "abcdefgh"}}
+    fs = FileSystemReady("fs-0123456789abcdef0", "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com", "abcdefgh")
     objects = render_storage(StoragePlan("demo", REGION, kind=kind, namespace="training"), fs)
     text = yaml.safe_dump_all(objects, sort_keys=False)
     path = GOLDEN / f"storage-{kind}.yaml"

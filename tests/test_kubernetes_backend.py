@@ -14,14 +14,16 @@ import threading
 import time
 
 import pytest
-
 from kube_cluster import start_cluster, stop_cluster
-from torchdeck.backends.kubernetes import crds
+
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, RunNotFound
-from torchdeck.backends.kubernetes.streams import PodWatcher
+from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.kubernetes.client import api_path
+from torchdeck.backends.kubernetes.jobs import api_of
 from torchdeck.backends.kubernetes.manifests import KIND_INFO, RUN_LABEL, render
+from torchdeck.backends.kubernetes.streams import PodWatcher
 from torchdeck.backends.spec import KINDS, spec_from_dict
 
 NS = "training"
@@ -42,8 +44,14 @@ def backend(cluster):
 
 
 def make_spec(**changes):
-    data = {"name": "cifar10", "nodes": 2, "nproc_per_node": 2, "image": IMAGE, "namespace": NS,
-            "cluster": {"pvc": "shared", "service_account": "torchdeck-s3"}}
+    data = {
+        "name": "cifar10",
+        "nodes": 2,
+        "nproc_per_node": 2,
+        "image": IMAGE,
+        "namespace": NS,
+        "cluster": {"pvc": "shared", "service_account": "torchdeck-s3"},
+    }
     for key, value in changes.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
@@ -63,54 +71,128 @@ def install(backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, cpu_n
     for kind in kinds:
         if KIND_INFO[kind].group != "batch":
             install_crd(backend, crds.latest(kind).crd_file)
-    backend.request("POST", f"api/v1/namespaces/{NS}/persistentvolumeclaims", body={
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"},
-        "status": {"phase": pvc_phase}})
+    backend.request(
+        "POST",
+        f"api/v1/namespaces/{NS}/persistentvolumeclaims",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "shared"},
+            "status": {"phase": pvc_phase},
+        },
+    )
     if sa:
-        backend.request("POST", f"api/v1/namespaces/{NS}/serviceaccounts", body={
-            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "torchdeck-s3"}})
+        backend.request(
+            "POST",
+            f"api/v1/namespaces/{NS}/serviceaccounts",
+            body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "torchdeck-s3"}},
+        )
     for i in range(cpu_nodes):
-        backend.request("POST", "api/v1/nodes", body={
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": f"cpu-{i}", "labels": {"pool": "cpu"}},
-            "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}}})
+        backend.request(
+            "POST",
+            "api/v1/nodes",
+            body={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"cpu-{i}", "labels": {"pool": "cpu"}},
+                "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}},
+            },
+        )
     for i in range(gpu_nodes):
-        backend.request("POST", "api/v1/nodes", body={
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-{i}", "labels": {"pool": "gpu"}},
-            "status": {"allocatable": {"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "1"}}})
+        backend.request(
+            "POST",
+            "api/v1/nodes",
+            body={
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"gpu-{i}", "labels": {"pool": "gpu"}},
+                "status": {"allocatable": {"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "1"}},
+            },
+        )
 
 
 def make_pod(backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0"):
     """A pod as the training operator creates it and the kubelet reports it."""
-    state = {"running": {"startedAt": "2026-11-22T06:00:00Z"}} if phase == "Running" else (
-        {"terminated": {"exitCode": 0, "reason": "Completed"}} if phase == "Succeeded" else
-        {"waiting": {"reason": "ContainerCreating"}})
-    body = {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {RUN_LABEL: run_id, "training.kubeflow.org/replica-type": replica_type,
-                                                  "training.kubeflow.org/replica-index": str(index)}},
-            "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": IMAGE}]},
-            "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "image": IMAGE, "ready": True,
-                                                              "restartCount": restarts, "state": state}]}}
+    state = (
+        {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
+        if phase == "Running"
+        else (
+            {"terminated": {"exitCode": 0, "reason": "Completed"}}
+            if phase == "Succeeded"
+            else {"waiting": {"reason": "ContainerCreating"}}
+        )
+    )
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {
+                RUN_LABEL: run_id,
+                "training.kubeflow.org/replica-type": replica_type,
+                "training.kubeflow.org/replica-index": str(index),
+            },
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": IMAGE}]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [
+                {"name": "pytorch", "image": IMAGE, "ready": True, "restartCount": restarts, "state": state}
+            ],
+        },
+    }
     backend.request("POST", f"api/v1/namespaces/{NS}/pods", body=body)
     return body
 
 
 def set_phase(backend, pod, phase, restarts=0):
-    state = ({"running": {"startedAt": "2026-11-22T06:00:00Z"}} if phase == "Running"
-             else {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}})
-    backend.request("PATCH", f"api/v1/namespaces/{NS}/pods/{pod}/status", body={"status": {
-        "phase": phase, "containerStatuses": [{"name": "pytorch", "image": IMAGE, "restartCount": restarts,
-                                               "state": state}]}})
+    state = (
+        {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
+        if phase == "Running"
+        else {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}}
+    )
+    backend.request(
+        "PATCH",
+        f"api/v1/namespaces/{NS}/pods/{pod}/status",
+        body={
+            "status": {
+                "phase": phase,
+                "containerStatuses": [{"name": "pytorch", "image": IMAGE, "restartCount": restarts, "state": state}],
+            }
+        },
+    )
 
 
 def set_conditions(backend, run_id, *types, message=""):
     path = f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}/status"
-    backend.request("PATCH", path, body={"status": {"conditions": [
-        {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": message} for t in types]}})
+    backend.request(
+        "PATCH",
+        path,
+        body={
+            "status": {
+                "conditions": [
+                    {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": message} for t in types
+                ]
+            }
+        },
+    )
 
 
 def metric_line(rank, step, loss=2.0, **extra):
-    return json.dumps({"schema": 1, "event": "step", "rank": rank, "world_size": 4, "time": 1_790_000_000.0 + step,
-                       "epoch": 1, "step": step, "loss": loss, "samples_per_s": 900.0, **extra})
+    return json.dumps(
+        {
+            "schema": 1,
+            "event": "step",
+            "rank": rank,
+            "world_size": 4,
+            "time": 1_790_000_000.0 + step,
+            "epoch": 1,
+            "step": step,
+            "loss": loss,
+            "samples_per_s": 900.0,
+            **extra,
+        }
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -120,7 +202,7 @@ def test_each_kind_is_stored_as_rendered(backend, kind):
     run_id = backend.submit(spec)
     expected = render(spec, run_id, kind)
     for obj in expected.objects:
-        stored = backend.request("GET", f"{backend._collection(obj['kind'], NS)}/{obj['metadata']['name']}")
+        stored = backend.request("GET", api_path(api_of(obj["kind"]), NS, obj["metadata"]["name"]))
         assert stored["kind"] == obj["kind"] and stored["apiVersion"] == obj["apiVersion"]
         assert stored["metadata"]["labels"] == obj["metadata"]["labels"]
         assert stored["metadata"]["labels"][RUN_LABEL] == run_id
@@ -140,11 +222,22 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(backend, 
     assert set(stored["spec"]) & set(crds.TRAINJOB_OVERRIDES) == {target.pod_overrides}
     assert "'claimName': 'shared'" in repr(stored["spec"][target.pod_overrides])
     assert crds.check(stored, crds.target_schema(target)).problems == []
-    labels = ({"jobset.sigs.k8s.io/jobset-name": run_id} if target.pod_overrides == "podSpecOverrides"
-              else {RUN_LABEL: run_id})
-    backend.request("POST", f"api/v1/namespaces/{NS}/pods", body={
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{run_id}-node-0-0", "labels": labels},
-        "spec": {"containers": [{"name": "node", "image": IMAGE}]}, "status": {"phase": "Pending"}})
+    labels = (
+        {"jobset.sigs.k8s.io/jobset-name": run_id}
+        if target.pod_overrides == "podSpecOverrides"
+        else {RUN_LABEL: run_id}
+    )
+    backend.request(
+        "POST",
+        f"api/v1/namespaces/{NS}/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{run_id}-node-0-0", "labels": labels},
+            "spec": {"containers": [{"name": "node", "image": IMAGE}]},
+            "status": {"phase": "Pending"},
+        },
+    )
     fresh = KubernetesBackend(backend.kubeconfig)  # another console: learns the selector from the job
     assert fresh.status(run_id).state is JobState.PENDING
     assert [p["metadata"]["name"] for p in fresh.pods(run_id, NS)] == [f"{run_id}-node-0-0"]
@@ -175,12 +268,19 @@ def test_elasticjob_is_submitted_only_where_the_cluster_serves_it(backend):
     assert backend.status(run_id).state is JobState.PENDING
 
 
-@pytest.mark.parametrize("setup, kind, words, fix", [
-    ({"kinds": ()}, "pytorchjob", "PyTorchJob is not installed on this cluster (no CRD pytorchjobs.kubeflow.org)",
-     "Training Operator v1"),
-    ({"pvc_phase": "Pending"}, "job", "PersistentVolumeClaim shared is Pending", "describe pvc"),
-    ({"sa": False}, "job", "service account torchdeck-s3 does not exist in training", "iamserviceaccount"),
-])
+@pytest.mark.parametrize(
+    "setup, kind, words, fix",
+    [
+        (
+            {"kinds": ()},
+            "pytorchjob",
+            "PyTorchJob is not installed on this cluster (no CRD pytorchjobs.kubeflow.org)",
+            "Training Operator v1",
+        ),
+        ({"pvc_phase": "Pending"}, "job", "PersistentVolumeClaim shared is Pending", "describe pvc"),
+        ({"sa": False}, "job", "service account torchdeck-s3 does not exist in training", "iamserviceaccount"),
+    ],
+)
 def test_preflight_stops_a_job_that_cannot_run(backend, setup, kind, words, fix):
     install(backend, **setup)
     with pytest.raises(BackendError) as err:
@@ -206,21 +306,43 @@ def test_status_follows_the_operator_and_explains_pending_pods(cluster, backend)
     install(backend)
     run_id = backend.submit(make_spec())
     master = make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Pending")
-    backend.request("PATCH", f"api/v1/namespaces/{NS}/pods/{master['metadata']['name']}/status", body={"status": {
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                        "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]}})
+    backend.request(
+        "PATCH",
+        f"api/v1/namespaces/{NS}/pods/{master['metadata']['name']}/status",
+        body={
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                    }
+                ]
+            }
+        },
+    )
     set_conditions(backend, run_id, "Created")
     status = backend.status(run_id)
     assert status.state is JobState.PENDING and "no node has a free GPU" in status.reason
     assert "GPU nodegroup" in status.hint
-    cluster.call(cluster.emulator.script_log, NS, f"{run_id}-master-0",
-                 ["starting", metric_line(0, 11, 1.75), metric_line(1, 11, 1.8), metric_line(0, 12, 1.7)])
+    cluster.call(
+        cluster.emulator.script_log,
+        NS,
+        f"{run_id}-master-0",
+        ["starting", metric_line(0, 11, 1.75), metric_line(1, 11, 1.8), metric_line(0, 12, 1.7)],
+    )
     set_phase(backend, f"{run_id}-master-0", "Running")
     set_conditions(backend, run_id, "Created", "Running")
     running = backend.status(run_id)
     assert running.state is JobState.RUNNING and (running.step, running.epoch, running.loss) == (12, 1, 1.7)
-    set_conditions(backend, run_id, "Created", "Failed", message="PyTorchJob has failed because it has reached "
-                                                                  "the specified backoff limit")
+    set_conditions(
+        backend,
+        run_id,
+        "Created",
+        "Failed",
+        message="PyTorchJob has failed because it has reached the specified backoff limit",
+    )
     failed = backend.status(run_id[:12])  # a unique prefix is enough
     assert failed.state is JobState.FAILED and "backoff limit" in failed.reason
 
@@ -244,8 +366,9 @@ def test_logs_and_metrics_follow_every_pod_across_a_restart(cluster, backend):
     run_id = backend.submit(make_spec())
     em = cluster.emulator
     cluster.call(em.script_log, NS, f"{run_id}-master-0", ["starting", metric_line(0, 1), metric_line(1, 1)])
-    cluster.call(em.script_log, NS, f"{run_id}-worker-0", ["starting", metric_line(2, 1), metric_line(3, 1)],
-                 ended=False)
+    cluster.call(
+        em.script_log, NS, f"{run_id}-worker-0", ["starting", metric_line(2, 1), metric_line(3, 1)], ended=False
+    )
     make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Running")
     make_pod(backend, run_id, f"{run_id}-worker-0", "worker", 0, phase="Running")
     seen: list = []
@@ -331,15 +454,36 @@ def test_128_worker_pods_are_followed_at_once(cluster, backend):
 
 def test_cli_trains_lists_and_explains_on_the_cluster(cluster, backend, tmp_path):
     install(backend)
-    env = {"KUBECONFIG": str(cluster.kubeconfig), "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
-           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
 
     def torchdeck(*args):
-        return subprocess.run([sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
-                              capture_output=True, text=True, env=env, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
 
-    done = torchdeck("train", "--detach", "--image", IMAGE, "--namespace", NS, "--nodes", "2",
-                     "--set", "cluster.pvc=shared", "--set", "cluster.service_account=torchdeck-s3")
+    done = torchdeck(
+        "train",
+        "--detach",
+        "--image",
+        IMAGE,
+        "--namespace",
+        NS,
+        "--nodes",
+        "2",
+        "--set",
+        "cluster.pvc=shared",
+        "--set",
+        "cluster.service_account=torchdeck-s3",
+    )
     assert done.returncode == 0, done.stderr
     run_id = done.stdout.strip()
     assert re.match(r"^cifar10-\d{4}-\d{6}$", run_id)
@@ -350,26 +494,36 @@ def test_cli_trains_lists_and_explains_on_the_cluster(cluster, backend, tmp_path
     assert "namespace nowhere does not exist" in missing.stderr and "kubectl create namespace" in missing.stderr
     dry = torchdeck("train", "--dry-run", "--image", IMAGE, "--namespace", "nowhere")  # applies nothing
     assert dry.returncode == 0 and "kind: PyTorchJob" in dry.stdout
-    assert "# preflight: nowhere: namespace nowhere does not exist (fix: kubectl create namespace nowhere)" in dry.stdout
+    assert (
+        "# preflight: nowhere: namespace nowhere does not exist (fix: kubectl create namespace nowhere)" in dry.stdout
+    )
     ready = torchdeck("train", "--dry-run", "--image", IMAGE, "--namespace", NS, "--set", "cluster.pvc=shared")
     assert "# preflight: the cluster can run it" in ready.stdout
 
 
 def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, tmp_path):
     from textual.widgets import Static
+    from tui_support import wait_for
 
     from torchdeck.settings import Settings
     from torchdeck.tui.app import make_app
     from torchdeck.tui.screens.monitor import MonitorScreen
-    from tui_support import wait_for
 
     install(backend)
     run_id = backend.submit(make_spec())
     em = cluster.emulator
-    for name, role, index, ranks in ((f"{run_id}-master-0", "master", 0, (0, 1)),
-                                     (f"{run_id}-worker-0", "worker", 0, (2, 3))):
-        cluster.call(em.script_log, NS, name, [metric_line(r, s, 2.3 - 0.01 * s, host=name, gpu_util=90.0 + r)
-                                               for s in range(1, 21) for r in ranks], rate=80, ended=False)
+    for name, role, index, ranks in (
+        (f"{run_id}-master-0", "master", 0, (0, 1)),
+        (f"{run_id}-worker-0", "worker", 0, (2, 3)),
+    ):
+        cluster.call(
+            em.script_log,
+            NS,
+            name,
+            [metric_line(r, s, 2.3 - 0.01 * s, host=name, gpu_util=90.0 + r) for s in range(1, 21) for r in ranks],
+            rate=80,
+            ended=False,
+        )
         make_pod(backend, run_id, name, role, index, phase="Running")
     set_conditions(backend, run_id, "Created", "Running")
     settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
@@ -382,12 +536,18 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
             await wait_for(pilot, lambda: screen.snap.events == 80, what="every rank's lines", timeout=30)
             await wait_for(pilot, lambda: screen.query_one("#ranks").row_count == 4, what="four rank rows")
             line = screen.query_one("#status-line", Static)
-            await wait_for(pilot, lambda: "step 20" in str(line.render()) and "RUNNING" in str(line.render()),
-                           what="the status line at step 20")
+            await wait_for(
+                pilot,
+                lambda: "step 20" in str(line.render()) and "RUNNING" in str(line.render()),
+                what="the status line at step 20",
+            )
             assert run_id in str(line.render()) and "world 4" in str(line.render())
             table = screen.query_one("#ranks")  # drawn at most four times a second
-            await wait_for(pilot, lambda: [table.get_row_at(i)[1] for i in range(4)] == ["20"] * 4,
-                           what="every rank at step 20 in the table")
+            await wait_for(
+                pilot,
+                lambda: [table.get_row_at(i)[1] for i in range(4)] == ["20"] * 4,
+                what="every rank at step 20 in the table",
+            )
             assert [table.get_row_at(i)[0] for i in range(4)] == ["0", "1", "2", "3"]
             # no NVML and no DCGM exporter on the node: its GPU line is what the ranks on it report
             nodes = screen.query_one("#nodes", Static)
@@ -399,11 +559,13 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
 
 def play_task_job(backend, cluster, task, log_lines, succeed=True):
     """Be the Job controller and the kubelet for the next task job: a pod that prints ``log_lines``."""
+
     def run():
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            jobs = backend.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs",
-                                   query={"labelSelector": f"torchdeck.dev/task={task}"}).get("items", [])
+            jobs = backend.request(
+                "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": f"torchdeck.dev/task={task}"}
+            ).get("items", [])
             if jobs:
                 break
             time.sleep(0.1)
@@ -413,9 +575,22 @@ def play_task_job(backend, cluster, task, log_lines, succeed=True):
         make_pod(backend, name, pod, phase="Running")
         time.sleep(0.5)
         set_phase(backend, pod, "Succeeded" if succeed else "Failed")
-        backend.request("PATCH", f"apis/batch/v1/namespaces/{NS}/jobs/{name}/status", body={"status": {
-            "conditions": [{"type": "Complete" if succeed else "Failed", "status": "True",
-                            "reason": "Completed" if succeed else "BackoffLimitExceeded"}]}})
+        backend.request(
+            "PATCH",
+            f"apis/batch/v1/namespaces/{NS}/jobs/{name}/status",
+            body={
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Complete" if succeed else "Failed",
+                            "status": "True",
+                            "reason": "Completed" if succeed else "BackoffLimitExceeded",
+                        }
+                    ]
+                }
+            },
+        )
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
@@ -423,24 +598,37 @@ def play_task_job(backend, cluster, task, log_lines, succeed=True):
 
 def test_model_test_job_reports_accuracy_per_class(cluster, backend):
     install(backend)
-    result = {"model": "resnet-fast", "model_file": "/shared/runs/cifar10/model.pt", "images": 1000,
-              "accuracy": 0.5, "loss": 1.4,
-              "per_class": {"airplane": {"accuracy": 0.6, "images": 100}, "cat": {"accuracy": 0.4, "images": 100}}}
+    result = {
+        "model": "resnet-fast",
+        "model_file": "/shared/runs/cifar10/model.pt",
+        "images": 1000,
+        "accuracy": 0.5,
+        "loss": 1.4,
+        "per_class": {"airplane": {"accuracy": 0.6, "images": 100}, "cat": {"accuracy": 0.4, "images": 100}},
+    }
     play_task_job(backend, cluster, "model-test", ["loading the model"] + json.dumps(result, indent=2).splitlines())
     waits: list = []
     got = backend.test_model(make_spec(), on_wait=waits.append)
     assert got == result and waits[0].startswith("started job training/cifar10-test-")
-    job = backend.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs",
-                          query={"labelSelector": "torchdeck.dev/task=model-test"})["items"][0]
+    job = backend.request(
+        "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": "torchdeck.dev/task=model-test"}
+    )["items"][0]
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["--model-file", "/shared/runs/cifar10/model.pt"] and "--output" in args
 
 
 def test_data_prep_failure_is_one_line_with_the_pods_words(cluster, backend):
     install(backend)
-    play_task_job(backend, cluster, "data-prep",
-                  ["torchdeck.trainer.data: error: cannot download CIFAR-10 from https://www.cs.toronto.edu/"
-                   "~kriz/cifar-10-python.tar.gz: [Errno -3] Temporary failure in name resolution"], succeed=False)
+    play_task_job(
+        backend,
+        cluster,
+        "data-prep",
+        [
+            "torchdeck.trainer.data: error: cannot download CIFAR-10 from https://www.cs.toronto.edu/"
+            "~kriz/cifar-10-python.tar.gz: [Errno -3] Temporary failure in name resolution"
+        ],
+        succeed=False,
+    )
     with pytest.raises(BackendError) as err:
         backend.prepare_data(make_spec())
     assert "failed: torchdeck.trainer.data: error: cannot download CIFAR-10" in err.value.message
@@ -455,30 +643,40 @@ def test_a_cluster_runs_spec_and_model_file_are_read_back(backend, kind):
     again, model_file = KubernetesBackend(backend.kubeconfig).model_file_of(run_id)
     assert model_file == "s3://models/cifar10.pt"
     assert (again.image, again.namespace, again.cluster.pvc, again.cluster.data_dir) == (
-        IMAGE, NS, "shared", "/shared/data")
+        IMAGE,
+        NS,
+        "shared",
+        "/shared/data",
+    )
     assert again.cluster.service_account == "torchdeck-s3"
 
 
 def test_the_console_shows_the_model_tests_accuracy_per_class(cluster, backend, tmp_path):
     from textual.widgets import Static
+    from tui_support import wait_for
 
     from torchdeck.settings import Settings
     from torchdeck.tui.app import make_app
     from torchdeck.tui.screens.home import HomeScreen
     from torchdeck.tui.screens.model_test import ModelTestScreen
-    from tui_support import wait_for
 
     install(backend)
     run_id = backend.submit(make_spec())
     set_conditions(backend, run_id, "Created", "Succeeded")
-    result = {"model": "resnet-fast", "model_file": "/shared/runs/cifar10/model.pt", "images": 1000,
-              "accuracy": 0.715, "loss": 0.9,
-              "per_class": {"airplane": {"accuracy": 0.81, "images": 100}, "bird": {"accuracy": 0.52, "images": 100}}}
+    result = {
+        "model": "resnet-fast",
+        "model_file": "/shared/runs/cifar10/model.pt",
+        "images": 1000,
+        "accuracy": 0.715,
+        "loss": 0.9,
+        "per_class": {"airplane": {"accuracy": 0.81, "images": 100}, "bird": {"accuracy": 0.52, "images": 100}},
+    }
     play_task_job(backend, cluster, "model-test", json.dumps(result, indent=2).splitlines())
 
     async def scenario():
-        app = make_app(Settings(backend="kubernetes", state_dir=tmp_path / "state"), KubernetesBackend(
-            cluster.kubeconfig))
+        app = make_app(
+            Settings(backend="kubernetes", state_dir=tmp_path / "state"), KubernetesBackend(cluster.kubeconfig)
+        )
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
             await pilot.press("t")
@@ -509,15 +707,32 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(cluster, backend
     make_pod(backend, run_id, f"{run_id}-master-0", "master", node="gpu-0")
     make_pod(backend, run_id, f"{run_id}-worker-0", "worker", node="cpu-0")
     for node, cpu, mem in (("gpu-0", "6", "30Gi"), ("cpu-0", "2000m", "8Gi")):
-        backend.request("POST", "apis/metrics.k8s.io/v1beta1/nodes", body={
-            "apiVersion": "metrics.k8s.io/v1beta1", "kind": "NodeMetrics", "metadata": {"name": node},
-            "window": "15s", "usage": {"cpu": cpu, "memory": mem}})
+        backend.request(
+            "POST",
+            "apis/metrics.k8s.io/v1beta1/nodes",
+            body={
+                "apiVersion": "metrics.k8s.io/v1beta1",
+                "kind": "NodeMetrics",
+                "metadata": {"name": node},
+                "window": "15s",
+                "usage": {"cpu": cpu, "memory": mem},
+            },
+        )
     cluster.emulator.namespaces.add("gpu-operator")
-    backend.request("POST", "api/v1/namespaces/gpu-operator/pods", body={
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "dcgm-exporter-abcde", "labels": {"app.kubernetes.io/name": "dcgm-exporter"}},
-        "spec": {"nodeName": "gpu-0", "containers": [{"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter"}]},
-        "status": {"phase": "Running"}})
+    backend.request(
+        "POST",
+        "api/v1/namespaces/gpu-operator/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "dcgm-exporter-abcde", "labels": {"app.kubernetes.io/name": "dcgm-exporter"}},
+            "spec": {
+                "nodeName": "gpu-0",
+                "containers": [{"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter"}],
+            },
+            "status": {"phase": "Running"},
+        },
+    )
     cluster.emulator.proxied[("gpu-operator", "dcgm-exporter-abcde:9400", "/metrics")] = DCGM_TEXT
     cpu_node, gpu_node = backend.node_metrics(run_id)
     assert gpu_node.name == "gpu-0" and gpu_node.cpu_percent == pytest.approx(75.0)
@@ -540,8 +755,9 @@ def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(cluster, 
     assert paths == [f"api/v1/namespaces/{NS}/services/{run_id}", f"apis/batch/v1/namespaces/{NS}/jobs/{run_id}"]
     assert {r.kind for r in rows} == {"k8s-object"} and all(r.made for r in rows)
 
-    progress = asyncio.run(_collect(Teardown(tmp_path / "state", lambda region: None, poll_s=0.01).run(
-        plan_cleanup(rows))))
+    progress = asyncio.run(
+        _collect(Teardown(tmp_path / "state", lambda region: None, poll_s=0.01).run(plan_cleanup(rows)))
+    )
     assert [p.message.rsplit(": ", 1)[-1] for p in progress[:-1]] == ["deleted", "deleted"]
     assert progress[-1].message == "all 2 in the plan are deleted"
     assert Ledger(tmp_path / "state").resources() == []

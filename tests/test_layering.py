@@ -1,7 +1,10 @@
-"""The layering of ../shared/docs/STYLE.md, checked: backends/ and trainer/
-import no Textual, tui/ imports no boto3, kubernetes or torch, the trainer
-needs only torch and numpy at import time, and `torchdeck --help` loads
-none of the heavy libraries."""
+"""The layering of ../shared/docs/STYLE.md, checked: backends/, monitor/
+and trainer/ import no Textual, and backends/ nothing of the front ends;
+cli/ imports Textual only to open the console; tui/ imports no boto3,
+kubernetes or torch, and reaches AWS and Kubernetes only through the
+backends' front objects; no module imports another's private names (nor a
+library's private modules); the trainer needs only torch and numpy at import
+time, and `torchdeck --help` loads none of the heavy libraries."""
 
 from __future__ import annotations
 
@@ -12,6 +15,35 @@ import sys
 from trainer_runs import REPO
 
 STDLIB = set(sys.stdlib_module_names)
+
+
+FOLDERS = ("backends", "cli", "monitor", "trainer", "tui")
+
+
+def module_of(path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(["torchdeck", *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def imported(folder: str, top_level_only: bool = False) -> dict[str, list[tuple[str, list[str]]]]:
+    """Every import in the folder's modules as (absolute module, names taken from it), by file."""
+    found: dict[str, list[tuple[str, list[str]]]] = {}
+    for path in sorted((REPO / folder).rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        package = module_of(path).split(".")
+        if path.name != "__init__.py":
+            package = package[:-1]
+        nodes = tree.body if top_level_only else list(ast.walk(tree))
+        out: list[tuple[str, list[str]]] = []
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                out += [(a.name, []) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                out.append((module, [a.name for a in node.names]))
+        found[str(path.relative_to(REPO))] = out
+    return found
 
 
 def imports(folder: str, top_level_only: bool = False) -> dict[str, set[str]]:
@@ -50,13 +82,15 @@ def test_trainer_needs_only_torch_and_numpy_at_import() -> None:
 
 
 def test_cli_help_loads_no_heavy_library() -> None:
-    code = ("import sys, contextlib, io\n"
-            "from torchdeck.cli import main as cli\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try: cli.main(['--help'])\n"
-            "    except SystemExit: pass\n"
-            "heavy = {'torch', 'boto3', 'kubernetes', 'textual'} & set(sys.modules)\n"
-            "print(sorted(heavy))\n")
+    code = (
+        "import sys, contextlib, io\n"
+        "from torchdeck.cli import main as cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: cli.main(['--help'])\n"
+        "    except SystemExit: pass\n"
+        "heavy = {'torch', 'boto3', 'kubernetes', 'textual'} & set(sys.modules)\n"
+        "print(sorted(heavy))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]"
 
@@ -69,16 +103,62 @@ def test_backends_import_no_cloud_sdk_at_top_level() -> None:
 
 
 def test_console_first_frame_loads_no_torch_boto3_or_kubernetes(tmp_path) -> None:
-    code = ("import asyncio, sys\n"
-            "from torchdeck.settings import Settings\n"
-            "from torchdeck.backends import open_backend\n"
-            "from torchdeck.tui.app import make_app\n"
-            f"s = Settings(state_dir={str(tmp_path)!r})\n"
-            "app = make_app(s, open_backend('local', s))\n"
-            "async def main():\n"
-            "    async with app.run_test(size=(80, 24)) as pilot:\n"
-            "        await pilot.pause(0.2)\n"
-            "asyncio.run(main())\n"
-            "print(sorted({'torch', 'boto3', 'kubernetes', 'numpy'} & set(sys.modules)))\n")
+    code = (
+        "import asyncio, sys\n"
+        "from torchdeck.settings import Settings\n"
+        "from torchdeck.backends import open_backend\n"
+        "from torchdeck.tui.app import make_app\n"
+        f"s = Settings(state_dir={str(tmp_path)!r})\n"
+        "app = make_app(s, open_backend('local', s))\n"
+        "async def main():\n"
+        "    async with app.run_test(size=(80, 24)) as pilot:\n"
+        "        await pilot.pause(0.2)\n"
+        "asyncio.run(main())\n"
+        "print(sorted({'torch', 'boto3', 'kubernetes', 'numpy'} & set(sys.modules)))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_backends_import_no_front_end():
+    for path, found in imported("backends").items():
+        assert not [m for m, _ in found if m.startswith(("torchdeck.tui", "torchdeck.cli", "torchdeck.monitor"))], path
+
+
+def test_monitor_imports_no_textual():
+    for path, names in imports("monitor").items():
+        assert not names & {"textual", "textual_plotext", "plotext"}, path
+
+
+def test_cli_opens_the_console_and_draws_nothing_else():
+    """cli/ never imports Textual itself; only the console command opens the app (inside its branch)."""
+    for path, names in imports("cli").items():
+        assert not names & {"textual", "textual_plotext", "plotext", "boto3", "botocore", "kubernetes"}, path
+    for path, found in imported("cli", top_level_only=True).items():
+        assert not [m for m, _ in found if m.startswith("torchdeck.tui")], path
+    opening = {path for path, found in imported("cli").items() if any(m.startswith("torchdeck.tui") for m, _ in found)}
+    assert opening == {"cli/jobs.py"}
+
+
+def test_front_ends_reach_aws_and_kubernetes_through_the_front_objects():
+    """Screens and commands hold an EksCloud or a Backend, never a session or a Kubernetes client."""
+    clients = (
+        "torchdeck.backends.eks.session",
+        "torchdeck.backends.kubernetes.client",
+        "torchdeck.backends.kubernetes.backend",
+        "torchdeck.backends.eks.teardown.Teardown",
+    )
+    for folder in ("cli", "tui"):
+        for path, found in imported(folder).items():
+            bad = [m for m, names in found if m.startswith(clients[:3]) or any(f"{m}.{n}" in clients for n in names)]
+            assert not bad, (path, bad)
+
+
+def test_no_module_imports_another_modules_private_names():
+    for folder in FOLDERS:
+        for path, found in imported(folder).items():
+            private = [(m, n) for m, names in found for n in names if n.startswith("_") and n != "__version__"]
+            assert not private, (path, private)
+            assert not [
+                m for m, _ in found if any(part.startswith("_") and part != "__future__" for part in m.split("."))
+            ], path

@@ -11,14 +11,14 @@ import subprocess
 import sys
 
 import pytest
-
 from local_runs import cli_env, finished, quick_spec_args, rank_process, run_processes, torchdeck, wait_status
+from trainer_runs import REPO
+
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import RunNotFound, SpecError
 from torchdeck.backends.local import LocalBackend
 from torchdeck.backends.spec import JobSpec, TrainerOptions
 from torchdeck.monitor.state import MonitorState
-from trainer_runs import REPO
 
 
 def test_render_is_the_torchrun_command_and_starts_nothing(tmp_path):
@@ -48,8 +48,7 @@ def test_bad_spec_file_gives_one_clear_line(tmp_path):
     spec.write_text("name: demo\ntrainer:\n  epochs: ten\n")
     result = torchdeck(tmp_path / "state", "train", str(spec))
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"torchdeck: error: {spec}: trainer.epochs: must be an integer >= 1, "
-                                     f"got 'ten'")
+    assert result.stderr.strip() == (f"torchdeck: error: {spec}: trainer.epochs: must be an integer >= 1, got 'ten'")
     assert not (tmp_path / "state" / "runs").exists()  # nothing started
 
 
@@ -65,8 +64,15 @@ def test_init_writes_a_spec_that_train_accepts(tmp_path):
 @pytest.mark.slow
 def test_cli_train_two_ranks_then_jobs_logs_status(tmp_path, cifar_dir):
     state = tmp_path / "state"
-    result = torchdeck(state, "train", *quick_spec_args(cifar_dir, "--epochs", "2", "--max-steps", "24"),
-                       "--name", "cli", "--output", "json")
+    result = torchdeck(
+        state,
+        "train",
+        *quick_spec_args(cifar_dir, "--epochs", "2", "--max-steps", "24"),
+        "--name",
+        "cli",
+        "--output",
+        "json",
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["state"] == "succeeded" and summary["step"] == 24
@@ -116,8 +122,13 @@ def test_detach_reattach_node_metrics_and_stop_leaves_no_process(tmp_path, cifar
     assert [p.rank for p in nodes[0].processes] == [0, 1] and all(p.rss_mb > 50 for p in nodes[0].processes)
 
     # the attached progress view reattaches too; Ctrl-C there detaches and leaves the job running
-    follow = subprocess.Popen([sys.executable, "-m", "torchdeck", "logs", run_id, "--follow"], cwd=REPO,
-                              env=cli_env(state), stdout=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "torchdeck", "logs", run_id, "--follow"],
+        cwd=REPO,
+        env=cli_env(state),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert follow.stdout.readline().startswith("[rank ")
     assert len(run_processes(run_id)) >= 4  # launcher, torchrun, two ranks (and their sh)
 
@@ -171,6 +182,7 @@ def test_gpu_figures_fall_back_to_a_clear_no_gpu():
     import pynvml  # nvidia-ml-py, a dev dependency, so this path is the one CI takes
 
     from torchdeck.backends import gpu
+
     gpu._state.clear()
     gpus, note = gpu.read_gpus()
     try:
@@ -195,11 +207,20 @@ def test_many_short_runs_end_without_a_restart_even_under_load(tmp_path, cifar_d
     try:
         for wave in range(3):
             if wave == 2:
-                hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                        for _ in range(os.cpu_count() or 2)]
-            run_ids = [backend.submit(JobSpec(name=f"exit{wave}{i}", data_dir=str(cifar_dir), max_restarts=1,
-                                              trainer=TrainerOptions(model="seed-cnn", max_steps=2, batch_size=16)))
-                       for i in range(4)]
+                hogs = [
+                    subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)
+                ]
+            run_ids = [
+                backend.submit(
+                    JobSpec(
+                        name=f"exit{wave}{i}",
+                        data_dir=str(cifar_dir),
+                        max_restarts=1,
+                        trainer=TrainerOptions(model="seed-cnn", max_steps=2, batch_size=16),
+                    )
+                )
+                for i in range(4)
+            ]
             for run_id in run_ids:
                 status = finished(backend, run_id, timeout=300)
                 text = "".join(line.text + "\n" for batch in backend.logs(run_id) for line in batch)

@@ -13,14 +13,14 @@ import re
 from pathlib import Path
 
 import pytest
+from trainer_runs import REPO
 
-from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.errors import SpecError
-from torchdeck.backends.kubernetes.validation import validate_manifests
+from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.kubernetes.manifests import KIND_INFO, MPI_SSH_DIR, RUN_LABEL, pod_selector, render
+from torchdeck.backends.kubernetes.validation import validate_manifests
 from torchdeck.backends.spec import KINDS, load_spec, spec_from_dict, with_overrides
 from torchdeck.cli.main import main
-from trainer_runs import REPO
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 RUN = "cifar10-1122-0700"
@@ -73,8 +73,11 @@ def test_the_crds_are_the_operators_own_files():
             # the API paths (KIND_INFO) and what is rendered name what the CRD serves
             info = KIND_INFO[kind]
             assert (info.group, info.plural, info.kind, info.version) == (
-                definition["spec"]["group"], definition["spec"]["names"]["plural"],
-                definition["spec"]["names"]["kind"], target.version)
+                definition["spec"]["group"],
+                definition["spec"]["names"]["plural"],
+                definition["spec"]["names"]["kind"],
+                target.version,
+            )
             assert render(golden_spec(), RUN, kind, target).main["apiVersion"] == f"{info.group}/{target.version}"
 
 
@@ -96,7 +99,7 @@ def test_trainjob_carries_its_pod_settings_in_each_trainer_release(target):
             assert problems == []
         else:
             assert problems == [f"spec.{target.pod_overrides}: unknown field (this release of the CRD would drop it)"]
-    expected = ("jobset.sigs.k8s.io/jobset-name" if target.pod_overrides == "podSpecOverrides" else RUN_LABEL)
+    expected = "jobset.sigs.k8s.io/jobset-name" if target.pod_overrides == "podSpecOverrides" else RUN_LABEL
     assert pod_selector(rendered.main) == f"{expected}={RUN}"
 
 
@@ -114,7 +117,8 @@ def test_validation_names_a_misspelt_field_and_what_the_crd_refuses():
     trainjob = render(golden_spec(), RUN, "trainjob")
     trainjob.main["metadata"]["name"] = "9lives"
     assert validate_manifests(trainjob).problems == [
-        "TrainJob/9lives: (object): metadata.name must match RFC 1035 DNS label format"]  # the CRD's CEL rule
+        "TrainJob/9lives: (object): metadata.name must match RFC 1035 DNS label format"
+    ]  # the CRD's CEL rule
 
 
 def test_mpijob_keys_go_to_the_images_user_and_its_limits_are_refused():
@@ -171,8 +175,13 @@ def test_pytorchjob_sizes_and_elastic_policy():
     assert {k: v["replicas"] for k, v in fixed["pytorchReplicaSpecs"].items()} == {"Master": 1, "Worker": 1}
     assert fixed["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["name"] == "pytorch"
     assert fixed["nprocPerNode"] == "4" and "elasticPolicy" not in fixed
-    elastic = render(with_overrides(golden_spec(), {"cluster.min_nodes": 1, "cluster.max_nodes": 4,
-                                                    "cluster.restart_policy": "ExitCode"}), RUN, "pytorchjob").main
+    elastic = render(
+        with_overrides(
+            golden_spec(), {"cluster.min_nodes": 1, "cluster.max_nodes": 4, "cluster.restart_policy": "ExitCode"}
+        ),
+        RUN,
+        "pytorchjob",
+    ).main
     spec = elastic["spec"]
     assert list(spec["pytorchReplicaSpecs"]) == ["Worker"] and spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
     assert spec["elasticPolicy"] == {"rdzvBackend": "c10d", "minReplicas": 1, "maxReplicas": 4, "maxRestarts": 2}
@@ -200,21 +209,24 @@ def test_elasticjob_is_rendered_with_its_etcd_and_a_warning():
     assert rendered.to_yaml().startswith("# warning: ElasticJob")
 
 
-@pytest.mark.parametrize("change, field, words", [
-    ({"name": "CIFAR_10"}, "name", "lower-case"),
-    ({"name": "9lives"}, "name", "starting with a letter"),
-    ({"namespace": "Training"}, "namespace", "lower-case"),
-    ({"nodes": 0}, "nodes", ">= 1"),
-    ({"nproc_per_node": 0}, "nproc_per_node", ">= 1"),
-    ({"cluster": {"min_nodes": 4, "max_nodes": 2}}, "cluster.min_nodes", "more than cluster.max_nodes"),
-    ({"cluster": {"min_nodes": 1}}, "cluster.max_nodes", "must be set with the other"),
-    ({"cluster": {"min_nodes": 3, "max_nodes": 4}}, "nodes", "outside"),
-    ({"device": "cpu", "resources": {"gpus": 1}}, "resources.gpus", "device: cpu"),
-    ({"cluster": {"pvc": "Shared_Data"}}, "cluster.pvc", "DNS-1123"),
-    ({"cluster": {"node_selector": {"bad key!": "x"}}}, "cluster.node_selector", "not a valid label name"),
-    ({"cluster": {"kind": "tfjob"}}, "cluster.kind", "must be one of"),
-    ({"image": "https://repo/x:1"}, "image", "image reference"),
-])
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        ({"name": "CIFAR_10"}, "name", "lower-case"),
+        ({"name": "9lives"}, "name", "starting with a letter"),
+        ({"namespace": "Training"}, "namespace", "lower-case"),
+        ({"nodes": 0}, "nodes", ">= 1"),
+        ({"nproc_per_node": 0}, "nproc_per_node", ">= 1"),
+        ({"cluster": {"min_nodes": 4, "max_nodes": 2}}, "cluster.min_nodes", "more than cluster.max_nodes"),
+        ({"cluster": {"min_nodes": 1}}, "cluster.max_nodes", "must be set with the other"),
+        ({"cluster": {"min_nodes": 3, "max_nodes": 4}}, "nodes", "outside"),
+        ({"device": "cpu", "resources": {"gpus": 1}}, "resources.gpus", "device: cpu"),
+        ({"cluster": {"pvc": "Shared_Data"}}, "cluster.pvc", "DNS-1123"),
+        ({"cluster": {"node_selector": {"bad key!": "x"}}}, "cluster.node_selector", "not a valid label name"),
+        ({"cluster": {"kind": "tfjob"}}, "cluster.kind", "must be one of"),
+        ({"image": "https://repo/x:1"}, "image", "image reference"),
+    ],
+)
 def test_bad_cluster_specs_are_refused_with_one_line(change, field, words):
     data = {"name": "cifar10", "nodes": 2, "image": "repo/x:1", **change}
     with pytest.raises(SpecError) as err:

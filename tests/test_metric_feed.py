@@ -13,11 +13,11 @@ import time
 
 import psutil
 import pytest
+from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state
 
 from torchdeck.backends.errors import BackendError
 from torchdeck.backends.local import LocalBackend
 from torchdeck.monitor.feed import MetricFeed
-from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state
 
 RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
 
@@ -51,9 +51,20 @@ def live_run(state, pid: int) -> str:
     """A run folder whose launcher is ``pid`` (alive), so the stream never ends by itself."""
     run_dir = state / "runs" / "live-1"
     (run_dir / "metrics").mkdir(parents=True)
-    (run_dir / "launch.json").write_text(json.dumps({"run_id": "live-1", "name": "live", "cmd": [], "env": {},
-                                                     "cwd": "/", "port": 0, "submitted_at": time.time(),
-                                                     "world_size": 1}))
+    (run_dir / "launch.json").write_text(
+        json.dumps(
+            {
+                "run_id": "live-1",
+                "name": "live",
+                "cmd": [],
+                "env": {},
+                "cwd": "/",
+                "port": 0,
+                "submitted_at": time.time(),
+                "world_size": 1,
+            }
+        )
+    )
     (run_dir / "pid.json").write_text(json.dumps({"pid": pid, "create_time": psutil.Process(pid).create_time()}))
     (run_dir / "spec.yaml").write_text("name: live\n")
     return "live-1"
@@ -79,7 +90,11 @@ def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
         feed.close()
         assert not reader_processes(psutil.Process().pid)
         # a console killed outright: the child notices at its next send (a second at most)
-        console = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        console = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(f"""
             import sys, time
             sys.path[:0] = {sys.path!r}
             from torchdeck.backends.local import LocalBackend
@@ -88,7 +103,11 @@ def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
             next(s for s in feed.snapshots() if s is not None)
             print("reading", flush=True)
             time.sleep(120)
-        """)], stdout=subprocess.PIPE, text=True)
+        """),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert console.stdout.readline().strip() == "reading"
         readers = reader_processes(console.pid)
         assert len(readers) == 1

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import boto3
-
 from tinydata import write_tiny_cifar
 from trainer_runs import records, run_evaluate, run_trainer, trainer_env
 
@@ -16,8 +15,19 @@ def test_model_file_round_trips_through_s3(tmp_path: Path, aws_env: dict[str, st
     write_tiny_cifar(tmp_path / "data", per_batch=20)
     url = "s3://models/runs/demo/model.pt"
     env = trainer_env()  # taken after aws_env set the endpoint and test credentials
-    proc = run_trainer("--data-dir", str(tmp_path / "data"), "--recipe", "seed", "--batch-size", "25",
-                       "--max-steps", "2", "--model-file", url, env=env)
+    proc = run_trainer(
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--recipe",
+        "seed",
+        "--batch-size",
+        "25",
+        "--max-steps",
+        "2",
+        "--model-file",
+        url,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert records(proc.stdout)[-1]["model_file"] == url
     head = boto3.client("s3").head_object(Bucket="models", Key="runs/demo/model.pt")
@@ -29,8 +39,21 @@ def test_model_file_round_trips_through_s3(tmp_path: Path, aws_env: dict[str, st
 
 
 def test_missing_bucket_is_one_clear_line(tmp_path: Path, aws_env: dict[str, str]) -> None:
-    proc = run_trainer("--dataset", "synthetic", "--synthetic-size", "64", "--recipe", "seed", "--batch-size", "32",
-                       "--max-steps", "1", "--model-file", "s3://no-such-bucket/m.pt", env=trainer_env())
+    proc = run_trainer(
+        "--dataset",
+        "synthetic",
+        "--synthetic-size",
+        "64",
+        "--recipe",
+        "seed",
+        "--batch-size",
+        "32",
+        "--max-steps",
+        "1",
+        "--model-file",
+        "s3://no-such-bucket/m.pt",
+        env=trainer_env(),
+    )
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "cannot upload the model to s3://no-such-bucket/m.pt" in lines[0]

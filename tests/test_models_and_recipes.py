@@ -45,6 +45,7 @@ def test_fast_resnet_shape_and_whitening() -> None:
 def test_resnet18_needs_torchvision() -> None:
     try:
         import torchvision  # noqa: F401
+
         has_torchvision = True
     except Exception:
         has_torchvision = False
@@ -59,8 +60,14 @@ def test_resnet18_needs_torchvision() -> None:
 
 def test_seed_recipe_is_the_seed_workshops() -> None:
     seed = RECIPES["seed"]
-    assert (seed.model, seed.epochs, seed.batch_size, seed.lr, seed.momentum, seed.weight_decay) == \
-        ("seed-cnn", 10, 128, 1e-3, 0.9, 1e-4)
+    assert (seed.model, seed.epochs, seed.batch_size, seed.lr, seed.momentum, seed.weight_decay) == (
+        "seed-cnn",
+        10,
+        128,
+        1e-3,
+        0.9,
+        1e-4,
+    )
     assert not seed.nesterov and not seed.augment and not seed.reshuffle and not seed.standardise
     assert seed.label_smoothing == 0 and seed.schedule == "constant" and seed.precision == "fp32"
     assert seed.peak_lr(256) == seed.peak_lr(4096) == 1e-3  # the seed never scaled its rate
@@ -74,8 +81,8 @@ def test_fast_recipe_schedule_scales_with_the_global_batch() -> None:
     rates = [lr_at(fast, s, total, peak) for s in range(total)]
     top = rates.index(max(rates))
     assert rates[0] < peak / 10 and max(rates) == pytest.approx(peak)
-    assert all(a <= b for a, b in zip(rates[:top], rates[1:top + 1]))  # warm-up rises
-    assert all(a >= b for a, b in zip(rates[top:], rates[top + 1:]))  # then decays
+    assert all(a <= b for a, b in zip(rates[:top], rates[1 : top + 1]))  # warm-up rises
+    assert all(a >= b for a, b in zip(rates[top:], rates[top + 1 :]))  # then decays
     assert rates[-1] < peak / 50
 
 

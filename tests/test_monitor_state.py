@@ -4,11 +4,11 @@ and by hand-made events where a situation must be exact."""
 
 from __future__ import annotations
 
+from tui_support import RECORDED, RECORDED_RUN
 
 from torchdeck.backends.base import MetricEvent
 from torchdeck.backends.events import parse_metric_line
 from torchdeck.monitor.state import MonitorState, Series, format_duration
-from tui_support import RECORDED, RECORDED_RUN
 
 
 def recorded_events() -> list[MetricEvent]:
@@ -42,7 +42,7 @@ def test_recorded_run_gives_progress_evals_and_a_restart():
     snap = state.snapshot(now=events[-1].time)
     assert snap.world_size == 2 and snap.epochs == 4 and snap.total_steps == 80
     assert snap.step == 80 and snap.fraction == 1.0
-    assert snap.restarts == 1                       # rank 1 was killed once
+    assert snap.restarts == 1  # rank 1 was killed once
     assert [e for e, _ in snap.evals] == [1, 2, 3, 4]
     assert snap.best_accuracy == max(a for _, a in snap.evals) > 0.5
     assert set(snap.curves) == {0, 1} and all(len(xs) > 10 for xs, _ in snap.curves.values())
@@ -77,8 +77,9 @@ def test_rank_that_stops_reporting_is_flagged_silent():
 
 def test_eta_from_recent_step_rate():
     state = MonitorState()
-    state.ingest([MetricEvent("start", 0, 0.0, {"event": "start", "rank": 0, "total_steps": 100, "epochs": 1,
-                                                "world_size": 1})])
+    state.ingest(
+        [MetricEvent("start", 0, 0.0, {"event": "start", "rank": 0, "total_steps": 100, "epochs": 1, "world_size": 1})]
+    )
     state.ingest([step(0, n, 100.0 + n) for n in range(1, 11)])  # one step a second
     assert abs(state.snapshot(now=110.0).eta_s - 90.0) < 1e-6
 

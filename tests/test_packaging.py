@@ -14,7 +14,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from trainer_runs import REPO, trainer_env
 
 DOCKERFILES = ["Dockerfile.cpu", "Dockerfile.gpu"]
@@ -81,18 +80,39 @@ def test_the_trainer_runs_without_the_consoles_dependencies(tmp_path: Path) -> N
     modules = {"pyyaml": "yaml", "textual-plotext": "textual_plotext"}
     blocked = sorted({modules.get(d, d.replace("-", "_")) for d in console_dependencies()} | {"botocore"})
     assert {"textual", "boto3", "kubernetes", "yaml"} <= set(blocked)
-    code = ("import runpy, sys\n"
-            f"BLOCKED = {blocked!r}\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name.split('.')[0] in BLOCKED:\n"
-            "            raise ImportError(name + ' is not in the training image')\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "sys.argv = ['torchdeck.trainer'] + sys.argv[1:]\n"
-            "runpy.run_module('torchdeck.trainer', run_name='__main__')\n")
-    out = subprocess.run([sys.executable, "-c", code, "--dataset", "synthetic", "--model", "seed-cnn", "--max-steps",
-                          "1", "--batch-size", "8", "--checkpoint-dir", str(tmp_path / "ck")],
-                         capture_output=True, text=True, timeout=300, env=trainer_env(), cwd=tmp_path)
+    code = (
+        "import runpy, sys\n"
+        f"BLOCKED = {blocked!r}\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ImportError(name + ' is not in the training image')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "sys.argv = ['torchdeck.trainer'] + sys.argv[1:]\n"
+        "runpy.run_module('torchdeck.trainer', run_name='__main__')\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "--dataset",
+            "synthetic",
+            "--model",
+            "seed-cnn",
+            "--max-steps",
+            "1",
+            "--batch-size",
+            "8",
+            "--checkpoint-dir",
+            str(tmp_path / "ck"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=trainer_env(),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     done = [json.loads(line) for line in out.stdout.splitlines() if '"event":"done"' in line]
     assert done and done[0]["step"] == 1
@@ -123,25 +143,36 @@ def wheel(tmp_path_factory) -> Path:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, source / name)
     out = root / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(out), str(source)], check=True, capture_output=True, cwd=root)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
+        check=True,
+        capture_output=True,
+        cwd=root,
+    )
     assert not (REPO / "build").exists(), "building the wheel must not write into the source tree"
     return next(out.glob("torchdeck-*.whl"))
 
 
 def test_wheel_holds_every_module_stylesheet_and_template(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    wanted = {f"torchdeck/{f}" for f in tracked_files()
-              if f.endswith(PACKAGE_SUFFIXES) and f.split("/")[0] not in NOT_PACKAGED}
-    assert {"torchdeck/tui/screens/monitor.py", "torchdeck/tui/widgets/rank_table.py",
-            "torchdeck/tui/app.tcss", "torchdeck/manifests/pytorchjob.yaml.j2"} <= wanted  # the walk sees them
+    wanted = {
+        f"torchdeck/{f}"
+        for f in tracked_files()
+        if f.endswith(PACKAGE_SUFFIXES) and f.split("/")[0] not in NOT_PACKAGED
+    }
+    assert {
+        "torchdeck/tui/screens/monitor.py",
+        "torchdeck/tui/widgets/rank_table.py",
+        "torchdeck/tui/app.tcss",
+        "torchdeck/manifests/pytorchjob.yaml.j2",
+    } <= wanted  # the walk sees them
     assert sorted(wanted - names) == []
     for expected in ("torchdeck/docker/Dockerfile.cpu", "torchdeck/docker/Dockerfile.gpu"):
         assert expected in names
     assert not [n for n in names if n.startswith(tuple(f"torchdeck/{d}/" for d in NOT_PACKAGED))]
     metadata = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
-    assert "Requires-Dist: torch>=2.3; extra == \"trainer\"" in text
+    assert 'Requires-Dist: torch>=2.3; extra == "trainer"' in text
     assert not re.search(r"Requires-Dist: torch[^;]*$", text, re.M)  # torch is never a core dependency
 
 
@@ -157,8 +188,22 @@ def installed(wheel: Path, tmp_path_factory) -> Path:
     site = next(venv.glob("lib/python3*/site-packages"))
     deps = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
     (site / "zz-test-dependencies.pth").write_text("\n".join(deps) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-deps", "--no-compile", str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-compile",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return venv
 
 
@@ -207,10 +252,12 @@ asyncio.run(main())
 
 def test_installed_trainer_runs_and_finds_its_data(installed: Path, tmp_path: Path) -> None:
     python = str(installed / "bin" / "python")
-    code = ("import torchdeck, importlib.resources as r\n"
-            "from torchdeck.trainer import train\n"
-            "print(torchdeck.__file__)\n"
-            "print((r.files('torchdeck') / 'docker' / 'Dockerfile.gpu').is_file())\n")
+    code = (
+        "import torchdeck, importlib.resources as r\n"
+        "from torchdeck.trainer import train\n"
+        "print(torchdeck.__file__)\n"
+        "print((r.files('torchdeck') / 'docker' / 'Dockerfile.gpu').is_file())\n"
+    )
     out = run_installed(python, "-c", code, cwd=tmp_path, check=True)
     path, has_data = out.stdout.split()
     assert path.startswith(str(installed)) and has_data == "True"

@@ -23,11 +23,14 @@ def test_state_dir_follows_xdg(tmp_path):
     assert s.state_dir == Path.home() / ".local/state/torchdeck"
 
 
-@pytest.mark.parametrize("var, value, words", [
-    ("TORCHDECK_REFRESH_HZ", "fast", "refresh_hz must be a number from 1 to 60"),
-    ("TORCHDECK_BACKEND", "slurm", "backend must be local, kubernetes or eks"),
-    ("TORCHDECK_ASCII", "maybe", "ascii must be 1 or 0"),
-])
+@pytest.mark.parametrize(
+    "var, value, words",
+    [
+        ("TORCHDECK_REFRESH_HZ", "fast", "refresh_hz must be a number from 1 to 60"),
+        ("TORCHDECK_BACKEND", "slurm", "backend must be local, kubernetes or eks"),
+        ("TORCHDECK_ASCII", "maybe", "ascii must be 1 or 0"),
+    ],
+)
 def test_bad_setting_names_itself_and_its_source(tmp_path, var, value, words):
     with pytest.raises(SettingsError) as info:
         Settings.load(env={var: value}, config_file=tmp_path / "none.yaml")
@@ -38,11 +41,13 @@ def test_global_options_go_before_or_after_the_command(tmp_path, monkeypatch, ca
     from torchdeck.cli.main import build_parser, main
 
     parser = build_parser()
-    for argv, backend, context in ((["train", "--backend", "kubernetes"], "kubernetes", None),
-                                   (["--backend", "eks", "train"], "eks", None),
-                                   (["--context", "a", "jobs", "--context", "b"], None, "b"),
-                                   (["cluster", "status", "--context", "x"], None, "x"),
-                                   (["train"], None, None)):
+    for argv, backend, context in (
+        (["train", "--backend", "kubernetes"], "kubernetes", None),
+        (["--backend", "eks", "train"], "eks", None),
+        (["--context", "a", "jobs", "--context", "b"], None, "b"),
+        (["cluster", "status", "--context", "x"], None, "x"),
+        (["train"], None, None),
+    ):
         args = parser.parse_args(argv)
         assert (args.backend, args.context) == (backend, context), argv
     assert parser.parse_args(["jobs", "--ascii"]).ascii is True
@@ -56,17 +61,23 @@ def test_model_get_passes_through_the_bucket_beside_the_runs_own_claim(tmp_path)
     """Two clusters with buckets: the run's spec names the claim of the second, so its bucket is
     used, not the alphabetically first one's."""
     from torchdeck.backends.eks.access import ClusterRecord
+    from torchdeck.backends.eks.cloud import EksCloud
     from torchdeck.backends.errors import BackendError
     from torchdeck.backends.spec import spec_from_dict
-    from torchdeck.cli.cloud import model_prefix
 
     for name, pvc in (("alpha", "shared"), ("beta", "beta-shared")):
         record = ClusterRecord.open(tmp_path, name, "us-west-2")
-        record.storage = {"kind": "efs", "pvc": pvc, "namespace": "default", "bucket": f"{name}-models",
-                          "prefix": "runs/", "service_account": "torchdeck-s3"}
+        record.storage = {
+            "kind": "efs",
+            "pvc": pvc,
+            "namespace": "default",
+            "bucket": f"{name}-models",
+            "prefix": "runs/",
+            "service_account": "torchdeck-s3",
+        }
         record.save()
-    settings = Settings(state_dir=tmp_path)
+    cloud = EksCloud(tmp_path)
     spec = spec_from_dict({"name": "x", "cluster": {"pvc": "beta-shared", "service_account": "torchdeck-s3"}})
-    assert model_prefix(settings, spec) == "s3://beta-models/runs/models"
+    assert cloud.model_prefix(spec) == "s3://beta-models/runs/models"
     with pytest.raises(BackendError, match="no bucket torchdeck made sits beside that claim"):
-        model_prefix(settings, spec_from_dict({"name": "x", "cluster": {"pvc": "elsewhere"}}))
+        cloud.model_prefix(spec_from_dict({"name": "x", "cluster": {"pvc": "elsewhere"}}))

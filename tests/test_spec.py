@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from torchdeck.backends.errors import SpecError
-from torchdeck.backends.spec import (MODELS, RECIPES, JobSpec, load_spec, parse_override, save_spec,
-                                     with_overrides)
+from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, parse_override, save_spec, with_overrides
 
 
 def test_defaults_round_trip_through_yaml(tmp_path):
@@ -21,18 +20,21 @@ def test_defaults_round_trip_through_yaml(tmp_path):
     assert loaded.data_dir == str(tmp_path / "data")
 
 
-@pytest.mark.parametrize("text, field, words", [
-    ("nproc_per_node: two\n", "nproc_per_node", "must be an integer >= 1, got 'two'"),
-    ("trainer:\n  epochs: 0\n", "trainer.epochs", "must be an integer >= 1, got 0"),
-    ("trainer:\n  epoch: 3\n", "trainer.epoch", "unknown field"),
-    ("nprocs: 2\n", "nprocs", "unknown field"),
-    ("name: My_Job\n", "name", "lower-case"),
-    ("device: tpu\n", "device", "must be one of auto, cpu, cuda"),
-    ("resources:\n  memory: lots\n", "resources.memory", "Kubernetes quantity"),
-    ("trainer:\n  recipe: slow\n", "trainer.recipe", "must be one of fast, seed"),
-    ("download: maybe\n", "download", "must be true or false"),
-    ("env:\n  OMP_NUM_THREADS: 4\n", "env", "quote numbers"),
-])
+@pytest.mark.parametrize(
+    "text, field, words",
+    [
+        ("nproc_per_node: two\n", "nproc_per_node", "must be an integer >= 1, got 'two'"),
+        ("trainer:\n  epochs: 0\n", "trainer.epochs", "must be an integer >= 1, got 0"),
+        ("trainer:\n  epoch: 3\n", "trainer.epoch", "unknown field"),
+        ("nprocs: 2\n", "nprocs", "unknown field"),
+        ("name: My_Job\n", "name", "lower-case"),
+        ("device: tpu\n", "device", "must be one of auto, cpu, cuda"),
+        ("resources:\n  memory: lots\n", "resources.memory", "Kubernetes quantity"),
+        ("trainer:\n  recipe: slow\n", "trainer.recipe", "must be one of fast, seed"),
+        ("download: maybe\n", "download", "must be true or false"),
+        ("env:\n  OMP_NUM_THREADS: 4\n", "env", "quote numbers"),
+    ],
+)
 def test_bad_field_is_named(tmp_path, text, field, words):
     path = tmp_path / "torchdeck.yaml"
     path.write_text(text)
@@ -83,5 +85,6 @@ def test_spec_choices_match_the_trainer():
     (torch); they must stay the trainer's own names."""
     from torchdeck.trainer.models import MODELS as TRAINER_MODELS
     from torchdeck.trainer.recipes import RECIPES as TRAINER_RECIPES
+
     assert set(RECIPES) == set(TRAINER_RECIPES)
     assert set(MODELS) == set(TRAINER_MODELS)

@@ -9,17 +9,38 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tinydata import write_tiny_cifar
 from trainer_runs import records, run_evaluate, run_trainer
+
 from torchdeck.trainer import metrics
 from torchdeck.trainer.models import SeedCNN
 
-COMMON = {"schema": int, "event": str, "rank": int, "local_rank": int, "world_size": int, "host": str,
-          "time": float, "elapsed_s": (int, float)}
+COMMON = {
+    "schema": int,
+    "event": str,
+    "rank": int,
+    "local_rank": int,
+    "world_size": int,
+    "host": str,
+    "time": float,
+    "elapsed_s": (int, float),
+}
 BY_EVENT = {
-    "start": ("model", "recipe", "dataset", "device", "precision", "global_batch", "epochs", "steps_per_epoch",
-              "total_steps", "train_size", "test_size", "params", "restart_count"),
+    "start": (
+        "model",
+        "recipe",
+        "dataset",
+        "device",
+        "precision",
+        "global_batch",
+        "epochs",
+        "steps_per_epoch",
+        "total_steps",
+        "train_size",
+        "test_size",
+        "params",
+        "restart_count",
+    ),
     "step": ("epoch", "step", "loss", "lr", "samples_per_s", "step_s", "data_s"),
     "epoch": ("epoch", "step", "loss", "samples_per_s", "epoch_s"),
     "eval": ("epoch", "step", "accuracy", "loss", "per_class"),
@@ -30,8 +51,19 @@ BY_EVENT = {
 
 
 def quick(data_dir: Path, ckpt: Path, *extra: str) -> tuple[str, ...]:
-    return ("--data-dir", str(data_dir), "--checkpoint-dir", str(ckpt), "--batch-size", "16",
-            "--model", "seed-cnn", "--recipe", "seed", *extra)
+    return (
+        "--data-dir",
+        str(data_dir),
+        "--checkpoint-dir",
+        str(ckpt),
+        "--batch-size",
+        "16",
+        "--model",
+        "seed-cnn",
+        "--recipe",
+        "seed",
+        *extra,
+    )
 
 
 def one_error_line(stderr: str) -> str:
@@ -43,8 +75,11 @@ def one_error_line(stderr: str) -> str:
 
 def test_metric_lines_follow_schema_1(tiny_cifar: Path, tmp_path: Path) -> None:
     metrics_file = tmp_path / "m" / "metrics-{rank}.jsonl"
-    proc = run_trainer(*quick(tiny_cifar, tmp_path / "ck", "--epochs", "2", "--checkpoint-every", "5",
-                              "--metrics-file", str(metrics_file)))
+    proc = run_trainer(
+        *quick(
+            tiny_cifar, tmp_path / "ck", "--epochs", "2", "--checkpoint-every", "5", "--metrics-file", str(metrics_file)
+        )
+    )
     assert proc.returncode == 0, proc.stderr
     lines = records(proc.stdout)
     events = [r["event"] for r in lines]
@@ -107,8 +142,9 @@ def test_corrupt_newest_checkpoint_is_skipped_with_a_warning(tiny_cifar: Path, t
 def test_checkpoints_of_another_model_are_refused(tiny_cifar: Path, tmp_path: Path) -> None:
     ck = tmp_path / "ck"
     assert run_trainer(*quick(tiny_cifar, ck, "--max-steps", "2")).returncode == 0
-    proc = run_trainer("--data-dir", str(tiny_cifar), "--checkpoint-dir", str(ck), "--max-steps", "3",
-                       "--batch-size", "16")
+    proc = run_trainer(
+        "--data-dir", str(tiny_cifar), "--checkpoint-dir", str(ck), "--max-steps", "3", "--batch-size", "16"
+    )
     assert proc.returncode == 2
     assert "written by model 'seed-cnn', not 'resnet-fast'" in one_error_line(proc.stderr)
     assert records(proc.stdout)[-1]["event"] == "error"
@@ -125,15 +161,26 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "missing data dir": (["--data-dir", str(tmp_path / "nope")], "does not exist"),
         "empty data dir": (["--data-dir", str(tmp_path)], "no CIFAR-10 batches"),
         "malformed data": (["--data-dir", str(tmp_path / "malformed")], "cannot read CIFAR-10 batch"),
-        "unwritable checkpoint dir": (["--data-dir", str(tiny), "--checkpoint-dir", str(blocker / "ck")],
-                                      "is not writable"),
+        "unwritable checkpoint dir": (
+            ["--data-dir", str(tiny), "--checkpoint-dir", str(blocker / "ck")],
+            "is not writable",
+        ),
         "cuda without CUDA": (["--data-dir", str(tiny), "--device", "cuda"], "CUDA is not available"),
         "fp16 on a CPU": (["--data-dir", str(tiny), "--device", "cpu", "--precision", "fp16"], "needs CUDA"),
     }
 
 
-@pytest.mark.parametrize("case", ["missing data dir", "empty data dir", "malformed data",
-                                  "unwritable checkpoint dir", "cuda without CUDA", "fp16 on a CPU"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing data dir",
+        "empty data dir",
+        "malformed data",
+        "unwritable checkpoint dir",
+        "cuda without CUDA",
+        "fp16 on a CPU",
+    ],
+)
 def test_bad_input_ends_with_one_clear_line(tmp_path: Path, case: str) -> None:
     if case == "cuda without CUDA" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")  # CI never does
@@ -147,8 +194,18 @@ def test_bad_input_ends_with_one_clear_line(tmp_path: Path, case: str) -> None:
 
 
 def test_synthetic_dataset_needs_no_files(tmp_path: Path) -> None:
-    proc = run_trainer("--dataset", "synthetic", "--synthetic-size", "256", "--max-steps", "3",
-                       "--batch-size", "32", "--model-file", str(tmp_path / "m.pt"))
+    proc = run_trainer(
+        "--dataset",
+        "synthetic",
+        "--synthetic-size",
+        "256",
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "32",
+        "--model-file",
+        str(tmp_path / "m.pt"),
+    )
     assert proc.returncode == 0, proc.stderr
     start = records(proc.stdout)[0]
     assert start["dataset"] == "synthetic" and start["model"] == "resnet-fast" and start["recipe"] == "fast"
@@ -156,6 +213,7 @@ def test_synthetic_dataset_needs_no_files(tmp_path: Path) -> None:
 
 
 # -- the evaluate program ---------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def trained_model(tmp_path_factory) -> tuple[Path, Path, dict]:
@@ -173,8 +231,18 @@ def test_evaluate_prints_the_seed_workshops_report(trained_model) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == f"Accuracy of the network on the 30 test images: {100 * done['accuracy']:.1f} %"
-    assert [ln.split(":")[1].split(" is ")[0].strip() for ln in lines[1:]] == \
-        ["plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    assert [ln.split(":")[1].split(" is ")[0].strip() for ln in lines[1:]] == [
+        "plane",
+        "car",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
+    ]
     assert all(ln.startswith("Accuracy for class: ") and ln.endswith(" %") for ln in lines[1:])
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 
 
-def write_tiny_cifar(root: Path, per_batch: int = 40, bytes_keys: bool = True, seed: int = 0,
-                     train_batches: int = 5) -> Path:
+def write_tiny_cifar(
+    root: Path, per_batch: int = 40, bytes_keys: bool = True, seed: int = 0, train_batches: int = 5
+) -> Path:
     """Write a CIFAR-10 'python version' layout of ``per_batch`` images a batch,
     with Python-2-style byte keys (as the official archive) or str keys."""
     folder = root / "cifar-10-batches-py"
@@ -23,7 +24,14 @@ def write_tiny_cifar(root: Path, per_batch: int = 40, bytes_keys: bool = True, s
         with open(folder / name, "wb") as f:
             pickle.dump({key("data"): data, key("labels"): labels, key("batch_label"): name}, f, protocol=2)
     with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({key("label_names"): [c.encode() if bytes_keys else c for c in
-                                          ("airplane", "automobile", "bird", "cat", "deer",
-                                           "dog", "frog", "horse", "ship", "truck")]}, f, protocol=2)
+        pickle.dump(
+            {
+                key("label_names"): [
+                    c.encode() if bytes_keys else c
+                    for c in ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+                ]
+            },
+            f,
+            protocol=2,
+        )
     return folder

@@ -21,16 +21,36 @@ def trainer_env() -> dict[str, str]:
 
 
 def torchrun_cmd(nproc: int, *trainer_args: str, max_restarts: int = 0) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-            "--max-restarts", str(max_restarts), "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
-            "-m", "torchdeck.trainer", *trainer_args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        str(max_restarts),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:0",
+        "-m",
+        "torchdeck.trainer",
+        *trainer_args,
+    ]
 
 
-def run_module(module: str, *args: str, timeout: float = 120,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_module(
+    module: str, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGS`` in a subprocess, as one rank."""
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env or trainer_env(), cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or trainer_env(),
+        cwd=REPO,
+    )
 
 
 def run_trainer(*args: str, **kwargs) -> subprocess.CompletedProcess:

@@ -22,9 +22,17 @@ RECORDED_RUN = "recorded-1122-044521"
 class FixedNodesBackend(LocalBackend):
     def node_metrics(self, run_id: str) -> list[NodeMetrics]:
         self.resolve(run_id)
-        return [NodeMetrics(name="node-0", cpu_percent=62.0, cpu_count=2, mem_used_mb=3 * 1024,
-                            mem_total_mb=24 * 1024, gpu_note="no GPU",
-                            processes=[ProcessMetrics(0, 101, 97.0, 410.0), ProcessMetrics(1, 102, 95.0, 405.0)])]
+        return [
+            NodeMetrics(
+                name="node-0",
+                cpu_percent=62.0,
+                cpu_count=2,
+                mem_used_mb=3 * 1024,
+                mem_total_mb=24 * 1024,
+                gpu_note="no GPU",
+                processes=[ProcessMetrics(0, 101, 97.0, 410.0), ProcessMetrics(1, 102, 95.0, 405.0)],
+            )
+        ]
 
 
 def recorded_state(tmp_path: Path) -> Path:
@@ -51,12 +59,14 @@ async def wait_for(pilot, condition, timeout: float = 20.0, what: str = "conditi
 def text_of(screen, selector: str) -> str:
     """What a Static shows now."""
     from textual.widgets import Static
+
     return str(screen.query_one(selector, Static).render())
 
 
 async def type_into(pilot, screen, field: str, text: str) -> None:
     """Clear the form field ``#f-FIELD`` and type ``text`` into it, key by key."""
     from textual.widgets import Input
+
     widget = screen.query_one(f"#f-{field}", Input)
     widget.value = ""
     widget.focus()

@@ -42,8 +42,10 @@ def prepare_dir(path: str | os.PathLike) -> Path:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
             pass
     except OSError as exc:
-        raise TrainerError(f"checkpoint dir {folder} is not writable: {exc.strerror or exc}",
-                           hint="choose another --checkpoint-dir, or fix its permissions") from exc
+        raise TrainerError(
+            f"checkpoint dir {folder} is not writable: {exc.strerror or exc}",
+            hint="choose another --checkpoint-dir, or fix its permissions",
+        ) from exc
     return folder
 
 
@@ -108,7 +110,9 @@ def load_newest(folder: str | os.PathLike) -> Loaded:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many kinds for a damaged zip or pickle
-            result.skipped.append((path, f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"))
+            result.skipped.append(
+                (path, f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+            )
             continue
         missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
         if missing:

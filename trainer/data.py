@@ -18,10 +18,10 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -65,10 +65,13 @@ def find_batches_dir(data_dir: str | os.PathLike) -> Path:
         if (candidate / TEST_FILE).is_file() or (candidate / TRAIN_FILES[0]).is_file():
             return candidate
     if not root.exists():
-        raise TrainerError(f"data dir {root} does not exist",
-                           hint="pass --download to fetch CIFAR-10 there, or --dataset synthetic")
-    raise TrainerError(f"no CIFAR-10 batches in {root} (expected {FOLDER}/data_batch_1 ... test_batch)",
-                       hint="pass --download to fetch CIFAR-10 there, or point --data-dir at the folder that holds them")
+        raise TrainerError(
+            f"data dir {root} does not exist", hint="pass --download to fetch CIFAR-10 there, or --dataset synthetic"
+        )
+    raise TrainerError(
+        f"no CIFAR-10 batches in {root} (expected {FOLDER}/data_batch_1 ... test_batch)",
+        hint="pass --download to fetch CIFAR-10 there, or point --data-dir at the folder that holds them",
+    )
 
 
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -76,8 +79,10 @@ def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         with open(path, "rb") as f:
             raw = pickle.load(f, encoding="bytes")
     except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
-        raise TrainerError(f"cannot read CIFAR-10 batch {path}: {exc}",
-                           hint="the file is damaged; delete it and run again with --download") from exc
+        raise TrainerError(
+            f"cannot read CIFAR-10 batch {path}: {exc}",
+            hint="the file is damaged; delete it and run again with --download",
+        ) from exc
     if not isinstance(raw, dict):
         raise TrainerError(f"{path} is not a CIFAR-10 batch (a {type(raw).__name__}, not a dict)")
     # Key style depends on how the pickle was written: b"data" (Python 2) or "data".
@@ -99,8 +104,10 @@ def load_cifar10(data_dir: str | os.PathLike, train: bool) -> ImageSet:
     names = TRAIN_FILES if train else (TEST_FILE,)
     found = [folder / n for n in names if (folder / n).is_file()]
     if not found:
-        raise TrainerError(f"{folder} has no {'training batches (data_batch_1..5)' if train else 'test_batch'}",
-                           hint="pass --download to fetch the whole data set")
+        raise TrainerError(
+            f"{folder} has no {'training batches (data_batch_1..5)' if train else 'test_batch'}",
+            hint="pass --download to fetch the whole data set",
+        )
     parts = [_read_batch(p) for p in found]
     data = np.concatenate([d for d, _ in parts])
     labels = np.concatenate([lab for _, lab in parts])
@@ -111,7 +118,10 @@ def load_cifar10(data_dir: str | os.PathLike, train: bool) -> ImageSet:
             with open(meta, "rb") as f:
                 names_raw = pickle.load(f, encoding="latin1").get("label_names")
             if names_raw and len(names_raw) == len(CLASSES):
-                classes = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names_raw)
+                classes = tuple(
+                    n.decode() if isinstance(n, bytes) else str(n)  # type: ignore[assignment]
+                    for n in names_raw
+                )
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
             pass  # the names are a courtesy; the standard ones are correct for CIFAR-10
     images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
@@ -147,8 +157,9 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def download_cifar10(data_dir: str | os.PathLike, url: str = CIFAR10_URL, md5: str = CIFAR10_MD5,
-                     timeout: float = 30.0) -> Path:
+def download_cifar10(
+    data_dir: str | os.PathLike, url: str = CIFAR10_URL, md5: str = CIFAR10_MD5, timeout: float = 30.0
+) -> Path:
     """Fetch the official archive into ``data_dir``, verify its checksum and
     unpack it atomically: the batches folder appears whole or not at all.
     Every rank may call this at once: the first fetches under a lock, the
@@ -170,6 +181,7 @@ def download_cifar10(data_dir: str | os.PathLike, url: str = CIFAR10_URL, md5: s
 def _say(line: str) -> None:
     """A progress line on stderr (the data-prep job's log, which the console follows)."""
     import sys
+
     print(f"torchdeck.trainer.data: {line}", file=sys.stderr, flush=True)
 
 
@@ -188,8 +200,10 @@ def _fetch_and_unpack(root: Path, target: Path, url: str, md5: str, timeout: flo
                         said = tenth
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise TrainerError(f"cannot download CIFAR-10 from {url}: {reason}",
-                               hint="this machine may have no network; copy cifar-10-batches-py/ into --data-dir") from exc
+            raise TrainerError(
+                f"cannot download CIFAR-10 from {url}: {reason}",
+                hint="this machine may have no network; copy cifar-10-batches-py/ into --data-dir",
+            ) from exc
         _unpack_verified(archive, Path(tmp), target, md5)
 
 
@@ -200,8 +214,10 @@ def _unpack_verified(archive: Path, tmp: Path, target: Path, md5: str) -> None:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     if digest.hexdigest() != md5:
-        raise TrainerError(f"the archive has md5 {digest.hexdigest()}, expected {md5}",
-                           hint="the copy was damaged or is not the official CIFAR-10 archive; fetch it again")
+        raise TrainerError(
+            f"the archive has md5 {digest.hexdigest()}, expected {md5}",
+            hint="the copy was damaged or is not the official CIFAR-10 archive; fetch it again",
+        )
     _say(f"checksum ok (md5 {md5})")
     try:
         with tarfile.open(archive) as tar:
@@ -227,19 +243,25 @@ def copy_from_s3(url: str, data_dir: str | os.PathLike, md5: str = CIFAR10_MD5) 
     if _complete(target):
         _say(f"{target} is complete already")
         return target
-    from .model_file import _s3_client, _s3_error
+    from .model_file import s3_client, s3_error
 
-    s3 = _s3_client()
+    s3 = s3_client()
     try:
-        objects = [o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-                   for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        objects = [
+            o
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for o in page.get("Contents", [])
+            if not o["Key"].endswith("/")
+        ]
     except Exception as exc:
-        raise _s3_error("list", url, exc) from exc
+        raise s3_error("list", url, exc) from exc
     archive = next((o for o in objects if o["Key"].endswith("cifar-10-python.tar.gz")), None)
     batches = [o for o in objects if f"{FOLDER}/" in o["Key"]]
     if archive is None and not batches:
-        raise TrainerError(f"{url} holds neither cifar-10-python.tar.gz nor {FOLDER}/",
-                           hint="upload one of them there, or prepare without --from-s3 (the official archive)")
+        raise TrainerError(
+            f"{url} holds neither cifar-10-python.tar.gz nor {FOLDER}/",
+            hint="upload one of them there, or prepare without --from-s3 (the official archive)",
+        )
     root.mkdir(parents=True, exist_ok=True)
     with _exclusive(root / ".download.lock"), tempfile.TemporaryDirectory(dir=root, prefix=".download-") as tmp:
         if _complete(target):
@@ -248,13 +270,14 @@ def copy_from_s3(url: str, data_dir: str | os.PathLike, md5: str = CIFAR10_MD5) 
         total = sum(o["Size"] for o in chosen)
         done = 0
         for i, obj in enumerate(chosen, 1):
-            where = Path(tmp) / (obj["Key"].rsplit("/", 1)[-1] if archive else
-                                 obj["Key"][obj["Key"].index(f"{FOLDER}/"):])
+            where = Path(tmp) / (
+                obj["Key"].rsplit("/", 1)[-1] if archive else obj["Key"][obj["Key"].index(f"{FOLDER}/") :]
+            )
             where.parent.mkdir(parents=True, exist_ok=True)
             try:
                 s3.download_file(bucket, obj["Key"], str(where))
             except Exception as exc:
-                raise _s3_error("copy", f"s3://{bucket}/{obj['Key']}", exc) from exc
+                raise s3_error("copy", f"s3://{bucket}/{obj['Key']}", exc) from exc
             done += obj["Size"]
             _say(f"copied {i}/{len(chosen)} objects, {done / 1e6:.1f}/{total / 1e6:.1f} MB")
         if archive:
@@ -288,7 +311,7 @@ class ShardedSampler:
         total = self.per_rank * self.world_size
         if total > self.n:
             order = torch.cat((order, order[: total - self.n]))
-        return order[self.rank:total:self.world_size]
+        return order[self.rank : total : self.world_size]
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.indices().tolist())
@@ -303,9 +326,18 @@ class BatchPipeline:
     padding) and a horizontal flip that alternates per image across epochs,
     so that each image is seen both ways in any two consecutive epochs."""
 
-    def __init__(self, data: ImageSet, augment: bool, crop_pad: int = 4, seed: int = 0, rank: int = 0,
-                 channels_last: bool = False, device: torch.device | str = "cpu",
-                 mean: tuple[float, ...] = MEAN, std: tuple[float, ...] = STD):
+    def __init__(
+        self,
+        data: ImageSet,
+        augment: bool,
+        crop_pad: int = 4,
+        seed: int = 0,
+        rank: int = 0,
+        channels_last: bool = False,
+        device: torch.device | str = "cpu",
+        mean: tuple[float, ...] = MEAN,
+        std: tuple[float, ...] = STD,
+    ):
         self.data, self.augment, self.crop_pad = data, augment, crop_pad
         self.device = torch.device(device)
         self.channels_last = channels_last
@@ -313,8 +345,9 @@ class BatchPipeline:
         self.inv_std = (1 / torch.tensor(std, device=self.device)).view(1, 3, 1, 1)
         # The flip pattern belongs to the image, not the rank, so it alternates
         # whichever rank draws the image; the crop offsets differ per rank.
-        self.flip_base = torch.randint(0, 2, (len(data),), generator=torch.Generator().manual_seed(seed + 7919),
-                                       dtype=torch.bool)
+        self.flip_base = torch.randint(
+            0, 2, (len(data),), generator=torch.Generator().manual_seed(seed + 7919), dtype=torch.bool
+        )
         self.crop_seed = (seed * 65_537 + rank) * 1_000_003
 
     def normalise(self, images: torch.Tensor) -> torch.Tensor:
@@ -328,7 +361,9 @@ class BatchPipeline:
         if self.augment:
             flip = self.flip_base[idx] ^ bool(epoch % 2)
             x = torch.where(flip.to(self.device)[:, None, None, None], x.flip(3), x)
-            x = random_translate(x, self.crop_pad, torch.Generator().manual_seed(self.crop_seed + epoch * 10_007 + step))
+            x = random_translate(
+                x, self.crop_pad, torch.Generator().manual_seed(self.crop_seed + epoch * 10_007 + step)
+            )
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x, labels
@@ -357,8 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m torchdeck.trainer.data",
-                                description="Fetch CIFAR-10 into a folder (once) and check it.")
+    p = argparse.ArgumentParser(
+        prog="python -m torchdeck.trainer.data", description="Fetch CIFAR-10 into a folder (once) and check it."
+    )
     p.add_argument("--data-dir", required=True, help="where cifar-10-batches-py/ goes")
     p.add_argument("--url", default=CIFAR10_URL, help="the archive to fetch (a mirror)")
     p.add_argument("--md5", default=CIFAR10_MD5, help="its checksum")
@@ -370,8 +406,18 @@ def main(argv: list[str] | None = None) -> int:
     except TrainerError as exc:
         print(f"torchdeck.trainer.data: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({"schema": 1, "event": "data", "path": str(folder), "train_images": len(train),
-                      "test_images": len(test), "classes": list(train.classes)}))
+    print(
+        json.dumps(
+            {
+                "schema": 1,
+                "event": "data",
+                "path": str(folder),
+                "train_images": len(train),
+                "test_images": len(test),
+                "classes": list(train.classes),
+            }
+        )
+    )
     return 0
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -23,18 +24,23 @@ from .train import DistEnv, evaluate_model
 SHORT_NAMES = ("plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
-def evaluate_file(model_file: str, data_dir: str, model_name: str | None = None, device: str = "auto",
-                  batch_size: int = 500) -> dict[str, Any]:
+def evaluate_file(
+    model_file: str, data_dir: str, model_name: str | None = None, device: str = "auto", batch_size: int = 500
+) -> dict[str, Any]:
     """Accuracy of the model in ``model_file`` on the test batch in ``data_dir``."""
     saved = load_model_file(model_file)
     recorded = saved.get("model")
     if model_name and recorded and model_name != recorded:
-        raise TrainerError(f"{model_file} holds a '{recorded}' model, not '{model_name}'",
-                           hint=f"drop --model, or pass --model {recorded}")
+        raise TrainerError(
+            f"{model_file} holds a '{recorded}' model, not '{model_name}'",
+            hint=f"drop --model, or pass --model {recorded}",
+        )
     name = model_name or recorded
     if not name:
-        raise TrainerError(f"{model_file} does not say which network it holds",
-                           hint=f"pass --model (one of {', '.join(sorted(MODELS))})")
+        raise TrainerError(
+            f"{model_file} does not say which network it holds",
+            hint=f"pass --model (one of {', '.join(sorted(MODELS))})",
+        )
     try:
         model = build_model(name)
     except ModelUnavailable as exc:
@@ -48,12 +54,22 @@ def evaluate_file(model_file: str, data_dir: str, model_name: str | None = None,
     model = model.to(placement.device)
     mean, std = data.normalisation(saved.get("standardise", True))
     pipeline = data.BatchPipeline(test_set, augment=False, device=placement.device, mean=mean, std=std)
-    accuracy, loss, per_class = evaluate_model(model, pipeline, DistEnv(), num_classes=len(test_set.classes),
-                                               tta=bool(saved.get("tta", False)), autocast=nullcontext,
-                                               batch_size=batch_size)
+    accuracy, loss, per_class = evaluate_model(
+        model,
+        pipeline,
+        DistEnv(),
+        num_classes=len(test_set.classes),
+        tta=bool(saved.get("tta", False)),
+        autocast=nullcontext,
+        batch_size=batch_size,
+    )
     counts = torch.bincount(test_set.labels, minlength=len(test_set.classes)).tolist()
     return {
-        "model": name, "model_file": model_file, "images": len(test_set), "accuracy": accuracy, "loss": loss,
+        "model": name,
+        "model_file": model_file,
+        "images": len(test_set),
+        "accuracy": accuracy,
+        "loss": loss,
         "per_class": {cls: {"accuracy": acc, "images": n} for cls, acc, n in zip(test_set.classes, per_class, counts)},
     }
 
@@ -68,8 +84,9 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m torchdeck.trainer.evaluate",
-                                description="Test a trained model on the CIFAR-10 test batch.")
+    p = argparse.ArgumentParser(
+        prog="python -m torchdeck.trainer.evaluate", description="Test a trained model on the CIFAR-10 test batch."
+    )
     p.add_argument("--model-file", required=True, help="the trainer's model file: a path or s3://bucket/key")
     p.add_argument("--data-dir", default="data", help="folder holding cifar-10-batches-py/")
     p.add_argument("--model", choices=sorted(MODELS), help="network, for a bare state dict without its name")

@@ -42,16 +42,20 @@ def choose_placement(device: str, precision: str, local_rank: int) -> Placement:
     """Resolve ``--device auto|cpu|cuda`` and ``--precision auto|fp32|bf16|fp16``."""
     cuda = torch.cuda.is_available()
     if device == "cuda" and not cuda:
-        raise TrainerError("--device cuda was asked for, but CUDA is not available here",
-                           hint="use --device auto or cpu, or run on a GPU node")
+        raise TrainerError(
+            "--device cuda was asked for, but CUDA is not available here",
+            hint="use --device auto or cpu, or run on a GPU node",
+        )
     if device not in ("auto", "cpu", "cuda"):
         raise TrainerError(f"unknown --device {device!r} (choose auto, cpu or cuda)")
     use_cuda = device == "cuda" or (device == "auto" and cuda)
     if use_cuda:
         count = torch.cuda.device_count()
         if local_rank >= count:
-            raise TrainerError(f"local rank {local_rank} has no GPU of its own: this node has {count}",
-                               hint="run at most one process per GPU (--nproc-per-node)")
+            raise TrainerError(
+                f"local rank {local_rank} has no GPU of its own: this node has {count}",
+                hint="run at most one process per GPU (--nproc-per-node)",
+            )
         torch.cuda.set_device(local_rank)
         dev = torch.device("cuda", local_rank)
     else:
@@ -106,7 +110,7 @@ class GpuProbe:
         util = None
         if self._handle is not None:
             try:
-                util = float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+                util = float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)  # type: ignore[union-attr]
             except Exception:
                 util = None
         return {"gpu_util": util, "gpu_mem_mb": round(torch.cuda.memory_reserved(self.device) / 2**20, 1)}

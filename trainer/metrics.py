@@ -39,7 +39,8 @@ import os
 import socket
 import sys
 import time
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 SCHEMA_VERSION = 1
 EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "error")
@@ -55,9 +56,15 @@ def _clean(value: Any) -> Any:
 class MetricsWriter:
     """Writes schema-1 metric lines for one rank."""
 
-    def __init__(self, rank: int = 0, local_rank: int = 0, world_size: int = 1,
-                 job_started_at: float | None = None, metrics_file: str | None = None,
-                 stream: IO[str] | None = None):
+    def __init__(
+        self,
+        rank: int = 0,
+        local_rank: int = 0,
+        world_size: int = 1,
+        job_started_at: float | None = None,
+        metrics_file: str | None = None,
+        stream: IO[str] | None = None,
+    ):
         self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
         self.host = socket.gethostname()
         self.job_started_at = job_started_at if job_started_at is not None else time.time()
@@ -76,8 +83,13 @@ class MetricsWriter:
             raise ValueError(f"unknown metrics event {event!r}")
         now = time.time()
         record = {
-            "schema": SCHEMA_VERSION, "event": event, "rank": self.rank, "local_rank": self.local_rank,
-            "world_size": self.world_size, "host": self.host, "time": round(now, 3),
+            "schema": SCHEMA_VERSION,
+            "event": event,
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "host": self.host,
+            "time": round(now, 3),
             "elapsed_s": round(now - self.job_started_at, 3),
         }
         record.update({k: _clean(v) for k, v in fields.items()})

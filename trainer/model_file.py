@@ -25,25 +25,30 @@ VERSION = 1
 
 
 def _split_s3(url: str) -> tuple[str, str]:
-    bucket, _, key = url[len("s3://"):].partition("/")
+    bucket, _, key = url[len("s3://") :].partition("/")
     if not bucket or not key or key.endswith("/"):
         raise TrainerError(f"{url} is not an s3://bucket/key URL of a file")
     return bucket, key
 
 
-def _s3_client():
+def s3_client():
+    """A boto3 S3 client, or a TrainerError saying boto3 is missing (it is optional in the trainer)."""
     try:
         import boto3
     except ImportError as exc:
-        raise TrainerError("s3:// model files need boto3, which is not installed",
-                           hint="pip install boto3, or give a local --model-file") from exc
+        raise TrainerError(
+            "s3:// model files need boto3, which is not installed",
+            hint="pip install boto3, or give a local --model-file",
+        ) from exc
     return boto3.client("s3")
 
 
-def _s3_error(action: str, url: str, exc: Exception) -> TrainerError:
+def s3_error(action: str, url: str, exc: Exception) -> TrainerError:
+    """An S3 failure as one line: what was tried, on which URL, and what S3 said."""
     detail = getattr(exc, "response", {}).get("Error", {}).get("Message") or str(exc).splitlines()[0]
-    return TrainerError(f"cannot {action} {url}: {detail}",
-                        hint="check the bucket name, the region and that this pod's role may use it")
+    return TrainerError(
+        f"cannot {action} {url}: {detail}", hint="check the bucket name, the region and that this pod's role may use it"
+    )
 
 
 def save_model(location: str, payload: dict[str, Any]) -> int:
@@ -53,19 +58,20 @@ def save_model(location: str, payload: dict[str, Any]) -> int:
     data = buf.getvalue()
     if location.startswith("s3://"):
         bucket, key = _split_s3(location)
-        client = _s3_client()
+        client = s3_client()
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data)
         except Exception as exc:  # botocore's errors; boto3 is optional so its classes are not imported here
-            raise _s3_error("upload the model to", location, exc) from exc
+            raise s3_error("upload the model to", location, exc) from exc
         return len(data)
     path = Path(location).expanduser()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return atomic_write_bytes(path, lambda f: f.write(data))
     except OSError as exc:
-        raise TrainerError(f"cannot write model file {path}: {exc.strerror or exc}",
-                           hint="choose a writable --model-file") from exc
+        raise TrainerError(
+            f"cannot write model file {path}: {exc.strerror or exc}", hint="choose a writable --model-file"
+        ) from exc
 
 
 def load_model_file(location: str) -> dict[str, Any]:
@@ -73,21 +79,25 @@ def load_model_file(location: str) -> dict[str, Any]:
     back as ``{"state_dict": ...}`` with no model name)."""
     if location.startswith("s3://"):
         bucket, key = _split_s3(location)
-        client = _s3_client()
+        client = s3_client()
         try:
             data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
         except Exception as exc:
-            raise _s3_error("download", location, exc) from exc
+            raise s3_error("download", location, exc) from exc
         source: Any = io.BytesIO(data)
     else:
         source = Path(location).expanduser()
         if not source.is_file():
-            raise TrainerError(f"model file {source} does not exist", hint="train first, or pass the path the trainer printed")
+            raise TrainerError(
+                f"model file {source} does not exist", hint="train first, or pass the path the trainer printed"
+            )
     try:
         obj = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise TrainerError(f"{location} is not a readable model file ({exc.__class__.__name__})",
-                           hint="it may be truncated; train again or copy it whole") from exc
+        raise TrainerError(
+            f"{location} is not a readable model file ({exc.__class__.__name__})",
+            hint="it may be truncated; train again or copy it whole",
+        ) from exc
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
         return obj
     if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
@@ -99,9 +109,10 @@ def describe_mismatch(model_name: str, error: RuntimeError) -> TrainerError:
     """A one-line error for weights that belong to another network."""
     first = str(error).splitlines()
     detail = first[1].strip() if len(first) > 1 else first[0][:160]
-    return TrainerError(f"the model file's weights do not fit model '{model_name}': {detail}",
-                        hint="pass the --model the file was trained with")
-
+    return TrainerError(
+        f"the model file's weights do not fit model '{model_name}': {detail}",
+        hint="pass the --model the file was trained with",
+    )
 
 
 def copy_model_file(source: str, target: str) -> int:
@@ -110,21 +121,23 @@ def copy_model_file(source: str, target: str) -> int:
     if source.startswith("s3://"):
         bucket, key = _split_s3(source)
         try:
-            data = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+            data = s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
         except Exception as exc:
-            raise _s3_error("download", source, exc) from exc
+            raise s3_error("download", source, exc) from exc
     else:
         try:
             data = Path(source).expanduser().read_bytes()
         except OSError as exc:
-            raise TrainerError(f"cannot read {source}: {exc.strerror or exc}",
-                               hint="is the path on the shared volume, and did training finish?") from exc
+            raise TrainerError(
+                f"cannot read {source}: {exc.strerror or exc}",
+                hint="is the path on the shared volume, and did training finish?",
+            ) from exc
     if target.startswith("s3://"):
         bucket, key = _split_s3(target)
         try:
-            _s3_client().put_object(Bucket=bucket, Key=key, Body=data)
+            s3_client().put_object(Bucket=bucket, Key=key, Body=data)
         except Exception as exc:
-            raise _s3_error("upload to", target, exc) from exc
+            raise s3_error("upload to", target, exc) from exc
     else:
         path = Path(target).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     p = argparse.ArgumentParser(prog="python -m torchdeck.trainer.model_file")
-    p.add_argument("--copy", nargs=2, metavar=("SOURCE", "TARGET"), required=True,
-                   help="a path or s3://bucket/key each")
+    p.add_argument(
+        "--copy", nargs=2, metavar=("SOURCE", "TARGET"), required=True, help="a path or s3://bucket/key each"
+    )
     a = p.parse_args(argv)
     try:
         size = copy_model_file(*a.copy)

@@ -10,7 +10,7 @@ torchvision's, offered only where torchvision imports.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -27,9 +27,12 @@ class SeedCNN(nn.Module):
 
         def pair(cin: int, mid: int, cout: int) -> list[nn.Module]:
             return [
-                nn.Conv2d(cin, mid, 3, padding=1), nn.ReLU(inplace=True),
-                nn.Conv2d(mid, cout, 3, padding=1), nn.ReLU(inplace=True),
-                nn.MaxPool2d(2), nn.BatchNorm2d(cout),
+                nn.Conv2d(cin, mid, 3, padding=1),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(mid, cout, 3, padding=1),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(2),
+                nn.BatchNorm2d(cout),
             ]
 
         self.features = nn.Sequential(*pair(3, 32, 64), *pair(64, 128, 128), *pair(128, 256, 256))
@@ -50,9 +53,15 @@ class ConvGroup(nn.Module):
         self.pool = nn.MaxPool2d(2)
         self.norm = nn.BatchNorm2d(cout, momentum=0.4)
         self.act = nn.GELU()
-        self.residual = nn.Sequential(
-            nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout, momentum=0.4), nn.GELU(),
-        ) if residual else None
+        self.residual = (
+            nn.Sequential(
+                nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+                nn.BatchNorm2d(cout, momentum=0.4),
+                nn.GELU(),
+            )
+            if residual
+            else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.act(self.norm(self.pool(self.conv(x))))
@@ -69,8 +78,9 @@ class FastResNet(nn.Module):
     the first epochs learn much faster than a random stem does.
     """
 
-    def __init__(self, widths: tuple[int, int, int] = (32, 64, 128), num_classes: int = NUM_CLASSES,
-                 stem_width: int = 24):
+    def __init__(
+        self, widths: tuple[int, int, int] = (32, 64, 128), num_classes: int = NUM_CLASSES, stem_width: int = 24
+    ):
         super().__init__()
         self.whiten = nn.Conv2d(3, stem_width, 2, padding=0, bias=True)
         self.whiten.weight.requires_grad_(False)
@@ -111,7 +121,9 @@ def _torchvision_resnet18() -> nn.Module:
         import torchvision  # noqa: F401  (optional; its wheels do not import everywhere)
         from torchvision.models import resnet18
     except Exception as exc:  # torchvision raises more than ImportError when built against another torch
-        raise ModelUnavailable(f"model 'resnet18' needs torchvision, which does not import here ({exc.__class__.__name__})") from exc
+        raise ModelUnavailable(
+            f"model 'resnet18' needs torchvision, which does not import here ({exc.__class__.__name__})"
+        ) from exc
     net = resnet18(num_classes=NUM_CLASSES)
     # CIFAR images are 32x32: a 3x3 stem without the early max-pool, as is usual.
     net.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)

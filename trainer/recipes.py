@@ -44,7 +44,7 @@ class Recipe:
     """Evaluate on each image and its mirror image, averaging the logits."""
     description: str = field(default="", compare=False)
 
-    def scaled(self, **changes) -> "Recipe":
+    def scaled(self, **changes) -> Recipe:
         return replace(self, **changes)
 
     def peak_lr(self, global_batch: int) -> float:
@@ -55,24 +55,52 @@ class Recipe:
 
 RECIPES: dict[str, Recipe] = {
     "fast": Recipe(
-        name="fast", model="resnet-fast", epochs=30, batch_size=128,
-        lr=0.4, lr_reference_batch=256, momentum=0.9, nesterov=True,
-        weight_decay=5e-4, decay_norm_and_bias=False, label_smoothing=0.2,
-        schedule="onecycle", warmup_fraction=0.2, augment=True, reshuffle=True, standardise=True,
-        precision="auto", channels_last=True, tta=True,
+        name="fast",
+        model="resnet-fast",
+        epochs=30,
+        batch_size=128,
+        lr=0.4,
+        lr_reference_batch=256,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=5e-4,
+        decay_norm_and_bias=False,
+        label_smoothing=0.2,
+        schedule="onecycle",
+        warmup_fraction=0.2,
+        augment=True,
+        reshuffle=True,
+        standardise=True,
+        precision="auto",
+        channels_last=True,
+        tta=True,
         description="most test accuracy per second: small whitened ResNet, label smoothing, "
-                    "one-cycle Nesterov SGD scaled with the global batch, bf16 where supported",
+        "one-cycle Nesterov SGD scaled with the global batch, bf16 where supported",
     ),
     "seed": Recipe(
-        name="seed", model="seed-cnn", epochs=10, batch_size=128,
-        lr=1e-3, lr_reference_batch=None, momentum=0.9, nesterov=False,
-        weight_decay=1e-4, decay_norm_and_bias=True, label_smoothing=0.0,
-        schedule="constant", warmup_fraction=0.0, augment=False, reshuffle=False, standardise=False,
+        name="seed",
+        model="seed-cnn",
+        epochs=10,
+        batch_size=128,
+        lr=1e-3,
+        lr_reference_batch=None,
+        momentum=0.9,
+        nesterov=False,
+        weight_decay=1e-4,
+        decay_norm_and_bias=True,
+        label_smoothing=0.0,
+        schedule="constant",
+        warmup_fraction=0.0,
+        augment=False,
+        reshuffle=False,
+        standardise=False,
         # channels_last changes the memory layout, not the arithmetic (still fp32):
         # the same hyper-parameters, about 30% more images/s on a CPU.
-        precision="fp32", channels_last=True, tta=False,
+        precision="fp32",
+        channels_last=True,
+        tta=False,
         description="the seed workshop's script: SGD(lr=1e-3, momentum=0.9, weight_decay=1e-4), "
-                    "batch 128 per worker, no augmentation, one sample order",
+        "batch 128 per worker, no augmentation, one sample order",
     ),
 }
 DEFAULT_RECIPE = "fast"

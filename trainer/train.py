@@ -14,9 +14,10 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -67,7 +68,7 @@ class DistEnv:
     restart_count: int = 0
 
     @classmethod
-    def from_environ(cls, environ=os.environ) -> "DistEnv":
+    def from_environ(cls, environ=os.environ) -> DistEnv:
         def number(name: str, default: int) -> int:
             raw = environ.get(name, str(default))
             try:
@@ -75,8 +76,9 @@ class DistEnv:
             except ValueError:
                 raise TrainerError(f"environment variable {name}={raw!r} is not a number") from None
 
-        return cls(number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1),
-                   number("TORCHELASTIC_RESTART_COUNT", 0))
+        return cls(
+            number("RANK", 0), number("LOCAL_RANK", 0), number("WORLD_SIZE", 1), number("TORCHELASTIC_RESTART_COUNT", 0)
+        )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
@@ -84,26 +86,51 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
         prog="python -m torchdeck.trainer",
         description="Train an image classifier on CIFAR-10, alone or under torchrun (DDP).",
     )
-    p.add_argument("--data-dir", default=os.environ.get("TORCHDECK_DATA_DIR", "data"),
-                   help="folder holding cifar-10-batches-py/ (default: $TORCHDECK_DATA_DIR or ./data)")
-    p.add_argument("--dataset", choices=("cifar10", "synthetic"), default="cifar10",
-                   help="cifar10 from --data-dir, or generated images of the same shape")
-    p.add_argument("--download", action="store_true", help="fetch the official CIFAR-10 archive into --data-dir if absent")
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get("TORCHDECK_DATA_DIR", "data"),
+        help="folder holding cifar-10-batches-py/ (default: $TORCHDECK_DATA_DIR or ./data)",
+    )
+    p.add_argument(
+        "--dataset",
+        choices=("cifar10", "synthetic"),
+        default="cifar10",
+        help="cifar10 from --data-dir, or generated images of the same shape",
+    )
+    p.add_argument(
+        "--download", action="store_true", help="fetch the official CIFAR-10 archive into --data-dir if absent"
+    )
     p.add_argument("--model", choices=sorted(MODELS), help="network (default: the recipe's)")
-    p.add_argument("--recipe", choices=sorted(RECIPES), default=DEFAULT_RECIPE,
-                   help=f"hyper-parameters (default: {DEFAULT_RECIPE}; 'seed' reproduces the seed workshop)")
+    p.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default=DEFAULT_RECIPE,
+        help=f"hyper-parameters (default: {DEFAULT_RECIPE}; 'seed' reproduces the seed workshop)",
+    )
     p.add_argument("--epochs", type=int, help="epochs (default: the recipe's)")
     p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps, job-wide")
     p.add_argument("--batch-size", type=int, help="images per rank per step (default: the recipe's)")
     p.add_argument("--checkpoint-dir", help="where rank 0 writes snapshots and every rank resumes from")
-    p.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
-                   help="also snapshot every STEPS optimiser steps (always at each epoch's end)")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="also snapshot every STEPS optimiser steps (always at each epoch's end)",
+    )
     p.add_argument("--keep-checkpoints", type=int, default=3, metavar="K", help="keep the newest K snapshots")
-    p.add_argument("--model-file", help="where rank 0 saves the trained model: a path or s3://bucket/key "
-                                        "(default: model.pt in --checkpoint-dir, if given)")
+    p.add_argument(
+        "--model-file",
+        help="where rank 0 saves the trained model: a path or s3://bucket/key "
+        "(default: model.pt in --checkpoint-dir, if given)",
+    )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--precision", default=None, choices=("auto", "fp32", "bf16", "fp16"),
-                   help="autocast dtype (default: the recipe's; auto is bf16 where the hardware has it)")
+    p.add_argument(
+        "--precision",
+        default=None,
+        choices=("auto", "fp32", "bf16", "fp16"),
+        help="autocast dtype (default: the recipe's; auto is bf16 where the hardware has it)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--metrics-file", help="also append metric lines here; {rank} in the path gives one file per rank")
     p.add_argument("--log-every", type=int, default=1, metavar="STEPS", help="write a step line every STEPS steps")
@@ -120,18 +147,34 @@ def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
             p.error(f"--{name.replace('_', '-')} must not be negative")
     model_file = a.model_file or (str(Path(a.checkpoint_dir) / "model.pt") if a.checkpoint_dir else None)
     return TrainConfig(
-        data_dir=a.data_dir, dataset=a.dataset, download=a.download, model=model, recipe=recipe,
-        epochs=a.epochs or recipe.epochs, max_steps=a.max_steps, batch_size=a.batch_size or recipe.batch_size,
-        checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, keep_checkpoints=a.keep_checkpoints,
-        model_file=model_file, device=a.device, precision=a.precision or recipe.precision, seed=a.seed,
-        metrics_file=a.metrics_file, log_every=a.log_every, synthetic_size=a.synthetic_size,
+        data_dir=a.data_dir,
+        dataset=a.dataset,
+        download=a.download,
+        model=model,
+        recipe=recipe,
+        epochs=a.epochs or recipe.epochs,
+        max_steps=a.max_steps,
+        batch_size=a.batch_size or recipe.batch_size,
+        checkpoint_dir=a.checkpoint_dir,
+        checkpoint_every=a.checkpoint_every,
+        keep_checkpoints=a.keep_checkpoints,
+        model_file=model_file,
+        device=a.device,
+        precision=a.precision or recipe.precision,
+        seed=a.seed,
+        metrics_file=a.metrics_file,
+        log_every=a.log_every,
+        synthetic_size=a.synthetic_size,
     )
 
 
 def load_datasets(cfg: TrainConfig) -> tuple[data.ImageSet, data.ImageSet, str]:
     if cfg.dataset == "synthetic":
-        return (data.synthetic_cifar10(cfg.synthetic_size, seed=1),
-                data.synthetic_cifar10(max(256, cfg.synthetic_size // 5), seed=2), "synthetic")
+        return (
+            data.synthetic_cifar10(cfg.synthetic_size, seed=1),
+            data.synthetic_cifar10(max(256, cfg.synthetic_size // 5), seed=2),
+            "synthetic",
+        )
     if cfg.download:
         data.download_cifar10(cfg.data_dir)
     return data.load_cifar10(cfg.data_dir, train=True), data.load_cifar10(cfg.data_dir, train=False), "cifar10"
@@ -141,8 +184,16 @@ class Trainer:
     """One rank's training loop, in the shape of the PyTorch DDP examples:
     ``run_batch``, ``run_epoch``, ``evaluate``, ``save_snapshot``, ``train``."""
 
-    def __init__(self, cfg: TrainConfig, env: DistEnv, placement: Placement,
-                 train_set: data.ImageSet, test_set: data.ImageSet, dataset_name: str, job_started_at: float):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        env: DistEnv,
+        placement: Placement,
+        train_set: data.ImageSet,
+        test_set: data.ImageSet,
+        dataset_name: str,
+        job_started_at: float,
+    ):
         self.cfg, self.env, self.placement = cfg, env, placement
         self.recipe = cfg.recipe
         self.device = placement.device
@@ -164,14 +215,22 @@ class Trainer:
         except ModelUnavailable as exc:
             raise TrainerError(str(exc)) from exc
         if self.recipe.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes it
         self.model = model.to(self.device)
         mean, std = data.normalisation(self.recipe.standardise)
-        self.pipeline = data.BatchPipeline(train_set, augment=self.recipe.augment, seed=cfg.seed, rank=env.rank,
-                                           channels_last=self.recipe.channels_last, device=self.device,
-                                           mean=mean, std=std)
-        self.test_pipeline = data.BatchPipeline(test_set, augment=False, channels_last=self.recipe.channels_last,
-                                                device=self.device, mean=mean, std=std)
+        self.pipeline = data.BatchPipeline(
+            train_set,
+            augment=self.recipe.augment,
+            seed=cfg.seed,
+            rank=env.rank,
+            channels_last=self.recipe.channels_last,
+            device=self.device,
+            mean=mean,
+            std=std,
+        )
+        self.test_pipeline = data.BatchPipeline(
+            test_set, augment=False, channels_last=self.recipe.channels_last, device=self.device, mean=mean, std=std
+        )
         self.optimizer = self._make_optimizer()
         self.scaler = torch.amp.GradScaler("cuda", enabled=placement.amp_dtype == torch.float16)
         self.step = 0  # optimiser steps completed, job-wide
@@ -188,21 +247,30 @@ class Trainer:
         if self.recipe.decay_norm_and_bias:
             groups = [{"params": params, "weight_decay": self.recipe.weight_decay}]
         else:
-            groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": self.recipe.weight_decay},
-                      {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
-        return torch.optim.SGD(groups, lr=self.peak_lr, momentum=self.recipe.momentum,
-                               nesterov=self.recipe.nesterov)
+            groups = [
+                {"params": [p for p in params if p.ndim > 1], "weight_decay": self.recipe.weight_decay},
+                {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0},
+            ]
+        return torch.optim.SGD(groups, lr=self.peak_lr, momentum=self.recipe.momentum, nesterov=self.recipe.nesterov)
 
     # -- state ---------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(), "model_name": self.cfg.model, "recipe": self.recipe.name,
-            "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
-            "epoch": self.epochs_done, "step": self.step, "steps_per_epoch": self.steps_per_epoch,
-            "world_size": self.env.world_size, "best_accuracy": self.best_accuracy,
+            "model": self.model.state_dict(),
+            "model_name": self.cfg.model,
+            "recipe": self.recipe.name,
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "epoch": self.epochs_done,
+            "step": self.step,
+            "steps_per_epoch": self.steps_per_epoch,
+            "world_size": self.env.world_size,
+            "best_accuracy": self.best_accuracy,
             "rng_cpu": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else torch.empty(0, dtype=torch.uint8),
+            "rng_cuda": torch.cuda.get_rng_state(self.device)
+            if self.device.type == "cuda"
+            else torch.empty(0, dtype=torch.uint8),
         }
 
     def resume(self) -> None:
@@ -211,22 +279,33 @@ class Trainer:
             return
         loaded = checkpoint.load_newest(self.ckpt_dir)
         for path, why in loaded.skipped:
-            print(f"torchdeck.trainer: warning: skipping unreadable checkpoint {path.name}: {why}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"torchdeck.trainer: warning: skipping unreadable checkpoint {path.name}: {why}",
+                file=sys.stderr,
+                flush=True,
+            )
         if loaded.state is None:
             if loaded.skipped:
-                print("torchdeck.trainer: warning: no checkpoint loads; starting from scratch", file=sys.stderr, flush=True)
+                print(
+                    "torchdeck.trainer: warning: no checkpoint loads; starting from scratch",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return
         state = loaded.state
         if state["model_name"] != self.cfg.model:
-            raise TrainerError(f"checkpoint {loaded.path} was written by model '{state['model_name']}', not '{self.cfg.model}'",
-                               hint="use another --checkpoint-dir, or the same --model as before")
+            raise TrainerError(
+                f"checkpoint {loaded.path} was written by model '{state['model_name']}', not '{self.cfg.model}'",
+                hint="use another --checkpoint-dir, or the same --model as before",
+            )
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as exc:
-            raise TrainerError(f"checkpoint {loaded.path} does not fit this job: {str(exc).splitlines()[0][:160]}",
-                               hint="use another --checkpoint-dir") from exc
+            raise TrainerError(
+                f"checkpoint {loaded.path} does not fit this job: {str(exc).splitlines()[0][:160]}",
+                hint="use another --checkpoint-dir",
+            ) from exc
         if "scaler" in state and state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["step"])
@@ -238,8 +317,14 @@ class Trainer:
             torch.set_rng_state(state["rng_cpu"])
         if self.device.type == "cuda" and state.get("rng_cuda") is not None and state["rng_cuda"].numel():
             torch.cuda.set_rng_state(state["rng_cuda"], self.device)
-        self.metrics.emit("resume", epoch=self.epoch_of(self.step), step=self.step, path=str(loaded.path),
-                          restart_count=self.env.restart_count, skipped=[p.name for p, _ in loaded.skipped])
+        self.metrics.emit(
+            "resume",
+            epoch=self.epoch_of(self.step),
+            step=self.step,
+            path=str(loaded.path),
+            restart_count=self.env.restart_count,
+            skipped=[p.name for p, _ in loaded.skipped],
+        )
 
     def epoch_of(self, step: int) -> int:
         """The 1-based epoch that optimiser step ``step`` belongs to, as in step lines."""
@@ -252,14 +337,23 @@ class Trainer:
         if self.env.rank == 0:
             started = time.perf_counter()
             path, size = checkpoint.save(self.ckpt_dir, self.step, self.state(), self.cfg.keep_checkpoints)
-            self.metrics.emit("checkpoint", epoch=self.epoch_of(self.step), step=self.step, path=str(path), bytes=size,
-                              save_s=round(time.perf_counter() - started, 4))
+            self.metrics.emit(
+                "checkpoint",
+                epoch=self.epoch_of(self.step),
+                step=self.step,
+                path=str(path),
+                bytes=size,
+                save_s=round(time.perf_counter() - started, 4),
+            )
 
     # -- training ------------------------------------------------------------------------------
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=self.placement.amp_dtype or torch.float32,
-                              enabled=self.placement.amp_dtype is not None)
+        return torch.autocast(
+            self.device.type,
+            dtype=self.placement.amp_dtype or torch.float32,
+            enabled=self.placement.amp_dtype is not None,
+        )
 
     def run_batch(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         lr = lr_at(self.recipe, self.step, self.total_steps, self.peak_lr)
@@ -289,7 +383,7 @@ class Trainer:
             if self.step >= self.total_steps:
                 return False
             t0 = time.perf_counter()
-            x, y = self.pipeline.batch(indices[i * bs:(i + 1) * bs], epoch, i)
+            x, y = self.pipeline.batch(indices[i * bs : (i + 1) * bs], epoch, i)
             t1 = time.perf_counter()
             loss = self.run_batch(x, y)
             losses.append(loss)
@@ -297,41 +391,73 @@ class Trainer:
             if self.step % self.cfg.log_every == 0 or self.step == self.total_steps:
                 value = loss.item()  # synchronises with the device: only on lines we write
                 step_s = time.perf_counter() - t0
-                self.metrics.emit("step", epoch=epoch + 1, step=self.step, loss=round(value, 5),
-                                  lr=round(self.optimizer.param_groups[0]["lr"], 6),
-                                  samples_per_s=round(len(y) / step_s, 2), step_s=round(step_s, 5),
-                                  data_s=round(t1 - t0, 5), **self.gpu.sample())
-            if self.ckpt_dir is not None and self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0 \
-                    and i + 1 < self.steps_per_epoch:
+                self.metrics.emit(
+                    "step",
+                    epoch=epoch + 1,
+                    step=self.step,
+                    loss=round(value, 5),
+                    lr=round(self.optimizer.param_groups[0]["lr"], 6),
+                    samples_per_s=round(len(y) / step_s, 2),
+                    step_s=round(step_s, 5),
+                    data_s=round(t1 - t0, 5),
+                    **self.gpu.sample(),
+                )
+            if (
+                self.ckpt_dir is not None
+                and self.cfg.checkpoint_every
+                and self.step % self.cfg.checkpoint_every == 0
+                and i + 1 < self.steps_per_epoch
+            ):
                 self.save_snapshot()
         epoch_s = time.perf_counter() - started
         mean_loss = torch.stack(losses).mean().item() if losses else float("nan")
-        self.metrics.emit("epoch", epoch=epoch + 1, step=self.step, loss=round(mean_loss, 5),
-                          samples_per_s=round(images / epoch_s, 2) if epoch_s > 0 else None,
-                          epoch_s=round(epoch_s, 3))
+        self.metrics.emit(
+            "epoch",
+            epoch=epoch + 1,
+            step=self.step,
+            loss=round(mean_loss, 5),
+            samples_per_s=round(images / epoch_s, 2) if epoch_s > 0 else None,
+            epoch_s=round(epoch_s, 3),
+        )
         return True
 
     def evaluate(self) -> tuple[float, float, list[float]]:
         """Accuracy, mean loss and per-class accuracy on the test set; each
         rank takes a disjoint part and the counts are summed."""
-        return evaluate_model(self.model, self.test_pipeline, self.env, num_classes=len(self.test_set.classes),
-                              tta=self.recipe.tta, autocast=self._autocast)
+        return evaluate_model(
+            self.model,
+            self.test_pipeline,
+            self.env,
+            num_classes=len(self.test_set.classes),
+            tta=self.recipe.tta,
+            autocast=self._autocast,
+        )
 
     def train(self) -> dict[str, Any]:
         self.resume()
         if self.step == 0 and hasattr(self.model, "init_whitening"):
             sample = self.train_set.images[: min(len(self.train_set), 5000)]
-            self.model.init_whitening(self.pipeline.normalise(sample))
+            self.model.init_whitening(self.pipeline.normalise(sample))  # type: ignore[operator]  # hasattr above
         if self.env.world_size > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.ddp = DistributedDataParallel(self.model, device_ids=ids)
         params = sum(p.numel() for p in self.model.parameters())
         self.metrics.emit(
-            "start", model=self.cfg.model, recipe=self.recipe.name, dataset=self.dataset_name,
-            device=str(self.device), backend=self.placement.backend if self.env.world_size > 1 else None,
-            precision=self.placement.precision, global_batch=self.global_batch, epochs=self.cfg.epochs,
-            steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps, train_size=len(self.train_set),
-            test_size=len(self.test_set), params=params, restart_count=self.env.restart_count,
+            "start",
+            model=self.cfg.model,
+            recipe=self.recipe.name,
+            dataset=self.dataset_name,
+            device=str(self.device),
+            backend=self.placement.backend if self.env.world_size > 1 else None,
+            precision=self.placement.precision,
+            global_batch=self.global_batch,
+            epochs=self.cfg.epochs,
+            steps_per_epoch=self.steps_per_epoch,
+            total_steps=self.total_steps,
+            train_size=len(self.train_set),
+            test_size=len(self.test_set),
+            params=params,
+            restart_count=self.env.restart_count,
             start_step=self.step,
         )
         train_started = time.perf_counter()
@@ -341,8 +467,14 @@ class Trainer:
             accuracy, loss, per_class = self.evaluate()
             self.last_accuracy = accuracy
             self.best_accuracy = max(self.best_accuracy, accuracy)
-            self.metrics.emit("eval", epoch=epoch + 1, step=self.step, accuracy=round(accuracy, 5),
-                              loss=round(loss, 5), per_class=[round(a, 4) for a in per_class])
+            self.metrics.emit(
+                "eval",
+                epoch=epoch + 1,
+                step=self.step,
+                accuracy=round(accuracy, 5),
+                loss=round(loss, 5),
+                per_class=[round(a, 4) for a in per_class],
+            )
             self.save_snapshot()
             if not finished:
                 break
@@ -350,20 +482,40 @@ class Trainer:
             self.last_accuracy, _, _ = self.evaluate()
         model_file = self.cfg.model_file
         if self.env.rank == 0 and model_file:
-            save_model(model_file, {
-                "model": self.cfg.model, "state_dict": self.model.state_dict(),
-                "classes": list(self.test_set.classes), "standardise": self.recipe.standardise,
-                "tta": self.recipe.tta, "accuracy": self.last_accuracy, "epochs": self.epochs_done, "steps": self.step,
-            })
-        summary = {"epoch": self.epochs_done, "step": self.step, "accuracy": round(self.last_accuracy, 5),
-                   "best_accuracy": round(self.best_accuracy, 5), "model_file": model_file if self.env.rank == 0 else None,
-                   "train_s": round(time.perf_counter() - train_started, 3)}
+            save_model(
+                model_file,
+                {
+                    "model": self.cfg.model,
+                    "state_dict": self.model.state_dict(),
+                    "classes": list(self.test_set.classes),
+                    "standardise": self.recipe.standardise,
+                    "tta": self.recipe.tta,
+                    "accuracy": self.last_accuracy,
+                    "epochs": self.epochs_done,
+                    "steps": self.step,
+                },
+            )
+        summary = {
+            "epoch": self.epochs_done,
+            "step": self.step,
+            "accuracy": round(self.last_accuracy, 5),
+            "best_accuracy": round(self.best_accuracy, 5),
+            "model_file": model_file if self.env.rank == 0 else None,
+            "train_s": round(time.perf_counter() - train_started, 3),
+        }
         self.metrics.emit("done", **summary)
         return summary
 
 
-def evaluate_model(model: nn.Module, pipeline: data.BatchPipeline, env: DistEnv, num_classes: int,
-                   tta: bool, autocast, batch_size: int = 500) -> tuple[float, float, list[float]]:
+def evaluate_model(
+    model: nn.Module,
+    pipeline: data.BatchPipeline,
+    env: DistEnv,
+    num_classes: int,
+    tta: bool,
+    autocast,
+    batch_size: int = 500,
+) -> tuple[float, float, list[float]]:
     """Accuracy, mean cross-entropy and per-class accuracy of ``model`` on the
     pipeline's images, split over ranks by stride and summed with all_reduce."""
     was_training = model.training
@@ -376,7 +528,7 @@ def evaluate_model(model: nn.Module, pipeline: data.BatchPipeline, env: DistEnv,
     loss_sum = torch.zeros(1, dtype=torch.float64, device=device)
     with torch.no_grad():
         for start in range(0, len(mine), batch_size):
-            idx = mine[start:start + batch_size]
+            idx = mine[start : start + batch_size]
             x, y = pipeline.batch(idx, epoch=0, step=0)
             with autocast():
                 logits = model(x).float()
@@ -389,11 +541,15 @@ def evaluate_model(model: nn.Module, pipeline: data.BatchPipeline, env: DistEnv,
     if env.world_size > 1 and dist.is_initialized():
         packed = torch.cat((correct, total, loss_sum))
         dist.all_reduce(packed)
-        correct, total, loss_sum = packed[:num_classes], packed[num_classes:2 * num_classes], packed[-1:]
+        correct, total, loss_sum = packed[:num_classes], packed[num_classes : 2 * num_classes], packed[-1:]
     model.train(was_training)
     count = total.sum().item()
     per_class = (correct / total.clamp(min=1)).tolist()
-    return (correct.sum().item() / count if count else 0.0), (loss_sum.item() / count if count else float("nan")), per_class
+    return (
+        (correct.sum().item() / count if count else 0.0),
+        (loss_sum.item() / count if count else float("nan")),
+        per_class,
+    )
 
 
 def _agree_on_start_time(env: DistEnv, ckpt_dir: Path | None, placement: Placement) -> float:
@@ -455,7 +611,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except TrainerError as exc:
         MetricsWriter(env.rank, env.local_rank, env.world_size, metrics_file=cfg.metrics_file).emit(
-            "error", message=exc.message, hint=exc.hint)
+            "error", message=exc.message, hint=exc.hint
+        )
         print(f"torchdeck.trainer: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:

@@ -4,22 +4,25 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from collections.abc import Iterable
 from functools import partial
-from typing import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
-from textual.widgets import Footer
-from textual.widgets._toggle_button import ToggleButton
+from textual.widgets import Checkbox, Footer, RadioButton
 
 from torchdeck.backends.base import Backend
 from torchdeck.settings import Settings
 
 from .glyphs import glyphs_for
+
+if TYPE_CHECKING:
+    from torchdeck.backends.eks.cloud import EksCloud
 from .screens.help import HelpScreen
 from .screens.home import HomeScreen
 from .screens.launch import LaunchScreen
@@ -27,7 +30,7 @@ from .screens.monitor import MonitorScreen
 
 
 class RunCommands(Provider):
-    """"Monitor RUN" for every run, in the command palette."""
+    """ "Monitor RUN" for every run, in the command palette."""
 
     async def startup(self) -> None:
         app = self.app
@@ -38,8 +41,11 @@ class RunCommands(Provider):
 
     async def discover(self) -> Hits:
         for status in self.runs[:20]:
-            yield DiscoveryHit(f"Monitor {status.run_id}", partial(self.app.open_monitor, status.run_id),
-                               help=f"{status.state.value}, {status.world_size} ranks")
+            yield DiscoveryHit(
+                f"Monitor {status.run_id}",
+                partial(self.app.open_monitor, status.run_id),
+                help=f"{status.state.value}, {status.world_size} ranks",
+            )
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
@@ -47,8 +53,12 @@ class RunCommands(Provider):
             command = f"Monitor {status.run_id}"
             score = matcher.match(command)
             if score > 0:
-                yield Hit(score, matcher.highlight(command), partial(self.app.open_monitor, status.run_id),
-                          help=f"{status.state.value}, {status.world_size} ranks")
+                yield Hit(
+                    score,
+                    matcher.highlight(command),
+                    partial(self.app.open_monitor, status.run_id),
+                    help=f"{status.state.value}, {status.world_size} ranks",
+                )
 
 
 class AsciiScrollBarRender(ScrollBarRender):
@@ -61,24 +71,36 @@ class AsciiScrollBarRender(ScrollBarRender):
 def use_ascii_widgets(on: bool) -> None:
     """Switch Textual's own glyphs (scroll bars, check boxes) to ASCII, or back."""
     ScrollBar.renderer = AsciiScrollBarRender if on else ScrollBarRender
-    ToggleButton.BUTTON_LEFT, ToggleButton.BUTTON_RIGHT = ("[", "]") if on else ("▐", "▌")
+    for button in (Checkbox, RadioButton):  # Textual's public toggle buttons, each set alike
+        button.BUTTON_LEFT, button.BUTTON_RIGHT = ("[", "]") if on else ("▐", "▌")
 
 
 class TorchdeckApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "torchdeck"
     COMMANDS = App.COMMANDS | {RunCommands}
-    BINDINGS = [Binding("question_mark", "help", "Help", show=False),
-                Binding("ctrl+q", "quit", "Quit", show=False)]
+    BINDINGS = [Binding("question_mark", "help", "Help", show=False), Binding("ctrl+q", "quit", "Quit", show=False)]
 
-    def __init__(self, settings: Settings, backend: Backend, monitor_run: str | None = None):
+    def __init__(
+        self, settings: Settings, backend: Backend, monitor_run: str | None = None, cloud: EksCloud | None = None
+    ):
         super().__init__()
         self.settings = settings
         self.backend = backend
+        self._cloud = cloud
         self.monitor_run = monitor_run
         self.glyphs = glyphs_for(settings.ascii)
         if settings.ascii:
             self.add_class("-ascii")
+
+    @property
+    def cloud(self) -> EksCloud:
+        """The door to AWS and EKS for the cloud screens, opened when one first needs it."""
+        if self._cloud is None:
+            from torchdeck.backends.eks.cloud import EksCloud
+
+            self._cloud = EksCloud(self.settings.state_dir, poll_s=self.settings.aws_poll_s)
+        return self._cloud
 
     def on_mount(self) -> None:
         use_ascii_widgets(self.settings.ascii)
@@ -101,14 +123,17 @@ class TorchdeckApp(App):
 
     def action_cluster(self) -> None:
         from .screens.cluster import ClusterScreen
+
         self.push_screen(ClusterScreen(Path("cluster.yaml")))
 
     def action_storage(self) -> None:
         from .screens.storage import StorageScreen
+
         self.push_screen(StorageScreen())
 
     def action_image(self) -> None:
         from .screens.image import ImageScreen
+
         self.push_screen(ImageScreen())
 
     def action_help(self) -> None:
@@ -129,6 +154,9 @@ class TorchdeckApp(App):
             self.pop_screen()
 
 
-def make_app(settings: Settings, backend: Backend, monitor_run: str | None = None) -> TorchdeckApp:
-    """The console for ``backend``; with ``monitor_run`` it opens on that run's monitor."""
-    return TorchdeckApp(settings, backend, monitor_run)
+def make_app(
+    settings: Settings, backend: Backend, monitor_run: str | None = None, cloud: EksCloud | None = None
+) -> TorchdeckApp:
+    """The console for ``backend`` (and ``cloud``, made when a cloud screen first needs it); with
+    ``monitor_run`` it opens on that run's monitor."""
+    return TorchdeckApp(settings, backend, monitor_run, cloud)

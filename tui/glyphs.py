@@ -8,8 +8,14 @@ from dataclasses import dataclass
 
 from torchdeck.backends.base import JobState
 
-STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "bold green", JobState.SUCCEEDED: "bold cyan",
-               JobState.FAILED: "bold red", JobState.CANCELLED: "magenta", JobState.UNKNOWN: "dim"}
+STATE_STYLE = {
+    JobState.PENDING: "yellow",
+    JobState.RUNNING: "bold green",
+    JobState.SUCCEEDED: "bold cyan",
+    JobState.FAILED: "bold red",
+    JobState.CANCELLED: "magenta",
+    JobState.UNKNOWN: "dim",
+}
 
 
 @dataclass(frozen=True)
@@ -23,10 +29,8 @@ class Glyphs:
     warn: str
 
 
-UNICODE = Glyphs(bar_full="█", bar_empty="░", bar_left="▕", bar_right="▏", plot_marker="braille",
-                 bad="✗", warn="!")
-ASCII = Glyphs(bar_full="#", bar_empty=".", bar_left="[", bar_right="]", plot_marker="*",
-               bad="x", warn="!")
+UNICODE = Glyphs(bar_full="█", bar_empty="░", bar_left="▕", bar_right="▏", plot_marker="braille", bad="✗", warn="!")
+ASCII = Glyphs(bar_full="#", bar_empty=".", bar_left="[", bar_right="]", plot_marker="*", bad="x", warn="!")
 
 
 def glyphs_for(ascii_only: bool) -> Glyphs:

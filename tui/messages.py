@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
 from torchdeck.backends.base import JobStatus, NodeMetrics
+from torchdeck.backends.ledger import Resource
+
+if TYPE_CHECKING:  # the EKS types load with the cloud screens, not with the console's first frame
+    from torchdeck.backends.eks.preflight import Catalogue, PreflightReport
+    from torchdeck.backends.eks.progress import Progress
 
 
 @dataclass
@@ -48,7 +53,7 @@ class RunStopped(Message):
 @dataclass
 class ModelTested(Message):
     run_id: str
-    result: dict
+    result: dict[str, object]
 
 
 @dataclass
@@ -58,34 +63,38 @@ class TestProgressed(Message):
 
 @dataclass
 class CatalogueLoaded(Message):
-    """The instance types of a region's zones, from EC2 (an eks_preflight.Catalogue)."""
-    catalogue: Any
+    """The instance types of a region's zones, from EC2."""
+
+    catalogue: Catalogue
 
 
 @dataclass
 class PreflightChecked(Message):
-    """A cluster plan's preflight (an eks_preflight.PreflightReport); create follows where it passed."""
-    report: Any
+    """A cluster plan's preflight; create follows where it passed."""
+
+    report: PreflightReport
     then_create: bool = False
 
 
 @dataclass
 class ClusterProgressed(Message):
-    """One line of a cluster create (an eks_create.Progress)."""
-    progress: Any
+    """One line of a cluster create."""
+
+    progress: Progress
 
 
 @dataclass
 class StepProgressed(Message):
-    """One line of a storage create or delete, an image build or a data copy (an eks_create.Progress),
-    from the worker ``group``."""
-    progress: Any
+    """One line of a storage create or delete, or an image build, from the worker ``group``."""
+
+    progress: Progress
     group: str
 
 
 @dataclass
 class LedgerRead(Message):
     """What torchdeck made that exists (ledger rows), and the cost per hour now and so far."""
-    resources: list
+
+    resources: list[Resource]
     per_hour: float
     so_far: float

@@ -1,7 +1,9 @@
 """What torchdeck keeps about an EKS cluster on this machine, and how it
-reaches one: the local record of every AWS resource created for it (so a
-re-run reuses them and delete finds them), IAM names, the kubeconfig context
-with exec authentication, and the EKS token that exec prints.
+reaches one: the cluster's record (its region, path, kubeconfig context and
+last storage choices; what was made for it is in the ledger, so a re-run
+reuses it and delete finds it), the kubeconfig context with exec
+authentication, the EKS token that exec prints, the Kubernetes client for
+the cluster and its network (VPC, security group, node subnets).
 
 No credential is written anywhere: the kubeconfig runs a command that signs a
 short-lived token from whatever credentials the environment holds then."""
@@ -10,33 +12,28 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import hashlib
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .session import AwsSession, redact, translate
 from ..errors import BackendError
+from ..kubernetes.client import object_path
+from ..ledger import Ledger, Resource
 from .plan import CLUSTER_TAG
-from ..ledger import Ledger
+from .session import AwsSession, redact, translate
+
+if TYPE_CHECKING:
+    from ..kubernetes.backend import KubernetesBackend
 
 TOKEN_PREFIX = "k8s-aws-v1."
 EXEC_API = "client.authentication.k8s.io/v1beta1"
-
-
-def role_name(cluster: str, purpose: str) -> str:
-    """IAM role names allow 64 characters; long cluster names keep a hash to stay unique."""
-    name = f"torchdeck-{cluster}-{purpose}"
-    if len(name) <= 64:
-        return name
-    digest = hashlib.sha1(cluster.encode()).hexdigest()[:8]
-    return f"td-{cluster[:63 - len(purpose) - 13]}-{digest}-{purpose}"
 
 
 def context_name(cluster: str) -> str:
@@ -45,7 +42,8 @@ def context_name(cluster: str) -> str:
 
 @dataclass
 class ClusterRecord:
-    """``$STATE/clusters/NAME.json``: what torchdeck made for one cluster, step by step."""
+    """``$STATE/clusters/NAME.json``: how torchdeck reaches one cluster and what it chose for it. What
+    it made for the cluster lives in the ledger, under the cluster's name (``note``, ``made``)."""
 
     name: str
     region: str
@@ -54,8 +52,6 @@ class ClusterRecord:
     plan_file: str = ""
     state: str = "planned"
     """planned, creating, created, deleting, deleted."""
-    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """key (e.g. "iam-role/torchdeck-demo-node") -> {"type", "id", "created": this run made it, "at"}."""
     kubeconfig: str = ""
     context: str = ""
     account: str = ""
@@ -70,7 +66,7 @@ class ClusterRecord:
         return Path(state_dir) / "clusters" / f"{name}.json"
 
     @classmethod
-    def load(cls, state_dir: Path, name: str) -> "ClusterRecord | None":
+    def load(cls, state_dir: Path, name: str) -> ClusterRecord | None:
         path = cls.file_for(state_dir, name)
         try:
             data = json.loads(path.read_text())
@@ -82,7 +78,7 @@ class ClusterRecord:
         return cls(**known, path=path)
 
     @classmethod
-    def all(cls, state_dir: Path) -> list["ClusterRecord"]:
+    def all(cls, state_dir: Path) -> list[ClusterRecord]:
         """Every cluster torchdeck keeps a record of and has not deleted, by name; an unreadable
         record is skipped (``load`` on it says why)."""
         found = []
@@ -96,7 +92,7 @@ class ClusterRecord:
         return found
 
     @classmethod
-    def open(cls, state_dir: Path, name: str, region: str) -> "ClusterRecord":
+    def open(cls, state_dir: Path, name: str, region: str) -> ClusterRecord:
         record = cls.load(state_dir, name) or cls(name, region)
         record.path = cls.file_for(state_dir, name)
         return record
@@ -106,28 +102,50 @@ class ClusterRecord:
         assert self.path is not None
         return Ledger(self.path.parent.parent)
 
-    def note(self, kind: str, ident: str, created: bool, hourly: float = 0.0, made: bool | None = None,
-             **extra: Any) -> None:
-        """Remember a resource (made now, or found and reused) and save at once: a crash loses nothing.
-        It goes into the ledger too, with ``hourly`` its estimated cost; ``made`` (default: ``created``)
-        says whether torchdeck made it, and so whether cleanup deletes it."""
-        key = f"{kind}/{ident}"
-        before = self.resources.get(key, {})
-        self.resources[key] = {**before, "type": kind, "id": ident, "created": before.get("created", False) or created,
-                               "at": before.get("at", time.time()), **extra}
-        self.save()
-        self.ledger.add(kind, ident, region=self.region, account=self.account, scope=self.name,
-                        tags={CLUSTER_TAG: self.name}, detail=extra, made=created if made is None else made,
-                        cost_per_hour=hourly)
+    def note(
+        self, kind: str, ident: str, created: bool, hourly: float = 0.0, made: bool | None = None, **detail: Any
+    ) -> None:
+        """Record a resource (made now, or found and reused) in the ledger at once: a crash loses
+        nothing. ``hourly`` is its estimated cost; ``made`` (default: ``created``) says whether
+        torchdeck made it, and so whether cleanup deletes it."""
+        self.ledger.add(
+            kind,
+            ident,
+            region=self.region,
+            account=self.account,
+            scope=self.name,
+            tags={CLUSTER_TAG: self.name},
+            detail=detail,
+            made=created if made is None else made,
+            cost_per_hour=hourly,
+        )
+
+    def note_object(self, obj: dict[str, Any], made: bool, rank: int, purpose: str) -> None:
+        """A Kubernetes object in the ledger, with what deleting it needs; ``rank`` orders deletes
+        (jobs 0, claims 1, volumes 2, classes and accounts 3); ``purpose`` (storage, image) says which
+        delete takes it besides cleanup."""
+        path = object_path(obj)
+        self.note(
+            "k8s-object",
+            f"{self.context}/{path}",
+            made,
+            context=self.context,
+            kubeconfig=self.kubeconfig,
+            path=path,
+            rank=rank,
+            purpose=purpose,
+        )
 
     def forget(self, kind: str, ident: str) -> None:
         """It is deleted (or was gone already)."""
-        self.resources.pop(f"{kind}/{ident}", None)
-        self.save()
         self.ledger.gone(kind, ident, self.region)
 
+    def made(self, kind: str) -> list[Resource]:
+        """What the ledger holds of ``kind`` for this cluster and still exists."""
+        return self.ledger.resources(scope=self.name, kind=kind, region=self.region)
+
     def of_type(self, kind: str) -> list[str]:
-        return [r["id"] for r in self.resources.values() if r["type"] == kind]
+        return [r.ident for r in self.made(kind)]
 
     def save(self) -> None:
         assert self.path is not None
@@ -139,6 +157,8 @@ class ClusterRecord:
         with os.fdopen(fd, "w") as f:
             f.write(redact(json.dumps(data, indent=2, sort_keys=True)))
         tmp.replace(self.path)
+        if self.context:  # what jobs make on its context belongs to the cluster
+            self.ledger.set_place(self.context, self.name, self.region, self.account)
 
 
 # -- the kubeconfig -------------------------------------------------------------------
@@ -155,25 +175,42 @@ def exec_user(cluster: str, region: str, profile: str | None, use_aws_cli: bool)
         command, args = "aws", ["eks", "get-token", "--cluster-name", cluster, "--region", region, "--output", "json"]
     else:
         command, args = sys.executable, ["-m", "torchdeck", "cluster", "token", "--name", cluster, "--region", region]
-    user: dict[str, Any] = {"exec": {"apiVersion": EXEC_API, "command": command, "args": args,
-                                     "interactiveMode": "Never", "provideClusterInfo": False}}
+    user: dict[str, Any] = {
+        "exec": {
+            "apiVersion": EXEC_API,
+            "command": command,
+            "args": args,
+            "interactiveMode": "Never",
+            "provideClusterInfo": False,
+        }
+    }
     if profile:
         user["exec"]["env"] = [{"name": "AWS_PROFILE", "value": profile}]
     return user
 
 
-def _replace(entries: list[dict[str, Any]], name: str, body: dict[str, Any] | None, key: str) -> list[dict[str, Any]]:
+def _replace(
+    entries: list[dict[str, Any]] | None, name: str, body: dict[str, Any] | None, key: str
+) -> list[dict[str, Any]]:
     kept = [e for e in entries or [] if e.get("name") != name]
     return kept + ([{"name": name, key: body}] if body is not None else [])
 
 
-def write_context(path: Path, cluster: str, region: str, endpoint: str, ca_data: str, profile: str | None = None,
-                  use_aws_cli: bool = False) -> str:
+def write_context(
+    path: Path,
+    cluster: str,
+    region: str,
+    endpoint: str,
+    ca_data: str,
+    profile: str | None = None,
+    use_aws_cli: bool = False,
+) -> str:
     """Add (or refresh) the cluster's context in the kubeconfig, make it current; mode 0600. Returns the context."""
     context = context_name(cluster)
     config = _read_kubeconfig(path)
-    config["clusters"] = _replace(config.get("clusters"), context, {"server": endpoint,
-                                                                   "certificate-authority-data": ca_data}, "cluster")
+    config["clusters"] = _replace(
+        config.get("clusters"), context, {"server": endpoint, "certificate-authority-data": ca_data}, "cluster"
+    )
     config["users"] = _replace(config.get("users"), context, exec_user(cluster, region, profile, use_aws_cli), "user")
     config["contexts"] = _replace(config.get("contexts"), context, {"cluster": context, "user": context}, "context")
     config["current-context"] = context
@@ -220,15 +257,26 @@ def _write_kubeconfig(path: Path, config: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def connect(aws: AwsSession, cluster: str, kubeconfig: Path | None = None, use_aws_cli: bool = False) -> tuple[Path, str]:
+def connect(
+    aws: AwsSession, cluster: str, kubeconfig: Path | None = None, use_aws_cli: bool = False
+) -> tuple[Path, str]:
     """Write the cluster's context (exec authentication) into the kubeconfig; returns (file, context)."""
     path = kubeconfig or default_kubeconfig()
     info = aws.call("eks", "describe_cluster", name=cluster)["cluster"]
     if info.get("status") != "ACTIVE" or not info.get("endpoint"):
-        raise BackendError(f"cluster {cluster} is {info.get('status')}: no endpoint to connect to yet",
-                           "wait for it (torchdeck cluster status) and connect again")
-    context = write_context(path, cluster, aws.region or "", info["endpoint"],
-                            (info.get("certificateAuthority") or {}).get("data", ""), aws.profile, use_aws_cli)
+        raise BackendError(
+            f"cluster {cluster} is {info.get('status')}: no endpoint to connect to yet",
+            "wait for it (torchdeck cluster status) and connect again",
+        )
+    context = write_context(
+        path,
+        cluster,
+        aws.region or "",
+        info["endpoint"],
+        (info.get("certificateAuthority") or {}).get("data", ""),
+        aws.profile,
+        use_aws_cli,
+    )
     return path, context
 
 
@@ -240,13 +288,80 @@ def eks_token(aws: AwsSession, cluster: str) -> dict[str, Any]:
     def add_cluster_header(request, **_: Any) -> None:
         request.headers["x-k8s-aws-id"] = cluster
 
-    sts.meta.events.register_first("before-sign.sts.GetCallerIdentity", add_cluster_header,
-                                   unique_id="torchdeck-k8s-aws-id")
+    sts.meta.events.register_first(
+        "before-sign.sts.GetCallerIdentity", add_cluster_header, unique_id="torchdeck-k8s-aws-id"
+    )
     try:
         url = sts.generate_presigned_url("get_caller_identity", Params={}, ExpiresIn=60, HttpMethod="GET")
     except Exception as exc:
         raise translate(exc, "sts presign") from None
     token = TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
     expires = dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=14)
-    return {"kind": "ExecCredential", "apiVersion": EXEC_API, "spec": {},
-            "status": {"expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "token": token}}
+    return {
+        "kind": "ExecCredential",
+        "apiVersion": EXEC_API,
+        "spec": {},
+        "status": {"expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"), "token": token},
+    }
+
+
+def cluster_tags(name: str) -> dict[str, str]:
+    """The tag on everything torchdeck makes for a cluster (EKS's and S3's form)."""
+    return {CLUSTER_TAG: name}
+
+
+# -- what the cluster tells us ----------------------------------------------------------
+
+
+@dataclass
+class ClusterNetwork:
+    """Where the storage goes: the cluster's VPC, its security group, and the subnets its nodes use."""
+
+    vpc_id: str
+    cluster_sg: str
+    node_subnets: dict[str, str]
+    """subnet id -> availability zone."""
+    issuer: str
+
+
+async def cluster_network(aws: AwsSession, name: str) -> ClusterNetwork:
+    found = await aws.afind("eks", "describe_cluster", name=name)
+    if found is None:
+        raise BackendError(f"no cluster {name} in {aws.region}", "create it first: torchdeck cluster create")
+    cluster = found["cluster"]
+    vpc = cluster.get("resourcesVpcConfig") or {}
+    cluster_sg = vpc.get("clusterSecurityGroupId") or ""
+    if not cluster_sg:
+        raise BackendError(
+            f"cluster {name} reports no cluster security group",
+            "EKS gives every cluster one once it is ACTIVE; wait for it and run again",
+        )
+    subnets: list[str] = []
+    for group in await aws.apages("eks", "list_nodegroups", "nodegroups", clusterName=name):
+        ng = (await aws.acall("eks", "describe_nodegroup", clusterName=name, nodegroupName=group))["nodegroup"]
+        subnets += [s for s in ng.get("subnets", []) if s not in subnets]
+    if not subnets:
+        subnets = list(vpc.get("subnetIds") or [])
+    if not subnets:
+        raise BackendError(f"cluster {name} has no subnets for nodes", "add a nodegroup, then run again")
+    described = (await aws.acall("ec2", "describe_subnets", SubnetIds=subnets))["Subnets"]
+    zones = {s["SubnetId"]: s["AvailabilityZone"] for s in described}
+    vpc_id = vpc.get("vpcId") or (described[0]["VpcId"] if described else "")
+    issuer = ((cluster.get("identity") or {}).get("oidc") or {}).get("issuer", "")
+    return ClusterNetwork(vpc_id, cluster_sg, {s: zones[s] for s in subnets if s in zones}, issuer)
+
+
+def cluster_kube(
+    record: ClusterRecord, aws: AwsSession, kube: Callable[[Path, str], Any] | None = None
+) -> KubernetesBackend:
+    """The Kubernetes client on the cluster's context (connecting first where torchdeck has none);
+    ``kube(kubeconfig, context)`` makes it where given (the tests' kmock)."""
+    if not record.context:
+        path, context = connect(aws, record.name, Path(record.kubeconfig) if record.kubeconfig else None)
+        record.kubeconfig, record.context = str(path), context
+        record.save()
+    if kube:
+        return kube(Path(record.kubeconfig), record.context)
+    from ..kubernetes.backend import KubernetesBackend
+
+    return KubernetesBackend(record.kubeconfig, record.context)

@@ -6,17 +6,18 @@ the IAM roles, found both in the local record and by the
 
 from __future__ import annotations
 
-import asyncio
-import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
-from .session import AwsError, AwsSession
-from .access import ClusterRecord, remove_context
-from .create import POLL_S, TIMEOUT_S, Progress, _Clock, run_eksctl
-from .plan import CLUSTER_TAG, made_by_torchdeck
 from ..errors import BackendError
+from .access import ClusterRecord, remove_context
+from .create import POLL_S, TIMEOUT_S, run_eksctl
+from .iam import delete_role, tagged_oidc_providers, tagged_roles
+from .plan import CLUSTER_TAG, made_by_torchdeck
+from .progress import Clock, Progress, wait_gone
+from .session import AwsError, AwsSession
 
 
 @dataclass
@@ -61,25 +62,39 @@ class ClusterState:
     record: ClusterRecord | None = None
 
 
-def cluster_state(aws: AwsSession, name: str, record: ClusterRecord | None = None,
-                  kube: Any = None) -> ClusterState:
+def cluster_state(aws: AwsSession, name: str, record: ClusterRecord | None = None, kube: Any = None) -> ClusterState:
     """The cluster as AWS sees it, and its nodes as Kubernetes does (where ``kube`` is given)."""
     found = aws.find("eks", "describe_cluster", name=name)
     if found is None:
         return ClusterState(name, aws.region or "", "MISSING", record=record)
     info = found["cluster"]
-    state = ClusterState(name, aws.region or "", info.get("status", ""), info.get("version", ""),
-                         info.get("endpoint", ""), made_by_torchdeck(info, name), record=record)
+    state = ClusterState(
+        name,
+        aws.region or "",
+        info.get("status", ""),
+        info.get("version", ""),
+        info.get("endpoint", ""),
+        made_by_torchdeck(info, name),
+        record=record,
+    )
     for group in sorted(aws.pages("eks", "list_nodegroups", "nodegroups", clusterName=name)):
         ng = aws.find("eks", "describe_nodegroup", clusterName=name, nodegroupName=group)
         if ng is None:
             continue
         ng = ng["nodegroup"]
         scaling = ng.get("scalingConfig") or {}
-        state.nodegroups.append(NodegroupState(
-            group, ng.get("status", ""), ng.get("instanceTypes") or [], scaling.get("minSize", 0),
-            scaling.get("desiredSize", 0), scaling.get("maxSize", 0), ng.get("capacityType", "ON_DEMAND"),
-            [f"{i.get('code')}: {i.get('message')}" for i in (ng.get("health") or {}).get("issues", [])]))
+        state.nodegroups.append(
+            NodegroupState(
+                group,
+                ng.get("status", ""),
+                ng.get("instanceTypes") or [],
+                scaling.get("minSize", 0),
+                scaling.get("desiredSize", 0),
+                scaling.get("maxSize", 0),
+                ng.get("capacityType", "ON_DEMAND"),
+                [f"{i.get('code')}: {i.get('message')}" for i in (ng.get("health") or {}).get("issues", [])],
+            )
+        )
     try:
         for addon in aws.pages("eks", "list_addons", "addons", clusterName=name):
             described = aws.find("eks", "describe_addon", clusterName=name, addonName=addon)
@@ -98,19 +113,23 @@ def cluster_state(aws: AwsSession, name: str, record: ClusterRecord | None = Non
 
 def node_states(kube: Any) -> list[NodeState]:
     """Every node: ready or not (and why), its nodegroup, type and GPUs."""
-    from ..kubernetes.client import quantity
+    from ..kubernetes.client import api_path, quantity
 
     nodes = []
-    for node in kube.request("GET", "api/v1/nodes").get("items", []):
+    for node in kube.request("GET", api_path("Node")).get("items", []):
         meta, status = node.get("metadata", {}), node.get("status", {})
         labels = meta.get("labels") or {}
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-        nodes.append(NodeState(
-            meta.get("name", ""), ready.get("status") == "True",
-            labels.get("eks.amazonaws.com/nodegroup") or labels.get("torchdeck.dev/nodegroup", ""),
-            labels.get("node.kubernetes.io/instance-type", ""),
-            int(quantity((status.get("allocatable") or {}).get("nvidia.com/gpu", 0))),
-            "" if ready.get("status") == "True" else (ready.get("message") or ready.get("reason") or "not ready")))
+        ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        nodes.append(
+            NodeState(
+                meta.get("name", ""),
+                ready.get("status") == "True",
+                labels.get("eks.amazonaws.com/nodegroup") or labels.get("torchdeck.dev/nodegroup", ""),
+                labels.get("node.kubernetes.io/instance-type", ""),
+                int(quantity((status.get("allocatable") or {}).get("nvidia.com/gpu", 0))),
+                "" if ready.get("status") == "True" else (ready.get("message") or ready.get("reason") or "not ready"),
+            )
+        )
     return sorted(nodes, key=lambda n: (n.nodegroup, n.name))
 
 
@@ -127,75 +146,47 @@ def _gone(describe: Callable[[], Any]) -> bool:
     return False
 
 
-async def _wait_gone(what: str, describe: Callable[[], Any], clock: _Clock, phase: str,
-                     poll_s: float, timeout_s: float) -> AsyncIterator[Progress]:
-    started = time.monotonic()
+async def _wait_gone(
+    what: str, describe: Callable[[], Any], clock: Clock, phase: str, poll_s: float, timeout_s: float
+) -> AsyncIterator[Progress]:
+    """Wait until ``describe`` says not found; says once that it waits."""
     said = False
-    while not await asyncio.to_thread(_gone, describe):
-        if time.monotonic() - started > timeout_s:
-            raise BackendError(f"{what} is still being deleted after {timeout_s / 60:.0f} minutes",
-                               "run delete again later: it continues")
+    async for _ in wait_gone(what, lambda: _gone(describe), poll_s, timeout_s):
         if not said:
             yield Progress(phase, f"waiting for {what} to go", clock(), "wait")
             said = True
-        await asyncio.sleep(poll_s)
 
 
-async def tagged_roles(aws: AwsSession, name: str) -> list[str]:
-    """IAM roles carrying torchdeck:cluster=NAME."""
-    roles = []
-    for role in await aws.apages("iam", "list_roles", "Roles"):
-        if not role["RoleName"].startswith(("torchdeck-", "td-")):
-            continue  # torchdeck names its roles so; reading every role's tags would be slow on big accounts
-        tags = (await aws.acall("iam", "list_role_tags", RoleName=role["RoleName"])).get("Tags", [])
-        if {"Key": CLUSTER_TAG, "Value": name} in tags:
-            roles.append(role["RoleName"])
-    return roles
-
-
-async def tagged_oidc_providers(aws: AwsSession, name: str) -> list[str]:
-    found = []
-    for provider in (await aws.acall("iam", "list_open_id_connect_providers")).get("OpenIDConnectProviderList", []):
-        tags = (await aws.acall("iam", "list_open_id_connect_provider_tags",
-                                OpenIDConnectProviderArn=provider["Arn"])).get("Tags", [])
-        if {"Key": CLUSTER_TAG, "Value": name} in tags:
-            found.append(provider["Arn"])
-    return found
-
-
-async def delete_role(aws: AwsSession, role: str) -> bool:
-    """Detach, empty and delete one role; False if it was not there."""
-    if await aws.afind("iam", "get_role", RoleName=role) is None:
-        return False
-    for policy in await aws.apages("iam", "list_attached_role_policies", "AttachedPolicies", RoleName=role):
-        await aws.acall("iam", "detach_role_policy", RoleName=role, PolicyArn=policy["PolicyArn"])
-    for policy in await aws.apages("iam", "list_role_policies", "PolicyNames", RoleName=role):
-        await aws.acall("iam", "delete_role_policy", RoleName=role, PolicyName=policy)
-    # EKS makes an instance profile for the node role's nodes; the role cannot go while one holds it
-    for profile in await aws.apages("iam", "list_instance_profiles_for_role", "InstanceProfiles", RoleName=role):
-        await aws.acall("iam", "remove_role_from_instance_profile", InstanceProfileName=profile["InstanceProfileName"],
-                        RoleName=role)
-    await aws.acall("iam", "delete_role", RoleName=role)
-    return True
-
-
-async def delete_cluster(aws: AwsSession, name: str, record: ClusterRecord, eksctl: str | None = None,
-                         poll_s: float = POLL_S, timeout_s: float = TIMEOUT_S) -> AsyncIterator[Progress]:
+async def delete_cluster(
+    aws: AwsSession,
+    name: str,
+    record: ClusterRecord,
+    eksctl: str | None = None,
+    poll_s: float = POLL_S,
+    timeout_s: float = TIMEOUT_S,
+) -> AsyncIterator[Progress]:
     """Everything torchdeck made for the cluster, in dependency order. A cluster torchdeck did not make is
     refused. eksctl deletes its own stacks first where it made the cluster."""
-    clock = _Clock()
+    clock = Clock()
     found = await aws.afind("eks", "describe_cluster", name=name)
     if found is not None and not made_by_torchdeck(found["cluster"], name):
-        raise BackendError(f"cluster {name} was not made by torchdeck (no {CLUSTER_TAG} tag): not deleting it",
-                           "delete it the way it was made (eksctl delete cluster, or the EKS console)")
+        raise BackendError(
+            f"cluster {name} was not made by torchdeck (no {CLUSTER_TAG} tag): not deleting it",
+            "delete it the way it was made (eksctl delete cluster, or the EKS console)",
+        )
     record.state = "deleting"
     record.save()
-    stacks = [s["StackName"] for s in await aws.apages("cloudformation", "describe_stacks", "Stacks")
-              if s["StackName"].startswith(f"eksctl-{name}-")]
+    stacks = [
+        s["StackName"]
+        for s in await aws.apages("cloudformation", "describe_stacks", "Stacks")
+        if s["StackName"].startswith(f"eksctl-{name}-")
+    ]
     if stacks:
         if eksctl is None:
-            raise BackendError(f"cluster {name} was made by eksctl ({len(stacks)} stacks) and eksctl is not on the PATH",
-                               "install eksctl and run delete again (torchdeck removes its stacks through it)")
+            raise BackendError(
+                f"cluster {name} was made by eksctl ({len(stacks)} stacks) and eksctl is not on the PATH",
+                "install eksctl and run delete again (torchdeck removes its stacks through it)",
+            )
         argv = [eksctl, "delete", "cluster", "--name", name, "--region", aws.region or "", "--wait"]
         yield Progress("eksctl", "$ " + " ".join(argv[1:]), clock())
         async for p in run_eksctl(aws, argv, f"eksctl-{name}-", clock, poll_s):
@@ -208,28 +199,49 @@ async def delete_cluster(aws: AwsSession, name: str, record: ClusterRecord, eksc
         for addon in await aws.apages("eks", "list_addons", "addons", clusterName=name):
             await aws.acall("eks", "delete_addon", clusterName=name, addonName=addon)
             yield Progress("add-ons", f"deleting add-on {addon}", clock())
-            async for p in _wait_gone(f"add-on {addon}", lambda a=addon: aws.call(
-                    "eks", "describe_addon", clusterName=name, addonName=a), clock, "add-ons", poll_s, timeout_s):
+            async for p in _wait_gone(
+                f"add-on {addon}",
+                lambda a=addon: aws.call(  # type: ignore[misc]
+                    "eks", "describe_addon", clusterName=name, addonName=a
+                ),
+                clock,
+                "add-ons",
+                poll_s,
+                timeout_s,
+            ):
                 yield p
             record.forget("eks-addon", f"{name}/{addon}")
         groups = await aws.apages("eks", "list_nodegroups", "nodegroups", clusterName=name)
         for group in groups:
-            status = (await aws.acall("eks", "describe_nodegroup", clusterName=name, nodegroupName=group))
+            status = await aws.acall("eks", "describe_nodegroup", clusterName=name, nodegroupName=group)
             if status["nodegroup"].get("status") != "DELETING":
                 await aws.acall("eks", "delete_nodegroup", clusterName=name, nodegroupName=group)
             yield Progress("nodegroups", f"deleting nodegroup {group}", clock())
         for group in groups:
-            async for p in _wait_gone(f"nodegroup {group}", lambda g=group: aws.call(
-                    "eks", "describe_nodegroup", clusterName=name, nodegroupName=g), clock, "nodegroups",
-                    poll_s, timeout_s):
+            async for p in _wait_gone(
+                f"nodegroup {group}",
+                lambda g=group: aws.call(  # type: ignore[misc]
+                    "eks", "describe_nodegroup", clusterName=name, nodegroupName=g
+                ),
+                clock,
+                "nodegroups",
+                poll_s,
+                timeout_s,
+            ):
                 yield p
             record.forget("eks-nodegroup", f"{name}/{group}")
             yield Progress("nodegroups", f"nodegroup {group} is gone", clock())
         if found["cluster"].get("status") != "DELETING":
             await aws.acall("eks", "delete_cluster", name=name)
         yield Progress("cluster", f"deleting cluster {name}; this takes a few minutes", clock())
-        async for p in _wait_gone(f"cluster {name}", lambda: aws.call("eks", "describe_cluster", name=name),
-                                  clock, "cluster", poll_s, timeout_s):
+        async for p in _wait_gone(
+            f"cluster {name}",
+            lambda: aws.call("eks", "describe_cluster", name=name),
+            clock,
+            "cluster",
+            poll_s,
+            timeout_s,
+        ):
             yield p
         yield Progress("cluster", f"cluster {name} is gone", clock())
     record.forget("eks-cluster", name)

@@ -29,19 +29,33 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
-from .session import AwsError, AwsSession, redact
-from .access import ClusterRecord, role_name
-from .create import Progress, _Clock, ensure_object, ensure_role, ensure_service_account, trust_service_account
-from .plan import CLUSTER_TAG
-from .storage import cluster_network, kube_for, note_object, oidc_provider
 from ..errors import BackendError, SpecError
+from ..kubernetes.client import ensure_object
+from .access import ClusterRecord, cluster_kube, cluster_network
+from .iam import ensure_role, ensure_service_account, oidc_provider, role_name, trust_service_account
+from .plan import CLUSTER_TAG
+from .progress import Clock, ImageRef, Progress
+from .session import AwsError, AwsSession, redact
 
-CONTEXT_PATHS = ("pyproject.toml", "README.md", "LICENSE", "__init__.py", "__main__.py", "trainer", "backends", "cli", "monitor", "tui",
-                 "manifests", "docker")
+CONTEXT_PATHS = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "__init__.py",
+    "__main__.py",
+    "trainer",
+    "backends",
+    "cli",
+    "monitor",
+    "tui",
+    "manifests",
+    "docker",
+)
 """What the Dockerfiles COPY: the build context is these and nothing else."""
 KANIKO_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
 BUILDER_ACCOUNT = "torchdeck-image-builder"
@@ -76,10 +90,15 @@ def validate_image(plan: ImagePlan) -> ImagePlan:
         raise SpecError("--variant", f"must be cpu or gpu, got {plan.variant!r}")
     if plan.builder not in ("auto", "docker", "kaniko"):
         raise SpecError("--builder", f"must be auto, docker or kaniko, got {plan.builder!r}")
-    if not re.match(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$", plan.repository) \
-            or not 2 <= len(plan.repository) <= 256:
-        raise SpecError("--repository", f"{plan.repository!r} is not an ECR repository name",
-                        "lower-case letters, digits, '.', '_', '-' and '/', e.g. torchdeck-trainer")
+    if (
+        not re.match(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$", plan.repository)
+        or not 2 <= len(plan.repository) <= 256
+    ):
+        raise SpecError(
+            "--repository",
+            f"{plan.repository!r} is not an ECR repository name",
+            "lower-case letters, digits, '.', '_', '-' and '/', e.g. torchdeck-trainer",
+        )
     return plan
 
 
@@ -90,8 +109,10 @@ def source_root() -> Path:
     root = Path(torchdeck.__file__).resolve().parent
     missing = [p for p in CONTEXT_PATHS if not (root / p).exists()]
     if missing:
-        raise BackendError(f"the build context is incomplete in {root}: no {', '.join(missing)}",
-                           "build from a clone of torchdeck (git clone, then ./scripts/start)")
+        raise BackendError(
+            f"the build context is incomplete in {root}: no {', '.join(missing)}",
+            "build from a clone of torchdeck (git clone, then ./scripts/start)",
+        )
     return root
 
 
@@ -103,8 +124,13 @@ def context_archive(root: Path) -> bytes:
         files = []
         for entry in CONTEXT_PATHS:
             path = root / entry
-            files += [path] if path.is_file() else sorted(
-                p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+            files += (
+                [path]
+                if path.is_file()
+                else sorted(
+                    p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+                )
+            )
         for path in sorted(files):
             info = tarfile.TarInfo(str(path.relative_to(root)))
             data = path.read_bytes()
@@ -117,14 +143,30 @@ def image_tag(archive: bytes, variant: str) -> str:
     return f"ctx-{hashlib.sha256(archive).hexdigest()[:12]}-{variant}"
 
 
+@dataclass(frozen=True)
+class BuildContext:
+    """What a build from here would use: the Docker engine that answers (None: none, so Kaniko),
+    the context's size, and the tag each image variant would get (the context's digest names it)."""
+
+    engine: str | None
+    size_kib: float
+    tags: dict[str, str]
+
+
+def build_context() -> BuildContext:
+    archive = context_archive(source_root())
+    return BuildContext(docker_engine(), len(archive) / 1024, {v: image_tag(archive, v) for v in ("cpu", "gpu")})
+
+
 def docker_engine(docker: str | None = None) -> str | None:
     """The docker binary if an engine answers it, else None (no client, or a client without a daemon)."""
     docker = docker or shutil.which("docker")
     if not docker:
         return None
     try:
-        done = subprocess.run([docker, "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                              text=True, timeout=15)
+        done = subprocess.run(
+            [docker, "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=15
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return docker if done.returncode == 0 and done.stdout.strip() else None
@@ -134,16 +176,27 @@ async def ensure_repository(aws: AwsSession, record: ClusterRecord, name: str) -
     """The ECR repository, scanning on push with immutable tags; (its URI, made now)."""
     found = await aws.afind("ecr", "describe_repositories", repositoryNames=[name])
     if found is None:
-        repo = (await aws.acall("ecr", "create_repository", repositoryName=name, imageTagMutability="IMMUTABLE",
-                                imageScanningConfiguration={"scanOnPush": True},
-                                encryptionConfiguration={"encryptionType": "AES256"},
-                                tags=[{"Key": CLUSTER_TAG, "Value": record.name}]))["repository"]
+        repo = (
+            await aws.acall(
+                "ecr",
+                "create_repository",
+                repositoryName=name,
+                imageTagMutability="IMMUTABLE",
+                imageScanningConfiguration={"scanOnPush": True},
+                encryptionConfiguration={"encryptionType": "AES256"},
+                tags=[{"Key": CLUSTER_TAG, "Value": record.name}],
+            )
+        )["repository"]
         made = True
     else:
         repo, made = found["repositories"][0], False
         if not (repo.get("imageScanningConfiguration") or {}).get("scanOnPush"):
-            await aws.acall("ecr", "put_image_scanning_configuration", repositoryName=name,
-                            imageScanningConfiguration={"scanOnPush": True})
+            await aws.acall(
+                "ecr",
+                "put_image_scanning_configuration",
+                repositoryName=name,
+                imageScanningConfiguration={"scanOnPush": True},
+            )
         if repo.get("imageTagMutability") != "IMMUTABLE":
             await aws.acall("ecr", "put_image_tag_mutability", repositoryName=name, imageTagMutability="IMMUTABLE")
     tags = (await aws.acall("ecr", "list_tags_for_resource", resourceArn=repo["repositoryArn"])).get("tags", [])
@@ -175,7 +228,7 @@ class EcrLogin:
         self.folder: str | None = None
         self.secrets: list[str] = []
 
-    async def __aenter__(self) -> "EcrLogin":
+    async def __aenter__(self) -> EcrLogin:
         data = (await self.aws.acall("ecr", "get_authorization_token"))["authorizationData"][0]
         token = data["authorizationToken"]
         user, _, password = base64.b64decode(token).decode().partition(":")
@@ -186,13 +239,20 @@ class EcrLogin:
         if plugins.is_dir():
             os.symlink(plugins, Path(self.folder) / "cli-plugins")
         registry = data["proxyEndpoint"]
-        done = await asyncio.to_thread(subprocess.run, [self.docker, "--config", self.folder, "login", "--username",
-                                                        user, "--password-stdin", registry],
-                                       input=password, capture_output=True, text=True, timeout=60)
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [self.docker, "--config", self.folder, "login", "--username", user, "--password-stdin", registry],
+            input=password,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if done.returncode != 0:
             self.close()
-            raise BackendError(f"docker login to {registry} failed: {self.clean(done.stderr.strip())[:200]}",
-                               "check that the identity may call ecr:GetAuthorizationToken")
+            raise BackendError(
+                f"docker login to {registry} failed: {self.clean(done.stderr.strip())[:200]}",
+                "check that the identity may call ecr:GetAuthorizationToken",
+            )
         return self
 
     def clean(self, text: str) -> str:
@@ -209,9 +269,14 @@ class EcrLogin:
         self.close()
 
 
-async def _stream(argv: list[str], login: EcrLogin, phase: str, clock: _Clock, cwd: Path) -> AsyncIterator[Progress]:
-    proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+async def _stream(argv: list[str], login: EcrLogin, phase: str, clock: Clock, cwd: Path) -> AsyncIterator[Progress]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     tail: list[str] = []
     assert proc.stdout is not None
     async for raw in proc.stdout:
@@ -220,19 +285,37 @@ async def _stream(argv: list[str], login: EcrLogin, phase: str, clock: _Clock, c
             tail = (tail + [line])[-3:]
             yield Progress(phase, line, clock(), "output")
     if await proc.wait() != 0:
-        raise BackendError(f"{' '.join(argv[3:5])} failed (exit {proc.returncode}): {tail[-1] if tail else ''}",
-                           "read the build output above; fix the Dockerfile or the network and build again")
+        raise BackendError(
+            f"{' '.join(argv[3:5])} failed (exit {proc.returncode}): {tail[-1] if tail else ''}",
+            "read the build output above; fix the Dockerfile or the network and build again",
+        )
 
 
-async def build_with_docker(aws: AwsSession, docker: str, root: Path, dockerfile: str, destination: str,
-                            clock: _Clock, push: bool = True) -> AsyncIterator[Progress | str]:
-    """docker buildx build (and push); yields the pushed digest last (or '' without a push)."""
+async def build_with_docker(
+    aws: AwsSession, docker: str, root: Path, dockerfile: str, destination: str, clock: Clock, push: bool = True
+) -> AsyncIterator[Progress]:
+    """docker buildx build (and push); the last event carries the image (``ImageRef``, its digest ''
+    without a push)."""
     async with EcrLogin(aws, docker) as login:
         assert login.folder is not None
         yield Progress("login", f"logged in to {destination.split('/')[0]} (token kept in memory only)", clock())
         metadata = Path(login.folder) / "metadata.json"
-        argv = [docker, "--config", login.folder, "buildx", "build", "--file", dockerfile, "--tag", destination,
-                "--provenance=false", "--metadata-file", str(metadata), "--push" if push else "--load", "."]
+        argv = [
+            docker,
+            "--config",
+            login.folder,
+            "buildx",
+            "build",
+            "--file",
+            dockerfile,
+            "--tag",
+            destination,
+            "--provenance=false",
+            "--metadata-file",
+            str(metadata),
+            "--push" if push else "--load",
+            ".",
+        ]
         yield Progress("build", "$ " + " ".join(["docker", *argv[3:]]), clock())
         async for p in _stream(argv, login, "build", clock, root):
             yield p
@@ -242,21 +325,30 @@ async def build_with_docker(aws: AwsSession, docker: str, root: Path, dockerfile
                 digest = json.loads(metadata.read_text()).get("containerimage.digest", "")
             except (OSError, ValueError):
                 digest = ""
-        yield digest
+        uri, _, tag = destination.rpartition(":")
+        yield Progress(
+            "build",
+            f"built {destination}" + (f" ({digest})" if digest else ""),
+            clock(),
+            result=ImageRef(uri, tag, digest),
+        )
 
 
 async def push_image(aws: AwsSession, plan: ImagePlan, docker: str | None = None) -> AsyncIterator[Progress]:
-    """Push what ``build_image(push=False)`` built here; the last Progress (kind done) names the image
-    with its digest, as ``build_image``'s does."""
+    """Push what ``build_image(push=False)`` built here; the last Progress (kind done) carries the
+    image with its digest, as ``build_image``'s does."""
     docker = docker or docker_engine()
     if docker is None:
-        raise BackendError("no Docker engine answers here, so there is no local image to push",
-                           "torchdeck image build builds and pushes in the cluster (Kaniko)")
-    clock = _Clock()
+        raise BackendError(
+            "no Docker engine answers here, so there is no local image to push",
+            "torchdeck image build builds and pushes in the cluster (Kaniko)",
+        )
+    clock = Clock()
     root = source_root()
     tag = image_tag(await asyncio.to_thread(context_archive, root), plan.variant)
     uri = (await aws.acall("ecr", "describe_repositories", repositoryNames=[plan.repository]))["repositories"][0][
-        "repositoryUri"]
+        "repositoryUri"
+    ]
     async with EcrLogin(aws, docker) as login:
         assert login.folder is not None
         argv = [docker, "--config", login.folder, "push", f"{uri}:{tag}"]
@@ -265,7 +357,7 @@ async def push_image(aws: AwsSession, plan: ImagePlan, docker: str | None = None
     digest = await pushed_digest(aws, plan.repository, tag)
     if not digest:
         raise BackendError(f"ECR has no image tagged {tag} after the push", "read the push output above")
-    yield Progress("done", f"image {uri}@{digest}", clock(), "done")
+    yield Progress("done", f"image {uri}@{digest}", clock(), "done", ImageRef(uri, tag, digest))
 
 
 # -- the kaniko path ------------------------------------------------------------------
@@ -275,64 +367,120 @@ def render_kaniko(plan: ImagePlan, name: str, context_url: str, destination: str
     """The Kaniko ConfigMap and Job, rendered from manifests/kaniko.yaml.j2."""
     import yaml
 
-    from ..kubernetes.manifests import _environment
+    from ..kubernetes.manifests import template_environment
 
-    labels = {"app.kubernetes.io/managed-by": "torchdeck", "torchdeck.dev/task": "image-build",
-              "torchdeck.dev/cluster": plan.cluster, "torchdeck.dev/run": name}
-    text = _environment().get_template("kaniko.yaml.j2").render(
-        name=name, namespace=plan.namespace, labels=labels, registry=destination.split("/")[0],
-        service_account=BUILDER_ACCOUNT, kaniko_image=plan.kaniko_image, context_url=context_url,
-        dockerfile=plan.dockerfile, destination=destination, region=plan.region,
-        memory="8Gi" if plan.variant == "gpu" else "4Gi", deadline_s=int(TIMEOUT_S))
+    labels = {
+        "app.kubernetes.io/managed-by": "torchdeck",
+        "torchdeck.dev/task": "image-build",
+        "torchdeck.dev/cluster": plan.cluster,
+        "torchdeck.dev/run": name,
+    }
+    text = (
+        template_environment()
+        .get_template("kaniko.yaml.j2")
+        .render(
+            name=name,
+            namespace=plan.namespace,
+            labels=labels,
+            registry=destination.split("/")[0],
+            service_account=BUILDER_ACCOUNT,
+            kaniko_image=plan.kaniko_image,
+            context_url=context_url,
+            dockerfile=plan.dockerfile,
+            destination=destination,
+            region=plan.region,
+            memory="8Gi" if plan.variant == "gpu" else "4Gi",
+            deadline_s=int(TIMEOUT_S),
+        )
+    )
     return [o for o in yaml.safe_load_all(text) if o]
 
 
 def builder_policy(repository_arn: str, bucket: str, key: str) -> dict[str, Any]:
     """Push to one repository and read one build context. ECR's login call takes no resource but '*'."""
-    return {"Version": "2012-10-17", "Statement": [
-        {"Sid": "Login", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
-        {"Sid": "Push", "Effect": "Allow", "Resource": repository_arn, "Action": [
-            "ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:CompleteLayerUpload",
-            "ecr:GetDownloadUrlForLayer", "ecr:InitiateLayerUpload", "ecr:PutImage", "ecr:UploadLayerPart"]},
-        {"Sid": "Context", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/{key}"},
-    ]}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "Login", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
+            {
+                "Sid": "Push",
+                "Effect": "Allow",
+                "Resource": repository_arn,
+                "Action": [
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:BatchGetImage",
+                    "ecr:CompleteLayerUpload",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:InitiateLayerUpload",
+                    "ecr:PutImage",
+                    "ecr:UploadLayerPart",
+                ],
+            },
+            {"Sid": "Context", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/{key}"},
+        ],
+    }
 
 
-async def build_with_kaniko(aws: AwsSession, plan: ImagePlan, record: ClusterRecord, archive: bytes, tag: str,
-                            destination: str, clock: _Clock, kube: Callable[[Path, str], Any] | None = None,
-                            poll_s: float = 2.0, timeout_s: float = TIMEOUT_S) -> AsyncIterator[Progress | str]:
+async def build_with_kaniko(
+    aws: AwsSession,
+    plan: ImagePlan,
+    record: ClusterRecord,
+    archive: bytes,
+    tag: str,
+    destination: str,
+    clock: Clock,
+    kube: Callable[[Path, str], Any] | None = None,
+    poll_s: float = 2.0,
+    timeout_s: float = TIMEOUT_S,
+) -> AsyncIterator[Progress]:
+    """The context to S3, the builder's role and service account, the Kaniko job, its output; the last
+    event carries the image (``ImageRef``) with the digest Kaniko reported."""
     bucket = plan.bucket or (record.storage or {}).get("bucket")
     if not bucket:
-        raise BackendError("building in the cluster needs a bucket for the build context",
-                           f"make the model bucket (torchdeck storage create --cluster {plan.cluster} --bucket NAME) "
-                           "or pass --bucket")
+        raise BackendError(
+            "building in the cluster needs a bucket for the build context",
+            f"make the model bucket (torchdeck storage create --cluster {plan.cluster} --bucket NAME) or pass --bucket",
+        )
     key = f"{plan.prefix.rstrip('/')}/{tag}.tar.gz"
     await aws.acall("s3", "put_object", Bucket=bucket, Key=key, Body=archive)
     record.note("s3-object", f"{bucket}/{key}", True)
-    yield Progress("context", f"uploaded the build context ({len(archive) / 1024:.0f} KiB) to s3://{bucket}/{key}",
-                   clock())
+    yield Progress(
+        "context", f"uploaded the build context ({len(archive) / 1024:.0f} KiB) to s3://{bucket}/{key}", clock()
+    )
 
     net = await cluster_network(aws, plan.cluster)
-    provider = await oidc_provider(aws, net)
+    provider = await oidc_provider(aws, net.issuer)
     repo = (await aws.acall("ecr", "describe_repositories", repositoryNames=[plan.repository]))["repositories"][0]
-    role, _ = await ensure_role(aws, record, role_name(plan.cluster, "image-builder"),
-                                trust_service_account(provider, net.issuer, plan.namespace, BUILDER_ACCOUNT),
-                                inline=builder_policy(repo["repositoryArn"], bucket, key))
-    client = await asyncio.to_thread(kube_for, record, aws, kube)
+    role, _ = await ensure_role(
+        aws,
+        record,
+        role_name(plan.cluster, "image-builder"),
+        trust_service_account(provider, net.issuer, plan.namespace, BUILDER_ACCOUNT),
+        inline=builder_policy(repo["repositoryArn"], bucket, key),
+    )
+    client = await asyncio.to_thread(cluster_kube, record, aws, kube)
     await asyncio.to_thread(ensure_service_account, client, plan.namespace, BUILDER_ACCOUNT, role, plan.cluster)
-    note_object(record, {"kind": "ServiceAccount", "metadata": {"name": BUILDER_ACCOUNT,
-                                                                "namespace": plan.namespace}}, True, 3, "image")
+    record.note_object(
+        {"kind": "ServiceAccount", "metadata": {"name": BUILDER_ACCOUNT, "namespace": plan.namespace}}, True, 3, "image"
+    )
     name = f"torchdeck-build-{tag}"[:63].rstrip("-")
     for obj in render_kaniko(plan, name, f"s3://{bucket}/{key}", destination):
         made = await asyncio.to_thread(ensure_object, client, obj)
-        note_object(record, obj, made, 0, "image")
+        record.note_object(obj, made, 0, "image")
     yield Progress("build", f"Kaniko job {plan.namespace}/{name} builds {plan.dockerfile} in the cluster", clock())
 
     loop = asyncio.get_running_loop()
     said: asyncio.Queue[str] = asyncio.Queue()
-    waiting = asyncio.ensure_future(asyncio.to_thread(
-        client.wait_task, name, plan.namespace, timeout_s, poll_s,
-        lambda line: loop.call_soon_threadsafe(said.put_nowait, line)))
+    waiting = asyncio.ensure_future(
+        asyncio.to_thread(
+            client.wait_task,
+            name,
+            plan.namespace,
+            timeout_s,
+            poll_s,
+            lambda line: None if loop.call_soon_threadsafe(said.put_nowait, line) else None,
+        )
+    )
     last = ""
     while not waiting.done() or not said.empty():
         try:
@@ -350,7 +498,13 @@ async def build_with_kaniko(aws: AwsSession, plan: ImagePlan, record: ClusterRec
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             message = ((status.get("state") or {}).get("terminated") or {}).get("message") or ""
             digest = (DIGEST.findall(message) or [digest])[-1]
-    yield digest
+    uri, _, tag = destination.rpartition(":")
+    yield Progress(
+        "build",
+        f"Kaniko pushed {destination}" + (f" ({digest})" if digest else ""),
+        clock(),
+        result=ImageRef(uri, tag, digest),
+    )
 
 
 # -- the whole of it ------------------------------------------------------------------
@@ -360,18 +514,27 @@ def pick_builder(requested: str) -> tuple[str, str | None]:
     """(builder, docker binary): docker where an engine answers, else kaniko."""
     docker = docker_engine() if requested in ("auto", "docker") else None
     if requested == "docker" and docker is None:
-        raise BackendError("no Docker engine answers here (docker version shows no server)",
-                           "start Docker, or build in the cluster: --builder kaniko")
+        raise BackendError(
+            "no Docker engine answers here (docker version shows no server)",
+            "start Docker, or build in the cluster: --builder kaniko",
+        )
     return ("docker", docker) if docker else ("kaniko", None)
 
 
-async def build_image(aws: AwsSession, plan: ImagePlan, record: ClusterRecord, push: bool = True,
-                      kube: Callable[[Path, str], Any] | None = None, docker: str | None = None,
-                      poll_s: float = 2.0, timeout_s: float = TIMEOUT_S) -> AsyncIterator[Progress]:
-    """Repository, build, push; the last Progress (kind done) carries the image reference with its
-    digest in ``message`` after 'image '."""
+async def build_image(
+    aws: AwsSession,
+    plan: ImagePlan,
+    record: ClusterRecord,
+    push: bool = True,
+    kube: Callable[[Path, str], Any] | None = None,
+    docker: str | None = None,
+    poll_s: float = 2.0,
+    timeout_s: float = TIMEOUT_S,
+) -> AsyncIterator[Progress]:
+    """Repository, build, push; the last Progress (kind done) carries the image (``ImageRef``: the
+    repository, the tag, and the digest once pushed)."""
     validate_image(plan)
-    clock = _Clock()
+    clock = Clock()
     if not record.account:
         record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
         record.save()
@@ -382,13 +545,15 @@ async def build_image(aws: AwsSession, plan: ImagePlan, record: ClusterRecord, p
     archive = await asyncio.to_thread(context_archive, root)
     tag = image_tag(archive, plan.variant)
     uri, made = await ensure_repository(aws, record, plan.repository)
-    yield Progress("repository", f"{'created' if made else 'reusing'} ECR repository {plan.repository} "
-                   "(scan on push, immutable tags)", clock())
+    yield Progress(
+        "repository",
+        f"{'created' if made else 'reusing'} ECR repository {plan.repository} (scan on push, immutable tags)",
+        clock(),
+    )
     destination = f"{uri}:{tag}"
     digest = await pushed_digest(aws, plan.repository, tag) if push else None
     if digest:
-        yield Progress("build", f"{tag} is in ECR already (the build context has not changed): not building",
-                       clock())
+        yield Progress("build", f"{tag} is in ECR already (the build context has not changed): not building", clock())
     else:
         yield Progress("build", f"building {plan.dockerfile} as {tag} with {builder}", clock())
         if builder == "docker":
@@ -396,24 +561,25 @@ async def build_image(aws: AwsSession, plan: ImagePlan, record: ClusterRecord, p
             steps = build_with_docker(aws, found_docker, root, plan.dockerfile, destination, clock, push)
         else:
             steps = build_with_kaniko(aws, plan, record, archive, tag, destination, clock, kube, poll_s, timeout_s)
-        async for item in steps:
-            if isinstance(item, str):
-                digest = item
-            else:
-                yield item
+        async for p in steps:
+            digest = p.result.digest if isinstance(p.result, ImageRef) else digest
+            yield p
         if push:
             in_ecr = await pushed_digest(aws, plan.repository, tag)
             if digest and in_ecr and digest != in_ecr:
-                raise BackendError(f"the build reported {digest} but ECR holds {in_ecr} for {tag}",
-                                   "build again; if it repeats, look at the repository in the ECR console")
+                raise BackendError(
+                    f"the build reported {digest} but ECR holds {in_ecr} for {tag}",
+                    "build again; if it repeats, look at the repository in the ECR console",
+                )
             digest = digest or in_ecr
             if not digest:
-                raise BackendError(f"the build ended but ECR has no image tagged {tag}",
-                                   "read the build output above")
+                raise BackendError(f"the build ended but ECR has no image tagged {tag}", "read the build output above")
     if not push:
-        yield Progress("done", f"built {destination} (not pushed): torchdeck image push", clock(), "done")
+        yield Progress(
+            "done", f"built {destination} (not pushed): torchdeck image push", clock(), "done", ImageRef(uri, tag)
+        )
         return
-    yield Progress("done", f"image {uri}@{digest}", clock(), "done")
+    yield Progress("done", f"image {uri}@{digest}", clock(), "done", ImageRef(uri, tag, digest or ""))
 
 
 def write_image_to_spec(spec_file: Path, image: str) -> None:
@@ -422,5 +588,3 @@ def write_image_to_spec(spec_file: Path, image: str) -> None:
 
     spec = load_spec(spec_file) if spec_file.exists() else JobSpec()
     save_spec(with_overrides(spec, {"image": image}), spec_file)
-
-

@@ -35,6 +35,8 @@ REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 BUCKET_RE = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 INSTANCE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 ID_RE = {"vpc": re.compile(r"^vpc-[0-9a-f]{8,17}$"), "subnet": re.compile(r"^subnet-[0-9a-f]{8,17}$")}
+
+
 def made_by_torchdeck(resource: dict[str, Any], name: str) -> bool:
     """Whether an EKS resource (as describe_* returns it) carries torchdeck's tag for this cluster."""
     return (resource.get("tags") or {}).get(CLUSTER_TAG) == name
@@ -123,8 +125,11 @@ def check_cluster_name(name: Any) -> None:
     if not name[0].isalpha():
         _fail("name", f"{name!r} must start with a letter (CloudFormation stack names do)", "e.g. t" + name)
     if "_" in name:
-        _fail("name", f"{name!r} has '_': eksctl's CloudFormation stack names allow letters, digits and '-' only",
-              "use '-' instead")
+        _fail(
+            "name",
+            f"{name!r} has '_': eksctl's CloudFormation stack names allow letters, digits and '-' only",
+            "use '-' instead",
+        )
     if not CLUSTER_NAME_RE.match(name):
         bad = sorted({c for c in name if not (c.isalnum() or c == "-")})
         _fail("name", f"{name!r} has characters EKS refuses: {' '.join(bad)}", "use letters, digits and '-'")
@@ -142,8 +147,9 @@ def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
     if plan.zones and len(set(plan.zones)) < 2:
         _fail("zones", "EKS needs subnets in at least two availability zones", f"e.g. {plan.region}a,{plan.region}b")
     if plan.version not in EKS_VERSIONS:
-        _fail("version", f"{plan.version!r} is not a Kubernetes version EKS offers",
-              f"one of {', '.join(EKS_VERSIONS)}")
+        _fail(
+            "version", f"{plan.version!r} is not a Kubernetes version EKS offers", f"one of {', '.join(EKS_VERSIONS)}"
+        )
     if plan.vpc_id is not None:
         if not ID_RE["vpc"].match(plan.vpc_id):
             _fail("vpc_id", f"{plan.vpc_id!r} is not a VPC id", "vpc- and 8 or 17 hex digits")
@@ -181,17 +187,27 @@ def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
         info = catalogue.get(ng.instance_type)
         if info is not None:
             if ng.gpu and not info.gpus:
-                _fail(f"{where}.instance_type", f"{ng.instance_type} has no GPU, and the nodegroup is for GPUs",
-                      "pick a GPU type (g5.xlarge, g4dn.xlarge, p4d.24xlarge), or drop --gpu")
+                _fail(
+                    f"{where}.instance_type",
+                    f"{ng.instance_type} has no GPU, and the nodegroup is for GPUs",
+                    "pick a GPU type (g5.xlarge, g4dn.xlarge, p4d.24xlarge), or drop --gpu",
+                )
             if not ng.gpu and info.gpus:
-                _fail(f"{where}.instance_type", f"{ng.instance_type} has {info.gpus} GPU(s) and the nodegroup asks "
-                      "for none", "mark it a GPU nodegroup (gpu: true), or pick a CPU type such as m5.xlarge")
+                _fail(
+                    f"{where}.instance_type",
+                    f"{ng.instance_type} has {info.gpus} GPU(s) and the nodegroup asks for none",
+                    "mark it a GPU nodegroup (gpu: true), or pick a CPU type such as m5.xlarge",
+                )
             if ng.efa and not info.efa:
-                _fail(f"{where}.efa", f"{ng.instance_type} does not support EFA",
-                      "drop efa, or pick an EFA type (p4d.24xlarge, g5.48xlarge, c5n.18xlarge)")
+                _fail(
+                    f"{where}.efa",
+                    f"{ng.instance_type} does not support EFA",
+                    "drop efa, or pick an EFA type (p4d.24xlarge, g5.48xlarge, c5n.18xlarge)",
+                )
         for key, value in ng.labels.items():
-            if not re.match(r"^([a-z0-9.-]+/)?[A-Za-z0-9][-A-Za-z0-9_.]{0,62}$", key) or \
-                    not re.match(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]|[A-Za-z0-9]?)$", str(value)):
+            if not re.match(r"^([a-z0-9.-]+/)?[A-Za-z0-9][-A-Za-z0-9_.]{0,62}$", key) or not re.match(
+                r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]|[A-Za-z0-9]?)$", str(value)
+            ):
                 _fail(f"{where}.labels", f"{key}={value} is not a valid Kubernetes label")
     if plan.s3_bucket is not None and not BUCKET_RE.match(plan.s3_bucket):
         _fail("s3_bucket", f"{plan.s3_bucket!r} is not an S3 bucket name", "3-63 lower-case letters, digits, '.', '-'")
@@ -203,13 +219,24 @@ def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
 def s3_policy(bucket: str, prefix: str) -> dict[str, Any]:
     """Read and write objects under one prefix of one bucket, and list that prefix; nothing else."""
     prefix = prefix.rstrip("/") + "/" if prefix else ""
-    return {"Version": "2012-10-17", "Statement": [
-        {"Sid": "ObjectsUnderPrefix", "Effect": "Allow",
-         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-         "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"},
-        {"Sid": "ListThePrefix", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}",
-         "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}}},
-    ]}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ObjectsUnderPrefix",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                "Resource": f"arn:aws:s3:::{bucket}/{prefix}*",
+            },
+            {
+                "Sid": "ListThePrefix",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+            },
+        ],
+    }
 
 
 def to_eksctl(plan: ClusterPlan) -> dict[str, Any]:
@@ -217,28 +244,42 @@ def to_eksctl(plan: ClusterPlan) -> dict[str, Any]:
     validate_plan(plan)
     tags = {CLUSTER_TAG: plan.name}
     config: dict[str, Any] = {
-        "apiVersion": "eksctl.io/v1alpha5", "kind": "ClusterConfig",
+        "apiVersion": "eksctl.io/v1alpha5",
+        "kind": "ClusterConfig",
         "metadata": {"name": plan.name, "region": plan.region, "version": plan.version, "tags": dict(tags)},
     }
     if plan.zones:
         config["availabilityZones"] = list(plan.zones)
     if plan.vpc_id:
-        config["vpc"] = {"id": plan.vpc_id,
-                         "subnets": {"private": {zone: {"id": sid} for zone, sid in sorted(plan.subnets.items())}}}
+        config["vpc"] = {
+            "id": plan.vpc_id,
+            "subnets": {"private": {zone: {"id": sid} for zone, sid in sorted(plan.subnets.items())}},
+        }
     iam: dict[str, Any] = {"withOIDC": True}
     if plan.s3_bucket:
-        iam["serviceAccounts"] = [{
-            "metadata": {"name": plan.service_account, "namespace": plan.namespace, "labels": {"app.kubernetes.io/managed-by": "torchdeck"}},
-            "attachPolicy": s3_policy(plan.s3_bucket, plan.s3_prefix),
-            "tags": dict(tags),
-        }]
+        iam["serviceAccounts"] = [
+            {
+                "metadata": {
+                    "name": plan.service_account,
+                    "namespace": plan.namespace,
+                    "labels": {"app.kubernetes.io/managed-by": "torchdeck"},
+                },
+                "attachPolicy": s3_policy(plan.s3_bucket, plan.s3_prefix),
+                "tags": dict(tags),
+            }
+        ]
     config["iam"] = iam
     groups = []
     for ng in plan.nodegroups:
         group: dict[str, Any] = {
-            "name": ng.name, "instanceType": ng.instance_type, "minSize": ng.min_size,
-            "desiredCapacity": ng.desired, "maxSize": ng.max_size, "volumeSize": ng.volume_gib,
-            "privateNetworking": True, "labels": {"torchdeck.dev/nodegroup": ng.name, **ng.labels},
+            "name": ng.name,
+            "instanceType": ng.instance_type,
+            "minSize": ng.min_size,
+            "desiredCapacity": ng.desired,
+            "maxSize": ng.max_size,
+            "volumeSize": ng.volume_gib,
+            "privateNetworking": True,
+            "labels": {"torchdeck.dev/nodegroup": ng.name, **ng.labels},
             "tags": dict(tags),
         }
         if ng.spot:
@@ -249,21 +290,26 @@ def to_eksctl(plan: ClusterPlan) -> dict[str, Any]:
             group["taints"] = [dict(GPU_TAINT)]
         groups.append(group)
     config["managedNodeGroups"] = groups
-    config["addons"] = [{"name": "aws-efs-csi-driver", "wellKnownPolicies": {"efsCSIController": True}},
-                        {"name": "metrics-server"}]
+    config["addons"] = [
+        {"name": "aws-efs-csi-driver", "wellKnownPolicies": {"efsCSIController": True}},
+        {"name": "metrics-server"},
+    ]
     return config
 
 
 def plan_to_yaml(plan: ClusterPlan) -> str:
-    return ("# eksctl create cluster -f THIS_FILE (or torchdeck cluster create); written by torchdeck cluster init\n"
-            + yaml.safe_dump(to_eksctl(plan), sort_keys=False, width=120))
+    return (
+        "# eksctl create cluster -f THIS_FILE (or torchdeck cluster create); written by torchdeck cluster init\n"
+        + yaml.safe_dump(to_eksctl(plan), sort_keys=False, width=120)
+    )
 
 
 def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
     """A ClusterConfig (as written by ``to_eksctl``, or by hand) back as a plan, checked."""
     if not isinstance(config, dict) or config.get("kind") != "ClusterConfig":
-        raise SpecError("", "not an eksctl ClusterConfig (kind: ClusterConfig)", "write one with torchdeck cluster init",
-                        source)
+        raise SpecError(
+            "", "not an eksctl ClusterConfig (kind: ClusterConfig)", "write one with torchdeck cluster init", source
+        )
     meta = config.get("metadata") or {}
     vpc = config.get("vpc") or {}
     subnets = {zone: (s or {}).get("id", "") for zone, s in ((vpc.get("subnets") or {}).get("private") or {}).items()}
@@ -279,15 +325,33 @@ def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
     groups = []
     for g in config.get("managedNodeGroups") or []:
         labels = {k: v for k, v in (g.get("labels") or {}).items() if k != "torchdeck.dev/nodegroup"}
-        groups.append(NodegroupPlan(
-            name=g.get("name", ""), instance_type=g.get("instanceType", ""), min_size=g.get("minSize", 1),
-            desired=g.get("desiredCapacity", g.get("minSize", 1)), max_size=g.get("maxSize", 1),
-            volume_gib=g.get("volumeSize", 100), spot=bool(g.get("spot")), efa=bool(g.get("efaEnabled")),
-            gpu=any(t.get("key") == "nvidia.com/gpu" for t in g.get("taints") or []), labels=labels))
-    plan = ClusterPlan(name=meta.get("name", ""), region=meta.get("region", ""),
-                       zones=list(config.get("availabilityZones") or []), version=str(meta.get("version", "")),
-                       vpc_id=vpc.get("id"), subnets=subnets, nodegroups=groups, s3_bucket=bucket, s3_prefix=prefix,
-                       service_account=sa, namespace=ns)
+        groups.append(
+            NodegroupPlan(
+                name=g.get("name", ""),
+                instance_type=g.get("instanceType", ""),
+                min_size=g.get("minSize", 1),
+                desired=g.get("desiredCapacity", g.get("minSize", 1)),
+                max_size=g.get("maxSize", 1),
+                volume_gib=g.get("volumeSize", 100),
+                spot=bool(g.get("spot")),
+                efa=bool(g.get("efaEnabled")),
+                gpu=any(t.get("key") == "nvidia.com/gpu" for t in g.get("taints") or []),
+                labels=labels,
+            )
+        )
+    plan = ClusterPlan(
+        name=meta.get("name", ""),
+        region=meta.get("region", ""),
+        zones=list(config.get("availabilityZones") or []),
+        version=str(meta.get("version", "")),
+        vpc_id=vpc.get("id"),
+        subnets=subnets,
+        nodegroups=groups,
+        s3_bucket=bucket,
+        s3_prefix=prefix,
+        service_account=sa,
+        namespace=ns,
+    )
     try:
         return validate_plan(plan)
     except SpecError as exc:
@@ -316,7 +380,24 @@ class CostLine:
         return None if self.each is None else self.count * self.each
 
 
-def cost_per_hour(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None = None) -> tuple[list[CostLine], float, list[str]]:
+def apply_labels(groups: list[NodegroupPlan], items: list[str], field_name: str = "--label") -> None:
+    """Set node labels from ``NODEGROUP:KEY=VALUE`` items on the named nodegroups."""
+    by_name = {g.name: g for g in groups}
+    for item in items:
+        group, sep, pair = item.partition(":")
+        key, eq, value = pair.partition("=")
+        if not sep or not eq or group not in by_name:
+            raise SpecError(
+                field_name,
+                f"{item!r}: expected NODEGROUP:KEY=VALUE with a nodegroup of this plan",
+                f"nodegroups: {', '.join(by_name)}",
+            )
+        by_name[group].labels[key] = value
+
+
+def cost_per_hour(
+    plan: ClusterPlan, catalogue: dict[str, InstanceType] | None = None
+) -> tuple[list[CostLine], float, list[str]]:
     """Lines (control plane, each nodegroup at its desired size), the total,
     and notes (types without a price, spot priced at on-demand)."""
     catalogue = shipped_catalogue() if catalogue is None else catalogue
@@ -327,8 +408,11 @@ def cost_per_hour(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
     for ng in plan.nodegroups:
         info = catalogue.get(ng.instance_type)
         price = info.price if info else None
-        lines.append(CostLine(f"{ng.name}: {ng.desired} x {ng.instance_type}" + (" (spot)" if ng.spot else ""),
-                              ng.desired, price))
+        lines.append(
+            CostLine(
+                f"{ng.name}: {ng.desired} x {ng.instance_type}" + (" (spot)" if ng.spot else ""), ng.desired, price
+            )
+        )
         if price is None:
             notes.append(f"{ng.instance_type} is not in the shipped price table: not counted")
         if ng.spot:
@@ -337,13 +421,15 @@ def cost_per_hour(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
     return lines, total, notes
 
 
-
 def parse_nodegroup(text: str, field_name: str = "--worker") -> NodegroupPlan:
     """``NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]`` as a nodegroup (the CLI's --worker, the wizard's rows)."""
     parts = text.strip().split(":")
     if len(parts) not in (5, 6):
-        raise SpecError(field_name, f"{text!r}: expected NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]",
-                        "e.g. gpu-workers:g5.xlarge:0:2:4:gpu")
+        raise SpecError(
+            field_name,
+            f"{text!r}: expected NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]",
+            "e.g. gpu-workers:g5.xlarge:0:2:4:gpu",
+        )
     name, kind, *sizes = parts[:5]
     try:
         low, desired, high = (int(x) for x in sizes)

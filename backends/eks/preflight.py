@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .plan import ClusterPlan, CostLine, InstanceType, cost_per_hour, made_by_torchdeck, shipped_catalogue
 from .session import AwsError, AwsSession
-from .plan import ClusterPlan, made_by_torchdeck, CostLine, InstanceType, cost_per_hour, shipped_catalogue
 
 # EC2's vCPU quotas by instance family: (on-demand code, spot code, name). The
 # longest matching prefix of the type's family picks one; the rest are standard.
@@ -32,7 +32,7 @@ DESCRIBE_BATCH = 100  # describe_instance_types takes 100 names at most
 def quota_class(instance_type: str) -> str:
     """The quota an instance type counts against: g5.xlarge -> g, inf2.xlarge -> inf, m5.large -> standard."""
     family = instance_type.split(".")[0]
-    letters = family[:len(family) - len(family.lstrip("abcdefghijklmnopqrstuvwxyz"))]
+    letters = family[: len(family) - len(family.lstrip("abcdefghijklmnopqrstuvwxyz"))]
     return letters if letters in QUOTAS else "standard"
 
 
@@ -69,19 +69,25 @@ def _from_ec2(item: dict[str, Any], shipped: dict[str, InstanceType]) -> Instanc
     total_mib = (item.get("GpuInfo") or {}).get("TotalGpuMemoryInMiB", 0)
     known = shipped.get(name)
     return InstanceType(
-        name=name, vcpus=int(item.get("VCpuInfo", {}).get("DefaultVCpus", 0)),
+        name=name,
+        vcpus=int(item.get("VCpuInfo", {}).get("DefaultVCpus", 0)),
         memory_gib=round(item.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024, 1),
-        price=known.price if known else None, gpus=count, gpu_model=model,
+        price=known.price if known else None,
+        gpus=count,
+        gpu_model=model,
         gpu_memory_gib=round(total_mib / count / 1024, 1) if count else 0.0,
-        efa=bool(item.get("NetworkInfo", {}).get("EfaSupported")))
+        efa=bool(item.get("NetworkInfo", {}).get("EfaSupported")),
+    )
 
 
 def availability_zones(aws: AwsSession) -> list[str]:
     """The region's zones that are available to this account."""
-    answer = aws.call("ec2", "describe_availability_zones",
-                      Filters=[{"Name": "state", "Values": ["available"]}])
-    return sorted(z["ZoneName"] for z in answer.get("AvailabilityZones", [])
-                  if z.get("ZoneType", "availability-zone") == "availability-zone")
+    answer = aws.call("ec2", "describe_availability_zones", Filters=[{"Name": "state", "Values": ["available"]}])
+    return sorted(
+        z["ZoneName"]
+        for z in answer.get("AvailabilityZones", [])
+        if z.get("ZoneType", "availability-zone") == "availability-zone"
+    )
 
 
 def live_catalogue(aws: AwsSession, zones: list[str] | None = None, only: set[str] | None = None) -> Catalogue:
@@ -89,14 +95,19 @@ def live_catalogue(aws: AwsSession, zones: list[str] | None = None, only: set[st
     (the preflight's: describing every type of a region takes a few seconds)."""
     zones = zones or availability_zones(aws)
     zones_of: dict[str, set[str]] = {}
-    for offer in aws.pages("ec2", "describe_instance_type_offerings", "InstanceTypeOfferings",
-                           LocationType="availability-zone", Filters=[{"Name": "location", "Values": list(zones)}]):
+    for offer in aws.pages(
+        "ec2",
+        "describe_instance_type_offerings",
+        "InstanceTypeOfferings",
+        LocationType="availability-zone",
+        Filters=[{"Name": "location", "Values": list(zones)}],
+    ):
         zones_of.setdefault(offer["InstanceType"], set()).add(offer["Location"])
     shipped = shipped_catalogue()
     names = sorted(zones_of if only is None else set(zones_of) & set(only))
     types: dict[str, InstanceType] = {}
     for start in range(0, len(names), DESCRIBE_BATCH):
-        batch = names[start:start + DESCRIBE_BATCH]
+        batch = names[start : start + DESCRIBE_BATCH]
         for item in aws.pages("ec2", "describe_instance_types", "InstanceTypes", InstanceTypes=batch):
             kind = _from_ec2(item, shipped)
             if only is not None or kind.name in shipped or kind.gpus:
@@ -131,8 +142,12 @@ def _quota(aws: AwsSession, code: str) -> float | None:
     try:
         answer = aws.call("service-quotas", "get_service_quota", ServiceCode="ec2", QuotaCode=code)
     except AwsError as exc:
-        if exc.code in ("NoSuchResourceException", "ResourceNotFoundException", "AccessDeniedException",
-                        "AccessDenied"):
+        if exc.code in (
+            "NoSuchResourceException",
+            "ResourceNotFoundException",
+            "AccessDeniedException",
+            "AccessDenied",
+        ):
             return None
         raise
     return float(answer.get("Quota", {}).get("Value", 0))
@@ -169,27 +184,49 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
         known_zones = set().union(*catalogue.zones_of.values()) if catalogue.zones_of else set()
         for zone in plan.zones:
             if zone not in known_zones:
-                report.findings.append(Finding("error", f"zone {zone} offers no instance types to this account",
-                                               "pick zones from: " + ", ".join(sorted(known_zones))))
+                report.findings.append(
+                    Finding(
+                        "error",
+                        f"zone {zone} offers no instance types to this account",
+                        "pick zones from: " + ", ".join(sorted(known_zones)),
+                    )
+                )
         for ng in plan.nodegroups:
             offered = catalogue.zones_of.get(ng.instance_type, set())
             missing = [z for z in zones if z not in offered]
             if not offered:
-                report.findings.append(Finding("error", f"{ng.name}: {ng.instance_type} is not offered in {plan.region}",
-                                               "pick a type that `torchdeck cluster types` lists"))
+                report.findings.append(
+                    Finding(
+                        "error",
+                        f"{ng.name}: {ng.instance_type} is not offered in {plan.region}",
+                        "pick a type that `torchdeck cluster types` lists",
+                    )
+                )
             elif missing:
-                report.findings.append(Finding(
-                    "error", f"{ng.name}: {ng.instance_type} is not offered in {', '.join(missing)}",
-                    f"use zones where it is: {', '.join(sorted(offered))}"))
+                report.findings.append(
+                    Finding(
+                        "error",
+                        f"{ng.name}: {ng.instance_type} is not offered in {', '.join(missing)}",
+                        f"use zones where it is: {', '.join(sorted(offered))}",
+                    )
+                )
             else:
                 report.findings.append(Finding("ok", f"{ng.name}: {ng.instance_type} is offered in every zone"))
             info = catalogue.types.get(ng.instance_type)
             if info is not None and ng.gpu and not info.gpus:
-                report.findings.append(Finding("error", f"{ng.name}: {ng.instance_type} has no GPU",
-                                               "pick a GPU type, or make it a CPU nodegroup"))
+                report.findings.append(
+                    Finding(
+                        "error",
+                        f"{ng.name}: {ng.instance_type} has no GPU",
+                        "pick a GPU type, or make it a CPU nodegroup",
+                    )
+                )
             if info is not None and ng.efa and not info.efa:
-                report.findings.append(Finding("error", f"{ng.name}: {ng.instance_type} does not support EFA",
-                                               "drop efa, or pick an EFA type"))
+                report.findings.append(
+                    Finding(
+                        "error", f"{ng.name}: {ng.instance_type} does not support EFA", "drop efa, or pick an EFA type"
+                    )
+                )
 
     types = {**shipped_catalogue(), **catalogue.types}
     for (klass, spot), (desired, most) in sorted(vcpus_needed(plan, types).items()):
@@ -202,15 +239,29 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
             report.findings.append(Finding("warn", f"cannot read the quota for {what}: {exc.message}", exc.hint))
             continue
         if limit is None:
-            report.findings.append(Finding("warn", f"quota for {what} ({code}) is unknown: {desired} vCPUs needed",
-                                           "check it in the Service Quotas console"))
+            report.findings.append(
+                Finding(
+                    "warn",
+                    f"quota for {what} ({code}) is unknown: {desired} vCPUs needed",
+                    "check it in the Service Quotas console",
+                )
+            )
         elif desired > limit:
-            report.findings.append(Finding(
-                "error", f"the plan needs {desired} vCPUs of {what}; the quota is {limit:g}",
-                f"request an increase of {code} in the Service Quotas console (it takes hours to days)"))
+            report.findings.append(
+                Finding(
+                    "error",
+                    f"the plan needs {desired} vCPUs of {what}; the quota is {limit:g}",
+                    f"request an increase of {code} in the Service Quotas console (it takes hours to days)",
+                )
+            )
         elif most > limit:
-            report.findings.append(Finding("warn", f"{what}: {desired} vCPUs fit the quota of {limit:g}, but the "
-                                           f"max sizes need {most}", f"request an increase of {code}, or lower max"))
+            report.findings.append(
+                Finding(
+                    "warn",
+                    f"{what}: {desired} vCPUs fit the quota of {limit:g}, but the max sizes need {most}",
+                    f"request an increase of {code}, or lower max",
+                )
+            )
         else:
             report.findings.append(Finding("ok", f"{what}: {most} vCPUs needed at most, quota {limit:g}"))
 
@@ -220,8 +271,13 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
             found = {s["SubnetId"]: s for s in aws.call("ec2", "describe_subnets", SubnetIds=ids).get("Subnets", [])}
         except AwsError as exc:
             found = {}
-            report.findings.append(Finding("error", f"the subnets are not there: {exc.message}",
-                                           "check --subnet ids (aws ec2 describe-subnets)"))
+            report.findings.append(
+                Finding(
+                    "error",
+                    f"the subnets are not there: {exc.message}",
+                    "check --subnet ids (aws ec2 describe-subnets)",
+                )
+            )
         wrong = []
         for zone, sid in plan.subnets.items():
             subnet = found.get(sid)
@@ -230,8 +286,13 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
             if subnet.get("VpcId") != plan.vpc_id:
                 wrong.append(Finding("error", f"subnet {sid} is in {subnet.get('VpcId')}, not {plan.vpc_id}"))
             elif subnet.get("AvailabilityZone") != zone:
-                wrong.append(Finding("error", f"subnet {sid} is in {subnet.get('AvailabilityZone')}, not {zone}",
-                                     "write ZONE=SUBNET as describe-subnets shows them"))
+                wrong.append(
+                    Finding(
+                        "error",
+                        f"subnet {sid} is in {subnet.get('AvailabilityZone')}, not {zone}",
+                        "write ZONE=SUBNET as describe-subnets shows them",
+                    )
+                )
         report.findings.extend(wrong)
         if found and not wrong:
             report.findings.append(Finding("ok", f"VPC {plan.vpc_id}: subnets in {', '.join(sorted(plan.subnets))}"))
@@ -241,12 +302,21 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
         cluster = existing["cluster"]
         report.existing_cluster = cluster
         if made_by_torchdeck(cluster, plan.name):
-            report.findings.append(Finding("warn", f"cluster {plan.name} exists ({cluster.get('status')}), "
-                                           "made by torchdeck", "create reuses it and adds what is missing"))
+            report.findings.append(
+                Finding(
+                    "warn",
+                    f"cluster {plan.name} exists ({cluster.get('status')}), made by torchdeck",
+                    "create reuses it and adds what is missing",
+                )
+            )
         else:
-            report.findings.append(Finding("error", f"a cluster named {plan.name} exists in {plan.region}, "
-                                           "not made by torchdeck", "pick another name, or `torchdeck cluster "
-                                           f"connect --name {plan.name}` to use it as it is"))
+            report.findings.append(
+                Finding(
+                    "error",
+                    f"a cluster named {plan.name} exists in {plan.region}, not made by torchdeck",
+                    f"pick another name, or `torchdeck cluster connect --name {plan.name}` to use it as it is",
+                )
+            )
     else:
         report.findings.append(Finding("ok", f"no cluster named {plan.name} in {plan.region} yet"))
 

@@ -12,24 +12,47 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ..errors import BackendError
 
 MAX_ATTEMPTS = 5
 """Attempts per call, the first included, before a throttled call fails (botocore's standard mode)."""
 _SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ACCESS_KEY_ID")
-NOT_FOUND = {"ResourceNotFoundException", "NoSuchEntity", "NoSuchEntityException", "NotFoundException",
-             "FileSystemNotFound", "MountTargetNotFound", "InvalidGroup.NotFound", "InvalidGroupId.NotFound",
-             "RepositoryNotFoundException", "ImageNotFoundException", "NoSuchBucket", "NoSuchKey", "404",
-             "NoSuchTagSet", "NoSuchBucketPolicy", "NoSuchPublicAccessBlockConfiguration",
-             "ServerSideEncryptionConfigurationNotFoundError"}
+NOT_FOUND = {
+    "ResourceNotFoundException",
+    "NoSuchEntity",
+    "NoSuchEntityException",
+    "NotFoundException",
+    "FileSystemNotFound",
+    "MountTargetNotFound",
+    "InvalidGroup.NotFound",
+    "InvalidGroupId.NotFound",
+    "RepositoryNotFoundException",
+    "ImageNotFoundException",
+    "NoSuchBucket",
+    "NoSuchKey",
+    "404",
+    "NoSuchTagSet",
+    "NoSuchBucketPolicy",
+    "NoSuchPublicAccessBlockConfiguration",
+    "ServerSideEncryptionConfigurationNotFoundError",
+}
 """AWS's words, service by service, for "there is no such thing"."""
-_THROTTLED = {"Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
-              "TooManyRequestsException", "RequestLimitExceeded", "SlowDown", "Throttled"}
+_THROTTLED = {
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "RequestLimitExceeded",
+    "SlowDown",
+    "Throttled",
+}
 
 
-def redact(text: str, env: dict[str, str] | None = None) -> str:
+def redact(text: str, env: Mapping[str, str] | None = None) -> str:
     """``text`` with any credential found in the environment replaced by ***."""
     env = os.environ if env is None else env
     for var in _SECRET_VARS:
@@ -81,14 +104,22 @@ def translate(exc: BaseException, operation: str) -> AwsError:
             message = f"{operation}: {code}: {message}"
         return AwsError(message, _hint_for(code, operation), code, operation)
     if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
-        return AwsError("no AWS credentials found",
-                        "run `aws configure` or `aws sso login`, or set AWS_PROFILE (or AWS_ACCESS_KEY_ID and "
-                        "AWS_SECRET_ACCESS_KEY)", "NoCredentials", operation)
+        return AwsError(
+            "no AWS credentials found",
+            "run `aws configure` or `aws sso login`, or set AWS_PROFILE (or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY)",
+            "NoCredentials",
+            operation,
+        )
     if isinstance(exc, bx.NoRegionError):
         return AwsError("no AWS region", "pass --region or set AWS_REGION", "NoRegion", operation)
     if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError)):
-        return AwsError(f"cannot reach AWS for {operation}: {exc}", "check the network (and AWS_ENDPOINT_URL if set)",
-                        "Unreachable", operation)
+        return AwsError(
+            f"cannot reach AWS for {operation}: {exc}",
+            "check the network (and AWS_ENDPOINT_URL if set)",
+            "Unreachable",
+            operation,
+        )
     if isinstance(exc, bx.ParamValidationError):
         return AwsError(f"{operation}: {str(exc).splitlines()[-1]}", "", "ParamValidation", operation)
     if isinstance(exc, bx.BotoCoreError):
@@ -103,7 +134,7 @@ class AwsSession:
         self.region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         self.profile = profile
         self.max_attempts = max_attempts
-        self._session = None
+        self._session: Any = None
         self._clients: dict[str, Any] = {}
 
     def client(self, service: str):
@@ -118,8 +149,12 @@ class AwsSession:
                     self._session = boto3.Session(profile_name=self.profile, region_name=self.region)
                 except Exception as exc:
                     raise translate(exc, "open an AWS session") from None
-            config = Config(retries={"mode": "standard", "total_max_attempts": self.max_attempts},
-                            user_agent_extra="torchdeck", connect_timeout=10, read_timeout=60)
+            config = Config(
+                retries={"mode": "standard", "total_max_attempts": self.max_attempts},
+                user_agent_extra="torchdeck",
+                connect_timeout=10,
+                read_timeout=60,
+            )
             try:
                 self._clients[service] = self._session.client(service, config=config)
             except Exception as exc:

@@ -22,24 +22,33 @@ import asyncio
 import ipaddress
 import json
 import re
-import time
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
-from .session import AwsError, AwsSession
-from .access import ClusterRecord, connect, role_name
-from .create import (EFS_CSI_POLICY, EFS_CSI_SERVICE_ACCOUNT, POLICY, Progress, _Clock, _tags,
-                         ensure_object, ensure_role, ensure_service_account, object_path, trust_service_account)
-from .plan import CLUSTER_TAG, s3_policy
 from ..errors import BackendError, SpecError
+from ..kubernetes.client import ensure_object
+from .access import ClusterNetwork, ClusterRecord, cluster_kube, cluster_network, cluster_tags
+from .iam import (
+    EFS_CSI_POLICY,
+    EFS_CSI_SERVICE_ACCOUNT,
+    FSX_CSI_POLICY,
+    FSX_CSI_SERVICE_ACCOUNT,
+    ensure_role,
+    ensure_service_account,
+    oidc_provider,
+    role_name,
+    trust_service_account,
+)
+from .plan import CLUSTER_TAG, s3_policy
+from .progress import Clock, FileSystemReady, Progress, StorageReady, wait_until
+from .session import AwsError, AwsSession
 
 POLL_S = 15.0
 TIMEOUT_S = 30 * 60
 NFS_PORT = 2049
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
-FSX_CSI_POLICY = POLICY + "AmazonFSxFullAccess"
-FSX_CSI_SERVICE_ACCOUNT = ("kube-system", "fsx-csi-controller-sa")
 EFS_PER_GB_MONTH = 0.30
 HOURS_PER_MONTH = 730.0
 FSX_DEPLOYMENTS: dict[str, dict[int | None, float]] = {
@@ -121,76 +130,56 @@ def validate_storage(plan: StoragePlan) -> StoragePlan:
     if plan.kind == "fsx":
         rates = FSX_DEPLOYMENTS.get(plan.fsx_deployment)
         if rates is None:
-            raise SpecError("--fsx-deployment", f"must be one of {', '.join(FSX_DEPLOYMENTS)}, "
-                            f"got {plan.fsx_deployment!r}")
+            raise SpecError(
+                "--fsx-deployment", f"must be one of {', '.join(FSX_DEPLOYMENTS)}, got {plan.fsx_deployment!r}"
+            )
         cap = plan.fsx_capacity_gib
         step = 3600 if plan.fsx_deployment == "SCRATCH_1" else 2400
         if cap < 1200 or (cap not in (1200, 2400) and cap % step):
-            raise SpecError("--fsx-capacity", f"{cap} GiB is not a capacity {plan.fsx_deployment} offers",
-                            f"1200, 2400 or a multiple of {step} GiB")
+            raise SpecError(
+                "--fsx-capacity",
+                f"{cap} GiB is not a capacity {plan.fsx_deployment} offers",
+                f"1200, 2400 or a multiple of {step} GiB",
+            )
         if plan.fsx_deployment.startswith("PERSISTENT"):
             plan.fsx_throughput = plan.fsx_throughput or min(k for k in rates if k)
             if plan.fsx_throughput not in rates:
-                raise SpecError("--fsx-throughput", f"{plan.fsx_deployment} offers "
-                                f"{', '.join(str(k) for k in rates)} MB/s per TiB, not {plan.fsx_throughput}")
+                raise SpecError(
+                    "--fsx-throughput",
+                    f"{plan.fsx_deployment} offers "
+                    f"{', '.join(str(k) for k in rates)} MB/s per TiB, not {plan.fsx_throughput}",
+                )
         elif plan.fsx_throughput:
-            raise SpecError("--fsx-throughput", f"{plan.fsx_deployment} has a fixed throughput",
-                            "use PERSISTENT_1 or PERSISTENT_2 to choose one")
+            raise SpecError(
+                "--fsx-throughput",
+                f"{plan.fsx_deployment} has a fixed throughput",
+                "use PERSISTENT_1 or PERSISTENT_2 to choose one",
+            )
         if plan.fsx_s3_link:
             split_s3(plan.fsx_s3_link, "--fsx-s3-link")
             if plan.fsx_deployment == "PERSISTENT_2":
-                raise SpecError("--fsx-s3-link", "PERSISTENT_2 links to S3 through data repository associations",
-                                "use SCRATCH_2 or PERSISTENT_1 for a linked bucket")
+                raise SpecError(
+                    "--fsx-s3-link",
+                    "PERSISTENT_2 links to S3 through data repository associations",
+                    "use SCRATCH_2 or PERSISTENT_1 for a linked bucket",
+                )
     if plan.bucket:
         check_bucket_name(plan.bucket)
     if plan.prefix.startswith("/") or "*" in plan.prefix:
         raise SpecError("--prefix", f"{plan.prefix!r}: a key prefix has no leading '/' and no '*'", "e.g. models/")
     if plan.prefix and not plan.prefix.endswith("/"):
         plan.prefix += "/"
-    for field_name, value in (("--pvc", plan.pvc), ("--namespace", plan.namespace),
-                              ("--service-account", plan.service_account)):
+    for field_name, value in (
+        ("--pvc", plan.pvc),
+        ("--namespace", plan.namespace),
+        ("--service-account", plan.service_account),
+    ):
         if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", value):
             raise SpecError(field_name, f"{value!r} is not a Kubernetes name", "lower-case letters, digits and '-'")
     return plan
 
 
 # -- what the cluster tells us --------------------------------------------------------
-
-
-@dataclass
-class ClusterNetwork:
-    """Where the storage goes: the cluster's VPC, its security group, and the subnets its nodes use."""
-
-    vpc_id: str
-    cluster_sg: str
-    node_subnets: dict[str, str]
-    """subnet id -> availability zone."""
-    issuer: str
-
-
-async def cluster_network(aws: AwsSession, name: str) -> ClusterNetwork:
-    found = await aws.afind("eks", "describe_cluster", name=name)
-    if found is None:
-        raise BackendError(f"no cluster {name} in {aws.region}", "create it first: torchdeck cluster create")
-    cluster = found["cluster"]
-    vpc = cluster.get("resourcesVpcConfig") or {}
-    cluster_sg = vpc.get("clusterSecurityGroupId") or ""
-    if not cluster_sg:
-        raise BackendError(f"cluster {name} reports no cluster security group",
-                           "EKS gives every cluster one once it is ACTIVE; wait for it and run again")
-    subnets: list[str] = []
-    for group in await aws.apages("eks", "list_nodegroups", "nodegroups", clusterName=name):
-        ng = (await aws.acall("eks", "describe_nodegroup", clusterName=name, nodegroupName=group))["nodegroup"]
-        subnets += [s for s in ng.get("subnets", []) if s not in subnets]
-    if not subnets:
-        subnets = list(vpc.get("subnetIds") or [])
-    if not subnets:
-        raise BackendError(f"cluster {name} has no subnets for nodes", "add a nodegroup, then run again")
-    described = (await aws.acall("ec2", "describe_subnets", SubnetIds=subnets))["Subnets"]
-    zones = {s["SubnetId"]: s["AvailabilityZone"] for s in described}
-    vpc_id = vpc.get("vpcId") or (described[0]["VpcId"] if described else "")
-    issuer = ((cluster.get("identity") or {}).get("oidc") or {}).get("issuer", "")
-    return ClusterNetwork(vpc_id, cluster_sg, {s: zones[s] for s in subnets if s in zones}, issuer)
 
 
 def one_subnet_per_zone(subnets: dict[str, str]) -> dict[str, str]:
@@ -204,58 +193,65 @@ def one_subnet_per_zone(subnets: dict[str, str]) -> dict[str, str]:
 # -- waiting, always with an end ------------------------------------------------------
 
 
-async def wait_until(what: str, probe: Callable[[], Any], clock: _Clock, phase: str, poll_s: float,
-                     timeout_s: float, ready: tuple[str, ...], failed: tuple[str, ...] = ()) -> AsyncIterator[Progress]:
-    """Poll ``probe()`` (a state word) until it is one of ``ready``; a failed state or the deadline ends
-    the wait with an error that says what to do."""
-    started, last = time.monotonic(), None
-    while True:
-        state = await asyncio.to_thread(probe)
-        if state in ready:
-            return
-        if state in failed:
-            raise BackendError(f"{what} is {state}", "see it in the AWS console; fix the cause and run again")
-        if time.monotonic() - started > timeout_s:
-            raise BackendError(f"{what} is still {state} after {timeout_s:.0f} s",
-                               "run the same command again later: it picks up where it stopped")
-        if state != last:
-            yield Progress(phase, f"{what} is {state}", clock(), "wait")
-            last = state
-        await asyncio.sleep(poll_s)
-
-
 # -- the pieces -----------------------------------------------------------------------
 
 
 def _ec2_tags(cluster: str, purpose: str, name: str) -> list[dict[str, Any]]:
-    return [{"Key": CLUSTER_TAG, "Value": cluster}, {"Key": "torchdeck:purpose", "Value": purpose},
-            {"Key": "Name", "Value": name}]
+    return [
+        {"Key": CLUSTER_TAG, "Value": cluster},
+        {"Key": "torchdeck:purpose", "Value": purpose},
+        {"Key": "Name", "Value": name},
+    ]
 
 
-async def ensure_security_group(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork, purpose: str,
-                                ports: tuple[tuple[int, int], ...], self_too: bool) -> tuple[str, bool]:
+async def ensure_security_group(
+    aws: AwsSession,
+    record: ClusterRecord,
+    net: ClusterNetwork,
+    purpose: str,
+    ports: tuple[tuple[int, int], ...],
+    self_too: bool,
+) -> tuple[str, bool]:
     """A group in the cluster's VPC admitting ``ports`` from the cluster's group only (and from itself,
     for Lustre's servers); an existing one's rules are set back to exactly that."""
     name = f"torchdeck-{record.name}-{purpose}"
-    found = (await aws.acall("ec2", "describe_security_groups", Filters=[
-        {"Name": "vpc-id", "Values": [net.vpc_id]}, {"Name": "group-name", "Values": [name]}]))["SecurityGroups"]
+    found = (
+        await aws.acall(
+            "ec2",
+            "describe_security_groups",
+            Filters=[{"Name": "vpc-id", "Values": [net.vpc_id]}, {"Name": "group-name", "Values": [name]}],
+        )
+    )["SecurityGroups"]
     if found:
         group = found[0]
         if {t["Key"]: t["Value"] for t in group.get("Tags", [])}.get(CLUSTER_TAG) != record.name:
-            raise BackendError(f"security group {name} exists and is not torchdeck's",
-                               "delete or rename it, then run again")
+            raise BackendError(
+                f"security group {name} exists and is not torchdeck's", "delete or rename it, then run again"
+            )
         sg, made = group["GroupId"], False
     else:
-        sg = (await aws.acall("ec2", "create_security_group", GroupName=name, VpcId=net.vpc_id,
-                              Description=f"torchdeck {purpose} for EKS cluster {record.name}",
-                              TagSpecifications=[{"ResourceType": "security-group",
-                                                  "Tags": _ec2_tags(record.name, purpose, name)}]))["GroupId"]
+        sg = (
+            await aws.acall(
+                "ec2",
+                "create_security_group",
+                GroupName=name,
+                VpcId=net.vpc_id,
+                Description=f"torchdeck {purpose} for EKS cluster {record.name}",
+                TagSpecifications=[{"ResourceType": "security-group", "Tags": _ec2_tags(record.name, purpose, name)}],
+            )
+        )["GroupId"]
         group, made = {"IpPermissions": []}, True
     record.note("ec2-security-group", sg, made, vpc=net.vpc_id)
     sources = [net.cluster_sg] + ([sg] if self_too else [])
-    wanted = [{"IpProtocol": "tcp", "FromPort": low, "ToPort": high,
-               "UserIdGroupPairs": [{"GroupId": g, "Description": "torchdeck: from the cluster"} for g in sources]}
-              for low, high in ports]
+    wanted = [
+        {
+            "IpProtocol": "tcp",
+            "FromPort": low,
+            "ToPort": high,
+            "UserIdGroupPairs": [{"GroupId": g, "Description": "torchdeck: from the cluster"} for g in sources],
+        }
+        for low, high in ports
+    ]
     have = group.get("IpPermissions", [])
     if _rules(have) != _rules(wanted):
         if have:
@@ -274,56 +270,73 @@ def _rules(perms: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
     return out
 
 
-async def ensure_csi_addon(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork, addon: str,
-                           purpose: str, account: tuple[str, str], policy: str, clock: _Clock,
-                           poll_s: float, timeout_s: float) -> AsyncIterator[Progress]:
+async def ensure_csi_addon(
+    aws: AwsSession,
+    record: ClusterRecord,
+    net: ClusterNetwork,
+    addon: str,
+    purpose: str,
+    account: tuple[str, str],
+    policy: str,
+    clock: Clock,
+    poll_s: float,
+    timeout_s: float,
+) -> AsyncIterator[Progress]:
     """The CSI driver as an EKS add-on, with its IRSA role; waited to ACTIVE."""
     name = record.name
     found = await aws.afind("eks", "describe_addon", clusterName=name, addonName=addon)
     if found is None:
-        provider = await oidc_provider(aws, net)
-        role, _ = await ensure_role(aws, record, role_name(name, purpose),
-                                    trust_service_account(provider, net.issuer, *account), (policy,))
-        await aws.acall("eks", "create_addon", clusterName=name, addonName=addon, serviceAccountRoleArn=role,
-                        resolveConflicts="OVERWRITE", tags=_tags(name))
+        provider = await oidc_provider(aws, net.issuer)
+        role, _ = await ensure_role(
+            aws, record, role_name(name, purpose), trust_service_account(provider, net.issuer, *account), (policy,)
+        )
+        await aws.acall(
+            "eks",
+            "create_addon",
+            clusterName=name,
+            addonName=addon,
+            serviceAccountRoleArn=role,
+            resolveConflicts="OVERWRITE",
+            tags=cluster_tags(name),
+        )
         yield Progress("csi", f"installing the {addon} add-on", clock())
     record.note("eks-addon", f"{name}/{addon}", found is None)
 
     def status() -> str:
         return aws.call("eks", "describe_addon", clusterName=name, addonName=addon)["addon"].get("status", "")
 
-    async for p in wait_until(f"add-on {addon}", status, clock, "csi", poll_s, timeout_s, ("ACTIVE",),
-                              ("CREATE_FAILED", "DEGRADED")):
+    async for p in wait_until(
+        f"add-on {addon}", status, clock, "csi", poll_s, timeout_s, ("ACTIVE",), ("CREATE_FAILED", "DEGRADED")
+    ):
         yield p
     yield Progress("csi", f"{addon} is ACTIVE", clock())
 
 
-async def oidc_provider(aws: AwsSession, net: ClusterNetwork) -> str:
-    host = net.issuer.removeprefix("https://")
-    providers = (await aws.acall("iam", "list_open_id_connect_providers")).get("OpenIDConnectProviderList", [])
-    arn = next((p["Arn"] for p in providers if host and p["Arn"].endswith("oidc-provider/" + host)), None)
-    if arn is None:
-        raise BackendError("the cluster has no IAM OIDC provider, so service accounts cannot have IAM roles",
-                           "run torchdeck cluster create again (it adds one), or eksctl utils "
-                           "associate-iam-oidc-provider --approve")
-    return arn
-
-
-async def create_efs(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork, clock: _Clock,
-                     poll_s: float, timeout_s: float) -> AsyncIterator[Progress | str]:
-    """The security group, the encrypted file system and a mount target per node zone; yields the
-    file system's id last."""
+async def create_efs(
+    aws: AwsSession, record: ClusterRecord, net: ClusterNetwork, clock: Clock, poll_s: float, timeout_s: float
+) -> AsyncIterator[Progress]:
+    """The security group, the encrypted file system and a mount target per node zone; the last event
+    carries the file system (``FileSystemReady``)."""
     sg, made = await ensure_security_group(aws, record, net, "efs", ((NFS_PORT, NFS_PORT),), self_too=False)
-    yield Progress("efs", f"{'created' if made else 'reusing'} security group {sg}: NFS from {net.cluster_sg} only",
-                   clock())
+    yield Progress(
+        "efs", f"{'created' if made else 'reusing'} security group {sg}: NFS from {net.cluster_sg} only", clock()
+    )
     token = f"torchdeck-{record.name}-efs"
     found = (await aws.acall("efs", "describe_file_systems", CreationToken=token))["FileSystems"]
     if found:
         fs, made = found[0]["FileSystemId"], False
     else:
-        fs = (await aws.acall("efs", "create_file_system", CreationToken=token, Encrypted=True,
-                              PerformanceMode="generalPurpose", ThroughputMode="elastic",
-                              Tags=_ec2_tags(record.name, "efs", token)))["FileSystemId"]
+        fs = (
+            await aws.acall(
+                "efs",
+                "create_file_system",
+                CreationToken=token,
+                Encrypted=True,
+                PerformanceMode="generalPurpose",
+                ThroughputMode="elastic",
+                Tags=_ec2_tags(record.name, "efs", token),
+            )
+        )["FileSystemId"]
         made = True
     record.note("efs-filesystem", fs, made)
     yield Progress("efs", f"{'created' if made else 'reusing'} encrypted file system {fs}", clock())
@@ -331,11 +344,13 @@ async def create_efs(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork
     def fs_state() -> str:
         return aws.call("efs", "describe_file_systems", FileSystemId=fs)["FileSystems"][0]["LifeCycleState"]
 
-    async for p in wait_until(f"file system {fs}", fs_state, clock, "efs", poll_s, timeout_s, ("available",),
-                              ("error", "deleting", "deleted")):
+    async for p in wait_until(
+        f"file system {fs}", fs_state, clock, "efs", poll_s, timeout_s, ("available",), ("error", "deleting", "deleted")
+    ):
         yield p
-    have = {m["SubnetId"]: m for m in await aws.apages("efs", "describe_mount_targets", "MountTargets",
-                                                        FileSystemId=fs)}
+    have = {
+        m["SubnetId"]: m for m in await aws.apages("efs", "describe_mount_targets", "MountTargets", FileSystemId=fs)
+    }
     zones_with = {m.get("AvailabilityZoneName") or net.node_subnets.get(m["SubnetId"]) for m in have.values()}
     targets = []
     for zone, subnet in sorted(one_subnet_per_zone(net.node_subnets).items()):
@@ -344,33 +359,53 @@ async def create_efs(aws: AwsSession, record: ClusterRecord, net: ClusterNetwork
         elif zone in zones_with:
             continue  # a mount target in another subnet of this zone serves it
         else:
-            target = (await aws.acall("efs", "create_mount_target", FileSystemId=fs, SubnetId=subnet,
-                                      SecurityGroups=[sg]))["MountTargetId"]
+            target = (
+                await aws.acall("efs", "create_mount_target", FileSystemId=fs, SubnetId=subnet, SecurityGroups=[sg])
+            )["MountTargetId"]
             made = True
         record.note("efs-mount-target", target, made, file_system=fs, subnet=subnet)
         targets.append(target)
-        yield Progress("efs", f"{'created' if made else 'reusing'} mount target {target} in {subnet} ({zone})",
-                       clock())
+        yield Progress("efs", f"{'created' if made else 'reusing'} mount target {target} in {subnet} ({zone})", clock())
     for target in targets:
+
         def mt_state(target: str = target) -> str:
             return aws.call("efs", "describe_mount_targets", MountTargetId=target)["MountTargets"][0]["LifeCycleState"]
 
-        async for p in wait_until(f"mount target {target}", mt_state, clock, "efs", poll_s, timeout_s,
-                                  ("available",), ("error", "deleting", "deleted")):
+        async for p in wait_until(
+            f"mount target {target}",
+            mt_state,
+            clock,
+            "efs",
+            poll_s,
+            timeout_s,
+            ("available",),
+            ("error", "deleting", "deleted"),
+        ):
             yield p
-    yield Progress("efs", f"{len(targets)} mount target(s) available", clock())
-    yield fs
+    yield Progress("efs", f"{len(targets)} mount target(s) available", clock(), result=FileSystemReady(fs))
 
 
-async def create_fsx(aws: AwsSession, plan: StoragePlan, record: ClusterRecord, net: ClusterNetwork,
-                     clock: _Clock, poll_s: float, timeout_s: float) -> AsyncIterator[Progress | dict[str, Any]]:
-    """The security group and the Lustre file system; yields its description last."""
+async def create_fsx(
+    aws: AwsSession,
+    plan: StoragePlan,
+    record: ClusterRecord,
+    net: ClusterNetwork,
+    clock: Clock,
+    poll_s: float,
+    timeout_s: float,
+) -> AsyncIterator[Progress]:
+    """The security group and the Lustre file system; the last event carries it (``FileSystemReady``,
+    with the DNS and mount names its volume needs)."""
     sg, made = await ensure_security_group(aws, record, net, "fsx", LUSTRE_PORTS, self_too=True)
-    yield Progress("fsx", f"{'created' if made else 'reusing'} security group {sg}: Lustre from {net.cluster_sg}",
-                   clock())
-    mine = [f for f in await aws.apages("fsx", "describe_file_systems", "FileSystems")
-            if {t["Key"]: t["Value"] for t in f.get("Tags", [])}.get(CLUSTER_TAG) == record.name
-            and f.get("FileSystemType") == "LUSTRE"]
+    yield Progress(
+        "fsx", f"{'created' if made else 'reusing'} security group {sg}: Lustre from {net.cluster_sg}", clock()
+    )
+    mine = [
+        f
+        for f in await aws.apages("fsx", "describe_file_systems", "FileSystems")
+        if {t["Key"]: t["Value"] for t in f.get("Tags", [])}.get(CLUSTER_TAG) == record.name
+        and f.get("FileSystemType") == "LUSTRE"
+    ]
     if mine:
         fs, made = mine[0], False
     else:
@@ -382,43 +417,83 @@ async def create_fsx(aws: AwsSession, plan: StoragePlan, record: ClusterRecord, 
             if plan.fsx_deployment != "SCRATCH_1":
                 lustre["AutoImportPolicy"] = "NEW_CHANGED_DELETED"
         subnet = sorted(net.node_subnets)[0]
-        fs = (await aws.acall("fsx", "create_file_system", FileSystemType="LUSTRE",
-                              StorageCapacity=plan.fsx_capacity_gib, StorageType="SSD", SubnetIds=[subnet],
-                              SecurityGroupIds=[sg], LustreConfiguration=lustre,
-                              ClientRequestToken=f"torchdeck-{record.name}-fsx",
-                              Tags=_ec2_tags(record.name, "fsx", f"torchdeck-{record.name}-fsx")))["FileSystem"]
+        fs = (
+            await aws.acall(
+                "fsx",
+                "create_file_system",
+                FileSystemType="LUSTRE",
+                StorageCapacity=plan.fsx_capacity_gib,
+                StorageType="SSD",
+                SubnetIds=[subnet],
+                SecurityGroupIds=[sg],
+                LustreConfiguration=lustre,
+                ClientRequestToken=f"torchdeck-{record.name}-fsx",
+                Tags=_ec2_tags(record.name, "fsx", f"torchdeck-{record.name}-fsx"),
+            )
+        )["FileSystem"]
         made = True
     fs_id = fs["FileSystemId"]
     record.note("fsx-filesystem", fs_id, made, hourly=plan.fsx_per_hour)
-    yield Progress("fsx", f"{'created' if made else 'reusing'} FSx for Lustre {fs_id}: {plan.fsx_capacity_gib} GiB "
-                   f"{plan.fsx_deployment}" + (f", linked to {plan.fsx_s3_link}" if plan.fsx_s3_link else ""), clock())
+    yield Progress(
+        "fsx",
+        f"{'created' if made else 'reusing'} FSx for Lustre {fs_id}: {plan.fsx_capacity_gib} GiB "
+        f"{plan.fsx_deployment}" + (f", linked to {plan.fsx_s3_link}" if plan.fsx_s3_link else ""),
+        clock(),
+    )
 
     def state() -> str:
         return aws.call("fsx", "describe_file_systems", FileSystemIds=[fs_id])["FileSystems"][0].get("Lifecycle", "")
 
-    async for p in wait_until(f"FSx {fs_id}", state, clock, "fsx", poll_s, timeout_s, ("AVAILABLE",),
-                              ("FAILED", "MISCONFIGURED", "DELETING")):
+    async for p in wait_until(
+        f"FSx {fs_id}", state, clock, "fsx", poll_s, timeout_s, ("AVAILABLE",), ("FAILED", "MISCONFIGURED", "DELETING")
+    ):
         yield p
-    yield Progress("fsx", f"FSx {fs_id} is AVAILABLE", clock())
-    yield (await aws.acall("fsx", "describe_file_systems", FileSystemIds=[fs_id]))["FileSystems"][0]
+    described = (await aws.acall("fsx", "describe_file_systems", FileSystemIds=[fs_id]))["FileSystems"][0]
+    yield Progress(
+        "fsx",
+        f"FSx {fs_id} is AVAILABLE",
+        clock(),
+        result=FileSystemReady(
+            fs_id, described.get("DNSName", ""), (described.get("LustreConfiguration") or {}).get("MountName", "")
+        ),
+    )
 
 
 def bucket_policy(bucket: str, prefix: str, role_arn: str) -> dict[str, Any]:
     """The training role may read and write under the prefix and list it; and nobody over plain HTTP.
     Every resource is the bucket or the prefix: no '*'."""
     objects = f"arn:aws:s3:::{bucket}/{prefix}*"
-    return {"Version": "2012-10-17", "Statement": [
-        {"Sid": "TrainingObjects", "Effect": "Allow", "Principal": {"AWS": role_arn},
-         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-         "Resource": objects},
-        {"Sid": "TrainingList", "Effect": "Allow", "Principal": {"AWS": role_arn}, "Action": "s3:ListBucket",
-         "Resource": f"arn:aws:s3:::{bucket}", "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}}},
-        {"Sid": "TlsOnly", "Effect": "Deny", "Principal": {"AWS": role_arn}, "Action": "s3:*",
-         "Resource": [f"arn:aws:s3:::{bucket}", objects], "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
-    ]}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "TrainingObjects",
+                "Effect": "Allow",
+                "Principal": {"AWS": role_arn},
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                "Resource": objects,
+            },
+            {
+                "Sid": "TrainingList",
+                "Effect": "Allow",
+                "Principal": {"AWS": role_arn},
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:aws:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+            },
+            {
+                "Sid": "TlsOnly",
+                "Effect": "Deny",
+                "Principal": {"AWS": role_arn},
+                "Action": "s3:*",
+                "Resource": [f"arn:aws:s3:::{bucket}", objects],
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
+        ],
+    }
 
 
-async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clock: _Clock) -> AsyncIterator[Progress]:
+async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clock: Clock) -> AsyncIterator[Progress]:
     """The bucket, private and encrypted; one that exists and is not torchdeck's is used as it is."""
     found = await aws.afind("s3", "head_bucket", Bucket=bucket)
     if found is not None:
@@ -426,8 +501,9 @@ async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clo
         ours = {t["Key"]: t["Value"] for t in (tags or {}).get("TagSet", [])}.get(CLUSTER_TAG) == record.name
         if not ours:
             record.note("s3-bucket", bucket, False, made=False, ours=False)
-            yield Progress("s3", f"using bucket {bucket} as it is (torchdeck did not make it, and cleanup keeps it)",
-                           clock())
+            yield Progress(
+                "s3", f"using bucket {bucket} as it is (torchdeck did not make it, and cleanup keeps it)", clock()
+            )
             return
     else:
         params: dict[str, Any] = {"Bucket": bucket}
@@ -437,144 +513,180 @@ async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clo
             await aws.acall("s3", "create_bucket", **params)
         except AwsError as exc:
             if exc.code == "BucketAlreadyExists":
-                raise BackendError(f"bucket name {bucket} is taken by another AWS account",
-                                   "bucket names are global: pick another --bucket") from None
+                raise BackendError(
+                    f"bucket name {bucket} is taken by another AWS account",
+                    "bucket names are global: pick another --bucket",
+                ) from None
             raise
     record.note("s3-bucket", bucket, found is None, made=True, ours=True)
-    await aws.acall("s3", "put_public_access_block", Bucket=bucket, PublicAccessBlockConfiguration={
-        "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
-    await aws.acall("s3", "put_bucket_encryption", Bucket=bucket, ServerSideEncryptionConfiguration={"Rules": [
-        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]})
-    await aws.acall("s3", "put_bucket_tagging", Bucket=bucket, Tagging={"TagSet": [
-        {"Key": CLUSTER_TAG, "Value": record.name}]})
-    yield Progress("s3", f"{'created' if found is None else 'reusing'} bucket {bucket}: public access blocked, "
-                   "encrypted (SSE-S3)", clock())
+    await aws.acall(
+        "s3",
+        "put_public_access_block",
+        Bucket=bucket,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
+    await aws.acall(
+        "s3",
+        "put_bucket_encryption",
+        Bucket=bucket,
+        ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]
+        },
+    )
+    await aws.acall(
+        "s3", "put_bucket_tagging", Bucket=bucket, Tagging={"TagSet": [{"Key": CLUSTER_TAG, "Value": record.name}]}
+    )
+    yield Progress(
+        "s3",
+        f"{'created' if found is None else 'reusing'} bucket {bucket}: public access blocked, encrypted (SSE-S3)",
+        clock(),
+    )
 
 
 # -- the whole of it ------------------------------------------------------------------
 
 
-def kube_for(record: ClusterRecord, aws: AwsSession, kube: Callable[[Path, str], Any] | None):
-    """The Kubernetes client on the cluster's context (connecting first where torchdeck has none);
-    ``kube(kubeconfig, context)`` makes it where given (the tests' kmock)."""
-    if not record.context:
-        path, context = connect(aws, record.name, Path(record.kubeconfig) if record.kubeconfig else None)
-        record.kubeconfig, record.context = str(path), context
-        record.save()
-    if kube:
-        return kube(Path(record.kubeconfig), record.context)
-    from ..kubernetes.backend import KubernetesBackend
-    return KubernetesBackend(record.kubeconfig, record.context)
-
-
-def render_storage(plan: StoragePlan, file_system: dict[str, Any]) -> list[dict[str, Any]]:
+def render_storage(plan: StoragePlan, file_system: FileSystemReady) -> list[dict[str, Any]]:
     """The StorageClass/PV/PVC for the file system, rendered from manifests/storage/."""
     import yaml
 
-    from ..kubernetes.manifests import _environment
+    from ..kubernetes.manifests import template_environment
 
     labels = {**LABELS, "torchdeck.dev/cluster": plan.cluster}
-    ctx = dict(labels=labels, pv=f"torchdeck-{plan.cluster}-{plan.kind}", pvc=plan.pvc, namespace=plan.namespace,
-               file_system_id=file_system["FileSystemId"], storage_class="torchdeck-efs", size=plan.size)
+    ctx = dict(
+        labels=labels,
+        pv=f"torchdeck-{plan.cluster}-{plan.kind}",
+        pvc=plan.pvc,
+        namespace=plan.namespace,
+        file_system_id=file_system.file_system_id,
+        storage_class="torchdeck-efs",
+        size=plan.size,
+    )
     if plan.kind == "fsx":
-        ctx.update(size=f"{plan.fsx_capacity_gib}Gi", dns_name=file_system.get("DNSName", ""),
-                   mount_name=(file_system.get("LustreConfiguration") or {}).get("MountName", ""))
-    text = _environment().get_template(f"storage/{plan.kind}.yaml.j2").render(**ctx)
+        ctx.update(size=f"{plan.fsx_capacity_gib}Gi", dns_name=file_system.dns_name, mount_name=file_system.mount_name)
+    text = template_environment().get_template(f"storage/{plan.kind}.yaml.j2").render(**ctx)
     return [o for o in yaml.safe_load_all(text) if o]
-
-
-def note_object(record: ClusterRecord, obj: dict[str, Any], made: bool, rank: int, purpose: str) -> None:
-    """A Kubernetes object in the ledger, with what deleting it needs; ``rank`` orders deletes
-    (jobs 0, claims 1, volumes 2, classes and accounts 3); ``purpose`` (storage, image) says which
-    delete takes it besides cleanup."""
-    path = object_path(obj)
-    record.note("k8s-object", f"{record.context}/{path}", made, context=record.context,
-                kubeconfig=record.kubeconfig, path=path, rank=rank, purpose=purpose)
 
 
 OBJECT_RANK = {"Job": 0, "PersistentVolumeClaim": 1, "PersistentVolume": 2, "StorageClass": 3, "ServiceAccount": 3}
 
 
-async def create_storage(aws: AwsSession, plan: StoragePlan, record: ClusterRecord,
-                         kube: Callable[[Path, str], Any] | None = None, poll_s: float = POLL_S,
-                         timeout_s: float = TIMEOUT_S) -> AsyncIterator[Progress]:
+async def create_storage(
+    aws: AwsSession,
+    plan: StoragePlan,
+    record: ClusterRecord,
+    kube: Callable[[Path, str], Any] | None = None,
+    poll_s: float = POLL_S,
+    timeout_s: float = TIMEOUT_S,
+) -> AsyncIterator[Progress]:
     """EFS or FSx with its driver and claim, and the model bucket, for the cluster; idempotent."""
     validate_storage(plan)
-    clock = _Clock()
+    clock = Clock()
     if not record.account:
         record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
         record.save()
     net = await cluster_network(aws, plan.cluster)
-    yield Progress("cluster", f"cluster {plan.cluster}: VPC {net.vpc_id}, security group {net.cluster_sg}, "
-                   f"node subnets {', '.join(f'{s} ({z})' for s, z in sorted(net.node_subnets.items()))}", clock())
+    yield Progress(
+        "cluster",
+        f"cluster {plan.cluster}: VPC {net.vpc_id}, security group {net.cluster_sg}, "
+        f"node subnets {', '.join(f'{s} ({z})' for s, z in sorted(net.node_subnets.items()))}",
+        clock(),
+    )
     objects: list[dict[str, Any]] = []
-    if plan.kind == "efs":
-        fs_id = ""
-        async for item in create_efs(aws, record, net, clock, poll_s, timeout_s):
-            if isinstance(item, str):
-                fs_id = item
-            else:
-                yield item
-        async for p in ensure_csi_addon(aws, record, net, "aws-efs-csi-driver", "efs-csi", EFS_CSI_SERVICE_ACCOUNT,
-                                        EFS_CSI_POLICY, clock, poll_s, timeout_s):
+    if plan.kind in ("efs", "fsx"):
+        steps = (
+            create_efs(aws, record, net, clock, poll_s, timeout_s)
+            if plan.kind == "efs"
+            else create_fsx(aws, plan, record, net, clock, poll_s, timeout_s)
+        )
+        file_system = FileSystemReady("")
+        async for p in steps:
+            file_system = p.result if isinstance(p.result, FileSystemReady) else file_system
             yield p
-        objects = render_storage(plan, {"FileSystemId": fs_id})
-    elif plan.kind == "fsx":
-        described: dict[str, Any] = {}
-        async for item in create_fsx(aws, plan, record, net, clock, poll_s, timeout_s):
-            if isinstance(item, dict):
-                described = item
-            else:
-                yield item
-        async for p in ensure_csi_addon(aws, record, net, "aws-fsx-csi-driver", "fsx-csi", FSX_CSI_SERVICE_ACCOUNT,
-                                        FSX_CSI_POLICY, clock, poll_s, timeout_s):
+        addon, purpose, account, policy = (
+            ("aws-efs-csi-driver", "efs-csi", EFS_CSI_SERVICE_ACCOUNT, EFS_CSI_POLICY)
+            if plan.kind == "efs"
+            else ("aws-fsx-csi-driver", "fsx-csi", FSX_CSI_SERVICE_ACCOUNT, FSX_CSI_POLICY)
+        )
+        async for p in ensure_csi_addon(aws, record, net, addon, purpose, account, policy, clock, poll_s, timeout_s):
             yield p
-        objects = render_storage(plan, described)
+        objects = render_storage(plan, file_system)
 
     client = None
     if objects:
-        client = await asyncio.to_thread(kube_for, record, aws, kube)
+        client = await asyncio.to_thread(cluster_kube, record, aws, kube)
         for obj in objects:
             made = await asyncio.to_thread(ensure_object, client, obj)
-            note_object(record, obj, made, OBJECT_RANK[obj["kind"]], "storage")
-            yield Progress("kubernetes", f"{'applied' if made else 'updated'} {obj['kind']} {obj['metadata']['name']}",
-                           clock())
+            record.note_object(obj, made, OBJECT_RANK[obj["kind"]], "storage")
+            yield Progress(
+                "kubernetes", f"{'applied' if made else 'updated'} {obj['kind']} {obj['metadata']['name']}", clock()
+            )
 
     if plan.bucket:
         async for p in ensure_bucket(aws, record, plan.bucket, clock):
             yield p
-        provider = await oidc_provider(aws, net)
-        role, made = await ensure_role(aws, record, role_name(plan.cluster, "s3"),
-                                       trust_service_account(provider, net.issuer, plan.namespace,
-                                                             plan.service_account),
-                                       inline=s3_policy(plan.bucket, plan.prefix))
-        if record.resources.get(f"s3-bucket/{plan.bucket}", {}).get("ours"):  # never someone else's bucket
-            await aws.acall("s3", "put_bucket_policy", Bucket=plan.bucket,
-                            Policy=json.dumps(bucket_policy(plan.bucket, plan.prefix, role)))
-        client = client or await asyncio.to_thread(kube_for, record, aws, kube)
-        await asyncio.to_thread(ensure_service_account, client, plan.namespace, plan.service_account, role,
-                                plan.cluster)
-        note_object(record, {"kind": "ServiceAccount", "metadata": {"name": plan.service_account,
-                                                                    "namespace": plan.namespace}}, True, 3, "storage")
-        yield Progress("s3", f"{plan.namespace}/{plan.service_account} ({role.rsplit('/', 1)[-1]}) may use "
-                       f"s3://{plan.bucket}/{plan.prefix} and nothing else", clock())
-    record.storage = {"kind": plan.kind, "pvc": plan.pvc, "namespace": plan.namespace, "bucket": plan.bucket,
-                      "prefix": plan.prefix, "service_account": plan.service_account}
+        provider = await oidc_provider(aws, net.issuer)
+        role, made = await ensure_role(
+            aws,
+            record,
+            role_name(plan.cluster, "s3"),
+            trust_service_account(provider, net.issuer, plan.namespace, plan.service_account),
+            inline=s3_policy(plan.bucket, plan.prefix),
+        )
+        bucket_row = record.ledger.find("s3-bucket", plan.bucket, record.region)
+        if bucket_row and bucket_row.detail.get("ours"):  # never someone else's bucket
+            await aws.acall(
+                "s3",
+                "put_bucket_policy",
+                Bucket=plan.bucket,
+                Policy=json.dumps(bucket_policy(plan.bucket, plan.prefix, role)),
+            )
+        client = client or await asyncio.to_thread(cluster_kube, record, aws, kube)
+        await asyncio.to_thread(
+            ensure_service_account, client, plan.namespace, plan.service_account, role, plan.cluster
+        )
+        record.note_object(
+            {"kind": "ServiceAccount", "metadata": {"name": plan.service_account, "namespace": plan.namespace}},
+            True,
+            3,
+            "storage",
+        )
+        yield Progress(
+            "s3",
+            f"{plan.namespace}/{plan.service_account} ({role.rsplit('/', 1)[-1]}) may use "
+            f"s3://{plan.bucket}/{plan.prefix} and nothing else",
+            clock(),
+        )
+    record.storage = {
+        "kind": plan.kind,
+        "pvc": plan.pvc,
+        "namespace": plan.namespace,
+        "bucket": plan.bucket,
+        "prefix": plan.prefix,
+        "service_account": plan.service_account,
+    }
     record.save()
-    settings = [f"cluster.pvc={plan.pvc}"] if objects else []
-    if plan.bucket:
-        settings += [f"cluster.service_account={plan.service_account}",
-                     f"model_file=s3://{plan.bucket}/{plan.prefix}model.pt"]
-    yield Progress("done", "storage ready; jobs use it with " + " ".join(f"--set {s}" for s in settings),
-                   clock(), "done")
+    settings = spec_settings(record)
+    yield Progress(
+        "done",
+        "storage ready; jobs use it with " + " ".join(f"--set {k}={v}" for k, v in settings.items()),
+        clock(),
+        "done",
+        StorageReady(plan.cluster, settings),
+    )
 
 
-def spec_settings(record: ClusterRecord) -> dict[str, Any]:
+def spec_settings(record: ClusterRecord) -> dict[str, str]:
     """What a job spec needs to use the cluster's storage (from the last storage create)."""
     plan = record.storage
     if not plan:
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, str] = {}
     if plan.get("kind") in ("efs", "fsx"):
         out["cluster.pvc"] = plan["pvc"]
     if plan.get("bucket"):
@@ -587,20 +699,91 @@ def spec_settings(record: ClusterRecord) -> dict[str, Any]:
 
 
 @dataclass
+class MountTargetState:
+    ident: str
+    subnet: str
+    zone: str
+    state: str
+
+
+@dataclass
+class FileSystemState:
+    """An EFS or FSx file system as AWS reports it now."""
+
+    kind: str
+    """efs or fsx."""
+    ident: str
+    state: str
+    encrypted: bool = False
+    size_gib: float = 0.0
+    """EFS: what is stored."""
+    per_month: float = 0.0
+    """EFS: what storing it costs a month."""
+    capacity_gib: int = 0
+    """FSx: the provisioned capacity."""
+    deployment: str = ""
+    dns_name: str = ""
+    mount_targets: list[MountTargetState] = field(default_factory=list)
+
+
+@dataclass
+class IngressRule:
+    protocol: str
+    low: int
+    high: int
+    source: str
+    """A security group id or a CIDR."""
+
+
+@dataclass
+class SecurityGroupState:
+    ident: str
+    rules: list[IngressRule] = field(default_factory=list)
+
+
+@dataclass
+class BucketState:
+    name: str
+    private: bool
+    """Every public access block is on."""
+    encrypted: bool
+
+
+@dataclass
+class ClaimState:
+    """A PersistentVolumeClaim or PersistentVolume storage made, and its phase."""
+
+    kind: str
+    """persistentvolumeclaim or persistentvolume."""
+    name: str
+    phase: str
+
+
+@dataclass
 class StorageState:
-    """What exists for the cluster now, as lines a person reads; ``problems`` are what is not right."""
+    """What exists for the cluster now; ``problems`` are what is not right. The CLI and the storage
+    screen each format it their own way."""
 
     cluster: str
-    lines: list[str] = field(default_factory=list)
+    file_systems: list[FileSystemState] = field(default_factory=list)
+    security_groups: list[SecurityGroupState] = field(default_factory=list)
+    buckets: list[BucketState] = field(default_factory=list)
+    claims: list[ClaimState] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
+    @property
+    def empty(self) -> bool:
+        return not (self.file_systems or self.security_groups or self.buckets or self.claims)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "lines": self.lines, "problems": self.problems}
+        return asdict(self)
 
 
 def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = None) -> StorageState:
+    """The storage torchdeck made for the cluster (as the ledger knows it), read back from AWS and
+    Kubernetes."""
     state = StorageState(record.name)
-    rows = record.ledger.resources(scope=record.name)  # what exists, as far as torchdeck knows
+    rows = record.ledger.resources(scope=record.name)
 
     def live(kind: str) -> list[str]:
         return [r.ident for r in rows if r.kind == kind]
@@ -612,13 +795,18 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = Non
             continue
         info = found["FileSystems"][0]
         size = (info.get("SizeInBytes") or {}).get("Value", 0)
-        state.lines.append(f"EFS {fs}  {info['LifeCycleState']}  encrypted={info.get('Encrypted')}  "
-                           f"{size / 2**30:.2f} GiB  (${size / 1e9 * EFS_PER_GB_MONTH:.2f}/month)")
+        efs = FileSystemState(
+            "efs", fs, info["LifeCycleState"], bool(info.get("Encrypted")), size / 2**30, size / 1e9 * EFS_PER_GB_MONTH
+        )
         for mt in aws.pages("efs", "describe_mount_targets", "MountTargets", FileSystemId=fs):
-            state.lines.append(f"  mount target {mt['MountTargetId']}  {mt['SubnetId']}  "
-                               f"{mt.get('AvailabilityZoneName', '')}  {mt['LifeCycleState']}")
+            efs.mount_targets.append(
+                MountTargetState(
+                    mt["MountTargetId"], mt["SubnetId"], mt.get("AvailabilityZoneName", ""), mt["LifeCycleState"]
+                )
+            )
             if mt["LifeCycleState"] != "available":
                 state.problems.append(f"mount target {mt['MountTargetId']} is {mt['LifeCycleState']}")
+        state.file_systems.append(efs)
     for fs in live("fsx-filesystem"):
         found = aws.find("fsx", "describe_file_systems", FileSystemIds=[fs])
         if not found:
@@ -626,24 +814,31 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = Non
             continue
         info = found["FileSystems"][0]
         lustre = info.get("LustreConfiguration") or {}
-        state.lines.append(f"FSx {fs}  {info.get('Lifecycle')}  {info.get('StorageCapacity')} GiB  "
-                           f"{lustre.get('DeploymentType', '')}  {info.get('DNSName', '')}")
+        state.file_systems.append(
+            FileSystemState(
+                "fsx",
+                fs,
+                info.get("Lifecycle", ""),
+                True,
+                capacity_gib=info.get("StorageCapacity", 0),
+                deployment=lustre.get("DeploymentType", ""),
+                dns_name=info.get("DNSName", ""),
+            )
+        )
     for sg in live("ec2-security-group"):
         found = aws.find("ec2", "describe_security_groups", GroupIds=[sg])
         if found:
             rules = sorted(_rules(found["SecurityGroups"][0].get("IpPermissions", [])), key=str)
-            state.lines.append(f"security group {sg}: " + ", ".join(f"{p}/{a}-{b} from {src}"
-                                                                    for p, a, b, src in rules))
+            state.security_groups.append(SecurityGroupState(sg, [IngressRule(*rule) for rule in rules]))
     for bucket in live("s3-bucket"):
         if aws.find("s3", "head_bucket", Bucket=bucket) is None:
             state.problems.append(f"bucket {bucket} is gone")
             continue
         block = (aws.find("s3", "get_public_access_block", Bucket=bucket) or {}).get(
-            "PublicAccessBlockConfiguration", {})
-        enc = aws.find("s3", "get_bucket_encryption", Bucket=bucket)
+            "PublicAccessBlockConfiguration", {}
+        )
         private = bool(block) and all(block.values())
-        state.lines.append(f"bucket {bucket}  public access {'blocked' if private else 'NOT blocked'}  "
-                           f"encryption {'on' if enc else 'off'}")
+        state.buckets.append(BucketState(bucket, private, bool(aws.find("s3", "get_bucket_encryption", Bucket=bucket))))
         if not private:
             state.problems.append(f"bucket {bucket} does not block public access")
     if kube is not None:
@@ -654,7 +849,7 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = Non
                     phase = (kube.request("GET", path).get("status") or {}).get("phase", "no phase reported yet")
                 except BackendError as exc:
                     phase = f"unreadable ({exc.message})"
-                state.lines.append(f"{path.rsplit('/', 2)[-2][:-1]} {path.rsplit('/', 1)[-1]}  {phase}")
-    if not state.lines and not state.problems:
+                state.claims.append(ClaimState(path.rsplit("/", 2)[-2][:-1], path.rsplit("/", 1)[-1], phase))
+    if state.empty and not state.problems:
         state.problems.append(f"no storage for cluster {record.name}: torchdeck storage create --cluster {record.name}")
     return state

@@ -12,23 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterable
+from typing import Any
 
-from .session import AwsError, AwsSession
-from .access import ClusterRecord
-from .cluster import delete_cluster, delete_role
-from .create import Progress, _Clock
-from .plan import CLUSTER_TAG
 from ..errors import BackendError
-from ..ledger import Ledger, Resource, in_teardown_order
+from ..kubernetes.client import ApiError, KubeClient
+from ..ledger import Ledger, Resource
+from .access import ClusterRecord
+from .cluster import delete_cluster
+from .iam import delete_role
+from .plan import CLUSTER_TAG
+from .progress import Clock, Progress, TeardownDone
+from .session import AwsError, AwsSession
 
 POLL_S = 15.0
 TIMEOUT_S = 30 * 60
-CLUSTER_KINDS = ("cloudformation-stack", "eks-addon", "eks-nodegroup", "eks-cluster", "oidc-provider", "iam-role")
-STORAGE_KINDS = ("k8s-object", "fsx-filesystem", "efs-mount-target", "efs-filesystem", "ec2-security-group",
-                 "s3-bucket")
 
 
 @dataclass
@@ -51,16 +51,29 @@ class Step:
         return f"{verb}  {r.kind:<20} {r.ident}{where}{cost}{mark}" + (f"  -- {self.why}" if self.why else "")
 
 
+def in_teardown_order(resources: Iterable[Resource]) -> list[Resource]:
+    """Dependents first (the order of RESOURCE_KINDS); within a kind, the newest first."""
+    return sorted(resources, key=lambda r: (KIND_ORDER.get(r.kind, len(KIND_ORDER)), -r.created_at))
+
+
 def storage_steps(ledger: Ledger, cluster: str, keep_bucket: bool = False) -> list[Step]:
     """What ``storage delete`` takes: the file systems, their groups and mount targets, the claims,
     volumes and service account storage made, and the bucket (unless kept)."""
-    rows = [r for r in ledger.resources(scope=cluster)
-            if r.kind in STORAGE_KINDS and (r.kind != "k8s-object" or r.detail.get("purpose") == "storage")]
+    rows = [
+        r
+        for r in ledger.resources(scope=cluster)
+        if r.kind in STORAGE_KINDS and (r.kind != "k8s-object" or r.detail.get("purpose") == "storage")
+    ]
     return plan_cleanup(rows, scope=cluster, keep_buckets=keep_bucket)
 
 
-def plan_cleanup(resources: Iterable[Resource], orphans: Iterable[Resource] = (), scope: str | None = None,
-                 keep_buckets: bool = False, kinds: tuple[str, ...] | None = None) -> list[Step]:
+def plan_cleanup(
+    resources: Iterable[Resource],
+    orphans: Iterable[Resource] = (),
+    scope: str | None = None,
+    keep_buckets: bool = False,
+    kinds: tuple[str, ...] | None = None,
+) -> list[Step]:
     """The teardown plan in the order it runs. The rows of a cluster torchdeck made go with the cluster
     (one delete walks them in order); what torchdeck found and did not make is kept."""
     known = {(r.kind, r.ident, r.region) for r in resources}
@@ -68,7 +81,8 @@ def plan_cleanup(resources: Iterable[Resource], orphans: Iterable[Resource] = ()
     rows = [(r, o) for r, o in rows if (scope is None or r.scope == scope) and (kinds is None or r.kind in kinds)]
     own_clusters = {(r.scope, r.region) for r, _ in rows if r.kind == "eks-cluster" and r.made}
     steps = []
-    for r, orphan in sorted(rows, key=lambda x: (x[0].order, -x[0].created_at)):
+    order = {id(r): i for i, r in enumerate(in_teardown_order(r for r, _ in rows))}
+    for r, orphan in sorted(rows, key=lambda x: order[id(x[0])]):
         if not r.made:
             steps.append(Step(r, "keep", "torchdeck did not make it", orphan))
         elif r.kind == "s3-bucket" and keep_buckets:
@@ -86,11 +100,18 @@ def plan_cleanup(resources: Iterable[Resource], orphans: Iterable[Resource] = ()
 class Teardown:
     """Runs a plan: ``aws_for(region)`` gives the session for a row's region (default: one per region
     with ``profile``), ``kube(kubeconfig, context)`` the Kubernetes client for its objects (default:
-    the kubernetes backend)."""
+    a ``KubeClient`` on that context). Each kind's delete is in ``RESOURCE_KINDS``."""
 
-    def __init__(self, state_dir: Path, aws_for: Callable[[str], AwsSession] | None = None,
-                 kube: Callable[[str, str], Any] | None = None, eksctl: str | None = None,
-                 poll_s: float = POLL_S, timeout_s: float = TIMEOUT_S, profile: str | None = None):
+    def __init__(
+        self,
+        state_dir: Path,
+        aws_for: Callable[[str], AwsSession] | None = None,
+        kube: Callable[[str, str], Any] | None = None,
+        eksctl: str | None = None,
+        poll_s: float = POLL_S,
+        timeout_s: float = TIMEOUT_S,
+        profile: str | None = None,
+    ):
         sessions: dict[str, AwsSession] = {}
 
         def session(region: str) -> AwsSession:  # one per region, with the profile
@@ -101,7 +122,7 @@ class Teardown:
         self.state_dir, self.aws_for, self.kube_factory = Path(state_dir), aws_for or session, kube
         self.eksctl, self.poll_s, self.timeout_s = eksctl, poll_s, timeout_s
         self.ledger = Ledger(state_dir)
-        self.clock = _Clock()
+        self.clock = Clock()
         self._kubes: dict[tuple[str, str], Any] = {}
 
     def _kube(self, kubeconfig: str, context: str) -> Any:
@@ -110,8 +131,7 @@ class Teardown:
             if self.kube_factory:
                 self._kubes[kubeconfig, context] = self.kube_factory(kubeconfig, context)
             else:
-                from ..kubernetes.backend import KubernetesBackend
-                self._kubes[kubeconfig, context] = KubernetesBackend(kubeconfig or None, context or None)
+                self._kubes[kubeconfig, context] = KubeClient(kubeconfig or None, context or None)
         return self._kubes[kubeconfig, context]
 
     async def run(self, steps: list[Step]) -> AsyncIterator[Progress]:
@@ -121,8 +141,17 @@ class Teardown:
             if step.action == "keep":
                 continue
             if step.orphan:  # remember it first: an interrupted run resumes from the ledger
-                self.ledger.add(r.kind, r.ident, region=r.region, account=r.account, scope=r.scope, tags=r.tags,
-                                detail=r.detail, made=True, cost_per_hour=r.cost_per_hour)
+                self.ledger.add(
+                    r.kind,
+                    r.ident,
+                    region=r.region,
+                    account=r.account,
+                    scope=r.scope,
+                    tags=r.tags,
+                    detail=r.detail,
+                    made=True,
+                    cost_per_hour=r.cost_per_hour,
+                )
             if step.action == "cluster":
                 continue
             if r.kind == "eks-cluster":
@@ -131,14 +160,20 @@ class Teardown:
                         yield p
                     done_clusters.add((r.scope, r.region))
                 continue
-            deleter = getattr(self, "_" + r.kind.replace("-", "_"))
-            said = await deleter(r)
+            delete = KIND_TABLE[r.kind].delete
+            assert delete is not None  # only a cluster has none, and it went above
+            said = await delete(self, r)
             self.ledger.gone(r.kind, r.ident, r.region)
             yield Progress("cleanup", f"{r.kind} {r.ident}: {said}", self.clock())
         deleted = sum(1 for s in steps if s.action != "keep")
         # a partial plan (storage delete, one cluster) says what it did, not that nothing is left anywhere
-        yield Progress("done", f"all {deleted} in the plan are deleted" if deleted else "nothing to delete",
-                       self.clock(), "done")
+        yield Progress(
+            "done",
+            f"all {deleted} in the plan are deleted" if deleted else "nothing to delete",
+            self.clock(),
+            "done",
+            TeardownDone(deleted),
+        )
 
     async def _cluster(self, r: Resource) -> AsyncIterator[Progress]:
         aws = self.aws_for(r.region)
@@ -150,8 +185,9 @@ class Teardown:
         for row in self.ledger.resources(scope=r.scope):
             if row.kind in CLUSTER_KINDS and row.region == r.region:
                 self.ledger.gone(row.kind, row.ident, row.region)
-        yield Progress("cleanup", f"cluster {r.scope} and its nodegroups, add-ons, OIDC provider and roles are gone",
-                       self.clock())
+        yield Progress(
+            "cleanup", f"cluster {r.scope} and its nodegroups, add-ons, OIDC provider and roles are gone", self.clock()
+        )
 
     async def _retry(self, what: str, call: Callable[[], Any], busy: tuple[str, ...]) -> str:
         """Call until it succeeds, or AWS says it is gone; ``busy`` codes (a dependency still
@@ -167,8 +203,10 @@ class Teardown:
                 if exc.code not in busy:
                     raise
                 if time.monotonic() - started > self.timeout_s:
-                    raise BackendError(f"{what} is still in use after {self.timeout_s:.0f} s: {exc.message}",
-                                       "run cleanup again later: it resumes") from None
+                    raise BackendError(
+                        f"{what} is still in use after {self.timeout_s:.0f} s: {exc.message}",
+                        "run cleanup again later: it resumes",
+                    ) from None
             await asyncio.sleep(self.poll_s)
 
     async def _wait_gone(self, what: str, probe: Callable[[], Any]) -> None:
@@ -182,13 +220,12 @@ class Teardown:
                     return
                 raise
             if time.monotonic() - started > self.timeout_s:
-                raise BackendError(f"{what} is still being deleted after {self.timeout_s:.0f} s",
-                                   "run cleanup again later: it resumes")
+                raise BackendError(
+                    f"{what} is still being deleted after {self.timeout_s:.0f} s", "run cleanup again later: it resumes"
+                )
             await asyncio.sleep(self.poll_s)
 
-    async def _k8s_object(self, r: Resource) -> str:
-        from ..kubernetes.client import ApiError
-
+    async def delete_k8s_object(self, r: Resource) -> str:
         d = r.detail
         try:
             kube = self._kube(d.get("kubeconfig", ""), d.get("context", ""))
@@ -209,23 +246,28 @@ class Teardown:
         except AwsError:
             return False
 
-    async def _fsx_filesystem(self, r: Resource) -> str:
+    async def delete_fsx_filesystem(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
-        said = await self._retry(f"FSx {r.ident}", lambda: aws.call("fsx", "delete_file_system",
-                                                                      FileSystemId=r.ident), ())
-        await self._wait_gone(f"FSx {r.ident}", lambda: aws.call("fsx", "describe_file_systems",
-                                                                  FileSystemIds=[r.ident])["FileSystems"])
+        said = await self._retry(
+            f"FSx {r.ident}", lambda: aws.call("fsx", "delete_file_system", FileSystemId=r.ident), ()
+        )
+        await self._wait_gone(
+            f"FSx {r.ident}", lambda: aws.call("fsx", "describe_file_systems", FileSystemIds=[r.ident])["FileSystems"]
+        )
         return said
 
-    async def _efs_mount_target(self, r: Resource) -> str:
+    async def delete_efs_mount_target(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
-        said = await self._retry(f"mount target {r.ident}", lambda: aws.call("efs", "delete_mount_target",
-                                                                               MountTargetId=r.ident), ())
-        await self._wait_gone(f"mount target {r.ident}", lambda: aws.call(
-            "efs", "describe_mount_targets", MountTargetId=r.ident)["MountTargets"])
+        said = await self._retry(
+            f"mount target {r.ident}", lambda: aws.call("efs", "delete_mount_target", MountTargetId=r.ident), ()
+        )
+        await self._wait_gone(
+            f"mount target {r.ident}",
+            lambda: aws.call("efs", "describe_mount_targets", MountTargetId=r.ident)["MountTargets"],
+        )
         return said
 
-    async def _efs_filesystem(self, r: Resource) -> str:
+    async def delete_efs_filesystem(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
         try:  # mount targets the ledger does not know (made by hand, or a lost ledger) go first
             targets = await aws.apages("efs", "describe_mount_targets", "MountTargets", FileSystemId=r.ident)
@@ -234,67 +276,126 @@ class Teardown:
                 return "already gone"
             raise
         for mt in targets:
-            await self._efs_mount_target(Resource("efs-mount-target", mt["MountTargetId"], r.region))
-        return await self._retry(f"EFS {r.ident}", lambda: aws.call("efs", "delete_file_system",
-                                                                      FileSystemId=r.ident), ("FileSystemInUse",))
+            await self.delete_efs_mount_target(Resource("efs-mount-target", mt["MountTargetId"], r.region))
+        return await self._retry(
+            f"EFS {r.ident}", lambda: aws.call("efs", "delete_file_system", FileSystemId=r.ident), ("FileSystemInUse",)
+        )
 
-    async def _ec2_security_group(self, r: Resource) -> str:
+    async def delete_ec2_security_group(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
         # the mount targets' network interfaces linger for a while after the targets are gone
-        return await self._retry(f"security group {r.ident}", lambda: aws.call(
-            "ec2", "delete_security_group", GroupId=r.ident), ("DependencyViolation", "InvalidGroup.InUse"))
+        return await self._retry(
+            f"security group {r.ident}",
+            lambda: aws.call("ec2", "delete_security_group", GroupId=r.ident),
+            ("DependencyViolation", "InvalidGroup.InUse"),
+        )
 
-    async def _ecr_repository(self, r: Resource) -> str:
+    async def delete_ecr_repository(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
-        return await self._retry(f"ECR repository {r.ident}", lambda: aws.call(
-            "ecr", "delete_repository", repositoryName=r.ident, force=True), ())
+        return await self._retry(
+            f"ECR repository {r.ident}",
+            lambda: aws.call("ecr", "delete_repository", repositoryName=r.ident, force=True),
+            (),
+        )
 
-    async def _s3_object(self, r: Resource) -> str:
+    async def delete_s3_object(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
         bucket, _, key = r.ident.partition("/")
         return await self._retry(f"s3://{r.ident}", lambda: aws.call("s3", "delete_object", Bucket=bucket, Key=key), ())
 
-    async def _s3_bucket(self, r: Resource) -> str:
+    async def delete_s3_bucket(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
 
         def empty_and_delete() -> None:  # every version and delete marker first: S3 deletes only empty buckets
-            batch = [{"Key": item["Key"], "VersionId": item.get("VersionId") or "null"}
-                     for key in ("Versions", "DeleteMarkers")
-                     for item in aws.pages("s3", "list_object_versions", key, Bucket=r.ident)]
+            batch = [
+                {"Key": item["Key"], "VersionId": item.get("VersionId") or "null"}
+                for key in ("Versions", "DeleteMarkers")
+                for item in aws.pages("s3", "list_object_versions", key, Bucket=r.ident)
+            ]
             for start in range(0, len(batch), 1000):
-                aws.call("s3", "delete_objects", Bucket=r.ident, Delete={"Objects": batch[start:start + 1000],
-                                                                          "Quiet": True})
+                aws.call(
+                    "s3",
+                    "delete_objects",
+                    Bucket=r.ident,
+                    Delete={"Objects": batch[start : start + 1000], "Quiet": True},
+                )
             aws.call("s3", "delete_bucket", Bucket=r.ident)
 
         return await self._retry(f"bucket {r.ident}", empty_and_delete, ("BucketNotEmpty",))
 
-    async def _cloudformation_stack(self, r: Resource) -> str:
+    async def delete_cloudformation_stack(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
-        return await self._retry(f"stack {r.ident}", lambda: aws.call("cloudformation", "delete_stack",
-                                                                        StackName=r.ident), ())
+        return await self._retry(
+            f"stack {r.ident}", lambda: aws.call("cloudformation", "delete_stack", StackName=r.ident), ()
+        )
 
-    async def _eks_addon(self, r: Resource) -> str:
+    async def delete_eks_addon(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
         cluster, _, addon = r.ident.partition("/")
-        return await self._retry(f"add-on {addon}", lambda: aws.call("eks", "delete_addon", clusterName=cluster,
-                                                                       addonName=addon), ())
+        return await self._retry(
+            f"add-on {addon}", lambda: aws.call("eks", "delete_addon", clusterName=cluster, addonName=addon), ()
+        )
 
-    async def _eks_nodegroup(self, r: Resource) -> str:
+    async def delete_eks_nodegroup(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
         cluster, _, group = r.ident.partition("/")
-        said = await self._retry(f"nodegroup {group}", lambda: aws.call("eks", "delete_nodegroup",
-                                                                          clusterName=cluster, nodegroupName=group), ())
-        await self._wait_gone(f"nodegroup {group}", lambda: aws.call("eks", "describe_nodegroup", clusterName=cluster,
-                                                                      nodegroupName=group))
+        said = await self._retry(
+            f"nodegroup {group}",
+            lambda: aws.call("eks", "delete_nodegroup", clusterName=cluster, nodegroupName=group),
+            (),
+        )
+        await self._wait_gone(
+            f"nodegroup {group}",
+            lambda: aws.call("eks", "describe_nodegroup", clusterName=cluster, nodegroupName=group),
+        )
         return said
 
-    async def _oidc_provider(self, r: Resource) -> str:
+    async def delete_oidc_provider(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
-        return await self._retry(f"OIDC provider {r.ident}", lambda: aws.call(
-            "iam", "delete_open_id_connect_provider", OpenIDConnectProviderArn=r.ident), ())
+        return await self._retry(
+            f"OIDC provider {r.ident}",
+            lambda: aws.call("iam", "delete_open_id_connect_provider", OpenIDConnectProviderArn=r.ident),
+            (),
+        )
 
-    async def _iam_role(self, r: Resource) -> str:
+    async def delete_iam_role(self, r: Resource) -> str:
         return "deleted" if await delete_role(self.aws_for(r.region), r.ident) else "already gone"
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """One kind of thing torchdeck makes: its delete, and which teardowns take it."""
+
+    name: str
+    delete: Callable[[Teardown, Resource], Awaitable[str]] | None
+    """None: deleted by walking its cluster (``delete_cluster``)."""
+    with_cluster: bool = False
+    """Goes when the cluster torchdeck made for it goes."""
+    storage: bool = False
+    """``storage delete`` takes it."""
+
+
+RESOURCE_KINDS: tuple[ResourceKind, ...] = (
+    # teardown order: a kind is deleted only after every kind listed before it (dependents first)
+    ResourceKind("k8s-object", Teardown.delete_k8s_object, storage=True),  # jobs, claims, volumes, accounts
+    ResourceKind("fsx-filesystem", Teardown.delete_fsx_filesystem, storage=True),
+    ResourceKind("efs-mount-target", Teardown.delete_efs_mount_target, storage=True),
+    ResourceKind("efs-filesystem", Teardown.delete_efs_filesystem, storage=True),
+    ResourceKind("ec2-security-group", Teardown.delete_ec2_security_group, storage=True),  # EKS's go with it
+    ResourceKind("ecr-repository", Teardown.delete_ecr_repository),
+    ResourceKind("s3-object", Teardown.delete_s3_object),
+    ResourceKind("s3-bucket", Teardown.delete_s3_bucket, storage=True),
+    ResourceKind("cloudformation-stack", Teardown.delete_cloudformation_stack, with_cluster=True),
+    ResourceKind("eks-addon", Teardown.delete_eks_addon, with_cluster=True),
+    ResourceKind("eks-nodegroup", Teardown.delete_eks_nodegroup, with_cluster=True),
+    ResourceKind("eks-cluster", None, with_cluster=True),
+    ResourceKind("oidc-provider", Teardown.delete_oidc_provider, with_cluster=True),
+    ResourceKind("iam-role", Teardown.delete_iam_role, with_cluster=True),
+)
+KIND_TABLE = {kind.name: kind for kind in RESOURCE_KINDS}
+KIND_ORDER = {kind.name: i for i, kind in enumerate(RESOURCE_KINDS)}
+CLUSTER_KINDS = tuple(kind.name for kind in RESOURCE_KINDS if kind.with_cluster)
+STORAGE_KINDS = tuple(kind.name for kind in RESOURCE_KINDS if kind.storage)
 
 
 # -- orphans: found by tag when the ledger does not know them ---------------------------
@@ -314,8 +415,9 @@ async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
     found: list[Resource] = []
 
     def add(kind: str, ident: str, scope: str, **detail: Any) -> None:
-        found.append(Resource(kind, ident, region, account, scope, {CLUSTER_TAG: scope}, detail, True,
-                              created_at=time.time()))
+        found.append(
+            Resource(kind, ident, region, account, scope, {CLUSTER_TAG: scope}, detail, True, created_at=time.time())
+        )
 
     for name in await aws.apages("eks", "list_clusters", "clusters"):
         cluster = (await aws.acall("eks", "describe_cluster", name=name))["cluster"]
@@ -327,8 +429,9 @@ async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
     for fs in await aws.apages("fsx", "describe_file_systems", "FileSystems"):
         if scope := _tag_value(fs.get("Tags")):
             add("fsx-filesystem", fs["FileSystemId"], scope)
-    for sg in await aws.apages("ec2", "describe_security_groups", "SecurityGroups",
-                               Filters=[{"Name": "tag-key", "Values": [CLUSTER_TAG]}]):
+    for sg in await aws.apages(
+        "ec2", "describe_security_groups", "SecurityGroups", Filters=[{"Name": "tag-key", "Values": [CLUSTER_TAG]}]
+    ):
         if scope := _tag_value(sg.get("Tags")):
             add("ec2-security-group", sg["GroupId"], scope)
     for repo in await aws.apages("ecr", "describe_repositories", "repositories"):
@@ -346,8 +449,9 @@ async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
             if where == (region or "us-east-1"):
                 add("s3-bucket", name, scope)
     for provider in (await aws.acall("iam", "list_open_id_connect_providers")).get("OpenIDConnectProviderList", []):
-        tags = (await aws.acall("iam", "list_open_id_connect_provider_tags",
-                                OpenIDConnectProviderArn=provider["Arn"])).get("Tags", [])
+        tags = (
+            await aws.acall("iam", "list_open_id_connect_provider_tags", OpenIDConnectProviderArn=provider["Arn"])
+        ).get("Tags", [])
         if scope := _tag_value(tags):
             add("oidc-provider", provider["Arn"], scope)
     for role in await aws.apages("iam", "list_roles", "Roles"):
@@ -355,4 +459,3 @@ async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
         if scope := _tag_value(tags):
             add("iam-role", role["RoleName"], scope)
     return in_teardown_order(found)
-

@@ -1,9 +1,14 @@
-"""The Kubernetes API's failures as the project's errors, and its
-quantities as numbers: shared by the kubernetes backend and its streams."""
+"""The one way torchdeck talks to a Kubernetes API server: a connection
+from a kubeconfig context (``KubeClient``), every API path built from one
+table keyed by kind (``api_path``), the API's failures as the project's
+errors, and its quantities as numbers. The official client is imported
+when the first request is made, never before."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError
@@ -17,7 +22,7 @@ class ApiError(BackendError):
         self.status, self.reason = status, reason
 
     @classmethod
-    def from_exception(cls, exc) -> "ApiError":
+    def from_exception(cls, exc) -> ApiError:
         status = getattr(exc, "status", 0) or 0
         message, reason = "", getattr(exc, "reason", "") or ""
         try:
@@ -25,10 +30,14 @@ class ApiError(BackendError):
             message, reason = body.get("message") or "", body.get("reason") or reason
         except (TypeError, ValueError):
             pass
-        hints = {401: "your credentials expired or are wrong: refresh the kubeconfig (aws eks update-kubeconfig)",
-                 403: "your identity lacks the RBAC permission for this; ask a cluster admin",
-                 404: "", 409: "an object with that name exists already", 410: "",
-                 422: "the cluster refused the manifest: torchdeck render --validate shows what is wrong"}
+        hints = {
+            401: "your credentials expired or are wrong: refresh the kubeconfig (aws eks update-kubeconfig)",
+            403: "your identity lacks the RBAC permission for this; ask a cluster admin",
+            404: "",
+            409: "an object with that name exists already",
+            410: "",
+            422: "the cluster refused the manifest: torchdeck render --validate shows what is wrong",
+        }
         return cls(f"the cluster said {status} {reason}: {message}".rstrip(": "), hints.get(status, ""), status, reason)
 
 
@@ -39,8 +48,19 @@ class Unreachable(BackendError):
 def quantity(text: Any) -> float:
     """A Kubernetes quantity as a number: "3500m" -> 3.5, "8Gi" -> 8589934592, "2" -> 2."""
     text = str(text).strip()
-    units = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    units = {
+        "n": 1e-9,
+        "u": 1e-6,
+        "m": 1e-3,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+    }
     for suffix in ("Ki", "Mi", "Gi", "Ti", "n", "u", "m", "k", "M", "G", "T"):
         if text.endswith(suffix):
             try:
@@ -51,3 +71,179 @@ def quantity(text: Any) -> float:
         return float(text)
     except ValueError:
         return 0.0
+
+
+# -- where each kind lives --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApiKind:
+    """Where the API server keeps one kind: its group/version base, its plural, namespaced or not."""
+
+    base: str
+    plural: str
+    namespaced: bool = True
+
+    @classmethod
+    def of_group(cls, group: str, version: str, plural: str, namespaced: bool = True) -> ApiKind:
+        return cls("api/v1" if group == "" else f"apis/{group}/{version}", plural, namespaced)
+
+
+KINDS: dict[str, ApiKind] = {
+    "Namespace": ApiKind("api/v1", "namespaces", namespaced=False),
+    "Node": ApiKind("api/v1", "nodes", namespaced=False),
+    "Pod": ApiKind("api/v1", "pods"),
+    "Event": ApiKind("api/v1", "events"),
+    "Service": ApiKind("api/v1", "services"),
+    "ServiceAccount": ApiKind("api/v1", "serviceaccounts"),
+    "ConfigMap": ApiKind("api/v1", "configmaps"),
+    "PersistentVolumeClaim": ApiKind("api/v1", "persistentvolumeclaims"),
+    "PersistentVolume": ApiKind("api/v1", "persistentvolumes", namespaced=False),
+    "StorageClass": ApiKind("apis/storage.k8s.io/v1", "storageclasses", namespaced=False),
+    "DaemonSet": ApiKind("apis/apps/v1", "daemonsets"),
+    "Deployment": ApiKind("apis/apps/v1", "deployments"),
+    "Job": ApiKind("apis/batch/v1", "jobs"),
+    "CustomResourceDefinition": ApiKind("apis/apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False),
+    "NodeMetrics": ApiKind("apis/metrics.k8s.io/v1beta1", "nodes", namespaced=False),
+}
+"""Every built-in kind torchdeck reads or writes; the training operators' kinds come from
+``manifests.KIND_INFO`` as ``ApiKind.of_group``."""
+
+
+def api_path(kind: str | ApiKind, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+    """The path of a collection (no ``name``), of one object, or of its subresource (``sub``: log,
+    status, proxy/...). ``namespace`` None on a namespaced kind means every namespace."""
+    api = KINDS[kind] if isinstance(kind, str) else kind
+    path = api.base + (f"/namespaces/{namespace}" if api.namespaced and namespace else "") + "/" + api.plural
+    if name:
+        path += "/" + name
+        if sub:
+            path += "/" + sub
+    return path
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    """The API path of one built-in object (its collection, then its name)."""
+    meta = obj["metadata"]
+    return api_path(obj["kind"], meta.get("namespace", "default"), meta["name"])
+
+
+# -- the connection ------------------------------------------------------------------
+
+
+class KubeClient:
+    """A connection to one kubeconfig context (default: the file's current one). Picklable: a copy
+    in another process opens its own connection."""
+
+    def __init__(self, kubeconfig: str | Path | None = None, context: str | None = None):
+        self.kubeconfig = str(kubeconfig) if kubeconfig else None
+        self.context = context
+        self.context_namespace: str | None = None
+        """The context's namespace, once connected (default: "default")."""
+        self._api: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_api": None}
+
+    @property
+    def api(self) -> Any:
+        """The official client's ApiClient, made on first use."""
+        if self._api is None:
+            from kubernetes import client, config
+            from kubernetes.config.config_exception import ConfigException
+
+            cfg = client.Configuration()
+            try:
+                config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=cfg)
+            except (ConfigException, OSError, TypeError, ValueError) as exc:
+                raise BackendError(
+                    f"cannot use the kubeconfig: {str(exc).splitlines()[0]}",
+                    "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
+                    "for EKS: aws eks update-kubeconfig --name CLUSTER",
+                ) from None
+            cfg.connection_pool_maxsize = 512  # a stream per pod: 64 workers are 64 connections
+            cfg.retries = 0
+            self._api = client.ApiClient(cfg)
+            if self.context_namespace is None:
+                try:
+                    contexts, active = config.list_kube_config_contexts(config_file=self.kubeconfig)
+                    chosen = next((c for c in contexts if c["name"] == self.context), active)
+                    self.context_namespace = (chosen.get("context") or {}).get("namespace") or "default"
+                except (ConfigException, TypeError, KeyError):
+                    pass
+        return self._api
+
+    def current_context(self) -> str:
+        """The context's name: the one asked for, else the kubeconfig's current one ('' without one)."""
+        if self.context:
+            return self.context
+        try:
+            from kubernetes import config
+
+            return str(config.list_kube_config_contexts(config_file=self.kubeconfig)[1]["name"])
+        except Exception:  # no kubeconfig: a request says so, with its hint
+            return ""
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        stream: bool = False,
+        timeout: float | None = 30,
+    ) -> Any:
+        """One API call; SDK and network errors become BackendError (ApiError for HTTP statuses)."""
+        from kubernetes.client import ApiException
+
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        try:
+            response = self.api.call_api(
+                "/" + path.lstrip("/"),
+                method,
+                query_params=params,
+                body=body,
+                # the API server takes a PATCH only with a patch type: a JSON merge patch here
+                header_params={
+                    "Accept": "application/json",
+                    "Content-Type": "application/merge-patch+json" if method == "PATCH" else "application/json",
+                },
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            raise ApiError.from_exception(exc) from None
+        except Exception as exc:  # urllib3's connection errors, timeouts
+            raise Unreachable(
+                f"cannot reach the cluster: {type(exc).__name__}: {str(exc)[:200]}",
+                "check the network and the kubeconfig (kubectl cluster-info)",
+            ) from None
+        if stream:
+            return response
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def exists(self, path: str) -> bool:
+        """GET answers (True) or says 404 (False); any other failure is raised."""
+        try:
+            self.request("GET", path)
+            return True
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+
+def ensure_object(kube: KubeClient, obj: dict[str, Any]) -> bool:
+    """Create a built-in object, or merge-patch it where it is; True if made now."""
+    path = object_path(obj)
+    try:
+        kube.request("POST", path.rsplit("/", 1)[0], body=obj)
+        return True
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    kube.request("PATCH", path, body=obj)
+    return False

@@ -47,14 +47,16 @@ TARGETS: dict[str, tuple[Target, ...]] = {
     "pytorchjob": (Target("pytorchjob", "Kubeflow Training Operator v1.9.4", "pytorchjob-trainer-v1.9.4.yaml", "v1"),),
     "trainjob": (
         Target("trainjob", "Kubeflow Trainer v2.0.1", "trainjob-trainer-v2.0.1.yaml", "v1alpha1", "podSpecOverrides"),
-        Target("trainjob", "Kubeflow Trainer v2.1.0", "trainjob-trainer-v2.1.0.yaml", "v1alpha1",
-               "podTemplateOverrides"),
+        Target(
+            "trainjob", "Kubeflow Trainer v2.1.0", "trainjob-trainer-v2.1.0.yaml", "v1alpha1", "podTemplateOverrides"
+        ),
         Target("trainjob", "Kubeflow Trainer v2.2.1", "trainjob-trainer-v2.2.1.yaml", "v1alpha1", "runtimePatches"),
         Target("trainjob", "Kubeflow Trainer v2.3.0", "trainjob-trainer-v2.3.0.yaml", "v1alpha1", "runtimePatches"),
     ),
     "mpijob": (Target("mpijob", "Kubeflow MPI Operator v0.8.2", "mpijob-mpi-operator-v0.8.2.yaml", "v2beta1"),),
-    "elasticjob": (Target("elasticjob", "TorchElastic controller v0.2.2", "elasticjob-elastic-v0.2.2.yaml",
-                          "v1alpha1"),),
+    "elasticjob": (
+        Target("elasticjob", "TorchElastic controller v0.2.2", "elasticjob-elastic-v0.2.2.yaml", "v1alpha1"),
+    ),
 }
 
 
@@ -69,7 +71,7 @@ def supported(kind: str) -> str:
     return ", ".join(t.release for t in TARGETS.get(kind, ()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def crd(file: str) -> dict[str, Any]:
     """A CRD from manifests/crds/, parsed once."""
     text = (resources.files("torchdeck") / "manifests" / "crds" / file).read_text()
@@ -113,10 +115,15 @@ def for_cluster(kind: str, definition: dict[str, Any]) -> Target:
     served = served_versions(definition)
     candidates = [t for t in TARGETS[kind] if t.version in served]
     if not candidates:
-        hint = {"mpijob": "the Kubeflow Training Operator v1 installs an MPIJob v1 CRD; install the MPI Operator "
-                          "(v2beta1) instead, or use --kind pytorchjob"}.get(kind, f"install {supported(kind)}")
-        raise BackendError(f"this cluster's {name} serves {', '.join(served) or 'no version'}; torchdeck renders "
-                           f"{TARGETS[kind][-1].version} ({supported(kind)})", hint)
+        hint = {
+            "mpijob": "the Kubeflow Training Operator v1 installs an MPIJob v1 CRD; install the MPI Operator "
+            "(v2beta1) instead, or use --kind pytorchjob"
+        }.get(kind, f"install {supported(kind)}")
+        raise BackendError(
+            f"this cluster's {name} serves {', '.join(served) or 'no version'}; torchdeck renders "
+            f"{TARGETS[kind][-1].version} ({supported(kind)})",
+            hint,
+        )
     if kind != "trainjob":
         return candidates[-1]
     schema = schema_of(definition, candidates[-1].version)
@@ -126,9 +133,11 @@ def for_cluster(kind: str, definition: dict[str, Any]) -> Target:
     for target in reversed(candidates):
         if target.pod_overrides in fields:
             return target
-    raise BackendError(f"this cluster's {name} has none of {', '.join(TRAINJOB_OVERRIDES)}: torchdeck cannot place "
-                       "the volumes, /dev/shm, service account and labels in its pods",
-                       f"install one of {supported(kind)}")
+    raise BackendError(
+        f"this cluster's {name} has none of {', '.join(TRAINJOB_OVERRIDES)}: torchdeck cannot place "
+        "the volumes, /dev/shm, service account and labels in its pods",
+        f"install one of {supported(kind)}",
+    )
 
 
 # -- checking an object against a schema, as the API server does on create ---------------
@@ -228,7 +237,7 @@ def _cel_environment():
         return None
     env = celpy.Environment()
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def program(rule: str):
         return env.program(env.compile(rule))
 
@@ -237,6 +246,7 @@ def _cel_environment():
             return bool(program(rule).evaluate({"self": celpy.json_to_cel(value)}))
         except Exception:  # a Kubernetes-only CEL function cel-python lacks: not checked here
             return None
+
     return evaluate
 
 

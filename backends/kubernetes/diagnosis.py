@@ -7,27 +7,41 @@ them. Pure functions: tests feed them realistic statuses."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 RDZV_PATTERNS = (
-    (re.compile(r"RendezvousTimeoutError|rendezvous.*tim(ed|e) ?out|The node .* has failed to join", re.I),
-     "rendezvous timed out: not every node joined",
-     "check that all pods are Running (a Pending pod holds the others back) and that they reach each other "
-     "on port 29400"),
-    (re.compile(r"NCCL.*(timeout|Timeout|timed out)|Watchdog caught collective operation timeout", re.I),
-     "NCCL collective timed out (a hung or dead rank)",
-     "look for the rank that failed first; set NCCL_DEBUG=INFO in env: to see the transport"),
-    (re.compile(r"gloo.*(timeout|Timed out)|Timed out waiting .* for (recv|send)", re.I),
-     "gloo collective timed out (a hung or dead rank)",
-     "look for the rank that failed first in its logs"),
-    (re.compile(r"No space left on device.*shm|unable to (write to file|allocate shared memory)|"
-                r"DataLoader worker .* (killed|exited unexpectedly)|Bus error", re.I),
-     "/dev/shm too small for the data-loader workers",
-     "raise resources.shm_size (e.g. 8Gi)"),
-    (re.compile(r"CUDA out of memory|OutOfMemoryError", re.I),
-     "the GPU ran out of memory",
-     "lower trainer.batch_size, or use precision bf16"),
+    (
+        re.compile(r"RendezvousTimeoutError|rendezvous.*tim(ed|e) ?out|The node .* has failed to join", re.I),
+        "rendezvous timed out: not every node joined",
+        "check that all pods are Running (a Pending pod holds the others back) and that they reach each other "
+        "on port 29400",
+    ),
+    (
+        re.compile(r"NCCL.*(timeout|Timeout|timed out)|Watchdog caught collective operation timeout", re.I),
+        "NCCL collective timed out (a hung or dead rank)",
+        "look for the rank that failed first; set NCCL_DEBUG=INFO in env: to see the transport",
+    ),
+    (
+        re.compile(r"gloo.*(timeout|Timed out)|Timed out waiting .* for (recv|send)", re.I),
+        "gloo collective timed out (a hung or dead rank)",
+        "look for the rank that failed first in its logs",
+    ),
+    (
+        re.compile(
+            r"No space left on device.*shm|unable to (write to file|allocate shared memory)|"
+            r"DataLoader worker .* (killed|exited unexpectedly)|Bus error",
+            re.I,
+        ),
+        "/dev/shm too small for the data-loader workers",
+        "raise resources.shm_size (e.g. 8Gi)",
+    ),
+    (
+        re.compile(r"CUDA out of memory|OutOfMemoryError", re.I),
+        "the GPU ran out of memory",
+        "lower trainer.batch_size, or use precision bf16",
+    ),
 )
 
 
@@ -64,9 +78,14 @@ def _pending(name: str, pod: dict[str, Any], events: list[dict[str, Any]]) -> li
     for event in events:
         if event.get("reason") == "FailedMount":
             message = event.get("message") or ""
-            found.append(Finding(name, f"stuck in ContainerCreating: a volume does not mount ({_short(message)})",
-                                 "check the PVC's storage class and its CSI driver (EFS/FSx), and that the "
-                                 "file system's security group lets the nodes in"))
+            found.append(
+                Finding(
+                    name,
+                    f"stuck in ContainerCreating: a volume does not mount ({_short(message)})",
+                    "check the PVC's storage class and its CSI driver (EFS/FSx), and that the "
+                    "file system's security group lets the nodes in",
+                )
+            )
             break
     return found
 
@@ -75,25 +94,44 @@ def _unschedulable(name: str, message: str) -> Finding:
     """The scheduler's message (0/3 nodes are available: 3 Insufficient nvidia.com/gpu ...) in words."""
     lower = message.lower()
     if "insufficient nvidia.com/gpu" in lower:
-        return Finding(name, f"Pending: no node has a free GPU ({_short(message)})",
-                       "add a GPU nodegroup or scale it up, or ask for fewer GPUs (resources.gpus)")
+        return Finding(
+            name,
+            f"Pending: no node has a free GPU ({_short(message)})",
+            "add a GPU nodegroup or scale it up, or ask for fewer GPUs (resources.gpus)",
+        )
     if "insufficient cpu" in lower:
-        return Finding(name, f"Pending: not enough free CPU on any node ({_short(message)})",
-                       "lower resources.cpu or add nodes")
+        return Finding(
+            name, f"Pending: not enough free CPU on any node ({_short(message)})", "lower resources.cpu or add nodes"
+        )
     if "insufficient memory" in lower:
-        return Finding(name, f"Pending: not enough free memory on any node ({_short(message)})",
-                       "lower resources.memory or add nodes with more memory")
+        return Finding(
+            name,
+            f"Pending: not enough free memory on any node ({_short(message)})",
+            "lower resources.memory or add nodes with more memory",
+        )
     if "untolerated taint" in lower or "had taint" in lower:
-        return Finding(name, f"Pending: the nodes carry taints the pod does not tolerate ({_short(message)})",
-                       "add the toleration, or choose other nodes with cluster.node_selector")
+        return Finding(
+            name,
+            f"Pending: the nodes carry taints the pod does not tolerate ({_short(message)})",
+            "add the toleration, or choose other nodes with cluster.node_selector",
+        )
     if "unbound immediate persistentvolumeclaims" in lower or "persistentvolumeclaim" in lower:
-        return Finding(name, f"Pending: its PersistentVolumeClaim is not bound ({_short(message)})",
-                       "check the claim with `kubectl describe pvc` (storage class, CSI driver, capacity)")
+        return Finding(
+            name,
+            f"Pending: its PersistentVolumeClaim is not bound ({_short(message)})",
+            "check the claim with `kubectl describe pvc` (storage class, CSI driver, capacity)",
+        )
     if "didn't match pod's node affinity/selector" in lower or "node affinity" in lower:
-        return Finding(name, f"Pending: no node matches its node selector ({_short(message)})",
-                       "fix cluster.node_selector (kubectl get nodes --show-labels)")
-    return Finding(name, f"Pending: cannot be scheduled ({_short(message) or 'no reason given yet'})",
-                   "kubectl describe pod " + name)
+        return Finding(
+            name,
+            f"Pending: no node matches its node selector ({_short(message)})",
+            "fix cluster.node_selector (kubectl get nodes --show-labels)",
+        )
+    return Finding(
+        name,
+        f"Pending: cannot be scheduled ({_short(message) or 'no reason given yet'})",
+        "kubectl describe pod " + name,
+    )
 
 
 def _short(message: str, limit: int = 160) -> str:
@@ -101,8 +139,9 @@ def _short(message: str, limit: int = 160) -> str:
     return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
-def diagnose_pod(pod: dict[str, Any], events: Iterable[dict[str, Any]] = (),
-                 last_logs: Iterable[str] = ()) -> list[Finding]:
+def diagnose_pod(
+    pod: dict[str, Any], events: Iterable[dict[str, Any]] = (), last_logs: Iterable[str] = ()
+) -> list[Finding]:
     """What is wrong with one pod (nothing, if it is healthy)."""
     meta = pod.get("metadata") or {}
     name = meta.get("name", "?")
@@ -112,8 +151,13 @@ def diagnose_pod(pod: dict[str, Any], events: Iterable[dict[str, Any]] = (),
     phase = status.get("phase")
     found: list[Finding] = []
     if status.get("reason") == "Evicted":
-        return [Finding(name, f"Evicted: {_short(status.get('message') or 'the node ran short of resources')}",
-                        "give the pod memory/ephemeral-storage requests that match its use")]
+        return [
+            Finding(
+                name,
+                f"Evicted: {_short(status.get('message') or 'the node ran short of resources')}",
+                "give the pod memory/ephemeral-storage requests that match its use",
+            )
+        ]
     if phase == "Pending":
         found += _pending(name, pod, events)
     for cs in _containers(pod):
@@ -124,17 +168,26 @@ def diagnose_pod(pod: dict[str, Any], events: Iterable[dict[str, Any]] = (),
         if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
             found.append(_image_pull(name, image, message))
         elif reason == "CrashLoopBackOff":
-            last = ((cs.get("lastState") or {}).get("terminated") or {})
+            last = (cs.get("lastState") or {}).get("terminated") or {}
             if last.get("reason") == "OOMKilled" or last.get("exitCode") == 137:
                 found.append(_oom(name))
             else:
                 tail = " | ".join(line.strip() for line in logs[-3:] if line.strip())
-                found.append(Finding(name, f"CrashLoopBackOff (exit {last.get('exitCode', '?')})"
-                                     + (f": {_short(tail)}" if tail else ""),
-                                     f"read its log: torchdeck logs, or kubectl logs --previous {name}"))
+                found.append(
+                    Finding(
+                        name,
+                        f"CrashLoopBackOff (exit {last.get('exitCode', '?')})" + (f": {_short(tail)}" if tail else ""),
+                        f"read its log: torchdeck logs, or kubectl logs --previous {name}",
+                    )
+                )
         elif reason == "CreateContainerConfigError":
-            found.append(Finding(name, f"cannot create the container: {_short(message)}",
-                                 "a referenced ConfigMap, Secret or service account key is missing"))
+            found.append(
+                Finding(
+                    name,
+                    f"cannot create the container: {_short(message)}",
+                    "a referenced ConfigMap, Secret or service account key is missing",
+                )
+            )
         terminated = (cs.get("state") or {}).get("terminated") or {}
         if terminated.get("reason") == "OOMKilled" and reason != "CrashLoopBackOff":
             found.append(_oom(name))
@@ -144,10 +197,13 @@ def diagnose_pod(pod: dict[str, Any], events: Iterable[dict[str, Any]] = (),
 
 def _image_pull(name: str, image: str, message: str) -> Finding:
     lower = message.lower()
-    if ".dkr.ecr." in image and ("403" in lower or "unauthorized" in lower or "denied" in lower
-                                 or "no basic auth" in lower):
-        fix = ("the node role needs ECR read access (AmazonEC2ContainerRegistryReadOnly), and the image must be "
-               "in the cluster's account and region")
+    if ".dkr.ecr." in image and (
+        "403" in lower or "unauthorized" in lower or "denied" in lower or "no basic auth" in lower
+    ):
+        fix = (
+            "the node role needs ECR read access (AmazonEC2ContainerRegistryReadOnly), and the image must be "
+            "in the cluster's account and region"
+        )
     elif "not found" in lower or "manifest unknown" in lower:
         fix = "the tag or digest does not exist: push the image, or fix image: in the spec"
     elif "unauthorized" in lower or "denied" in lower or "authentication required" in lower:
@@ -160,8 +216,11 @@ def _image_pull(name: str, image: str, message: str) -> Finding:
 
 
 def _oom(name: str) -> Finding:
-    return Finding(name, "OOMKilled (exit 137): the container went over its memory limit",
-                   "raise resources.memory, or lower trainer.batch_size")
+    return Finding(
+        name,
+        "OOMKilled (exit 137): the container went over its memory limit",
+        "raise resources.memory, or lower trainer.batch_size",
+    )
 
 
 def log_findings(where: str, lines: Iterable[str]) -> list[Finding]:
@@ -184,11 +243,24 @@ def job_findings(name: str, conditions: Iterable[dict[str, Any]], backoff_limit:
             continue
         kind, reason, message = cond.get("type"), cond.get("reason") or "", cond.get("message") or ""
         if kind == "Restarting":
-            found.append(Finding(name, f"restarting: {_short(message) or reason}",
-                                 "a pod failed and is being restarted; its log says why"))
+            found.append(
+                Finding(
+                    name,
+                    f"restarting: {_short(message) or reason}",
+                    "a pod failed and is being restarted; its log says why",
+                )
+            )
         elif kind == "Failed":
-            limit = f" after {backoff_limit} restarts" if backoff_limit is not None and (
-                "backoff" in (reason + message).lower()) else ""
-            found.append(Finding(name, f"failed{limit}: {_short(message) or reason}",
-                                 "read the failed pod's log; raise cluster.backoff_limit only for flaky nodes"))
+            limit = (
+                f" after {backoff_limit} restarts"
+                if backoff_limit is not None and ("backoff" in (reason + message).lower())
+                else ""
+            )
+            found.append(
+                Finding(
+                    name,
+                    f"failed{limit}: {_short(message) or reason}",
+                    "read the failed pod's log; raise cluster.backoff_limit only for flaky nodes",
+                )
+            )
     return found

@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from . import crds
 from ..errors import SpecError
 from ..spec import DNS_1035_RE, KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
+from . import crds
 
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""
@@ -50,29 +50,50 @@ MPI_SSH_DIR = "/home/trainer/.ssh"
 """Where the MPI Operator mounts the SSH keys: the home of the images' uid-1000
 user (the operator's default, /root/.ssh, is not that user's)."""
 KIND_INFO = {
-    "pytorchjob": KindInfo("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "the Kubeflow Training Operator v1",
-                           'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/'
-                           'manifests/overlays/standalone?ref=v1.9.4"'),
-    "trainjob": KindInfo("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "Kubeflow Trainer v2",
-                         'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/'
-                         'manifests/overlays/manager?ref=v2.3.0", then the same with overlays/runtimes',
-                         "TrainJob: the pods' security context comes from the ClusterTrainingRuntime, "
-                         "not from torchdeck"),
-    "mpijob": KindInfo("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", "the Kubeflow MPI Operator",
-                       "kubectl apply --server-side -f https://raw.githubusercontent.com/kubeflow/mpi-operator/"
-                       "v0.8.2/deploy/v2beta1/mpi-operator.yaml",
-                       "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000 with its keys "
-                       f"in {MPI_SSH_DIR}; torchdeck's own images have neither (use pytorchjob or job with them)"),
+    "pytorchjob": KindInfo(
+        "kubeflow.org",
+        "v1",
+        "pytorchjobs",
+        "PyTorchJob",
+        "the Kubeflow Training Operator v1",
+        'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=v1.9.4"',
+    ),
+    "trainjob": KindInfo(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "trainjobs",
+        "TrainJob",
+        "Kubeflow Trainer v2",
+        'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/'
+        'manifests/overlays/manager?ref=v2.3.0", then the same with overlays/runtimes',
+        "TrainJob: the pods' security context comes from the ClusterTrainingRuntime, not from torchdeck",
+    ),
+    "mpijob": KindInfo(
+        "kubeflow.org",
+        "v2beta1",
+        "mpijobs",
+        "MPIJob",
+        "the Kubeflow MPI Operator",
+        "kubectl apply --server-side -f https://raw.githubusercontent.com/kubeflow/mpi-operator/"
+        "v0.8.2/deploy/v2beta1/mpi-operator.yaml",
+        "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000 with its keys "
+        f"in {MPI_SSH_DIR}; torchdeck's own images have neither (use pytorchjob or job with them)",
+    ),
     "job": KindInfo("batch", "v1", "jobs", "Job", "nothing (built into Kubernetes)", ""),
-    "elasticjob": KindInfo("elastic.pytorch.org", "v1alpha1", "elasticjobs", "ElasticJob",
-                           "the TorchElastic controller (v0.2.2, 2022, unmaintained)",
-                           "none works on Kubernetes 1.22 or later: its CRD is apiextensions.k8s.io/v1beta1, "
-                           "which 1.22 removed; use --kind pytorchjob with cluster.min_nodes and "
-                           "cluster.max_nodes (the same elastic job), or --kind job",
-                           "ElasticJob: the TorchElastic controller's CRD is apiextensions.k8s.io/v1beta1, which "
-                           "Kubernetes removed in 1.22 (EKS's oldest supported release is newer), so it installs on "
-                           "no current cluster; torchdeck submits it only where the cluster already serves it. "
-                           "The same elastic job: --kind pytorchjob with cluster.min_nodes and cluster.max_nodes"),
+    "elasticjob": KindInfo(
+        "elastic.pytorch.org",
+        "v1alpha1",
+        "elasticjobs",
+        "ElasticJob",
+        "the TorchElastic controller (v0.2.2, 2022, unmaintained)",
+        "none works on Kubernetes 1.22 or later: its CRD is apiextensions.k8s.io/v1beta1, "
+        "which 1.22 removed; use --kind pytorchjob with cluster.min_nodes and "
+        "cluster.max_nodes (the same elastic job), or --kind job",
+        "ElasticJob: the TorchElastic controller's CRD is apiextensions.k8s.io/v1beta1, which "
+        "Kubernetes removed in 1.22 (EKS's oldest supported release is newer), so it installs on "
+        "no current cluster; torchdeck submits it only where the cluster already serves it. "
+        "The same elastic job: --kind pytorchjob with cluster.min_nodes and cluster.max_nodes",
+    ),
 }
 
 
@@ -111,12 +132,13 @@ class Rendered:
 
 
 @functools.lru_cache(maxsize=1)
-def _environment():
+def template_environment():
     import jinja2  # only rendering needs it
 
     loader = jinja2.FunctionLoader(lambda name: (resources.files("torchdeck") / "manifests" / name).read_text())
-    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, autoescape=False,
-                              keep_trailing_newline=True)
+    return jinja2.Environment(
+        loader=loader, undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
+    )
 
 
 def _check_kind(kind: str) -> str:
@@ -127,22 +149,32 @@ def _check_kind(kind: str) -> str:
 
 def _check_name(run_id: str) -> None:
     if not isinstance(run_id, str) or not DNS_1035_RE.match(run_id):
-        raise SpecError("name", f"the object name {run_id!r:.60} is not a DNS-1035 name",
-                        "lower-case letters, digits and '-', starting with a letter, ending with a letter or digit")
+        raise SpecError(
+            "name",
+            f"the object name {run_id!r:.60} is not a DNS-1035 name",
+            "lower-case letters, digits and '-', starting with a letter, ending with a letter or digit",
+        )
     if len(run_id) > MAX_NAME:
-        raise SpecError("name", f"the run id {run_id!r} is {len(run_id)} characters; at most {MAX_NAME} fit in "
-                        "the pod names Kubernetes derives from it", "use a shorter job name")
+        raise SpecError(
+            "name",
+            f"the run id {run_id!r} is {len(run_id)} characters; at most {MAX_NAME} fit in "
+            "the pod names Kubernetes derives from it",
+            "use a shorter job name",
+        )
 
 
 def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
     """Everything the templates need, worked out once."""
     c = spec.cluster
     r = spec.resources
-    labels = {"app.kubernetes.io/name": "torchdeck", "app.kubernetes.io/managed-by": "torchdeck",
-              RUN_LABEL: run_id, JOB_LABEL: spec.name}
+    labels = {
+        "app.kubernetes.io/name": "torchdeck",
+        "app.kubernetes.io/managed-by": "torchdeck",
+        RUN_LABEL: run_id,
+        JOB_LABEL: spec.name,
+    }
     checkpoint_dir = c.checkpoint_dir or f"{c.mount_path.rstrip('/')}/runs/{spec.name}"
-    trainer = ["-m", "torchdeck.trainer",
-               *trainer_arguments(spec, c.data_dir, checkpoint_dir)]
+    trainer = ["-m", "torchdeck.trainer", *trainer_arguments(spec, c.data_dir, checkpoint_dir)]
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if r.cpu:
@@ -152,56 +184,110 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
     if r.gpus:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(r.gpus)
     resources_ = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-    env = [{"name": "TORCHDECK_RUN_ID", "value": run_id}, {"name": "PYTHONUNBUFFERED", "value": "1"},
-           {"name": "HOME", "value": "/tmp"}]
+    env = [
+        {"name": "TORCHDECK_RUN_ID", "value": run_id},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "HOME", "value": "/tmp"},
+    ]
     env += [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "scratch", "mountPath": "/tmp"}]
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": r.shm_size}},
-                                     {"name": "scratch", "emptyDir": {}}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": r.shm_size}},
+        {"name": "scratch", "emptyDir": {}},
+    ]
     mounts.append({"name": "shared", "mountPath": c.mount_path})
-    volumes.append({"name": "shared", "persistentVolumeClaim": {"claimName": c.pvc}} if c.pvc else
-                   {"name": "shared", "emptyDir": {}})
-    tolerations = ([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-                   if r.gpus and c.gpu_toleration else [])
+    volumes.append(
+        {"name": "shared", "persistentVolumeClaim": {"claimName": c.pvc}}
+        if c.pvc
+        else {"name": "shared", "emptyDir": {}}
+    )
+    tolerations = (
+        [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}] if r.gpus and c.gpu_toleration else []
+    )
     torchrun = ["--nproc-per-node", str(spec.nproc_per_node), "--max-restarts", str(spec.max_restarts)]
     elastic = c.min_nodes is not None
     ctx: dict[str, Any] = dict(
-        name=run_id, namespace=spec.namespace, labels=labels, selector={RUN_LABEL: run_id},
-        image=spec.image, nodes=spec.nodes, nproc_per_node=spec.nproc_per_node, max_restarts=spec.max_restarts,
-        min_nodes=c.min_nodes, max_nodes=c.max_nodes, elastic=elastic,
-        backoff_limit=c.backoff_limit, clean_pod_policy=c.clean_pod_policy,
-        ttl_seconds_after_finished=c.ttl_seconds_after_finished, restart_policy=c.restart_policy,
+        name=run_id,
+        namespace=spec.namespace,
+        labels=labels,
+        selector={RUN_LABEL: run_id},
+        image=spec.image,
+        nodes=spec.nodes,
+        nproc_per_node=spec.nproc_per_node,
+        max_restarts=spec.max_restarts,
+        min_nodes=c.min_nodes,
+        max_nodes=c.max_nodes,
+        elastic=elastic,
+        backoff_limit=c.backoff_limit,
+        clean_pod_policy=c.clean_pod_policy,
+        ttl_seconds_after_finished=c.ttl_seconds_after_finished,
+        restart_policy=c.restart_policy,
         pod_restart_policy="OnFailure" if c.restart_policy == "OnFailure" else "Never",
-        service_account=c.service_account, node_selector=c.node_selector, tolerations=tolerations,
-        subdomain=None, resources=resources_, env=env, volume_mounts=mounts, volumes=volumes, ports=[],
-        runtime=c.runtime, rdzv_port=RDZV_PORT, command=["python", "-m", "torch.distributed.run"],
-        args=torchrun + trainer, container="trainer",
+        service_account=c.service_account,
+        node_selector=c.node_selector,
+        tolerations=tolerations,
+        subdomain=None,
+        resources=resources_,
+        env=env,
+        volume_mounts=mounts,
+        volumes=volumes,
+        ports=[],
+        runtime=c.runtime,
+        rdzv_port=RDZV_PORT,
+        command=["python", "-m", "torch.distributed.run"],
+        args=torchrun + trainer,
+        container="trainer",
     )
     if kind == "pytorchjob":
         ctx["container"] = "pytorch"  # the operator finds its container by this name
-        ctx["replica_roles"] = ([("Worker", spec.nodes)] if elastic else
-                                [("Master", 1)] + ([("Worker", spec.nodes - 1)] if spec.nodes > 1 else []))
+        ctx["replica_roles"] = (
+            [("Worker", spec.nodes)]
+            if elastic
+            else [("Master", 1)] + ([("Worker", spec.nodes - 1)] if spec.nodes > 1 else [])
+        )
     elif kind == "trainjob":
         ctx["args"] = trainer  # the runtime's torch policy sets torchrun's node and process counts
         ctx["command"] = ["python", "-m", "torch.distributed.run", "--max-restarts", str(spec.max_restarts)]
     elif kind == "mpijob":
         endpoint = f"{run_id}-worker-0.{run_id}.{spec.namespace}.svc:{RDZV_PORT}"
-        launch = ["-np", str(spec.nodes), "--map-by", "ppr:1:node", "--bind-to", "none",
-                  "python", "-m", "torch.distributed.run", "--nnodes", str(spec.nodes), *torchrun,
-                  "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, *trainer]
+        launch = [
+            "-np",
+            str(spec.nodes),
+            "--map-by",
+            "ppr:1:node",
+            "--bind-to",
+            "none",
+            "python",
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(spec.nodes),
+            *torchrun,
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            run_id,
+            *trainer,
+        ]
         launcher_resources = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
         rdzv_ports = [{"name": "rdzv", "containerPort": RDZV_PORT}]
-        ctx["mpi_roles"] = [("Launcher", 1, "launcher", ["mpirun"], launch, launcher_resources, []),
-                            ("Worker", spec.nodes, "worker", ["/usr/sbin/sshd", "-De"], [], resources_, rdzv_ports)]
+        ctx["mpi_roles"] = [
+            ("Launcher", 1, "launcher", ["mpirun"], launch, launcher_resources, []),
+            ("Worker", spec.nodes, "worker", ["/usr/sbin/sshd", "-De"], [], resources_, rdzv_ports),
+        ]
         ctx["ssh_auth_mount_path"] = MPI_SSH_DIR
     elif kind == "job":
         ctx["subdomain"] = run_id
         ctx["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
         nnodes = f"{c.min_nodes}:{c.max_nodes}" if elastic else str(spec.nodes)
-        ctx["env"] = env + [{"name": "PET_NNODES", "value": nnodes},
-                            {"name": "PET_RDZV_BACKEND", "value": "c10d"},
-                            {"name": "PET_RDZV_ENDPOINT", "value": f"{run_id}-0.{run_id}:{RDZV_PORT}"},
-                            {"name": "PET_RDZV_ID", "value": run_id}]
+        ctx["env"] = env + [
+            {"name": "PET_NNODES", "value": nnodes},
+            {"name": "PET_RDZV_BACKEND", "value": "c10d"},
+            {"name": "PET_RDZV_ENDPOINT", "value": f"{run_id}-0.{run_id}:{RDZV_PORT}"},
+            {"name": "PET_RDZV_ID", "value": run_id},
+        ]
     elif kind == "elasticjob":
         ctx["container"] = "elasticjob-worker"
         ctx["pod_restart_policy"] = "Never"
@@ -220,22 +306,26 @@ def render(spec: JobSpec, run_id: str, kind: str | None = None, target: crds.Tar
     target = target or crds.latest(kind)
     _check_name(run_id)
     if not spec.image:
-        raise SpecError("image", "a cluster job needs a training image",
-                        "build and push one (torchdeck image build), then set image: or pass --image")
+        raise SpecError(
+            "image",
+            "a cluster job needs a training image",
+            "build and push one (torchdeck image build), then set image: or pass --image",
+        )
     check_kind_fields(spec, kind)
     ctx = context(spec, run_id, kind)
     ctx["pod_overrides"] = target.pod_overrides if target else ""
-    text = _environment().get_template(f"{kind}.yaml.j2").render(**ctx)
+    text = template_environment().get_template(f"{kind}.yaml.j2").render(**ctx)
     objects = [o for o in yaml.safe_load_all(text) if o]
     info = KIND_INFO[kind]
     warnings = [info.warning] if info.warning else []
     if target and target.pod_overrides == "podSpecOverrides":
-        warnings.append(f"TrainJob for {target.release}: its pods carry the JobSet's labels, not the run's; "
-                        "torchdeck finds them by the JobSet's name")
+        warnings.append(
+            f"TrainJob for {target.release}: its pods carry the JobSet's labels, not the run's; "
+            "torchdeck finds them by the JobSet's name"
+        )
     if not spec.cluster.pvc:
         warnings.append("no cluster.pvc: the data and the checkpoints live in each pod's own folder and go with it")
     return Rendered(kind, run_id, spec.namespace, objects, warnings, target)
-
 
 
 TASKS = ("data-prep", "model-test", "model-copy")
@@ -248,8 +338,9 @@ def default_model_file(spec: JobSpec) -> str:
     return spec.model_file or f"{c.checkpoint_dir or c.mount_path.rstrip('/') + '/runs/' + spec.name}/model.pt"
 
 
-def render_task(spec: JobSpec, task: str, name: str, model_file: str | None = None,
-                source: str | None = None) -> Rendered:
+def render_task(
+    spec: JobSpec, task: str, name: str, model_file: str | None = None, source: str | None = None
+) -> Rendered:
     """The data-prep job (CIFAR-10 onto the shared volume: the official archive, or a copy from
     ``source``, an s3:// prefix) or the model test job (``torchdeck.trainer.evaluate`` on the saved
     model), as one-pod Jobs."""
@@ -258,8 +349,9 @@ def render_task(spec: JobSpec, task: str, name: str, model_file: str | None = No
         raise SpecError("task", f"must be one of {', '.join(TASKS)}, got {task!r}")
     _check_name(name)
     if not spec.image:
-        raise SpecError("image", "a cluster job needs a training image",
-                        "build and push one, then set image: or pass --image")
+        raise SpecError(
+            "image", "a cluster job needs a training image", "build and push one, then set image: or pass --image"
+        )
     ctx = context(spec, name, "job")
     c = spec.cluster
     ctx["labels"] = {**ctx["labels"], TASK_LABEL: task}
@@ -277,12 +369,20 @@ def render_task(spec: JobSpec, task: str, name: str, model_file: str | None = No
         ctx["tolerations"], ctx["node_selector"] = [], {}
     else:
         ctx["command"] = ["python", "-m", "torchdeck.trainer.evaluate"]
-        ctx["args"] = ["--model-file", model_file or default_model_file(spec), "--data-dir", c.data_dir,
-                       "--device", spec.device, "--output", "json"]
+        ctx["args"] = [
+            "--model-file",
+            model_file or default_model_file(spec),
+            "--data-dir",
+            c.data_dir,
+            "--device",
+            spec.device,
+            "--output",
+            "json",
+        ]
         if spec.resources.gpus > 1:  # one GPU is plenty to test a model
             gpu = {"nvidia.com/gpu": "1"}
             ctx["resources"] = {k: {**v, **gpu} for k, v in ctx["resources"].items()}
-    text = _environment().get_template("task.yaml.j2").render(**ctx)
+    text = template_environment().get_template("task.yaml.j2").render(**ctx)
     objects = [o for o in yaml.safe_load_all(text) if o]
     warnings = [] if c.pvc else ["no cluster.pvc: the task sees none of the training job's files"]
     return Rendered("job", name, spec.namespace, objects, warnings)

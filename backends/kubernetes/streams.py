@@ -14,10 +14,11 @@ import queue
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
-from .client import ApiError, Unreachable
+from .client import ApiError, Unreachable, api_path
 
 if TYPE_CHECKING:
     from .backend import KubernetesBackend
@@ -28,8 +29,10 @@ MAX_RETRIES = 8
 
 def has_started(pod: dict[str, Any]) -> bool:
     """Whether a container of the pod has run (so it has a log to read)."""
-    return any("running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
-               for cs in (pod.get("status") or {}).get("containerStatuses") or [])
+    return any(
+        "running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    )
 
 
 def node_rank(pod: dict[str, Any], all_pods: list[dict[str, Any]]) -> int:
@@ -40,8 +43,11 @@ def node_rank(pod: dict[str, Any], all_pods: list[dict[str, Any]]) -> int:
     if kind == "launcher":
         return -1  # mpirun's output carries every rank; its lines say which
     if index is not None and str(index).isdigit():
-        has_master = any(((p.get("metadata") or {}).get("labels") or {})
-                         .get("training.kubeflow.org/replica-type", "").lower() == "master" for p in all_pods)
+        has_master = any(
+            ((p.get("metadata") or {}).get("labels") or {}).get("training.kubeflow.org/replica-type", "").lower()
+            == "master"
+            for p in all_pods
+        )
         return int(index) + (1 if kind == "worker" and has_master else 0)
     names = sorted((p.get("metadata") or {}).get("name", "") for p in all_pods)
     return names.index(pod["metadata"]["name"]) if pod["metadata"]["name"] in names else 0
@@ -53,9 +59,14 @@ class PodWatcher:
     backoff (0.5 s doubling to 8 s), ``on_retry`` says so; after
     MAX_RETRIES failures in a row, ``error`` is set and it stops."""
 
-    def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str,
-                 on_change: Callable[[dict[str, dict[str, Any]]], None],
-                 on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None):
+    def __init__(
+        self,
+        backend: KubernetesBackend,
+        run_id: str,
+        namespace: str,
+        on_change: Callable[[dict[str, dict[str, Any]]], None],
+        on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None,
+    ):
         self.backend, self.run_id, self.namespace = backend, run_id, namespace
         self.on_change, self.on_retry = on_change, on_retry
         self.pods: dict[str, dict[str, Any]] = {}
@@ -72,7 +83,7 @@ class PodWatcher:
     def run(self) -> None:
         failures = 0
         rv = None
-        path = f"api/v1/namespaces/{self.namespace}/pods"
+        path = api_path("Pod", self.namespace)
         selector = self.backend.pod_selector(self.run_id)
         while not self._stop.is_set():
             try:
@@ -83,9 +94,18 @@ class PodWatcher:
                     self.relists += 1
                     self.on_change(dict(self.pods))
                 self._response = self.backend.request(
-                    "GET", path, query={"labelSelector": selector, "watch": "true", "resourceVersion": rv,
-                                        "allowWatchBookmarks": "true", "timeoutSeconds": 300},
-                    stream=True, timeout=None)
+                    "GET",
+                    path,
+                    query={
+                        "labelSelector": selector,
+                        "watch": "true",
+                        "resourceVersion": rv,
+                        "allowWatchBookmarks": "true",
+                        "timeoutSeconds": 300,
+                    },
+                    stream=True,
+                    timeout=None,
+                )
                 failures = 0
                 for line in _lines(self._response):
                     if self._stop.is_set():
@@ -100,30 +120,21 @@ class PodWatcher:
                     rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     if kind == "BOOKMARK":
                         continue
-                    name = (obj.get("metadata") or {}).get("name")
+                    name = (obj.get("metadata") or {}).get("name") or ""
                     if kind == "DELETED":
                         self.pods.pop(name, None)
                     elif name:
                         self.pods[name] = obj
                     self.on_change(dict(self.pods))
                 # the server ended the watch (its timeout, or a cut): go on from rv
-            except ApiError as exc:
-                if exc.status == 410:
-                    rv = None
+            except Exception as exc:  # the API's errors, and urllib3's protocol errors while streaming
+                if isinstance(exc, ApiError) and exc.status == 410:
+                    rv = None  # expired: list again
                     continue
-                failures = self._failed(failures, str(exc))
-                if failures > MAX_RETRIES:
+                if self._stop.is_set() and not isinstance(exc, ApiError):
                     return
-            except (BackendError, OSError, ValueError) as exc:
-                if self._stop.is_set():
-                    return
-                failures = self._failed(failures, str(exc))
-                if failures > MAX_RETRIES:
-                    return
-            except Exception as exc:  # urllib3 protocol errors while streaming
-                if self._stop.is_set():
-                    return
-                failures = self._failed(failures, f"{type(exc).__name__}: {exc}")
+                known = isinstance(exc, (BackendError, OSError, ValueError))
+                failures = self._failed(failures, str(exc) if known else f"{type(exc).__name__}: {exc}")
                 if failures > MAX_RETRIES:
                     return
 
@@ -131,8 +142,10 @@ class PodWatcher:
         failures += 1
         self.retries += 1
         if failures > MAX_RETRIES:
-            self.error = Unreachable(f"lost the cluster connection: {failures - 1} retries failed ({why[:160]})",
-                                     "check the network and the kubeconfig, then reopen the monitor")
+            self.error = Unreachable(
+                f"lost the cluster connection: {failures - 1} retries failed ({why[:160]})",
+                "check the network and the kubeconfig, then reopen the monitor",
+            )
             self.on_retry(failures, 0.0, why)
             return failures
         wait = min(8.0, 0.5 * 2 ** (failures - 1))
@@ -196,8 +209,11 @@ class PodLogFollower:
             self._pods_changed({p["metadata"]["name"]: p for p in pods})
 
     def _retrying(self, attempt: int, wait: float, why: str) -> None:
-        text = (f"[torchdeck] lost the pod watch ({why[:120]}); retry {attempt}/{MAX_RETRIES} in {wait:.1f} s"
-                if wait else f"[torchdeck] gave up after {MAX_RETRIES} retries: {why[:120]}")
+        text = (
+            f"[torchdeck] lost the pod watch ({why[:120]}); retry {attempt}/{MAX_RETRIES} in {wait:.1f} s"
+            if wait
+            else f"[torchdeck] gave up after {MAX_RETRIES} retries: {why[:120]}"
+        )
         self.queue.put((-1, 0, [text.encode()]))
 
     def _pods_changed(self, pods: dict[str, dict[str, Any]]) -> None:
@@ -213,8 +229,9 @@ class PodLogFollower:
                 if key in self._streams or self._stopped.is_set():
                     continue
                 rank = node_rank(pod, all_pods)
-                thread = threading.Thread(target=self._stream, args=(name, rank, attempt, status),
-                                          name=f"log-{name}", daemon=True)
+                thread = threading.Thread(
+                    target=self._stream, args=(name, rank, attempt, status), name=f"log-{name}", daemon=True
+                )
                 self._streams[key] = thread
             thread.start()
 
@@ -222,8 +239,9 @@ class PodLogFollower:
         running = any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or [])
         query = {"follow": "true" if self.follow and running else None}
         try:
-            response = self.backend.request("GET", f"api/v1/namespaces/{self.namespace}/pods/{pod}/log",
-                                            query=query, stream=True, timeout=None)
+            response = self.backend.request(
+                "GET", api_path("Pod", self.namespace, pod, "log"), query=query, stream=True, timeout=None
+            )
             self._responses.append(response)
             for lines in _line_chunks(response):
                 if self._stopped.is_set():
@@ -245,11 +263,13 @@ class PodLogFollower:
         if self.watcher.error is not None:
             return True
         pods = self.watcher.pods
-        return bool(pods) and all((p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-                                  for p in pods.values())
+        return bool(pods) and all(
+            (p.get("status") or {}).get("phase") in ("Succeeded", "Failed") for p in pods.values()
+        )
 
-    def take(self, wait_s: float, linger_s: float = 0.02,
-             limit: int = 8192) -> tuple[list[tuple[int, int, bytes]], bool]:
+    def take(
+        self, wait_s: float, linger_s: float = 0.02, limit: int = 8192
+    ) -> tuple[list[tuple[int, int, bytes]], bool]:
         """What arrived, and whether the logs are over. Waits up to ``wait_s``
         for the first line, then ``linger_s`` for more: a few batches a
         second, not one per line, however many pods trickle lines in."""

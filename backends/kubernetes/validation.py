@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import crds
 from ..errors import BackendError
+from . import crds
 from .manifests import Rendered
 
 KUBERNETES_VERSION = "1.31.0"
@@ -41,8 +41,10 @@ def _core_validator():
     try:
         import kubernetes_validate
     except ImportError:
-        raise BackendError("validating manifests needs the kubernetes-validate package",
-                           "pip install kubernetes-validate (it carries Kubernetes' schemas, ~100 MB)") from None
+        raise BackendError(
+            "validating manifests needs the kubernetes-validate package",
+            "pip install kubernetes-validate (it carries Kubernetes' schemas, ~100 MB)",
+        ) from None
     return kubernetes_validate
 
 
@@ -76,10 +78,14 @@ def validate_manifests(rendered: Rendered) -> Validation:
         node: Any = obj
         for key in TEMPLATE_PATHS.get(kind, ()):
             node = node.get(key, {}) if isinstance(node, dict) else {}
-        for role, replica in (node.items() if isinstance(node, dict) else ()):
+        for role, replica in node.items() if isinstance(node, dict) else ():
             template = replica.get("template") if isinstance(replica, dict) else None
             if template is not None:
-                wrapped = {"apiVersion": "v1", "kind": "PodTemplate",
-                           "metadata": {"name": f"{obj['metadata']['name']}-{role.lower()}"}, "template": template}
+                wrapped = {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {"name": f"{obj['metadata']['name']}-{role.lower()}"},
+                    "template": template,
+                }
                 result.problems += _core_problems(kv, wrapped, f"{where} {role} pod template")
     return result

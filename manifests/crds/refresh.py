@@ -25,31 +25,59 @@ OUT = Path(__file__).resolve().parent
 
 # (file here, repository, ref, path in the repository)
 SOURCES = [
-    ("pytorchjob-trainer-v1.9.4.yaml", "kubeflow/trainer", "v1.9.4",
-     "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"),
+    (
+        "pytorchjob-trainer-v1.9.4.yaml",
+        "kubeflow/trainer",
+        "v1.9.4",
+        "manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
+    ),
     # What the Training Operator v1 installs for MPIJob (serves v1 only): read
     # by the tests to show that preflight says so.
-    ("mpijob-v1-trainer-v1.9.4.yaml", "kubeflow/trainer", "v1.9.4",
-     "manifests/base/crds/kubeflow.org_mpijobs.yaml"),
-    ("trainjob-trainer-v2.0.1.yaml", "kubeflow/trainer", "v2.0.1",
-     "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"),
-    ("trainjob-trainer-v2.1.0.yaml", "kubeflow/trainer", "v2.1.0",
-     "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"),
-    ("trainjob-trainer-v2.2.1.yaml", "kubeflow/trainer", "v2.2.1",
-     "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"),
-    ("trainjob-trainer-v2.3.0.yaml", "kubeflow/trainer", "v2.3.0",
-     "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"),
+    ("mpijob-v1-trainer-v1.9.4.yaml", "kubeflow/trainer", "v1.9.4", "manifests/base/crds/kubeflow.org_mpijobs.yaml"),
+    (
+        "trainjob-trainer-v2.0.1.yaml",
+        "kubeflow/trainer",
+        "v2.0.1",
+        "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
+    ),
+    (
+        "trainjob-trainer-v2.1.0.yaml",
+        "kubeflow/trainer",
+        "v2.1.0",
+        "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
+    ),
+    (
+        "trainjob-trainer-v2.2.1.yaml",
+        "kubeflow/trainer",
+        "v2.2.1",
+        "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
+    ),
+    (
+        "trainjob-trainer-v2.3.0.yaml",
+        "kubeflow/trainer",
+        "v2.3.0",
+        "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
+    ),
     # The release-0.8 commit "Prepare v0.8.2"; the CRD is the same as v0.8.0's.
-    ("mpijob-mpi-operator-v0.8.2.yaml", "kubeflow/mpi-operator", "b10758da23ce5d9b9efa6f42f7b050dc8605f5f5",
-     "manifests/base/kubeflow.org_mpijobs.yaml"),
-    ("elasticjob-elastic-v0.2.2.yaml", "pytorch/elastic", "v0.2.2",
-     "kubernetes/config/crd/bases/elastic.pytorch.org_elasticjobs.yaml"),
+    (
+        "mpijob-mpi-operator-v0.8.2.yaml",
+        "kubeflow/mpi-operator",
+        "b10758da23ce5d9b9efa6f42f7b050dc8605f5f5",
+        "manifests/base/kubeflow.org_mpijobs.yaml",
+    ),
+    (
+        "elasticjob-elastic-v0.2.2.yaml",
+        "pytorch/elastic",
+        "v0.2.2",
+        "kubernetes/config/crd/bases/elastic.pytorch.org_elasticjobs.yaml",
+    ),
 ]
 
 
 def from_git(clone: str, ref: str, path: str) -> tuple[bytes, str]:
-    commit = subprocess.run(["git", "-C", clone, "rev-parse", f"{ref}^{{commit}}"], capture_output=True,
-                            text=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", clone, "rev-parse", f"{ref}^{{commit}}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     data = subprocess.run(["git", "-C", clone, "show", f"{commit}:{path}"], capture_output=True, check=True).stdout
     return data, commit
 
@@ -63,8 +91,13 @@ def from_github(repo: str, ref: str, path: str) -> tuple[bytes, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--git", action="append", default=[], metavar="OWNER/NAME=DIR",
-                        help="read that repository from a local clone instead of GitHub")
+    parser.add_argument(
+        "--git",
+        action="append",
+        default=[],
+        metavar="OWNER/NAME=DIR",
+        help="read that repository from a local clone instead of GitHub",
+    )
     args = parser.parse_args()
     clones = dict(item.split("=", 1) for item in args.git)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -72,8 +105,13 @@ def main() -> int:
     for name, repo, ref, path in SOURCES:
         data, commit = from_git(clones[repo], ref, path) if repo in clones else from_github(repo, ref, path)
         (OUT / name).write_bytes(data)
-        record[name] = {"repository": repo, "ref": ref, "commit": commit, "path": path,
-                        "sha256": hashlib.sha256(data).hexdigest()}
+        record[name] = {
+            "repository": repo,
+            "ref": ref,
+            "commit": commit,
+            "path": path,
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
         print(f"{name}: {repo}@{ref} ({commit[:12]}) {len(data) // 1024} KiB", file=sys.stderr)
     (OUT / "SOURCES.json").write_text(json.dumps(record, indent=2) + "\n")
     return 0

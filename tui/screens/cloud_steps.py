@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.screen import Screen
 from textual.widgets import Input, RichLog, Select, Static
 from textual.worker import Worker, WorkerState
 
-from ..messages import StepProgressed
 from torchdeck.monitor.state import format_duration
+
+from ..messages import StepProgressed
 from .worker_errors import error_text
+
+if TYPE_CHECKING:
+    from torchdeck.backends.eks.progress import Progress
 
 
 class CloudStepsScreen(Screen):
@@ -47,11 +52,13 @@ class CloudStepsScreen(Screen):
     def on_select_changed(self, event: Select.Changed) -> None:
         self.check_form()
 
-    def forward(self, group: str, progress: Callable[[], AsyncIterator[Any]]) -> None:
+    def forward(self, group: str, progress: Callable[[], AsyncIterator[Progress]]) -> None:
         """Run ``progress()`` to its end on this (worker) thread, posting each event to the screen."""
+
         async def run() -> None:
             async for p in progress():
                 self.post_message(StepProgressed(p, group))
+
         asyncio.run(run())
 
     def start(self, phase: str) -> None:
@@ -67,7 +74,7 @@ class CloudStepsScreen(Screen):
         if p.kind == "done":
             self.finished(message.group, p)
 
-    def finished(self, group: str, progress: Any) -> None:
+    def finished(self, group: str, progress: Progress) -> None:
         """A step ran to its end (its last, done, event)."""
 
     def tick(self) -> None:

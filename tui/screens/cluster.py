@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -21,13 +20,25 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, RichLog, Select, Static
 from textual.worker import Worker, WorkerState
 
-from torchdeck.backends.eks.plan import (DEFAULT_VERSION, EKS_VERSIONS, ClusterPlan, format_nodegroup, load_plan, parse_nodegroup, parse_subnets, plan_to_yaml,
-                                         save_plan, validate_plan)
+from torchdeck.backends.eks.plan import (
+    DEFAULT_VERSION,
+    EKS_VERSIONS,
+    ClusterPlan,
+    apply_labels,
+    cost_per_hour,
+    format_nodegroup,
+    load_plan,
+    parse_nodegroup,
+    parse_subnets,
+    plan_to_yaml,
+    save_plan,
+    validate_plan,
+)
+from torchdeck.backends.eks.preflight import Catalogue
 from torchdeck.backends.errors import SpecError
-
-from torchdeck.cli.cluster import cost_lines
-from ..messages import CatalogueLoaded, ClusterProgressed, PreflightChecked
 from torchdeck.monitor.state import format_duration
+
+from ..messages import CatalogueLoaded, ClusterProgressed, PreflightChecked
 from .confirm import ConfirmScreen
 from .worker_errors import error_text
 
@@ -47,8 +58,17 @@ FIELDS: list[tuple[str, str]] = [
     ("prefix", "Key prefix the service account may use"),
     ("account", "Service account NAMESPACE/NAME"),
 ]
-PLAN_FIELDS = {"name": "name", "region": "region", "zones": "zones", "version": "version", "vpc_id": "vpc",
-               "subnets": "subnets", "s3_bucket": "bucket", "s3_prefix": "prefix", "labels": "labels"}
+PLAN_FIELDS = {
+    "name": "name",
+    "region": "region",
+    "zones": "zones",
+    "version": "version",
+    "vpc_id": "vpc",
+    "subnets": "subnets",
+    "s3_bucket": "bucket",
+    "s3_prefix": "prefix",
+    "labels": "labels",
+}
 
 
 def field_for(error_field: str) -> str:
@@ -58,6 +78,18 @@ def field_for(error_field: str) -> str:
     if error_field.startswith("nodegroups"):
         return "labels" if error_field.endswith(".labels") else "workers"
     return PLAN_FIELDS.get(error_field, error_field if error_field in dict(FIELDS) else "")
+
+
+def cost_text(plan: ClusterPlan, width: int = 40) -> Text:
+    """The plan's cost per hour, a line per item, the total in bold and the notes dimmed."""
+    lines, total, notes = cost_per_hour(plan)
+    out = [
+        Text(f"{line.what:<{width}} " + ("price unknown" if line.total is None else f"${line.total:,.2f}/h"))
+        for line in lines
+    ]
+    out.append(Text(f"{'estimated total':<{width}} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)", "bold"))
+    out += [Text(f"note: {note}", "dim") for note in notes]
+    return Text("\n").join(out)
 
 
 class ClusterScreen(Screen):
@@ -75,7 +107,7 @@ class ClusterScreen(Screen):
         super().__init__()
         self.plan_file = plan_file
         self.plan: ClusterPlan | None = None
-        self.catalogue: Any = None
+        self.catalogue: Catalogue | None = None
         self.phase, self.started = "", 0.0
 
     def compose(self) -> ComposeResult:
@@ -85,8 +117,9 @@ class ClusterScreen(Screen):
                 for field, label in FIELDS:
                     yield Label(label)
                     if field == "version":
-                        yield Select([(v, v) for v in EKS_VERSIONS], allow_blank=False, value=DEFAULT_VERSION,
-                                     id="f-version")
+                        yield Select(
+                            [(v, v) for v in EKS_VERSIONS], allow_blank=False, value=DEFAULT_VERSION, id="f-version"
+                        )
                     else:
                         yield Input(id=f"f-{field}", restrict=r"[0-9]*" if field == "volume" else None)
                     yield Static(id=f"e-{field}", classes="field-error")
@@ -111,9 +144,11 @@ class ClusterScreen(Screen):
             except SpecError as exc:
                 self.show_error(f"{exc} - the form starts empty; saving overwrites the file")
         self.query_one("#cluster-title", Static).update(
-            f"EKS cluster wizard - {self.plan_file}" + ("" if plan else " (new plan)"))
+            f"EKS cluster wizard - {self.plan_file}" + ("" if plan else " (new plan)")
+        )
         self.fill(plan)
         from torchdeck.backends.eks.preflight import shipped_only
+
         self.show_catalogue(shipped_only(plan.zones if plan else []))
         self.query_one("#f-name", Input).focus()
         self.set_interval(1.0, self.tick)
@@ -122,21 +157,38 @@ class ClusterScreen(Screen):
 
     def fill(self, plan: ClusterPlan | None) -> None:
         if plan is None:
-            values = {"region": "us-west-2", "zones": "us-west-2a,us-west-2b", "system": "system:m5.large:1:2:2",
-                      "workers": "cpu-workers:m5.2xlarge:1:2:4", "volume": "100", "prefix": "torchdeck/",
-                      "account": "default/torchdeck-s3"}
+            values = {
+                "region": "us-west-2",
+                "zones": "us-west-2a,us-west-2b",
+                "system": "system:m5.large:1:2:2",
+                "workers": "cpu-workers:m5.2xlarge:1:2:4",
+                "volume": "100",
+                "prefix": "torchdeck/",
+                "account": "default/torchdeck-s3",
+            }
         else:
             system = next((g for g in plan.nodegroups if g.name == "system"), None)
             workers = [g for g in plan.nodegroups if g is not system]
-            labels = [f"{g.name}:{k}={v}" for g in plan.nodegroups for k, v in g.labels.items()
-                      if not (g is system and (k, v) == ("role", "system"))]
-            values = {"name": plan.name, "region": plan.region, "zones": ",".join(plan.zones),
-                      "vpc": plan.vpc_id or "", "subnets": ",".join(f"{z}={s}" for z, s in plan.subnets.items()),
-                      "system": format_nodegroup(system) if system else "",
-                      "workers": "; ".join(format_nodegroup(g) for g in workers), "labels": ",".join(labels),
-                      "volume": str(plan.nodegroups[0].volume_gib if plan.nodegroups else 100),
-                      "bucket": plan.s3_bucket or "", "prefix": plan.s3_prefix,
-                      "account": f"{plan.namespace}/{plan.service_account}"}
+            labels = [
+                f"{g.name}:{k}={v}"
+                for g in plan.nodegroups
+                for k, v in g.labels.items()
+                if not (g is system and (k, v) == ("role", "system"))
+            ]
+            values = {
+                "name": plan.name,
+                "region": plan.region,
+                "zones": ",".join(plan.zones),
+                "vpc": plan.vpc_id or "",
+                "subnets": ",".join(f"{z}={s}" for z, s in plan.subnets.items()),
+                "system": format_nodegroup(system) if system else "",
+                "workers": "; ".join(format_nodegroup(g) for g in workers),
+                "labels": ",".join(labels),
+                "volume": str(plan.nodegroups[0].volume_gib if plan.nodegroups else 100),
+                "bucket": plan.s3_bucket or "",
+                "prefix": plan.s3_prefix,
+                "account": f"{plan.namespace}/{plan.service_account}",
+            }
             self.query_one("#f-version", Select).value = plan.version
         for field, _ in FIELDS:
             if field != "version":
@@ -148,6 +200,7 @@ class ClusterScreen(Screen):
 
     def build_plan(self) -> ClusterPlan:
         """The plan the form describes, checked (raises SpecError naming the field)."""
+
         def items(field: str, sep: str = ",") -> list[str]:
             return [x.strip() for x in self.value(field).split(sep) if x.strip()]
 
@@ -159,21 +212,23 @@ class ClusterScreen(Screen):
             group.volume_gib = volume
         if system:
             system.labels = {"role": "system"}
-        by_name = {g.name: g for g in groups}
-        for item in items("labels"):
-            group, sep, pair = item.partition(":")
-            key, eq, value = pair.partition("=")
-            if not sep or not eq or group not in by_name:
-                raise SpecError("labels", f"{item!r}: expected NODEGROUP:KEY=VALUE with a nodegroup of this plan")
-            by_name[group].labels[key] = value
+        apply_labels(groups, items("labels"), "labels")
         namespace, slash, account = self.value("account").partition("/")
         if not slash or not namespace or not account:
             raise SpecError("account", "expected NAMESPACE/NAME", "e.g. default/torchdeck-s3")
-        plan = ClusterPlan(name=self.value("name"), region=self.value("region"), zones=items("zones"),
-                           version=self.value("version"), vpc_id=self.value("vpc") or None,
-                           subnets=parse_subnets(items("subnets")), nodegroups=groups,
-                           s3_bucket=self.value("bucket") or None, s3_prefix=self.value("prefix"),
-                           service_account=account, namespace=namespace)
+        plan = ClusterPlan(
+            name=self.value("name"),
+            region=self.value("region"),
+            zones=items("zones"),
+            version=self.value("version"),
+            vpc_id=self.value("vpc") or None,
+            subnets=parse_subnets(items("subnets")),
+            nodegroups=groups,
+            s3_bucket=self.value("bucket") or None,
+            s3_prefix=self.value("prefix"),
+            service_account=account,
+            namespace=namespace,
+        )
         validate_plan(plan)
         self.check_offered(plan)
         return plan
@@ -188,8 +243,11 @@ class ClusterScreen(Screen):
             missing = [z for z in plan.zones if z not in offered]
             if missing:
                 field = "nodegroups[system]" if group.name == "system" else f"nodegroups[{group.name}]"
-                raise SpecError(field, f"{group.instance_type} is not offered in {', '.join(missing)}",
-                                f"zones that offer it: {', '.join(sorted(offered)) or 'none'}")
+                raise SpecError(
+                    field,
+                    f"{group.instance_type} is not offered in {', '.join(missing)}",
+                    f"zones that offer it: {', '.join(sorted(offered)) or 'none'}",
+                )
 
     def check_form(self) -> ClusterPlan | None:
         for field, _ in FIELDS:
@@ -199,8 +257,9 @@ class ClusterScreen(Screen):
             plan = self.build_plan()
         except SpecError as exc:
             target = field_for(exc.field)
-            text = exc.message.split(": ", 1)[1] if exc.field and exc.message.startswith(exc.field + ": ") \
-                else exc.message
+            text = (
+                exc.message.split(": ", 1)[1] if exc.field and exc.message.startswith(exc.field + ": ") else exc.message
+            )
             text += f" (hint: {exc.hint})" if exc.hint else ""
             if target:
                 self.query_one(f"#e-{target}", Static).update(text)
@@ -208,15 +267,14 @@ class ClusterScreen(Screen):
             else:
                 self.show_error(str(exc))
             self.plan = None
-            self.query_one("#plan-yaml", Static).update(Text("the plan shows here once every field is right",
-                                                             style="dim"))
+            self.query_one("#plan-yaml", Static).update(
+                Text("the plan shows here once every field is right", style="dim")
+            )
             self.query_one("#cost", Static).update("")
             return None
         self.show_error("")
         self.plan = plan
-        lines, _ = cost_lines(plan, width=40)
-        styles = {"line": "", "total": "bold", "note": "dim"}
-        self.query_one("#cost", Static).update(Text("\n").join(Text(text, styles[kind]) for text, kind in lines))
+        self.query_one("#cost", Static).update(cost_text(plan))
         self.query_one("#plan-yaml", Static).update(plan_to_yaml(plan))
         return plan
 
@@ -232,16 +290,26 @@ class ClusterScreen(Screen):
 
     # -- the catalogue ------------------------------------------------------------------
 
-    def show_catalogue(self, catalogue: Any) -> None:
+    def show_catalogue(self, catalogue: Catalogue) -> None:
         self.catalogue = catalogue
         table = self.query_one("#catalogue", DataTable)
         table.clear()
         for t in catalogue.offered_everywhere():
             gpus = f"{t.gpus} x {t.gpu_model} {t.gpu_memory_gib:g}G" if t.gpus else "-"
-            table.add_row(t.name, str(t.vcpus), f"{t.memory_gib:g} GiB", gpus, "yes" if t.efa else "-",
-                          f"{t.price:.3f}" if t.price is not None else "?", key=t.name)
-        source = (f"{len(table.rows)} types offered in every zone of {', '.join(catalogue.zones)} (from EC2)"
-                  if catalogue.live else "the shipped catalogue (ctrl+l: the region's own, from EC2)")
+            table.add_row(
+                t.name,
+                str(t.vcpus),
+                f"{t.memory_gib:g} GiB",
+                gpus,
+                "yes" if t.efa else "-",
+                f"{t.price:.3f}" if t.price is not None else "?",
+                key=t.name,
+            )
+        source = (
+            f"{len(table.rows)} types offered in every zone of {', '.join(catalogue.zones)} (from EC2)"
+            if catalogue.live
+            else "the shipped catalogue (ctrl+l: the region's own, from EC2)"
+        )
         self.query_one("#catalogue-source", Static).update(source + "; a: add the highlighted type as workers")
 
     def action_load_catalogue(self) -> None:
@@ -251,11 +319,7 @@ class ClusterScreen(Screen):
 
     @work(thread=True, exclusive=True, group="catalogue", exit_on_error=False)
     def load_catalogue(self, region: str, zones: list[str]) -> None:
-        from torchdeck.backends.eks.session import AwsSession
-        from torchdeck.backends.eks.preflight import live_catalogue
-
-        catalogue = live_catalogue(AwsSession(region), zones or None)
-        self.post_message(CatalogueLoaded(catalogue))
+        self.post_message(CatalogueLoaded(self.app.cloud.catalogue(region, zones or None)))
 
     def on_catalogue_loaded(self, message: CatalogueLoaded) -> None:
         if not self.value("zones"):  # asked EC2 for the region's zones: offer the first three
@@ -298,10 +362,7 @@ class ClusterScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preflight", exit_on_error=False)
     def preflight(self, plan: ClusterPlan, then_create: bool = False) -> None:
-        from torchdeck.backends.eks.session import AwsSession
-        from torchdeck.backends.eks.preflight import preflight
-
-        self.post_message(PreflightChecked(preflight(AwsSession(plan.region), plan), then_create))
+        self.post_message(PreflightChecked(self.app.cloud.preflight(plan), then_create))
 
     def on_preflight_checked(self, message: PreflightChecked) -> None:
         report = message.report
@@ -315,14 +376,15 @@ class ClusterScreen(Screen):
         if not report.ok:
             self.log_line("not creating: fix the errors above first", "bold red")
             return
-        from torchdeck.backends.eks.create import pick_path
         try:
-            path, binary = pick_path(None)
+            path, binary = self.app.cloud.pick_path()
         except Exception as exc:
             self.show_error(error_text(exc))
             return
-        question = (f"Create cluster {self.plan.name} in {self.plan.region} with {path}? It costs about "
-                    f"${report.total_per_hour:,.2f} an hour until you delete it.")
+        question = (
+            f"Create cluster {self.plan.name} in {self.plan.region} with {path}? It costs about "
+            f"${report.total_per_hour:,.2f} an hour until you delete it."
+        )
 
         def confirmed(yes: bool | None) -> None:
             if yes:
@@ -339,16 +401,12 @@ class ClusterScreen(Screen):
 
     @work(thread=True, exclusive=True, group="create", exit_on_error=False)
     def create(self, plan: ClusterPlan, path: str, eksctl: str | None) -> None:
-        from torchdeck.backends.eks.session import AwsSession
-        from torchdeck.backends.eks.create import create_cluster
-
-        settings = self.app.settings
-        progress = create_cluster(AwsSession(plan.region), plan, self.plan_file, settings.state_dir, path,
-                                  eksctl, poll_s=settings.aws_poll_s)
+        progress = self.app.cloud.create_cluster(plan, self.plan_file, path, eksctl)
 
         async def forward() -> None:
             async for p in progress:
                 self.post_message(ClusterProgressed(p))
+
         asyncio.run(forward())
 
     def on_cluster_progressed(self, message: ClusterProgressed) -> None:

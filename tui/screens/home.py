@@ -13,10 +13,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from torchdeck.backends.base import JobState, JobStatus
+from torchdeck.monitor.state import format_duration
 
 from ..glyphs import STATE_STYLE
 from ..messages import LedgerRead, RunsListed, RunStopped
-from torchdeck.monitor.state import format_duration
 from .confirm import ConfirmScreen
 from .worker_errors import NotifyWorkerErrors
 
@@ -52,7 +52,10 @@ class HomeScreen(NotifyWorkerErrors, Screen):
     def on_mount(self) -> None:
         backend = self.app.backend
         self.query_one("#title", Static).update(
-            Text.assemble(("torchdeck", "bold"), f"  runs on the {backend.name} backend", ("  n: new job  ?: help", "dim")))
+            Text.assemble(
+                ("torchdeck", "bold"), f"  runs on the {backend.name} backend", ("  n: new job  ?: help", "dim")
+            )
+        )
         table = self.query_one("#runs", DataTable)
         for name in COLUMNS:
             table.add_column(name, key=name)
@@ -110,13 +113,16 @@ class HomeScreen(NotifyWorkerErrors, Screen):
         table.clear()
         for s in message.statuses:
             table.add_row(
-                s.run_id, Text(s.state.value, style=STATE_STYLE[s.state]), str(s.world_size),
+                s.run_id,
+                Text(s.state.value, style=STATE_STYLE[s.state]),
+                str(s.world_size),
                 f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
                 f"{s.step}/{s.total_steps}" if s.total_steps else str(s.step),
                 "-" if s.loss is None else f"{s.loss:.3f}",
                 "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
                 format_duration(time.time() - s.submitted_at) if s.submitted_at else "-",
-                key=s.run_id)
+                key=s.run_id,
+            )
         if current in self.statuses:
             table.move_cursor(row=table.get_row_index(current))
         self.show_detail()
@@ -140,10 +146,12 @@ class HomeScreen(NotifyWorkerErrors, Screen):
             return
         run_id = status.run_id
         if status.state is not JobState.SUCCEEDED:
-            self.notify(f"{run_id} has not finished training ({status.state.value}); test it when it has",
-                        severity="warning")
+            self.notify(
+                f"{run_id} has not finished training ({status.state.value}); test it when it has", severity="warning"
+            )
             return
         from .model_test import ModelTestScreen
+
         self.app.push_screen(ModelTestScreen(run_id))
 
     def selected(self) -> str | None:

@@ -7,7 +7,6 @@ into the job spec."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
@@ -15,8 +14,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Label, RichLog, Select, Static
 
+from torchdeck.backends.eks.image import BuildContext, ImagePlan, validate_image
+from torchdeck.backends.eks.progress import ImageRef, Progress
 from torchdeck.backends.errors import SpecError
-from torchdeck.backends.eks.image import ImagePlan, validate_image
 
 from .cloud_steps import CloudStepsScreen
 
@@ -46,11 +46,19 @@ class ImageScreen(CloudStepsScreen):
                 for field, label in FIELDS:
                     yield Label(label)
                     if field == "variant":
-                        yield Select([("CPU (docker/Dockerfile.cpu)", "cpu"), ("GPU (docker/Dockerfile.gpu)", "gpu")],
-                                     allow_blank=False, value="cpu", id="f-variant")
+                        yield Select(
+                            [("CPU (docker/Dockerfile.cpu)", "cpu"), ("GPU (docker/Dockerfile.gpu)", "gpu")],
+                            allow_blank=False,
+                            value="cpu",
+                            id="f-variant",
+                        )
                     elif field == "builder":
-                        yield Select([("auto", "auto"), ("docker", "docker"), ("kaniko (in the cluster)", "kaniko")],
-                                     allow_blank=False, value="auto", id="f-builder")
+                        yield Select(
+                            [("auto", "auto"), ("docker", "docker"), ("kaniko (in the cluster)", "kaniko")],
+                            allow_blank=False,
+                            value="auto",
+                            id="f-builder",
+                        )
                     else:
                         yield Input(id=f"f-{field}")
                     yield Static(id=f"e-{field}", classes="field-error")
@@ -61,31 +69,27 @@ class ImageScreen(CloudStepsScreen):
         yield self.app.footer()
 
     def on_mount(self) -> None:
-        from torchdeck.backends.eks.access import ClusterRecord
-
-        known = ClusterRecord.all(self.app.settings.state_dir)
-        name, region = (known[0].name, known[0].region) if len(known) == 1 else ("", "")
-        for field, value in (("cluster", name), ("region", region), ("repository", "torchdeck-trainer"),
-                             ("namespace", "default"), ("spec", str(self.app.settings.spec_file))):
+        only = self.app.cloud.only_cluster()
+        name, region = (only.name, only.region) if only else ("", "")
+        for field, value in (
+            ("cluster", name),
+            ("region", region),
+            ("repository", "torchdeck-trainer"),
+            ("namespace", "default"),
+            ("spec", str(self.app.settings.spec_file)),
+        ):
             self.query_one(f"#f-{field}", Input).value = value
         self.query_one("#f-cluster", Input).focus()
-        self.engine: str | None = None
-        self.tag = ""
+        self.context: BuildContext | None = None
         self.look_around()
         self.set_interval(1.0, self.tick)
 
     @work(thread=True, exclusive=True, group="context", exit_on_error=False)
     def look_around(self) -> None:
-        from torchdeck.backends.eks.image import context_archive, docker_engine, image_tag, source_root
+        self.app.call_from_thread(self.looked, self.app.cloud.build_context())
 
-        engine = docker_engine()
-        archive = context_archive(source_root())
-        self.app.call_from_thread(self.looked, engine, archive, image_tag)
-
-    def looked(self, engine: str | None, archive: bytes, image_tag: Any) -> None:
-        self.engine = engine
-        self.archive_kib = len(archive) / 1024
-        self.tag_of = lambda variant: image_tag(archive, variant)
+    def looked(self, context: BuildContext) -> None:
+        self.context = context
         self.check_form()
 
     def build_plan(self) -> ImagePlan:
@@ -95,9 +99,17 @@ class ImageScreen(CloudStepsScreen):
             raise SpecError("--region", "which region is it in?")
         if not self.value("spec"):
             raise SpecError("--spec", "where should the image's digest go?", "e.g. torchdeck.yaml")
-        return validate_image(ImagePlan(self.value("cluster"), self.value("region"), variant=self.value("variant"),
-                                        repository=self.value("repository"), builder=self.value("builder"),
-                                        bucket=self.value("bucket") or None, namespace=self.value("namespace")))
+        return validate_image(
+            ImagePlan(
+                self.value("cluster"),
+                self.value("region"),
+                variant=self.value("variant"),
+                repository=self.value("repository"),
+                builder=self.value("builder"),
+                bucket=self.value("bucket") or None,
+                namespace=self.value("namespace"),
+            )
+        )
 
     def check_form(self) -> ImagePlan | None:
         try:
@@ -107,13 +119,15 @@ class ImageScreen(CloudStepsScreen):
             self.field_error(field if field in dict(FIELDS) else "", str(exc).split(": ", 1)[-1])
             return None
         self.field_error("", "")
-        if hasattr(self, "tag_of"):
-            how = ("docker" if self.engine else "kaniko") if plan.builder == "auto" else plan.builder
-            engine = "a Docker engine answers here" if self.engine else "no Docker engine answers here"
+        context = self.context
+        if context is not None:
+            how = ("docker" if context.engine else "kaniko") if plan.builder == "auto" else plan.builder
+            engine = "a Docker engine answers here" if context.engine else "no Docker engine answers here"
             self.query_one("#summary", Static).update(
-                f"{engine}: builds with {how}\n{plan.dockerfile} -> {plan.repository}:{self.tag_of(plan.variant)} "
-                f"(context {self.archive_kib:.0f} KiB; an unchanged context is not built twice)\n"
-                f"the pushed digest goes into {self.value('spec')}")
+                f"{engine}: builds with {how}\n{plan.dockerfile} -> {plan.repository}:{context.tags[plan.variant]} "
+                f"(context {context.size_kib:.0f} KiB; an unchanged context is not built twice)\n"
+                f"the pushed digest goes into {self.value('spec')}"
+            )
         return plan
 
     def action_build(self) -> None:
@@ -127,18 +141,14 @@ class ImageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="image", exit_on_error=False)
     def build(self, plan: ImagePlan) -> None:
-        from torchdeck.backends.eks.session import AwsSession
-        from torchdeck.backends.eks.access import ClusterRecord
-        from torchdeck.backends.eks.image import build_image
+        self.forward("image", lambda: self.app.cloud.build_image(plan))
 
-        record = ClusterRecord.open(self.app.settings.state_dir, plan.cluster, plan.region)
-        self.forward("image", lambda: build_image(AwsSession(plan.region), plan, record,
-                                                  poll_s=min(self.app.settings.aws_poll_s, 2.0)))
-
-    def finished(self, group: str, progress: Any) -> None:
+    def finished(self, group: str, progress: Progress) -> None:
         from torchdeck.backends.eks.image import write_image_to_spec
 
-        image = progress.message.removeprefix("image ")
+        if not isinstance(progress.result, ImageRef):
+            return
+        image = progress.result.reference
         try:
             write_image_to_spec(self.spec_file, image)
         except SpecError as exc:

@@ -86,7 +86,9 @@ class LaunchScreen(Screen):
         except SpecError as exc:
             self.show_error(f"{exc} - the form starts from the defaults; saving overwrites the file")
         source = self.loaded_from or "defaults (no spec file yet)"
-        self.query_one("#launch-title", Static).update(f"Launch a job on the {self.app.backend.name} backend - from {source}")
+        self.query_one("#launch-title", Static).update(
+            f"Launch a job on the {self.app.backend.name} backend - from {source}"
+        )
         self.fill(self.base)
         self.query_one(f"#{_dom_id('name')}").focus()
 

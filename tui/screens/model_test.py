@@ -34,7 +34,8 @@ class ModelTestScreen(NotifyWorkerErrors, Screen):
 
     def on_mount(self) -> None:
         self.query_one("#test-title", Static).update(
-            Text.assemble(("model test ", "bold"), (self.run_id, "bold reverse")))
+            Text.assemble(("model test ", "bold"), (self.run_id, "bold reverse"))
+        )
         self.action_retest()
 
     def action_retest(self) -> None:
@@ -45,8 +46,7 @@ class ModelTestScreen(NotifyWorkerErrors, Screen):
     def run_test_job(self) -> None:
         backend = self.app.backend
         spec, model_file = backend.model_file_of(self.run_id)
-        result = backend.test_model(spec, model_file,
-                                    on_wait=lambda line: self.post_message(TestProgressed(line)))
+        result = backend.test_model(spec, model_file, on_wait=lambda line: self.post_message(TestProgressed(line)))
         self.post_message(ModelTested(self.run_id, result))
 
     def on_test_progressed(self, message: TestProgressed) -> None:
@@ -61,10 +61,17 @@ class ModelTestScreen(NotifyWorkerErrors, Screen):
         table.add_column("", no_wrap=True)
         table.add_column("images", justify="right")
         for name, row in result["per_class"].items():
-            table.add_row(name, f"{row['accuracy'] * 100:.1f}%", Text(bar(row["accuracy"], 20, g), style="green"),
-                          str(row.get("images", "")))
-        head = Text.assemble((f"accuracy {result['accuracy'] * 100:.1f}%", "bold"),
-                             f" on {result['images']} test images  ", (str(result.get("model_file", "")), "dim"))
+            table.add_row(
+                name,
+                f"{row['accuracy'] * 100:.1f}%",
+                Text(bar(row["accuracy"], 20, g), style="green"),
+                str(row.get("images", "")),
+            )
+        head = Text.assemble(
+            (f"accuracy {result['accuracy'] * 100:.1f}%", "bold"),
+            f" on {result['images']} test images  ",
+            (str(result.get("model_file", "")), "dim"),
+        )
         body = self.query_one("#test-body", Static)
         grid = Table.grid()
         grid.add_row(head)

@@ -18,11 +18,11 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from torchdeck.backends.base import JobState, JobStatus
+from torchdeck.monitor.feed import MetricFeed
+from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
 
 from ..glyphs import STATE_STYLE, bar
 from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged
-from torchdeck.monitor.feed import MetricFeed
-from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
 from ..widgets.log_pane import LogPane
 from ..widgets.loss_chart import LossChart
 from ..widgets.node_bars import NodeBars
@@ -101,8 +101,9 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
     def follow_metrics(self) -> None:
         worker = get_current_worker()
         settings = self.app.settings
-        with MetricFeed(self.backend, self.run_id, straggler_ratio=settings.straggler_ratio,
-                        period_s=1.0 / settings.refresh_hz) as feed:
+        with MetricFeed(
+            self.backend, self.run_id, straggler_ratio=settings.straggler_ratio, period_s=1.0 / settings.refresh_hz
+        ) as feed:
             pane = self.query_one(LogPane)
             for snap in feed.snapshots():
                 if worker.is_cancelled:
@@ -202,6 +203,18 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
             self._heavy_turn = 0
         return True
 
+    def draw_all(self) -> None:
+        """Draw a whole frame now: the status, the evals, the chart and the rank table together (the
+        frames take turns with the heavy parts; a snapshot or a screenshot wants them all)."""
+        now = time.monotonic()
+        snap = self.snap
+        self._dirty, self._last_draw = False, now
+        self._chart_at = self._table_at = now
+        self._draw_status(snap)
+        self._draw_evals(snap)
+        self.query_one(LossChart).show(snap.curves, len(snap.ranks))
+        self.query_one(RankTable).show(snap.ranks)
+
     def _show(self, selector: str, text: Text) -> None:
         """Update a line only when it reads differently: a repaint costs more than the comparison."""
         if self._shown.get(selector) != text:
@@ -217,24 +230,31 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         line.append(f" {state.value.upper()} ", style=STATE_STYLE[state])
         epochs = f"{snap.epoch}/{snap.epochs}" if snap.epochs else str(snap.epoch)
         steps = f"{snap.step}/{snap.total_steps}" if snap.total_steps else str(snap.step)
-        line.append(f" epoch {epochs}  step {steps}  ETA {format_duration(snap.eta_s)}  "
-                    f"restarts {max(snap.restarts, status.restarts if status else 0)}  world {snap.world_size}")
+        line.append(
+            f" epoch {epochs}  step {steps}  ETA {format_duration(snap.eta_s)}  "
+            f"restarts {max(snap.restarts, status.restarts if status else 0)}  world {snap.world_size}"
+        )
         self._show("#status-line", line)
         progress = Text()
         progress.append(bar(snap.fraction, 20, g), style="green")
         progress.append(f" {snap.fraction * 100:3.0f}% ")
         if snap.info:
-            progress.append(f" {snap.info.get('model')} {snap.info.get('device')}/{snap.info.get('backend')} "
-                            f"{snap.info.get('precision')} ", style="dim")
+            progress.append(
+                f" {snap.info.get('model')} {snap.info.get('device')}/{snap.info.get('backend')} "
+                f"{snap.info.get('precision')} ",
+                style="dim",
+            )
         if status and status.reason and state is not JobState.RUNNING:
             progress.append(f" {g.warn} {status.reason}", style="bold red" if state is JobState.FAILED else "yellow")
         elif snap.quiet_s is not None:
-            progress.append(f" {g.warn} no rank has written for {snap.quiet_s:.0f} s (hung collective?)",
-                            style="bold red")
+            progress.append(
+                f" {g.warn} no rank has written for {snap.quiet_s:.0f} s (hung collective?)", style="bold red"
+            )
         elif snap.silent or snap.stragglers:
             parts = [f"rank {r} silent" for r in snap.silent] + [f"rank {r} slow" for r in snap.stragglers]
-            progress.append(f" {g.warn} " + ", ".join(parts[:4]) + (" ..." if len(parts) > 4 else ""),
-                            style="bold yellow")
+            progress.append(
+                f" {g.warn} " + ", ".join(parts[:4]) + (" ..." if len(parts) > 4 else ""), style="bold yellow"
+            )
         elif snap.errors:
             progress.append(f" {g.bad} {snap.errors[-1]}", style="bold red")
         self._show("#progress-line", progress)

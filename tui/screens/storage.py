@@ -13,8 +13,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Input, Label, RichLog, Select, Static
 
-from torchdeck.backends.eks.access import ClusterRecord
-from torchdeck.backends.eks.storage import FSX_DEPLOYMENTS, StoragePlan, validate_storage
+from torchdeck.backends.eks.storage import FSX_DEPLOYMENTS, StoragePlan, StorageState, validate_storage
 from torchdeck.backends.errors import SpecError
 
 from .cloud_steps import CloudStepsScreen
@@ -54,8 +53,12 @@ class StorageScreen(CloudStepsScreen):
                     if field == "kind":
                         yield Select(KINDS, allow_blank=False, value="efs", id="f-kind")
                     elif field == "fsx_deployment":
-                        yield Select([(d, d) for d in FSX_DEPLOYMENTS], allow_blank=False, value="SCRATCH_2",
-                                     id="f-fsx_deployment")
+                        yield Select(
+                            [(d, d) for d in FSX_DEPLOYMENTS],
+                            allow_blank=False,
+                            value="SCRATCH_2",
+                            id="f-fsx_deployment",
+                        )
                     else:
                         yield Input(id=f"f-{field}", restrict=r"[0-9]*" if field == "fsx_capacity" else None)
                     yield Static(id=f"e-{field}", classes="field-error")
@@ -66,19 +69,32 @@ class StorageScreen(CloudStepsScreen):
         yield self.app.footer()
 
     def on_mount(self) -> None:
-        known = ClusterRecord.all(self.app.settings.state_dir)
-        only = known[0] if len(known) == 1 else None
+        known = self.app.cloud.clusters()
+        only = self.app.cloud.only_cluster()
         name, region = (only.name, only.region) if only else ("", "")
         made: dict[str, Any] = only.storage if only else {}  # what its last storage create chose
-        for field, value in (("cluster", name), ("region", region), ("fsx_capacity", "1200"),
-                             ("bucket", made.get("bucket") or ""), ("prefix", made.get("prefix", "models/")),
-                             ("namespace", made.get("namespace", "default")), ("pvc", made.get("pvc", "shared"))):
+        for field, value in (
+            ("cluster", name),
+            ("region", region),
+            ("fsx_capacity", "1200"),
+            ("bucket", made.get("bucket") or ""),
+            ("prefix", made.get("prefix", "models/")),
+            ("namespace", made.get("namespace", "default")),
+            ("pvc", made.get("pvc", "shared")),
+        ):
             self.query_one(f"#f-{field}", Input).value = value
         if made.get("kind"):
             self.query_one("#f-kind", Select).value = made["kind"]
-        self.log_line("ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
-                      "ctrl+d deletes" + (f"; clusters torchdeck knows: {', '.join(r.name for r in known)}"
-                                          if known else "; no cluster yet: make one with c from the runs"), "dim")
+        self.log_line(
+            "ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
+            "ctrl+d deletes"
+            + (
+                f"; clusters torchdeck knows: {', '.join(r.name for r in known)}"
+                if known
+                else "; no cluster yet: make one with c from the runs"
+            ),
+            "dim",
+        )
         self.query_one("#f-cluster", Input).focus()
         self.set_interval(1.0, self.tick)
 
@@ -87,12 +103,20 @@ class StorageScreen(CloudStepsScreen):
             raise SpecError("--cluster", "which cluster?", "the name of an EKS cluster (c makes one)")
         if not self.value("region"):
             raise SpecError("--region", "which region is it in?")
-        return validate_storage(StoragePlan(
-            self.value("cluster"), self.value("region"), kind=self.value("kind") or "efs",
-            fsx_deployment=self.value("fsx_deployment") or "SCRATCH_2",
-            fsx_capacity_gib=int(self.value("fsx_capacity") or 0), fsx_s3_link=self.value("fsx_s3_link") or None,
-            bucket=self.value("bucket") or None, prefix=self.value("prefix"), namespace=self.value("namespace"),
-            pvc=self.value("pvc")))
+        return validate_storage(
+            StoragePlan(
+                self.value("cluster"),
+                self.value("region"),
+                kind=self.value("kind") or "efs",
+                fsx_deployment=self.value("fsx_deployment") or "SCRATCH_2",
+                fsx_capacity_gib=int(self.value("fsx_capacity") or 0),
+                fsx_s3_link=self.value("fsx_s3_link") or None,
+                bucket=self.value("bucket") or None,
+                prefix=self.value("prefix"),
+                namespace=self.value("namespace"),
+                pvc=self.value("pvc"),
+            )
+        )
 
     def check_form(self) -> StoragePlan | None:
         try:
@@ -104,18 +128,24 @@ class StorageScreen(CloudStepsScreen):
             self.query_one("#summary", Static).update("")
             return None
         self.field_error("", "")
-        what = {"efs": "EFS: encrypted, NFS from the cluster's security group only, a mount target per node zone; "
-                       "$0.30 per GB-month stored",
-                "fsx": f"FSx for Lustre {plan.fsx_deployment}, {plan.fsx_capacity_gib} GiB: about "
-                       f"${plan.fsx_per_hour:.3f}/h", "none": "no file system"}[plan.kind]
-        bucket = (f"\nbucket {plan.bucket}: private, encrypted; {plan.namespace}/{plan.service_account} may use "
-                  f"s3://{plan.bucket}/{plan.prefix} only") if plan.bucket else ""
+        what = {
+            "efs": "EFS: encrypted, NFS from the cluster's security group only, a mount target per node zone; "
+            "$0.30 per GB-month stored",
+            "fsx": f"FSx for Lustre {plan.fsx_deployment}, {plan.fsx_capacity_gib} GiB: about "
+            f"${plan.fsx_per_hour:.3f}/h",
+            "none": "no file system",
+        }[plan.kind]
+        bucket = (
+            (
+                f"\nbucket {plan.bucket}: private, encrypted; {plan.namespace}/{plan.service_account} may use "
+                f"s3://{plan.bucket}/{plan.prefix} only"
+            )
+            if plan.bucket
+            else ""
+        )
         claim = f"\nclaim {plan.namespace}/{plan.pvc} (ReadWriteMany)" if plan.kind != "none" else ""
         self.query_one("#summary", Static).update(f"{what}{claim}{bucket}")
         return plan
-
-    def record(self, plan: StoragePlan) -> Any:
-        return ClusterRecord.open(self.app.settings.state_dir, plan.cluster, plan.region)
 
     def action_create(self) -> None:
         plan = self.check_form()
@@ -133,12 +163,7 @@ class StorageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="storage", exit_on_error=False)
     def create(self, plan: StoragePlan) -> None:
-        from torchdeck.backends.eks.session import AwsSession
-        from torchdeck.backends.eks.storage import create_storage
-
-        record = self.record(plan)
-        self.forward("storage", lambda: create_storage(AwsSession(plan.region), plan, record,
-                                                       poll_s=self.app.settings.aws_poll_s))
+        self.forward("storage", lambda: self.app.cloud.create_storage(plan))
 
     def action_status(self) -> None:
         plan = self.check_form()
@@ -147,20 +172,39 @@ class StorageScreen(CloudStepsScreen):
 
     @work(thread=True, exclusive=True, group="status", exit_on_error=False)
     def status(self, plan: StoragePlan) -> None:
-        from torchdeck.backends.eks.session import AwsSession
-        from torchdeck.backends.eks.storage import storage_state
-
-        record = self.record(plan)
-        kube = None
-        if record.context:
-            from torchdeck.backends.kubernetes.backend import KubernetesBackend
-            kube = KubernetesBackend(record.kubeconfig or None, record.context)
-        state = storage_state(AwsSession(plan.region), record, kube)
+        cloud = self.app.cloud
+        state = cloud.storage_state(cloud.record(plan.cluster, plan.region))
         self.app.call_from_thread(self.show_state, state)
 
-    def show_state(self, state: Any) -> None:
-        for line in state.lines:
-            self.log_line(line)
+    def show_state(self, state: StorageState) -> None:
+        for fs in state.file_systems:
+            if fs.kind == "efs":
+                self.log_line(
+                    f"EFS {fs.ident}: {fs.state}, {'encrypted' if fs.encrypted else 'NOT encrypted'}, "
+                    f"{fs.size_gib:.2f} GiB stored (${fs.per_month:.2f}/month)",
+                    "bold",
+                )
+            else:
+                self.log_line(f"FSx {fs.ident}: {fs.state}, {fs.capacity_gib} GiB {fs.deployment}", "bold")
+            for mt in fs.mount_targets:
+                self.log_line(f"  mount target {mt.ident} in {mt.subnet} ({mt.zone}): {mt.state}")
+        for sg in state.security_groups:
+            self.log_line(
+                f"security group {sg.ident}: "
+                + ", ".join(
+                    f"{r.protocol}/{r.low} from {r.source}"
+                    if r.low == r.high
+                    else f"{r.protocol}/{r.low}-{r.high} from {r.source}"
+                    for r in sg.rules
+                )
+            )
+        for bucket in state.buckets:
+            self.log_line(
+                f"bucket {bucket.name}: public access {'blocked' if bucket.private else 'NOT blocked'}, "
+                f"encryption {'on' if bucket.encrypted else 'off'}"
+            )
+        for claim in state.claims:
+            self.log_line(f"{claim.kind} {claim.name}: {claim.phase}")
         for problem in state.problems:
             self.log_line(f"problem: {problem}", "bold red")
 
@@ -174,21 +218,19 @@ class StorageScreen(CloudStepsScreen):
                 self.start("delete")
                 self.delete(plan)
 
-        self.app.push_screen(ConfirmScreen(f"Delete the storage torchdeck made for {plan.cluster}, the data on it "
-                                           "and the model bucket?"), confirmed)
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Delete the storage torchdeck made for {plan.cluster}, the data on it and the model bucket?"
+            ),
+            confirmed,
+        )
 
     @work(thread=True, exclusive=True, group="storage", exit_on_error=False)
     def delete(self, plan: StoragePlan) -> None:
-        from torchdeck.backends.eks.teardown import Teardown, storage_steps
-        from torchdeck.backends.ledger import Ledger
-
-        settings = self.app.settings
-        steps = storage_steps(Ledger(settings.state_dir), plan.cluster)
-        teardown = Teardown(settings.state_dir, poll_s=settings.aws_poll_s)
-        self.forward("storage", lambda: teardown.run(steps))
-        record = self.record(plan)
-        record.storage = {}
-        record.save()
+        cloud = self.app.cloud
+        record = cloud.record(plan.cluster, plan.region)
+        steps = cloud.storage_steps(record)
+        self.forward("storage", lambda: cloud.delete_storage(record, steps))
 
     def action_prepare_data(self) -> None:
         plan = self.check_form()
@@ -204,17 +246,21 @@ class StorageScreen(CloudStepsScreen):
 
         settings = self.app.settings
         spec = load_spec(settings.spec_file) if settings.spec_file.exists() else JobSpec()
-        if self.app.backend.name != "local":
-            from torchdeck.backends.eks.storage import spec_settings
-            spec = with_overrides(spec, spec_settings(self.record(plan)))
-        self.app.call_from_thread(self.log_line, f"data: CIFAR-10 for {spec.name} on the {self.app.backend.name} "
-                                                 "backend", "bold")
-        result = self.app.backend.prepare_data(spec, on_wait=lambda line: self.app.call_from_thread(
-            self.log_line, f"data: {line}", "dim"))
+        # the claim this form names (a local run reads its own data folder and ignores it)
+        spec = with_overrides(spec, self.app.cloud.storage_settings(self.app.cloud.record(plan.cluster, plan.region)))
+        self.app.call_from_thread(
+            self.log_line, f"data: CIFAR-10 for {spec.name} on the {self.app.backend.name} backend", "bold"
+        )
+        result = self.app.backend.prepare_data(
+            spec, on_wait=lambda line: self.app.call_from_thread(self.log_line, f"data: {line}", "dim")
+        )
         self.app.call_from_thread(self.data_ready, result)
 
     def data_ready(self, result: dict[str, Any]) -> None:
         self.phase = "done"
         self.tick()
-        self.log_line(f"data: CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
-                      f"{result.get('test_images')} test images", "bold green")
+        self.log_line(
+            f"data: CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
+            f"{result.get('test_images')} test images",
+            "bold green",
+        )

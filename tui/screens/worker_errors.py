@@ -18,5 +18,6 @@ class NotifyWorkerErrors:
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR:
-            self.notify(error_text(event.worker.error), title=f"{event.worker.group} failed",
-                        severity="error", timeout=8)
+            self.notify(
+                error_text(event.worker.error), title=f"{event.worker.group} failed", severity="error", timeout=8
+            )

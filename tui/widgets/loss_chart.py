@@ -86,7 +86,9 @@ class LossChart(Widget):
             return
         text, drawn = build_chart(curves, width, height, self.glyphs.plot_marker)
         # Cut into lines here too, so that the event loop only copies them out.
-        lines = self._chart_console.render_lines(text, self._chart_console.options.update_dimensions(width, height), pad=True)
+        lines = self._chart_console.render_lines(
+            text, self._chart_console.options.update_dimensions(width, height), pad=True
+        )
         self.post_message(self.Built([Strip(line, width) for line in lines], drawn, (width, height)))
 
     def on_loss_chart_built(self, message: Built) -> None:

@@ -24,8 +24,9 @@ class NodeBars(Static):
         self.glyphs = glyphs
         self._lines = 1
 
-    def show(self, nodes: list[NodeMetrics], width: int,
-             reported: dict[str, list[tuple[int, float]]] | None = None) -> None:
+    def show(
+        self, nodes: list[NodeMetrics], width: int, reported: dict[str, list[tuple[int, float]]] | None = None
+    ) -> None:
         """``reported``: (rank, GPU %) the ranks' own lines give, by host, for
         nodes whose GPUs nothing else measures (no NVML here, no DCGM there)."""
         g = self.glyphs
@@ -54,8 +55,13 @@ class NodeBars(Static):
                 text.append("gpu ")
                 text.append(bar(mean / 100, 6, g), style=_level(mean))
                 text.append(f" {mean:3.0f}% ")
-                text.append("(as the ranks report: " + " ".join(f"r{r} {u:.0f}%" for r, u in ranks[:6])
-                            + (" ..." if len(ranks) > 6 else "") + ")", style="dim")
+                text.append(
+                    "(as the ranks report: "
+                    + " ".join(f"r{r} {u:.0f}%" for r, u in ranks[:6])
+                    + (" ..." if len(ranks) > 6 else "")
+                    + ")",
+                    style="dim",
+                )
             else:
                 text.append(node.gpu_note or "no GPU", style="dim")
             if node.processes:

@@ -19,20 +19,27 @@ from torchdeck.monitor.state import RankRow
 COLUMNS = (("rank", 4), ("step", 6), ("loss", 6), ("img/s", 5), ("flag", 6))
 WIDTH = sum(w for _, w in COLUMNS) + len(COLUMNS) - 1
 
-FLAG_STYLE = {"SLOW": Style(color="yellow", bold=True), "SILENT": Style(color="red", bold=True),
-              "ERROR": Style(color="red", bold=True), "done": Style(color="green")}
+FLAG_STYLE = {
+    "SLOW": Style(color="yellow", bold=True),
+    "SILENT": Style(color="red", bold=True),
+    "ERROR": Style(color="red", bold=True),
+    "done": Style(color="green"),
+}
 
 
 def row_cells(row: RankRow) -> tuple[str, ...]:
-    return (str(row.rank), str(row.step), "-" if row.loss is None else f"{row.loss:.4f}",
-            "-" if row.samples_per_s is None else f"{row.samples_per_s:.0f}",
-            row.flag.upper() if row.flag in ("slow", "silent", "error") else row.flag)
+    return (
+        str(row.rank),
+        str(row.step),
+        "-" if row.loss is None else f"{row.loss:.4f}",
+        "-" if row.samples_per_s is None else f"{row.samples_per_s:.0f}",
+        row.flag.upper() if row.flag in ("slow", "silent", "error") else row.flag,
+    )
 
 
 def _line(cells: tuple[str, ...]) -> str:
     """Numbers right-aligned under their headers, the flag left-aligned."""
-    parts = [cell.rjust(width) if name != "flag" else cell.ljust(width)
-             for (name, width), cell in zip(COLUMNS, cells)]
+    parts = [cell.rjust(width) if name != "flag" else cell.ljust(width) for (name, width), cell in zip(COLUMNS, cells)]
     return " ".join(parts)
 
 

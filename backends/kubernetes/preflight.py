@@ -1,0 +1,129 @@
+"""What would stop a job on this cluster, before anything is created:
+the operator's CRD missing or serving no version torchdeck renders (or one
+that would drop or refuse a field of the job), a missing namespace, claim or
+service account, or no node with the GPUs asked for. Each finding says how
+to fix it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendError
+from ..spec import JobSpec
+from . import crds
+from .client import ApiError, api_path, quantity
+from .diagnosis import Finding
+from .manifests import KIND_INFO, Rendered
+
+if TYPE_CHECKING:
+    from .backend import KubernetesBackend
+
+
+def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> list[Finding]:
+    """What would stop the job on this cluster, each with its fix."""
+    found: list[Finding] = []
+    info = KIND_INFO[rendered.kind]
+    ns = spec.namespace
+    if info.group != "batch":
+        crd = f"{info.plural}.{info.group}"
+        definition = kube.crd(rendered.kind)
+        if definition is None:
+            found.append(
+                Finding(
+                    rendered.kind,
+                    f"{info.kind} is not installed on this cluster (no CRD {crd})",
+                    f"install {info.operator}: {info.install}, or use --kind job (needs nothing)",
+                )
+            )
+        else:
+            found += served_findings(rendered, definition)
+    if not kube.exists(api_path("Namespace", name=ns)):
+        found.append(Finding(ns, f"namespace {ns} does not exist", f"kubectl create namespace {ns}"))
+        return found
+    c = spec.cluster
+    if c.pvc:
+        try:
+            pvc = kube.request("GET", api_path("PersistentVolumeClaim", ns, c.pvc))
+            phase = (pvc.get("status") or {}).get("phase")
+            if phase != "Bound":
+                found.append(
+                    Finding(
+                        c.pvc,
+                        f"PersistentVolumeClaim {c.pvc} is {phase or 'not bound'}",
+                        "kubectl describe pvc " + c.pvc + " (storage class, CSI driver, capacity); "
+                        "torchdeck storage creates a bound one",
+                    )
+                )
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            found.append(
+                Finding(
+                    c.pvc,
+                    f"PersistentVolumeClaim {c.pvc} does not exist in {ns}",
+                    "create it (torchdeck storage create), or fix cluster.pvc",
+                )
+            )
+    if c.service_account and not kube.exists(api_path("ServiceAccount", ns, c.service_account)):
+        found.append(
+            Finding(
+                c.service_account,
+                f"service account {c.service_account} does not exist in {ns}",
+                "create it (for S3 on EKS: eksctl create iamserviceaccount ...), or fix cluster.service_account",
+            )
+        )
+    if spec.resources.gpus:
+        found += gpu_findings(kube, spec)
+    return found
+
+
+def served_findings(rendered: Rendered, definition: dict[str, Any]) -> list[Finding]:
+    """What the cluster's own CRD says of the rendered job: a version it does not serve, a field
+    it would drop, a value it refuses."""
+    info = KIND_INFO[rendered.kind]
+    try:
+        crds.for_cluster(rendered.kind, definition)
+    except BackendError as exc:
+        return [Finding(rendered.kind, exc.message, exc.hint)]
+    version = rendered.main["apiVersion"].rpartition("/")[2]
+    schema = crds.schema_of(definition, version)
+    if schema is None:
+        return []
+    problems = crds.check(rendered.main, schema).problems
+    return (
+        [
+            Finding(
+                f"{info.kind} {rendered.name}",
+                f"{problems[0]} (the cluster's CRD {definition['metadata']['name']})"
+                + (f", and {len(problems) - 1} more" if len(problems) > 1 else ""),
+                f"torchdeck renders for {crds.supported(rendered.kind)}; torchdeck render --validate shows "
+                "every problem",
+            )
+        ]
+        if problems
+        else []
+    )
+
+
+def gpu_findings(kube: KubernetesBackend, spec: JobSpec) -> list[Finding]:
+    """No node that matches the job's node selector has the GPUs it asks for."""
+    wanted = spec.resources.gpus
+    selector = spec.cluster.node_selector
+    nodes = kube.request("GET", api_path("Node")).get("items", [])
+    matching = [n for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
+    with_gpus = [
+        n
+        for n in matching
+        if quantity(((n.get("status") or {}).get("allocatable") or {}).get("nvidia.com/gpu", "0")) >= wanted
+    ]
+    if with_gpus:
+        return []
+    where = f"{len(matching)}/{len(nodes)} nodes match cluster.node_selector" if selector else f"{len(nodes)} nodes"
+    return [
+        Finding(
+            "resources.gpus",
+            f"no node can take a pod with {wanted} GPU(s): {where}, none with {wanted} nvidia.com/gpu allocatable",
+            "add a GPU nodegroup (and the NVIDIA device plugin), point cluster.node_selector at it, "
+            "or set resources.gpus: 0",
+        )
+    ]

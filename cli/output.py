@@ -1,0 +1,57 @@
+"""What every headless command shares: a line to stderr, a confirmation
+that never blocks a pipe, and a long step's progress printed one line per
+event (phase, elapsed time, what happened), which reads the same on a
+laptop, over SSH and in a CI log."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from torchdeck.backends.errors import BackendError
+
+if TYPE_CHECKING:
+    from torchdeck.backends.eks.progress import Progress
+
+
+def say(line: str) -> None:
+    """A line for the person at the terminal (stderr: stdout stays the command's output)."""
+    print(f"torchdeck: {line}", file=sys.stderr)
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask on a terminal; without one, refuse unless ``--yes`` (a pipe never hangs on a prompt)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise BackendError(f"{question} needs a confirmation", "pass --yes to go ahead without a prompt")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise BackendError("cancelled; nothing was changed")
+
+
+def progress_line(p: Progress) -> str:
+    from torchdeck.monitor.state import format_duration
+
+    mark = {"event": "cfn ", "output": "  | ", "wait": " ...", "done": "done"}.get(p.kind, "    ")
+    return f"[{format_duration(p.elapsed):>6}] {p.phase:<11} {mark} {p.message}"
+
+
+def stream(progress: AsyncIterator[Progress]) -> Progress | None:
+    """Print each progress event as it comes, and return the last (its ``result`` is what the step
+    made); Ctrl-C stops here (create and delete resume on a re-run)."""
+    import asyncio
+
+    async def run() -> Progress | None:
+        last = None
+        async for p in progress:
+            print(progress_line(p), flush=True)
+            last = p
+        return last
+
+    try:
+        return asyncio.run(run())
+    except KeyboardInterrupt:
+        say("interrupted: what is made is recorded; run the same command again to continue")
+        raise

@@ -1,0 +1,159 @@
+"""``torchdeck storage create|status|delete``: the storage screen without
+the screen: EFS or FSx for Lustre for a cluster's jobs and the bucket for
+its models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .cluster import open_cloud
+from .output import confirm, stream
+
+if TYPE_CHECKING:
+    from torchdeck.backends.eks.access import ClusterRecord
+    from torchdeck.backends.eks.storage import StorageState
+    from torchdeck.settings import Settings
+
+
+def cluster_args(p: argparse.ArgumentParser) -> None:
+    """--cluster, --region and --profile, as every cloud command takes them."""
+    p.add_argument("--cluster", help="the EKS cluster (default: the only one torchdeck knows)")
+    p.add_argument("--region", help="its region (default: from torchdeck's record of it)")
+    p.add_argument("--profile", help="AWS profile (default: $AWS_PROFILE)")
+
+
+def add_storage_parser(sub: Any) -> None:
+    p = sub.add_parser("storage", help="shared storage (EFS or FSx for Lustre) and the model bucket for a cluster")
+    ssub = p.add_subparsers(dest="storage_command", metavar="COMMAND", required=True)
+    c = ssub.add_parser("create", help="make the file system, its driver and claim, and the bucket")
+    cluster_args(c)
+    c.add_argument("--kind", default="efs", help="efs (default), fsx (Lustre, faster) or none (a bucket only)")
+    c.add_argument("--fsx-deployment", default="SCRATCH_2", help="SCRATCH_1, SCRATCH_2, PERSISTENT_1 or PERSISTENT_2")
+    c.add_argument("--fsx-capacity", type=int, default=1200, metavar="GIB", help="1200, 2400, then steps of 2400")
+    c.add_argument("--fsx-throughput", type=int, metavar="MBPS", help="PERSISTENT: MB/s per TiB")
+    c.add_argument("--fsx-s3-link", metavar="S3_URL", help="a bucket prefix the file system imports and exports")
+    c.add_argument("--bucket", help="the bucket for models (made if absent)")
+    c.add_argument("--prefix", default="models/", help="the key prefix jobs may use (default: models/)")
+    c.add_argument("--namespace", default="default", help="where the claim and the service account go")
+    c.add_argument("--pvc", default="shared", help="the claim's name (default: shared)")
+    c.add_argument("--service-account", default="torchdeck-s3", help="the training service account")
+    c.add_argument("--spec", metavar="FILE", help="also set cluster.pvc, the service account and model_file in it")
+    c.add_argument("--yes", action="store_true", help="do not ask")
+    c = ssub.add_parser("status", help="the file systems, mount targets, rules, bucket and claims")
+    cluster_args(c)
+    c.add_argument("--output", choices=("text", "json"), default="text")
+    c = ssub.add_parser("delete", help="delete the storage torchdeck made for a cluster (the data with it)")
+    cluster_args(c)
+    c.add_argument("--keep-bucket", action="store_true", help="leave the model bucket and what is in it")
+    c.add_argument("--yes", action="store_true")
+
+
+def dispatch_storage(args: argparse.Namespace, settings: Settings) -> int:
+    return {"create": cmd_storage_create, "status": cmd_storage_status, "delete": cmd_storage_delete}[
+        args.storage_command
+    ](args, settings)
+
+
+def cluster_target(args: argparse.Namespace, settings: Settings) -> ClusterRecord:
+    """The cluster's record from --cluster/--region, or the only cluster torchdeck knows."""
+    return open_cloud(settings, args.profile).pick_cluster(args.cluster, args.region)
+
+
+def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
+    from torchdeck.backends.eks.storage import StoragePlan, validate_storage
+
+    record = cluster_target(args, settings)
+    plan = validate_storage(
+        StoragePlan(
+            record.name,
+            record.region,
+            kind=args.kind,
+            fsx_deployment=args.fsx_deployment,
+            fsx_capacity_gib=args.fsx_capacity,
+            fsx_throughput=args.fsx_throughput,
+            fsx_s3_link=args.fsx_s3_link,
+            bucket=args.bucket,
+            prefix=args.prefix,
+            namespace=args.namespace,
+            pvc=args.pvc,
+            service_account=args.service_account,
+        )
+    )
+    what = {
+        "efs": "EFS (encrypted, elastic throughput; $0.30 per GB-month stored)",
+        "fsx": f"FSx for Lustre {plan.fsx_deployment} {plan.fsx_capacity_gib} GiB (about ${plan.fsx_per_hour:.3f}/h)",
+        "none": "no file system",
+    }[plan.kind]
+    print(
+        f"cluster {plan.cluster} in {plan.region}: {what}"
+        + (f", bucket {plan.bucket} for s3://{plan.bucket}/{plan.prefix}" if plan.bucket else "")
+    )
+    confirm(f"create this storage for cluster {plan.cluster}?", args.yes)
+    stream(open_cloud(settings, args.profile).create_storage(plan))
+    if args.spec:
+        from torchdeck.backends.spec import JobSpec, load_spec, save_spec, with_overrides
+
+        settings_for_spec = open_cloud(settings, args.profile).storage_settings(record)
+        path = Path(args.spec)
+        spec = load_spec(path) if path.exists() else JobSpec()
+        save_spec(with_overrides(spec, settings_for_spec), path)
+        print(f"{path}: " + ", ".join(f"{k}={v}" for k, v in settings_for_spec.items()))
+    return 0
+
+
+def storage_lines(state: StorageState) -> list[str]:
+    """What ``storage status`` prints: a line per file system, mount target, group, bucket and claim."""
+    lines = []
+    for fs in state.file_systems:
+        if fs.kind == "efs":
+            lines.append(
+                f"EFS {fs.ident}  {fs.state}  encrypted={fs.encrypted}  {fs.size_gib:.2f} GiB  "
+                f"(${fs.per_month:.2f}/month)"
+            )
+        else:
+            lines.append(f"FSx {fs.ident}  {fs.state}  {fs.capacity_gib} GiB  {fs.deployment}  {fs.dns_name}")
+        for mt in fs.mount_targets:
+            lines.append(f"  mount target {mt.ident}  {mt.subnet}  {mt.zone}  {mt.state}")
+    for sg in state.security_groups:
+        lines.append(
+            f"security group {sg.ident}: "
+            + ", ".join(f"{r.protocol}/{r.low}-{r.high} from {r.source}" for r in sg.rules)
+        )
+    for bucket in state.buckets:
+        lines.append(
+            f"bucket {bucket.name}  public access {'blocked' if bucket.private else 'NOT blocked'}  "
+            f"encryption {'on' if bucket.encrypted else 'off'}"
+        )
+    for claim in state.claims:
+        lines.append(f"{claim.kind} {claim.name}  {claim.phase}")
+    return lines
+
+
+def cmd_storage_status(args: argparse.Namespace, settings: Settings) -> int:
+    record = cluster_target(args, settings)
+    state = open_cloud(settings, args.profile).storage_state(record)
+    lines = storage_lines(state)
+    if args.output == "json":
+        print(json.dumps(state.to_dict(), indent=2))
+    else:
+        print("\n".join(lines) if lines else f"no storage for cluster {record.name}")
+        for problem in state.problems:
+            print(f"problem: {problem}")
+    return 1 if state.problems and lines else 0
+
+
+def cmd_storage_delete(args: argparse.Namespace, settings: Settings) -> int:
+    cloud = open_cloud(settings, args.profile)
+    record = cluster_target(args, settings)
+    steps = cloud.storage_steps(record, args.keep_bucket)
+    if not [s for s in steps if s.action == "delete"]:
+        print(f"no storage of cluster {record.name} to delete")
+        return 0
+    for step in steps:
+        print(step.line())
+    confirm(f"delete the storage of cluster {record.name}, and the data on it?", args.yes)
+    stream(cloud.delete_storage(record, steps))
+    return 0
