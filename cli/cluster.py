@@ -356,12 +356,12 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.teardown import CLUSTER_KINDS, RESOURCE_KINDS
+    from torchdeck.backends.eks.teardown import RESOURCE_KINDS
 
     name, region, _ = _target(args, settings)
     cloud = open_cloud(settings, args.profile)
     # storage, images and jobs in it go first: an EFS mount target keeps the VPC from being deleted
-    inside_kinds = tuple(k.name for k in RESOURCE_KINDS if k.name not in CLUSTER_KINDS)
+    inside_kinds = tuple(k.name for k in RESOURCE_KINDS if not k.with_cluster)
     inside = [s for s in cloud.cleanup_plan(scope=name, kinds=inside_kinds) if s.action == "delete"]
     also = f", and what torchdeck made in it ({len(inside)}: storage, images, jobs)" if inside else ""
     confirm(f"delete cluster {name} in {region}, its nodegroups, add-ons, OIDC provider and IAM roles{also}?", args.yes)

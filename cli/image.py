@@ -12,7 +12,7 @@ from torchdeck.backends.errors import BackendError
 
 from .cluster import open_cloud
 from .output import stream
-from .storage import cluster_args, cluster_target
+from .storage import cluster_args
 
 if TYPE_CHECKING:
     from torchdeck.settings import Settings
@@ -45,7 +45,8 @@ def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
     from torchdeck.backends.eks.image import ImagePlan, validate_image, write_image_to_spec
     from torchdeck.backends.eks.progress import ImageRef
 
-    record = cluster_target(args, settings)
+    cloud = open_cloud(settings, args.profile)
+    record = cloud.pick_cluster(args.cluster, args.region)
     plan = validate_image(
         ImagePlan(
             record.name,
@@ -57,7 +58,6 @@ def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
             namespace=getattr(args, "namespace", "default"),
         )
     )
-    cloud = open_cloud(settings, args.profile)
     if args.image_command == "build":
         last = stream(cloud.build_image(plan, push=not args.no_push))
         if args.no_push:

@@ -13,7 +13,6 @@ from .cluster import open_cloud
 from .output import confirm, stream
 
 if TYPE_CHECKING:
-    from torchdeck.backends.eks.access import ClusterRecord
     from torchdeck.backends.eks.storage import StorageState
     from torchdeck.settings import Settings
 
@@ -57,15 +56,11 @@ def dispatch_storage(args: argparse.Namespace, settings: Settings) -> int:
     ](args, settings)
 
 
-def cluster_target(args: argparse.Namespace, settings: Settings) -> ClusterRecord:
-    """The cluster's record from --cluster/--region, or the only cluster torchdeck knows."""
-    return open_cloud(settings, args.profile).pick_cluster(args.cluster, args.region)
-
-
 def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
     from torchdeck.backends.eks.storage import StoragePlan, validate_storage
 
-    record = cluster_target(args, settings)
+    cloud = open_cloud(settings, args.profile)
+    record = cloud.pick_cluster(args.cluster, args.region)
     plan = validate_storage(
         StoragePlan(
             record.name,
@@ -92,11 +87,11 @@ def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
         + (f", bucket {plan.bucket} for s3://{plan.bucket}/{plan.prefix}" if plan.bucket else "")
     )
     confirm(f"create this storage for cluster {plan.cluster}?", args.yes)
-    stream(open_cloud(settings, args.profile).create_storage(plan))
+    stream(cloud.create_storage(plan))
     if args.spec:
         from torchdeck.backends.spec import JobSpec, load_spec, save_spec, with_overrides
 
-        settings_for_spec = open_cloud(settings, args.profile).storage_settings(record)
+        settings_for_spec = cloud.storage_settings(record)
         path = Path(args.spec)
         spec = load_spec(path) if path.exists() else JobSpec()
         save_spec(with_overrides(spec, settings_for_spec), path)
@@ -133,13 +128,13 @@ def storage_lines(state: StorageState) -> list[str]:
 
 
 def cmd_storage_status(args: argparse.Namespace, settings: Settings) -> int:
-    record = cluster_target(args, settings)
-    state = open_cloud(settings, args.profile).storage_state(record)
+    cloud = open_cloud(settings, args.profile)
+    state = cloud.storage_state(cloud.pick_cluster(args.cluster, args.region))
     lines = storage_lines(state)
     if args.output == "json":
         print(json.dumps(state.to_dict(), indent=2))
     else:
-        print("\n".join(lines) if lines else f"no storage for cluster {record.name}")
+        print("\n".join(lines) if lines else f"no storage for cluster {state.cluster}")
         for problem in state.problems:
             print(f"problem: {problem}")
     return 1 if state.problems and lines else 0
@@ -147,7 +142,7 @@ def cmd_storage_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_storage_delete(args: argparse.Namespace, settings: Settings) -> int:
     cloud = open_cloud(settings, args.profile)
-    record = cluster_target(args, settings)
+    record = cloud.pick_cluster(args.cluster, args.region)
     steps = cloud.storage_steps(record, args.keep_bucket)
     if not [s for s in steps if s.action == "delete"]:
         print(f"no storage of cluster {record.name} to delete")

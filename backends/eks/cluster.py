@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -136,22 +137,12 @@ def node_states(kube: Any) -> list[NodeState]:
 # -- delete ---------------------------------------------------------------------------
 
 
-def _gone(describe: Callable[[], Any]) -> bool:
-    try:
-        describe()
-    except AwsError as exc:
-        if exc.not_found:
-            return True
-        raise
-    return False
-
-
 async def _wait_gone(
-    what: str, describe: Callable[[], Any], clock: Clock, phase: str, poll_s: float, timeout_s: float
+    what: str, gone: Callable[[], bool], clock: Clock, phase: str, poll_s: float, timeout_s: float
 ) -> AsyncIterator[Progress]:
-    """Wait until ``describe`` says not found; says once that it waits."""
+    """Wait until ``gone()``; says once that it waits."""
     said = False
-    async for _ in wait_gone(what, lambda: _gone(describe), poll_s, timeout_s):
+    async for _ in wait_gone(what, gone, poll_s, timeout_s):
         if not said:
             yield Progress(phase, f"waiting for {what} to go", clock(), "wait")
             said = True
@@ -201,9 +192,7 @@ async def delete_cluster(
             yield Progress("add-ons", f"deleting add-on {addon}", clock())
             async for p in _wait_gone(
                 f"add-on {addon}",
-                lambda a=addon: aws.call(  # type: ignore[misc]
-                    "eks", "describe_addon", clusterName=name, addonName=a
-                ),
+                partial(aws.gone, "eks", "describe_addon", clusterName=name, addonName=addon),
                 clock,
                 "add-ons",
                 poll_s,
@@ -220,9 +209,7 @@ async def delete_cluster(
         for group in groups:
             async for p in _wait_gone(
                 f"nodegroup {group}",
-                lambda g=group: aws.call(  # type: ignore[misc]
-                    "eks", "describe_nodegroup", clusterName=name, nodegroupName=g
-                ),
+                partial(aws.gone, "eks", "describe_nodegroup", clusterName=name, nodegroupName=group),
                 clock,
                 "nodegroups",
                 poll_s,
@@ -236,7 +223,7 @@ async def delete_cluster(
         yield Progress("cluster", f"deleting cluster {name}; this takes a few minutes", clock())
         async for p in _wait_gone(
             f"cluster {name}",
-            lambda: aws.call("eks", "describe_cluster", name=name),
+            partial(aws.gone, "eks", "describe_cluster", name=name),
             clock,
             "cluster",
             poll_s,

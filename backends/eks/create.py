@@ -20,6 +20,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -205,12 +206,7 @@ async def create_native(
     for ng in plan.nodegroups:
         async for p in wait_for_status(
             f"nodegroup {ng.name}",
-            lambda ng=ng: aws.acall(
-                "eks",
-                "describe_nodegroup",
-                clusterName=name,  # type: ignore[misc]
-                nodegroupName=ng.name,
-            ),
+            partial(aws.acall, "eks", "describe_nodegroup", clusterName=name, nodegroupName=ng.name),
             "nodegroup",
             clock,
             "nodegroups",
@@ -230,12 +226,7 @@ async def create_native(
         record.note("eks-addon", f"{name}/{addon}", found is None)
         async for p in wait_for_status(
             f"add-on {addon}",
-            lambda addon=addon: aws.acall(
-                "eks",
-                "describe_addon",
-                clusterName=name,  # type: ignore[misc]
-                addonName=addon,
-            ),
+            partial(aws.acall, "eks", "describe_addon", clusterName=name, addonName=addon),
             "addon",
             clock,
             "add-ons",

@@ -471,6 +471,10 @@ async def build_with_kaniko(
 
     loop = asyncio.get_running_loop()
     said: asyncio.Queue[str] = asyncio.Queue()
+
+    def on_wait(line: str) -> None:  # from the waiting thread
+        loop.call_soon_threadsafe(said.put_nowait, line)
+
     waiting = asyncio.ensure_future(
         asyncio.to_thread(
             client.wait_task,
@@ -478,7 +482,7 @@ async def build_with_kaniko(
             plan.namespace,
             timeout_s,
             poll_s,
-            lambda line: None if loop.call_soon_threadsafe(said.put_nowait, line) else None,
+            on_wait,
         )
     )
     last = ""

@@ -194,5 +194,9 @@ class AwsSession:
                 return None
             raise
 
+    def gone(self, service: str, operation: str, **params: Any) -> bool:
+        """AWS says the thing a describe call names is not there (a probe for the waits of a delete)."""
+        return self.find(service, operation, **params) is None
+
     async def afind(self, service: str, operation: str, **params: Any) -> dict[str, Any] | None:
         return await asyncio.to_thread(self.find, service, operation, **params)

@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from .access import ClusterRecord
 from .cluster import delete_cluster
 from .iam import delete_role
 from .plan import CLUSTER_TAG
-from .progress import Clock, Progress, TeardownDone
+from .progress import Clock, Progress, TeardownDone, wait_gone
 from .session import AwsError, AwsSession
 
 POLL_S = 15.0
@@ -51,9 +52,13 @@ class Step:
         return f"{verb}  {r.kind:<20} {r.ident}{where}{cost}{mark}" + (f"  -- {self.why}" if self.why else "")
 
 
-def in_teardown_order(resources: Iterable[Resource]) -> list[Resource]:
+def teardown_key(r: Resource) -> tuple[int, float]:
     """Dependents first (the order of RESOURCE_KINDS); within a kind, the newest first."""
-    return sorted(resources, key=lambda r: (KIND_ORDER.get(r.kind, len(KIND_ORDER)), -r.created_at))
+    return KIND_ORDER.get(r.kind, len(KIND_ORDER)), -r.created_at
+
+
+def in_teardown_order(resources: Iterable[Resource]) -> list[Resource]:
+    return sorted(resources, key=teardown_key)
 
 
 def storage_steps(ledger: Ledger, cluster: str, keep_bucket: bool = False) -> list[Step]:
@@ -81,8 +86,7 @@ def plan_cleanup(
     rows = [(r, o) for r, o in rows if (scope is None or r.scope == scope) and (kinds is None or r.kind in kinds)]
     own_clusters = {(r.scope, r.region) for r, _ in rows if r.kind == "eks-cluster" and r.made}
     steps = []
-    order = {id(r): i for i, r in enumerate(in_teardown_order(r for r, _ in rows))}
-    for r, orphan in sorted(rows, key=lambda x: order[id(x[0])]):
+    for r, orphan in sorted(rows, key=lambda x: teardown_key(x[0])):
         if not r.made:
             steps.append(Step(r, "keep", "torchdeck did not make it", orphan))
         elif r.kind == "s3-bucket" and keep_buckets:
@@ -209,21 +213,9 @@ class Teardown:
                     ) from None
             await asyncio.sleep(self.poll_s)
 
-    async def _wait_gone(self, what: str, probe: Callable[[], Any]) -> None:
-        started = time.monotonic()
-        while True:
-            try:
-                if not await asyncio.to_thread(probe):
-                    return
-            except AwsError as exc:
-                if exc.not_found:
-                    return
-                raise
-            if time.monotonic() - started > self.timeout_s:
-                raise BackendError(
-                    f"{what} is still being deleted after {self.timeout_s:.0f} s", "run cleanup again later: it resumes"
-                )
-            await asyncio.sleep(self.poll_s)
+    async def _wait_gone(self, what: str, gone: Callable[[], bool]) -> None:
+        async for _ in wait_gone(what, gone, self.poll_s, self.timeout_s):
+            pass
 
     async def delete_k8s_object(self, r: Resource) -> str:
         d = r.detail
@@ -252,7 +244,8 @@ class Teardown:
             f"FSx {r.ident}", lambda: aws.call("fsx", "delete_file_system", FileSystemId=r.ident), ()
         )
         await self._wait_gone(
-            f"FSx {r.ident}", lambda: aws.call("fsx", "describe_file_systems", FileSystemIds=[r.ident])["FileSystems"]
+            f"FSx {r.ident}",
+            lambda: not (aws.find("fsx", "describe_file_systems", FileSystemIds=[r.ident]) or {}).get("FileSystems"),
         )
         return said
 
@@ -263,7 +256,7 @@ class Teardown:
         )
         await self._wait_gone(
             f"mount target {r.ident}",
-            lambda: aws.call("efs", "describe_mount_targets", MountTargetId=r.ident)["MountTargets"],
+            lambda: not (aws.find("efs", "describe_mount_targets", MountTargetId=r.ident) or {}).get("MountTargets"),
         )
         return said
 
@@ -346,7 +339,7 @@ class Teardown:
         )
         await self._wait_gone(
             f"nodegroup {group}",
-            lambda: aws.call("eks", "describe_nodegroup", clusterName=cluster, nodegroupName=group),
+            partial(aws.gone, "eks", "describe_nodegroup", clusterName=cluster, nodegroupName=group),
         )
         return said
 
