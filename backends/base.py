@@ -10,8 +10,9 @@ import builtins
 import enum
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
+from .errors import BackendError
 from .spec import JobSpec
 
 
@@ -31,6 +32,30 @@ class JobState(str, enum.Enum):
     @property
     def is_terminal(self) -> bool:
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class ClassScore(TypedDict):
+    accuracy: float  # 0..1
+    images: int
+
+
+class TestResult(TypedDict):
+    """A model test's result (``trainer.evaluate``'s JSON, as the backends return it)."""
+
+    model: str
+    model_file: str
+    images: int
+    accuracy: float  # 0..1
+    loss: float
+    per_class: dict[str, ClassScore]
+
+
+def as_test_result(data: dict[str, Any]) -> TestResult:
+    """The trainer's JSON as a TestResult; a BackendError where a key is missing."""
+    missing = sorted(TestResult.__required_keys__ - data.keys())
+    if missing:
+        raise BackendError(f"the model test answered without {', '.join(missing)}", "see the test job's log")
+    return cast(TestResult, data)
 
 
 @dataclass
@@ -196,16 +221,19 @@ class Backend(abc.ABC):
         """A run's spec (as far as the backend keeps it) and where its trained model is."""
 
     def fetch_model(
-        self, run_id: str, via: Callable[[JobSpec], str], on_wait: Callable[[str], None] = lambda line: None
+        self,
+        run_id: str,
+        via: Callable[[JobSpec], str],
+        on_wait: Callable[[str], None] = lambda line: None,
+        location: str | None = None,
     ) -> str:
-        """Where the run's trained model can be copied from on this machine: a path, or an s3:// URL.
-        A backend whose models stay on a cluster's volume first copies it to ``via(spec)`` (an S3
-        prefix) and returns that."""
-        return self.model_file_of(run_id)[1]
+        """Where the run's trained model (or the file at ``location`` where the run ran) can be
+        copied from on this machine: a path, or an s3:// URL. A backend whose models stay on a
+        cluster's volume first copies it to ``via(spec)`` (an S3 prefix) and returns that."""
+        return location or self.model_file_of(run_id)[1]
 
     @abc.abstractmethod
     def test_model(
         self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
-    ) -> dict[str, Any]:
-        """Evaluate the trained model on the CIFAR-10 test batch where the job
-        ran; returns accuracy, images and per_class {name: {accuracy, correct, total}}."""
+    ) -> TestResult:
+        """Evaluate the trained model on the CIFAR-10 test batch where the job ran."""

@@ -26,6 +26,7 @@ class SpecError(BackendError):
         super().__init__(f"{where}{field}: {message}" if field else f"{where}{message}", hint)
         self.field = field
         self.source = source
+        self.reason = message  # the message without the field and file it names
 
 
 class RunNotFound(BackendError):

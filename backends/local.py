@@ -34,7 +34,17 @@ from typing import BinaryIO
 
 import psutil
 
-from .base import Backend, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics, ProcessMetrics
+from .base import (
+    Backend,
+    JobState,
+    JobStatus,
+    LogLine,
+    MetricEvent,
+    NodeMetrics,
+    ProcessMetrics,
+    TestResult,
+    as_test_result,
+)
 from .errors import BackendError, RunNotFound, SpecError
 from .events import describe_record, parse_metric_line, parse_metric_lines
 from .gpu import read_gpus
@@ -564,7 +574,7 @@ class LocalBackend(Backend):
 
     def test_model(
         self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
-    ) -> dict:
+    ) -> TestResult:
         if model_file is None:
             model_file = spec.model_file
         if model_file is None:
@@ -572,10 +582,12 @@ class LocalBackend(Backend):
                 "which model? no --model-file and no model_file in the spec",
                 "pass --run RUN (its saved model) or --model-file PATH",
             )
-        return self._trainer_tool(
-            "torchdeck.trainer.evaluate",
-            ["--model-file", model_file, "--data-dir", spec.data_dir, "--device", spec.device, "--output", "json"],
-            on_wait,
+        return as_test_result(
+            self._trainer_tool(
+                "torchdeck.trainer.evaluate",
+                ["--model-file", model_file, "--data-dir", spec.data_dir, "--device", spec.device, "--output", "json"],
+                on_wait,
+            )
         )
 
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:

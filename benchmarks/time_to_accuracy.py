@@ -93,23 +93,16 @@ def main() -> int:
     if not (a.data_dir / "cifar-10-batches-py" / "test_batch").is_file():
         sys.exit(f"no CIFAR-10 at {a.data_dir} (set --data-dir or TORCHDECK_TEST_DATA)")
     data = str(a.data_dir)
+
+    def trainer(*args: str) -> tuple[list[dict], float, float]:
+        """torchdeck's trainer on ``a.nproc`` ranks over the data folder."""
+        return torchrun(a.nproc, "-m", "torchdeck.trainer", "--data-dir", data, *args)
+
     with tempfile.TemporaryDirectory() as tmp:
         print(f"1/3 seed recipe, {a.nproc} ranks, 10 epochs ...", flush=True)
-        seed_lines, seed_t0, seed_wall = torchrun(
-            a.nproc,
-            "-m",
-            "torchdeck.trainer",
-            "--recipe",
-            "seed",
-            "--data-dir",
-            data,
-            "--checkpoint-dir",
-            f"{tmp}/seed",
-        )
+        seed_lines, seed_t0, seed_wall = trainer("--recipe", "seed", "--checkpoint-dir", f"{tmp}/seed")
         print(f"2/3 default recipe, {a.nproc} ranks ...", flush=True)
-        fast_lines, fast_t0, fast_wall = torchrun(
-            a.nproc, "-m", "torchdeck.trainer", "--data-dir", data, "--checkpoint-dir", f"{tmp}/fast"
-        )
+        fast_lines, fast_t0, fast_wall = trainer("--checkpoint-dir", f"{tmp}/fast")
         ref_lines: list[dict] = []
         full_lines: list[dict] = []
         bare_lines: list[dict] = []
@@ -132,34 +125,10 @@ def main() -> int:
                 f"{tmp}/seed-script.pth",
             )
             ref_lines += tag(lines, rep)
-            lines, _, _ = torchrun(
-                a.nproc,
-                "-m",
-                "torchdeck.trainer",
-                "--recipe",
-                "seed",
-                "--data-dir",
-                data,
-                "--epochs",
-                epochs,
-                "--checkpoint-dir",
-                f"{tmp}/full{rep}",
-            )
+            lines, _, _ = trainer("--recipe", "seed", "--epochs", epochs, "--checkpoint-dir", f"{tmp}/full{rep}")
             full_lines += tag(lines, rep)
             full_wall.append(train_s(lines))
-            lines, _, _ = torchrun(
-                a.nproc,
-                "-m",
-                "torchdeck.trainer",
-                "--recipe",
-                "seed",
-                "--data-dir",
-                data,
-                "--epochs",
-                epochs,
-                "--log-every",
-                "1000000",
-            )
+            lines, _, _ = trainer("--recipe", "seed", "--epochs", epochs, "--log-every", "1000000")
             bare_lines += tag(lines, rep)
             bare_wall.append(train_s(lines))
 

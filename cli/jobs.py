@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from torchdeck.backends import open_backend
-from torchdeck.backends.base import Backend, JobState, JobStatus
+from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.spec import JobSpec, load_spec, parse_override, save_spec, with_overrides
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
@@ -173,7 +173,7 @@ def cmd_data(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
     return 0
 
 
-def format_test_report(result: dict[str, Any]) -> str:
+def format_test_report(result: TestResult) -> str:
     """Accuracy overall and per class, with a bar each (as the model test job's report)."""
     lines = [f"accuracy on {result['images']} test images: {100 * result['accuracy']:.1f}%", ""]
     width = max((len(name) for name in result["per_class"]), default=5)

@@ -26,7 +26,12 @@ def add_resource_parsers(sub: Any) -> None:
     msub = p.add_subparsers(dest="model_command", metavar="COMMAND", required=True)
     c = msub.add_parser("get", help="copy a trained model here (from S3, a run, or the cluster's volume)")
     c.add_argument("--run", metavar="RUN", help="the run whose model to fetch")
-    c.add_argument("--from", dest="source", metavar="LOCATION", help="an s3:// URL or a path")
+    c.add_argument(
+        "--from",
+        dest="source",
+        metavar="LOCATION",
+        help="an s3:// URL or a path (with --run: a path where the run ran, on its volume for a cluster)",
+    )
     c.add_argument(
         "--via",
         metavar="S3_URL",
@@ -63,10 +68,13 @@ def cmd_model_get(args: argparse.Namespace, settings: Settings) -> int:
     from torchdeck.backends import open_backend
 
     location = args.source
-    if args.run and not location:
+    if args.run:  # the run's model, or with --from a file where the run ran (its volume, on a cluster)
         backend = open_backend(settings.backend, settings)
         location = backend.fetch_model(
-            args.run, lambda spec: args.via or open_cloud(settings, args.profile).model_prefix(spec), on_wait=say
+            args.run,
+            lambda spec: args.via or open_cloud(settings, args.profile).model_prefix(spec),
+            on_wait=say,
+            location=location,
         )
     if not location:
         raise BackendError("which model? no --run and no --from", "torchdeck model get --run RUN, or --from s3://...")

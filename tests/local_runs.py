@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -23,14 +24,13 @@ def cli_env(state: Path) -> dict[str, str]:
 
 def torchdeck(state: Path, *args: str, timeout: float = 180, cwd: Path = REPO) -> subprocess.CompletedProcess:
     """``torchdeck ARGS`` in a subprocess, with its own state directory."""
-    return subprocess.run(
-        [sys.executable, "-m", "torchdeck", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_env(state),
-        cwd=cwd,
-    )
+    return run_cli(args, cli_env(state), cwd, timeout)
+
+
+def run_cli(args: Sequence[str], env: dict[str, str], cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``torchdeck ARGS`` in a subprocess with the environment ``env``, its output captured."""
+    command = [sys.executable, "-m", "torchdeck", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 def wait_status(backend: LocalBackend, run_id: str, condition, timeout: float = 120) -> JobStatus:

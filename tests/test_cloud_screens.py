@@ -8,7 +8,7 @@ import asyncio
 
 import yaml
 from eks_support import REGION
-from textual.widgets import Input, RichLog
+from textual.widgets import Input, RichLog, Select
 from tui_support import FixedNodesBackend, settings_for, text_of, type_into, wait_for
 
 from torchdeck.backends.eks.session import AwsSession
@@ -58,7 +58,7 @@ def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the
                 what="the create to finish",
             )
             assert any("mount target" in line for line in logged(screen))
-            assert text_of(screen, "#phase").startswith("done")
+            assert text_of(screen, "#phase") == "create: done"
             await pilot.press("ctrl+t")
             await wait_for(
                 pilot, lambda: any("public access blocked" in line for line in logged(screen)), what="the status"
@@ -95,6 +95,21 @@ def test_the_image_screen_builds_pushes_and_pins_the_digest(cluster, tmp_path, m
             await type_into(pilot, screen, "repository", "Bad Repo")
             assert "is not an ECR repository name" in text_of(screen, "#e-repository")
             await type_into(pilot, screen, "repository", "trainer")
+            # a step that fails says so once: in the log, on the phase line and in one notification
+            failures: list[str] = []
+            notify = app.notify
+            monkeypatch.setattr(
+                app, "notify", lambda text, **kw: (failures.append(kw.get("title", "")), notify(text, **kw))
+            )
+            await type_into(pilot, screen, "cluster", "ghost")  # a Kaniko build needs a cluster torchdeck knows
+            screen.query_one("#f-builder", Select).value = "kaniko"
+            await pilot.press("ctrl+g")
+            await wait_for(pilot, lambda: any("image failed: " in line for line in logged(screen)), what="the failure")
+            await pilot.pause(0.2)
+            assert text_of(screen, "#phase").startswith("build: stopped in ") and failures == ["image failed"]
+            assert "image failed: building in the cluster needs a bucket" in "".join(logged(screen))
+            await type_into(pilot, screen, "cluster", "demo")
+            screen.query_one("#f-builder", Select).value = "auto"
             await pilot.press("ctrl+g")
             await wait_for(
                 pilot, lambda: any(": image: " in line for line in logged(screen)), timeout=60, what="the digest pinned"

@@ -5,6 +5,8 @@ launch form's validation, and ASCII mode."""
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 
 import pytest
 from textual.widgets import DataTable, Input, RichLog, Static
@@ -43,8 +45,11 @@ async def monitor_ready(pilot) -> MonitorScreen:
 
 
 def screen_lines(app) -> str:
-    """What the terminal shows now, as plain text."""
-    return "\n".join("".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips())
+    """What the terminal shows now, as plain text: the text of Textual's own SVG screenshot, a line per row."""
+    rows: dict[float, list[str]] = {}
+    for y, text in re.findall(r'<text [^>]*?y="([0-9.]+)"[^>]*>(.*?)</text>', app.export_screenshot()):
+        rows.setdefault(float(y), []).append(html.unescape(text).replace("\xa0", " "))
+    return "\n".join("".join(parts) for _, parts in sorted(rows.items()))
 
 
 def text_of(widget) -> str:

@@ -104,22 +104,14 @@ def test_real_terminal_80x24_over_tmux(tmp_path, cifar_dir):
         raise AssertionError(f"{text!r} never appeared; screen was:\n{screen()}")
 
     exports = " ".join(f"{k}={v!r}" for k, v in env.items() if k.startswith(("TORCHDECK_", "PATH", "HOME", "OMP")))
+
+    def console(*args: str) -> None:
+        """``torchdeck ARGS`` in a new tmux session of 80x24."""
+        command = f"cd {REPO} && env {exports} {sys.executable} -m torchdeck {' '.join(args)}"
+        subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
+
     try:
-        subprocess.run(
-            [
-                *tmux,
-                "new-session",
-                "-d",
-                "-s",
-                session,
-                "-x",
-                "80",
-                "-y",
-                "24",
-                f"cd {REPO} && env {exports} {sys.executable} -m torchdeck",
-            ],
-            check=True,
-        )
+        console()
         home = wait_screen("runs on the local backend")
         assert "No runs yet" in home and "New job" in home
         subprocess.run([*tmux, "send-keys", "-t", session, "?"], check=True)
@@ -137,21 +129,7 @@ def test_real_terminal_80x24_over_tmux(tmp_path, cifar_dir):
             check=True,
         ).stdout.strip()
         subprocess.run([*tmux, "kill-server"], check=False)
-        subprocess.run(
-            [
-                *tmux,
-                "new-session",
-                "-d",
-                "-s",
-                session,
-                "-x",
-                "80",
-                "-y",
-                "24",
-                f"cd {REPO} && env {exports} {sys.executable} -m torchdeck --ascii monitor {run_id[:8]}",
-            ],
-            check=True,
-        )
+        console("--ascii", "monitor", run_id[:8])
         shown = wait_screen("RUNNING", timeout=60)
         shown = wait_screen(" r1 ", timeout=30)
         assert run_id in shown and "loss per rank" in shown  # the prefix was resolved to the whole id

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from eks_support import REGION, make_plan
+from local_runs import run_cli
 from trainer_runs import REPO
 
 from torchdeck.backends.eks.access import ClusterRecord, eks_token
@@ -152,15 +153,16 @@ def test_cluster_plan_prints_the_checks_and_the_cost(tmp_path, aws_env, moto_gap
     assert "estimated total                              $1.30/h" in out
 
 
+def eks_cluster_made_elsewhere(aws: AwsSession, vpc, tags: dict[str, str] | None = None) -> None:
+    """A cluster "demo" made straight through the EKS API (torchdeck's tag only where ``tags`` has it)."""
+    subnets = {"subnetIds": list(vpc[1].values())}
+    role = "arn:aws:iam::123456789012:role/x"
+    aws.call("eks", "create_cluster", name="demo", roleArn=role, resourcesVpcConfig=subnets, tags=tags or {})
+
+
 def test_a_cluster_torchdeck_did_not_make_is_neither_reused_nor_deleted(tmp_path, aws_env, vpc):
     aws = AwsSession(REGION)
-    aws.call(
-        "eks",
-        "create_cluster",
-        name="demo",
-        roleArn="arn:aws:iam::123456789012:role/x",
-        resourcesVpcConfig={"subnetIds": list(vpc[1].values())},
-    )
+    eks_cluster_made_elsewhere(aws, vpc)
     report = preflight(aws, make_plan(vpc))
     assert any(f.level == "error" and "not made by torchdeck" in f.text for f in report.findings)
     record = ClusterRecord.open(tmp_path, "demo", REGION)
@@ -361,14 +363,7 @@ def test_no_credentials_is_one_line_with_a_hint(tmp_path, aws_env, monkeypatch):
 
 def test_connect_writes_an_exec_context_and_the_backend_works_on_it(tmp_path, aws_env, vpc, kube):
     aws = AwsSession(REGION)
-    aws.call(
-        "eks",
-        "create_cluster",
-        name="demo",
-        roleArn="arn:aws:iam::123456789012:role/x",
-        resourcesVpcConfig={"subnetIds": list(vpc[1].values())},
-        tags={TAG: "demo"},
-    )
+    eks_cluster_made_elsewhere(aws, vpc, tags={TAG: "demo"})
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(
         yaml.safe_dump(
@@ -439,14 +434,7 @@ def test_the_command_line_life_of_a_cluster_leaks_no_credential(tmp_path, aws_en
     outputs = []
 
     def run(*argv: str) -> subprocess.CompletedProcess:
-        done = subprocess.run(
-            [sys.executable, "-m", "torchdeck", *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
-        )
+        done = run_cli(argv, env, tmp_path, timeout=120)
         outputs.append(done.stdout + done.stderr)
         return done
 
@@ -539,14 +527,7 @@ def test_the_eksctl_path_streams_its_output_and_the_stack_events(tmp_path, aws_e
     (tmp_path / "cluster.yaml").write_text(plan_to_yaml(make_plan(s3_bucket=None)))
 
     def run(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "torchdeck", *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
-        )
+        return run_cli(argv, env, tmp_path, timeout=120)
 
     done = run("cluster", "create", "--yes")
     assert done.returncode == 1

@@ -87,28 +87,13 @@ def install(backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, cpu_n
             f"api/v1/namespaces/{NS}/serviceaccounts",
             body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "torchdeck-s3"}},
         )
-    for i in range(cpu_nodes):
-        backend.request(
-            "POST",
-            "api/v1/nodes",
-            body={
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": f"cpu-{i}", "labels": {"pool": "cpu"}},
-                "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}},
-            },
-        )
-    for i in range(gpu_nodes):
-        backend.request(
-            "POST",
-            "api/v1/nodes",
-            body={
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": f"gpu-{i}", "labels": {"pool": "gpu"}},
-                "status": {"allocatable": {"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "1"}},
-            },
-        )
+    cpu = {"cpu": "8", "memory": "32Gi"}
+    gpu = {"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "1"}
+    for pool, count, allocatable in (("cpu", cpu_nodes, cpu), ("gpu", gpu_nodes, gpu)):
+        for i in range(count):
+            node = {"name": f"{pool}-{i}", "labels": {"pool": pool}}
+            body = {"apiVersion": "v1", "kind": "Node", "metadata": node, "status": {"allocatable": allocatable}}
+            backend.request("POST", "api/v1/nodes", body=body)
 
 
 def make_pod(backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0"):
@@ -615,6 +600,30 @@ def test_model_test_job_reports_accuracy_per_class(cluster, backend):
     )["items"][0]
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["--model-file", "/shared/runs/cifar10/model.pt"] and "--output" in args
+
+
+def test_a_model_on_the_volume_leaves_through_s3_with_the_model_copy_job(cluster, backend):
+    """``model get --run R`` (and ``--from PATH``, a file where the run ran) on a cluster: a model-copy
+    job puts the file under the S3 prefix, and fetch_model answers where it went."""
+    install(backend)
+    run_id = backend.submit(make_spec())
+    for location, source in ((None, "/shared/runs/cifar10/model.pt"), ("/shared/other.pt", "/shared/other.pt")):
+        target = f"s3://models/torchdeck/{run_id}/model.pt"
+        copied = {"source": source, "target": target, "bytes": 1234}
+        play_task_job(backend, cluster, "model-copy", [json.dumps(copied)])
+        waits: list[str] = []
+        got = backend.fetch_model(run_id, lambda spec: "s3://models/torchdeck/", waits.append, location=location)
+        assert got == target and waits[0] == f"{source} is on the cluster's volume: copying it to {target} with a job"
+        jobs = backend.request(
+            "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": "torchdeck.dev/task=model-copy"}
+        )["items"]
+        job = max(jobs, key=lambda j: j["metadata"]["name"])
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args == ["--copy", source, target]
+        for old in jobs:
+            backend.request("DELETE", f"apis/batch/v1/namespaces/{NS}/jobs/{old['metadata']['name']}")
+    # one in S3 already is fetched from there, with no job
+    assert backend.fetch_model(run_id, lambda spec: "unused", location="s3://models/m.pt") == "s3://models/m.pt"
 
 
 def test_data_prep_failure_is_one_line_with_the_pods_words(cluster, backend):

@@ -32,6 +32,12 @@ from .screens.monitor import MonitorScreen
 class RunCommands(Provider):
     """ "Monitor RUN" for every run, in the command palette."""
 
+    @property
+    def app(self) -> TorchdeckApp:
+        app = super().app
+        assert isinstance(app, TorchdeckApp)
+        return app
+
     async def startup(self) -> None:
         app = self.app
         try:

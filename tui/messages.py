@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from torchdeck.backends.base import JobStatus, NodeMetrics
+from torchdeck.backends.base import JobStatus, NodeMetrics, TestResult
 from torchdeck.backends.ledger import Resource
 
 if TYPE_CHECKING:  # the EKS types load with the cloud screens, not with the console's first frame
@@ -53,7 +53,7 @@ class RunStopped(Message):
 @dataclass
 class ModelTested(Message):
     run_id: str
-    result: dict[str, object]
+    result: TestResult
 
 
 @dataclass
@@ -77,15 +77,8 @@ class PreflightChecked(Message):
 
 
 @dataclass
-class ClusterProgressed(Message):
-    """One line of a cluster create."""
-
-    progress: Progress
-
-
-@dataclass
 class StepProgressed(Message):
-    """One line of a storage create or delete, or an image build, from the worker ``group``."""
+    """One event of a cluster create, a storage create or delete, or an image build, from the worker ``group``."""
 
     progress: Progress
     group: str

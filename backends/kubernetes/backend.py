@@ -24,7 +24,17 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..base import Backend, GpuMetrics, JobState, JobStatus, LogLine, MetricEvent, NodeMetrics
+from ..base import (
+    Backend,
+    GpuMetrics,
+    JobState,
+    JobStatus,
+    LogLine,
+    MetricEvent,
+    NodeMetrics,
+    TestResult,
+    as_test_result,
+)
 from ..errors import BackendError, RunNotFound
 from ..events import describe_record, parse_metric_lines
 from ..spec import JobSpec, spec_from_dict, validate
@@ -448,11 +458,16 @@ class KubernetesBackend(KubeClient, Backend):
         return self._run_task(spec, "model-copy", model_file, on_wait, target)
 
     def fetch_model(
-        self, run_id: str, via: Callable[[JobSpec], str], on_wait: Callable[[str], None] = lambda line: None
+        self,
+        run_id: str,
+        via: Callable[[JobSpec], str],
+        on_wait: Callable[[str], None] = lambda line: None,
+        location: str | None = None,
     ) -> str:
         """A model on the cluster's volume leaves through S3: the model-copy job puts it under
         ``via(spec)/RUN/model.pt``; one saved to S3 already is fetched from there."""
-        spec, location = self.model_file_of(run_id)
+        spec, saved = self.model_file_of(run_id)
+        location = location or saved
         if location.startswith("s3://"):
             return location
         target = f"{via(spec).rstrip('/')}/{run_id}/model.pt"
@@ -495,8 +510,8 @@ class KubernetesBackend(KubeClient, Backend):
 
     def test_model(
         self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
-    ) -> dict[str, Any]:
-        return self._run_task(spec, "model-test", model_file, on_wait)
+    ) -> TestResult:
+        return as_test_result(self._run_task(spec, "model-test", model_file, on_wait))
 
     # -- pods, logs and metrics -----------------------------------------------------
 

@@ -7,18 +7,15 @@ phase, elapsed time and latest events in one view. It opens on the plan file
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
-from textual.widgets import DataTable, Input, Label, RichLog, Select, Static
-from textual.worker import Worker, WorkerState
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import DataTable, Input, Select, Static
 
 from torchdeck.backends.eks.plan import (
     DEFAULT_VERSION,
@@ -36,11 +33,11 @@ from torchdeck.backends.eks.plan import (
 )
 from torchdeck.backends.eks.preflight import Catalogue
 from torchdeck.backends.errors import SpecError
-from torchdeck.monitor.state import format_duration
 
-from ..messages import CatalogueLoaded, ClusterProgressed, PreflightChecked
+from ..messages import CatalogueLoaded, PreflightChecked
+from .base import error_text
+from .cloud_steps import CloudStepsScreen
 from .confirm import ConfirmScreen
-from .worker_errors import error_text
 
 # form id, label
 FIELDS: list[tuple[str, str]] = [
@@ -92,8 +89,9 @@ def cost_text(plan: ClusterPlan, width: int = 40) -> Text:
     return Text("\n").join(out)
 
 
-class ClusterScreen(Screen):
-    CSS_PATH = "cluster.tcss"
+class ClusterScreen(CloudStepsScreen):
+    CSS_PATH = ["cloud.tcss", "cluster.tcss"]
+    FIELDS = FIELDS
     BINDINGS = [
         Binding("ctrl+s", "save", "Save plan", priority=True),
         Binding("ctrl+t", "check", "Preflight", priority=True),
@@ -108,31 +106,19 @@ class ClusterScreen(Screen):
         self.plan_file = plan_file
         self.plan: ClusterPlan | None = None
         self.catalogue: Catalogue | None = None
-        self.phase, self.started = "", 0.0
 
-    def compose(self) -> ComposeResult:
-        yield Static(id="cluster-title")
-        with Horizontal(id="cluster-body"):
-            with VerticalScroll(id="cluster-form"):
-                for field, label in FIELDS:
-                    yield Label(label)
-                    if field == "version":
-                        yield Select(
-                            [(v, v) for v in EKS_VERSIONS], allow_blank=False, value=DEFAULT_VERSION, id="f-version"
-                        )
-                    else:
-                        yield Input(id=f"f-{field}", restrict=r"[0-9]*" if field == "volume" else None)
-                    yield Static(id=f"e-{field}", classes="field-error")
-            with Vertical(id="cluster-side"):
-                yield Static(id="catalogue-source")
-                yield DataTable(id="catalogue", cursor_type="row", zebra_stripes=True)
-                with VerticalScroll(id="plan-pane"):
-                    yield Static(id="cost")
-                    yield Static(id="plan-yaml")
-                yield Static(id="phase")
-                yield RichLog(id="progress", max_lines=500, wrap=True)
-        yield Static(id="cluster-error")
-        yield self.app.footer()
+    def field_widgets(self) -> dict[str, Widget]:
+        return {
+            "version": Select([(v, v) for v in EKS_VERSIONS], allow_blank=False, value=DEFAULT_VERSION, id="f-version"),
+            "volume": Input(id="f-volume", restrict=r"[0-9]*"),
+        }
+
+    def side(self) -> ComposeResult:
+        yield Static(id="catalogue-source")
+        yield DataTable(id="catalogue", cursor_type="row", zebra_stripes=True)
+        with VerticalScroll(id="plan-pane"):
+            yield Static(id="cost")
+            yield Static(id="plan-yaml")
 
     def on_mount(self) -> None:
         table = self.query_one("#catalogue", DataTable)
@@ -142,8 +128,8 @@ class ClusterScreen(Screen):
             try:
                 plan = load_plan(self.plan_file)
             except SpecError as exc:
-                self.show_error(f"{exc} - the form starts empty; saving overwrites the file")
-        self.query_one("#cluster-title", Static).update(
+                self.form_error(f"{exc} - the form starts empty; saving overwrites the file")
+        self.query_one("#cloud-title", Static).update(
             f"EKS cluster wizard - {self.plan_file}" + ("" if plan else " (new plan)")
         )
         self.fill(plan)
@@ -151,7 +137,6 @@ class ClusterScreen(Screen):
 
         self.show_catalogue(shipped_only(plan.zones if plan else []))
         self.query_one("#f-name", Input).focus()
-        self.set_interval(1.0, self.tick)
 
     # -- the form ---------------------------------------------------------------------
 
@@ -192,11 +177,8 @@ class ClusterScreen(Screen):
             self.query_one("#f-version", Select).value = plan.version
         for field, _ in FIELDS:
             if field != "version":
-                self.query_one(f"#f-{field}", Input).value = values.get(field, "")
+                self.set_value(field, values.get(field, ""))
         self.check_form()
-
-    def value(self, field: str) -> str:
-        return str(self.query_one(f"#f-{field}").value or "").strip()
 
     def build_plan(self) -> ClusterPlan:
         """The plan the form describes, checked (raises SpecError naming the field)."""
@@ -250,43 +232,21 @@ class ClusterScreen(Screen):
                 )
 
     def check_form(self) -> ClusterPlan | None:
-        for field, _ in FIELDS:
-            self.query_one(f"#e-{field}", Static).update("")
-            self.query_one(f"#e-{field}").remove_class("-shown")
         try:
             plan = self.build_plan()
         except SpecError as exc:
-            target = field_for(exc.field)
-            text = (
-                exc.message.split(": ", 1)[1] if exc.field and exc.message.startswith(exc.field + ": ") else exc.message
-            )
-            text += f" (hint: {exc.hint})" if exc.hint else ""
-            if target:
-                self.query_one(f"#e-{target}", Static).update(text)
-                self.query_one(f"#e-{target}").add_class("-shown")
-            else:
-                self.show_error(str(exc))
+            self.spec_error(exc, field_for(exc.field))
             self.plan = None
             self.query_one("#plan-yaml", Static).update(
                 Text("the plan shows here once every field is right", style="dim")
             )
             self.query_one("#cost", Static).update("")
             return None
-        self.show_error("")
+        self.field_error("", "")
         self.plan = plan
         self.query_one("#cost", Static).update(cost_text(plan))
         self.query_one("#plan-yaml", Static).update(plan_to_yaml(plan))
         return plan
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        self.check_form()
-
-    def on_select_changed(self, event: Select.Changed) -> None:
-        self.check_form()
-
-    def show_error(self, text: str) -> None:
-        self.query_one("#cluster-error", Static).update(text)
-        self.query_one("#cluster-error").set_class(bool(text), "-shown")
 
     # -- the catalogue ------------------------------------------------------------------
 
@@ -323,7 +283,7 @@ class ClusterScreen(Screen):
 
     def on_catalogue_loaded(self, message: CatalogueLoaded) -> None:
         if not self.value("zones"):  # asked EC2 for the region's zones: offer the first three
-            self.query_one("#f-zones", Input).value = ",".join(message.catalogue.zones[:3])
+            self.set_value("zones", ",".join(message.catalogue.zones[:3]))
         self.show_catalogue(message.catalogue)
         self.check_form()
 
@@ -331,12 +291,14 @@ class ClusterScreen(Screen):
         table = self.query_one("#catalogue", DataTable)
         if not table.has_focus or table.row_count == 0:
             return
-        kind = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        kind = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        if self.catalogue is None or kind not in self.catalogue.types:
+            return
         info = self.catalogue.types[kind]
         existing = [w for w in self.value("workers").split(";") if w.strip()]
         name = f"{'gpu' if info.gpus else 'cpu'}-{kind.replace('.', '-')}"
         existing.append(f"{name}:{kind}:0:1:2" + (":gpu" if info.gpus else ""))
-        self.query_one("#f-workers", Input).value = "; ".join(w.strip() for w in existing)
+        self.set_value("workers", "; ".join(w.strip() for w in existing))
         self.notify(f"added {name}: 0..2 nodes of {kind}, 1 at first; edit the sizes in Workers")
 
     # -- save, check, create ------------------------------------------------------------------
@@ -349,16 +311,17 @@ class ClusterScreen(Screen):
         try:
             save_plan(plan, self.plan_file)
         except OSError as exc:
-            self.show_error(f"cannot write {self.plan_file}: {exc.strerror}")
+            self.form_error(f"cannot write {self.plan_file}: {exc.strerror}")
             return False
         self.notify(f"saved {self.plan_file}")
         return True
 
     def action_check(self) -> None:
-        if self.check_form() is None:
+        plan = self.check_form()
+        if plan is None:
             return
         self.log_line("preflight: asking AWS...", "bold")
-        self.preflight(self.plan)
+        self.preflight(plan)
 
     @work(thread=True, exclusive=True, group="preflight", exit_on_error=False)
     def preflight(self, plan: ClusterPlan, then_create: bool = False) -> None:
@@ -376,63 +339,39 @@ class ClusterScreen(Screen):
         if not report.ok:
             self.log_line("not creating: fix the errors above first", "bold red")
             return
+        plan = self.plan
+        if plan is None:  # the form was changed into a wrong one while AWS answered
+            self.log_line("not creating: the form has errors now", "bold red")
+            return
         try:
             path, binary = self.app.cloud.pick_path()
         except Exception as exc:
-            self.show_error(error_text(exc))
+            self.form_error(error_text(exc))
             return
         question = (
-            f"Create cluster {self.plan.name} in {self.plan.region} with {path}? It costs about "
+            f"Create cluster {plan.name} in {plan.region} with {path}? It costs about "
             f"${report.total_per_hour:,.2f} an hour until you delete it."
         )
 
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self.started, self.phase = time.monotonic(), "starting"
-                self.create(self.plan, path, binary)
+                self.start("create")
+                self.create(plan, path, binary)
 
         self.app.push_screen(ConfirmScreen(question), confirmed)
 
     def action_create(self) -> None:
-        if not self.action_save():
+        if not self.action_save() or self.plan is None:
             return
         self.log_line(f"create: preflight of {self.plan.name} first...", "bold")
         self.preflight(self.plan, then_create=True)
 
     @work(thread=True, exclusive=True, group="create", exit_on_error=False)
     def create(self, plan: ClusterPlan, path: str, eksctl: str | None) -> None:
-        progress = self.app.cloud.create_cluster(plan, self.plan_file, path, eksctl)
+        self.forward("create", lambda: self.app.cloud.create_cluster(plan, self.plan_file, path, eksctl))
 
-        async def forward() -> None:
-            async for p in progress:
-                self.post_message(ClusterProgressed(p))
-
-        asyncio.run(forward())
-
-    def on_cluster_progressed(self, message: ClusterProgressed) -> None:
-        p = message.progress
-        self.phase = p.phase if p.kind != "done" else "done"
-        style = {"event": "cyan", "output": "", "wait": "dim", "done": "bold green"}.get(p.kind, "bold")
-        self.log_line(f"[{format_duration(p.elapsed)}] {p.phase}: {p.message}", style)
-        self.tick()
-
-    def tick(self) -> None:
-        if not self.phase:
-            return
-        elapsed = "" if self.phase == "done" else f"  {format_duration(time.monotonic() - self.started)} elapsed"
-        self.query_one("#phase", Static).update(Text.assemble(("create: ", "bold"), (self.phase, "reverse"), elapsed))
-
-    def log_line(self, text: str, style: str = "") -> None:
-        self.query_one("#progress", RichLog).write(Text(text, style=style))
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR:
-            text = error_text(event.worker.error)
-            if event.worker.group == "catalogue":
-                self.query_one("#catalogue-source", Static).update(f"no catalogue from EC2: {text}")
-                return
-            if event.worker.group == "create":
-                self.phase = f"stopped in {self.phase}"
-                self.tick()
-            self.log_line(f"{event.worker.group} failed: {text}", "bold red")
-            self.notify(text, title=f"{event.worker.group} failed", severity="error", timeout=8)
+    def worker_failed(self, group: str, text: str) -> None:
+        if group == "catalogue":
+            self.query_one("#catalogue-source", Static).update(f"no catalogue from EC2: {text}")
+        else:
+            super().worker_failed(group, text)

@@ -9,7 +9,6 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from torchdeck.backends.base import JobState, JobStatus
@@ -17,13 +16,13 @@ from torchdeck.monitor.state import format_duration
 
 from ..glyphs import STATE_STYLE
 from ..messages import LedgerRead, RunsListed, RunStopped
+from .base import DeckScreen
 from .confirm import ConfirmScreen
-from .worker_errors import NotifyWorkerErrors
 
 COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age")
 
 
-class HomeScreen(NotifyWorkerErrors, Screen):
+class HomeScreen(DeckScreen[None]):
     CSS_PATH = "home.tcss"
     BINDINGS = [
         Binding("n", "app.launch", "New job"),

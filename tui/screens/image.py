@@ -11,8 +11,8 @@ from pathlib import Path
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Input, Label, RichLog, Select, Static
+from textual.widget import Widget
+from textual.widgets import Input, Select, Static
 
 from torchdeck.backends.eks.image import BuildContext, ImagePlan, validate_image
 from torchdeck.backends.eks.progress import ImageRef, Progress
@@ -33,40 +33,31 @@ FIELDS: list[tuple[str, str]] = [
 
 
 class ImageScreen(CloudStepsScreen):
-    CSS_PATH = "cloud.tcss"
+    FIELDS = FIELDS
+    TITLE_TEXT = "Training image"
     BINDINGS = [
         Binding("ctrl+g", "build", "Build and push", priority=True),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def compose(self) -> ComposeResult:
-        yield Static("Training image", id="cloud-title")
-        with Horizontal(id="cloud-body"):
-            with VerticalScroll(id="cloud-form"):
-                for field, label in FIELDS:
-                    yield Label(label)
-                    if field == "variant":
-                        yield Select(
-                            [("CPU (docker/Dockerfile.cpu)", "cpu"), ("GPU (docker/Dockerfile.gpu)", "gpu")],
-                            allow_blank=False,
-                            value="cpu",
-                            id="f-variant",
-                        )
-                    elif field == "builder":
-                        yield Select(
-                            [("auto", "auto"), ("docker", "docker"), ("kaniko (in the cluster)", "kaniko")],
-                            allow_blank=False,
-                            value="auto",
-                            id="f-builder",
-                        )
-                    else:
-                        yield Input(id=f"f-{field}")
-                    yield Static(id=f"e-{field}", classes="field-error")
-            with Vertical(id="cloud-side"):
-                yield Static("looking for a Docker engine and reading the build context...", id="summary")
-                yield Static(id="phase")
-                yield RichLog(id="progress", max_lines=2000, wrap=True)
-        yield self.app.footer()
+    def field_widgets(self) -> dict[str, Widget]:
+        return {
+            "variant": Select(
+                [("CPU (docker/Dockerfile.cpu)", "cpu"), ("GPU (docker/Dockerfile.gpu)", "gpu")],
+                allow_blank=False,
+                value="cpu",
+                id="f-variant",
+            ),
+            "builder": Select(
+                [("auto", "auto"), ("docker", "docker"), ("kaniko (in the cluster)", "kaniko")],
+                allow_blank=False,
+                value="auto",
+                id="f-builder",
+            ),
+        }
+
+    def side(self) -> ComposeResult:
+        yield Static("looking for a Docker engine and reading the build context...", id="summary")
 
     def on_mount(self) -> None:
         only = self.app.cloud.only_cluster()
@@ -78,11 +69,10 @@ class ImageScreen(CloudStepsScreen):
             ("namespace", "default"),
             ("spec", str(self.app.settings.spec_file)),
         ):
-            self.query_one(f"#f-{field}", Input).value = value
+            self.set_value(field, value)
         self.query_one("#f-cluster", Input).focus()
         self.context: BuildContext | None = None
         self.look_around()
-        self.set_interval(1.0, self.tick)
 
     @work(thread=True, exclusive=True, group="context", exit_on_error=False)
     def look_around(self) -> None:
@@ -116,7 +106,7 @@ class ImageScreen(CloudStepsScreen):
             plan = self.build_plan()
         except SpecError as exc:
             field = exc.field.lstrip("-").replace("-", "_")
-            self.field_error(field if field in dict(FIELDS) else "", str(exc).split(": ", 1)[-1])
+            self.spec_error(exc, field)
             return None
         self.field_error("", "")
         context = self.context

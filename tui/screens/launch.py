@@ -11,15 +11,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
-from textual.worker import Worker, WorkerState
 
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, save_spec, with_overrides
 
 from ..messages import JobSubmitted
-from .worker_errors import error_text
+from .base import DeckScreen
 
 # form field id -> (spec field, label, kind)
 FIELDS: list[tuple[str, str, str]] = [
@@ -34,13 +32,14 @@ FIELDS: list[tuple[str, str, str]] = [
     ("max_restarts", "Max restarts", "int"),
     ("device", "Device", "device"),
 ]
+SELECTS = ("recipe", "model", "device")
 
 
 def _dom_id(field: str) -> str:
     return "f-" + field.replace(".", "-").replace("_", "-")
 
 
-class LaunchScreen(Screen):
+class LaunchScreen(DeckScreen[None]):
     CSS_PATH = "launch.tcss"
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", priority=True),
@@ -98,26 +97,28 @@ class LaunchScreen(Screen):
             value: Any = data
             for part in field.split("."):
                 value = value[part]
-            widget = self.query_one(f"#{_dom_id(field)}")
+            dom = f"#{_dom_id(field)}"
             if kind == "bool":
-                widget.value = bool(value)
-            elif kind in ("recipe", "model", "device"):
-                widget.value = value or ""
+                self.query_one(dom, Checkbox).value = bool(value)
+            elif kind in SELECTS:
+                self.query_one(dom, Select).value = value or ""
             else:
-                widget.value = "" if value is None else str(value)
+                self.query_one(dom, Input).value = "" if value is None else str(value)
 
     def form_values(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for field, _, kind in FIELDS:
-            widget = self.query_one(f"#{_dom_id(field)}")
-            value = widget.value
-            if kind.startswith("int"):
-                value = int(value) if value.strip() else (None if kind == "int?" else "")
-            elif kind == "model":
-                value = value or None
-            elif kind == "text":
-                value = value.strip()
-            out[field] = value
+            dom = f"#{_dom_id(field)}"
+            if kind == "bool":
+                out[field] = self.query_one(dom, Checkbox).value
+            elif kind in SELECTS:  # none may be blank
+                choice = str(self.query_one(dom, Select).value)
+                out[field] = (choice or None) if kind == "model" else choice
+            else:
+                text = self.query_one(dom, Input).value.strip()
+                out[field] = (
+                    text if not kind.startswith("int") else int(text) if text else None if kind == "int?" else ""
+                )
         return out
 
     def build_spec(self) -> JobSpec | None:
@@ -141,7 +142,12 @@ class LaunchScreen(Screen):
         self.query_one("#form-error").set_class(bool(text), "-shown")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        {"launch": self.action_launch, "save": self.action_save, "back": self.app.pop_screen}[event.button.id]()
+        if event.button.id == "launch":
+            self.action_launch()
+        elif event.button.id == "save":
+            self.action_save()
+        else:
+            self.app.pop_screen()
 
     def action_launch(self) -> None:
         spec = self.build_spec()
@@ -164,10 +170,9 @@ class LaunchScreen(Screen):
     def submit(self, spec: JobSpec) -> None:
         self.post_message(JobSubmitted(self.app.backend.submit(spec)))
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR:
-            self.query_one("#launch", Button).disabled = False
-            self.show_error(error_text(event.worker.error))
+    def worker_failed(self, group: str, text: str) -> None:
+        self.query_one("#launch", Button).disabled = False
+        self.show_error(text)
 
     def on_job_submitted(self, message: JobSubmitted) -> None:
         self.notify(f"launched {message.run_id}")

@@ -9,23 +9,23 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import Static
-from textual.worker import Worker, WorkerState
+
+from torchdeck.backends.base import TestResult
 
 from ..glyphs import bar
 from ..messages import ModelTested, TestProgressed
-from .worker_errors import NotifyWorkerErrors, error_text
+from .base import DeckScreen
 
 
-class ModelTestScreen(NotifyWorkerErrors, Screen):
+class ModelTestScreen(DeckScreen[None]):
     CSS_PATH = "model_test.tcss"
     BINDINGS = [Binding("escape", "app.pop_screen", "Runs"), Binding("r", "retest", "Test again")]
 
     def __init__(self, run_id: str):
         super().__init__()
         self.run_id = run_id
-        self.result: dict | None = None
+        self.result: TestResult | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="test-title")
@@ -46,7 +46,11 @@ class ModelTestScreen(NotifyWorkerErrors, Screen):
     def run_test_job(self) -> None:
         backend = self.app.backend
         spec, model_file = backend.model_file_of(self.run_id)
-        result = backend.test_model(spec, model_file, on_wait=lambda line: self.post_message(TestProgressed(line)))
+
+        def progressed(line: str) -> None:
+            self.post_message(TestProgressed(line))
+
+        result = backend.test_model(spec, model_file, on_wait=progressed)
         self.post_message(ModelTested(self.run_id, result))
 
     def on_test_progressed(self, message: TestProgressed) -> None:
@@ -79,7 +83,6 @@ class ModelTestScreen(NotifyWorkerErrors, Screen):
         grid.add_row(table)
         body.update(grid)
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        super().on_worker_state_changed(event)
-        if event.state is WorkerState.ERROR:
-            self.query_one("#test-body", Static).update(Text(error_text(event.worker.error), style="bold red"))
+    def worker_failed(self, group: str, text: str) -> None:
+        super().worker_failed(group, text)
+        self.query_one("#test-body", Static).update(Text(text, style="bold red"))

@@ -13,7 +13,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
@@ -27,8 +26,8 @@ from ..widgets.log_pane import LogPane
 from ..widgets.loss_chart import LossChart
 from ..widgets.node_bars import NodeBars
 from ..widgets.rank_table import RankTable
+from .base import DeckScreen
 from .confirm import ConfirmScreen
-from .worker_errors import NotifyWorkerErrors
 
 HEAVY_EVERY_S = 0.25
 """The rank table and the log pane cost the most to draw: each at most four times a second."""
@@ -36,7 +35,7 @@ CHART_EVERY_S = 0.5
 """The loss chart (tens of milliseconds of plotext): twice a second."""
 
 
-class MonitorScreen(NotifyWorkerErrors, Screen):
+class MonitorScreen(DeckScreen[None]):
     CSS_PATH = "monitor.tcss"
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Runs"),
@@ -264,8 +263,8 @@ class MonitorScreen(NotifyWorkerErrors, Screen):
         if not snap.evals:
             text.append("eval accuracy: after the first epoch", style="dim")
         else:
-            best_epoch = max(snap.evals, key=lambda e: e[1])[0]
-            text.append(f"best {snap.best_accuracy * 100:.1f}% (epoch {best_epoch})\n", style="bold")
+            best_epoch, best = max(snap.evals, key=lambda e: e[1])
+            text.append(f"best {best * 100:.1f}% (epoch {best_epoch})\n", style="bold")
             text.append("  ".join(f"{e}:{a * 100:.1f}" for e, a in snap.evals[-12:]))
         self._show("#evals", text)
 

@@ -10,8 +10,8 @@ from typing import Any
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Input, Label, RichLog, Select, Static
+from textual.widget import Widget
+from textual.widgets import Input, Select, Static
 
 from torchdeck.backends.eks.storage import FSX_DEPLOYMENTS, StoragePlan, StorageState, validate_storage
 from torchdeck.backends.errors import SpecError
@@ -35,7 +35,8 @@ KINDS = [("EFS (elastic, shared)", "efs"), ("FSx for Lustre (fast)", "fsx"), ("n
 
 
 class StorageScreen(CloudStepsScreen):
-    CSS_PATH = "cloud.tcss"
+    FIELDS = FIELDS
+    TITLE_TEXT = "Shared storage and the model bucket"
     BINDINGS = [
         Binding("ctrl+g", "create", "Create", priority=True),
         Binding("ctrl+t", "status", "Status", priority=True),
@@ -44,29 +45,17 @@ class StorageScreen(CloudStepsScreen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def compose(self) -> ComposeResult:
-        yield Static("Shared storage and the model bucket", id="cloud-title")
-        with Horizontal(id="cloud-body"):
-            with VerticalScroll(id="cloud-form"):
-                for field, label in FIELDS:
-                    yield Label(label)
-                    if field == "kind":
-                        yield Select(KINDS, allow_blank=False, value="efs", id="f-kind")
-                    elif field == "fsx_deployment":
-                        yield Select(
-                            [(d, d) for d in FSX_DEPLOYMENTS],
-                            allow_blank=False,
-                            value="SCRATCH_2",
-                            id="f-fsx_deployment",
-                        )
-                    else:
-                        yield Input(id=f"f-{field}", restrict=r"[0-9]*" if field == "fsx_capacity" else None)
-                    yield Static(id=f"e-{field}", classes="field-error")
-            with Vertical(id="cloud-side"):
-                yield Static(id="summary")
-                yield Static(id="phase")
-                yield RichLog(id="progress", max_lines=1000, wrap=True)
-        yield self.app.footer()
+    def field_widgets(self) -> dict[str, Widget]:
+        return {
+            "kind": Select(KINDS, allow_blank=False, value="efs", id="f-kind"),
+            "fsx_deployment": Select(
+                [(d, d) for d in FSX_DEPLOYMENTS], allow_blank=False, value="SCRATCH_2", id="f-fsx_deployment"
+            ),
+            "fsx_capacity": Input(id="f-fsx_capacity", restrict=r"[0-9]*"),
+        }
+
+    def side(self) -> ComposeResult:
+        yield Static(id="summary")
 
     def on_mount(self) -> None:
         known = self.app.cloud.clusters()
@@ -82,9 +71,9 @@ class StorageScreen(CloudStepsScreen):
             ("namespace", made.get("namespace", "default")),
             ("pvc", made.get("pvc", "shared")),
         ):
-            self.query_one(f"#f-{field}", Input).value = value
+            self.set_value(field, value)
         if made.get("kind"):
-            self.query_one("#f-kind", Select).value = made["kind"]
+            self.set_value("kind", made["kind"])
         self.log_line(
             "ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
             "ctrl+d deletes"
@@ -96,7 +85,6 @@ class StorageScreen(CloudStepsScreen):
             "dim",
         )
         self.query_one("#f-cluster", Input).focus()
-        self.set_interval(1.0, self.tick)
 
     def build_plan(self) -> StoragePlan:
         if not self.value("cluster"):
@@ -124,7 +112,7 @@ class StorageScreen(CloudStepsScreen):
         except SpecError as exc:
             field = exc.field.lstrip("-").replace("-", "_")
             field = {"fsx_throughput": "fsx_deployment"}.get(field, field)
-            self.field_error(field if field in dict(FIELDS) else "", str(exc).split(": ", 1)[-1])
+            self.spec_error(exc, field)
             self.query_one("#summary", Static).update("")
             return None
         self.field_error("", "")

@@ -1,0 +1,40 @@
+"""What every screen shares: the console's own app, typed (its settings,
+backend, cloud and glyphs), and the one place where a failed worker becomes
+words on the screen: a backend's own error as its message and hint,
+anything else as its type and message, never a traceback."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from torchdeck.backends.errors import BackendError
+
+if TYPE_CHECKING:
+    from textual import getters
+
+    from ..app import TorchdeckApp
+
+ResultT = TypeVar("ResultT")
+
+
+def error_text(error: BaseException | None) -> str:
+    return str(error) if isinstance(error, BackendError) else f"{type(error).__name__}: {error}"
+
+
+class DeckScreen(Screen[ResultT]):
+    """A torchdeck screen. A worker that fails calls ``worker_failed`` (by
+    default an error notification); screens override that, never the
+    Textual handler, which Textual calls on every class that defines it."""
+
+    if TYPE_CHECKING:  # Textual's own recipe for a typed ``self.app``; at run time the inherited one
+        app = getters.app(TorchdeckApp)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            self.worker_failed(event.worker.group, error_text(event.worker.error))
+
+    def worker_failed(self, group: str, text: str) -> None:
+        self.notify(text, title=f"{group} failed", severity="error", timeout=8)
