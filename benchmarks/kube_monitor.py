@@ -31,21 +31,16 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
     sys.path.insert(0, str(REPO / "tests"))
     from kube_cluster import start_cluster
 
+    from torchdeck.backends.kubernetes import crds
     from torchdeck.backends.kubernetes.backend import KubernetesBackend
     from torchdeck.backends.spec import spec_from_dict
 
     cluster, _ = start_cluster(Path(tmp))
     cluster.emulator.namespaces.add(NS)
     backend = KubernetesBackend(cluster.kubeconfig)
-    backend.request(
-        "POST",
-        "apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        body={
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": "pytorchjobs.kubeflow.org"},
-        },
-    )
+    # the Training Operator's own CRD, as its release publishes it (manifests/crds/)
+    crd = crds.crd(crds.latest("pytorchjob").crd_file)
+    backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
     spec = spec_from_dict(
         {"name": "bench", "nodes": pods, "nproc_per_node": 1, "namespace": NS, "image": "repo/torchdeck:1"}
     )
