@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -153,19 +155,31 @@ class LocalBackend(Backend):
                 f"the local backend runs one node, got {spec.nodes}",
                 "set nodes: 1, or use --backend kubernetes for several machines",
             )
+        if not spec.builtin:
+            code = Path(spec.entrypoint.code).expanduser().resolve()
+            spec = dataclasses.replace(spec, entrypoint=dataclasses.replace(spec.entrypoint, code=str(code)))
         return spec
 
     def _command(self, spec: JobSpec, run_dir: Path, port: int, run_id: str) -> list[str]:
-        args = trainer_arguments(
-            spec,
-            spec.data_dir,
-            spec.checkpoint_dir or str(run_dir / "checkpoints"),
-            str(run_dir / "metrics" / "rank-{rank}.jsonl"),
-        )
-        # Each rank runs through sh so that its stderr joins its stdout in one
-        # file, in the order it was written.
+        """torchrun and what each rank runs: the built-in trainer through sh (so that its stderr
+        joins its stdout in one file, in the order it was written), or the user's code through
+        ``rank_output`` (which does the same and reads metrics from its lines), both under the
+        user's interpreter."""
+        metrics_file = str(run_dir / "metrics" / "rank-{rank}.jsonl")
+        if spec.builtin:
+            python = self.python
+            args = trainer_arguments(
+                spec, spec.data_dir, spec.checkpoint_dir or str(run_dir / "checkpoints"), metrics_file
+            )
+            rank = ["sh", "-c", 'exec "$@" 2>&1', "sh", self.python, "-u", "-m", "torchdeck.trainer", *args]
+        else:
+            python = user_python(spec, self.python)
+            e = spec.entrypoint
+            program = [e.script] if e.script else ["-m", str(e.module)]
+            rank = [self.python, "-m", "torchdeck.backends.rank_output", metrics_file, spec.metrics.pattern or "", "--"]
+            rank += [python, "-u", *program, *e.args]
         return [
-            self.python,
+            python,
             "-m",
             "torch.distributed.run",
             "--nnodes",
@@ -185,15 +199,7 @@ class LocalBackend(Backend):
             "--redirects",
             "3",
             "--no-python",
-            "sh",
-            "-c",
-            'exec "$@" 2>&1',
-            "sh",
-            self.python,
-            "-u",
-            "-m",
-            "torchdeck.trainer",
-            *args,
+            *rank,
         ]
 
     def render(self, spec: JobSpec) -> str:
@@ -217,6 +223,8 @@ class LocalBackend(Backend):
 
     def submit(self, spec: JobSpec) -> str:
         spec = self._check(spec)
+        if not spec.builtin:
+            check_user_code(spec, user_python(spec, self.python))
         try:
             run_id, run_dir = self._new_run_dir(spec.name)
             (run_dir / "metrics").mkdir()
@@ -237,7 +245,7 @@ class LocalBackend(Backend):
                     "name": spec.name,
                     "cmd": cmd,
                     "env": env,
-                    "cwd": os.getcwd(),
+                    "cwd": os.getcwd() if spec.builtin else spec.entrypoint.code,
                     "port": port,
                     "submitted_at": now,
                     "world_size": spec.world_size,
@@ -568,6 +576,7 @@ class LocalBackend(Backend):
     def prepare_data(
         self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
     ) -> dict:
+        spec.require_builtin("data prepare")
         return self._trainer_tool(
             "torchdeck.trainer.data", ["--data-dir", spec.data_dir] + (["--from-s3", source] if source else []), on_wait
         )
@@ -575,6 +584,7 @@ class LocalBackend(Backend):
     def test_model(
         self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
     ) -> TestResult:
+        spec.require_builtin("the model test")
         if model_file is None:
             model_file = spec.model_file
         if model_file is None:
@@ -635,6 +645,72 @@ class LocalBackend(Backend):
                     self._procs.pop(proc.pid, None)
         node.processes.sort(key=lambda p: p.rank)
         return [node]
+
+
+def user_python(spec: JobSpec, own: str) -> str:
+    """The interpreter that runs the user's code: the spec's, else the active virtual (or conda)
+    environment's, else the first python3 on PATH, else torchdeck's own."""
+    named = spec.entrypoint.python
+    if named:
+        return str(Path(named).expanduser()) if "/" in named else (shutil.which(named) or named)
+    for env in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = os.environ.get(env)
+        if prefix and (Path(prefix) / "bin" / "python").exists():
+            return str(Path(prefix) / "bin" / "python")
+    return shutil.which("python3") or shutil.which("python") or own
+
+
+PROBE = """
+import importlib.util, sys
+try:
+    import torch
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}"); sys.exit(3)
+module = sys.argv[1]
+if module:
+    try:
+        found = importlib.util.find_spec(module)
+    except Exception as exc:
+        print(f"{type(exc).__name__}: {exc}"); sys.exit(4)
+    if found is None:
+        print(f"no module named {module!r}"); sys.exit(4)
+"""
+
+
+def check_user_code(spec: JobSpec, python: str) -> None:
+    """One clear line before anything starts: a code folder or script that is not there, an
+    interpreter that does not run or lacks torch, a module that does not import."""
+    e = spec.entrypoint
+    code = Path(e.code)
+    if not code.is_dir():
+        raise SpecError("entrypoint.code", f"no code folder at {code}", "entrypoint.code is relative to the spec file")
+    if e.script and not (code / e.script).is_file():
+        raise SpecError(
+            "entrypoint.script", f"no script {e.script} in {code}", "check the path (relative to the code folder)"
+        )
+    try:
+        probe = subprocess.run(
+            [python, "-c", PROBE, e.module or ""], cwd=code, capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BackendError(
+            f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}",
+            "set entrypoint.python to the interpreter of the environment your code needs",
+        ) from None
+    said = (probe.stdout.strip().splitlines() or [probe.stderr.strip()[-200:]])[-1:] or [""]
+    if probe.returncode == 3:
+        raise BackendError(
+            f"torch does not import in {python} (the interpreter that runs your code): {said[0]}",
+            "activate the environment that has torch, or set entrypoint.python (--python) to its interpreter",
+        )
+    if probe.returncode == 4:
+        raise SpecError(
+            "entrypoint.module",
+            f"{e.module} does not import with {python} from {code}: {said[0]}",
+            "run from the folder that holds the package, or set entrypoint.code to it",
+        )
+    if probe.returncode != 0:
+        raise BackendError(f"{python} failed a check: {said[0]}", "set entrypoint.python to a working interpreter")
 
 
 def glob_escape(text: str) -> str:

@@ -127,6 +127,33 @@ class ClusterOptions:
 
 
 @dataclass
+class Entrypoint:
+    """What every rank runs: the built-in trainer (neither script nor module), a script or a module."""
+
+    script: str | None = None
+    """A Python script, relative to the code folder (torchrun's ``train.py``)."""
+    module: str | None = None
+    """A module to run with ``python -m`` from the code folder."""
+    args: list[str] = field(default_factory=list)
+    """The script's or module's own arguments."""
+    code: str = "."
+    """The code folder shipped with the job; relative paths are taken from the spec file's folder."""
+    requirements: str | None = None
+    """A requirements file in the code folder, installed before the ranks start (clusters)."""
+    python: str | None = None
+    """Local backend: the interpreter that runs the code (default: the active virtual environment's)."""
+
+
+@dataclass
+class MetricsOptions:
+    """How torchdeck reads a user script's metrics from its output (``torchdeck.backends.textmetrics``)."""
+
+    pattern: str | None = None
+    """A regular expression with named groups (loss, step, epoch, accuracy, ...) for lines the
+    built-in formats do not know; it replaces them."""
+
+
+@dataclass
 class JobSpec:
     """One distributed training job."""
 
@@ -160,10 +187,34 @@ class JobSpec:
     """Extra environment variables for every rank."""
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     """How the job runs on a Kubernetes cluster."""
+    entrypoint: Entrypoint = field(default_factory=Entrypoint)
+    """What every rank runs (default: the built-in CIFAR-10 trainer)."""
+    metrics: MetricsOptions = field(default_factory=MetricsOptions)
+    """How a user script's metrics are read."""
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.nproc_per_node
+
+    @property
+    def builtin(self) -> bool:
+        """Whether the ranks run torchdeck's own trainer (not a user script or module)."""
+        return self.entrypoint.script is None and self.entrypoint.module is None
+
+    def require_builtin(self, what: str) -> None:
+        """A clear error where ``what`` (data prepare, the model test) meets the user's own code."""
+        if not self.builtin:
+            raise SpecError(
+                "entrypoint",
+                f"{what} is for the built-in CIFAR-10 trainer; this spec runs {self.program}",
+                "your own script prepares its own data and tests its own model",
+            )
+
+    @property
+    def program(self) -> str:
+        """What the ranks run, in words: a script, ``-m module`` or the built-in trainer."""
+        e = self.entrypoint
+        return e.script or (f"-m {e.module}" if e.module else "the built-in trainer")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -342,10 +393,48 @@ CLUSTER_CHECKS = {
     "ttl_seconds_after_finished": _int_at_least(0, optional=True),
     "runtime": _name_253,
 }
+
+
+def _relative_path(v: Any) -> str | None:
+    if not isinstance(v, str) or not v.strip():
+        return f"must be a path in the code folder, got {v!r}"
+    if v.startswith(("/", "~")) or ".." in Path(v).parts:
+        return f"must be a path inside the code folder (relative, no '..'), got {v!r}"
+    return None
+
+
+def _module(v: Any) -> str | None:
+    ok = isinstance(v, str) and all(part.isidentifier() for part in v.split("."))
+    return None if ok else f"must be a dotted module name such as mypkg.train, got {v!r}"
+
+
+def _arguments(v: Any) -> str | None:
+    if not isinstance(v, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in v):
+        return "must be a list of arguments, e.g. [--lr, '0.1']"
+    return None
+
+
+def _pattern(v: Any) -> str | None:
+    from .textmetrics import check_pattern
+
+    return check_pattern(v)
+
+
+ENTRYPOINT_CHECKS = {
+    "script": _optional(_relative_path),
+    "module": _optional(_module),
+    "args": _arguments,
+    "code": _path(optional=False),
+    "requirements": _optional(_relative_path),
+    "python": _path(optional=True),
+}
+METRICS_CHECKS = {"pattern": _optional(_pattern)}
 NESTED = {
     "trainer": (TrainerOptions, TRAINER_CHECKS),
     "resources": (Resources, RESOURCE_CHECKS),
     "cluster": (ClusterOptions, CLUSTER_CHECKS),
+    "entrypoint": (Entrypoint, ENTRYPOINT_CHECKS),
+    "metrics": (MetricsOptions, METRICS_CHECKS),
 }
 
 
@@ -383,10 +472,14 @@ def spec_from_dict(data: Any, source: str = "") -> JobSpec:
             _check_keys(value, list(checks), f"{key}.", source)
             if key == "resources":
                 value = {k: quantity_text(v) if k in QUANTITY_FIELDS else v for k, v in value.items()}
+            if key == "entrypoint" and value.get("args") is None:
+                value = {**value, "args": []}
             for sub, subvalue in value.items():
                 problem = checks[sub](subvalue)
                 if problem:
                     raise SpecError(f"{key}.{sub}", problem, "", source)
+            if key == "entrypoint":
+                value = {**value, "args": [str(a) for a in value["args"]]}
             values[key] = cls(**value)
         else:
             if key == "env" and value is None:
@@ -402,6 +495,8 @@ def spec_from_dict(data: Any, source: str = "") -> JobSpec:
 
 def _check_together(spec: JobSpec, source: str) -> None:
     """Fields that are fine alone and wrong together."""
+    if spec.entrypoint.script is not None and spec.entrypoint.module is not None:
+        raise SpecError("entrypoint.module", "a job runs a script or a module, not both", "drop one of them", source)
     c = spec.cluster
     if (c.min_nodes is None) != (c.max_nodes is None):
         missing = "cluster.max_nodes" if c.max_nodes is None else "cluster.min_nodes"
@@ -492,6 +587,7 @@ def resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
 
     return dataclasses.replace(
         spec,
+        entrypoint=dataclasses.replace(spec.entrypoint, code=fix(spec.entrypoint.code) or spec.entrypoint.code),
         data_dir=fix(spec.data_dir) or spec.data_dir,
         checkpoint_dir=fix(spec.checkpoint_dir),
         model_file=fix(spec.model_file),

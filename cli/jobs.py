@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, TextIO
 from torchdeck.backends import open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
 from torchdeck.backends.errors import BackendError, SpecError
-from torchdeck.backends.spec import JobSpec, load_spec, parse_override, save_spec, with_overrides
+from torchdeck.backends.spec import MAX_JOB_NAME, JobSpec, load_spec, parse_override, save_spec, with_overrides
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
 from torchdeck.settings import Settings, SettingsError
 
@@ -92,16 +93,58 @@ def cmd_init(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if path.exists() and not args.force:
         return fail(f"{path} exists; pass --force to overwrite it")
-    save_spec(JobSpec(), path)
-    print(f"wrote {path}; edit it, then `torchdeck train {path}`")
+    spec = JobSpec()
+    if args.script or args.module:
+        where = path.resolve().parent  # the code folder is written relative to the spec's
+        entry = entrypoint_fields(args.script, args.module, getattr(args, "script_args", []), where)
+        code = Path(entry.pop("entrypoint.code"))
+        entry["entrypoint.code"] = os.path.relpath(code, where)
+        spec = with_overrides(spec, entry)
+    save_spec(spec, path)
+    print(f"wrote {path} ({spec.program}); edit it, then `torchdeck train {path}`")
     return 0
 
 
+def entrypoint_fields(script: str | None, module: str | None, script_args: list[str], cwd: Path) -> dict[str, Any]:
+    """The entrypoint of ``torchdeck train SCRIPT`` or ``--module M``, as torchrun takes them: the
+    code folder is the current folder (or the script's own folder where it lies outside it)."""
+    fields: dict[str, Any] = {"entrypoint.code": str(cwd)}
+    if script:
+        path = (cwd / script).resolve()
+        if path.is_relative_to(cwd):
+            fields["entrypoint.script"] = str(path.relative_to(cwd))
+        else:
+            fields["entrypoint.code"], fields["entrypoint.script"] = str(path.parent), path.name
+    if module:
+        fields["entrypoint.module"] = module
+    if script_args:
+        fields["entrypoint.args"] = list(script_args)
+    return fields
+
+
+def job_name_for(program: str) -> str:
+    """A job name from a script's or module's name (train_resnet.py: train-resnet)."""
+    name = re.sub(r"[^a-z0-9]+", "-", program.lower()).strip("-")
+    name = re.sub(r"^[^a-z]+", "", name)[:MAX_JOB_NAME].rstrip("-")
+    return name or "job"
+
+
 def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
-    """The spec file (or the defaults) with the command line's overrides."""
-    path = args.spec or (settings.spec_file if settings.spec_file.exists() else None)
+    """The spec file (or the defaults) with the command line's overrides. A script (``train.py``)
+    in the spec's place, or ``--module``, runs that code and starts from the defaults."""
+    script = args.spec if args.spec and args.spec.endswith(".py") else None
+    module = getattr(args, "module", None)
+    spec_file = None if script else args.spec
+    path = spec_file or (settings.spec_file if settings.spec_file.exists() and not module and not script else None)
     spec = load_spec(path) if path else JobSpec()
     overrides: dict[str, Any] = {}
+    if script or module:
+        overrides.update(entrypoint_fields(script, module, getattr(args, "script_args", []), Path.cwd()))
+        overrides["name"] = job_name_for(Path(script).stem if script else str(module).rsplit(".", 1)[-1])
+    elif getattr(args, "script_args", []):
+        overrides["entrypoint.args"] = list(args.script_args)
+    if getattr(args, "python", None):
+        overrides["entrypoint.python"] = args.python
     for field, value in (
         ("name", args.name),
         ("nodes", args.nodes),

@@ -40,7 +40,15 @@ Kubernetes and on AWS EKS, and shows them live.
 
 
 def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", nargs="?", help="job spec file (default: $TORCHDECK_SPEC or ./torchdeck.yaml if present)")
+    p.add_argument(
+        "spec",
+        nargs="?",
+        help="job spec file (default: $TORCHDECK_SPEC or ./torchdeck.yaml if present), or a script "
+        "(train.py: every rank runs it; arguments for it after --)",
+    )
+    g = p.add_argument_group("your code (instead of the built-in trainer)")
+    g.add_argument("--module", metavar="M", help="run python -m M on every rank (arguments for it after --)")
+    g.add_argument("--python", metavar="PATH", help="local: the interpreter for your code (default: the active venv's)")
     g = p.add_argument_group("overrides (on top of the spec)")
     g.add_argument("--name", help="job name")
     g.add_argument("--nproc-per-node", type=int, metavar="N", help="ranks on each node")
@@ -98,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("init", help="write a job spec with every field and its default")
     p.add_argument("path", nargs="?", default="torchdeck.yaml")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.add_argument("--script", metavar="PY", help="a spec that runs this script (arguments for it after --)")
+    p.add_argument("--module", metavar="M", help="a spec that runs python -m M")
 
     p = sub.add_parser("train", help="launch a job and show its progress (the launch form, headless)")
     _add_spec_overrides(p)
@@ -163,7 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:  # what follows is the user's script's own (torchdeck train train.py -- --lr 0.1)
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    args.script_args = script_args
     if args.command == "version":
         print(f"torchdeck {__version__}")
         return 0

@@ -188,6 +188,10 @@ class MonitorState:
                         view.samples_per_s = sps if view.samples_per_s is None else 0.8 * view.samples_per_s + 0.2 * sps
                     if not self._progress or step > self._progress[-1][1]:
                         self._progress.append((ev.time, step))
+                    if "total_steps" in rec:  # a user script's "step N/M"
+                        self.total_steps = rec["total_steps"] or self.total_steps
+                    if "epochs" in rec:  # and "epoch N/M"
+                        self.epochs = rec["epochs"] or self.epochs
                 elif kind == "start":
                     self.info = rec
                     self.world_size = rec.get("world_size") or self.world_size
@@ -204,6 +208,8 @@ class MonitorState:
                     acc = rec.get("accuracy")
                     if acc is not None and rec.get("epoch") is not None:
                         self.evals[int(rec["epoch"])] = acc
+                    elif acc is not None and ev.rank == 0:  # a user script's accuracy line with no epoch: in turn
+                        self.evals[max(self.evals, default=0) + 1] = acc
                 elif kind == "resume":
                     self.restarts = max(self.restarts, rec.get("restart_count") or 0)
                 elif kind == "done":

@@ -441,6 +441,8 @@ class KubernetesBackend(KubeClient, Backend):
         on_wait: Callable[[str], None],
         source: str | None = None,
     ) -> dict[str, Any]:
+        if task != "model-copy":
+            spec.require_builtin({"data-prep": "data prepare", "model-test": "the model test"}[task])
         name, ns = self.start_task(spec, task, model_file, source)
         on_wait(f"started job {ns}/{name}")
         return _last_json(self.wait_task(name, ns, on_wait=on_wait), name)

@@ -305,6 +305,13 @@ def render(spec: JobSpec, run_id: str, kind: str | None = None, target: crds.Tar
     kind = _check_kind(kind or spec.cluster.kind)
     target = target or crds.latest(kind)
     _check_name(run_id)
+    if not spec.builtin:
+        raise SpecError(
+            "entrypoint",
+            f"this version runs your own code ({spec.program}) on the local backend only",
+            "run it with --backend local; on a cluster, bake it into an image that runs it as the training "
+            "program for now",
+        )
     if not spec.image:
         raise SpecError(
             "image",

@@ -1,0 +1,109 @@
+"""One rank of a user's script on the local backend, between torchrun and the
+script: it runs the script with its stderr joined to its stdout, passes every
+line through unchanged (torchrun writes it to the rank's log), and appends the
+metric records it finds in them (``textmetrics``) to the rank's metric file,
+as the built-in trainer writes its own. Signals reach the script; the script's
+exit status is this process's.
+
+    python -m torchdeck.backends.rank_output METRICS_FILE PATTERN -- COMMAND...
+
+``{rank}`` in METRICS_FILE is the rank (torchrun's RANK); an empty PATTERN
+means the built-in text formats. Standard library only, and started per rank."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from torchdeck.backends.textmetrics import TextMetrics
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: python -m torchdeck.backends.rank_output METRICS_FILE PATTERN -- COMMAND...", file=sys.stderr)
+        return 2
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "0"))
+    metrics_path, pattern, command = argv[0].replace("{rank}", str(rank)), argv[1] or None, argv[3:]
+    parser = TextMetrics(rank, world, pattern)
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as exc:
+        print(f"torchdeck: cannot start {command[0]}: {exc.strerror or exc}", flush=True)
+        return 127
+
+    def forward(signum: int, frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
+    out = sys.stdout.buffer
+    assert child.stdout is not None
+    last: collections.deque[str] = collections.deque(maxlen=20)
+    with open(metrics_path, "ab", buffering=0) as metrics:
+
+        def write(record: dict) -> None:
+            metrics.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        program = (
+            " ".join(command[2:4])
+            if command[2:3] == ["-m"]
+            else os.path.basename(command[2] if len(command) > 2 else "")
+        )
+        write(start_record(rank, world, restart, program))
+        for raw in iter(child.stdout.readline, b""):
+            out.write(raw)
+            out.flush()
+            line = raw.decode(errors="replace")
+            if line.strip():
+                last.append(line.rstrip())
+            record = parser.feed(line)
+            if record is not None:
+                write(record)
+        code = child.wait()
+        epoch = int(parser.epoch) if parser.epoch is not None else None
+        end = {"schema": 1, "rank": rank, "time": time.time(), "step": parser.step, "epoch": epoch}
+        if code == 0:
+            write({**end, "event": "done"})
+        elif code > 0:  # a signal is a stop, not the script's error
+            write({**end, "event": "error", **failure(list(last), code)})
+    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell says
+
+
+def start_record(rank: int, world: int, restart: int, program: str) -> dict:
+    return {
+        "schema": 1,
+        "event": "start",
+        "rank": rank,
+        "world_size": world,
+        "restart_count": restart,
+        "model": program,
+        "time": time.time(),
+    }
+
+
+def failure(last: list[str], code: int) -> dict[str, str]:
+    """The error a failed script's last lines show: a Python traceback's last line, with a hint
+    for a package the environment lacks; else the last line and the exit status."""
+    for line in reversed(last):
+        head = line.split(":", 1)[0].strip()
+        if head.endswith(("Error", "Exception", "Interrupt")) and " " not in head:
+            if head == "ModuleNotFoundError":
+                hint = (
+                    "install the package in the environment that runs the script (locally), or add it to "
+                    "the code folder's requirements.txt (entrypoint.requirements) or the image (clusters)"
+                )
+                return {"message": line.strip(), "hint": hint}
+            return {"message": line.strip(), "hint": "the rank's log has the whole traceback"}
+    tail = last[-1].strip() if last else "no output"
+    return {"message": f"exited with status {code}: {tail[:300]}", "hint": "the rank's log has its output"}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,178 @@
+"""Metrics from any training script's output: a rank's lines become schema-1
+metric records (``torchdeck.trainer.metrics``), so the monitor, ``jobs``,
+``status`` and ``train`` show user code as they show the built-in trainer.
+
+- schema-1 JSON lines (the reporting helper, ``torchdeck.report``) pass
+  through as they are;
+- text in the common formats is recognised: ``loss: 1.23``, ``loss=1.23``,
+  ``Loss 1.2345e+00 (1.3e+00)``, ``| loss  7.63 |``, ``train_loss 1.2``,
+  ``'loss': 0.3``, with ``step/iter/batch N[/M]``, ``epoch N[/M]``,
+  ``acc/accuracy/Acc@1/top1 X[%]`` and ``X samples/s`` where the line has them;
+- a spec's ``metrics.pattern`` (a regular expression with named groups
+  among ``PATTERN_GROUPS``) replaces the built-in formats.
+
+A line with a loss is a ``step``; a line with an accuracy and no loss is an
+``eval``. Where a line has no step number, a rank's loss lines are counted.
+Standard library only: it runs beside the user's code and in the console's
+metric reader."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+MAX_LINE = 2000
+"""Characters of a line that are looked at: a bound on the work a pattern can do per line."""
+PATTERN_GROUPS = ("loss", "step", "total_steps", "epoch", "epochs", "accuracy", "samples_per_s")
+
+_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+LOSS_RE = re.compile(r"(?<![A-Za-z_])(?:train[_ ])?loss['\"]?\s*[:=]?\s*\|?\s*" + _NUM, re.IGNORECASE)
+STEP_RE = re.compile(
+    r"(?<![A-Za-z_/])(?:global[_ ])?(?:step|iter(?:ation)?|batch)['\"]?\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?",
+    re.IGNORECASE,
+)
+EPOCH_BATCH_RE = re.compile(r"epoch\W*\[\s*\d+\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.IGNORECASE)
+"""``Epoch: [3][120/391]`` (torchvision's reference scripts): the batch within the epoch."""
+EPOCH_RE = re.compile(r"(?<![A-Za-z_])epoch['\"]?\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)(?:\s*/\s*(\d+))?", re.IGNORECASE)
+ACC_RE = re.compile(
+    r"(?<![A-Za-z_])(?:val[_ ]|test[_ ]|eval[_ ])?(?:acc(?:uracy)?(?:@1)?|top-?1(?:[_ ]acc)?)['\"]?\s*[:=]?\s*"
+    r"([-+]?\d+(?:\.\d+)?)\s*(%?)",
+    re.IGNORECASE,
+)
+SPEED_RE = re.compile(
+    r"([-+]?\d+(?:\.\d+)?)\s*(?:samples|images|imgs|img|examples|ex)\s*/\s*s(?:ec)?\b"
+    r"|(?:samples|images|img|examples)[_ ]?(?:per[_ ]?s(?:ec(?:ond)?)?|/s)['\"]?\s*[:=]?\s*([-+]?\d+(?:\.\d+)?)",
+    re.IGNORECASE,
+)
+
+
+def check_pattern(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be a metrics pattern, or None where it can."""
+    if not isinstance(pattern, str) or not pattern:
+        return "must be a regular expression with named groups, e.g. 'it (?P<step>\\d+) L=(?P<loss>[\\d.]+)'"
+    if len(pattern) > 1000:
+        return f"is {len(pattern)} characters; at most 1000"
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        return f"is not a regular expression: {exc}"
+    names = set(compiled.groupindex)
+    unknown = sorted(names - set(PATTERN_GROUPS))
+    if unknown:
+        return f"has groups torchdeck does not know: {', '.join(unknown)} (known: {', '.join(PATTERN_GROUPS)})"
+    if not names & {"loss", "accuracy"}:
+        return "needs a (?P<loss>...) or (?P<accuracy>...) group"
+    return None
+
+
+def _number(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None  # JSON has no NaN: null
+
+
+class TextMetrics:
+    """One rank's output lines, in order, to metric records."""
+
+    def __init__(self, rank: int, world_size: int = 0, pattern: str | None = None):
+        self.rank, self.world_size = rank, world_size
+        self.pattern = re.compile(pattern) if pattern else None
+        self.count = 0  # loss lines seen (the step where a line has none)
+        self.epoch: float | None = None
+        self.step = 0
+
+    def feed(self, line: str, now: float | None = None) -> dict[str, Any] | None:
+        """The record this line carries, or None for a line without metrics."""
+        stripped = line.strip()
+        if stripped.startswith("{"):
+            try:
+                given = json.loads(stripped)
+            except ValueError:
+                given = None
+            if isinstance(given, dict) and given.get("schema") == 1 and "event" in given:
+                given.setdefault("rank", self.rank)
+                return given
+        text = line[:MAX_LINE]
+        found = self._match_pattern(text) if self.pattern else self._match_builtin(text)
+        if found is None:
+            return None
+        loss, accuracy = found.get("loss"), found.get("accuracy")
+        if found.get("epoch") is not None:
+            self.epoch = found["epoch"]
+        event = "step" if "loss" in found else "eval"
+        if event == "step":
+            self.count += 1
+            step = found.get("step")
+            self.step = int(step) if step is not None else self.count
+        record: dict[str, Any] = {
+            "schema": 1,
+            "event": event,
+            "rank": self.rank,
+            "time": time.time() if now is None else now,
+            "step": self.step,
+            "epoch": int(self.epoch) if self.epoch is not None else None,
+            "source": "text",
+        }
+        if self.world_size:
+            record["world_size"] = self.world_size
+        if event == "step":
+            record["loss"] = loss
+            record["samples_per_s"] = found.get("samples_per_s")
+            if found.get("total_steps"):
+                record["total_steps"] = int(found["total_steps"])
+        if accuracy is not None:
+            record["accuracy"] = accuracy
+        if found.get("epochs"):
+            record["epochs"] = int(found["epochs"])
+        return record
+
+    def _match_pattern(self, text: str) -> dict[str, Any] | None:
+        assert self.pattern is not None
+        m = self.pattern.search(text)
+        if m is None:
+            return None
+        found: dict[str, Any] = {}
+        for name, value in m.groupdict().items():
+            if value is not None:
+                number = _number(value.rstrip("%"))
+                if name == "accuracy" and number is not None and (value.endswith("%") or number > 1):
+                    number /= 100
+                found[name] = number
+        if "loss" not in found and found.get("accuracy") is None:
+            return None
+        return found
+
+    def _match_builtin(self, text: str) -> dict[str, Any] | None:
+        found: dict[str, Any] = {}
+        lower = text.lower()
+        if "loss" in lower:
+            m = LOSS_RE.search(text)
+            if m:
+                found["loss"] = _number(m.group(1))
+        if "acc" in lower or "top" in lower:
+            m = ACC_RE.search(text)
+            if m:
+                value = float(m.group(1))
+                found["accuracy"] = value / 100 if m.group(2) or value > 1 else value
+        if not found:
+            return None
+        m = STEP_RE.search(text) or EPOCH_BATCH_RE.search(text)
+        if m:
+            found["step"] = int(m.group(1))
+            if m.group(2):
+                found["total_steps"] = int(m.group(2))
+        m = EPOCH_RE.search(text)
+        if m:
+            found["epoch"] = float(m.group(1))
+            if m.group(2):
+                found["epochs"] = int(m.group(2))
+        m = SPEED_RE.search(text)
+        if m:
+            found["samples_per_s"] = float(m.group(1) or m.group(2))
+        return found

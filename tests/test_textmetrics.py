@@ -1,0 +1,90 @@
+"""Metrics from user scripts' output: every built-in text format, JSON lines
+from the reporting helper, a spec's own pattern, and lines counted where a
+line has no step number."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torchdeck.backends.textmetrics import TextMetrics, check_pattern
+
+FORMATS = [
+    # (line, loss, step, epoch, accuracy, samples_per_s)
+    ("loss: 1.23", 1.23, None, None, None, None),
+    ("step 10/500 loss=0.75 12.5 samples/s", 0.75, 10, None, None, 12.5),
+    ("Epoch: [3][120/391]  Time 0.2  Loss 1.2345e+00 (1.3e+00)  Acc@1  57.81 ( 51.2)", 1.2345, 120, 3, 0.5781, None),
+    ("| epoch 002 | 200/ 2983 batches | lr 5.00 | ms/batch 27.3 | loss  7.63 | ppl 2060.2", 7.63, None, 2, None, None),
+    ("train_loss 1.2 iter 40", 1.2, 40, None, None, None),
+    ("{'loss': 0.3081, 'learning_rate': 4.9e-05, 'epoch': 1.0}", 0.3081, None, 1, None, None),
+    ("Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.318", 0.318, None, 1, None, None),
+    ("batch 7 | loss 2.5 | accuracy 41%", 2.5, 7, None, 0.41, None),
+]
+
+
+@pytest.mark.parametrize(("line", "loss", "step", "epoch", "accuracy", "speed"), FORMATS)
+def test_every_built_in_text_format_is_recognised(line, loss, step, epoch, accuracy, speed):
+    parser = TextMetrics(rank=1)
+    parser.count = 41  # 41 loss lines before: a line without a step number is the 42nd step
+    record = parser.feed(line, now=5.0)
+    assert record is not None and record["event"] == "step" and record["rank"] == 1 and record["time"] == 5.0
+    assert record["loss"] == pytest.approx(loss)
+    assert record["step"] == (step if step is not None else 42)
+    assert record["epoch"] == epoch
+    assert record.get("accuracy") == (pytest.approx(accuracy) if accuracy is not None else None)
+    assert record["samples_per_s"] == speed
+
+
+def test_lines_without_metrics_and_validation_lines():
+    parser = TextMetrics(rank=0)
+    for line in ("starting training", "batch_size 32", "val_loss 2.0", "loading 'loss' module", ""):
+        assert parser.feed(line) is None, line
+    record = parser.feed("epoch 2 val_acc: 0.873")
+    assert record is not None and record["event"] == "eval" and record["accuracy"] == pytest.approx(0.873)
+    assert record["epoch"] == 2
+
+
+def test_steps_are_counted_per_rank_where_lines_have_none_and_epochs_carry_over():
+    parser = TextMetrics(rank=3, world_size=4)
+    assert parser.feed("Epoch 1/5") is None
+    parser.feed("epoch 1")  # no loss: not a step
+    steps = [parser.feed(f"loss {2.0 - i / 10}") for i in range(3)]
+    assert [r["step"] for r in steps] == [1, 2, 3] and all(r["world_size"] == 4 for r in steps)
+    assert parser.feed("epoch 2 loss 1.0")["step"] == 4
+    assert parser.feed("loss 0.9")["epoch"] == 2
+
+
+def test_json_lines_from_the_reporting_helper_pass_through():
+    parser = TextMetrics(rank=2)
+    line = json.dumps({"schema": 1, "event": "step", "step": 7, "loss": 0.5, "time": 1.0})
+    assert parser.feed(line) == {"schema": 1, "event": "step", "step": 7, "loss": 0.5, "time": 1.0, "rank": 2}
+    assert parser.feed('{"schema": 2, "event": "step", "step": 3}') is None  # another schema, no text metric
+    assert parser.feed('{"loss": 3.5}')["loss"] == 3.5  # a script's own JSON is read as text
+
+
+def test_a_spec_pattern_replaces_the_built_in_formats():
+    parser = TextMetrics(rank=0, pattern=r"it=(?P<step>\d+) L=(?P<loss>[\d.]+)(?: top1=(?P<accuracy>[\d.]+)%)?")
+    assert parser.feed("loss: 1.0") is None  # the built-in formats are off
+    record = parser.feed("it=12 L=0.25 top1=80.5%")
+    assert (record["step"], record["loss"], record["accuracy"]) == (12, 0.25, pytest.approx(0.805))
+
+
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [
+        ("(", "is not a regular expression"),
+        (r"(?P<lr>[\d.]+)", "does not know: lr"),
+        (r"step (?P<step>\d+)", "needs a (?P<loss>...) or (?P<accuracy>...) group"),
+        ("", "named groups"),
+    ],
+)
+def test_bad_patterns_are_named(pattern, words):
+    assert words in check_pattern(pattern)
+    assert check_pattern(r"L=(?P<loss>[\d.]+)") is None
+
+
+def test_a_long_line_is_looked_at_only_so_far():
+    parser = TextMetrics(rank=0)
+    assert parser.feed("x" * 5000 + " loss 1.0") is None
+    assert parser.feed("loss 1.0 " + "x" * 5000)["loss"] == 1.0

@@ -1,0 +1,160 @@
+"""The user's own code on the local backend, as a user runs it: ``torchdeck
+train train.py -- ARGS`` from the folder the script is in, with a plain DDP
+script written here that prints its loss as text, in a virtual environment
+that torchdeck's own environment lacks a package of. Real torchrun over gloo."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import yaml
+from local_runs import cli_env, run_cli
+
+from torchdeck.backends.local import LocalBackend
+from torchdeck.monitor.state import MonitorState
+
+TRAIN = """
+import sys, time
+import torch
+import torch.distributed as dist
+import onlyhere  # in the user's virtual environment, not in torchdeck's
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+steps = int(sys.argv[sys.argv.index("--steps") + 1])
+print(f"starting on rank {rank} with {onlyhere.GREETING}", flush=True)
+for step in range(1, steps + 1):
+    x = torch.randn(16, 8)
+    loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    print(f"Epoch 1 | iter {step}/{steps} | loss {loss.item():.4f} | 250.0 samples/s", flush=True)
+    time.sleep(0.02)
+print("val accuracy: 87.5%", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def make_venv(root: Path, with_torch: bool) -> Path:
+    """A virtual environment of the user's: a package torchdeck's environment lacks (onlyhere), and
+    torch where ``with_torch`` (this environment's, through a .pth file: no download)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    (site,) = root.glob("lib/python3*/site-packages")
+    (site / "onlyhere.py").write_text('GREETING = "hello from the venv"\n')
+    if with_torch:
+        (site / "torch_from_outside.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def user_run(tmp_path_factory):
+    """One job serves every assertion below: 2 ranks of the script above, 12 steps."""
+    tmp = tmp_path_factory.mktemp("user")
+    code, state = tmp / "project", tmp / "state"
+    code.mkdir()
+    (code / "train.py").write_text(TRAIN)
+    env = {**cli_env(state), "VIRTUAL_ENV": str(make_venv(tmp / "venv", with_torch=True))}
+    done = run_cli(["train", "train.py", "--nproc-per-node", "2", "--", "--steps", "12"], env, code, timeout=180)
+    return done, LocalBackend(state), code
+
+
+def test_a_text_printing_ddp_script_runs_in_the_users_venv_with_live_metrics(user_run):
+    done, backend, _ = user_run
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ": succeeded, accuracy 87.50%" in done.stdout
+    (status,) = backend.list()
+    assert status.run_id.startswith("train-") and status.state.value == "succeeded"  # named after the script
+    assert (status.step, status.world_size) == (12, 2)
+
+    async def fold() -> MonitorState:
+        state = MonitorState()
+        async for batch in backend.metrics(status.run_id, follow=False):
+            state.ingest(batch)
+        return state
+
+    snap = asyncio.run(fold()).snapshot()
+    assert sorted(r.rank for r in snap.ranks) == [0, 1] and all(r.step == 12 for r in snap.ranks)
+    assert all(r.flag == "done" and r.samples_per_s == pytest.approx(250.0) for r in snap.ranks)
+    assert {rank: len(steps) for rank, (steps, _) in snap.curves.items()} == {0: 12, 1: 12}  # both ranks' curves
+    assert snap.total_steps == 12 and snap.evals == [(1, 0.875)]
+
+
+def test_the_ranks_output_is_their_log_and_runs_in_the_code_folder(user_run):
+    done, backend, code = user_run
+    (status,) = backend.list()
+    lines = [line.text for batch in backend.logs(status.run_id) for line in batch]
+    assert lines.count("starting on rank 0 with hello from the venv") == 1
+    assert sum("| loss " in line for line in lines) == 24
+    launch = yaml.safe_load((backend.resolve(status.run_id) / "launch.json").read_text())
+    assert launch["cwd"] == str(code) and "torchdeck.backends.rank_output" in launch["cmd"]
+
+
+def test_built_in_only_commands_say_so_for_user_code(user_run, tmp_path):
+    _, backend, code = user_run
+    (status,) = backend.list()
+    env = cli_env(backend.state_dir)
+    for argv, words in (
+        (
+            ["test", "--run", status.run_id],
+            "the model test is for the built-in CIFAR-10 trainer; this spec runs train.py",
+        ),
+        (["data", "prepare", "train.py"], "data prepare is for the built-in CIFAR-10 trainer"),
+        (["render", "train.py", "--image", "repo/x:1"], "runs your own code (train.py) on the local backend only"),
+    ):
+        done = run_cli(argv, env, code)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+def test_a_failing_script_says_why_in_one_line_with_a_hint(tmp_path):
+    code, state = tmp_path / "project", tmp_path / "state"
+    code.mkdir()
+    (code / "train.py").write_text("import torch\nprint('loss 1.0')\nimport notinstalled\n")
+    env = cli_env(state)
+    done = run_cli(["train", "train.py", "--max-restarts", "0", "--python", sys.executable], env, code)
+    assert done.returncode == 1
+    error = done.stderr.strip().splitlines()[-1]
+    assert "ModuleNotFoundError: No module named 'notinstalled'" in error
+    assert "requirements.txt" in error
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["train", "missing.py"], "entrypoint.script: no script missing.py in"),
+        (["train", "--module", "not_a_module"], "entrypoint.module: not_a_module does not import"),
+        (["train", "train.py", "--set", "metrics.pattern=(?P<lr>x)"], "metrics.pattern: has groups"),
+        (["train", "train.py", "--python", "NOVENV"], "torch does not import in"),
+    ],
+)
+def test_bad_user_code_input_is_one_line_and_starts_nothing(tmp_path, argv, words):
+    code, state = tmp_path / "project", tmp_path / "state"
+    code.mkdir()
+    (code / "train.py").write_text("print('loss 1.0')\n")
+    no_torch = make_venv(tmp_path / "venv", with_torch=False) / "bin" / "python"
+    argv = [str(no_torch) if a == "NOVENV" else a for a in argv]
+    if "--python" not in argv:
+        argv += ["--python", sys.executable]
+    done = run_cli(argv, cli_env(state), code)
+    assert done.returncode in (1, 2) and words in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (state / "runs").exists() or not any((state / "runs").iterdir())
+
+
+def test_init_writes_a_spec_for_a_script_that_train_then_runs(tmp_path):
+    code = tmp_path / "project"
+    (code / "src").mkdir(parents=True)
+    (code / "src" / "train.py").write_text("print('loss 1.0')\n")
+    env = cli_env(tmp_path / "state")
+    done = run_cli(["init", "--script", "src/train.py", "--", "--lr", "0.1"], env, code)
+    assert done.returncode == 0, done.stderr
+    written = yaml.safe_load((code / "torchdeck.yaml").read_text())["entrypoint"]
+    assert (written["script"], written["code"], written["args"]) == ("src/train.py", ".", ["--lr", "0.1"])
+    done = run_cli(["train", "--dry-run", "--python", sys.executable], env, code)
+    assert done.returncode == 0, done.stderr
+    assert "-m torchdeck.backends.rank_output" in done.stdout and "-u src/train.py --lr 0.1" in done.stdout
