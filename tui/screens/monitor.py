@@ -237,12 +237,11 @@ class MonitorScreen(DeckScreen[None]):
         progress = Text()
         progress.append(bar(snap.fraction, 20, g), style="green")
         progress.append(f" {snap.fraction * 100:3.0f}% ")
-        if snap.info:
-            progress.append(
-                f" {snap.info.get('model')} {snap.info.get('device')}/{snap.info.get('backend')} "
-                f"{snap.info.get('precision')} ",
-                style="dim",
-            )
+        if snap.info:  # the built-in trainer says all of these; a user script's start only its name
+            info = snap.info
+            device = "/".join(str(info[k]) for k in ("device", "backend") if info.get(k))
+            said = [str(v) for v in (info.get("model"), device, info.get("precision")) if v]
+            progress.append(f" {' '.join(said)} ", style="dim")
         if status and status.reason and state is not JobState.RUNNING:
             progress.append(f" {g.warn} {status.reason}", style="bold red" if state is JobState.FAILED else "yellow")
         elif snap.quiet_s is not None:
