@@ -155,9 +155,12 @@ class LocalBackend(Backend):
                 f"the local backend runs one node, got {spec.nodes}",
                 "set nodes: 1, or use --backend kubernetes for several machines",
             )
-        if not spec.builtin:
+        if not spec.builtin:  # the folder and interpreter as the run uses them (and its spec.yaml records)
             code = Path(spec.entrypoint.code).expanduser().resolve()
-            spec = dataclasses.replace(spec, entrypoint=dataclasses.replace(spec.entrypoint, code=str(code)))
+            python = user_python(spec, self.python)
+            spec = dataclasses.replace(
+                spec, entrypoint=dataclasses.replace(spec.entrypoint, code=str(code), python=python)
+            )
         return spec
 
     def _command(self, spec: JobSpec, run_dir: Path, port: int, run_id: str) -> list[str]:
@@ -173,8 +176,8 @@ class LocalBackend(Backend):
             )
             rank = ["sh", "-c", 'exec "$@" 2>&1', "sh", self.python, "-u", "-m", "torchdeck.trainer", *args]
         else:
-            python = user_python(spec, self.python)
             e = spec.entrypoint
+            python = str(e.python)
             program = [e.script] if e.script else ["-m", str(e.module)]
             rank = [self.python, "-m", "torchdeck.backends.rank_output", metrics_file, spec.metrics.pattern or "", "--"]
             rank += [python, "-u", *program, *e.args]
@@ -224,7 +227,7 @@ class LocalBackend(Backend):
     def submit(self, spec: JobSpec) -> str:
         spec = self._check(spec)
         if not spec.builtin:
-            check_user_code(spec, user_python(spec, self.python))
+            check_user_code(spec)
         try:
             run_id, run_dir = self._new_run_dir(spec.name)
             (run_dir / "metrics").mkdir()
@@ -677,10 +680,11 @@ if module:
 """
 
 
-def check_user_code(spec: JobSpec, python: str) -> None:
+def check_user_code(spec: JobSpec) -> None:
     """One clear line before anything starts: a code folder or script that is not there, an
     interpreter that does not run or lacks torch, a module that does not import."""
     e = spec.entrypoint
+    python = str(e.python)
     code = Path(e.code)
     if not code.is_dir():
         raise SpecError("entrypoint.code", f"no code folder at {code}", "entrypoint.code is relative to the spec file")
