@@ -35,8 +35,8 @@ def open_backend(name: str, settings: Settings) -> Backend:
 
         kubeconfig: str | Path | None = settings.kubeconfig
         context = settings.kube_context
+        records = [r for r in ClusterRecord.all(settings.state_dir) if r.context]
         if not context:
-            records = [r for r in ClusterRecord.all(settings.state_dir) if r.context]
             if len(records) != 1:
                 raise BackendError(
                     "which EKS cluster?"
@@ -48,5 +48,9 @@ def open_backend(name: str, settings: Settings) -> Backend:
                     "pass --context torchdeck-NAME, or torchdeck cluster connect --name NAME first",
                 )
             kubeconfig, context = records[0].kubeconfig or kubeconfig, records[0].context
-        return KubernetesBackend(kubeconfig, context, settings.namespace, ledger_dir=settings.state_dir)
+        storage = next((r.storage for r in records if r.context == context), None) or {}
+        bucket = f"s3://{storage['bucket']}/{storage.get('prefix', '')}".rstrip("/") if storage.get("bucket") else None
+        return KubernetesBackend(
+            kubeconfig, context, settings.namespace, ledger_dir=settings.state_dir, code_bucket=bucket
+        )
     raise BackendError(f"unknown backend {name!r}", f"choose one of: {', '.join(BACKENDS)}")

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from torchdeck.backends.textmetrics import TextMetrics
+from torchdeck.backends.textmetrics import TextMetrics, exception_of
 
 
 def main(argv: list[str]) -> int:
@@ -92,15 +92,9 @@ def failure(last: list[str], code: int) -> dict[str, str]:
     """The error a failed script's last lines show: a Python traceback's last line, with a hint
     for a package the environment lacks; else the last line and the exit status."""
     for line in reversed(last):
-        head = line.split(":", 1)[0].strip()
-        if head.endswith(("Error", "Exception", "Interrupt")) and " " not in head:
-            if head == "ModuleNotFoundError":
-                hint = (
-                    "install the package in the environment that runs the script (locally), or add it to "
-                    "the code folder's requirements.txt (entrypoint.requirements) or the image (clusters)"
-                )
-                return {"message": line.strip(), "hint": hint}
-            return {"message": line.strip(), "hint": "the rank's log has the whole traceback"}
+        error = exception_of(line)
+        if error is not None:
+            return error
     tail = last[-1].strip() if last else "no output"
     return {"message": f"exited with status {code}: {tail[:300]}", "hint": "the rank's log has its output"}
 

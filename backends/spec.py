@@ -124,6 +124,9 @@ class ClusterOptions:
     """Delete the finished job object after this long (None: keep it)."""
     runtime: str = "torch-distributed"
     """TrainJob only: the ClusterTrainingRuntime to run against."""
+    code_bucket: str | None = None
+    """Your code: where a code bundle too large for a ConfigMap goes, s3://BUCKET/PREFIX, which the
+    pods' service account can read (eks: the cluster's model bucket when unset)."""
 
 
 @dataclass
@@ -142,6 +145,9 @@ class Entrypoint:
     """A requirements file in the code folder, installed before the ranks start (clusters)."""
     python: str | None = None
     """Local backend: the interpreter that runs the code (default: the active virtual environment's)."""
+    in_image: str | None = None
+    """Clusters: the folder in the image that holds the code (``torchdeck image build --code`` sets
+    it): no bundle is sent, the pods run what the image holds."""
 
 
 @dataclass
@@ -372,6 +378,11 @@ def _abs_path(v: Any) -> str | None:
     return None if isinstance(v, str) and v.startswith("/") else f"must be an absolute path in the pod, got {v!r}"
 
 
+def _s3_prefix(v: Any) -> str | None:
+    ok = isinstance(v, str) and re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$", v)
+    return None if ok else f"must be s3://BUCKET or s3://BUCKET/PREFIX, got {v!r:.80}"
+
+
 def _optional(check):
     return lambda v: None if v is None else check(v)
 
@@ -392,6 +403,7 @@ CLUSTER_CHECKS = {
     "clean_pod_policy": _choices("None", "Running", "All"),
     "ttl_seconds_after_finished": _int_at_least(0, optional=True),
     "runtime": _name_253,
+    "code_bucket": _optional(lambda v: _s3_prefix(v)),
 }
 
 
@@ -427,6 +439,7 @@ ENTRYPOINT_CHECKS = {
     "code": _path(optional=False),
     "requirements": _optional(_relative_path),
     "python": _path(optional=True),
+    "in_image": _optional(_abs_path),
 }
 METRICS_CHECKS = {"pattern": _optional(_pattern)}
 NESTED = {

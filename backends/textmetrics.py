@@ -176,3 +176,72 @@ class TextMetrics:
         if m:
             found["samples_per_s"] = float(m.group(1) or m.group(2))
         return found
+
+
+MODULE_HINT = (
+    "install the package in the environment that runs the script (locally), or add it to the code folder's "
+    "requirements.txt (entrypoint.requirements) or the image (clusters)"
+)
+
+
+def exception_of(line: str) -> dict[str, str] | None:
+    """A Python traceback's last line as an error's message and hint (None: not such a line)."""
+    head = line.split(":", 1)[0].strip()
+    if not head.endswith(("Error", "Exception", "Interrupt")) or " " in head or line[:1].isspace():
+        return None
+    if head.rsplit(".", 1)[-1] == "ModuleNotFoundError":
+        return {"message": line.strip(), "hint": MODULE_HINT}
+    return {"message": line.strip(), "hint": "the rank's log has the whole traceback"}
+
+
+RANK_PREFIX_RE = re.compile(rb"^\[(?:rank(\d+)|[A-Za-z_]*?(\d+))\]:")
+"""torchrun's per-line prefix: ``[rank3]:`` (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, which torchdeck
+sets for user code on clusters) or ``[default1]:`` (its own --tee prefix: the local rank)."""
+
+
+class RankedText:
+    """The lines of a run's pod logs, where every rank's output shares a stream: each line's
+    rank from its prefix (else the node's first rank), and the metric records it brings, each
+    rank's lines read in order by its own ``TextMetrics`` (a rank's first line brings its start)."""
+
+    def __init__(self, nproc_per_node: int, world_size: int = 0, pattern: str | None = None, program: str = ""):
+        self.nproc, self.world_size, self.pattern = max(1, nproc_per_node), world_size, pattern
+        self.program = program
+        self.ranks: dict[int, TextMetrics] = {}
+        self.tracebacks: set[int] = set()
+        """Ranks whose output is inside a Python traceback (its last line is the error)."""
+
+    def read(self, node: int, raw: bytes, now: float | None = None) -> tuple[int, bytes, list[dict[str, Any]]]:
+        """(rank, the line without its prefix, its records); node -1 (mpirun's launcher, or
+        torchdeck's own notes) gives rank -1 unless the line says its rank."""
+        rank = node * self.nproc if node >= 0 else -1
+        m = RANK_PREFIX_RE.match(raw)
+        if m:
+            raw = raw[m.end() :]
+            if m.group(1) is not None:
+                rank = int(m.group(1))
+            elif node >= 0:
+                rank = node * self.nproc + int(m.group(2))
+        if rank < 0:
+            return rank, raw, []
+        records = []
+        parser = self.ranks.get(rank)
+        if parser is None:
+            parser = self.ranks[rank] = TextMetrics(rank, self.world_size, self.pattern)
+            start = {"schema": 1, "event": "start", "rank": rank, "world_size": self.world_size,
+                     "model": self.program, "time": time.time() if now is None else now}  # fmt: skip
+            records.append(start)
+        text = raw.decode(errors="replace")
+        if rank in self.tracebacks and (error := exception_of(text)) is not None:
+            self.tracebacks.discard(rank)
+            epoch = int(parser.epoch) if parser.epoch is not None else None
+            when = time.time() if now is None else now
+            records.append({"schema": 1, "event": "error", "rank": rank, "time": when, "step": parser.step,
+                            "epoch": epoch, **error})  # fmt: skip
+            return rank, raw, records
+        if text.startswith("Traceback (most recent call last)"):
+            self.tracebacks.add(rank)
+        record = parser.feed(text, now)
+        if record is not None:
+            records.append(record)
+        return rank, raw, records

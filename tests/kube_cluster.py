@@ -406,3 +406,11 @@ def start_cluster(tmp_path: Path, context: str = "kmock") -> tuple[RunningCluste
 def stop_cluster(cluster: RunningCluster, thread: threading.Thread) -> None:
     cluster.loop.call_soon_threadsafe(cluster._stop.set)
     thread.join(10)
+
+
+def running_cluster(tmp_path: Path, *namespaces: str):
+    """A pytest fixture's body: the emulator running (with these namespaces) until the test ends."""
+    running, thread = start_cluster(tmp_path)
+    running.emulator.namespaces.update(namespaces)
+    yield running
+    stop_cluster(running, thread)

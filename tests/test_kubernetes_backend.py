@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from kube_cluster import start_cluster, stop_cluster
+from kube_cluster import running_cluster, start_cluster, stop_cluster
 
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, RunNotFound
@@ -32,10 +32,7 @@ IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/torchdeck-trainer:v3"
 
 @pytest.fixture
 def cluster(tmp_path):
-    running, thread = start_cluster(tmp_path)
-    running.emulator.namespaces.add(NS)
-    yield running
-    stop_cluster(running, thread)
+    yield from running_cluster(tmp_path, NS)
 
 
 @pytest.fixture

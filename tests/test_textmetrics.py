@@ -88,3 +88,25 @@ def test_a_long_line_is_looked_at_only_so_far():
     parser = TextMetrics(rank=0)
     assert parser.feed("x" * 5000 + " loss 1.0") is None
     assert parser.feed("loss 1.0 " + "x" * 5000)["loss"] == 1.0
+
+
+def test_pod_log_lines_say_their_rank_by_torchruns_prefix():
+    from torchdeck.backends.textmetrics import RankedText
+
+    reader = RankedText(nproc_per_node=2, world_size=4, program="train.py")
+    rank, text, records = reader.read(1, b"[rank3]:step 4/9 loss: 0.5", now=1.0)
+    assert (rank, text) == (3, b"step 4/9 loss: 0.5")
+    assert [r["event"] for r in records] == ["start", "step"] and records[0]["model"] == "train.py"
+    assert records[1]["loss"] == 0.5 and records[1]["rank"] == 3 and records[1]["total_steps"] == 9
+    rank, text, records = reader.read(1, b"[default0]:loss=0.7", now=2.0)  # torchrun's own --tee prefix
+    assert rank == 2 and [r["step"] for r in records if r["event"] == "step"] == [1]
+    assert reader.read(0, b"no prefix, no metrics")[:2] == (0, b"no prefix, no metrics")
+    assert reader.read(-1, b"mpirun: launcher line") == (-1, b"mpirun: launcher line", [])
+    assert reader.read(-1, b"[rank1]:loss 2.0")[0] == 1  # mpirun's output says the rank
+    reader.read(1, b"[rank3]:Traceback (most recent call last):")
+    reader.read(1, b'[rank3]:  File "train.py", line 1')
+    _, _, records = reader.read(1, b"[rank3]:RuntimeError: boom")
+    assert records == [
+        {"schema": 1, "event": "error", "rank": 3, "time": records[0]["time"], "step": 4, "epoch": None,
+         "message": "RuntimeError: boom", "hint": "the rank's log has the whole traceback"}
+    ]  # fmt: skip

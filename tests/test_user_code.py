@@ -105,10 +105,16 @@ def test_built_in_only_commands_say_so_for_user_code(user_run, tmp_path):
             "the model test is for the built-in CIFAR-10 trainer; this spec runs train.py",
         ),
         (["data", "prepare", "train.py"], "data prepare is for the built-in CIFAR-10 trainer"),
-        (["render", "train.py", "--image", "repo/x:1"], "runs your own code (train.py) on the local backend only"),
     ):
         done = run_cli(argv, env, code)
         assert done.returncode == 2 and words in done.stderr, done.stderr
+    # the same script renders for a cluster: its folder travels in a ConfigMap (tests/test_user_code_cluster.py)
+    done = run_cli(["render", "train.py", "--image", "repo/x:1", "--", "--lr", "0.1"], env, code)
+    assert done.returncode == 0, done.stderr
+    objects = list(yaml.safe_load_all(done.stdout))
+    assert [o["kind"] for o in objects] == ["ConfigMap", "PyTorchJob"]
+    master = objects[1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert master["args"][-3:] == ["/workspace/code/train.py", "--lr", "0.1"]
 
 
 def test_a_failing_script_says_why_in_one_line_with_a_hint(tmp_path):

@@ -38,6 +38,7 @@ from ..base import (
 from ..errors import BackendError, RunNotFound
 from ..events import describe_record, parse_metric_lines
 from ..spec import JobSpec, spec_from_dict, validate
+from ..textmetrics import RankedText
 from . import crds
 from .client import ApiError, KubeClient, api_path, quantity
 from .diagnosis import Finding, diagnose_pod, job_findings
@@ -53,7 +54,17 @@ from .jobs import (
     walk_volumes,
     world_size,
 )
-from .manifests import KIND_INFO, RUN_LABEL, Rendered, pod_selector, render, render_task
+from .manifests import (
+    CODE_LABEL,
+    KIND_INFO,
+    PATTERN_ANNOTATION,
+    PROGRAM_ANNOTATION,
+    RUN_LABEL,
+    Rendered,
+    pod_selector,
+    render,
+    render_task,
+)
 from .preflight import preflight
 from .streams import PodLogFollower, has_started, node_rank
 
@@ -75,8 +86,15 @@ class KubernetesBackend(KubeClient, Backend):
         context: str | None = None,
         namespace: str | None = None,
         ledger_dir: str | Path | None = None,
+        code_bucket: str | None = None,
     ):
         super().__init__(kubeconfig, context)
+        self.code_bucket = code_bucket
+        """Where a code bundle too large for a ConfigMap goes when the spec says nothing (eks: the
+        cluster's model bucket)."""
+        self.sent: builtins.list[str] = []
+        """What the last submit sent of the user's code: the ConfigMap or S3 object it made (empty:
+        the cluster had the bundle already, or the job runs the built-in trainer)."""
         self.ledger_dir = Path(ledger_dir) if ledger_dir else None
         """Where the ledger is: jobs submitted are recorded there (None: not recorded)."""
         self.namespace = namespace
@@ -97,7 +115,7 @@ class KubernetesBackend(KubeClient, Backend):
 
     def render(self, spec: JobSpec) -> str:
         """The manifests, and what the preflight finds on the cluster (as comments), for --dry-run."""
-        spec = validate(spec)
+        spec = self.with_code_bucket(validate(spec))
         try:
             target = self.served_target(spec.cluster.kind)
         except BackendError:  # unreachable, or serves no version we render: the preflight below says which
@@ -135,10 +153,19 @@ class KubernetesBackend(KubeClient, Backend):
         definition = self.crd(kind)
         return crds.for_cluster(kind, definition) if definition else crds.latest(kind)
 
+    def with_code_bucket(self, spec: JobSpec) -> JobSpec:
+        """The spec with this backend's bucket for large code bundles, where it names none."""
+        if spec.builtin or spec.cluster.code_bucket or not self.code_bucket:
+            return spec
+        return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, code_bucket=self.code_bucket))
+
     def submit(self, spec: JobSpec) -> str:
-        spec = validate(spec)
+        spec = self.with_code_bucket(validate(spec))
         run_id = run_id_for(spec.name)
         rendered = render(spec, run_id, target=self.served_target(spec.cluster.kind))
+        self.sent = []
+        if rendered.bundle is not None and rendered.bundle_url:
+            self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
         self._apply(spec, rendered, spec)
         self._kinds[run_id] = (rendered.kind, spec.namespace)
         self._selectors[run_id] = pod_selector(rendered.main)
@@ -151,8 +178,34 @@ class KubernetesBackend(KubeClient, Backend):
             more = f" (and {len(problems) - 1} more: torchdeck train --dry-run lists them)" if len(problems) > 1 else ""
             raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
         for obj in rendered.objects:
+            path = api_path(api_of(obj["kind"]), spec.namespace, obj["metadata"]["name"])
+            if obj["kind"] == "ConfigMap" and CODE_LABEL in obj["metadata"]["labels"]:
+                try:  # named by its digest: where it is, this code was sent before
+                    self.request("GET", path)
+                    continue
+                except ApiError as exc:
+                    if exc.status != 404:
+                        raise
+                self.sent.append(f"configmap {spec.namespace}/{obj['metadata']['name']}")
             self.request("POST", api_path(api_of(obj["kind"]), spec.namespace), body=obj)
-            self._note(api_path(api_of(obj["kind"]), spec.namespace, obj["metadata"]["name"]))
+            self._note(path)
+
+    def _upload_bundle(self, data: bytes, url: str) -> None:
+        """Put a code bundle where its URL says, unless it is there already (its key is its digest)."""
+        from ..eks.session import AwsError, AwsSession
+
+        bucket, _, key = url[len("s3://") :].partition("/")
+        aws = AwsSession(None)
+        try:
+            if aws.find("s3", "head_object", Bucket=bucket, Key=key) is not None:
+                return
+            aws.call("s3", "put_object", Bucket=bucket, Key=key, Body=data, ServerSideEncryption="AES256")
+        except AwsError as exc:
+            raise BackendError(
+                f"cannot send the code bundle to {url}: {exc}",
+                "check cluster.code_bucket and that your AWS identity may write there",
+            ) from None
+        self.sent.append(url)
 
     # -- the ledger -------------------------------------------------------------------
 
@@ -271,10 +324,12 @@ class KubernetesBackend(KubeClient, Backend):
         ns = obj["metadata"].get("namespace") or self.namespace or "default"
         pods = self.pods(obj["metadata"]["name"], ns)
         status = self._status_of(key, obj, pods)
-        self._progress(status, ns, pods)
+        self._progress(status, ns, pods, obj)
         return status
 
-    def _progress(self, status: JobStatus, namespace: str, pods: list[dict[str, Any]]) -> None:
+    def _progress(
+        self, status: JobStatus, namespace: str, pods: list[dict[str, Any]], obj: dict[str, Any] | None = None
+    ) -> None:
         """Epoch, step, loss and accuracy from the tail of node 0's log (one small request)."""
         started = [p for p in pods if has_started(p)]
         first = sorted(started, key=lambda p: max(0, node_rank(p, started)))[:1]
@@ -290,12 +345,23 @@ class KubernetesBackend(KubeClient, Backend):
             ).data
         except BackendError:
             return
-        for event in parse_metric_lines(tail.splitlines()):
+        obj_reader = self.text_reader(obj) if obj is not None else None
+        if obj_reader is not None:
+            node = max(0, node_rank(first[0], started))
+            found = [x for line in tail.splitlines() for x in obj_reader.read(node, line)[2]]
+            events = [MetricEvent(x["event"], int(x["rank"]), 0.0, x) for x in found if x.get("rank") == 0]
+        else:
+            events = parse_metric_lines(tail.splitlines())
+        for event in events:
             r = event.record
             if event.event == "start":
                 status.epochs, status.total_steps = r.get("epochs") or status.epochs, r.get("total_steps")
             elif event.event == "step":
                 status.step, status.epoch, status.loss = r.get("step") or 0, r.get("epoch") or 0, r.get("loss")
+                status.total_steps = r.get("total_steps") or status.total_steps  # a text line's "step 3/20"
+                status.epochs = r.get("epochs") or status.epochs
+            elif event.event == "error" and (not status.reason or status.state is JobState.FAILED):
+                status.reason, status.hint = f"rank 0: {r.get('message')}", r.get("hint") or status.hint
             elif event.event in ("eval", "done") and r.get("accuracy") is not None:
                 status.accuracy = r["accuracy"]
 
@@ -522,12 +588,23 @@ class KubernetesBackend(KubeClient, Backend):
         return obj["metadata"]["name"], obj["metadata"].get("namespace", "default"), obj
 
     def _log_lines(
-        self, batch: builtins.list[tuple[int, int, bytes]], nproc: int, rank: int | None = None
+        self,
+        batch: builtins.list[tuple[int, int, bytes]],
+        nproc: int,
+        rank: int | None = None,
+        reader: RankedText | None = None,
     ) -> tuple[builtins.list[MetricEvent], builtins.list[LogLine]]:
-        """Raw pod-log lines as metric events and as log lines (metric lines in words)."""
+        """Raw pod-log lines as metric events and as log lines (metric lines in words). With a
+        ``reader`` (a run of the user's code) each line says its rank and text lines are read too."""
         events: builtins.list[MetricEvent] = []
         lines: list[LogLine] = []
         for node, attempt, raw in batch:
+            if reader is not None:
+                r, raw, records = reader.read(node, raw)
+                events += [MetricEvent(x["event"], r, float(x.get("time") or 0.0), x) for x in records]
+                if rank is None or r == rank:
+                    lines.append(LogLine(r, raw.decode(errors="replace"), attempt))
+                continue
             parsed = parse_metric_lines([raw]) if raw[:1] == b"{" else ()
             if parsed:
                 events.append(parsed[0])
@@ -538,6 +615,19 @@ class KubernetesBackend(KubeClient, Backend):
                 )
         return events, lines
 
+    @staticmethod
+    def text_reader(obj: dict[str, Any]) -> RankedText | None:
+        """For a run of the user's code (its job says what it runs), the reader of its text lines."""
+        notes = (obj.get("metadata") or {}).get("annotations") or {}
+        if PROGRAM_ANNOTATION not in notes:
+            return None
+        return RankedText(
+            nproc_per_node(obj),
+            world_size(str(obj.get("kind", "")).lower(), obj),
+            notes.get(PATTERN_ANNOTATION),
+            notes[PROGRAM_ANNOTATION],
+        )
+
     def logs(
         self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
     ) -> Iterator[builtins.list[LogLine]]:
@@ -545,10 +635,11 @@ class KubernetesBackend(KubeClient, Backend):
         nproc = nproc_per_node(obj)
         follower = PodLogFollower(self, name, ns, follow=follow)
         follower.start()
+        reader = self.text_reader(obj)
         try:
             while True:
                 batch, done = follower.take(poll_s)
-                lines = self._log_lines(batch, nproc, rank)[1]
+                lines = self._log_lines(batch, nproc, rank, reader)[1]
                 if lines or follow:
                     yield lines
                 if done:
@@ -564,11 +655,12 @@ class KubernetesBackend(KubeClient, Backend):
         nproc = nproc_per_node(obj)
         follower = PodLogFollower(self, name, ns, follow=True)
         follower.start()
+        reader = self.text_reader(obj)
         try:
             while True:
                 batch, done = await asyncio.to_thread(follower.take, 0.1)
                 if batch:
-                    yield self._log_lines(batch, nproc)
+                    yield self._log_lines(batch, nproc, None, reader)
                 if done:
                     return
         finally:
@@ -577,13 +669,19 @@ class KubernetesBackend(KubeClient, Backend):
     async def metrics(
         self, run_id: str, follow: bool = True, poll_s: float = 0.1
     ) -> AsyncIterator[builtins.list[MetricEvent]]:
-        name, ns, _ = await asyncio.to_thread(self._namespace_of, run_id)
+        name, ns, obj = await asyncio.to_thread(self._namespace_of, run_id)
         follower = PodLogFollower(self, name, ns, follow=follow)
         follower.start()
+        reader = self.text_reader(obj)
+        nproc = nproc_per_node(obj)
         try:
             while True:
                 batch, done = await asyncio.to_thread(follower.take, poll_s)
-                events = parse_metric_lines([raw for _, _, raw in batch])
+                events = (
+                    self._log_lines(batch, nproc, None, reader)[0]
+                    if reader
+                    else parse_metric_lines([raw for _, _, raw in batch])
+                )
                 if events:
                     yield events
                 if done:

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from .. import bundle as code_bundle
 from ..errors import SpecError
 from ..spec import DNS_1035_RE, KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
 from . import crds
@@ -27,6 +28,19 @@ RUN_LABEL = "torchdeck.dev/run"
 JOB_LABEL = "torchdeck.dev/job"
 RDZV_PORT = 29400
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+AWS_CLI_IMAGE = (
+    "public.ecr.aws/aws-cli/aws-cli:2.27.26@sha256:ce3aee116adc8e9ba7ad27295102eb1c9c91525fbad18f45ee7a9bfd01cfec73"
+)
+"""Fetches a code bundle from S3 in an init container, with the pod's service account (IRSA)."""
+PROGRAM_ANNOTATION = "torchdeck.dev/program"
+"""On the job object of a run of the user's own code: what its ranks run (the reader parses their text)."""
+PATTERN_ANNOTATION = "torchdeck.dev/metrics-pattern"
+CODE_LABEL = "torchdeck.dev/code"
+RANK_PREFIX = "[rank${rank}]:"
+"""torchrun's per-line prefix for the user's code (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, with
+--tee): every line in a pod's log (and mpirun's) says which rank wrote it."""
+INIT_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
+RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
 MAX_NAME = 52
 """Run ids become object names; operators append "-worker-NN" and the like
 to name pods, and a pod's hostname is at most 63 characters."""
@@ -120,6 +134,10 @@ class Rendered:
     warnings: list[str] = field(default_factory=list)
     target: crds.Target | None = None
     """The operator release the custom kind was rendered for (None: a built-in kind)."""
+    bundle: code_bundle.Bundle | None = None
+    """The user's code folder, packed, where the pods get it as a bundle."""
+    bundle_url: str | None = None
+    """s3://... where the bundle travels through the bucket (None: in its ConfigMap, among the objects)."""
 
     @property
     def main(self) -> dict[str, Any]:
@@ -163,6 +181,136 @@ def _check_name(run_id: str) -> None:
         )
 
 
+def code_dir(spec: JobSpec) -> str:
+    """Where the user's code is in the pods: the image's folder, or where the bundle is unpacked."""
+    return spec.entrypoint.in_image or code_bundle.CODE_DIR
+
+
+def program(spec: JobSpec, checkpoint_dir: str) -> list[str]:
+    """What torchrun runs on every rank, with its arguments: the built-in trainer, or the user's
+    script (by its path in the pods) or module."""
+    e = spec.entrypoint
+    if spec.builtin:
+        return ["-m", "torchdeck.trainer", *trainer_arguments(spec, spec.cluster.data_dir, checkpoint_dir)]
+    if e.module:
+        return ["-m", e.module, *e.args]
+    return [f"{code_dir(spec)}/{e.script}", *e.args]
+
+
+def user_env(spec: JobSpec) -> list[dict[str, str]]:
+    """The user's code imports from its folder (and the requirements installed beside it), and
+    torchrun prefixes every line with its rank."""
+    path = code_dir(spec)
+    if spec.entrypoint.requirements and not spec.entrypoint.in_image:
+        path += ":" + code_bundle.DEPS_DIR
+    return [
+        {"name": "PYTHONPATH", "value": path},
+        {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_PREFIX},
+    ]
+
+
+def bundle_configmap(spec: JobSpec, packed: code_bundle.Bundle) -> dict[str, Any]:
+    """The ConfigMap that carries a small bundle: named by its digest and immutable, so runs of the
+    same code share it and it is sent once."""
+    import base64
+
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": packed.configmap,
+            "namespace": spec.namespace,
+            "labels": {
+                "app.kubernetes.io/name": "torchdeck",
+                "app.kubernetes.io/managed-by": "torchdeck",
+                CODE_LABEL: packed.sha256[:63],
+            },
+        },
+        "immutable": True,
+        "binaryData": {code_bundle.BUNDLE_FILE: base64.b64encode(packed.data).decode()},
+    }
+
+
+def _init_container(name: str, image: str, command: list[str], mounts: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "command": command,
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "resources": INIT_RESOURCES,
+        "securityContext": RESTRICTED,
+        "volumeMounts": mounts,
+    }
+
+
+def add_bundle(ctx: dict[str, Any], spec: JobSpec, kind: str, packed: code_bundle.Bundle, url: str | None) -> None:
+    """The pods get the bundle: its ConfigMap (or, from ``url``, an S3 fetch) in a volume, an init
+    container that checks and unpacks it into the working directory (and installs the
+    requirements beside it). A TrainJob's pods take no init container of ours (its CRD keeps only
+    env and volumes of one), so there the trainer's own command unpacks it first."""
+    e = spec.entrypoint
+    src = f"{code_bundle.BUNDLE_DIR}/{code_bundle.BUNDLE_FILE}"
+    code_mount = {"name": "code", "mountPath": code_bundle.CODE_ROOT}
+    bundle_mount = {"name": "code-bundle", "mountPath": code_bundle.BUNDLE_DIR}
+    scratch = {"name": "scratch", "mountPath": "/tmp"}
+    ctx["volumes"] = ctx["volumes"] + [
+        {"name": "code", "emptyDir": {}},
+        {"name": "code-bundle", "emptyDir": {}}
+        if url
+        else {
+            "name": "code-bundle",
+            "configMap": {
+                "name": packed.configmap,
+                "items": [{"key": code_bundle.BUNDLE_FILE, "path": code_bundle.BUNDLE_FILE}],
+            },
+        },
+    ]
+    ctx["volume_mounts"] = ctx["volume_mounts"] + [code_mount, bundle_mount]
+    unpack = ["python", "-c", code_bundle.UNPACK, src, packed.sha256, code_bundle.CODE_DIR]
+    install = (
+        ["python", "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--target",
+         code_bundle.DEPS_DIR, "-r", f"{code_bundle.CODE_DIR}/{e.requirements}"]
+        if e.requirements
+        else []
+    )  # fmt: skip
+    if kind == "trainjob":
+        if url:
+            raise SpecError(
+                "entrypoint.code",
+                f"the code bundle is {len(packed.data) / 1024:.0f} KiB, over the {code_bundle.CONFIGMAP_LIMIT // 1024} "
+                "KiB a ConfigMap carries, and a TrainJob's pods cannot fetch it from S3 (its CRD takes no "
+                "init container)",
+                "use --kind pytorchjob, leave files out with .dockerignore, or bake the code in: torchdeck image "
+                "build --code DIR",
+            )
+        steps = [unpack] + ([install] if install else [])
+        script = " && ".join(" ".join(_quote(a) for a in step) for step in steps)
+        ctx["command"] = ["sh", "-c", f'{script} && cd {code_bundle.CODE_DIR} && exec "$@"', "torchdeck-code"]
+        ctx["command"] += ctx.pop("trainjob_command")
+        return
+    mounts = [code_mount, bundle_mount, scratch]
+    init = []
+    if url:
+        init.append(
+            _init_container(
+                "fetch-code",
+                AWS_CLI_IMAGE,
+                ["aws", "s3", "cp", "--only-show-errors", url, src],
+                [bundle_mount, scratch],
+            )
+        )
+    init.append(_init_container("unpack-code", spec.image or "", unpack, mounts))
+    if install:
+        init.append(_init_container("install-requirements", spec.image or "", install, mounts))
+    ctx["init_containers"] = init
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
 def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
     """Everything the templates need, worked out once."""
     c = spec.cluster
@@ -174,7 +322,7 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
         JOB_LABEL: spec.name,
     }
     checkpoint_dir = c.checkpoint_dir or f"{c.mount_path.rstrip('/')}/runs/{spec.name}"
-    trainer = ["-m", "torchdeck.trainer", *trainer_arguments(spec, c.data_dir, checkpoint_dir)]
+    trainer = program(spec, checkpoint_dir)
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if r.cpu:
@@ -205,6 +353,9 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
         [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}] if r.gpus and c.gpu_toleration else []
     )
     torchrun = ["--nproc-per-node", str(spec.nproc_per_node), "--max-restarts", str(spec.max_restarts)]
+    if not spec.builtin:  # every line of the user's code says its rank (the reader parses text)
+        torchrun += ["--tee", "3"]
+        env += user_env(spec)
     elastic = c.min_nodes is not None
     ctx: dict[str, Any] = dict(
         name=run_id,
@@ -237,7 +388,15 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
         command=["python", "-m", "torch.distributed.run"],
         args=torchrun + trainer,
         container="trainer",
+        annotations={},
+        init_containers=[],
+        working_dir=None,
     )
+    if not spec.builtin:
+        ctx["annotations"] = {PROGRAM_ANNOTATION: spec.program}
+        if spec.metrics.pattern:
+            ctx["annotations"][PATTERN_ANNOTATION] = spec.metrics.pattern
+        ctx["working_dir"] = code_dir(spec)
     if kind == "pytorchjob":
         ctx["container"] = "pytorch"  # the operator finds its container by this name
         ctx["replica_roles"] = (
@@ -248,6 +407,8 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
     elif kind == "trainjob":
         ctx["args"] = trainer  # the runtime's torch policy sets torchrun's node and process counts
         ctx["command"] = ["python", "-m", "torch.distributed.run", "--max-restarts", str(spec.max_restarts)]
+        ctx["command"] += [] if spec.builtin else ["--tee", "3"]
+        ctx["trainjob_command"] = ctx["command"]
     elif kind == "mpijob":
         endpoint = f"{run_id}-worker-0.{run_id}.{spec.namespace}.svc:{RDZV_PORT}"
         launch = [
@@ -257,6 +418,11 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
             "ppr:1:node",
             "--bind-to",
             "none",
+            *(
+                []
+                if spec.builtin
+                else ["-wdir", code_dir(spec), *[x for e in user_env(spec) for x in ("-x", e["name"])]]
+            ),
             "python",
             "-m",
             "torch.distributed.run",
@@ -274,8 +440,8 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
         launcher_resources = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
         rdzv_ports = [{"name": "rdzv", "containerPort": RDZV_PORT}]
         ctx["mpi_roles"] = [
-            ("Launcher", 1, "launcher", ["mpirun"], launch, launcher_resources, []),
-            ("Worker", spec.nodes, "worker", ["/usr/sbin/sshd", "-De"], [], resources_, rdzv_ports),
+            ("Launcher", 1, "launcher", ["mpirun"], launch, launcher_resources, [], False),
+            ("Worker", spec.nodes, "worker", ["/usr/sbin/sshd", "-De"], [], resources_, rdzv_ports, True),
         ]
         ctx["ssh_auth_mount_path"] = MPI_SSH_DIR
     elif kind == "job":
@@ -298,20 +464,21 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
     return ctx
 
 
-def render(spec: JobSpec, run_id: str, kind: str | None = None, target: crds.Target | None = None) -> Rendered:
+def render(
+    spec: JobSpec,
+    run_id: str,
+    kind: str | None = None,
+    target: crds.Target | None = None,
+    packed: code_bundle.Bundle | None = None,
+) -> Rendered:
     """The manifests that run ``spec`` as ``run_id`` (its object name), for ``target`` (the
-    operator release the cluster runs: ``crds.for_cluster``), by default the newest supported."""
+    operator release the cluster runs: ``crds.for_cluster``), by default the newest supported.
+    The user's code goes as a bundle (``packed``, else packed from entrypoint.code now): in a
+    ConfigMap among the objects, or through cluster.code_bucket where it is too large for one."""
     spec = validate(spec)
     kind = _check_kind(kind or spec.cluster.kind)
     target = target or crds.latest(kind)
     _check_name(run_id)
-    if not spec.builtin:
-        raise SpecError(
-            "entrypoint",
-            f"this version runs your own code ({spec.program}) on the local backend only",
-            "run it with --backend local; on a cluster, bake it into an image that runs it as the training "
-            "program for now",
-        )
     if not spec.image:
         raise SpecError(
             "image",
@@ -321,8 +488,19 @@ def render(spec: JobSpec, run_id: str, kind: str | None = None, target: crds.Tar
     check_kind_fields(spec, kind)
     ctx = context(spec, run_id, kind)
     ctx["pod_overrides"] = target.pod_overrides if target else ""
+    url = None
+    if not spec.builtin and not spec.entrypoint.in_image:
+        packed = packed or code_bundle.pack(spec.entrypoint.code)
+        if not packed.fits_configmap:
+            url = bundle_url(spec, packed)
+        add_bundle(ctx, spec, kind, packed, url)
+    else:
+        packed = None
+    ctx.pop("trainjob_command", None)
     text = template_environment().get_template(f"{kind}.yaml.j2").render(**ctx)
     objects = [o for o in yaml.safe_load_all(text) if o]
+    if packed is not None and url is None:
+        objects.insert(0, bundle_configmap(spec, packed))
     info = KIND_INFO[kind]
     warnings = [info.warning] if info.warning else []
     if target and target.pod_overrides == "podSpecOverrides":
@@ -332,7 +510,24 @@ def render(spec: JobSpec, run_id: str, kind: str | None = None, target: crds.Tar
         )
     if not spec.cluster.pvc:
         warnings.append("no cluster.pvc: the data and the checkpoints live in each pod's own folder and go with it")
-    return Rendered(kind, run_id, spec.namespace, objects, warnings, target)
+    if url:
+        warnings.append(f"the code bundle goes to {url}: torchdeck train uploads it (kubectl apply alone does not)")
+    return Rendered(kind, run_id, spec.namespace, objects, warnings, target, packed, url)
+
+
+def bundle_url(spec: JobSpec, packed: code_bundle.Bundle) -> str:
+    """Where a bundle too large for a ConfigMap goes: under cluster.code_bucket."""
+    bucket = spec.cluster.code_bucket
+    if not bucket:
+        raise SpecError(
+            "cluster.code_bucket",
+            f"the code bundle of {packed.source} is {len(packed.data) / 1024:.0f} KiB compressed, over the "
+            f"{code_bundle.CONFIGMAP_LIMIT // 1024} KiB a ConfigMap carries, and no bucket is set for it",
+            "set cluster.code_bucket: s3://BUCKET/PREFIX (the pods' service account must read it), leave files "
+            "out with .dockerignore, or bake the code in: torchdeck image build --code DIR",
+        )
+    name, _, prefix = bucket[len("s3://") :].partition("/")
+    return f"s3://{name}/{packed.key(prefix.rstrip('/') + '/code' if prefix else 'torchdeck/code')}"
 
 
 TASKS = ("data-prep", "model-test", "model-copy")

@@ -1,0 +1,246 @@
+"""The user's own code on a cluster, without an image build: the code folder
+as a content-addressed bundle (a ConfigMap, or S3 on moto's server when it is
+too large for one), the pods of every kind unpacking it into their working
+directory (rendered manifests, checked against the operators' own CRDs), and
+the ranks' text lines read back from the pod logs on kmock as live metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+
+import boto3
+import pytest
+from kube_cluster import running_cluster
+from test_kubernetes_backend import NS, install, make_pod, make_spec
+
+from torchdeck.backends import bundle
+from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.kubernetes.client import api_path
+from torchdeck.backends.kubernetes.manifests import AWS_CLI_IMAGE, PROGRAM_ANNOTATION, render
+from torchdeck.backends.kubernetes.validation import validate_manifests
+from torchdeck.backends.spec import KINDS
+from torchdeck.cli.main import main
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    yield from running_cluster(tmp_path, NS)
+
+
+@pytest.fixture
+def backend(cluster):
+    return KubernetesBackend(cluster.kubeconfig)
+
+
+TRAIN = "import os\nprint(f\"step {os.environ.get('RANK')}/10 loss: 1.5\")\n"
+
+
+def code_folder(tmp_path, **extra: str | bytes):
+    folder = tmp_path / "code"
+    (folder / "pkg").mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text(TRAIN)
+    (folder / "pkg" / "__init__.py").write_text("")
+    (folder / "requirements.txt").write_text("tqdm\n")
+    (folder / ".gitignore").write_text("data/\n*.ckpt\n")
+    (folder / "data").mkdir(exist_ok=True)
+    (folder / "data" / "big.bin").write_bytes(b"x" * 4096)
+    (folder / "last.ckpt").write_bytes(b"x")
+    for name, content in extra.items():
+        path = folder / name
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    return folder
+
+
+def user_spec(folder, **changes):
+    entry = {"script": "train.py", "args": ["--lr", "0.1"], "code": str(folder), "requirements": "requirements.txt"}
+    return make_spec(entrypoint={**entry, **changes.pop("entrypoint", {})}, **changes)
+
+
+def init_containers(obj):
+    """Each pod template's (role, init container names, working dir) in a rendered job."""
+    spec = obj["spec"]
+    for key in ("pytorchReplicaSpecs", "mpiReplicaSpecs", "replicaSpecs"):
+        if key in spec:
+            return [
+                (role, [c["name"] for c in r["template"]["spec"].get("initContainers", [])],
+                 r["template"]["spec"]["containers"][0].get("workingDir"))
+                for role, r in spec[key].items()
+            ]  # fmt: skip
+    pod = spec["template"]["spec"]
+    return [("Job", [c["name"] for c in pod.get("initContainers", [])], pod["containers"][0].get("workingDir"))]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kinds_pods_unpack_the_bundle_into_their_working_directory(tmp_path, kind):
+    folder = code_folder(tmp_path)
+    spec = user_spec(folder, cluster={"kind": kind}, metrics={"pattern": r"L=(?P<loss>[\d.]+)"})
+    rendered = render(spec, "mine-1", kind)
+    configmap, job = rendered.objects[0], rendered.main
+    packed = rendered.bundle
+    assert packed is not None and configmap["kind"] == "ConfigMap" and configmap["immutable"] is True
+    assert configmap["metadata"]["name"] == packed.configmap and packed.sha256[:20] in packed.configmap
+    names = tarfile.open(fileobj=io.BytesIO(base64.b64decode(configmap["binaryData"]["code.tar.gz"]))).getnames()
+    assert names == [".gitignore", "pkg/__init__.py", "requirements.txt", "train.py"]  # data/ and *.ckpt left out
+    assert job["metadata"]["annotations"][PROGRAM_ANNOTATION] == "train.py"
+    assert validate_manifests(rendered).problems == []
+    text = rendered.to_yaml()
+    assert "/workspace/code/train.py" in text and "[rank${rank}]:" in text and "--tee" in text
+    if kind == "trainjob":  # its CRD keeps no init container of ours: the trainer's command unpacks first
+        command = job["spec"]["trainer"]["command"]
+        assert command[:2] == ["sh", "-c"] and "cd /workspace/code && exec" in command[2]
+        assert packed.sha256 in command[2] and "pip install" in command[2]
+        mounts = str(job["spec"]["runtimePatches"])
+        assert "code-bundle" in mounts and packed.configmap in mounts
+        return
+    expected = ["unpack-code", "install-requirements"]
+    for role, inits, workdir in init_containers(job):
+        if role == "Launcher":  # mpirun's pod runs no rank
+            assert inits == [] and workdir is None
+            continue
+        assert inits == expected and workdir == "/workspace/code", role
+    if kind == "mpijob":
+        launch = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"]
+        assert launch[launch.index("-wdir") + 1] == "/workspace/code" and "PYTHONPATH" in launch
+
+
+def test_the_init_containers_command_unpacks_and_refuses_a_changed_bundle(tmp_path):
+    """The very command the pods run (``python -c``, standard library only), on this machine."""
+    folder = code_folder(tmp_path)
+    rendered = render(user_spec(folder), "mine-1", "pytorchjob")
+    pod = rendered.main["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    unpack = next(c for c in pod["initContainers"] if c["name"] == "unpack-code")["command"]
+    archive = tmp_path / "code.tar.gz"
+    archive.write_bytes(rendered.bundle.data)
+    dest = tmp_path / "workspace" / "code"
+    done = subprocess.run([sys.executable, *unpack[1:3], str(archive), unpack[4], str(dest)], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert (dest / "train.py").read_text() == TRAIN and not (dest / "data").exists()
+    archive.write_bytes(rendered.bundle.data + b"tampered")
+    done = subprocess.run(
+        [sys.executable, *unpack[1:3], str(archive), unpack[4], str(tmp_path / "x")], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and "changed on the way" in done.stderr
+
+
+def test_an_unchanged_folder_is_sent_once_and_an_edit_sends_only_the_new_bundle(cluster, backend, tmp_path):
+    install(backend)
+    folder = code_folder(tmp_path)
+    backend.submit(user_spec(folder))
+    packed = bundle.pack(folder)
+    assert backend.sent == [f"configmap {NS}/{packed.configmap}"]
+    stored = backend.request("GET", api_path("ConfigMap", NS, packed.configmap))
+    assert hashlib.sha256(base64.b64decode(stored["binaryData"]["code.tar.gz"])).hexdigest() == packed.sha256
+    backend.submit(user_spec(folder, name="again"))
+    assert backend.sent == []  # the cluster has this code: nothing is sent
+    (folder / "train.py").write_text(TRAIN + "print('edited')\n")
+    backend.submit(user_spec(folder, name="edited"))
+    edited = bundle.pack(folder)
+    assert edited.sha256 != packed.sha256 and backend.sent == [f"configmap {NS}/{edited.configmap}"]
+
+
+def test_a_bundle_over_the_configmap_limit_goes_through_the_bucket(cluster, backend, tmp_path, aws_env):
+    install(backend)
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="models-demo")
+    folder = code_folder(tmp_path, **{"weights.bin": os.urandom(1_200_000)})  # random: gzip keeps it over 1 MiB
+    with pytest.raises(SpecError, match="cluster.code_bucket: .* over the 700 KiB a ConfigMap carries"):
+        backend.submit(user_spec(folder))
+    eks_like = KubernetesBackend(cluster.kubeconfig, code_bucket="s3://models-demo/team")
+    run_id = eks_like.submit(user_spec(folder))
+    packed = bundle.pack(folder)
+    key = f"team/code/{packed.sha256}.tar.gz"
+    assert eks_like.sent == [f"s3://models-demo/{key}"]
+    assert s3.get_object(Bucket="models-demo", Key=key)["Body"].read() == packed.data
+    job = eks_like.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}")
+    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    fetch = pod["initContainers"][0]
+    assert fetch["name"] == "fetch-code" and fetch["image"] == AWS_CLI_IMAGE
+    assert fetch["command"][-2:] == [f"s3://models-demo/{key}", "/torchdeck-bundle/code.tar.gz"]
+    assert [c["name"] for c in pod["initContainers"]] == ["fetch-code", "unpack-code", "install-requirements"]
+    assert all(
+        o["kind"] != "ConfigMap"
+        for o in render(user_spec(folder, cluster={"code_bucket": "s3://models-demo"}), "x-1").objects
+    )
+    eks_like.submit(user_spec(folder, name="again"))
+    assert eks_like.sent == []  # in the bucket already
+    with pytest.raises(SpecError, match="TrainJob's pods cannot fetch it from S3"):
+        eks_like.submit(user_spec(folder, cluster={"kind": "trainjob"}))
+
+
+def test_an_oversize_code_folder_is_one_line_and_starts_nothing(tmp_path, capsys, monkeypatch):
+    folder = code_folder(tmp_path)
+    with open(folder / "dataset.npy", "wb") as f:
+        f.truncate(bundle.MAX_BUNDLE + 1)  # sparse: nothing is written, and nothing is read
+    code = main(["render", str(folder / "train.py"), "--image", "r/t:1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "over the 64 MiB a code folder may" in err and "dataset.npy" in err and ".dockerignore" in err
+
+
+PREFIXED = [
+    "[rank0]:epoch 1 step 1/20 loss: 2.10",
+    "[rank1]:epoch 1 step 1/20 loss: 2.20",
+    "[rank0]:epoch 1 step 2/20 loss: 1.90",
+    "[rank1]:epoch 1 step 2/20 loss: 2.00",
+    "[rank0]:Traceback (most recent call last):",
+    '[rank0]:  File "/workspace/code/train.py", line 3, in <module>',
+    "[rank0]:ModuleNotFoundError: No module named 'wandb'",
+]
+
+
+def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(cluster, backend, tmp_path):
+    install(backend)
+    run_id = backend.submit(user_spec(code_folder(tmp_path)))
+    em = cluster.emulator
+    worker = [line.replace("[rank0]", "[rank2]").replace("[rank1]", "[rank3]") for line in PREFIXED[:4]]
+    cluster.call(em.script_log, NS, f"{run_id}-master-0", PREFIXED)
+    cluster.call(em.script_log, NS, f"{run_id}-worker-0", worker)
+    make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Running")
+    make_pod(backend, run_id, f"{run_id}-worker-0", "worker", 0, phase="Running")
+    seen: list = []
+
+    async def collect():
+        async for batch in backend.metrics(run_id):
+            seen.extend(batch)
+            if len([e for e in seen if e.event == "step"]) >= 8:
+                return
+
+    asyncio.run(asyncio.wait_for(collect(), 30))
+    steps = {(e.rank, e.record["step"]): e.record["loss"] for e in seen if e.event == "step"}
+    assert steps == {
+        (0, 1): 2.1,
+        (1, 1): 2.2,
+        (0, 2): 1.9,
+        (1, 2): 2.0,
+        (2, 1): 2.1,
+        (3, 1): 2.2,
+        (2, 2): 1.9,
+        (3, 2): 2.0,
+    }
+    assert {e.rank for e in seen if e.event == "start"} == {0, 1, 2, 3}
+    assert all(e.record["total_steps"] == 20 for e in seen if e.event == "step")
+    rank3 = [line for batch in backend.logs(run_id, rank=3) for line in batch]
+    assert [line.text for line in rank3] == ["epoch 1 step 1/20 loss: 2.20", "epoch 1 step 2/20 loss: 2.00"]
+    status = backend.status(run_id)
+    assert (status.step, status.epoch, status.loss, status.total_steps) == (2, 1, 1.9, 20)
+    assert status.reason == "rank 0: ModuleNotFoundError: No module named 'wandb'"
+    assert "requirements.txt" in status.hint
+    errors = [e for e in seen if e.event == "error"]
+    assert [(e.rank, e.record["step"]) for e in errors] == [(0, 2)] and errors[0].record["hint"] == status.hint
+
+
+def test_the_bucket_must_take_the_bundle(cluster, tmp_path, aws_env):
+    backend = KubernetesBackend(cluster.kubeconfig, code_bucket="s3://no-such-bucket-here")
+    install(backend)
+    folder = code_folder(tmp_path, **{"weights.bin": os.urandom(1_200_000)})
+    with pytest.raises(BackendError, match="cannot send the code bundle to s3://no-such-bucket-here/torchdeck/code/"):
+        backend.submit(user_spec(folder))
+    assert backend.list() == []  # nothing was applied
