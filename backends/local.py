@@ -232,6 +232,7 @@ class LocalBackend(Backend):
             run_id, run_dir = self._new_run_dir(spec.name)
             (run_dir / "metrics").mkdir()
             (run_dir / "spec.yaml").write_text(spec.to_yaml())
+            helper = {} if spec.builtin else {"TORCHDECK_USER_PATH": str(report_helper(run_dir))}
             port = free_port()
             now = time.time()
             env = {
@@ -239,6 +240,7 @@ class LocalBackend(Backend):
                 "PYTHONUNBUFFERED": "1",
                 "TORCHDECK_JOB_STARTED_AT": repr(now),
                 "TORCHDECK_RUN_ID": run_id,
+                **helper,
             }
             cmd = self._command(spec, run_dir, port, run_id)
             write_json(
@@ -678,6 +680,18 @@ if module:
     if found is None:
         print(f"no module named {module!r}"); sys.exit(4)
 """
+
+
+def report_helper(run_dir: Path) -> Path:
+    """A folder holding ``torchdeck.report`` alone (the standard-library reporting helper), so a
+    script in an environment without torchdeck can import it, and nothing else of torchdeck's."""
+    import torchdeck
+
+    folder = run_dir / "pylib"
+    (folder / "torchdeck").mkdir(parents=True, exist_ok=True)
+    (folder / "torchdeck" / "__init__.py").write_text(f'__version__ = "{torchdeck.__version__}"\n')
+    shutil.copyfile(Path(torchdeck.__file__).with_name("report.py"), folder / "torchdeck" / "report.py")
+    return folder
 
 
 def check_user_code(spec: JobSpec) -> None:

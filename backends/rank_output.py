@@ -31,7 +31,9 @@ def main(argv: list[str]) -> int:
     metrics_path, pattern, command = argv[0].replace("{rank}", str(rank)), argv[1] or None, argv[3:]
     parser = TextMetrics(rank, world, pattern)
     try:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env()
+        )
     except OSError as exc:
         print(f"torchdeck: cannot start {command[0]}: {exc.strerror or exc}", flush=True)
         return 127
@@ -74,6 +76,16 @@ def main(argv: list[str]) -> int:
         elif code > 0:  # a signal is a stop, not the script's error
             write({**end, "event": "error", **failure(list(last), code)})
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell says
+
+
+def child_env() -> dict[str, str]:
+    """The script's environment: ours, with TORCHDECK_USER_PATH (where ``torchdeck.report`` is, for a
+    script in an environment without torchdeck) after its own PYTHONPATH."""
+    env = dict(os.environ)
+    extra = env.pop("TORCHDECK_USER_PATH", "")
+    if extra:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), extra) if p)
+    return env
 
 
 def start_record(rank: int, world: int, restart: int, program: str) -> dict:

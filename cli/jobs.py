@@ -43,6 +43,8 @@ def dispatch(args: argparse.Namespace) -> int:
             return cmd_init(args)
         if command == "render":
             return cmd_render(args, settings)
+        if command == "import":
+            return cmd_import(args)
         if command == "cluster":
             from .cluster import dispatch_cluster
 
@@ -102,6 +104,28 @@ def cmd_init(args: argparse.Namespace) -> int:
         spec = with_overrides(spec, entry)
     save_spec(spec, path)
     print(f"wrote {path} ({spec.program}); edit it, then `torchdeck train {path}`")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from torchdeck.backends.kubernetes.importing import import_manifest
+
+    path = Path(args.output)
+    if path.exists() and not args.force:
+        return fail(f"{path} exists; pass --force to overwrite it, or -o another path")
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as exc:
+        return fail(f"{args.file}: cannot read it: {exc.strerror}")
+    found = import_manifest(text, "standard input" if args.file == "-" else args.file)
+    save_spec(found.spec, path)
+    e = found.spec.entrypoint
+    where = f" in the image at {e.in_image}" if e.in_image else ""
+    print(f"wrote {path}: {found.spec.program}{where}, {found.spec.nodes} node(s) x {found.spec.nproc_per_node}, "
+          f"kind {found.spec.cluster.kind}")  # fmt: skip
+    for note in found.notes:
+        print(f"  note: {note}")
+    print(f"next: torchdeck render {path} (check it), then torchdeck --backend kubernetes train {path}")
     return 0
 
 

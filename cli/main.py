@@ -17,6 +17,9 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck                        open the console (local backend)
   torchdeck init                   write a job spec, torchdeck.yaml
   torchdeck train --epochs 5       train on this machine, two ranks, with a progress bar
+  torchdeck train train.py -- --lr 0.1
+                                   your own script on every rank (its text is read as metrics)
+  torchdeck import job.yaml        a spec from a PyTorchJob, ElasticJob, MPIJob or Job manifest
   torchdeck jobs                   list the runs
   torchdeck monitor RUN            watch a run in the console
   torchdeck logs RUN --rank 1 -f   follow one rank's output
@@ -108,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.add_argument("--script", metavar="PY", help="a spec that runs this script (arguments for it after --)")
     p.add_argument("--module", metavar="M", help="a spec that runs python -m M")
+
+    p = sub.add_parser("import", help="write a job spec from a PyTorchJob, ElasticJob, MPIJob or indexed Job manifest")
+    p.add_argument("file", help="the manifest (YAML; - reads standard input)")
+    p.add_argument("-o", "--output", default="torchdeck.yaml", metavar="PATH", help="the spec to write")
+    p.add_argument("--force", action="store_true", help="overwrite an existing spec")
 
     p = sub.add_parser("train", help="launch a job and show its progress (the launch form, headless)")
     _add_spec_overrides(p)

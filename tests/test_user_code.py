@@ -164,3 +164,32 @@ def test_init_writes_a_spec_for_a_script_that_train_then_runs(tmp_path):
     done = run_cli(["train", "--dry-run", "--python", sys.executable], env, code)
     assert done.returncode == 0, done.stderr
     assert "-m torchdeck.backends.rank_output" in done.stdout and "-u src/train.py --lr 0.1" in done.stdout
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("script", ["train_report.py", "train_text.py"])
+def test_the_examples_run_unmodified_in_a_venv_without_torchdeck(tmp_path, script):
+    """examples/ddp as the README runs them: the helper one imports ``torchdeck.report`` from an
+    environment that has torch and no torchdeck (torchdeck puts the helper alone on its path)."""
+    venv = make_venv(tmp_path / "venv", with_torch=True)
+    env = {**cli_env(tmp_path / "state"), "VIRTUAL_ENV": str(venv)}
+    argv = ["train", str(REPO / "examples" / "ddp" / script), "--nproc-per-node", "2", "--", "--epochs", "1"]
+    done = run_cli(argv, env, tmp_path, timeout=180)
+    assert done.returncode == 0, done.stderr + done.stdout
+    (status,) = LocalBackend(tmp_path / "state").list()
+    assert status.state.value == "succeeded" and status.world_size == 2
+    state = MonitorState()
+    events = asyncio.run(_all_events(LocalBackend(tmp_path / "state"), status.run_id))
+    state.ingest(events)
+    steps = [e for e in events if e.event == "step"]
+    assert {e.rank for e in steps} == {0, 1} and len(steps) == 2 * 64
+    assert {e.record.get("total_steps") for e in events if e.event in ("start", "step")} - {None} == {64}
+    assert steps[-1].record["loss"] < steps[0].record["loss"]
+    assert [e.record["accuracy"] for e in events if e.event == "eval"][0] > 0.5
+    assert sorted(state.ranks) == [0, 1] and all(len(r.loss_curve.points()[0]) >= 60 for r in state.ranks.values())
+
+
+async def _all_events(backend, run_id):
+    return [e async for batch in backend.metrics(run_id, follow=False) for e in batch]

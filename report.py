@@ -1,0 +1,77 @@
+"""Reporting metrics from your own training script to torchdeck: one JSON line
+per call on standard output (schema 1, as torchdeck's own trainer writes,
+``torchdeck.trainer.metrics``), which the monitor, ``jobs``, ``status`` and
+``train`` read on every backend. Standard library only: a training image needs
+this file, not torchdeck's console.
+
+    from torchdeck import report
+
+    report.start(epochs=10, total_steps=3910)
+    for step, (x, y) in enumerate(loader, 1):
+        ...
+        report.step(step=step, epoch=epoch, loss=loss.item(), samples_per_s=n / dt, lr=lr)
+    report.eval(epoch=epoch, accuracy=0.91)
+    report.done(accuracy=0.91)
+
+Every rank reports its own curve (the rank is torchrun's RANK). Printing
+``loss: 1.23`` instead works too: torchdeck reads the common text formats
+(``torchdeck.backends.textmetrics``); this helper says exactly what is meant."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+SCHEMA = 1
+
+
+def _number(value: Any) -> Any:
+    """A float for JSON (NaN and infinities as null), with tensors' ``.item()`` taken."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def emit(event: str, out: TextIO | None = None, **fields: Any) -> dict[str, Any]:
+    """Write one record (``event`` and ``fields``) and return it."""
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "event": event,
+        "rank": int(os.environ.get("RANK", "0")),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "time": time.time(),
+    }
+    record.update({k: _number(v) for k, v in fields.items() if v is not None})
+    stream = out or sys.stdout
+    stream.write(json.dumps(record, separators=(",", ":")) + "\n")
+    stream.flush()
+    return record
+
+
+def start(epochs: int | None = None, total_steps: int | None = None, **fields: Any) -> dict[str, Any]:
+    """The run's shape: how many epochs and optimiser steps to expect (for the progress bar)."""
+    return emit("start", epochs=epochs, total_steps=total_steps, **fields)
+
+
+def step(loss: float, step: int, epoch: int | None = None, **fields: Any) -> dict[str, Any]:
+    """One training step: its loss, and where it is (``samples_per_s``, ``lr`` and the like too)."""
+    return emit("step", loss=loss, step=step, epoch=epoch, **fields)
+
+
+def eval(accuracy: float, epoch: int | None = None, **fields: Any) -> dict[str, Any]:  # noqa: A001
+    """An evaluation: accuracy from 0 to 1 (a percentage over 1 is taken as one)."""
+    accuracy = _number(accuracy)
+    if accuracy is not None and accuracy > 1:
+        accuracy = accuracy / 100
+    return emit("eval", accuracy=accuracy, epoch=epoch, **fields)
+
+
+def done(accuracy: float | None = None, **fields: Any) -> dict[str, Any]:
+    """The end of training, with the final accuracy where there is one."""
+    return emit("done", accuracy=accuracy, **fields)
