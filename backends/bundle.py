@@ -33,7 +33,10 @@ CONFIGMAP_LIMIT = 700 * 1024
 """The largest archive that travels in a ConfigMap: base64 makes it 4/3 larger, and the whole
 object must stay under Kubernetes' 1 MiB."""
 ALWAYS_LEFT_OUT = (".git/", ".hg/", ".svn/", "__pycache__/", "*.pyc", ".venv/", "venv/", ".mypy_cache/",
-                   ".pytest_cache/", ".ruff_cache/", ".ipynb_checkpoints/", ".DS_Store", ".torchdeck/")  # fmt: skip
+                   ".pytest_cache/", ".ruff_cache/", ".ipynb_checkpoints/", ".DS_Store", ".torchdeck/",
+                   "/torchdeck.yaml")  # fmt: skip
+"""Never shipped: version control, environments, caches, and the job spec (pinning an image in it
+must not make the code look changed)."""
 IGNORE_FILES = (".gitignore", ".dockerignore")
 CODE_ROOT = "/workspace"
 """Where the pods unpack the bundle: CODE_ROOT/code is the working directory, CODE_ROOT/deps the

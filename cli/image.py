@@ -39,6 +39,12 @@ def add_image_parser(sub: Any) -> None:
             c.add_argument("--bucket", help="Kaniko: where the build context goes (default: the model bucket)")
             c.add_argument("--namespace", default="default", help="Kaniko: where the build job runs")
             c.add_argument("--no-push", action="store_true", help="docker: build here only")
+            c.add_argument(
+                "--code",
+                metavar="DIR",
+                help="also build your code (and its requirements.txt) on top of it, or DIR's own Dockerfile",
+            )
+            c.add_argument("--requirements", metavar="FILE", help="--code: the requirements file in DIR")
 
 
 def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
@@ -56,8 +62,12 @@ def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
             builder=getattr(args, "builder", "docker"),
             bucket=getattr(args, "bucket", None),
             namespace=getattr(args, "namespace", "default"),
+            code=str(Path(args.code).resolve()) if getattr(args, "code", None) else None,
+            requirements=getattr(args, "requirements", None),
         )
     )
+    if plan.code and args.image_command == "build" and args.no_push:
+        raise BackendError("--code builds on the pushed training image", "drop --no-push")
     if args.image_command == "build":
         last = stream(cloud.build_image(plan, push=not args.no_push))
         if args.no_push:
@@ -68,6 +78,8 @@ def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
         raise BackendError("the build ended without an image digest", "read the build output above")
     image = last.result.reference
     spec_file = Path(args.spec) if args.spec else settings.spec_file
-    write_image_to_spec(spec_file, image)
+    write_image_to_spec(spec_file, image, last.result.code_dir or None)
     print(f"{spec_file}: image: {image} (jobs pull exactly this image)")
+    if last.result.code_dir:
+        print(f"{spec_file}: entrypoint.in_image: {last.result.code_dir} (the pods run the image's copy of your code)")
     return 0

@@ -34,7 +34,10 @@ from torchdeck.backends.eks.session import AwsSession
 from torchdeck.backends.eks.storage import StoragePlan, create_storage
 from torchdeck.backends.eks.teardown import Teardown, plan_cleanup
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.kubernetes.manifests import render
 from torchdeck.backends.ledger import Ledger, Resource
+from torchdeck.backends.spec import load_spec
+from torchdeck.cli.main import main
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 PASSWORD = "123456789012-auth-token"  # what moto's get_authorization_token hands out
@@ -106,6 +109,60 @@ def test_docker_build_pushes_pins_the_digest_and_never_shows_the_token(cluster, 
     code, out, _ = cli("image", "build", "--cluster", "demo", "--spec", str(spec), state=state)
     assert code == 0 and "is in ECR already" in out
     assert [c["argv"][2] for c in docker_calls(standin_docker)[len(calls) :] if c["config"]] == []
+
+
+def test_code_is_built_on_the_pinned_training_image_and_the_spec_runs_the_images_copy(
+    cluster, tmp_path, standin_docker
+):
+    state = cluster.path.parent.parent
+    code_dir = tmp_path / "project"
+    (code_dir / "data").mkdir(parents=True)
+    (code_dir / "train.py").write_text("print('loss: 1.0')\n")
+    (code_dir / "requirements.txt").write_text("tqdm\n")
+    (code_dir / "data" / "big.bin").write_bytes(b"x" * 100)
+    (code_dir / ".dockerignore").write_text("data\n")
+    spec = code_dir / "torchdeck.yaml"
+    assert main(["init", str(spec), "--script", str(code_dir / "train.py")]) == 0
+    code, out, err = cli(
+        "image", "build", "--cluster", "demo", "--spec", str(spec), "--code", str(code_dir), state=state
+    )
+    assert code == 0, err
+    images = AwsSession(REGION).call("ecr", "describe_images", repositoryName="torchdeck-trainer")["imageDetails"]
+    by_tag = {i["imageTags"][0]: i["imageDigest"] for i in images}
+    (base_tag,) = [t for t in by_tag if t.startswith("ctx-")]
+    (code_tag,) = [t for t in by_tag if t.startswith("code-")]
+    builds = [c for c in docker_calls(standin_docker) if c["argv"][2:4] == ["buildx", "build"]]
+    assert len(builds) == 2
+    base = builds[0]["argv"][builds[0]["argv"].index("--tag") + 1].rsplit(":", 1)[0] + "@" + by_tag[base_tag]
+    argv = builds[1]["argv"]
+    assert argv[argv.index("--build-arg") + 1] == f"BASE={base}"  # on the pinned training image
+    assert builds[1]["context"] == [
+        ".dockerignore",
+        "Dockerfile.torchdeck",
+        "requirements.txt",
+        "train.py",
+    ]
+    assert (
+        "FROM ${BASE}" in builds[1]["dockerfile"]
+        and "pip install --no-cache-dir -r /opt/code/requirements.txt" in builds[1]["dockerfile"]
+    )
+    written = load_spec(spec)
+    assert written.image.endswith("@" + by_tag[code_tag]) and written.entrypoint.in_image == "/opt/code"
+    rendered = render(written, "train-1")
+    assert [o["kind"] for o in rendered.objects] == ["PyTorchJob"]  # no bundle: the image has the code
+    assert "/opt/code/train.py" in rendered.to_yaml()
+    code, out, _ = cli("image", "build", "--cluster", "demo", "--spec", str(spec), "--code", str(code_dir), state=state)
+    assert code == 0 and "is in ECR already (the code and the base have not changed)" in out
+    (code_dir / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\nCOPY . /srv/app\nWORKDIR /srv/app\n")
+    code, out, err = cli(
+        "image", "build", "--cluster", "demo", "--spec", str(spec), "--code", str(code_dir), state=state
+    )
+    assert code == 0, err
+    last = [c for c in docker_calls(standin_docker) if c["argv"][2:4] == ["buildx", "build"]][-1]
+    assert (
+        last["argv"][last["argv"].index("--file") + 1] == "Dockerfile" and "Dockerfile.torchdeck" not in last["context"]
+    )
+    assert load_spec(spec).entrypoint.in_image == "/srv/app"
 
 
 def test_a_local_build_is_pushed_later_and_pinned(cluster, tmp_path, standin_docker):

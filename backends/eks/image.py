@@ -79,10 +79,60 @@ class ImagePlan:
     prefix: str = "build-context/"
     namespace: str = "default"
     kaniko_image: str = KANIKO_IMAGE
+    code: str | None = None
+    """A folder of the user's code to build on top of the training image (``--code``)."""
+    requirements: str | None = None
+    """Its requirements file, relative to it (default: requirements.txt where there is one)."""
 
     @property
     def dockerfile(self) -> str:
         return f"docker/Dockerfile.{self.variant}"
+
+
+CODE_IN_IMAGE = "/opt/code"
+"""Where ``--code`` puts the user's code in the image (the spec's entrypoint.in_image)."""
+CODE_DOCKERFILE = "Dockerfile.torchdeck"
+
+
+def code_dockerfile(requirements: str | None) -> str:
+    """The Dockerfile of a ``--code`` build: the user's folder and its requirements on the training
+    image (BASE, pinned by digest), running as the image's own user."""
+    install = (
+        f"USER root\nRUN pip install --no-cache-dir -r {CODE_IN_IMAGE}/{requirements}\nUSER 1000:1000\n"
+        if requirements
+        else ""
+    )
+    return (
+        "# Written by torchdeck image build --code: your code on torchdeck's training image.\n"
+        "ARG BASE\nFROM ${BASE}\n"
+        f"COPY --chown=1000:1000 . {CODE_IN_IMAGE}\n{install}WORKDIR {CODE_IN_IMAGE}\n"
+    )
+
+
+def code_context(plan: ImagePlan) -> tuple[bytes, str, str]:
+    """The build context of a ``--code`` build (the code folder as its bundle has it, .dockerignore
+    honoured, plus the Dockerfile), the Dockerfile's name in it, and where the code is in the
+    image. A folder with its own Dockerfile is built with that one instead (BASE is passed to it)."""
+    from ..bundle import pack
+
+    assert plan.code is not None
+    packed = pack(plan.code)
+    folder = Path(plan.code)
+    own = folder / "Dockerfile"
+    if own.is_file():
+        workdirs = re.findall(r"(?im)^\s*WORKDIR\s+(\S+)", own.read_text(errors="replace"))
+        return packed.data, "Dockerfile", workdirs[-1] if workdirs else "/"
+    requirements = plan.requirements or ("requirements.txt" if (folder / "requirements.txt").is_file() else None)
+    text = code_dockerfile(requirements).encode()
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        with tarfile.open(fileobj=io.BytesIO(packed.data), mode="r:gz") as source:
+            for member in source.getmembers():
+                tar.addfile(member, source.extractfile(member))
+        info = tarfile.TarInfo(CODE_DOCKERFILE)
+        info.size, info.mode = len(text), 0o644
+        tar.addfile(info, io.BytesIO(text))
+    return buffer.getvalue(), CODE_DOCKERFILE, CODE_IN_IMAGE
 
 
 def validate_image(plan: ImagePlan) -> ImagePlan:
@@ -292,7 +342,14 @@ async def _stream(argv: list[str], login: EcrLogin, phase: str, clock: Clock, cw
 
 
 async def build_with_docker(
-    aws: AwsSession, docker: str, root: Path, dockerfile: str, destination: str, clock: Clock, push: bool = True
+    aws: AwsSession,
+    docker: str,
+    root: Path,
+    dockerfile: str,
+    destination: str,
+    clock: Clock,
+    push: bool = True,
+    build_args: tuple[str, ...] = (),
 ) -> AsyncIterator[Progress]:
     """docker buildx build (and push); the last event carries the image (``ImageRef``, its digest ''
     without a push)."""
@@ -314,6 +371,7 @@ async def build_with_docker(
             "--metadata-file",
             str(metadata),
             "--push" if push else "--load",
+            *[x for arg in build_args for x in ("--build-arg", arg)],
             ".",
         ]
         yield Progress("build", "$ " + " ".join(["docker", *argv[3:]]), clock())
@@ -363,7 +421,14 @@ async def push_image(aws: AwsSession, plan: ImagePlan, docker: str | None = None
 # -- the kaniko path ------------------------------------------------------------------
 
 
-def render_kaniko(plan: ImagePlan, name: str, context_url: str, destination: str) -> list[dict[str, Any]]:
+def render_kaniko(
+    plan: ImagePlan,
+    name: str,
+    context_url: str,
+    destination: str,
+    dockerfile: str | None = None,
+    build_args: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
     """The Kaniko ConfigMap and Job, rendered from manifests/kaniko.yaml.j2."""
     import yaml
 
@@ -386,7 +451,8 @@ def render_kaniko(plan: ImagePlan, name: str, context_url: str, destination: str
             service_account=BUILDER_ACCOUNT,
             kaniko_image=plan.kaniko_image,
             context_url=context_url,
-            dockerfile=plan.dockerfile,
+            dockerfile=dockerfile or plan.dockerfile,
+            build_args=list(build_args),
             destination=destination,
             region=plan.region,
             memory="8Gi" if plan.variant == "gpu" else "4Gi",
@@ -432,6 +498,8 @@ async def build_with_kaniko(
     kube: Callable[[Path, str], Any] | None = None,
     poll_s: float = 2.0,
     timeout_s: float = TIMEOUT_S,
+    dockerfile: str | None = None,
+    build_args: tuple[str, ...] = (),
 ) -> AsyncIterator[Progress]:
     """The context to S3, the builder's role and service account, the Kaniko job, its output; the last
     event carries the image (``ImageRef``) with the digest Kaniko reported."""
@@ -464,10 +532,12 @@ async def build_with_kaniko(
         {"kind": "ServiceAccount", "metadata": {"name": BUILDER_ACCOUNT, "namespace": plan.namespace}}, True, 3, "image"
     )
     name = f"torchdeck-build-{tag}"[:63].rstrip("-")
-    for obj in render_kaniko(plan, name, f"s3://{bucket}/{key}", destination):
+    for obj in render_kaniko(plan, name, f"s3://{bucket}/{key}", destination, dockerfile, build_args):
         made = await asyncio.to_thread(ensure_object, client, obj)
         record.note_object(obj, made, 0, "image")
-    yield Progress("build", f"Kaniko job {plan.namespace}/{name} builds {plan.dockerfile} in the cluster", clock())
+    yield Progress(
+        "build", f"Kaniko job {plan.namespace}/{name} builds {dockerfile or plan.dockerfile} in the cluster", clock()
+    )
 
     loop = asyncio.get_running_loop()
     said: asyncio.Queue[str] = asyncio.Queue()
@@ -583,12 +653,78 @@ async def build_image(
             "done", f"built {destination} (not pushed): torchdeck image push", clock(), "done", ImageRef(uri, tag)
         )
         return
+    if plan.code:
+        code = build_code(
+            aws, plan, record, f"{uri}@{digest}", uri, builder, found_docker, clock, kube, poll_s, timeout_s
+        )
+        async for p in code:
+            yield p
+        return
     yield Progress("done", f"image {uri}@{digest}", clock(), "done", ImageRef(uri, tag, digest or ""))
 
 
-def write_image_to_spec(spec_file: Path, image: str) -> None:
-    """Set ``image:`` in the spec file (made with the defaults if absent)."""
+async def build_code(
+    aws: AwsSession,
+    plan: ImagePlan,
+    record: ClusterRecord,
+    base: str,
+    uri: str,
+    builder: str,
+    docker: str | None,
+    clock: Clock,
+    kube: Callable[[Path, str], Any] | None,
+    poll_s: float,
+    timeout_s: float,
+) -> AsyncIterator[Progress]:
+    """The user's code on the training image ``base`` (``--code``): built as the base was, tagged by
+    the digest of its context and base, pushed; the last event carries it (``ImageRef.code_dir``)."""
+    archive, dockerfile, workdir = await asyncio.to_thread(code_context, plan)
+    tag = f"code-{hashlib.sha256(archive + base.encode()).hexdigest()[:12]}-{plan.variant}"
+    destination = f"{uri}:{tag}"
+    digest = await pushed_digest(aws, plan.repository, tag)
+    args = (f"BASE={base}",)
+    if digest:
+        yield Progress(
+            "code", f"{tag} is in ECR already (the code and the base have not changed): not building", clock()
+        )
+    else:
+        yield Progress("code", f"building {plan.code} on {base.rsplit('/', 1)[-1]} as {tag} with {builder}", clock())
+        if builder == "docker":
+            assert docker is not None
+            with tempfile.TemporaryDirectory(prefix="torchdeck-code-") as folder:
+                with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+                    tar.extractall(folder, filter="data")
+                steps = build_with_docker(aws, docker, Path(folder), dockerfile, destination, clock, True, args)
+                async for p in steps:
+                    digest = p.result.digest if isinstance(p.result, ImageRef) else digest
+                    yield p
+        else:
+            steps = build_with_kaniko(
+                aws, plan, record, archive, tag, destination, clock, kube, poll_s, timeout_s, dockerfile, args
+            )
+            async for p in steps:
+                digest = p.result.digest if isinstance(p.result, ImageRef) else digest
+                yield p
+        digest = digest or await pushed_digest(aws, plan.repository, tag)
+        if not digest:
+            raise BackendError(f"the code build ended but ECR has no image tagged {tag}", "read the build output above")
+    yield Progress(
+        "done", f"image {uri}@{digest} (your code at {workdir})", clock(), "done", ImageRef(uri, tag, digest, workdir)
+    )
+
+
+def write_image_to_spec(spec_file: Path, image: str, code_dir: str | None = None) -> None:
+    """Set ``image:`` in the spec file (made with the defaults if absent), and where the image holds
+    the user's code (``entrypoint.in_image``) for an image built with --code."""
     from ..spec import JobSpec, load_spec, save_spec, with_overrides
 
-    spec = load_spec(spec_file) if spec_file.exists() else JobSpec()
-    save_spec(with_overrides(spec, {"image": image}), spec_file)
+    if spec_file.exists():
+        spec = load_spec(spec_file)
+        code = spec.entrypoint.code
+        spec = with_overrides(spec, {"entrypoint.code": os.path.relpath(code, spec_file.resolve().parent)})
+    else:
+        spec = JobSpec()
+    changes: dict[str, Any] = {"image": image}
+    if code_dir:
+        changes["entrypoint.in_image"] = code_dir
+    save_spec(with_overrides(spec, changes), spec_file)

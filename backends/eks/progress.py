@@ -53,6 +53,8 @@ class ImageRef:
     uri: str
     tag: str
     digest: str = ""
+    code_dir: str = ""
+    """Where the user's code is in it (an image built with --code), else ''."""
 
     @property
     def reference(self) -> str:
