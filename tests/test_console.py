@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import html
 import re
+import sys
 
 import pytest
 from textual.widgets import DataTable, Input, RichLog, Static
 from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state, settings_for, wait_for
 
+from torchdeck.backends.spec import load_spec
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.home import HomeScreen
 from torchdeck.tui.screens.launch import LaunchScreen
@@ -176,6 +178,43 @@ def test_launch_form_names_the_bad_field_and_starts_nothing(tmp_path):
             await pilot.pause(0.1)
             spec_file = tmp_path / "state" / "torchdeck.yaml"
             assert "name: saved-job" in spec_file.read_text() and "epochs: 3" in spec_file.read_text()
+
+    run(scenario())
+
+
+def test_launch_form_takes_your_script_its_arguments_and_a_metrics_pattern(tmp_path, monkeypatch):
+    code = tmp_path / "project"
+    code.mkdir()
+    (code / "train.py").write_text("print('loss: 1')\n")
+    monkeypatch.setenv("VIRTUAL_ENV", sys.prefix)  # the user's environment: this one, which has torch
+
+    async def scenario():
+        app = recorded_app(tmp_path, monitor=False)
+        async with app.run_test(size=(100, 40)) as pilot:
+            await pilot.press("n")
+            await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the form")
+            form = app.screen
+            form.query_one("#f-name", Input).value = "mine"
+            form.query_one("#f-entrypoint-script", Input).value = "nothere.py"
+            form.query_one("#f-entrypoint-args", Input).value = "--lr 0.1 --note 'two words'"
+            form.query_one("#f-entrypoint-code", Input).value = str(code)
+            form.query_one("#f-metrics-pattern", Input).value = "L=(?P<los>[0-9.]+)"
+            await pilot.press("ctrl+l")
+            await pilot.pause(0.1)
+            error = text_of(form.query_one("#form-error", Static))
+            assert error.startswith("metrics.pattern: has groups torchdeck does not know: los")
+            assert app.focused is form.query_one("#f-metrics-pattern")
+            form.query_one("#f-metrics-pattern", Input).value = "L=(?P<loss>[0-9.]+)"
+            await pilot.press("ctrl+l")  # the script is not there: one line, nothing starts
+            await wait_for(pilot, lambda: "nothere.py" in text_of(form.query_one("#form-error", Static)), what="error")
+            assert len(list((tmp_path / "state" / "runs").iterdir())) == 1
+            form.query_one("#f-entrypoint-script", Input).value = "train.py"
+            await pilot.press("ctrl+s")
+            await pilot.pause(0.1)
+            saved = load_spec(tmp_path / "state" / "torchdeck.yaml")
+            assert (saved.entrypoint.script, saved.entrypoint.code) == ("train.py", str(code))
+            assert saved.entrypoint.args == ["--lr", "0.1", "--note", "two words"]
+            assert saved.metrics.pattern == "L=(?P<loss>[0-9.]+)"
 
     run(scenario())
 

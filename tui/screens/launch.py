@@ -4,6 +4,7 @@ can save back to it."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,11 @@ from .base import DeckScreen
 # form field id -> (spec field, label, kind)
 FIELDS: list[tuple[str, str, str]] = [
     ("name", "Job name", "text"),
+    ("entrypoint.script", "Your script, in the code folder (empty: the built-in CIFAR-10 trainer)", "text?"),
+    ("entrypoint.module", "or your module (python -m)", "text?"),
+    ("entrypoint.args", "Its arguments (as on a command line)", "args"),
+    ("entrypoint.code", "Code folder (shipped with the job to a cluster)", "text"),
+    ("metrics.pattern", "Metrics pattern, a regex with (?P<loss>...) (empty: the common text formats)", "text?"),
     ("nproc_per_node", "Ranks (processes per node)", "int"),
     ("trainer.epochs", "Epochs (empty: the recipe's)", "int?"),
     ("trainer.max_steps", "Max steps (empty: no limit)", "int?"),
@@ -102,6 +108,8 @@ class LaunchScreen(DeckScreen[None]):
                 self.query_one(dom, Checkbox).value = bool(value)
             elif kind in SELECTS:
                 self.query_one(dom, Select).value = value or ""
+            elif kind == "args":
+                self.query_one(dom, Input).value = shlex.join(value)
             else:
                 self.query_one(dom, Input).value = "" if value is None else str(value)
 
@@ -114,6 +122,14 @@ class LaunchScreen(DeckScreen[None]):
             elif kind in SELECTS:  # none may be blank
                 choice = str(self.query_one(dom, Select).value)
                 out[field] = (choice or None) if kind == "model" else choice
+            elif kind == "args":
+                text = self.query_one(dom, Input).value
+                try:
+                    out[field] = shlex.split(text)
+                except ValueError as exc:
+                    raise SpecError(field, f"cannot be read as arguments: {exc}", "close the quote") from None
+            elif kind == "text?":
+                out[field] = self.query_one(dom, Input).value.strip() or None
             else:
                 text = self.query_one(dom, Input).value.strip()
                 out[field] = (
@@ -126,6 +142,7 @@ class LaunchScreen(DeckScreen[None]):
         and focused) if it does not validate."""
         try:
             spec = with_overrides(self.base, self.form_values())
+            spec.entrypoint.code = str(Path(spec.entrypoint.code).expanduser().resolve())
         except SpecError as exc:
             self.show_error(str(exc).replace("command line: ", ""))
             field = exc.field if any(exc.field == f for f, _, _ in FIELDS) else None
