@@ -667,10 +667,8 @@ def user_python(spec: JobSpec, own: str) -> str:
 
 PROBE = """
 import importlib.util, sys
-try:
-    import torch
-except Exception as exc:
-    print(f"{type(exc).__name__}: {exc}"); sys.exit(3)
+if importlib.util.find_spec("torch") is None:  # found, not imported: importing takes seconds
+    print("ModuleNotFoundError: No module named 'torch'"); sys.exit(3)
 module = sys.argv[1]
 if module:
     try:

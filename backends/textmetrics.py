@@ -48,6 +48,12 @@ SPEED_RE = re.compile(
 )
 
 
+TUTORIAL_RE = re.compile(r"^\s*\[\s*(\d+)\s*,\s*\d+\s*\]")
+"""``[1,   200] loss: 2.335`` (PyTorch's CIFAR-10 tutorial and the EKS workshop's script): the epoch,
+then the batch within it (the step is counted)."""
+SPEED_WORDS = ("sampl", "imag", "img", "exampl", "ex/s", "ex /")
+
+
 def check_pattern(pattern: str) -> str | None:
     """Why ``pattern`` cannot be a metrics pattern, or None where it can."""
     if not isinstance(pattern, str) or not pattern:
@@ -162,17 +168,21 @@ class TextMetrics:
                 found["accuracy"] = value / 100 if m.group(2) or value > 1 else value
         if not found:
             return None
-        m = STEP_RE.search(text) or EPOCH_BATCH_RE.search(text)
+        # each pattern only where its word is: a search costs microseconds, a substring test far less
+        m = STEP_RE.search(text) if "step" in lower or "iter" in lower or "batch" in lower else None
+        m = m or (EPOCH_BATCH_RE.search(text) if "epoch" in lower else None)
         if m:
             found["step"] = int(m.group(1))
             if m.group(2):
                 found["total_steps"] = int(m.group(2))
-        m = EPOCH_RE.search(text)
+        m = EPOCH_RE.search(text) if "epoch" in lower else None
         if m:
             found["epoch"] = float(m.group(1))
             if m.group(2):
                 found["epochs"] = int(m.group(2))
-        m = SPEED_RE.search(text)
+        elif text[:1] in "[ " and (m := TUTORIAL_RE.match(text)):
+            found["epoch"] = float(m.group(1))
+        m = SPEED_RE.search(text) if any(w in lower for w in SPEED_WORDS) else None
         if m:
             found["samples_per_s"] = float(m.group(1) or m.group(2))
         return found

@@ -110,3 +110,12 @@ def test_pod_log_lines_say_their_rank_by_torchruns_prefix():
         {"schema": 1, "event": "error", "rank": 3, "time": records[0]["time"], "step": 4, "epoch": None,
          "message": "RuntimeError: boom", "hint": "the rank's log has the whole traceback"}
     ]  # fmt: skip
+
+
+def test_the_pytorch_tutorial_and_workshop_lines_give_epoch_and_counted_steps():
+    """``[epoch, batch] loss: x`` as the EKS workshop's CIFAR-10 script prints it (its README's log)."""
+    parser = TextMetrics(rank=1)
+    first = parser.feed("[1,     5] loss: 2.335")
+    second = parser.feed("[2,     5] loss: 0.470")
+    assert (first["epoch"], first["step"], first["loss"]) == (1, 1, 2.335)
+    assert (second["epoch"], second["step"], second["loss"]) == (2, 2, 0.47)
