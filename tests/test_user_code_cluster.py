@@ -244,3 +244,21 @@ def test_the_bucket_must_take_the_bundle(cluster, tmp_path, aws_env):
     with pytest.raises(BackendError, match="cannot send the code bundle to s3://no-such-bucket-here/torchdeck/code/"):
         backend.submit(user_spec(folder))
     assert backend.list() == []  # nothing was applied
+
+
+def test_the_eks_backend_sends_large_bundles_to_the_clusters_model_bucket(cluster, tmp_path):
+    from torchdeck.backends import open_backend
+    from torchdeck.backends.eks.access import ClusterRecord
+    from torchdeck.settings import Settings
+
+    state = tmp_path / "state"
+    record = ClusterRecord.open(state, "demo", "us-west-2")
+    record.kubeconfig, record.context, record.state = str(cluster.kubeconfig), "kmock", "created"
+    record.storage = {"bucket": "torchdeck-models-demo", "prefix": "demo/", "pvc": "shared"}
+    record.save()
+    backend = open_backend("eks", Settings(state_dir=state))
+    assert backend.code_bucket == "s3://torchdeck-models-demo/demo"
+    spec = backend.with_code_bucket(user_spec(code_folder(tmp_path)))
+    assert spec.cluster.code_bucket == "s3://torchdeck-models-demo/demo"
+    mine = user_spec(code_folder(tmp_path), cluster={"code_bucket": "s3://mine/x"})
+    assert backend.with_code_bucket(mine).cluster.code_bucket == "s3://mine/x"  # the spec's own wins

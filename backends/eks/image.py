@@ -48,6 +48,7 @@ CONTEXT_PATHS = (
     "LICENSE",
     "__init__.py",
     "__main__.py",
+    "report.py",
     "trainer",
     "backends",
     "cli",
