@@ -22,7 +22,7 @@ def setup() -> tuple[int, int, torch.device]:
 def data(rank: int, world: int, n: int = 8192, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's share of the data set (every rank makes the same set, then takes its slice)."""
     g = torch.Generator().manual_seed(seed)
-    centres = torch.randn(10, 32, generator=g) * 3
+    centres = torch.randn(10, 32, generator=g) * 0.5
     y = torch.randint(0, 10, (n,), generator=g)
     x = centres[y] + torch.randn(n, 32, generator=g)
     return x[rank::world], y[rank::world]
