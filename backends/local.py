@@ -354,6 +354,8 @@ class LocalBackend(Backend):
                 status.step = rec.get("step") or status.step
                 status.epoch = rec.get("epoch") or status.epoch
                 status.loss = rec.get("loss") if event.event == "step" else status.loss
+                status.total_steps = rec.get("total_steps") or status.total_steps  # a script's "step N/M"
+                status.epochs = rec.get("epochs") or status.epochs
             elif event.event in ("eval", "done") and rec.get("accuracy") is not None:
                 status.accuracy = rec["accuracy"]
             elif event.event == "error":

@@ -180,6 +180,7 @@ def test_the_examples_run_unmodified_in_a_venv_without_torchdeck(tmp_path, scrip
     assert done.returncode == 0, done.stderr + done.stdout
     (status,) = LocalBackend(tmp_path / "state").list()
     assert status.state.value == "succeeded" and status.world_size == 2
+    assert (status.step, status.total_steps, status.epoch, status.epochs) == (64, 64, 1, 1)  # jobs shows 64/64, 1/1
     state = MonitorState()
     events = asyncio.run(_all_events(LocalBackend(tmp_path / "state"), status.run_id))
     state.ingest(events)
