@@ -156,13 +156,18 @@ def test_home_lists_runs_and_opens_the_monitor(tmp_path):
     run(scenario())
 
 
+async def open_launch_form(pilot, app) -> LaunchScreen:
+    await pilot.press("n")
+    await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the form")
+    assert isinstance(app.screen, LaunchScreen)
+    return app.screen
+
+
 def test_launch_form_names_the_bad_field_and_starts_nothing(tmp_path):
     async def scenario():
         app = recorded_app(tmp_path, monitor=False)
         async with app.run_test(size=(100, 40)) as pilot:
-            await pilot.press("n")
-            await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the form")
-            form = app.screen
+            form = await open_launch_form(pilot, app)
             form.query_one("#f-name", Input).value = "Bad Name"
             await pilot.press("ctrl+l")
             await pilot.pause(0.1)
@@ -191,9 +196,7 @@ def test_launch_form_takes_your_script_its_arguments_and_a_metrics_pattern(tmp_p
     async def scenario():
         app = recorded_app(tmp_path, monitor=False)
         async with app.run_test(size=(100, 40)) as pilot:
-            await pilot.press("n")
-            await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the form")
-            form = app.screen
+            form = await open_launch_form(pilot, app)
             form.query_one("#f-name", Input).value = "mine"
             form.query_one("#f-entrypoint-script", Input).value = "nothere.py"
             form.query_one("#f-entrypoint-args", Input).value = "--lr 0.1 --note 'two words'"

@@ -2,7 +2,10 @@
 in 32 dimensions, 10 classes, separable), so they run anywhere in seconds,
 on CPUs over gloo or GPUs over NCCL, with torch alone."""
 
+import argparse
 import os
+import time
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -39,3 +42,33 @@ def accuracy(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     counts = torch.stack([right, torch.tensor(float(len(y)), device=right.device)])
     dist.all_reduce(counts)
     return (counts[0] / counts[1]).item()
+
+
+def prepare() -> tuple[argparse.Namespace, int, nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+    """The examples' arguments, this rank's data, the DDP model and its optimiser."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    args = p.parse_args()
+    rank, world, device = setup()
+    x, y = data(rank, world)
+    net = nn.parallel.DistributedDataParallel(model().to(device))
+    return args, rank, net, torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9), x.to(device), y.to(device)
+
+
+def batches(n: int, epoch: int, batch_size: int) -> Iterator[torch.Tensor]:
+    """One epoch's batches of indices, shuffled the same way on every rank."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(epoch))
+    for i in range(n // batch_size):
+        yield order[i * batch_size : (i + 1) * batch_size]
+
+
+def train_step(net: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """One optimiser step on a batch: (its loss, samples per second)."""
+    start = time.perf_counter()
+    loss = nn.functional.cross_entropy(net(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item(), len(x) / (time.perf_counter() - start)
