@@ -14,8 +14,10 @@ Golden files regenerate with TORCHDECK_UPDATE_GOLDEN=1."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -192,7 +194,7 @@ def test_without_an_engine_auto_builds_in_the_cluster_and_docker_is_refused(
     assert code == 1 and "needs a bucket for the build context" in err and err.count("\n") == 1
 
 
-def be_kaniko(kube, digest_holder: dict[str, str]) -> threading.Thread:
+def be_kaniko(kube, digest_holder: dict[str, str], prefix: str = "torchdeck-build-") -> threading.Thread:
     """The Job controller and the kubelet for the next image-build Job: push an image into ECR as Kaniko
     would, then end the pod with the digest in its termination message."""
     api = KubernetesBackend(kube.kubeconfig)
@@ -206,8 +208,10 @@ def be_kaniko(kube, digest_holder: dict[str, str]) -> threading.Thread:
                 "apis/batch/v1/namespaces/default/jobs",
                 query={"labelSelector": "torchdeck.dev/task=image-build"},
             ).get("items", [])
+            jobs = [j for j in jobs if j["metadata"]["name"].startswith(prefix)]
             time.sleep(0.05)
         job = jobs[0]
+        digest_holder["args"] = job["spec"]["template"]["spec"]["containers"][0]["args"]
         args = job["spec"]["template"]["spec"]["containers"][0]["args"]
         destination = next(a for a in args if a.startswith("--destination="))[len("--destination=") :]
         repository, tag = destination.split("/", 1)[1].split(":")
@@ -288,6 +292,35 @@ def test_kaniko_builds_in_the_cluster_from_a_context_in_s3(cluster, tmp_path, ku
     assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(
         "role/torchdeck-demo-image-builder"
     )
+
+
+def test_kaniko_builds_the_users_code_on_the_image_it_built_first(cluster, tmp_path, kube):
+    aws = AwsSession(REGION)
+    run_all(
+        create_storage(
+            aws, StoragePlan("demo", REGION, kind="none", bucket="torchdeck-models-demo"), cluster, poll_s=0.01
+        )
+    )
+    code_dir = tmp_path / "project"
+    code_dir.mkdir()
+    (code_dir / "train.py").write_text("print('loss: 1.0')\n")
+    base: dict[str, str] = {}
+    built: dict[str, str] = {}
+    threads = [be_kaniko(kube, base, "torchdeck-build-ctx-"), be_kaniko(kube, built, "torchdeck-build-code-")]
+    plan = ImagePlan("demo", REGION, builder="kaniko", code=str(code_dir))
+    progress = run_all(build_image(aws, plan, cluster, poll_s=0.05, timeout_s=20))
+    for thread in threads:
+        thread.join(5)
+    result = progress[-1].result
+    assert isinstance(result, ImageRef) and result.digest == built["digest"] and result.code_dir == "/opt/code"
+    uri = result.uri
+    assert f"--build-arg=BASE={uri}@{base['digest']}" in built["args"]
+    assert "--dockerfile=Dockerfile.torchdeck" in built["args"]
+    keys = sorted(o["Key"] for o in aws.call("s3", "list_objects_v2", Bucket="torchdeck-models-demo")["Contents"])
+    (code_key,) = [k for k in keys if "/code-" in k]
+    context = aws.call("s3", "get_object", Bucket="torchdeck-models-demo", Key=code_key)["Body"].read()
+    names = tarfile.open(fileobj=io.BytesIO(context)).getnames()
+    assert names == ["train.py", "Dockerfile.torchdeck"]
 
 
 def test_the_kaniko_job_matches_its_golden_file():
