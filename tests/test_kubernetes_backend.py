@@ -127,6 +127,15 @@ def make_pod(backend, run_id, name, replica_type="worker", index=0, phase="Runni
     return body
 
 
+def run_two_pods(cluster, backend, run_id, master_lines, worker_lines, worker_ended=True):
+    """A PyTorchJob's master and worker pods, running, with their logs scripted."""
+    em = cluster.emulator
+    cluster.call(em.script_log, NS, f"{run_id}-master-0", master_lines)
+    cluster.call(em.script_log, NS, f"{run_id}-worker-0", worker_lines, ended=worker_ended)
+    make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Running")
+    make_pod(backend, run_id, f"{run_id}-worker-0", "worker", 0, phase="Running")
+
+
 def set_phase(backend, pod, phase, restarts=0):
     state = (
         {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
@@ -347,12 +356,8 @@ def test_logs_and_metrics_follow_every_pod_across_a_restart(cluster, backend):
     install(backend)
     run_id = backend.submit(make_spec())
     em = cluster.emulator
-    cluster.call(em.script_log, NS, f"{run_id}-master-0", ["starting", metric_line(0, 1), metric_line(1, 1)])
-    cluster.call(
-        em.script_log, NS, f"{run_id}-worker-0", ["starting", metric_line(2, 1), metric_line(3, 1)], ended=False
-    )
-    make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Running")
-    make_pod(backend, run_id, f"{run_id}-worker-0", "worker", 0, phase="Running")
+    master = ["starting", metric_line(0, 1), metric_line(1, 1)]
+    run_two_pods(cluster, backend, run_id, master, ["starting", metric_line(2, 1), metric_line(3, 1)], False)
     seen: list = []
 
     async def collect():

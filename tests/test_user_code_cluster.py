@@ -17,8 +17,7 @@ import tarfile
 
 import boto3
 import pytest
-from kube_cluster import running_cluster
-from test_kubernetes_backend import NS, install, make_pod, make_spec
+from test_kubernetes_backend import NS, backend, cluster, install, make_spec, run_two_pods  # noqa: F401 (fixtures)
 
 from torchdeck.backends import bundle
 from torchdeck.backends.errors import BackendError, SpecError
@@ -28,17 +27,6 @@ from torchdeck.backends.kubernetes.manifests import AWS_CLI_IMAGE, PROGRAM_ANNOT
 from torchdeck.backends.kubernetes.validation import validate_manifests
 from torchdeck.backends.spec import KINDS
 from torchdeck.cli.main import main
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    yield from running_cluster(tmp_path, NS)
-
-
-@pytest.fixture
-def backend(cluster):
-    return KubernetesBackend(cluster.kubeconfig)
-
 
 TRAIN = "import os\nprint(f\"step {os.environ.get('RANK')}/10 loss: 1.5\")\n"
 
@@ -199,12 +187,8 @@ PREFIXED = [
 def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(cluster, backend, tmp_path):
     install(backend)
     run_id = backend.submit(user_spec(code_folder(tmp_path)))
-    em = cluster.emulator
     worker = [line.replace("[rank0]", "[rank2]").replace("[rank1]", "[rank3]") for line in PREFIXED[:4]]
-    cluster.call(em.script_log, NS, f"{run_id}-master-0", PREFIXED)
-    cluster.call(em.script_log, NS, f"{run_id}-worker-0", worker)
-    make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Running")
-    make_pod(backend, run_id, f"{run_id}-worker-0", "worker", 0, phase="Running")
+    run_two_pods(cluster, backend, run_id, PREFIXED, worker)
     seen: list = []
 
     async def collect():
