@@ -353,6 +353,9 @@ def test_data_prepare_copies_cifar10_from_an_s3_prefix_with_progress(tmp_path, a
             Key=f"cifar10/cifar-10-batches-py/{path.name}",
             Body=path.read_bytes(),
         )
+    # a planted key that climbs out of the folder (issue 16, row 2): it is not copied
+    escape = "cifar10/cifar-10-batches-py/../../../../escaped.txt"
+    aws.call("s3", "put_object", Bucket="datasets", Key=escape, Body=b"out")
     target = tmp_path / "data"
     code, out, err = cli(
         "data", "prepare", "--data-dir", str(target), "--from-s3", "s3://datasets/cifar10/", state=tmp_path / "state"
@@ -363,6 +366,7 @@ def test_data_prepare_copies_cifar10_from_an_s3_prefix_with_progress(tmp_path, a
     assert sorted(p.name for p in (target / "cifar-10-batches-py").iterdir()) == sorted(
         p.name for p in (source / "cifar-10-batches-py").iterdir()
     )
+    assert [p for p in tmp_path.parent.rglob("escaped.txt")] == []
 
     code, _, err = cli(
         "data",

@@ -256,7 +256,9 @@ def copy_from_s3(url: str, data_dir: str | os.PathLike, md5: str = CIFAR10_MD5) 
     except Exception as exc:
         raise s3_error("list", url, exc) from exc
     archive = next((o for o in objects if o["Key"].endswith("cifar-10-python.tar.gz")), None)
-    batches = [o for o in objects if f"{FOLDER}/" in o["Key"]]
+    # only the batch files themselves, by name: a key such as FOLDER/../../x must not write outside data_dir
+    known = {*TRAIN_FILES, TEST_FILE, "batches.meta", "readme.html"}
+    batches = [o for o in objects if f"{FOLDER}/" in o["Key"] and o["Key"].rsplit(f"{FOLDER}/", 1)[1] in known]
     if archive is None and not batches:
         raise TrainerError(
             f"{url} holds neither cifar-10-python.tar.gz nor {FOLDER}/",
@@ -271,7 +273,7 @@ def copy_from_s3(url: str, data_dir: str | os.PathLike, md5: str = CIFAR10_MD5) 
         done = 0
         for i, obj in enumerate(chosen, 1):
             where = Path(tmp) / (
-                obj["Key"].rsplit("/", 1)[-1] if archive else obj["Key"][obj["Key"].index(f"{FOLDER}/") :]
+                obj["Key"].rsplit("/", 1)[-1] if archive else f"{FOLDER}/" + obj["Key"].rsplit(f"{FOLDER}/", 1)[1]
             )
             where.parent.mkdir(parents=True, exist_ok=True)
             try:
