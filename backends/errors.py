@@ -22,6 +22,8 @@ class SpecError(BackendError):
     (dotted, e.g. ``trainer.epochs``) and ``source`` the file it came from."""
 
     def __init__(self, field: str, message: str, hint: str = "", source: str = ""):
+        if len(message) > 600:  # a value echoed whole could be megabytes
+            message = message[:600] + f"... ({len(message) - 600} more characters)"
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{field}: {message}" if field else f"{where}{message}", hint)
         self.field = field

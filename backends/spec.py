@@ -569,6 +569,32 @@ def validate(spec: JobSpec) -> JobSpec:
     return spec_from_dict(spec.to_dict())
 
 
+MAX_SPEC_BYTES = 1 << 20
+"""A job spec (or a manifest to import) is text a person writes: a larger file is refused."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without anchors and aliases: a few hundred bytes of aliases expand to gigabytes."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not taken here: write the value out", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def read_yaml(text: str, all_documents: bool = False) -> Any:
+    """YAML a user hands torchdeck (a spec, a manifest to import): at most MAX_SPEC_BYTES, no
+    aliases; the caller turns ``yaml.YAMLError`` into its one line."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise yaml.YAMLError(f"{len(text)} bytes; a spec is at most {MAX_SPEC_BYTES} bytes")
+    if all_documents:
+        return list(yaml.load_all(text, Loader=_NoAliasLoader))  # noqa: S506 (a SafeLoader)
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+
+
 def load_spec(path: str | Path) -> JobSpec:
     """Read and validate a spec file. Relative data, checkpoint and model
     paths are resolved against the file's folder."""
@@ -580,11 +606,11 @@ def load_spec(path: str | Path) -> JobSpec:
     except OSError as exc:
         raise SpecError("", f"cannot read it: {exc.strerror}", "", str(path)) from None
     try:
-        data = yaml.safe_load(text)
+        data = read_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or "not valid YAML"
+        problem = getattr(exc, "problem", None) or (str(exc) if not mark else "not valid YAML")
         raise SpecError("", f"{where}{problem}", "check the indentation and quoting", str(path)) from None
     spec = spec_from_dict(data, str(path))
     return resolve_paths(spec, path.parent)

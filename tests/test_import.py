@@ -119,3 +119,10 @@ def test_the_command_writes_a_spec_that_loads_and_keeps_an_existing_one(tmp_path
     assert main(["import", str(tmp_path / "bad.yaml"), "-o", str(tmp_path / "x.yaml")]) == 2
     assert "not valid YAML" in capsys.readouterr().err
     assert yaml.safe_load(before)["cluster"]["pvc"] == "efs-pvc"
+
+
+def test_a_manifest_with_aliases_is_refused_in_one_line():
+    text = (IMPORTS / "pytorchjob-simple.yaml").read_text().replace("replicas: 1", "replicas: &one 1", 1)
+    text = text.replace("replicas: 1", "replicas: *one")
+    with pytest.raises(SpecError, match=r"not valid YAML: YAML aliases \(\*name\) are not taken here"):
+        import_manifest(text, "job.yaml")

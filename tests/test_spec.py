@@ -88,3 +88,23 @@ def test_spec_choices_match_the_trainer():
 
     assert set(RECIPES) == set(TRAINER_RECIPES)
     assert set(MODELS) == set(TRAINER_MODELS)
+
+
+def test_yaml_aliases_are_refused_and_long_values_are_cut_in_messages(tmp_path):
+    """Issue 16 row 3: 400 bytes of aliases expanded to 673 MB in render; a 39 MB value was echoed whole."""
+    bomb = tmp_path / "bomb.yaml"
+    lines = ['a0: &a0 ["xxxxxxxx", "xxxxxxxx", "xxxxxxxx", "xxxxxxxx", "xxxxxxxx", "xxxxxxxx"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 6)}]" for i in range(1, 9)]
+    bomb.write_text("\n".join(lines) + "\nname: demo\n")
+    with pytest.raises(SpecError, match=r"line 2: YAML aliases \(\*name\) are not taken here"):
+        load_spec(bomb)
+    big = tmp_path / "big.yaml"
+    big.write_text("name: " + "x" * 2_000_000 + "\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec(big)
+    assert "at most 1048576 bytes" in str(caught.value) and len(str(caught.value)) < 400
+    long_value = tmp_path / "long.yaml"
+    long_value.write_text("device: " + "y" * 200_000 + "\n")
+    with pytest.raises(SpecError) as caught:
+        load_spec(long_value)
+    assert "more characters" in str(caught.value) and len(str(caught.value)) < 1000

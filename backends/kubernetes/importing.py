@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
-from ..spec import MAX_JOB_NAME, JobSpec, spec_from_dict
+from ..spec import MAX_JOB_NAME, JobSpec, read_yaml, spec_from_dict
 
 KINDS = {"PyTorchJob": "pytorchjob", "ElasticJob": "elasticjob", "MPIJob": "mpijob", "Job": "job"}
 TORCHRUN_VALUED = {
@@ -50,7 +50,7 @@ class Imported:
 def import_manifest(text: str, source: str = "") -> Imported:
     """The job spec for the first training job in ``text`` (YAML, one or more documents)."""
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d]
+        documents = [d for d in read_yaml(text, all_documents=True) if d]
     except yaml.YAMLError as exc:
         raise SpecError("", f"not valid YAML: {getattr(exc, 'problem', None) or exc}", "", source) from None
     jobs = [d for d in documents if isinstance(d, dict) and d.get("kind") in KINDS]
