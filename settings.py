@@ -68,8 +68,8 @@ class Settings:
         if config_file.exists():
             try:
                 data = yaml.safe_load(config_file.read_text()) or {}
-            except (OSError, yaml.YAMLError) as exc:
-                raise SettingsError(f"{config_file}: not readable YAML: {exc}") from None
+            except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+                raise SettingsError(f"{config_file}: not readable YAML: {str(exc)[:200]}") from None
             if not isinstance(data, dict):
                 raise SettingsError(f"{config_file}: expected a mapping of settings")
             values.update({str(k): (v, str(config_file)) for k, v in data.items()})
@@ -121,7 +121,7 @@ class Settings:
                 if value not in ("local", "kubernetes", "eks"):
                     raise ValueError
                 return value
-        except ValueError:
+        except (ValueError, TypeError):  # TypeError: a list or mapping where a number goes
             pass
         else:
             return value
@@ -132,4 +132,4 @@ class Settings:
             "ascii": "1 or 0",
             "backend": "local, kubernetes or eks",
         }.get(name, "a valid value")
-        raise SettingsError(f"{source}: {name} must be {expected}, got {value!r}")
+        raise SettingsError(f"{source}: {name} must be {expected}, got {value!r:.80}")

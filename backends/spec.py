@@ -605,6 +605,10 @@ def load_spec(path: str | Path) -> JobSpec:
         raise SpecError("", "no such file", "write one with `torchdeck init`", str(path)) from None
     except OSError as exc:
         raise SpecError("", f"cannot read it: {exc.strerror}", "", str(path)) from None
+    except UnicodeDecodeError:
+        raise SpecError(
+            "", "is not text (UTF-8)", "a job spec is a YAML file: torchdeck init writes one", str(path)
+        ) from None
     try:
         data = read_yaml(text)
     except yaml.YAMLError as exc:

@@ -117,6 +117,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     except OSError as exc:
         return fail(f"{args.file}: cannot read it: {exc.strerror}")
+    except UnicodeDecodeError:
+        return fail(f"{args.file}: is not text (UTF-8); a manifest is a YAML file")
     found = import_manifest(text, "standard input" if args.file == "-" else args.file)
     save_spec(found.spec, path)
     e = found.spec.entrypoint

@@ -81,3 +81,14 @@ def test_model_get_passes_through_the_bucket_beside_the_runs_own_claim(tmp_path)
     assert cloud.model_prefix(spec) == "s3://beta-models/runs/models"
     with pytest.raises(BackendError, match="no bucket torchdeck made sits beside that claim"):
         cloud.model_prefix(spec_from_dict({"name": "x", "cluster": {"pvc": "elsewhere"}}))
+
+
+def test_a_binary_config_file_and_a_list_for_a_number_are_one_line(tmp_path):
+    """Issue 16 row 13: these were a UnicodeDecodeError and a TypeError traceback."""
+    config = tmp_path / "config.yaml"
+    config.write_bytes(b"\xff\xfe\x00binary\x80")
+    with pytest.raises(SettingsError, match="not readable YAML"):
+        Settings.load(env={}, config_file=config)
+    config.write_text("refresh_hz: [1]\n")
+    with pytest.raises(SettingsError, match=r"refresh_hz must be a number from 1 to 60, got \[1\]"):
+        Settings.load(env={}, config_file=config)

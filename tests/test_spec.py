@@ -108,3 +108,16 @@ def test_yaml_aliases_are_refused_and_long_values_are_cut_in_messages(tmp_path):
     with pytest.raises(SpecError) as caught:
         load_spec(long_value)
     assert "more characters" in str(caught.value) and len(str(caught.value)) < 1000
+
+
+def test_a_binary_spec_and_manifest_are_one_line(tmp_path, capsys):
+    from torchdeck.cli.main import main
+
+    binary = tmp_path / "torchdeck.yaml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    with pytest.raises(SpecError, match="is not text"):
+        load_spec(binary)
+    assert main(["import", str(binary), "-o", str(tmp_path / "out.yaml")]) == 1
+    assert main(["render", str(binary), "--image", "r/t:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "Traceback" not in err and "is not text" in err
