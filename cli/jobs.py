@@ -89,6 +89,10 @@ def dispatch(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `torchdeck logs RUN | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a file the user named that cannot be read or written: one line, not a traceback
+        where = exc.filename or "a file"
+        where = where[: -len(".tmp")] if isinstance(where, str) and where.endswith(".tmp") else where
+        return fail(f"{where}: {exc.strerror or exc} (check the path, and that its folder exists and is writable)")
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -121,3 +121,19 @@ def test_a_binary_spec_and_manifest_are_one_line(tmp_path, capsys):
     assert main(["render", str(binary), "--image", "r/t:1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "Traceback" not in err and "is not text" in err
+
+
+def test_a_file_in_a_missing_folder_is_one_line(tmp_path, capsys, monkeypatch):
+    """Issue 16 row 13: `cluster init --file` and `model get -o` into a folder that does not exist."""
+    from torchdeck.cli.main import main
+
+    monkeypatch.setenv("TORCHDECK_STATE_DIR", str(tmp_path / "state"))
+    missing = tmp_path / "missing" / "dir"
+    argv = ["cluster", "init", "--name", "demo", "--region", "us-west-2", "--file", str(missing / "c.yaml")]
+    assert main(argv) == 1
+    model = tmp_path / "model.pt"
+    model.write_bytes(b"weights")
+    assert main(["model", "get", "--from", str(model), "-o", str(missing / "m.pt")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 2
+    assert f"{missing}/c.yaml: No such file or directory" in err and f"{missing}/m.pt: No such file" in err
