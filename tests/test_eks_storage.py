@@ -219,3 +219,15 @@ def test_storage_manifests_match_the_golden_files(kind):
     if os.environ.get("TORCHDECK_UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text(), f"storage-{kind} rendering changed; review it, then TORCHDECK_UPDATE_GOLDEN=1"
+
+
+@pytest.mark.parametrize("prefix", ["", "*", "a?/", "${aws:username}/", "/models/", "a/../b/", "team//x/", "x y/"])
+def test_a_prefix_that_would_widen_the_grants_is_refused(prefix):
+    """Issue 16 row 5: '' granted bucket/* and s3:prefix ['*']; '?' and ${...} are IAM wildcards."""
+    from torchdeck.backends.eks.storage import validate_storage
+
+    with pytest.raises(SpecError, match="--prefix: .*a key prefix is letters, digits"):
+        validate_storage(StoragePlan("demo", REGION, bucket="torchdeck-models-demo", prefix=prefix))
+    assert validate_storage(
+        StoragePlan("demo", REGION, bucket="torchdeck-models-demo", prefix="team/models")
+    ).prefix == ("team/models/")

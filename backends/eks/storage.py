@@ -165,8 +165,19 @@ def validate_storage(plan: StoragePlan) -> StoragePlan:
                 )
     if plan.bucket:
         check_bucket_name(plan.bucket)
-    if plan.prefix.startswith("/") or "*" in plan.prefix:
-        raise SpecError("--prefix", f"{plan.prefix!r}: a key prefix has no leading '/' and no '*'", "e.g. models/")
+    # the prefix goes into the IAM grants (bucket/PREFIX*, s3:prefix PREFIX*): empty would grant the whole
+    # bucket, and IAM reads '*', '?' and ${...} in them as wildcards and variables
+    if (
+        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,200}", plan.prefix)
+        or "//" in plan.prefix
+        or ".." in plan.prefix
+    ):
+        raise SpecError(
+            "--prefix",
+            f"{plan.prefix!r:.80}: a key prefix is letters, digits, '.', '_', '-' and '/', not empty, with no "
+            "leading '/', '..', '*', '?' or '$'",
+            "e.g. models/",
+        )
     if plan.prefix and not plan.prefix.endswith("/"):
         plan.prefix += "/"
     for field_name, value in (
