@@ -564,3 +564,18 @@ def test_the_eksctl_path_streams_its_output_and_the_stack_events(tmp_path, aws_e
         if s["StackStatus"] != "DELETE_COMPLETE"
     ]
     assert live == []
+
+
+def test_a_broken_kubeconfig_is_named_without_its_contents(tmp_path):
+    """Issue 16 row 8: the YAML error quoted the file's lines, the token with them."""
+    from torchdeck.backends.eks.access import remove_context
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text("users:\n- name: me\n  user:\n    token: SECRET-TOKEN-123\n  bad: [unclosed\n")
+    with pytest.raises(BackendError) as caught:
+        remove_context(kubeconfig, "demo")
+    assert "not a readable kubeconfig" in str(caught.value) and "SECRET-TOKEN" not in str(caught.value)
+    kubeconfig.write_bytes(b"token: SECRET-TOKEN-123\n\xff\xfe")
+    with pytest.raises(BackendError) as caught:
+        remove_context(kubeconfig, "demo")
+    assert "SECRET-TOKEN" not in str(caught.value) and "UnicodeDecodeError" in str(caught.value)

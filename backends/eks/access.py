@@ -238,8 +238,14 @@ def _read_kubeconfig(path: Path) -> dict[str, Any]:
         config = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         config = {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise BackendError(f"{path}: not a readable kubeconfig: {exc}", "fix or move it, then connect again") from None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        # never the file's text: YAML's errors quote the lines around the problem, tokens included
+        mark = getattr(exc, "problem_mark", None)
+        why = getattr(exc, "strerror", None) or getattr(exc, "problem", None) or type(exc).__name__
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise BackendError(
+            f"{path}: not a readable kubeconfig: {why}{where}", "fix or move it, then connect again"
+        ) from None
     if not isinstance(config, dict):
         raise BackendError(f"{path}: not a kubeconfig (expected a mapping)", "fix or move it, then connect again")
     config.setdefault("apiVersion", "v1")
