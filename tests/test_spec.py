@@ -119,8 +119,9 @@ def test_a_binary_spec_and_manifest_are_one_line(tmp_path, capsys):
         load_spec(binary)
     assert main(["import", str(binary), "-o", str(tmp_path / "out.yaml")]) == 1
     assert main(["render", str(binary), "--image", "r/t:1"]) == 2
+    assert main(["cluster", "plan", "--file", str(binary)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 2 and "Traceback" not in err and "is not text" in err
+    assert err.count("\n") == 3 and "Traceback" not in err and err.count("is not text") == 3
 
 
 def test_a_file_in_a_missing_folder_is_one_line(tmp_path, capsys, monkeypatch):

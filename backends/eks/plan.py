@@ -366,6 +366,10 @@ def load_plan(path: str | Path) -> ClusterPlan:
         raise SpecError("", "no such file", "write one with torchdeck cluster init", str(path)) from None
     except yaml.YAMLError as exc:
         raise SpecError("", f"not valid YAML: {exc}", "", str(path)) from None
+    except UnicodeDecodeError:
+        raise SpecError("", "is not text (UTF-8)", "a plan is the YAML file cluster init writes", str(path)) from None
+    except OSError as exc:
+        raise SpecError("", f"cannot read it: {exc.strerror}", "", str(path)) from None
     return from_eksctl(config, str(path))
 
 
