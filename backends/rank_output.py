@@ -69,12 +69,10 @@ def main(argv: list[str]) -> int:
             if record is not None:
                 write(record)
         code = child.wait()
-        epoch = int(parser.epoch) if parser.epoch is not None else None
-        end = {"schema": 1, "rank": rank, "time": time.time(), "step": parser.step, "epoch": epoch}
         if code == 0:
-            write({**end, "event": "done"})
+            write(parser.record("done"))
         elif code > 0:  # a signal is a stop, not the script's error
-            write({**end, "event": "error", **failure(list(last), code)})
+            write({**parser.record("error"), **failure(list(last), code)})
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell says
 
 

@@ -93,6 +93,18 @@ class TextMetrics:
         self.epoch: float | None = None
         self.step = 0
 
+    def record(self, event: str, *, now: float | None = None, **fields: Any) -> dict[str, Any]:
+        """A schema-1 record of this rank where its output has got to (step, epoch), with ``fields``."""
+        return {
+            "schema": 1,
+            "event": event,
+            "rank": self.rank,
+            "time": time.time() if now is None else now,
+            "step": self.step,
+            "epoch": int(self.epoch) if self.epoch is not None else None,
+            **fields,
+        }
+
     def feed(self, line: str, now: float | None = None) -> dict[str, Any] | None:
         """The record this line carries, or None for a line without metrics."""
         stripped = line.strip()
@@ -116,15 +128,7 @@ class TextMetrics:
             self.count += 1
             step = found.get("step")
             self.step = int(step) if step is not None else self.count
-        record: dict[str, Any] = {
-            "schema": 1,
-            "event": event,
-            "rank": self.rank,
-            "time": time.time() if now is None else now,
-            "step": self.step,
-            "epoch": int(self.epoch) if self.epoch is not None else None,
-            "source": "text",
-        }
+        record = self.record(event, now=now, source="text")
         if self.world_size:
             record["world_size"] = self.world_size
         if event == "step":
@@ -244,10 +248,7 @@ class RankedText:
         text = raw.decode(errors="replace")
         if rank in self.tracebacks and (error := exception_of(text)) is not None:
             self.tracebacks.discard(rank)
-            epoch = int(parser.epoch) if parser.epoch is not None else None
-            when = time.time() if now is None else now
-            records.append({"schema": 1, "event": "error", "rank": rank, "time": when, "step": parser.step,
-                            "epoch": epoch, **error})  # fmt: skip
+            records.append(parser.record("error", now=now, **error))
             return rank, raw, records
         if text.startswith("Traceback (most recent call last)"):
             self.tracebacks.add(rank)

@@ -178,17 +178,16 @@ class KubernetesBackend(KubeClient, Backend):
             more = f" (and {len(problems) - 1} more: torchdeck train --dry-run lists them)" if len(problems) > 1 else ""
             raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
         for obj in rendered.objects:
-            path = api_path(api_of(obj["kind"]), spec.namespace, obj["metadata"]["name"])
-            if obj["kind"] == "ConfigMap" and CODE_LABEL in obj["metadata"]["labels"]:
-                try:  # named by its digest: where it is, this code was sent before
-                    self.request("GET", path)
-                    continue
-                except ApiError as exc:
-                    if exc.status != 404:
-                        raise
+            bundle = obj["kind"] == "ConfigMap" and CODE_LABEL in obj["metadata"]["labels"]
+            try:
+                self.request("POST", api_path(api_of(obj["kind"]), spec.namespace), body=obj)
+            except ApiError as exc:
+                if bundle and exc.status == 409:
+                    continue  # named by its digest: this code was sent before
+                raise
+            if bundle:
                 self.sent.append(f"configmap {spec.namespace}/{obj['metadata']['name']}")
-            self.request("POST", api_path(api_of(obj["kind"]), spec.namespace), body=obj)
-            self._note(path)
+            self._note(api_path(api_of(obj["kind"]), spec.namespace, obj["metadata"]["name"]))
 
     def _upload_bundle(self, data: bytes, url: str) -> None:
         """Put a code bundle where its URL says, unless it is there already (its key is its digest)."""
@@ -327,9 +326,7 @@ class KubernetesBackend(KubeClient, Backend):
         self._progress(status, ns, pods, obj)
         return status
 
-    def _progress(
-        self, status: JobStatus, namespace: str, pods: list[dict[str, Any]], obj: dict[str, Any] | None = None
-    ) -> None:
+    def _progress(self, status: JobStatus, namespace: str, pods: list[dict[str, Any]], obj: dict[str, Any]) -> None:
         """Epoch, step, loss and accuracy from the tail of node 0's log (one small request)."""
         started = [p for p in pods if has_started(p)]
         first = sorted(started, key=lambda p: max(0, node_rank(p, started)))[:1]
@@ -345,11 +342,10 @@ class KubernetesBackend(KubeClient, Backend):
             ).data
         except BackendError:
             return
-        obj_reader = self.text_reader(obj) if obj is not None else None
-        if obj_reader is not None:
-            node = max(0, node_rank(first[0], started))
-            found = [x for line in tail.splitlines() for x in obj_reader.read(node, line)[2]]
-            events = [MetricEvent(x["event"], int(x["rank"]), 0.0, x) for x in found if x.get("rank") == 0]
+        reader = self.text_reader(obj)
+        if reader is not None:  # the user's code: rank 0's records among node 0's lines
+            batch = [(max(0, node_rank(first[0], started)), 0, line) for line in tail.splitlines()]
+            events = [e for e in self._log_lines(batch, 1, 0, reader)[0] if e.rank == 0]
         else:
             events = parse_metric_lines(tail.splitlines())
         for event in events:

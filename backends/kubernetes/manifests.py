@@ -11,7 +11,9 @@ writable scratch folder, and labels that find every pod of the job."""
 
 from __future__ import annotations
 
+import base64
 import functools
+import shlex
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -212,8 +214,6 @@ def user_env(spec: JobSpec) -> list[dict[str, str]]:
 def bundle_configmap(spec: JobSpec, packed: code_bundle.Bundle) -> dict[str, Any]:
     """The ConfigMap that carries a small bundle: named by its digest and immutable, so runs of the
     same code share it and it is sent once."""
-    import base64
-
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -284,9 +284,9 @@ def add_bundle(ctx: dict[str, Any], spec: JobSpec, kind: str, packed: code_bundl
                 "build --code DIR",
             )
         steps = [unpack] + ([install] if install else [])
-        script = " && ".join(" ".join(_quote(a) for a in step) for step in steps)
-        ctx["command"] = ["sh", "-c", f'{script} && cd {code_bundle.CODE_DIR} && exec "$@"', "torchdeck-code"]
-        ctx["command"] += ctx.pop("trainjob_command")
+        script = " && ".join(shlex.join(step) for step in steps)
+        unpack_first = ["sh", "-c", f'{script} && cd {code_bundle.CODE_DIR} && exec "$@"', "torchdeck-code"]
+        ctx["command"] = unpack_first + ctx["command"]
         return
     mounts = [code_mount, bundle_mount, scratch]
     init = []
@@ -303,12 +303,6 @@ def add_bundle(ctx: dict[str, Any], spec: JobSpec, kind: str, packed: code_bundl
     if install:
         init.append(_init_container("install-requirements", spec.image or "", install, mounts))
     ctx["init_containers"] = init
-
-
-def _quote(arg: str) -> str:
-    import shlex
-
-    return shlex.quote(arg)
 
 
 def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
@@ -408,7 +402,6 @@ def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
         ctx["args"] = trainer  # the runtime's torch policy sets torchrun's node and process counts
         ctx["command"] = ["python", "-m", "torch.distributed.run", "--max-restarts", str(spec.max_restarts)]
         ctx["command"] += [] if spec.builtin else ["--tee", "3"]
-        ctx["trainjob_command"] = ctx["command"]
     elif kind == "mpijob":
         endpoint = f"{run_id}-worker-0.{run_id}.{spec.namespace}.svc:{RDZV_PORT}"
         launch = [
@@ -469,12 +462,11 @@ def render(
     run_id: str,
     kind: str | None = None,
     target: crds.Target | None = None,
-    packed: code_bundle.Bundle | None = None,
 ) -> Rendered:
     """The manifests that run ``spec`` as ``run_id`` (its object name), for ``target`` (the
     operator release the cluster runs: ``crds.for_cluster``), by default the newest supported.
-    The user's code goes as a bundle (``packed``, else packed from entrypoint.code now): in a
-    ConfigMap among the objects, or through cluster.code_bucket where it is too large for one."""
+    The user's code goes as a bundle, packed from entrypoint.code: in a ConfigMap among the
+    objects, or through cluster.code_bucket where it is too large for one."""
     spec = validate(spec)
     kind = _check_kind(kind or spec.cluster.kind)
     target = target or crds.latest(kind)
@@ -488,15 +480,12 @@ def render(
     check_kind_fields(spec, kind)
     ctx = context(spec, run_id, kind)
     ctx["pod_overrides"] = target.pod_overrides if target else ""
-    url = None
+    url, packed = None, None
     if not spec.builtin and not spec.entrypoint.in_image:
-        packed = packed or code_bundle.pack(spec.entrypoint.code)
+        packed = code_bundle.pack(spec.entrypoint.code)
         if not packed.fits_configmap:
             url = bundle_url(spec, packed)
         add_bundle(ctx, spec, kind, packed, url)
-    else:
-        packed = None
-    ctx.pop("trainjob_command", None)
     text = template_environment().get_template(f"{kind}.yaml.j2").render(**ctx)
     objects = [o for o in yaml.safe_load_all(text) if o]
     if packed is not None and url is None:
