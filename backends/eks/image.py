@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import hashlib
 import io
@@ -626,29 +627,14 @@ async def build_image(
         clock(),
     )
     destination = f"{uri}:{tag}"
-    digest = await pushed_digest(aws, plan.repository, tag) if push else None
-    if digest:
-        yield Progress("build", f"{tag} is in ECR already (the build context has not changed): not building", clock())
-    else:
-        yield Progress("build", f"building {plan.dockerfile} as {tag} with {builder}", clock())
-        if builder == "docker":
-            assert found_docker is not None
-            steps = build_with_docker(aws, found_docker, root, plan.dockerfile, destination, clock, push)
-        else:
-            steps = build_with_kaniko(aws, plan, record, archive, tag, destination, clock, kube, poll_s, timeout_s)
-        async for p in steps:
-            digest = p.result.digest if isinstance(p.result, ImageRef) else digest
-            yield p
-        if push:
-            in_ecr = await pushed_digest(aws, plan.repository, tag)
-            if digest and in_ecr and digest != in_ecr:
-                raise BackendError(
-                    f"the build reported {digest} but ECR holds {in_ecr} for {tag}",
-                    "build again; if it repeats, look at the repository in the ECR console",
-                )
-            digest = digest or in_ecr
-            if not digest:
-                raise BackendError(f"the build ended but ECR has no image tagged {tag}", "read the build output above")
+    digest = ""
+    steps = build_and_check(
+        aws, plan, record, builder, found_docker, archive, root, plan.dockerfile, tag, uri, clock, kube, poll_s,
+        timeout_s, push=push, unchanged="the build context has not changed",
+    )  # fmt: skip
+    async for p in steps:
+        digest = p.result.digest if isinstance(p.result, ImageRef) else digest
+        yield p
     if not push:
         yield Progress(
             "done", f"built {destination} (not pushed): torchdeck image push", clock(), "done", ImageRef(uri, tag)
@@ -662,6 +648,67 @@ async def build_image(
             yield p
         return
     yield Progress("done", f"image {uri}@{digest}", clock(), "done", ImageRef(uri, tag, digest or ""))
+
+
+async def build_and_check(
+    aws: AwsSession,
+    plan: ImagePlan,
+    record: ClusterRecord,
+    builder: str,
+    docker: str | None,
+    archive: bytes,
+    root: Path | None,
+    dockerfile: str,
+    tag: str,
+    uri: str,
+    clock: Clock,
+    kube: Callable[[Path, str], Any] | None,
+    poll_s: float,
+    timeout_s: float,
+    push: bool = True,
+    build_args: tuple[str, ...] = (),
+    phase: str = "build",
+    unchanged: str = "",
+) -> AsyncIterator[Progress]:
+    """One image: not built where ECR holds its tag already, else built with docker (from ``root``,
+    or the archive unpacked where there is no such folder) or Kaniko (from the archive), and its
+    digest checked against ECR. Events carry ``ImageRef`` results; the last one's is the image."""
+    destination = f"{uri}:{tag}"
+    digest = await pushed_digest(aws, plan.repository, tag) if push else None
+    if digest:
+        yield Progress(
+            phase, f"{tag} is in ECR already ({unchanged}): not building", clock(), result=ImageRef(uri, tag, digest)
+        )
+        return
+    yield Progress(phase, f"building {dockerfile} as {tag} with {builder}", clock())
+    with contextlib.ExitStack() as stack:
+        if builder == "docker":
+            assert docker is not None
+            if root is None:  # a context that exists only as its archive
+                root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="torchdeck-context-")))
+                with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+                    tar.extractall(root, filter="data")
+            steps = build_with_docker(aws, docker, root, dockerfile, destination, clock, push, build_args)
+        else:
+            steps = build_with_kaniko(
+                aws, plan, record, archive, tag, destination, clock, kube, poll_s, timeout_s, dockerfile, build_args
+            )
+        async for p in steps:
+            digest = p.result.digest if isinstance(p.result, ImageRef) else digest
+            yield p
+    if not push:
+        return
+    in_ecr = await pushed_digest(aws, plan.repository, tag)
+    if digest and in_ecr and digest != in_ecr:
+        raise BackendError(
+            f"the build reported {digest} but ECR holds {in_ecr} for {tag}",
+            "build again; if it repeats, look at the repository in the ECR console",
+        )
+    if not (digest or in_ecr):
+        raise BackendError(f"the build ended but ECR has no image tagged {tag}", "read the build output above")
+    yield Progress(
+        phase, f"{tag} is in ECR ({digest or in_ecr})", clock(), result=ImageRef(uri, tag, digest or in_ecr or "")
+    )
 
 
 async def build_code(
@@ -681,34 +728,14 @@ async def build_code(
     the digest of its context and base, pushed; the last event carries it (``ImageRef.code_dir``)."""
     archive, dockerfile, workdir = await asyncio.to_thread(code_context, plan)
     tag = f"code-{hashlib.sha256(archive + base.encode()).hexdigest()[:12]}-{plan.variant}"
-    destination = f"{uri}:{tag}"
-    digest = await pushed_digest(aws, plan.repository, tag)
-    args = (f"BASE={base}",)
-    if digest:
-        yield Progress(
-            "code", f"{tag} is in ECR already (the code and the base have not changed): not building", clock()
-        )
-    else:
-        yield Progress("code", f"building {plan.code} on {base.rsplit('/', 1)[-1]} as {tag} with {builder}", clock())
-        if builder == "docker":
-            assert docker is not None
-            with tempfile.TemporaryDirectory(prefix="torchdeck-code-") as folder:
-                with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-                    tar.extractall(folder, filter="data")
-                steps = build_with_docker(aws, docker, Path(folder), dockerfile, destination, clock, True, args)
-                async for p in steps:
-                    digest = p.result.digest if isinstance(p.result, ImageRef) else digest
-                    yield p
-        else:
-            steps = build_with_kaniko(
-                aws, plan, record, archive, tag, destination, clock, kube, poll_s, timeout_s, dockerfile, args
-            )
-            async for p in steps:
-                digest = p.result.digest if isinstance(p.result, ImageRef) else digest
-                yield p
-        digest = digest or await pushed_digest(aws, plan.repository, tag)
-        if not digest:
-            raise BackendError(f"the code build ended but ECR has no image tagged {tag}", "read the build output above")
+    digest = ""
+    steps = build_and_check(
+        aws, plan, record, builder, docker, archive, None, dockerfile, tag, uri, clock, kube, poll_s, timeout_s,
+        build_args=(f"BASE={base}",), phase="code", unchanged="the code and the base have not changed",
+    )  # fmt: skip
+    async for p in steps:
+        digest = p.result.digest if isinstance(p.result, ImageRef) else digest
+        yield p
     yield Progress(
         "done", f"image {uri}@{digest} (your code at {workdir})", clock(), "done", ImageRef(uri, tag, digest, workdir)
     )
