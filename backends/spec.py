@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from .errors import SpecError
+from .files import replace_text
 
 DEFAULT_SPEC_FILE = "torchdeck.yaml"
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -640,10 +641,7 @@ def resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
 def save_spec(spec: JobSpec, path: str | Path) -> None:
     """Write a spec as YAML (validated first, so a bad spec never reaches disk)."""
     validate(spec)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(spec.to_yaml())
-    tmp.replace(path)
+    replace_text(Path(path), spec.to_yaml())
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -91,7 +91,6 @@ def dispatch(args: argparse.Namespace) -> int:
         return 0
     except OSError as exc:  # a file the user named that cannot be read or written: one line, not a traceback
         where = exc.filename or "a file"
-        where = where[: -len(".tmp")] if isinstance(where, str) and where.endswith(".tmp") else where
         return fail(f"{where}: {exc.strerror or exc} (check the path, and that its folder exists and is writable)")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ..errors import SpecError
+from ..files import replace_text
 
 CLUSTER_TAG = "torchdeck:cluster"
 """Every AWS resource torchdeck creates for a cluster carries it (value: the cluster name)."""
@@ -466,8 +467,5 @@ def parse_subnets(items: list[str]) -> dict[str, str]:
 def save_plan(plan: ClusterPlan, path: str | Path) -> str:
     """Validate, then write the ClusterConfig atomically (a bad plan writes nothing); returns the text."""
     text = plan_to_yaml(plan)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    replace_text(Path(path), text)
     return text
