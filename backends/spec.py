@@ -404,7 +404,7 @@ CLUSTER_CHECKS = {
     "clean_pod_policy": _choices("None", "Running", "All"),
     "ttl_seconds_after_finished": _int_at_least(0, optional=True),
     "runtime": _name_253,
-    "code_bucket": _optional(lambda v: _s3_prefix(v)),
+    "code_bucket": _optional(_s3_prefix),
 }
 
 
