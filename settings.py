@@ -13,6 +13,9 @@ from typing import Any
 
 import yaml
 
+from .backends.errors import file_problem
+from .backends.names import LABEL_RE
+
 
 class SettingsError(Exception):
     """A bad setting: the message names it and where it came from."""
@@ -69,7 +72,7 @@ class Settings:
             try:
                 data = yaml.safe_load(config_file.read_text()) or {}
             except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-                raise SettingsError(f"{config_file}: not readable YAML: {str(exc)[:200]}") from None
+                raise SettingsError(f"{config_file}: not readable YAML: {file_problem(exc)}") from None
             if not isinstance(data, dict):
                 raise SettingsError(f"{config_file}: expected a mapping of settings")
             values.update({str(k): (v, str(config_file)) for k, v in data.items()})
@@ -100,8 +103,14 @@ class Settings:
         try:
             if name in ("state_dir", "spec_file", "kubeconfig"):
                 return None if value in (None, "") and name == "kubeconfig" else Path(str(value)).expanduser()
-            if name in ("kube_context", "namespace"):
+            if name == "kube_context":
                 return None if value in (None, "") else str(value)
+            if name == "namespace":
+                if value in (None, ""):
+                    return None
+                if not isinstance(value, str) or not LABEL_RE.match(value):
+                    raise ValueError
+                return value
             if name in ("refresh_hz", "straggler_ratio", "aws_poll_s"):
                 number = float(value)
                 low, high = {"refresh_hz": (1.0, 60.0), "straggler_ratio": (0.05, 1.0), "aws_poll_s": (0.01, 300.0)}[
@@ -131,5 +140,6 @@ class Settings:
             "aws_poll_s": "a number of seconds from 0.01 to 300",
             "ascii": "1 or 0",
             "backend": "local, kubernetes or eks",
+            "namespace": "a Kubernetes namespace (lower-case letters, digits and '-')",
         }.get(name, "a valid value")
         raise SettingsError(f"{source}: {name} must be {expected}, got {value!r:.80}")

@@ -33,3 +33,16 @@ class SpecError(BackendError):
 
 class RunNotFound(BackendError):
     """No run matches the id (or unique prefix) the user gave."""
+
+
+def file_problem(exc: BaseException) -> str:
+    """Why a YAML file (a kubeconfig, the settings) could not be read, in one line and never its
+    text: YAML's errors quote the lines around the problem, a kubeconfig's tokens included."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not text (UTF-8)"
+    mark = getattr(exc, "problem_mark", None)
+    why = getattr(exc, "strerror", None) or getattr(exc, "problem", None)
+    if why is None:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        why = first if mark is None else type(exc).__name__
+    return f"{why}" + (f" (line {mark.line + 1})" if mark else "")

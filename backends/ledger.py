@@ -17,7 +17,8 @@ import json
 import os
 import sqlite3
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,23 +106,44 @@ class Place:
 class Ledger:
     """``$STATE/ledger.sqlite``: the one record of what torchdeck made."""
 
-    def __init__(self, state_dir: str | os.PathLike):
+    def __init__(self, state_dir: str | os.PathLike, busy_timeout_s: float = 30.0):
         self.path = Path(state_dir) / FILE_NAME
+        self.busy_timeout_s = busy_timeout_s
+        """How long a call waits for another torchdeck that is writing the ledger."""
 
-    def _connect(self) -> sqlite3.Connection:
+    @contextmanager
+    def _open(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one call; any SQLite failure in it is one line saying what to do.
+        A damaged ledger is never replaced: it may still be read by hand, and cleanup finds what
+        torchdeck made by its tags without it."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fresh = not self.path.exists()
-            conn = sqlite3.connect(self.path, timeout=30)
-            if fresh:
-                os.chmod(self.path, 0o600)
-            conn.executescript(_SCHEMA)
-            return conn
-        except (OSError, sqlite3.Error) as exc:
+            with closing(sqlite3.connect(self.path, timeout=self.busy_timeout_s)) as conn:
+                if fresh:
+                    os.chmod(self.path, 0o600)
+                conn.executescript(_SCHEMA)
+                yield conn
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise BackendError(
+                    f"{self.path}: another torchdeck has held the ledger for {self.busy_timeout_s:.0f} s",
+                    "let it finish (a create or cleanup writes as it goes), then run this again",
+                ) from None
+            raise self._failure(exc) from None
+        except sqlite3.DatabaseError as exc:  # "file is not a database", "malformed"
             raise BackendError(
-                f"{self.path}: cannot open the ledger: {exc}",
-                "check the state folder's permissions (TORCHDECK_STATE_DIR)",
+                f"{self.path}: the ledger is damaged ({exc})",
+                f"move it aside (mv {self.path} {self.path}.damaged), then run `torchdeck cleanup --dry-run`: "
+                "it finds what torchdeck made by its tags",
             ) from None
+        except (OSError, sqlite3.Error) as exc:
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: BaseException) -> BackendError:
+        return BackendError(
+            f"{self.path}: cannot open the ledger: {exc}", "check the state folder's permissions (TORCHDECK_STATE_DIR)"
+        )
 
     def add(
         self,
@@ -139,7 +161,7 @@ class Ledger:
         """Record an object as existing (again): a row that was marked deleted comes back to life; an
         existing live row keeps its creation time and whether torchdeck made it."""
         now = time.time()
-        with closing(self._connect()) as conn, conn:
+        with self._open() as conn, conn:
             row = conn.execute(
                 "SELECT made, created_at, deleted_at, detail FROM resources WHERE kind=? AND ident=? AND region=?",
                 (kind, ident, region),
@@ -168,7 +190,7 @@ class Ledger:
 
     def gone(self, kind: str, ident: str, region: str = "") -> None:
         """Mark an object deleted (or found already gone); a no-op for one never recorded."""
-        with closing(self._connect()) as conn, conn:
+        with self._open() as conn, conn:
             conn.execute(
                 "UPDATE resources SET deleted_at=? WHERE kind=? AND ident=? AND region=? AND deleted_at IS NULL",
                 (time.time(), kind, ident, region),
@@ -191,7 +213,7 @@ class Ledger:
             if value is not None:
                 query += f" AND {column}=?"
                 args.append(value)
-        with closing(self._connect()) as conn:
+        with self._open() as conn:
             rows = conn.execute(query, args).fetchall()
         found = [
             Resource(k, i, r, a, s, json.loads(t), json.loads(d), bool(m), c, ca, da)
@@ -205,7 +227,7 @@ class Ledger:
 
     def set_place(self, context: str, scope: str, region: str = "", account: str = "") -> None:
         """What runs on a kubeconfig context belongs to ``scope`` (the EKS cluster torchdeck made)."""
-        with closing(self._connect()) as conn, conn:
+        with self._open() as conn, conn:
             conn.execute(
                 "INSERT OR REPLACE INTO places (context, scope, region, account) VALUES (?,?,?,?)",
                 (context, scope, region, account),
@@ -215,7 +237,7 @@ class Ledger:
         """Where objects made on ``context`` belong: its cluster's scope, region and account where
         torchdeck made the cluster, else the context itself."""
         if context and self.path.exists():
-            with closing(self._connect()) as conn:
+            with self._open() as conn:
                 row = conn.execute("SELECT scope, region, account FROM places WHERE context=?", (context,)).fetchone()
             if row:
                 return Place(context, *row)

@@ -20,21 +20,21 @@ import yaml
 
 from .errors import SpecError
 from .files import replace_text
+from .names import DNS_1035_RE
+from .names import SUBDOMAIN_RE as DNS_SUBDOMAIN_RE
 
 DEFAULT_SPEC_FILE = "torchdeck.yaml"
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
-DNS_1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?\Z")
 """Names of objects a run makes (and so job names, which start them): a letter first, as Service
 names, the PyTorchJob webhook and TrainJob's CEL rule demand."""
 MAX_JOB_NAME = 40
-DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 IMAGE_RE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
 )
-QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
+QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?\Z")
 # The trainer's recipes and models, by name; the trainer itself (which
 # imports torch) is not loaded to validate a spec. tests/test_spec.py checks
 # these against the trainer's own argument parser.
@@ -324,7 +324,7 @@ def _image(v: Any) -> str | None:
 def _env(v: Any) -> str | None:
     if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
         return 'must map names to string values (quote numbers: "1")'
-    bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
+    bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", k)]
     return f"{bad[0]!r} is not a valid variable name" if bad else None
 
 
@@ -380,7 +380,7 @@ def _abs_path(v: Any) -> str | None:
 
 
 def _s3_prefix(v: Any) -> str | None:
-    ok = isinstance(v, str) and re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$", v)
+    ok = isinstance(v, str) and re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?\Z", v)
     return None if ok else f"must be s3://BUCKET or s3://BUCKET/PREFIX, got {v!r:.80}"
 
 
@@ -615,7 +615,8 @@ def load_spec(path: str | Path) -> JobSpec:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or (str(exc) if not mark else "not valid YAML")
+        # YAML's own text spans lines and quotes the file: its first line only
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines()[0] if not mark else "not valid YAML")
         raise SpecError("", f"{where}{problem}", "check the indentation and quoting", str(path)) from None
     spec = spec_from_dict(data, str(path))
     return resolve_paths(spec, path.parent)

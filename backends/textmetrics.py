@@ -9,12 +9,15 @@ metric records (``torchdeck.trainer.metrics``), so the monitor, ``jobs``,
   ``'loss': 0.3``, with ``step/iter/batch N[/M]``, ``epoch N[/M]``,
   ``acc/accuracy/Acc@1/top1 X[%]`` and ``X samples/s`` where the line has them;
 - a spec's ``metrics.pattern`` (a regular expression with named groups
-  among ``PATTERN_GROUPS``) replaces the built-in formats.
+  among ``PATTERN_GROUPS``) replaces the built-in formats. It is the user's,
+  so it runs on RE2 (google-re2), whose matching is linear in the line: a
+  pattern such as ``(a+)+b`` took Python's engine seconds per line, and
+  would have stalled the metric reader for every rank.
 
 A line with a loss is a ``step``; a line with an accuracy and no loss is an
 ``eval``. Where a line has no step number, a rank's loss lines are counted.
-Standard library only: it runs beside the user's code and in the console's
-metric reader."""
+Standard library only, but for RE2 where a pattern is given: it runs beside
+the user's code and in the console's metric reader."""
 
 from __future__ import annotations
 
@@ -54,6 +57,21 @@ then the batch within it (the step is counted)."""
 SPEED_WORDS = ("sampl", "imag", "img", "exampl", "ex/s", "ex /")
 
 
+def compile_pattern(pattern: str) -> Any:
+    """The user's pattern on RE2 (linear-time matching, no look-around or back-references);
+    raises ValueError with RE2's reason."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print its reason to stderr, under the console
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        reason = reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
+        raise ValueError(reason) from None
+
+
 def check_pattern(pattern: str) -> str | None:
     """Why ``pattern`` cannot be a metrics pattern, or None where it can."""
     if not isinstance(pattern, str) or not pattern:
@@ -61,9 +79,12 @@ def check_pattern(pattern: str) -> str | None:
     if len(pattern) > 1000:
         return f"is {len(pattern)} characters; at most 1000"
     try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
-        return f"is not a regular expression: {exc}"
+        compiled = compile_pattern(pattern)
+    except ValueError as exc:
+        return (
+            f"is not a regular expression RE2 takes ({exc}); patterns match in linear time, "
+            "so look-around and back-references are out"
+        )
     names = set(compiled.groupindex)
     unknown = sorted(names - set(PATTERN_GROUPS))
     if unknown:
@@ -88,7 +109,7 @@ class TextMetrics:
 
     def __init__(self, rank: int, world_size: int = 0, pattern: str | None = None):
         self.rank, self.world_size = rank, world_size
-        self.pattern = re.compile(pattern) if pattern else None
+        self.pattern = compile_pattern(pattern) if pattern else None
         self.count = 0  # loss lines seen (the step where a line has none)
         self.epoch: float | None = None
         self.step = 0

@@ -62,6 +62,21 @@ def add_cluster_parser(sub: Any) -> None:
     c.add_argument("--prefix", default="torchdeck/", help="the key prefix in it (default: torchdeck/)")
     c.add_argument("--service-account", default="torchdeck-s3", help="its Kubernetes service account")
     c.add_argument("--sa-namespace", default="default", help="the service account's namespace")
+    c.add_argument(
+        "--endpoint-cidr",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="who may reach the API server's public endpoint (repeat; default: every address)",
+    )
+    c.add_argument(
+        "--private-endpoint", action="store_true", help="no public API endpoint: reach it from inside the VPC"
+    )
+    c.add_argument(
+        "--allow-pod-imds",
+        action="store_true",
+        help="let pods reach the nodes' instance metadata (and the node role); off by default",
+    )
 
     c = csub.add_parser("types", help="the instance types a region's zones offer: vCPUs, memory, GPUs, EFA, price")
     c.add_argument("--region", required=True)
@@ -171,6 +186,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         s3_prefix=args.prefix,
         service_account=args.service_account,
         namespace=args.sa_namespace,
+        public_access_cidrs=list(args.endpoint_cidr),
+        private_endpoint=args.private_endpoint,
+        pod_imds=args.allow_pod_imds,
     )
     save_plan(plan, path)  # validates first: a bad field is one line, and nothing is written
     print(

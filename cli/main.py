@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_overrides(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
     p.add_argument("--detach", action="store_true", help="print the run id and return at once")
+    p.add_argument(
+        "--resume", metavar="RUN", help="local: run RUN's spec again from its newest checkpoint (after a crash)"
+    )
     p.add_argument("--output", choices=("text", "json"), default="text", help="json: print the final summary as JSON")
 
     p = sub.add_parser("render", help="print a job's Kubernetes manifests (for kubectl apply -f - or GitOps)")

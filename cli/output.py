@@ -15,9 +15,19 @@ if TYPE_CHECKING:
     from torchdeck.backends.eks.progress import Progress
 
 
+# C0 and C1 controls and DEL, shown escaped: a carriage return in a field name or an escape
+# sequence in a pod's traceback must neither split the one error line nor drive the terminal.
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\r``, ``\\x1b``), for one line on a terminal."""
+    return text.translate(_CONTROLS)
+
+
 def say(line: str) -> None:
     """A line for the person at the terminal (stderr: stdout stays the command's output)."""
-    print(f"torchdeck: {line}", file=sys.stderr)
+    print(f"torchdeck: {printable(line)}", file=sys.stderr)
 
 
 def confirm(question: str, yes: bool) -> None:

@@ -11,6 +11,11 @@ server side, where the product cannot tell them from AWS:
 - An API server: moto's clusters have a made-up endpoint and CA; with
   ``gaps.cluster_endpoint`` set (a kmock emulator's URL) new clusters get that
   endpoint and a well-formed CA, so the kubeconfig torchdeck writes reaches it.
+- Policy conditions: moto holds a condition on a key the request does not carry
+  to be true, and a statement whose condition fails to be a DENY, so a bucket
+  policy's ``Deny ... if aws:SecureTransport is false`` refused every call. In AWS
+  a condition on a missing key fails (short of ``...IfExists``) and such a
+  statement simply does not apply; here too.
 - Faults: ``gaps.fail("eks", "CreateNodegroup", "ThrottlingException", times=2)``
   makes the next calls answer that error, as AWS does under load; ``gaps.calls``
   counts every call by (service, action) so a test sees the retries.
@@ -53,16 +58,20 @@ class MotoGaps:
     def __init__(self) -> None:
         self.addons: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
         self.quotas: dict[str, float] = {}
-        self.faults: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self.faults: dict[tuple[str, str], list[tuple[str, str, int | None]]] = {}
         self.calls: collections.Counter = collections.Counter()
         self.cluster_endpoint: str | None = None
         self.fsx_ready_after: int | None = 2
         self.fsx_looks: dict[str, int] = {}
         self.lock = threading.Lock()
 
-    def fail(self, service: str, action: str, code: str, times: int = 1, message: str = "") -> None:
+    def fail(
+        self, service: str, action: str, code: str, times: int = 1, message: str = "", status: int | None = None
+    ) -> None:
+        """The next ``times`` calls of ``action`` answer ``code`` (HTTP ``status``; default: what
+        moto's model says, or 400), as AWS does under load or in an outage."""
         with self.lock:
-            self.faults.setdefault((service, action), []).extend([(code, message or code)] * times)
+            self.faults.setdefault((service, action), []).extend([(code, message or code, status)] * times)
 
     def reset(self) -> None:
         with self.lock:
@@ -90,11 +99,28 @@ class MotoGaps:
                 pending = gaps.faults.get(key)
                 fault = pending.pop(0) if pending else None
             if fault is not None:
-                status, headers, body = response.serialized(ActionResult(_service_error(*fault)))
-                return 400 if status == 200 else status, headers, body
+                code, message, forced = fault
+                status, headers, body = response.serialized(ActionResult(_service_error(code, message)))
+                return forced or (400 if status == 200 else status), headers, body
             return original_call(response)
 
         BaseResponse.call_action = call_action  # type: ignore[method-assign]
+
+        from moto.iam.access_control import IAMPolicyStatement, PermissionResult
+
+        original_permitted = IAMPolicyStatement.is_action_permitted
+
+        def is_action_permitted(statement, action, resource="*", principal=None, incoming_condition_values=None):
+            conditions = statement._statement.get("Condition") or {}
+            given = incoming_condition_values or {}
+            missing = any(
+                k not in given for op, keys in conditions.items() if not op.endswith("IfExists") for k in keys
+            )
+            if conditions and (missing or not statement._check_conditions(incoming_condition_values)):
+                return PermissionResult.NEUTRAL  # AWS: a statement applies only where its condition holds
+            return original_permitted(statement, action, resource, principal, incoming_condition_values)
+
+        IAMPolicyStatement.is_action_permitted = is_action_permitted  # type: ignore[method-assign]
 
         original_quota = ServiceQuotasBackend.get_service_quota
 

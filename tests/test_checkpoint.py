@@ -29,7 +29,7 @@ def test_save_is_atomic_when_the_writer_dies(tmp_path: Path, monkeypatch: pytest
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(torch, "save", dies_half_way)
-    with pytest.raises(OSError):
+    with pytest.raises(TrainerError, match="No space left on device; ckpt-00000010.pt stays"):
         checkpoint.save(tmp_path, 20, state(20), keep=3)
     # No partial file under the real name, no temporary left behind, the old one intact.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000010.pt"]
@@ -93,3 +93,37 @@ def test_job_start_time_survives_restarts(tmp_path: Path) -> None:
     assert checkpoint.job_start_time(tmp_path) == first
     (tmp_path / checkpoint.JOB_FILE).write_text("not json")
     assert checkpoint.job_start_time(tmp_path) >= first  # a damaged file is rewritten, not fatal
+
+
+def test_a_full_volume_mid_run_is_one_line_and_the_last_snapshot_stays(tmp_path: Path) -> None:
+    """Issue 16 faults: the volume fills up between two snapshots. The kernel's file-size limit
+    (RLIMIT_FSIZE, no privileges needed) makes the second write fail as a full disk does; the
+    error is one line, no temporary is left, and the first snapshot still loads."""
+    import subprocess
+    import sys
+
+    code = f"""
+import resource, signal, sys, torch
+from pathlib import Path
+from torchdeck.trainer import checkpoint
+from torchdeck.trainer.errors import TrainerError
+folder = Path({str(tmp_path)!r})
+state = {{"model": {{"w": torch.zeros(64)}}, "model_name": "m", "optimizer": {{}}, "epoch": 0, "step": 1}}
+checkpoint.save(folder, 1, state, keep=3)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # then the write fails with EFBIG, as a full disk fails it
+resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+state["model"]["w"] = torch.ones(4096)
+try:
+    checkpoint.save(folder, 2, state, keep=3)
+except TrainerError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    said = done.stdout.strip()
+    assert "\\n" not in said and "cannot write snapshot ckpt-00000002.pt" in said, said
+    assert "ckpt-00000001.pt stays" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001.pt"]  # no temporary left
+    loaded = checkpoint.load_newest(tmp_path)
+    assert loaded.state is not None and loaded.state["step"] == 1

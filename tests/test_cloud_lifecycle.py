@@ -63,6 +63,10 @@ def everything_left(aws: AwsSession) -> list[str]:
     left += [f"efs {f['FileSystemId']}" for f in aws.call("efs", "describe_file_systems")["FileSystems"]]
     left += [f"fsx {f['FileSystemId']}" for f in aws.call("fsx", "describe_file_systems")["FileSystems"]]
     left += [f"bucket {b['Name']}" for b in aws.call("s3", "list_buckets")["Buckets"]]
+    left += [
+        f"launch template {t['LaunchTemplateName']}"
+        for t in aws.call("ec2", "describe_launch_templates")["LaunchTemplates"]
+    ]
     left += [f"ecr {r['repositoryName']}" for r in aws.call("ecr", "describe_repositories")["repositories"]]
     left += [f"stack {s['StackName']}" for s in aws.pages("cloudformation", "describe_stacks", "Stacks")]
     return left

@@ -60,6 +60,39 @@ def test_loader_errors_are_one_line(tmp_path: Path) -> None:
         data.load_cifar10(folder, train=True)
 
 
+class _RunsAShellCommand:
+    """Pickles to a call of os.system, as a crafted batch on a shared volume would."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("name", ["test_batch", "batches.meta"])
+def test_a_crafted_batch_runs_nothing(tmp_path: Path, name: str) -> None:
+    """Issue 16 row 1: batches come from S3, shared volumes and existing folders,
+    so the loader must never call what a pickle names (a plain pickle.load ran it)."""
+    folder = write_tiny_cifar(tmp_path / "data", per_batch=4)
+    marker = tmp_path / "ran"
+    with open(folder / name, "wb") as f:
+        pickle.dump(
+            {b"data": _RunsAShellCommand(marker), b"labels": [0], b"label_names": [_RunsAShellCommand(marker)]},
+            f,
+            protocol=2,
+        )
+    if name == "test_batch":
+        with pytest.raises(TrainerError, match="names posix.system, which a CIFAR-10 batch never does") as info:
+            data.load_cifar10(folder, train=False)
+        assert "\n" not in str(info.value)
+    else:  # label names are a courtesy: the standard ones are used and nothing runs
+        assert data.load_cifar10(folder, train=True).classes == data.CLASSES
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("n,world", [(100, 2), (101, 2), (103, 4), (7, 1)])
 def test_shards_cover_the_data_once_per_epoch(n: int, world: int) -> None:
     samplers = [data.ShardedSampler(n, r, world, seed=3) for r in range(world)]

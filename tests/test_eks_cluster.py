@@ -70,7 +70,7 @@ def creates(gaps) -> dict[str, int]:
 
 
 def tagged_everywhere(name: str) -> list[str]:
-    """Every IAM role, OIDC provider and EKS cluster carrying torchdeck:cluster=NAME."""
+    """Every IAM role, OIDC provider, launch template and EKS cluster carrying torchdeck:cluster=NAME."""
     aws = AwsSession(REGION)
     found = []
     for role in aws.pages("iam", "list_roles", "Roles"):
@@ -80,6 +80,9 @@ def tagged_everywhere(name: str) -> list[str]:
         tags = aws.call("iam", "list_open_id_connect_provider_tags", OpenIDConnectProviderArn=provider["Arn"])["Tags"]
         if {"Key": TAG, "Value": name} in tags:
             found.append("oidc " + provider["Arn"])
+    for template in aws.call("ec2", "describe_launch_templates")["LaunchTemplates"]:
+        if {"Key": TAG, "Value": name} in template.get("Tags", []):
+            found.append("launch template " + template["LaunchTemplateName"])
     for cluster in aws.call("eks", "list_clusters")["clusters"]:
         if aws.call("eks", "describe_cluster", name=cluster)["cluster"].get("tags", {}).get(TAG) == name:
             found.append("cluster " + cluster)
@@ -99,6 +102,11 @@ def tagged_everywhere(name: str) -> list[str]:
         ({"name": "démo"}, "non-ASCII"),
         ({"nodegroups": [NodegroupPlan("w", "m5.large", 3, 3, 2)]}, "3 is more than max_size 2"),
         ({"nodegroups": [NodegroupPlan("w", "m5.large", 1, 1, 1, gpu=True)]}, "m5.large has no GPU"),
+        ({"public_access_cidrs": ["203.0.113.300/32"]}, "is not a CIDR block"),
+        ({"public_access_cidrs": ["203.0.113.7/24"]}, "has host bits set"),
+        ({"public_access_cidrs": ["*"]}, "is not a CIDR block"),
+        ({"public_access_cidrs": ["2001:db8::/32"]}, "IPv4"),
+        ({"public_access_cidrs": ["203.0.113.7/32"], "private_endpoint": True}, "private-only endpoint"),
     ],
 )
 def test_a_bad_plan_is_one_line_and_nothing_reaches_aws(tmp_path, aws_env, moto_gaps, changes, words):
@@ -116,6 +124,10 @@ def test_a_bad_plan_is_one_line_and_nothing_reaches_aws(tmp_path, aws_env, moto_
         }
         for g in bad.nodegroups
     ]
+    if bad.public_access_cidrs:
+        config["vpc"] = {"publicAccessCIDRs": bad.public_access_cidrs}
+    if bad.private_endpoint:
+        config.setdefault("vpc", {})["clusterEndpoints"] = {"publicAccess": False, "privateAccess": True}
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(config, allow_unicode=True))
     for command in ("plan", "create"):
         extra = ["--yes"] if command == "create" else []
@@ -257,7 +269,18 @@ def test_native_create_makes_the_cluster_its_roles_and_the_irsa_role(tmp_path, a
         "oidc-provider",
         "eks-nodegroup",
         "eks-addon",
+        "ec2-launch-template",
     }
+    # Issue 16 row 12: pods cannot reach the node role through IMDS (IMDSv2 only, hop limit 1)
+    for group in groups.values():
+        template = group["launchTemplate"]
+        (version,) = aws.call("ec2", "describe_launch_template_versions", LaunchTemplateId=template["id"])[
+            "LaunchTemplateVersions"
+        ]
+        options = version["LaunchTemplateData"]["MetadataOptions"]
+        assert options["HttpTokens"] == "required" and options["HttpPutResponseHopLimit"] == 1
+        assert version["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 100
+    assert cluster["resourcesVpcConfig"]["endpointPublicAccess"] is True
     assert Ledger(tmp_path / "state").place("torchdeck-demo").scope == "demo"  # jobs on its context are its
     assert stat.S_IMODE(record.path.stat().st_mode) == 0o600
 
@@ -306,7 +329,7 @@ def test_delete_leaves_nothing_tagged_and_runs_twice(tmp_path, aws_env, moto_gap
     record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
     kubeconfig = tmp_path / "kc"
     run_all(create_native(aws, make_plan(vpc), record, kubeconfig=kubeconfig, poll_s=0.01))
-    assert len(tagged_everywhere("demo")) == 6  # 4 roles, the OIDC provider, the cluster
+    assert len(tagged_everywhere("demo")) == 8  # 4 roles, the OIDC provider, 2 launch templates, the cluster
     progress = run_all(delete_cluster(aws, "demo", record, poll_s=0.01))
     order = [p.phase for p in progress if p.kind == "step"]
     assert (
@@ -323,6 +346,34 @@ def test_delete_leaves_nothing_tagged_and_runs_twice(tmp_path, aws_env, moto_gap
     assert saved.state == "deleted" and Ledger(tmp_path / "state").resources(scope="demo") == []
     again = run_all(delete_cluster(aws, "demo", record, poll_s=0.01))
     assert [p.kind for p in again] == ["done"]
+
+
+def test_the_endpoint_can_be_narrowed_or_private_and_pods_kept_from_imds(tmp_path, aws_env, moto_gaps, vpc, kube):
+    """Issue 16 row 12: the public endpoint takes publicAccessCidrs (or none at all), and the
+    metadata hop limit is 1 unless pods are let through on purpose."""
+    aws = AwsSession(REGION)
+    record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
+    plan = make_plan(vpc, public_access_cidrs=["203.0.113.7/32", "198.51.100.0/24"], pod_imds=True)
+    run_all(create_native(aws, plan, record, kubeconfig=tmp_path / "kc", poll_s=0.01))
+    config = aws.call("eks", "describe_cluster", name="demo")["cluster"]["resourcesVpcConfig"]
+    assert config["publicAccessCidrs"] == ["203.0.113.7/32", "198.51.100.0/24"]
+    group = aws.call("eks", "describe_nodegroup", clusterName="demo", nodegroupName="gpu")["nodegroup"]
+    (version,) = aws.call("ec2", "describe_launch_template_versions", LaunchTemplateId=group["launchTemplate"]["id"])[
+        "LaunchTemplateVersions"
+    ]
+    assert version["LaunchTemplateData"]["MetadataOptions"]["HttpPutResponseHopLimit"] == 2  # asked for
+    private = make_plan(vpc, name="inside", private_endpoint=True)
+    run_all(
+        create_native(
+            aws,
+            private,
+            ClusterRecord.open(tmp_path / "state", "inside", REGION),
+            kubeconfig=tmp_path / "kc2",
+            poll_s=0.01,
+        )
+    )
+    config = aws.call("eks", "describe_cluster", name="inside")["cluster"]["resourcesVpcConfig"]
+    assert config["endpointPublicAccess"] is False and config["endpointPrivateAccess"] is True
 
 
 # -- AWS's failures -----------------------------------------------------------------------
@@ -578,4 +629,26 @@ def test_a_broken_kubeconfig_is_named_without_its_contents(tmp_path):
     kubeconfig.write_bytes(b"token: SECRET-TOKEN-123\n\xff\xfe")
     with pytest.raises(BackendError) as caught:
         remove_context(kubeconfig, "demo")
-    assert "SECRET-TOKEN" not in str(caught.value) and "UnicodeDecodeError" in str(caught.value)
+    assert "SECRET-TOKEN" not in str(caught.value) and "not text (UTF-8)" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"users:\n- name: me\n  user:\n    token: SECRET-TOKEN-123\n  bad: [unclosed\n",
+        b"token: SECRET-TOKEN-123\n\xff\xfe",
+    ],
+    ids=["yaml", "binary"],
+)
+def test_the_kubernetes_backend_names_a_broken_kubeconfig_in_one_line(tmp_path, content):
+    """Issue 16 rows 8 and 13: the official client's loader quoted YAML's lines over three lines, and an
+    undecodable file came back as 'cannot reach the cluster' wrapping the kubeconfig's own error."""
+    from torchdeck.backends.kubernetes.backend import KubernetesBackend
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_bytes(content)
+    with pytest.raises(BackendError) as caught:
+        KubernetesBackend(kubeconfig).list()
+    said = str(caught.value)
+    assert said.startswith("cannot use the kubeconfig: ") and "\n" not in said, said
+    assert "SECRET-TOKEN" not in said and "cannot reach the cluster" not in said

@@ -6,6 +6,7 @@ change with TORCHDECK_UPDATE_GOLDEN=1."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -212,3 +213,35 @@ def test_cluster_init_writes_the_plan_and_its_cost(tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and words in err
         assert not bad.exists()  # a bad plan writes nothing
+
+
+EKSCTL_SCHEMA = Path(__file__).parent / "data" / "eksctl" / "schema.json"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"public_access_cidrs": ["203.0.113.7/32", "198.51.100.0/24"]}, {"private_endpoint": True, "pod_imds": True}],
+    ids=["default", "narrowed", "private"],
+)
+def test_the_cluster_config_passes_eksctls_own_schema_and_reads_back(changes):
+    """Checked against eksctl's schema (tests/data/eksctl/SOURCES.json), not one written here: its
+    additionalProperties: false catches a misspelled key such as publicAccessCidrs."""
+    import jsonschema
+    from eks_support import make_plan
+
+    from torchdeck.backends.eks.plan import from_eksctl
+
+    validator = jsonschema.Draft7Validator(json.loads(EKSCTL_SCHEMA.read_text()))
+    plan = make_plan(**changes)
+    config = json.loads(json.dumps(to_eksctl(plan)))
+    assert [e.message for e in validator.iter_errors(config)] == []
+    misspelled = {**config, "vpc": {"publicAccessCidrs": ["203.0.113.7/32"]}}
+    assert list(validator.iter_errors(misspelled))  # the schema is strict enough to catch it
+    groups = config["managedNodeGroups"]
+    assert all(g["disableIMDSv1"] is True and g["disablePodIMDS"] is (not plan.pod_imds) for g in groups)
+    again = from_eksctl(config)
+    assert (again.public_access_cidrs, again.private_endpoint, again.pod_imds) == (
+        plan.public_access_cidrs,
+        plan.private_endpoint,
+        plan.pod_imds,
+    )

@@ -140,8 +140,38 @@ def test_the_bucket_is_private_encrypted_and_the_policies_name_only_the_bucket_a
             for res in resources
         ), resources
     role_arn = aws.call("iam", "get_role", RoleName="torchdeck-demo-s3")["Role"]["Arn"]
-    principals = {st["Principal"]["AWS"] for st in bucket_policy["Statement"]}
-    assert principals == {role_arn}
+    principals = {st["Sid"]: st["Principal"] for st in bucket_policy["Statement"]}
+    # Issue 16 row 7: plain HTTP is refused to everyone, not only to the role
+    assert principals == {"TrainingObjects": {"AWS": role_arn}, "TrainingList": {"AWS": role_arn}, "TlsOnly": "*"}
+    controls = aws.call("s3", "get_bucket_ownership_controls", Bucket="torchdeck-models-demo")["OwnershipControls"]
+    assert controls == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}  # no ACLs: the account owns all
+
+
+def test_every_s3_call_on_a_bucket_names_the_account_that_must_own_it(cluster, tmp_path):
+    """Issue 16 row 7: bucket names are global; a call on a bucket someone else re-made must fail,
+    so each request carries x-amz-expected-bucket-owner (seen on the wire, as S3 receives it)."""
+    aws = AwsSession(REGION)
+    sent: list[tuple[str, str | None]] = []
+
+    def record(model, params, **_):
+        if "owned-bucket" in params["url_path"] or "owned-bucket" in params["url"]:
+            sent.append((model.name, params["headers"].get("x-amz-expected-bucket-owner")))
+
+    aws.client("s3").meta.events.register("before-call.s3", record)
+    run_all(create_storage(aws, StoragePlan("demo", REGION, kind="none", bucket="owned-bucket"), cluster, poll_s=0.01))
+    aws.call("s3", "put_object", Bucket="owned-bucket", Key="models/m.pt", Body=b"x")
+    aws.call("s3", "download_file", Bucket="owned-bucket", Key="models/m.pt", Filename=str(tmp_path / "m.pt"))
+    account = aws.call("sts", "get_caller_identity")["Account"]
+    operations = {name for name, _ in sent}
+    assert {
+        "HeadBucket",
+        "CreateBucket",
+        "PutBucketPolicy",
+        "PutBucketOwnershipControls",
+        "PutObject",
+        "GetObject",
+    } <= operations
+    assert [name for name, owner in sent if owner != account] == ["CreateBucket"], sent  # the one call without it
 
 
 def test_a_bucket_torchdeck_did_not_make_is_used_as_it_is_and_kept(cluster):
@@ -170,8 +200,27 @@ def test_fsx_waits_for_available_and_renders_its_volume(cluster, moto_gaps, kube
     assert aws.call("eks", "describe_addon", clusterName="demo", addonName="aws-fsx-csi-driver")["addon"][
         "serviceAccountRoleArn"
     ].endswith("role/torchdeck-demo-fsx-csi")
+    assert attached(aws, "torchdeck-demo-fsx-csi") == {"AmazonFSxReadOnlyAccess"}  # static volumes: it only reads
     (row,) = [r for r in Ledger(cluster.path.parent.parent).resources() if r.kind == "fsx-filesystem"]
     assert row.cost_per_hour == pytest.approx(2400 * 0.145 / 730)
+
+
+def attached(aws: AwsSession, role: str) -> set[str]:
+    return {
+        p["PolicyArn"].rsplit("/", 1)[-1]
+        for p in aws.call("iam", "list_attached_role_policies", RoleName=role)["AttachedPolicies"]
+    }
+
+
+def test_the_fsx_driver_role_loses_the_full_access_an_earlier_torchdeck_gave_it(cluster, kube):
+    """Issue 16 row 6: AmazonFSxFullAccess let the driver delete any file system in the account."""
+    aws = AwsSession(REGION)
+    storage(cluster, kind="fsx")
+    role = "torchdeck-demo-fsx-csi"
+    aws.call("iam", "attach_role_policy", RoleName=role, PolicyArn="arn:aws:iam::aws:policy/AmazonFSxFullAccess")
+    aws.call("iam", "attach_role_policy", RoleName=role, PolicyArn="arn:aws:iam::aws:policy/CloudWatchReadOnlyAccess")
+    storage(cluster, kind="fsx")
+    assert attached(aws, role) == {"AmazonFSxReadOnlyAccess", "CloudWatchReadOnlyAccess"}  # a person's own stays
 
 
 def test_a_wait_that_never_ends_stops_at_its_deadline_with_a_message(cluster, moto_gaps):

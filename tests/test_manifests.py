@@ -202,8 +202,23 @@ def test_plain_job_meets_on_pod_zero_through_its_headless_service():
 
 def test_elasticjob_is_rendered_with_its_etcd_and_a_warning():
     rendered = render(golden_spec(), RUN, "elasticjob")
-    assert [o["kind"] for o in rendered.objects] == ["Deployment", "Service", "ElasticJob"]
+    assert [o["kind"] for o in rendered.objects] == ["Deployment", "Service", "NetworkPolicy", "ElasticJob"]
     assert rendered.main["spec"]["rdzvEndpoint"] == f"{RUN}-etcd:2379"
+    # Issue 16 row 11: the etcd has no auth, so only its own job's pods may reach it, on 2379 only
+    deployment, _, policy, job = rendered.objects
+    etcd_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": etcd_labels} and policy["spec"]["policyTypes"] == [
+        "Ingress"
+    ]
+    (rule,) = policy["spec"]["ingress"]
+    worker_labels = job["spec"]["replicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+    assert rule == {
+        "from": [{"podSelector": {"matchLabels": worker_labels}}],
+        "ports": [{"protocol": "TCP", "port": 2379}],
+    }
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--listen-peer-urls") + 1] == "http://127.0.0.1:2380"
+    assert command[command.index("--advertise-client-urls") + 1] == f"http://{RUN}-etcd:2379"
     warning = rendered.warnings[0]
     assert "v1beta1" in warning and "1.22" in warning and "cluster.min_nodes" in warning
     assert rendered.to_yaml().startswith("# warning: ElasticJob")
@@ -265,3 +280,58 @@ def test_render_command_prints_valid_yaml_and_one_line_errors(tmp_path, capsys, 
     assert main(["render", str(GOLDEN / "spec.yaml"), "--kind", "tfjob"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cluster.kind: must be one of" in err
+
+
+def all_pod_specs() -> list[tuple[str, dict]]:
+    """Every pod torchdeck renders: each kind's replicas (with the code bundle's init containers),
+    the ElasticJob's etcd, the task pods, the Kaniko build."""
+    from torchdeck.backends.eks.image import ImagePlan, render_kaniko
+    from torchdeck.backends.kubernetes.manifests import TASKS, render_task
+
+    found = []
+    for kind in KINDS:
+        for obj in render(golden_spec(), RUN, kind).objects:
+            found += [(f"{kind}/{obj['kind']}", t["spec"]) for t in pod_templates(obj) if "spec" in t]
+    for task in TASKS:
+        (job,) = [
+            o
+            for o in render_task(golden_spec(), task, f"{RUN}-{task}", model_file="/data/m.pt").objects
+            if o["kind"] == "Job"
+        ]
+        found.append((f"task/{task}", job["spec"]["template"]["spec"]))
+    kaniko = render_kaniko(ImagePlan("demo", "us-east-1"), "torchdeck-build-x", "s3://b/ctx.tar.gz", "r/x:t")
+    found += [("kaniko", o["spec"]["template"]["spec"]) for o in kaniko if o["kind"] == "Job"]
+    return found
+
+
+def test_no_pod_mounts_a_kubernetes_api_token_and_every_chosen_image_is_pinned():
+    """Issue 16 row 11: no training, task, etcd or build pod needs the Kubernetes API (IRSA's token
+    is its own projected volume), and every image torchdeck chooses is pinned by digest."""
+    from torchdeck.backends.eks.image import KANIKO_IMAGE
+    from torchdeck.backends.kubernetes.manifests import AWS_CLI_IMAGE, ETCD_IMAGE
+
+    pods = all_pod_specs()
+    assert len(pods) == 11 and any(name == "kaniko" for name, _ in pods), [name for name, _ in pods]
+    assert [name for name, pod in pods if pod.get("automountServiceAccountToken") is not False] == []
+    for image in (KANIKO_IMAGE, AWS_CLI_IMAGE, ETCD_IMAGE):
+        assert re.search(r"@sha256:[0-9a-f]{64}$", image), image
+    chosen = {c["image"] for _, pod in pods for c in pod.get("containers", []) + pod.get("initContainers", [])}
+    assert {KANIKO_IMAGE, ETCD_IMAGE} <= chosen
+
+
+def test_the_kaniko_pod_runs_with_only_the_capabilities_a_build_needs():
+    """Issue 16 row 11: Kaniko runs as root (it unpacks image filesystems), so it gets a seccomp
+    profile, no privilege escalation and a named set of capabilities instead of the default ones."""
+    ((_, pod),) = [p for p in all_pod_specs() if p[0] == "kaniko"]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    context = pod["containers"][0]["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False and context["capabilities"]["drop"] == ["ALL"]
+    assert set(context["capabilities"]["add"]) <= {
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "SETGID",
+        "SETUID",
+        "SETFCAP",
+    }

@@ -77,11 +77,32 @@ def test_a_spec_pattern_replaces_the_built_in_formats():
         (r"(?P<lr>[\d.]+)", "does not know: lr"),
         (r"step (?P<step>\d+)", "needs a (?P<loss>...) or (?P<accuracy>...) group"),
         ("", "named groups"),
+        (r"(?<=loss )(?P<loss>[\d.]+)", "look-around and back-references are out"),
     ],
 )
 def test_bad_patterns_are_named(pattern, words):
     assert words in check_pattern(pattern)
     assert check_pattern(r"L=(?P<loss>[\d.]+)") is None
+
+
+def test_a_pattern_that_backtracks_cannot_stall_the_reader():
+    """Issue 16: (a+)+b took Python's re about a second at 24 characters and doubles with each one
+    more; a reader for 64 ranks would stop for good. On RE2 matching is linear in the line, so a
+    line of 2,000 a's (as far as a line is read) ends at once. Run in a child with a generous
+    limit, so a regression fails the test instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    code = (
+        "from torchdeck.backends.textmetrics import TextMetrics\n"
+        "t = TextMetrics(0, 1, r'(?P<loss>(a+)+)b')\n"
+        "for _ in range(100): assert t.feed('a' * 5000) is None\n"
+        "print(t.feed('a' * 3 + 'b'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # RE2 keeps its reasons off the console's terminal
+    assert check_pattern(r"(?P<loss>(a+)+)b") is None
 
 
 def test_a_long_line_is_looked_at_only_so_far():

@@ -246,3 +246,46 @@ def test_the_eks_backend_sends_large_bundles_to_the_clusters_model_bucket(cluste
     assert spec.cluster.code_bucket == "s3://torchdeck-models-demo/demo"
     mine = user_spec(code_folder(tmp_path), cluster={"code_bucket": "s3://mine/x"})
     assert backend.with_code_bucket(mine).cluster.code_bucket == "s3://mine/x"  # the spec's own wins
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob", "job", "elasticjob"])
+def test_arguments_and_environment_reach_the_pods_without_a_shell(tmp_path, kind):
+    """Issue 16 (new surface): what the user passes is data in the pods, never shell text. Where a
+    shell must run first (TrainJob unpacks the code in its own command), the user's words come after
+    it as "$@", outside the script."""
+    hostile = ["--out", "$(touch /tmp/pwned)", "; rm -rf / #", "`id`", "a b"]
+    spec = user_spec(code_folder(tmp_path), entrypoint={"args": hostile}, env={"TOKEN": "$(cat /etc/passwd)"})
+    rendered = render(spec, "hostile", kind)
+    containers = [
+        c
+        for obj in rendered.objects
+        for c in _containers(obj)
+        if c.get("name") not in ("fetch-code", "unpack-code", "install-requirements", "etcd")
+        and (c.get("command") or c.get("args"))  # not a TrainJob override's env-only entry
+    ]
+    assert containers
+    for c in containers:
+        words = [*c.get("command", []), *c.get("args", [])]
+        assert words[-len(hostile) :] == hostile, words  # each one whole, in order, last
+        if words[:2] == ["sh", "-c"]:
+            assert not any(h in words[2] for h in hostile)  # the script holds none of them
+        assert {"name": "TOKEN", "value": "$(cat /etc/passwd)"} in c["env"]
+
+
+def _containers(obj):
+    found = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            if isinstance(value.get("trainer"), dict) and "command" in value["trainer"]:  # TrainJob
+                found.append({"name": "trainer", **value["trainer"]})
+            if isinstance(value.get("containers"), list):
+                found.extend(value["containers"])
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(obj)
+    return found

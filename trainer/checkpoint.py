@@ -21,7 +21,7 @@ import torch
 
 from .errors import TrainerError
 
-PATTERN = re.compile(r"^ckpt-(\d{8,})\.pt$")
+PATTERN = re.compile(r"^ckpt-(\d{8,})\.pt\Z")
 JOB_FILE = "job.json"
 
 
@@ -89,7 +89,16 @@ def atomic_write_bytes(path: Path, writer) -> int:
 def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> tuple[Path, int]:
     """Write snapshot ``step`` atomically and delete all but the newest ``keep``."""
     path = folder / f"ckpt-{step:08d}.pt"
-    size = atomic_write_bytes(path, lambda f: torch.save(state, f))
+    try:
+        size = atomic_write_bytes(path, lambda f: torch.save(state, f))
+    except (OSError, RuntimeError) as exc:  # torch.save reports a failed write as RuntimeError
+        newest = snapshots(folder)
+        kept = f"{newest[0].name} stays, and a restart resumes from it" if newest else "no earlier snapshot exists"
+        why = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:200]
+        raise TrainerError(
+            f"cannot write snapshot {path.name} in {folder}: {why}; {kept}",
+            "free space on that volume, or make the folder writable (--checkpoint-dir elsewhere)",
+        ) from None
     if keep > 0:
         for old in snapshots(folder)[keep:]:
             try:

@@ -74,14 +74,44 @@ def find_batches_dir(data_dir: str | os.PathLike) -> Path:
     )
 
 
+# What a CIFAR-10 batch pickle may name: a numpy array and its dtype (numpy 1
+# and 2 spell the module differently), and the latin-1 encoder that a protocol-2
+# pickle written by Python 3 uses for bytes. Anything else (os.system, eval,
+# builtins) is refused before it is called: batches come from S3, shared volumes
+# and folders that anyone with write access there could have replaced.
+_PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),
+    }
+)
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    """Unpickles plain data and numpy arrays only; never runs code named by the file."""
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) in _PICKLE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR-10 batch never does")
+
+
+def load_pickle(path: Path, encoding: str) -> object:
+    """Read one CIFAR-10 pickle (a batch or batches.meta) without running code from it."""
+    with open(path, "rb") as f:
+        return _BatchUnpickler(f, encoding=encoding).load()
+
+
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     try:
-        with open(path, "rb") as f:
-            raw = pickle.load(f, encoding="bytes")
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError) as exc:
+        raw = load_pickle(path, "bytes")
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError) as exc:
         raise TrainerError(
             f"cannot read CIFAR-10 batch {path}: {exc}",
-            hint="the file is damaged; delete it and run again with --download",
+            hint="the file is damaged or is not CIFAR-10; delete it and run again with --download",
         ) from exc
     if not isinstance(raw, dict):
         raise TrainerError(f"{path} is not a CIFAR-10 batch (a {type(raw).__name__}, not a dict)")
@@ -115,14 +145,13 @@ def load_cifar10(data_dir: str | os.PathLike, train: bool) -> ImageSet:
     meta = folder / "batches.meta"
     if meta.is_file():
         try:
-            with open(meta, "rb") as f:
-                names_raw = pickle.load(f, encoding="latin1").get("label_names")
+            names_raw = load_pickle(meta, "latin1").get("label_names")  # type: ignore[attr-defined]
             if names_raw and len(names_raw) == len(CLASSES):
                 classes = tuple(
                     n.decode() if isinstance(n, bytes) else str(n)  # type: ignore[assignment]
                     for n in names_raw
                 )
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError, IndexError, KeyError):
             pass  # the names are a courtesy; the standard ones are correct for CIFAR-10
     images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())
     return ImageSet(images, torch.from_numpy(labels), classes)

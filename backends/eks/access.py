@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..errors import BackendError
+from ..errors import BackendError, file_problem
+from ..files import write_atomically
 from ..kubernetes.client import object_path
 from ..ledger import Ledger, Resource
+from ..names import check_cluster_name
 from .plan import CLUSTER_TAG
 from .session import AwsSession, redact, translate
 
@@ -63,6 +65,7 @@ class ClusterRecord:
 
     @classmethod
     def file_for(cls, state_dir: Path, name: str) -> Path:
+        check_cluster_name(name, "cluster")  # the name becomes a file name under the state folder
         return Path(state_dir) / "clusters" / f"{name}.json"
 
     @classmethod
@@ -152,11 +155,7 @@ class ClusterRecord:
         self.updated_at = time.time()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {k: v for k, v in asdict(self).items() if k != "path"}
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(redact(json.dumps(data, indent=2, sort_keys=True)))
-        tmp.replace(self.path)
+        write_atomically(self.path, redact(json.dumps(data, indent=2, sort_keys=True)), 0o600)
         if self.context:  # what jobs make on its context belongs to the cluster
             self.ledger.set_place(self.context, self.name, self.region, self.account)
 
@@ -239,12 +238,8 @@ def _read_kubeconfig(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         config = {}
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        # never the file's text: YAML's errors quote the lines around the problem, tokens included
-        mark = getattr(exc, "problem_mark", None)
-        why = getattr(exc, "strerror", None) or getattr(exc, "problem", None) or type(exc).__name__
-        where = f" (line {mark.line + 1})" if mark else ""
         raise BackendError(
-            f"{path}: not a readable kubeconfig: {why}{where}", "fix or move it, then connect again"
+            f"{path}: not a readable kubeconfig: {file_problem(exc)}", "fix or move it, then connect again"
         ) from None
     if not isinstance(config, dict):
         raise BackendError(f"{path}: not a kubeconfig (expected a mapping)", "fix or move it, then connect again")
@@ -255,12 +250,7 @@ def _read_kubeconfig(path: Path) -> dict[str, Any]:
 
 def _write_kubeconfig(path: Path, config: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".torchdeck.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        yaml.safe_dump(config, f, sort_keys=False)
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
+    write_atomically(path, yaml.safe_dump(config, sort_keys=False), 0o600)
 
 
 def connect(

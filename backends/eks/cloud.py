@@ -8,13 +8,16 @@ never a boto3 or Kubernetes client; long steps are async iterators of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
 from ..ledger import Ledger, Resource
+from ..names import check_cluster_name
 from .access import ClusterRecord
 from .progress import Progress
 
@@ -76,6 +79,7 @@ class EksCloud:
     def record(self, name: str, region: str | None = None) -> ClusterRecord:
         """The cluster's record (a new one where torchdeck has none yet); the region from the record
         where not given."""
+        check_cluster_name(name, "cluster")
         known = ClusterRecord.load(self.state_dir, name)
         region = region or (known.region if known else None)
         if not region:
@@ -135,6 +139,7 @@ class EksCloud:
         """Write the cluster's context into the kubeconfig; (file, context)."""
         from .access import connect
 
+        check_cluster_name(name, "cluster")
         path, context = connect(self.session(region), name, kubeconfig, use_aws_cli)
         record = ClusterRecord.load(self.state_dir, name)
         if record is not None:
@@ -160,6 +165,7 @@ class EksCloud:
         """An ExecCredential for kubectl."""
         from .access import eks_token
 
+        check_cluster_name(name, "cluster")
         return eks_token(self.session(region), name)
 
     # -- storage --------------------------------------------------------------------------
@@ -237,9 +243,14 @@ class EksCloud:
         """Copy s3://BUCKET/KEY to ``out`` (whole, or not at all)."""
         bucket, _, key = url[5:].partition("/")
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".part")
-        self.session(region).call("s3", "download_file", Bucket=bucket, Key=key, Filename=str(tmp))
-        tmp.replace(out)
+        fd, part = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")  # exclusive, never planted
+        os.close(fd)
+        try:
+            self.session(region).call("s3", "download_file", Bucket=bucket, Key=key, Filename=part)
+            os.replace(part, out)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
 
     def model_prefix(self, spec: JobSpec) -> str:
         """The model prefix of the bucket beside the run's volume: the cluster whose storage made the

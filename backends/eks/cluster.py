@@ -6,7 +6,7 @@ the IAM roles, found both in the local record and by the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -148,6 +148,35 @@ async def _wait_gone(
             said = True
 
 
+async def tagged_launch_templates(aws: AwsSession, name: str) -> list[str]:
+    """Launch templates carrying torchdeck:cluster=NAME (found without the ledger)."""
+    found = await aws.apages(
+        "ec2",
+        "describe_launch_templates",
+        "LaunchTemplates",
+        Filters=[{"Name": f"tag:{CLUSTER_TAG}", "Values": [name]}],
+    )
+    return [t["LaunchTemplateId"] for t in found]
+
+
+async def _delete_each(
+    record: ClusterRecord,
+    kind: str,
+    idents: set[str],
+    delete: Callable[[str], Awaitable[Any]],
+    done: Callable[[str], Progress],
+) -> AsyncIterator[Progress]:
+    """Delete each (one already gone is fine), say so, and take it out of the ledger."""
+    for ident in sorted(idents):
+        try:
+            await delete(ident)
+            yield done(ident)
+        except AwsError as exc:
+            if not exc.not_found:
+                raise
+        record.forget(kind, ident)
+
+
 async def delete_cluster(
     aws: AwsSession,
     name: str,
@@ -235,16 +264,22 @@ async def delete_cluster(
     for kind in ("eks-nodegroup", "eks-addon"):
         for ident in record.of_type(kind):
             record.forget(kind, ident)
-
-    providers = set(record.of_type("oidc-provider")) | set(await tagged_oidc_providers(aws, name))
-    for arn in sorted(providers):
-        try:
-            await aws.acall("iam", "delete_open_id_connect_provider", OpenIDConnectProviderArn=arn)
-            yield Progress("oidc", f"deleted the OIDC provider {arn.rsplit('/', 1)[-1]}", clock())
-        except AwsError as exc:
-            if not exc.not_found:
-                raise
-        record.forget("oidc-provider", arn)
+    async for p in _delete_each(  # the nodegroups that used them are gone
+        record,
+        "ec2-launch-template",
+        set(record.of_type("ec2-launch-template")) | set(await tagged_launch_templates(aws, name)),
+        lambda t: aws.acall("ec2", "delete_launch_template", LaunchTemplateId=t),
+        lambda t: Progress("nodegroups", f"deleted launch template {t}", clock()),
+    ):
+        yield p
+    async for p in _delete_each(
+        record,
+        "oidc-provider",
+        set(record.of_type("oidc-provider")) | set(await tagged_oidc_providers(aws, name)),
+        lambda arn: aws.acall("iam", "delete_open_id_connect_provider", OpenIDConnectProviderArn=arn),
+        lambda arn: Progress("oidc", f"deleted the OIDC provider {arn.rsplit('/', 1)[-1]}", clock()),
+    ):
+        yield p
     roles = set(record.of_type("iam-role")) | set(await tagged_roles(aws, name))
     for role in sorted(roles):
         if await delete_role(aws, role):

@@ -52,6 +52,59 @@ TIMEOUT_S = 45 * 60
 NAT_GATEWAY_PER_HOUR = 0.045
 
 
+def endpoint_config(plan: ClusterPlan) -> dict[str, Any]:
+    """The API server's endpoints: public (narrowed to ``public_access_cidrs`` where given) and
+    private, or private only."""
+    config: dict[str, Any] = {
+        "subnetIds": [plan.subnets[z] for z in sorted(plan.subnets)],
+        "endpointPublicAccess": not plan.private_endpoint,
+        "endpointPrivateAccess": True,
+    }
+    if plan.public_access_cidrs:
+        config["publicAccessCidrs"] = list(plan.public_access_cidrs)
+    return config
+
+
+def metadata_options(plan: ClusterPlan) -> dict[str, Any]:
+    """Instance metadata as eksctl's disableIMDSv1/disablePodIMDS make it: IMDSv2 only, and a hop
+    limit of 1 unless pods may use it (a pod's request crosses one more hop than the node's)."""
+    return {"HttpTokens": "required", "HttpPutResponseHopLimit": 2 if plan.pod_imds else 1, "HttpEndpoint": "enabled"}
+
+
+async def ensure_launch_template(aws: AwsSession, record: ClusterRecord, plan: ClusterPlan, ng: Any) -> str:
+    """The nodegroup's launch template (metadata options, root volume); its id. A managed nodegroup
+    takes its disk size from here once it has a launch template."""
+    name = f"torchdeck-{plan.name}-{ng.name}"
+    found = await aws.afind("ec2", "describe_launch_templates", LaunchTemplateNames=[name])
+    templates = (found or {}).get("LaunchTemplates") or []
+    if templates:
+        template_id = templates[0]["LaunchTemplateId"]
+    else:
+        made = await aws.acall(
+            "ec2",
+            "create_launch_template",
+            LaunchTemplateName=name,
+            LaunchTemplateData={
+                "MetadataOptions": metadata_options(plan),
+                "BlockDeviceMappings": [
+                    {
+                        "DeviceName": "/dev/xvda",
+                        "Ebs": {"VolumeSize": ng.volume_gib, "VolumeType": "gp3", "Encrypted": True},
+                    }
+                ],
+            },
+            TagSpecifications=[
+                {
+                    "ResourceType": "launch-template",
+                    "Tags": [{"Key": k, "Value": v} for k, v in cluster_tags(plan.name).items()],
+                }
+            ],
+        )
+        template_id = made["LaunchTemplate"]["LaunchTemplateId"]
+    record.note("ec2-launch-template", template_id, not templates, made=True, name=name)
+    return template_id
+
+
 async def create_native(
     aws: AwsSession,
     plan: ClusterPlan,
@@ -103,11 +156,7 @@ async def create_native(
             name=name,
             version=plan.version,
             roleArn=cluster_role,
-            resourcesVpcConfig={
-                "subnetIds": [plan.subnets[z] for z in sorted(plan.subnets)],
-                "endpointPublicAccess": True,
-                "endpointPrivateAccess": True,
-            },
+            resourcesVpcConfig=endpoint_config(plan),
             accessConfig={"authenticationMode": "API_AND_CONFIG_MAP", "bootstrapClusterCreatorAdminPermissions": True},
             tags=cluster_tags(name),
         )
@@ -179,13 +228,14 @@ async def create_native(
     for ng in plan.nodegroups:
         found = await aws.afind("eks", "describe_nodegroup", clusterName=name, nodegroupName=ng.name)
         if found is None:
+            template = await ensure_launch_template(aws, record, plan, ng)
             params: dict[str, Any] = dict(
                 clusterName=name,
                 nodegroupName=ng.name,
                 nodeRole=node_role,
                 subnets=subnets,
                 instanceTypes=[ng.instance_type],
-                diskSize=ng.volume_gib,
+                launchTemplate={"id": template, "version": "$Default"},
                 scalingConfig={"minSize": ng.min_size, "desiredSize": ng.desired, "maxSize": ng.max_size},
                 amiType="AL2023_x86_64_NVIDIA" if ng.gpu else "AL2023_x86_64_STANDARD",
                 capacityType="SPOT" if ng.spot else "ON_DEMAND",

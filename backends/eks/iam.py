@@ -29,7 +29,12 @@ NODE_POLICIES = (
 )
 EFS_CSI_POLICY = POLICY + "service-role/AmazonEFSCSIDriverPolicy"
 EFS_CSI_SERVICE_ACCOUNT = ("kube-system", "efs-csi-controller-sa")
-FSX_CSI_POLICY = POLICY + "AmazonFSxFullAccess"
+# torchdeck makes FSx file systems itself and gives the driver static volumes only:
+# the driver never creates, changes or deletes a file system, so it reads (Describe*).
+FSX_CSI_POLICY = POLICY + "AmazonFSxReadOnlyAccess"
+RETIRED_POLICIES = frozenset({POLICY + "AmazonFSxFullAccess"})
+"""Wider policies an earlier torchdeck attached to its roles: taken off when the role is next
+ensured. Policies a person attached are theirs, and stay."""
 FSX_CSI_SERVICE_ACCOUNT = ("kube-system", "fsx-csi-controller-sa")
 OIDC_AUDIENCE = "sts.amazonaws.com"
 # The root CA of EKS's OIDC endpoints; IAM no longer checks it for them, but older APIs require a value.
@@ -121,6 +126,8 @@ async def ensure_role(
     for arn in managed:
         if arn not in attached:
             await aws.acall("iam", "attach_role_policy", RoleName=name, PolicyArn=arn)
+    for arn in sorted((attached & RETIRED_POLICIES) - set(managed)):
+        await aws.acall("iam", "detach_role_policy", RoleName=name, PolicyArn=arn)
     if inline is not None:
         have = None if made else await aws.afind("iam", "get_role_policy", RoleName=name, PolicyName="torchdeck")
         if have is None or policy_document(have.get("PolicyDocument")) != inline:

@@ -37,6 +37,7 @@ from typing import Any
 
 from ..errors import BackendError, SpecError
 from ..kubernetes.client import ensure_object
+from ..names import check_cluster_name, check_namespace
 from .access import ClusterRecord, cluster_kube, cluster_network
 from .iam import ensure_role, ensure_service_account, oidc_provider, role_name, trust_service_account
 from .plan import CLUSTER_TAG
@@ -59,7 +60,11 @@ CONTEXT_PATHS = (
     "docker",
 )
 """What the Dockerfiles COPY: the build context is these and nothing else."""
-KANIKO_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
+# Pinned by digest (the multi-platform index of v1.23.2, as three public manifests pin it), as
+# every image torchdeck chooses; `crane digest gcr.io/kaniko-project/executor:TAG` when bumping.
+KANIKO_IMAGE = (
+    "gcr.io/kaniko-project/executor:v1.23.2@sha256:9e69fd4330ec887829c780f5126dd80edc663df6def362cd22e79bcdf00ac53f"
+)
 BUILDER_ACCOUNT = "torchdeck-image-builder"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 TIMEOUT_S = 60 * 60
@@ -138,12 +143,14 @@ def code_context(plan: ImagePlan) -> tuple[bytes, str, str]:
 
 
 def validate_image(plan: ImagePlan) -> ImagePlan:
+    check_cluster_name(plan.cluster, "--cluster")
+    check_namespace(plan.namespace, "--namespace")
     if plan.variant not in ("cpu", "gpu"):
         raise SpecError("--variant", f"must be cpu or gpu, got {plan.variant!r}")
     if plan.builder not in ("auto", "docker", "kaniko"):
         raise SpecError("--builder", f"must be auto, docker or kaniko, got {plan.builder!r}")
     if (
-        not re.match(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$", plan.repository)
+        not re.match(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*\Z", plan.repository)
         or not 2 <= len(plan.repository) <= 256
     ):
         raise SpecError(

@@ -11,16 +11,19 @@ nodegroup and worker nodegroups, GPU workers tainted ``nvidia.com/gpu``."""
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
-from ..errors import SpecError
+from ..errors import SpecError, file_problem
 from ..files import replace_text
+from ..names import check_cluster_name, check_namespace, check_service_account
+from ..spec import read_yaml
 
 CLUSTER_TAG = "torchdeck:cluster"
 """Every AWS resource torchdeck creates for a cluster carries it (value: the cluster name)."""
@@ -30,12 +33,11 @@ DEFAULT_VERSION = "1.31"
 # and '_'. eksctl names its CloudFormation stacks eksctl-NAME-cluster, and a
 # stack name allows letters, digits and '-' only, starting with a letter.
 # Together: a letter first, then letters, digits and '-', 100 at most.
-CLUSTER_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,99}$")
-NODEGROUP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
-BUCKET_RE = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-INSTANCE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
-ID_RE = {"vpc": re.compile(r"^vpc-[0-9a-f]{8,17}$"), "subnet": re.compile(r"^subnet-[0-9a-f]{8,17}$")}
+NODEGROUP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
+REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d\Z")
+BUCKET_RE = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+INSTANCE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+\Z")
+ID_RE = {"vpc": re.compile(r"^vpc-[0-9a-f]{8,17}\Z"), "subnet": re.compile(r"^subnet-[0-9a-f]{8,17}\Z")}
 
 
 def made_by_torchdeck(resource: dict[str, Any], name: str) -> bool:
@@ -109,37 +111,50 @@ class ClusterPlan:
     s3_prefix: str = "torchdeck/"
     service_account: str = "torchdeck-s3"
     namespace: str = "default"
+    public_access_cidrs: list[str] = field(default_factory=list)
+    """Who may reach the API server's public endpoint; empty: every address (AWS's default; IAM
+    still authenticates each request)."""
+    private_endpoint: bool = False
+    """The API server only inside the VPC (no public endpoint): for a bastion host there."""
+    pod_imds: bool = False
+    """Pods may reach the nodes' instance metadata, and so the node role's credentials. Off: IMDSv2
+    only, hop limit 1 (the node's own processes reach it, a pod's one hop more does not); pods get
+    AWS credentials through their service account (IRSA) instead."""
 
 
-def _fail(field_name: str, message: str, hint: str = "") -> None:
+MAX_PUBLIC_CIDRS = 40  # EKS's limit on publicAccessCidrs
+
+
+def _fail(field_name: str, message: str, hint: str = "") -> NoReturn:
     raise SpecError(field_name, message, hint)
 
 
-def check_cluster_name(name: Any) -> None:
-    """EKS's and CloudFormation's rules for the name, with the reason."""
-    if not isinstance(name, str) or not name:
-        _fail("name", "must not be empty", "e.g. torchdeck-demo")
-    if not name.isascii():
-        _fail("name", f"{name!r} has non-ASCII characters", "use letters, digits and '-'")
-    if len(name) > 100:
-        _fail("name", f"is {len(name)} characters; EKS allows 100", "shorten it")
-    if not name[0].isalpha():
-        _fail("name", f"{name!r} must start with a letter (CloudFormation stack names do)", "e.g. t" + name)
-    if "_" in name:
-        _fail(
-            "name",
-            f"{name!r} has '_': eksctl's CloudFormation stack names allow letters, digits and '-' only",
-            "use '-' instead",
-        )
-    if not CLUSTER_NAME_RE.match(name):
-        bad = sorted({c for c in name if not (c.isalnum() or c == "-")})
-        _fail("name", f"{name!r} has characters EKS refuses: {' '.join(bad)}", "use letters, digits and '-'")
+def _check_endpoint(plan: ClusterPlan) -> None:
+    cidrs = plan.public_access_cidrs
+    if not isinstance(cidrs, list) or not all(isinstance(c, str) for c in cidrs):
+        _fail("public_access_cidrs", "must be a list of CIDR blocks", "e.g. 203.0.113.7/32")
+    if plan.private_endpoint and cidrs:
+        _fail("public_access_cidrs", "a private-only endpoint has no public access to narrow", "drop one of the two")
+    if len(cidrs) > MAX_PUBLIC_CIDRS:
+        _fail("public_access_cidrs", f"{len(cidrs)} blocks; EKS takes {MAX_PUBLIC_CIDRS}", "merge them into wider ones")
+    for cidr in cidrs:
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError as exc:
+            _fail("public_access_cidrs", f"{cidr!r:.60} is not a CIDR block: {exc}", "e.g. 203.0.113.7/32")
+        if net.version != 4:
+            _fail(
+                "public_access_cidrs", f"{cidr}: EKS's public endpoint filter takes IPv4 blocks", "e.g. 203.0.113.7/32"
+            )
 
 
 def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None = None) -> ClusterPlan:
     """Check every field, naming the first bad one and why; returns the plan."""
     catalogue = shipped_catalogue() if catalogue is None else catalogue
     check_cluster_name(plan.name)
+    check_namespace(plan.namespace, "namespace")
+    check_service_account(plan.service_account, "service_account")
+    _check_endpoint(plan)
     if not isinstance(plan.region, str) or not REGION_RE.match(plan.region):
         _fail("region", f"{plan.region!r} is not an AWS region", "e.g. us-west-2")
     for zone in plan.zones:
@@ -206,8 +221,8 @@ def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
                     "drop efa, or pick an EFA type (p4d.24xlarge, g5.48xlarge, c5n.18xlarge)",
                 )
         for key, value in ng.labels.items():
-            if not re.match(r"^([a-z0-9.-]+/)?[A-Za-z0-9][-A-Za-z0-9_.]{0,62}$", key) or not re.match(
-                r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]|[A-Za-z0-9]?)$", str(value)
+            if not re.match(r"^([a-z0-9.-]+/)?[A-Za-z0-9][-A-Za-z0-9_.]{0,62}\Z", key) or not re.match(
+                r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]|[A-Za-z0-9]?)\Z", str(value)
             ):
                 _fail(f"{where}.labels", f"{key}={value} is not a valid Kubernetes label")
     if plan.s3_bucket is not None and not BUCKET_RE.match(plan.s3_bucket):
@@ -251,11 +266,16 @@ def to_eksctl(plan: ClusterPlan) -> dict[str, Any]:
     }
     if plan.zones:
         config["availabilityZones"] = list(plan.zones)
+    vpc: dict[str, Any] = {}
     if plan.vpc_id:
-        config["vpc"] = {
-            "id": plan.vpc_id,
-            "subnets": {"private": {zone: {"id": sid} for zone, sid in sorted(plan.subnets.items())}},
-        }
+        vpc["id"] = plan.vpc_id
+        vpc["subnets"] = {"private": {zone: {"id": sid} for zone, sid in sorted(plan.subnets.items())}}
+    if plan.private_endpoint:
+        vpc["clusterEndpoints"] = {"publicAccess": False, "privateAccess": True}
+    if plan.public_access_cidrs:
+        vpc["publicAccessCIDRs"] = list(plan.public_access_cidrs)
+    if vpc:
+        config["vpc"] = vpc
     iam: dict[str, Any] = {"withOIDC": True}
     if plan.s3_bucket:
         iam["serviceAccounts"] = [
@@ -280,6 +300,8 @@ def to_eksctl(plan: ClusterPlan) -> dict[str, Any]:
             "maxSize": ng.max_size,
             "volumeSize": ng.volume_gib,
             "privateNetworking": True,
+            "disableIMDSv1": True,
+            "disablePodIMDS": not plan.pod_imds,
             "labels": {"torchdeck.dev/nodegroup": ng.name, **ng.labels},
             "tags": dict(tags),
         }
@@ -320,11 +342,13 @@ def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
         sa = accounts[0].get("metadata", {}).get("name", sa)
         ns = accounts[0].get("metadata", {}).get("namespace", ns)
         for statement in (accounts[0].get("attachPolicy") or {}).get("Statement", []):
-            m = re.match(r"^arn:aws:s3:::([^/]+)/(.*)\*$", str(statement.get("Resource", "")))
+            m = re.match(r"^arn:aws:s3:::([^/]+)/(.*)\*\Z", str(statement.get("Resource", "")))
             if m:
                 bucket, prefix = m.group(1), m.group(2)
     groups = []
+    pod_imds = False
     for g in config.get("managedNodeGroups") or []:
+        pod_imds = pod_imds or g.get("disablePodIMDS") is False
         labels = {k: v for k, v in (g.get("labels") or {}).items() if k != "torchdeck.dev/nodegroup"}
         groups.append(
             NodegroupPlan(
@@ -352,6 +376,9 @@ def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
         s3_prefix=prefix,
         service_account=sa,
         namespace=ns,
+        public_access_cidrs=list(vpc.get("publicAccessCIDRs") or []),
+        private_endpoint=(vpc.get("clusterEndpoints") or {}).get("publicAccess") is False,
+        pod_imds=pod_imds,
     )
     try:
         return validate_plan(plan)
@@ -362,11 +389,11 @@ def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
 def load_plan(path: str | Path) -> ClusterPlan:
     path = Path(path)
     try:
-        config = yaml.safe_load(path.read_text())
+        config = read_yaml(path.read_text())  # no aliases, at most 1 MiB, as for a spec
     except FileNotFoundError:
         raise SpecError("", "no such file", "write one with torchdeck cluster init", str(path)) from None
     except yaml.YAMLError as exc:
-        raise SpecError("", f"not valid YAML: {exc}", "", str(path)) from None
+        raise SpecError("", f"not valid YAML: {file_problem(exc)}", "", str(path)) from None
     except UnicodeDecodeError:
         raise SpecError("", "is not text (UTF-8)", "a plan is the YAML file cluster init writes", str(path)) from None
     except OSError as exc:
@@ -410,6 +437,10 @@ def cost_per_hour(
     notes = ["on-demand prices for us-east-1; other regions cost up to ~30% more"]
     if plan.vpc_id is None:
         notes.append("a new VPC adds a NAT gateway (about $0.045/h, plus data processed)")
+    if not plan.private_endpoint and not plan.public_access_cidrs:
+        notes.append(
+            "the API endpoint answers every address (IAM still authenticates); --endpoint-cidr YOUR.IP/32 narrows it"
+        )
     for ng in plan.nodegroups:
         info = catalogue.get(ng.instance_type)
         price = info.price if info else None

@@ -29,6 +29,8 @@ NOT_FOUND = {
     "MountTargetNotFound",
     "InvalidGroup.NotFound",
     "InvalidGroupId.NotFound",
+    "InvalidLaunchTemplateName.NotFoundException",
+    "InvalidLaunchTemplateId.NotFound",
     "RepositoryNotFoundException",
     "ImageNotFoundException",
     "NoSuchBucket",
@@ -136,6 +138,31 @@ class AwsSession:
         self.max_attempts = max_attempts
         self._session: Any = None
         self._clients: dict[str, Any] = {}
+        self._account: str | None = None
+
+    def account(self) -> str:
+        """The AWS account these credentials act in (asked once)."""
+        if self._account is None:
+            self._account = str(self.call("sts", "get_caller_identity").get("Account", ""))
+        return self._account
+
+    def _owner_checked(self, client: Any, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """S3 calls on a bucket carry ExpectedBucketOwner (this account): bucket names are global, and a
+        bucket deleted and re-made by someone else must not receive models, code or deletes."""
+        if "Bucket" not in params or "ExpectedBucketOwner" in params:
+            return params
+        if operation in ("download_file", "upload_file"):  # the transfer manager's: in ExtraArgs
+            extra = params.get("ExtraArgs") or {}
+            if "ExpectedBucketOwner" in extra:
+                return params
+            return {**params, "ExtraArgs": {**extra, "ExpectedBucketOwner": self.account()}}
+        api = client.meta.method_to_api_mapping.get(operation)
+        if (
+            api is None
+            or "ExpectedBucketOwner" not in client.meta.service_model.operation_model(api).input_shape.members
+        ):
+            return params
+        return {**params, "ExpectedBucketOwner": self.account()}
 
     def client(self, service: str):
         if service not in self._clients:
@@ -164,6 +191,8 @@ class AwsSession:
     def call(self, service: str, operation: str, **params: Any) -> dict[str, Any]:
         """One blocking call, e.g. ``call("eks", "describe_cluster", name="demo")``."""
         client = self.client(service)
+        if service == "s3":
+            params = self._owner_checked(client, operation, params)
         try:
             return getattr(client, operation)(**params)
         except Exception as exc:
@@ -172,6 +201,8 @@ class AwsSession:
     def pages(self, service: str, operation: str, key: str, **params: Any) -> Iterator[Any]:
         """Every item under ``key`` over all pages of a paginated call."""
         client = self.client(service)
+        if service == "s3":
+            params = self._owner_checked(client, operation, params)
         try:
             for page in client.get_paginator(operation).paginate(**params):
                 yield from page.get(key, [])

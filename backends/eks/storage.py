@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import BackendError, SpecError
 from ..kubernetes.client import ensure_object
+from ..names import check_cluster_name, check_namespace, check_object_name, check_service_account
 from .access import ClusterNetwork, ClusterRecord, cluster_kube, cluster_network, cluster_tags
 from .iam import (
     EFS_CSI_POLICY,
@@ -91,7 +92,7 @@ class StoragePlan:
         return self.fsx_capacity_gib * rate / HOURS_PER_MONTH
 
 
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 
 
 def check_bucket_name(name: str, field_name: str = "--bucket") -> None:
@@ -123,6 +124,7 @@ def split_s3(url: str, field_name: str) -> tuple[str, str]:
 
 def validate_storage(plan: StoragePlan) -> StoragePlan:
     """Every field checked, with the reason: a bad plan never reaches AWS."""
+    check_cluster_name(plan.cluster, "--cluster")
     if plan.kind not in ("efs", "fsx", "none"):
         raise SpecError("--kind", f"must be efs, fsx or none, got {plan.kind!r}")
     if plan.kind == "none" and not plan.bucket:
@@ -180,13 +182,9 @@ def validate_storage(plan: StoragePlan) -> StoragePlan:
         )
     if plan.prefix and not plan.prefix.endswith("/"):
         plan.prefix += "/"
-    for field_name, value in (
-        ("--pvc", plan.pvc),
-        ("--namespace", plan.namespace),
-        ("--service-account", plan.service_account),
-    ):
-        if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", value):
-            raise SpecError(field_name, f"{value!r} is not a Kubernetes name", "lower-case letters, digits and '-'")
+    check_object_name(plan.pvc, "--pvc", "claim name")
+    check_namespace(plan.namespace, "--namespace")
+    check_service_account(plan.service_account, "--service-account")
     return plan
 
 
@@ -296,11 +294,12 @@ async def ensure_csi_addon(
     """The CSI driver as an EKS add-on, with its IRSA role; waited to ACTIVE."""
     name = record.name
     found = await aws.afind("eks", "describe_addon", clusterName=name, addonName=addon)
+    # The role is ensured even where the add-on exists, so a rerun narrows what an older torchdeck granted.
+    provider = await oidc_provider(aws, net.issuer)
+    role, _ = await ensure_role(
+        aws, record, role_name(name, purpose), trust_service_account(provider, net.issuer, *account), (policy,)
+    )
     if found is None:
-        provider = await oidc_provider(aws, net.issuer)
-        role, _ = await ensure_role(
-            aws, record, role_name(name, purpose), trust_service_account(provider, net.issuer, *account), (policy,)
-        )
         await aws.acall(
             "eks",
             "create_addon",
@@ -471,7 +470,8 @@ async def create_fsx(
 
 
 def bucket_policy(bucket: str, prefix: str, role_arn: str) -> dict[str, Any]:
-    """The training role may read and write under the prefix and list it; and nobody over plain HTTP.
+    """The training role may read and write under the prefix and list it; and nobody at all (any
+    principal, not only the role) over plain HTTP.
     Every resource is the bucket or the prefix: no '*'."""
     objects = f"arn:aws:s3:::{bucket}/{prefix}*"
     return {
@@ -495,7 +495,7 @@ def bucket_policy(bucket: str, prefix: str, role_arn: str) -> dict[str, Any]:
             {
                 "Sid": "TlsOnly",
                 "Effect": "Deny",
-                "Principal": {"AWS": role_arn},
+                "Principal": "*",
                 "Action": "s3:*",
                 "Resource": [f"arn:aws:s3:::{bucket}", objects],
                 "Condition": {"Bool": {"aws:SecureTransport": "false"}},
@@ -549,12 +549,20 @@ async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clo
             "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}]
         },
     )
+    # ACLs off: every object belongs to the bucket's account, whoever wrote it.
+    await aws.acall(
+        "s3",
+        "put_bucket_ownership_controls",
+        Bucket=bucket,
+        OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]},
+    )
     await aws.acall(
         "s3", "put_bucket_tagging", Bucket=bucket, Tagging={"TagSet": [{"Key": CLUSTER_TAG, "Value": record.name}]}
     )
     yield Progress(
         "s3",
-        f"{'created' if found is None else 'reusing'} bucket {bucket}: public access blocked, encrypted (SSE-S3)",
+        f"{'created' if found is None else 'reusing'} bucket {bucket}: public access blocked, encrypted (SSE-S3), "
+        "owner-enforced",
         clock(),
     )
 

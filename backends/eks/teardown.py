@@ -283,6 +283,14 @@ class Teardown:
             ("DependencyViolation", "InvalidGroup.InUse"),
         )
 
+    async def delete_ec2_launch_template(self, r: Resource) -> str:
+        aws = self.aws_for(r.region)
+        return await self._retry(
+            f"launch template {r.ident}",
+            lambda: aws.call("ec2", "delete_launch_template", LaunchTemplateId=r.ident),
+            ("InvalidLaunchTemplateId.InUse",),
+        )
+
     async def delete_ecr_repository(self, r: Resource) -> str:
         aws = self.aws_for(r.region)
         return await self._retry(
@@ -381,6 +389,7 @@ RESOURCE_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("cloudformation-stack", Teardown.delete_cloudformation_stack, with_cluster=True),
     ResourceKind("eks-addon", Teardown.delete_eks_addon, with_cluster=True),
     ResourceKind("eks-nodegroup", Teardown.delete_eks_nodegroup, with_cluster=True),
+    ResourceKind("ec2-launch-template", Teardown.delete_ec2_launch_template, with_cluster=True),
     ResourceKind("eks-cluster", None, with_cluster=True),
     ResourceKind("oidc-provider", Teardown.delete_oidc_provider, with_cluster=True),
     ResourceKind("iam-role", Teardown.delete_iam_role, with_cluster=True),
@@ -427,6 +436,11 @@ async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
     ):
         if scope := _tag_value(sg.get("Tags")):
             add("ec2-security-group", sg["GroupId"], scope)
+    for template in await aws.apages(
+        "ec2", "describe_launch_templates", "LaunchTemplates", Filters=[{"Name": "tag-key", "Values": [CLUSTER_TAG]}]
+    ):
+        if scope := _tag_value(template.get("Tags")):
+            add("ec2-launch-template", template["LaunchTemplateId"], scope)
     for repo in await aws.apages("ecr", "describe_repositories", "repositories"):
         tags = (await aws.acall("ecr", "list_tags_for_resource", resourceArn=repo["repositoryArn"])).get("tags", [])
         if scope := _tag_value(tags):

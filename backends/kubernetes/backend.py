@@ -400,7 +400,7 @@ class KubernetesBackend(KubeClient, Backend):
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         self.request("DELETE", api_path(job_api(key), ns, name), body=body)
         self._forget(api_path(job_api(key), ns, name))
-        for kind in ("Service", "Deployment"):  # the plain Job's service, the ElasticJob's etcd
+        for kind in ("Service", "Deployment", "NetworkPolicy"):  # the plain Job's service, the ElasticJob's etcd
             selector = {"labelSelector": f"{RUN_LABEL}={name}"}
             for item in self.request("GET", api_path(kind, ns), query=selector).get("items", []):
                 self.request("DELETE", api_path(kind, ns, item["metadata"]["name"]), body=body)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendError
+from ..errors import BackendError, file_problem
 
 
 class ApiError(BackendError):
@@ -102,6 +102,7 @@ KINDS: dict[str, ApiKind] = {
     "StorageClass": ApiKind("apis/storage.k8s.io/v1", "storageclasses", namespaced=False),
     "DaemonSet": ApiKind("apis/apps/v1", "daemonsets"),
     "Deployment": ApiKind("apis/apps/v1", "deployments"),
+    "NetworkPolicy": ApiKind("apis/networking.k8s.io/v1", "networkpolicies"),
     "Job": ApiKind("apis/batch/v1", "jobs"),
     "CustomResourceDefinition": ApiKind("apis/apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False),
     "NodeMetrics": ApiKind("apis/metrics.k8s.io/v1beta1", "nodes", namespaced=False),
@@ -153,11 +154,13 @@ class KubeClient:
             from kubernetes.config.config_exception import ConfigException
 
             cfg = client.Configuration()
+            import yaml
+
             try:
                 config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=cfg)
-            except (ConfigException, OSError, TypeError, ValueError) as exc:
+            except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
                 raise BackendError(
-                    f"cannot use the kubeconfig: {str(exc).splitlines()[0]}",
+                    f"cannot use the kubeconfig: {file_problem(exc)}",
                     "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
                     "for EKS: aws eks update-kubeconfig --name CLUSTER",
                 ) from None
@@ -215,6 +218,8 @@ class KubeClient:
             )
         except ApiException as exc:
             raise ApiError.from_exception(exc) from None
+        except BackendError:
+            raise  # the kubeconfig's own one line
         except Exception as exc:  # urllib3's connection errors, timeouts
             raise Unreachable(
                 f"cannot reach the cluster: {type(exc).__name__}: {str(exc)[:200]}",

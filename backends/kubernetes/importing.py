@@ -22,8 +22,9 @@ from typing import Any
 
 import yaml
 
-from ..errors import SpecError
+from ..errors import SpecError, file_problem
 from ..spec import MAX_JOB_NAME, JobSpec, read_yaml, spec_from_dict
+from . import crds
 
 KINDS = {"PyTorchJob": "pytorchjob", "ElasticJob": "elasticjob", "MPIJob": "mpijob", "Job": "job"}
 TORCHRUN_VALUED = {
@@ -47,12 +48,43 @@ class Imported:
     notes: list[str] = field(default_factory=list)
 
 
+# The operators' own CRDs (manifests/crds/) for the API versions a manifest from elsewhere may use.
+IMPORT_CRDS = {
+    ("PyTorchJob", "v1"): "pytorchjob-trainer-v1.9.4.yaml",
+    ("MPIJob", "v1"): "mpijob-v1-trainer-v1.9.4.yaml",
+    ("MPIJob", "v2beta1"): "mpijob-mpi-operator-v0.8.2.yaml",
+    ("ElasticJob", "v1alpha1"): "elasticjob-elastic-v0.2.2.yaml",
+}
+
+
+def _check_shape(job: dict[str, Any], source: str) -> None:
+    """A manifest from elsewhere is untrusted: its types are checked against the operator's CRD
+    before anything reads it (a list where a mapping goes was a traceback). Fields the CRD does not
+    know are left to the reader's notes."""
+    version = str(job.get("apiVersion", "")).rpartition("/")[2]
+    file = IMPORT_CRDS.get((str(job.get("kind")), version))
+    if file is None:
+        return
+    schema = crds.schema_of(crds.crd(file), version)
+    if schema is None:
+        return
+    problems = [p for p in crds.check(job, schema).problems if "unknown field" not in p]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise SpecError(
+            "",
+            f"is not a valid {job.get('kind')} {version}: {problems[0][:300]}{more}",
+            "fix the manifest, then import it again",
+            source,
+        )
+
+
 def import_manifest(text: str, source: str = "") -> Imported:
     """The job spec for the first training job in ``text`` (YAML, one or more documents)."""
     try:
         documents = [d for d in read_yaml(text, all_documents=True) if d]
     except yaml.YAMLError as exc:
-        raise SpecError("", f"not valid YAML: {getattr(exc, 'problem', None) or exc}", "", source) from None
+        raise SpecError("", f"not valid YAML: {file_problem(exc)}", "", source) from None
     jobs = [d for d in documents if isinstance(d, dict) and d.get("kind") in KINDS]
     if not jobs:
         found = ", ".join(sorted({str(d.get("kind")) for d in documents if isinstance(d, dict)})) or "nothing"
@@ -60,8 +92,19 @@ def import_manifest(text: str, source: str = "") -> Imported:
     job = jobs[0]
     notes = [f"{d.get('kind')} {(d.get('metadata') or {}).get('name', '')}: not imported (torchdeck makes what "
              "a job needs)" for d in documents if d is not job]  # fmt: skip
+    _check_shape(job, source)
     reader = _Reader(job, source, notes)
-    data = reader.read()
+    try:
+        data = reader.read()
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        # a shape no CRD here describes (an indexed Job, another release): still one line
+        what = type(exc).__name__ if not str(exc) else str(exc).splitlines()[0][:200]
+        raise SpecError(
+            "",
+            f"is not shaped like a {job.get('kind')}: {what}",
+            "check it with kubectl apply --dry-run=server -f FILE",
+            source,
+        ) from None
     try:
         spec = spec_from_dict(data, source)
     except SpecError as exc:
@@ -211,7 +254,7 @@ class _Reader:
         head = posixpath.basename(argv[i])
         if head == "torchrun":
             return self._torchrun(argv[i + 1 :])
-        if re.match(r"^python[0-9.]*$", head):
+        if re.match(r"^python[0-9.]*\Z", head):
             j = i + 1
             while j < len(argv) and argv[j] in ("-u", "-B", "-O", "-W", "-X"):
                 j += 2 if argv[j] in ("-W", "-X") else 1
@@ -303,7 +346,7 @@ class _Reader:
             self.notes.append("affinity: left out (use cluster.node_selector)")
         env = {}
         for e in container.get("env") or []:
-            if "value" in e and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(e.get("name", ""))):
+            if "value" in e and re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", str(e.get("name", ""))):
                 env[e["name"]] = str(e["value"])
             else:
                 self.notes.append(f"env {e.get('name')}: from a ConfigMap, Secret or field; left out")

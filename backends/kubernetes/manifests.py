@@ -22,14 +22,18 @@ import yaml
 
 from .. import bundle as code_bundle
 from ..errors import SpecError
-from ..spec import DNS_1035_RE, KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
+from ..names import check_run_id
+from ..spec import KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
 from . import crds
 
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""
 JOB_LABEL = "torchdeck.dev/job"
 RDZV_PORT = 29400
-ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+# Images torchdeck itself chooses are pinned by digest: a tag can be moved to other bytes.
+# The etcd digest is the one public manifests pin v3.5.17 to; it was not resolved against quay.io
+# from the machine that wrote this (no registry access there): `crane digest` it when bumping.
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17@sha256:a055da833a7c013b836ed0822e8ec1f99b059658be255ad8d0fcd31b635ae3d6"
 AWS_CLI_IMAGE = (
     "public.ecr.aws/aws-cli/aws-cli:2.27.26@sha256:ce3aee116adc8e9ba7ad27295102eb1c9c91525fbad18f45ee7a9bfd01cfec73"
 )
@@ -43,7 +47,6 @@ RANK_PREFIX = "[rank${rank}]:"
 --tee): every line in a pod's log (and mpirun's) says which rank wrote it."""
 INIT_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
 RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
-MAX_NAME = 52
 """Run ids become object names; operators append "-worker-NN" and the like
 to name pods, and a pod's hostname is at most 63 characters."""
 
@@ -168,19 +171,7 @@ def _check_kind(kind: str) -> str:
 
 
 def _check_name(run_id: str) -> None:
-    if not isinstance(run_id, str) or not DNS_1035_RE.match(run_id):
-        raise SpecError(
-            "name",
-            f"the object name {run_id!r:.60} is not a DNS-1035 name",
-            "lower-case letters, digits and '-', starting with a letter, ending with a letter or digit",
-        )
-    if len(run_id) > MAX_NAME:
-        raise SpecError(
-            "name",
-            f"the run id {run_id!r} is {len(run_id)} characters; at most {MAX_NAME} fit in "
-            "the pod names Kubernetes derives from it",
-            "use a shorter job name",
-        )
+    check_run_id(run_id, "name")
 
 
 def code_dir(spec: JobSpec) -> str:
