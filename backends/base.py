@@ -220,6 +220,18 @@ class Backend(abc.ABC):
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """A run's spec (as far as the backend keeps it) and where its trained model is."""
 
+    def resume(self, run_id: str) -> tuple[str, JobSpec]:
+        """Start the run that continues ``run_id`` (once, however many consoles ask): its id and spec."""
+        spec = self.resume_spec(run_id)
+        return self.submit(spec), spec
+
+    def resume_spec(self, run_id: str) -> JobSpec:
+        """The spec that continues ``run_id`` from its newest checkpoint (``train --resume``)."""
+        raise BackendError(
+            f"--resume is for runs on this machine; {self.name} runs keep their checkpoints on the shared volume",
+            "submit the same spec (same name) again: it resumes from the newest checkpoint there",
+        )
+
     def fetch_model(
         self,
         run_id: str,

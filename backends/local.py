@@ -49,11 +49,19 @@ from .base import (
 )
 from .errors import BackendError, RunNotFound, SpecError
 from .events import describe_record, parse_metric_line, parse_metric_lines
+from .files import write_atomically
 from .gpu import read_gpus
-from .local_launcher import write_json
+from .local_launcher import reap_run, run_members, write_json
 from .spec import JobSpec, trainer_arguments, validate
 
 STOP_GRACE_S = 10.0
+LAUNCHER_START_S = 20.0
+"""How long a run may go without its launcher's pid.json (the launcher writes it as it starts, and
+so does the console that started it) before it is said never to have started."""
+ROOT_CAUSE_RE = re.compile(
+    r"Root Cause.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\).*?exitcode\s*:\s*(-?\d+)", re.DOTALL
+)
+"""torchrun's summary of a failed job: the rank that failed first, and its exit code."""
 METRICS_BATCH = 2048
 """Events per batch at most: a reader far behind (a console attaching to a
 long run) catches up in steps the screen can draw between."""
@@ -372,23 +380,43 @@ class LocalBackend(Backend):
         if error is not None and not status.reason:
             status.reason, status.hint = f"rank {error.get('rank')}: {error.get('message')}", error.get("hint") or ""
 
-    def _failure_reason(self, run_dir: Path, code: int) -> str:
-        """The last words of a failed run when no rank reported an error."""
-        for _, attempt in reversed(self._attempts(run_dir)):
+    def _failure_reason(self, run_dir: Path, code: int) -> tuple[str, str]:
+        """The last words of a failed run when no rank reported an error, and a hint ("" for the
+        usual one): a rank's error line, else the rank torchrun names as the root cause, with
+        how it ended and its last line, else torchrun's own error."""
+        attempts = self._attempts(run_dir)
+        for _, attempt in reversed(attempts):
             for log in sorted(attempt.glob("*/stdout.log")):
                 for line in reversed(_tail_lines(log, 8192)):
                     text = line.decode(errors="replace").strip()
                     if parse_metric_line(line) is None and re.search(r"(Error|error:|Exception|Killed)", text):
-                        return f"rank {log.parent.name}: {text}"
+                        return f"rank {log.parent.name}: {text}", ""
+        launcher = b"\n".join(_tail_lines(run_dir / "launcher.log", 16384)).decode(errors="replace")
+        cause = ROOT_CAUSE_RE.search(launcher)
+        if cause and attempts:
+            rank, local, exit_code = (int(g) for g in cause.groups())
+            last = [x for x in _tail_lines(attempts[-1][1] / str(local) / "stdout.log", 4096) if x.strip()]
+            said = last[-1].decode(errors="replace").strip()[:200] if last else "no output"
+            how = f"exit code {exit_code}"
+            if exit_code < 0 or exit_code > 128:
+                with contextlib.suppress(ValueError):
+                    how = f"{signal.Signals(-exit_code if exit_code < 0 else exit_code - 128).name} ({how})"
+            hint = ""
+            if "terminate called without an active exception" in said:
+                hint = (
+                    "PyTorch's gloo threads can abort a normal exit after the work is done: "
+                    "end the script as examples/ddp/toy.py's finish() does"
+                )
+            return f"rank {rank} ended with {how}: {said}", hint
         for line in reversed(_tail_lines(run_dir / "launcher.log", 8192)):
             text = line.decode(errors="replace").strip()
-            if "Error" in text or "error" in text:
-                return text[:300]
+            if ("Error" in text or "error" in text) and "To enable traceback" not in text:
+                return text[:300], ""
         if code < 0 or code > 128:
             sig = -code if code < 0 else code - 128
             with contextlib.suppress(ValueError):
-                return f"torchrun was killed by {signal.Signals(sig).name}"
-        return f"torchrun exited with code {code}"
+                return f"torchrun was killed by {signal.Signals(sig).name}", ""
+        return f"torchrun exited with code {code}", ""
 
     def _status_of(self, run_dir: Path) -> JobStatus:
         launch = _read_json(run_dir / "launch.json") or {}
@@ -414,9 +442,14 @@ class LocalBackend(Backend):
                 status.state, status.reason, status.hint = JobState.SUCCEEDED, "", ""
             else:
                 status.state = JobState.FAILED
+                reaped = done.get("reaped") or 0
+                if reaped and (status.exit_code or 0) < 0:  # torchrun itself was killed
+                    reason, _ = self._failure_reason(run_dir, status.exit_code or 1)
+                    status.reason = f"{reason}; the {reaped} processes it left were stopped"
+                    status.hint = f"`torchdeck train --resume {run_dir.name}` continues from its last checkpoint"
                 if not status.reason:
-                    status.reason = self._failure_reason(run_dir, status.exit_code or 1)
-                    status.hint = f"`torchdeck logs {run_dir.name}` shows every rank's output"
+                    status.reason, hint = self._failure_reason(run_dir, status.exit_code or 1)
+                    status.hint = hint or f"`torchdeck logs {run_dir.name}` shows every rank's output"
         elif self._launcher(run_dir) is not None:
             status.reason, status.hint = "", ""
             if status.step > 0:
@@ -427,6 +460,12 @@ class LocalBackend(Backend):
                 status.reason = f"starting: {reported} of {status.world_size} ranks have reported"
         elif cancelled:
             status.state, status.reason = JobState.CANCELLED, "stopped by the user"
+        elif not (run_dir / "pid.json").exists() and time.time() - status.submitted_at < LAUNCHER_START_S:
+            status.state, status.reason = JobState.PENDING, "starting its launcher"
+        elif not (run_dir / "pid.json").exists():
+            status.state = JobState.FAILED
+            status.reason = "it never started: the console that submitted it stopped before starting its launcher"
+            status.hint = f"start it again: `torchdeck train {run_dir / 'spec.yaml'}`"
         else:
             status.state = JobState.FAILED
             status.reason = "the launcher ended without recording an exit status (killed, or the machine rebooted)"
@@ -473,6 +512,8 @@ class LocalBackend(Backend):
         run_dir = self.resolve(run_id)
         status = self._status_of(run_dir)
         if status.state.is_terminal:
+            if run_members(run_dir.name):  # a launcher no console recorded, or what a crash left
+                reap_run(run_dir.name)
             return status
         (run_dir / "cancel").write_text(json.dumps({"requested_at": time.time()}))
         info = _read_json(run_dir / "pid.json") or {}
@@ -482,6 +523,7 @@ class LocalBackend(Backend):
             if not self._signal_group(pgid, signal.SIGTERM, time.monotonic() + STOP_GRACE_S):
                 if not self._signal_group(pgid, signal.SIGKILL, time.monotonic() + 5.0):
                     raise BackendError(f"some processes of {run_dir.name} did not end", f"see `ps -g {pgid}`")
+        reap_run(run_dir.name)  # ranks live in sessions of their own: none may outlive a stop
         if not (run_dir / "exit.json").exists():
             write_json(
                 run_dir / "exit.json",
@@ -614,6 +656,40 @@ class LocalBackend(Backend):
         run_dir = self.resolve(run_id)
         spec = load_spec(run_dir / "spec.yaml")
         return spec, spec.model_file or str(Path(spec.checkpoint_dir or run_dir / "checkpoints") / "model.pt")
+
+    def resume(self, run_id: str) -> tuple[str, JobSpec]:
+        """Start the run that continues ``run_id``: once. Two consoles resuming the same run at the
+        same moment make one run; the other is told which (a lock on the run's folder)."""
+        import fcntl
+
+        run_dir = self.resolve(run_id)
+        with open(run_dir / ".resume.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not self._status_of(run_dir).state.is_terminal:
+                raise BackendError(f"{run_dir.name} is still running", f"`torchdeck stop {run_dir.name}` first")
+            earlier = (run_dir / "resumed-by").read_text().strip() if (run_dir / "resumed-by").exists() else ""
+            if earlier and (self.runs_dir / earlier / "launch.json").exists():
+                if not self._status_of(self.runs_dir / earlier).state.is_terminal:
+                    raise BackendError(
+                        f"{run_dir.name} is being resumed already, as {earlier}", f"`torchdeck monitor {earlier}`"
+                    )
+            spec = self.resume_spec(run_dir.name)
+            new = self.submit(spec)
+            write_atomically(run_dir / "resumed-by", new)
+        return new, spec
+
+    def resume_spec(self, run_id: str) -> JobSpec:
+        """The run's spec, its snapshots folder named: the trainer resumes from the newest good one."""
+        import dataclasses
+
+        from .spec import load_spec
+
+        run_dir = self.resolve(run_id)
+        spec = load_spec(run_dir / "spec.yaml")
+        folder = Path(spec.checkpoint_dir or run_dir / "checkpoints")
+        if not any(folder.glob("ckpt-*.pt")):
+            raise BackendError(f"{run_dir.name} left no checkpoint in {folder}", "train it again from the start")
+        return dataclasses.replace(spec, checkpoint_dir=str(folder))
 
     def node_metrics(self, run_id: str) -> builtins.list[NodeMetrics]:
         run_dir = self.resolve(run_id)

@@ -8,6 +8,7 @@ long enough to record that the run ended."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,17 +17,18 @@ import sys
 import time
 from pathlib import Path
 
+from .files import write_atomically
+
 
 def write_json(path: Path, data: dict) -> None:
     """Write JSON atomically: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=1))
 
 
 def main(argv: list[str]) -> int:
     run_dir = Path(argv[0])
     launch = json.loads((run_dir / "launch.json").read_text())
+    record_pid(run_dir)
     received: list[int] = []
     # A handler, not SIG_IGN: an ignored signal would stay ignored in torchrun
     # across exec, and torchrun must see the stop request too.
@@ -53,8 +55,56 @@ def main(argv: list[str]) -> int:
                 break
             except InterruptedError:  # pragma: no cover - PEP 475 retries for us
                 continue
-    write_json(run_dir / "exit.json", {"exit_code": code, "finished_at": time.time(), "signals": received})
+    left = reap_run(os.environ.get("TORCHDECK_RUN_ID", ""))
+    write_json(
+        run_dir / "exit.json", {"exit_code": code, "finished_at": time.time(), "signals": received, "reaped": left}
+    )
     return 0
+
+
+def record_pid(run_dir: Path) -> None:
+    """Say which process leads the run. The console that starts a launcher writes this too, but a
+    console killed right after starting it would leave a run nobody could see running or stop."""
+    import psutil
+
+    write_json(run_dir / "pid.json", {"pid": os.getpid(), "create_time": psutil.Process().create_time()})
+
+
+def run_members(run_id: str) -> list:
+    """Every live process of the run but this one. torchrun starts each rank in a session of its
+    own, so the run's process group does not hold them; they all carry TORCHDECK_RUN_ID."""
+    import psutil
+
+    me, found = os.getpid(), []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if (
+                proc.pid != me
+                and proc.info["status"] != psutil.STATUS_ZOMBIE
+                and proc.environ().get("TORCHDECK_RUN_ID") == run_id
+            ):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def reap_run(run_id: str, grace_s: float = 5.0) -> int:
+    """End what torchrun left running: a SIGKILLed torchrun cannot stop its ranks, which would
+    train on, unwatched, holding the GPU and the rendezvous port. TERM, then KILL after
+    ``grace_s``; returns how many were left."""
+    import psutil
+
+    left = run_members(run_id) if run_id else []
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(left, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(left)
 
 
 if __name__ == "__main__":

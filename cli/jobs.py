@@ -17,6 +17,7 @@ from torchdeck.backends import open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.spec import MAX_JOB_NAME, JobSpec, load_spec, parse_override, save_spec, with_overrides
+from torchdeck.cli.output import printable
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
 from torchdeck.settings import Settings, SettingsError
 
@@ -25,7 +26,7 @@ EXIT_USAGE = 2
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> int:
-    print(f"torchdeck: error: {message}", file=sys.stderr)
+    print(f"torchdeck: error: {printable(message)}", file=sys.stderr)
     return code
 
 
@@ -272,11 +273,12 @@ def cmd_test(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
 
 
 def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
-    spec = spec_for(args, settings)
+    resume = getattr(args, "resume", None)
+    spec = backend.resume_spec(resume) if resume else spec_for(args, settings)
     if args.dry_run:
         print(backend.render(spec), end="")
         return 0
-    run_id = backend.submit(spec)
+    run_id, spec = backend.resume(resume) if resume else (backend.submit(spec), spec)
     if args.detach:
         print(json.dumps({"run_id": run_id}) if args.output == "json" else run_id)
         return 0
@@ -393,8 +395,10 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
     if status.state is not JobState.SUCCEEDED:
         reason = status.reason or status.state.value
         print(
-            f"torchdeck: error: {run_id} {status.state.value}: {reason}"
-            + (f" (hint: {status.hint})" if status.hint else ""),
+            printable(
+                f"torchdeck: error: {run_id} {status.state.value}: {reason}"
+                + (f" (hint: {status.hint})" if status.hint else "")
+            ),
             file=sys.stderr,
         )
         return EXIT_ERROR

@@ -14,7 +14,8 @@ closed here in a subclass:
 - namespaces are served from ``namespaces`` (kmock cannot parse
   /api/v1/namespaces);
 - pod logs are scripted: ``script_log(ns, pod, lines, rate=...)``, followed
-  with ``follow=true`` as the kubelet streams them;
+  with ``follow=true`` as the kubelet streams them, with ``timestamps=true``
+  and ``sinceTime`` as the kubelet serves them;
 - the pod proxy (/pods/NAME:PORT/proxy/PATH) answers from ``proxied``, for a
   DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource.
 
@@ -49,6 +50,7 @@ BUILTIN = {
     ("", "serviceaccounts"),
     ("batch", "jobs"),
     ("apps", "deployments"),
+    ("networking.k8s.io", "networkpolicies"),
     ("apiextensions.k8s.io", "customresourcedefinitions"),
 }
 NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")
@@ -93,6 +95,16 @@ class PodLog:
     ended: bool = True
     """Whether the container has stopped (a follow ends after the last line)."""
     started: float | None = None
+    wall: float = field(default_factory=time.time)
+    """When the first line was written, by the node's clock: line i at wall + i / rate."""
+
+    def stamp(self, i: int) -> str:
+        """Line i's time as the kubelet writes it with ``timestamps=true`` (RFC 3339, nanoseconds,
+        trailing zeros dropped, as Go's RFC3339Nano)."""
+        at = self.wall + (i / self.rate if self.rate else 0.0)
+        whole = int(at)
+        fraction = f"{round((at - whole) * 1e9):09d}".rstrip("0")
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + (f".{fraction}" if fraction else "") + "Z"
 
 
 class StampingBus(aiobus.Bus):
@@ -304,8 +316,10 @@ class ClusterEmulator(KubernetesEmulator):
                 400, "BadRequest", f'container "pytorch" in pod "{pod}" is waiting to start: ContainerCreating'
             )
         follow = raw_request.query.get("follow") == "true"
+        stamps = raw_request.query.get("timestamps") == "true"
+        since = raw_request.query.get("sinceTime")
         if log.started is None:
-            log.started = time.monotonic()
+            log.started, log.wall = time.monotonic(), time.time()
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
         await response.prepare(raw_request)
         i = 0
@@ -317,7 +331,13 @@ class ClusterEmulator(KubernetesEmulator):
                     else min(len(log.lines), int((time.monotonic() - log.started) * log.rate) + 1)
                 )
                 if due > i:
-                    await response.write(b"".join(log.lines[i:due]))
+                    chunk = []
+                    for n in range(i, due):
+                        stamp = log.stamp(n)
+                        if since and _stamp_seconds(stamp) < _stamp_seconds(since):
+                            continue  # the kubelet sends lines from sinceTime on (second precision)
+                        chunk.append(stamp.encode() + b" " + log.lines[n] if stamps else log.lines[n])
+                    await response.write(b"".join(chunk))
                     i = due
                 if not follow or (i >= len(log.lines) and log.ended):
                     break
@@ -326,6 +346,10 @@ class ClusterEmulator(KubernetesEmulator):
         except (ConnectionResetError, ConnectionError):
             pass
         return response
+
+
+def _stamp_seconds(stamp: str) -> str:
+    return stamp[:19]
 
 
 def _status(code: int, reason: str, message: str) -> aiohttp.web.Response:
@@ -345,13 +369,19 @@ def _status(code: int, reason: str, message: str) -> aiohttp.web.Response:
 
 @dataclass
 class RunningCluster:
-    """The emulator on its own thread, and a kubeconfig that points at it."""
+    """The emulator on its own thread, and a kubeconfig that points at it. Two API servers
+    serve the one emulator (as an EKS control plane runs several behind one endpoint):
+    ``kubeconfig`` reaches the one torchdeck uses, which a test can kill and bring back on the
+    same port (``kill_api``, ``revive_api``); ``side_kubeconfig`` the other, which stays up, for
+    what the operator and the kubelet change meanwhile."""
 
     kubeconfig: Path
     url: str
     emulator: ClusterEmulator
     loop: asyncio.AbstractEventLoop
     _stop: Any = field(repr=False, default=None)
+    side_kubeconfig: Path | None = None
+    _control: Any = field(repr=False, default=None)
 
     def call(self, fn, *args, **kwargs):
         """Run ``fn`` on the emulator's loop (its state is not thread-safe)."""
@@ -364,34 +394,26 @@ class RunningCluster:
 
         return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
 
+    def kill_api(self) -> None:
+        """The API server dies: every open connection (watches, log streams) is cut at once and
+        its port refuses new ones, until ``revive_api``."""
+        asyncio.run_coroutine_threadsafe(self._control.put("kill"), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._control.join(), self.loop).result(10)
 
-def start_cluster(tmp_path: Path, context: str = "kmock") -> tuple[RunningCluster, threading.Thread]:
-    started = threading.Event()
-    holder: dict[str, Any] = {}
+    def revive_api(self) -> None:
+        """The API server is back, on the same port, with the cluster's state as it is now."""
+        asyncio.run_coroutine_threadsafe(self._control.put("revive"), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._control.join(), self.loop).result(10)
 
-    async def serve() -> None:
-        async with ClusterEmulator() as emulator, Server(emulator) as server:
-            holder.update(
-                emulator=emulator,
-                url=str(server.url).rstrip("/"),
-                loop=asyncio.get_running_loop(),
-                stop=asyncio.Event(),
-            )
-            started.set()
-            await holder["stop"].wait()
 
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), name="kmock", daemon=True)
-    thread.start()
-    if not started.wait(20):
-        raise RuntimeError("kmock did not start")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
+def _kubeconfig(path: Path, url: str, context: str) -> Path:
+    path.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
                 "current-context": context,
-                "clusters": [{"name": "kmock", "cluster": {"server": holder["url"]}}],
+                "clusters": [{"name": "kmock", "cluster": {"server": url}}],
                 "users": [{"name": "tester", "user": {"token": "test-token"}}],
                 "contexts": [
                     {"name": context, "context": {"cluster": "kmock", "user": "tester", "namespace": "default"}}
@@ -399,8 +421,69 @@ def start_cluster(tmp_path: Path, context: str = "kmock") -> tuple[RunningCluste
             }
         )
     )
-    cluster = RunningCluster(kubeconfig, holder["url"], holder["emulator"], holder["loop"], holder["stop"])
+    return path
+
+
+def _cut_every_connection(server: Server) -> None:
+    """What a killed process leaves: its sockets closed under the clients, mid-response."""
+    for handler in list(server.server.runner.server.connections):
+        if handler.transport is not None:
+            handler.transport.abort()
+
+
+def start_cluster(tmp_path: Path, context: str = "kmock") -> tuple[RunningCluster, threading.Thread]:
+    started = threading.Event()
+    holder: dict[str, Any] = {}
+
+    async def serve() -> None:
+        control: asyncio.Queue[str] = asyncio.Queue()
+        stop = asyncio.Event()
+        async with ClusterEmulator() as emulator, Server(emulator) as side:
+            port = None
+            while True:
+                async with Server(emulator, port=port) as server:
+                    port = server.port
+                    if not started.is_set():
+                        holder.update(
+                            emulator=emulator,
+                            url=str(server.url).rstrip("/"),
+                            side=str(side.url).rstrip("/"),
+                            loop=asyncio.get_running_loop(),
+                            stop=stop,
+                            control=control,
+                        )
+                        started.set()
+                    else:
+                        control.task_done()  # revived
+                    what = await _next(control, stop)
+                    if what == "kill":
+                        _cut_every_connection(server)
+                if what != "kill":
+                    return
+                control.task_done()  # killed: the port refuses until revived
+                if await _next(control, stop) != "revive":
+                    return
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), name="kmock", daemon=True)
+    thread.start()
+    if not started.wait(20):
+        raise RuntimeError("kmock did not start")
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", holder["url"], context)
+    side = _kubeconfig(tmp_path / "kubeconfig-side", holder["side"], context)
+    cluster = RunningCluster(
+        kubeconfig, holder["url"], holder["emulator"], holder["loop"], holder["stop"], side, holder["control"]
+    )
     return cluster, thread
+
+
+async def _next(control: asyncio.Queue, stop: asyncio.Event) -> str:
+    """The next command for the API server, or "stop"."""
+    get, stopped = asyncio.ensure_future(control.get()), asyncio.ensure_future(stop.wait())
+    await asyncio.wait({get, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (get, stopped):
+        if not task.done():
+            task.cancel()
+    return get.result() if get.done() and not get.cancelled() else "stop"
 
 
 def stop_cluster(cluster: RunningCluster, thread: threading.Thread) -> None:

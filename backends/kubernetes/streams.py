@@ -5,10 +5,12 @@ The watch resumes from the last resourceVersion it saw; 410 Gone means
 list again; a failed or dropped connection means reconnect after a backoff
 (said through ``on_retry``), and after MAX_RETRIES failures in a row the
 watcher gives up with ``error`` set. Logs are one stream (and thread) per
-pod, followed again from the start when its container restarts."""
+pod, followed again from the start when its container restarts, and from
+where they broke off (by the kubelet's timestamps) when a stream breaks."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import queue
 import socket
@@ -154,6 +156,55 @@ class PodWatcher:
         return failures
 
 
+class LogPosition:
+    """How far a pod's log has been read, by the timestamps the kubelet puts before each line
+    (``timestamps=true``): the last one, and how many lines carried it. ``take`` strips them;
+    after ``resume`` it also drops what was read before, as a stream asked for again from
+    ``since()`` (whole seconds, as the API takes it) sends it again."""
+
+    def __init__(self) -> None:
+        self.stamp = b""
+        self.same = 0
+        self._catching_up: tuple[int, int] | None = None
+        self._repeated = 0
+
+    def since(self) -> str | None:
+        return self.stamp[:19].decode() + "Z" if self.stamp else None
+
+    def resume(self) -> None:
+        if self.stamp:
+            self._catching_up, self._repeated = (_nanoseconds(self.stamp), self.same), 0
+
+    def take(self, lines: list[bytes]) -> list[bytes]:
+        out = []
+        for line in lines:
+            stamp, _, text = line.partition(b" ")
+            if len(stamp) < 20 or stamp[10:11] != b"T" or not stamp.endswith(b"Z"):
+                out.append(line)  # no timestamp: a server that does not send them
+                continue
+            if self._catching_up is not None:
+                at, same = self._catching_up
+                now = _nanoseconds(stamp)
+                if now < at or (now == at and self._repeated < same):
+                    self._repeated += now == at
+                    continue  # read before the stream broke
+                self._catching_up = None
+            if stamp == self.stamp:
+                self.same += 1
+            else:
+                self.stamp, self.same = stamp, 1
+            out.append(text)
+        return out
+
+
+def _nanoseconds(stamp: bytes) -> int:
+    """An RFC 3339 UTC time with up to nine fraction digits, as integer nanoseconds (exact, so
+    equal times compare equal)."""
+    whole = calendar.timegm(time.strptime(stamp[:19].decode(), "%Y-%m-%dT%H:%M:%S"))
+    fraction = stamp[20:-1] if stamp[19:20] == b"." else b""
+    return whole * 1_000_000_000 + int((fraction.decode() + "000000000")[:9])
+
+
 def _abort(response) -> None:
     """End a streamed response another thread is reading. (Closing it would
     wait for that reader's lock; shutting the socket down wakes the reader.)"""
@@ -236,22 +287,56 @@ class PodLogFollower:
             thread.start()
 
     def _stream(self, pod: str, rank: int, attempt: int, status: dict[str, Any]) -> None:
+        """One container's log, to its end. A stream that breaks (the API server restarted, the
+        network dropped) is asked for again from the kubelet's timestamp of the last line read,
+        and what was read already is skipped: no line twice, none missed. After MAX_RETRIES
+        failures in a row the log is given up, with a line that says so."""
         running = any("running" in (cs.get("state") or {}) for cs in status.get("containerStatuses") or [])
-        query = {"follow": "true" if self.follow and running else None}
-        try:
-            response = self.backend.request(
-                "GET", api_path("Pod", self.namespace, pod, "log"), query=query, stream=True, timeout=None
+        follow = self.follow and running
+        position = LogPosition()
+        failures, previous = 0, False
+        while not self._stopped.is_set():
+            query = {
+                "follow": "true" if follow else None,
+                "timestamps": "true",
+                "sinceTime": position.since(),
+                "previous": "true" if previous else None,
+            }
+            try:
+                response = self.backend.request(
+                    "GET", api_path("Pod", self.namespace, pod, "log"), query=query, stream=True, timeout=None
+                )
+                self._responses.append(response)
+                for lines in _line_chunks(response):
+                    if self._stopped.is_set():
+                        return
+                    fresh = position.take(lines)
+                    if fresh:
+                        self.queue.put((rank, attempt, fresh))
+                        failures = 0
+                return  # the container's log ended
+            except Exception as exc:  # the API's errors; urllib3's and the socket's while streaming
+                if self._stopped.is_set() or getattr(exc, "status", 0) in (400, 404):
+                    return  # stopped, or the pod (or this container) is gone
+                why = str(exc) if isinstance(exc, (BackendError, OSError)) else f"{type(exc).__name__}: {exc}"
+            failures += 1
+            if failures > MAX_RETRIES:
+                text = f"[torchdeck] the log of {pod} broke off after {MAX_RETRIES} retries: {why[:160]}"
+                self.queue.put((rank, attempt, [text.encode()]))
+                return
+            self._stopped.wait(min(8.0, 0.5 * 2 ** (failures - 1)))
+            position.resume()
+            now = self.watcher.pods.get(pod) if self.follow else None
+            restarts = max(
+                (cs.get("restartCount", 0) for cs in ((now or {}).get("status") or {}).get("containerStatuses") or []),
+                default=attempt,
             )
-            self._responses.append(response)
-            for lines in _line_chunks(response):
-                if self._stopped.is_set():
+            if restarts > attempt:  # it restarted meanwhile: the rest of this attempt is the previous log
+                if restarts > attempt + 1:
+                    text = f"[torchdeck] {pod} restarted {restarts - attempt} times while its log was cut off"
+                    self.queue.put((rank, attempt, [text.encode()]))
                     return
-                self.queue.put((rank, attempt, lines))
-        except BackendError as exc:
-            if not self._stopped.is_set() and getattr(exc, "status", 0) not in (400, 404):
-                self.queue.put((rank, attempt, [f"[torchdeck] the log of {pod} broke off: {exc}".encode()]))
-        except Exception:
-            pass  # the connection closed under us (stop), or the pod went away
+                follow, previous = False, True
 
     def _all_done(self) -> bool:
         with self._lock:

@@ -10,8 +10,7 @@ image needs torchdeck installed (torchdeck's own image has it) or report.py
 copied beside the script.
 """
 
-import torch.distributed as dist
-from toy import accuracy, batches, prepare, train_step
+from toy import accuracy, batches, finish, prepare, train_step
 
 from torchdeck import report
 
@@ -29,7 +28,7 @@ def main() -> None:
         acc = accuracy(net, x, y)
         report.eval(accuracy=acc, epoch=epoch)
     report.done(accuracy=acc)
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":

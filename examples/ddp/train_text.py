@@ -5,8 +5,7 @@ torchdeck reads these lines as each rank's curve (nothing to import).
     torchdeck train examples/ddp/train_text.py -- --epochs 3
 """
 
-import torch.distributed as dist
-from toy import accuracy, batches, prepare, train_step
+from toy import accuracy, batches, finish, prepare, train_step
 
 
 def main() -> None:
@@ -22,7 +21,7 @@ def main() -> None:
         acc = accuracy(net, x, y)
         if rank == 0:
             print(f"epoch {epoch}/{args.epochs} accuracy: {acc * 100:.2f}%")
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":
