@@ -56,6 +56,8 @@ from .spec import JobSpec, trainer_arguments, validate
 
 STOP_GRACE_S = 10.0
 LAUNCHER_START_S = 20.0
+STATUS_FILE = "status.json"
+"""An ended run's status, as it stays: read instead of its logs and metric files."""
 """How long a run may go without its launcher's pid.json (the launcher writes it as it starts, and
 so does the console that started it) before it is said never to have started."""
 ROOT_CAUSE_RE = re.compile(
@@ -80,6 +82,18 @@ def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
+        return None
+
+
+def _kept_status(run_dir: str) -> JobStatus | None:
+    """An ended run's status.json, if it is there and whole (else None: work it out again)."""
+    try:
+        with open(os.path.join(run_dir, STATUS_FILE), "rb") as f:
+            kept = json.loads(f.read())
+        if kept["run_id"] != os.path.basename(run_dir):
+            return None
+        return JobStatus(**{**kept, "state": JobState(kept["state"]), "location": run_dir})
+    except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
@@ -148,10 +162,13 @@ class LocalBackend(Backend):
         self.python = python or sys.executable
         self._children: dict[int, subprocess.Popen] = {}
         self._procs: dict[int, psutil.Process] = {}
+        self._ended: dict[str, JobStatus] = {}
+        """Ended runs' statuses as read from their status.json, which does not change: a console
+        that lists thousands of runs every 2 s reads each once."""
 
     def __getstate__(self) -> dict:
         """A copy for another process: its caches of this process's children stay here."""
-        return {**self.__dict__, "_children": {}, "_procs": {}}
+        return {**self.__dict__, "_children": {}, "_procs": {}, "_ended": {}}
 
     # -- rendering and submitting -------------------------------------------------
 
@@ -419,6 +436,28 @@ class LocalBackend(Backend):
         return f"torchrun exited with code {code}", ""
 
     def _status_of(self, run_dir: Path) -> JobStatus:
+        """The run's status: from its ``status.json`` once it has ended (its launcher writes it as
+        it exits, or the first reader that sees it ended), else from its files and processes. The
+        file is written whole or not at all, and one that does not read is worked out again: a
+        crash cannot leave a wrong status behind."""
+        kept = self._kept(str(run_dir))
+        if kept is not None:
+            return kept
+        status = self._work_out_status(run_dir)
+        if status.state.is_terminal and (run_dir / "exit.json").exists():
+            with contextlib.suppress(OSError):
+                write_atomically(run_dir / STATUS_FILE, json.dumps(status.to_dict()))
+        return status
+
+    def _kept(self, run_dir: str) -> JobStatus | None:
+        kept = self._ended.get(run_dir)
+        if kept is None:
+            kept = _kept_status(run_dir)
+            if kept is not None:
+                self._ended[run_dir] = kept
+        return dataclasses.replace(kept) if kept is not None else None  # a copy: callers may change theirs
+
+    def _work_out_status(self, run_dir: Path) -> JobStatus:
         launch = _read_json(run_dir / "launch.json") or {}
         status = JobStatus(
             run_id=run_dir.name,
@@ -478,8 +517,14 @@ class LocalBackend(Backend):
     def list(self) -> list[JobStatus]:
         if not self.runs_dir.exists():
             return []
-        dirs = [p for p in self.runs_dir.iterdir() if (p / "launch.json").exists()]
-        statuses = [self._status_of(p) for p in dirs]
+        statuses = []
+        with os.scandir(self.runs_dir) as entries:  # thousands of ended runs: one small file each
+            for entry in entries:
+                kept = self._kept(entry.path)
+                if kept is not None:
+                    statuses.append(kept)
+                elif os.path.exists(os.path.join(entry.path, "launch.json")):
+                    statuses.append(self._status_of(Path(entry.path)))
         return sorted(statuses, key=lambda s: s.submitted_at, reverse=True)
 
     # -- stopping ----------------------------------------------------------------

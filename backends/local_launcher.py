@@ -59,6 +59,10 @@ def main(argv: list[str]) -> int:
     write_json(
         run_dir / "exit.json", {"exit_code": code, "finished_at": time.time(), "signals": received, "reaped": left}
     )
+    with contextlib.suppress(Exception):  # the status as it stays, so that listing runs reads one file each
+        from .local import LocalBackend
+
+        LocalBackend(run_dir.parent.parent).status(run_dir.name)
     return 0
 
 

@@ -19,10 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from host import calibration
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
+    print(calibration(), flush=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import psutil
+from host import calibration
 
 REPO = Path(__file__).resolve().parent.parent
 NS = "training"
@@ -162,6 +163,7 @@ async def measure(kubeconfig: str, run_id: str, pods: int, seconds: float, refre
 
 
 def main() -> int:
+    print(calibration(), flush=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pods", type=int, default=128)
     p.add_argument("--rate", type=float, default=20.0, help="metric lines per second per pod")

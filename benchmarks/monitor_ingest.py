@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import psutil
+from host import calibration
 
 
 def writer(run_dir: str, ranks: int, rate: float, total: int, ready) -> None:
@@ -152,6 +153,7 @@ async def measure(state: Path, run_id: str, total: int, refresh_hz: float) -> di
 
 
 def main() -> int:
+    print(calibration(), flush=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=256)
     p.add_argument("--rate", type=float, default=60_000, help="lines/s the writer produces")

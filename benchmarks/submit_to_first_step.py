@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from host import calibration
+
 from torchdeck.backends.local import LocalBackend
 from torchdeck.backends.spec import Entrypoint, JobSpec, TrainerOptions
 
@@ -36,6 +38,7 @@ async def first_steps(backend: LocalBackend, run_id: str, t0: float, ranks: int)
 
 
 def main() -> int:
+    print(calibration(), flush=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data" / "cifar10-subset"))
     p.add_argument("--repeats", type=int, default=3)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 
+from host import calibration  # noqa: E402
+
 from torchdeck.backends.events import parse_metric_lines  # noqa: E402
 from torchdeck.backends.textmetrics import RankedText  # noqa: E402
 
@@ -49,6 +51,7 @@ def lines(count: int, ranks: int) -> tuple[list[tuple[int, bytes]], list[bytes]]
 
 
 def main() -> int:
+    print(calibration(), flush=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lines", type=int, default=500_000)
     p.add_argument("--ranks", type=int, default=256)

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from host import calibration
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = Path(os.environ.get("TORCHDECK_TEST_DATA", REPO.parent / "shared" / "data" / "cifar10-subset"))
 
@@ -83,6 +85,7 @@ def curve(lines: list[dict], launched: float) -> list[tuple[float, float]]:
 
 
 def main() -> int:
+    print(calibration(), flush=True)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     p.add_argument("--nproc", type=int, default=2)

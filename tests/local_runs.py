@@ -67,6 +67,15 @@ def run_processes(run_id: str) -> list[psutil.Process]:
     return out
 
 
+def left_running(run_id: str, grace_s: float = 10.0) -> list[psutil.Process]:
+    """The run's processes still alive after ``grace_s``: a launcher writing the run's last files
+    as it exits is not one left behind."""
+    deadline = time.monotonic() + grace_s
+    while (alive := run_processes(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive
+
+
 def rank_process(run_id: str, rank: int) -> psutil.Process:
     for proc in run_processes(run_id):
         try:

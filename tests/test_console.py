@@ -156,6 +156,46 @@ def test_home_lists_runs_and_opens_the_monitor(tmp_path):
     run(scenario())
 
 
+def test_the_runs_table_redraws_only_what_changed_and_puts_a_new_run_on_top(tmp_path):
+    """A refresh with the same runs changes only their changed cells (a run that ends shows it);
+    a new run is drawn on top. The runs are made as the local backend leaves them."""
+    import json
+    import time
+
+    from torchdeck.backends.local import LocalBackend
+
+    state = tmp_path / "state"
+
+    def make(run_id: str, at: float, ended: bool) -> None:
+        run = state / "runs" / run_id
+        (run / "metrics").mkdir(parents=True)
+        launch = {"run_id": run_id, "name": "t", "cmd": [], "env": {}, "cwd": ".", "port": 0}
+        (run / "launch.json").write_text(json.dumps({**launch, "submitted_at": at, "world_size": 2}))
+        if ended:
+            (run / "exit.json").write_text(json.dumps({"exit_code": 0, "finished_at": at + 1}))
+
+    now = time.time()
+    make("old-1", now - 600, ended=True)
+    make("live-1", now - 1, ended=False)  # just submitted: its launcher is starting
+
+    async def scenario():
+        app = make_app(settings_for(state), LocalBackend(state))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
+            table = app.screen.query_one("#runs", DataTable)
+            assert [table.get_row_at(i)[0] for i in range(2)] == ["live-1", "old-1"]
+            assert str(table.get_row_at(0)[1]) == "pending"
+            rows = table.row_count
+            (state / "runs" / "live-1" / "exit.json").write_text(json.dumps({"exit_code": 0, "finished_at": now}))
+            await wait_for(pilot, lambda: str(table.get_row_at(0)[1]) == "succeeded", what="the state cell")
+            assert table.row_count == rows
+            make("new-1", time.time(), ended=True)
+            await wait_for(pilot, lambda: table.row_count == 3, what="the new run")
+            assert [table.get_row_at(i)[0] for i in range(3)] == ["new-1", "live-1", "old-1"]
+
+    run(scenario())
+
+
 async def open_launch_form(pilot, app) -> LaunchScreen:
     await pilot.press("n")
     await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen), what="the form")

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from local_runs import cli_env, finished, run_processes
+from local_runs import cli_env, finished, left_running, run_processes
 from textual.widgets import Input
 from trainer_runs import REPO
 from tui_support import wait_for
@@ -138,7 +138,7 @@ def test_real_terminal_80x24_over_tmux(tmp_path, cifar_dir):
         wait_screen("Stop ")
         subprocess.run([*tmux, "send-keys", "-t", session, "y"], check=True)
         wait_screen("CANCELLED", timeout=30)
-        assert run_processes(run_id) == []
+        assert left_running(run_id) == []
     finally:
         subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
         for proc in run_processes(locals().get("run_id", "-")):

@@ -139,7 +139,7 @@ def test_a_killed_torchrun_fails_the_run_leaves_no_rank_and_resume_continues(tmp
     import signal
 
     import psutil
-    from local_runs import finished, rank_process, run_processes, wait_status
+    from local_runs import finished, left_running, rank_process, run_processes, wait_status
 
     from torchdeck.backends.base import JobState
     from torchdeck.backends.local import LocalBackend
@@ -161,7 +161,7 @@ def test_a_killed_torchrun_fails_the_run_leaves_no_rank_and_resume_continues(tmp
     assert "torchrun was killed by SIGKILL" in status.reason and "were stopped" in status.reason, status.reason
     assert f"--resume {run_id}" in status.hint
     _, alive = psutil.wait_procs(ranks, timeout=10)
-    assert alive == [] and run_processes(run_id) == []  # no rank (nor helper) goes on, unwatched
+    assert alive == [] and left_running(run_id) == []  # no rank (nor helper) goes on, unwatched
 
     # two consoles resume it at the same moment: one run, and the other is told which
     from local_runs import cli_env
@@ -260,7 +260,7 @@ def test_two_consoles_stop_one_run_and_a_console_killed_as_it_starts_one_leaves_
     import signal
     import time
 
-    from local_runs import cli_env, run_processes, wait_status
+    from local_runs import cli_env, left_running, wait_status
 
     from torchdeck.backends.base import JobState
     from torchdeck.backends.local import LocalBackend
@@ -292,7 +292,7 @@ def test_two_consoles_stop_one_run_and_a_console_killed_as_it_starts_one_leaves_
     answers = [(c.wait(60), *c.communicate()) for c in stops]
     assert [a[0] for a in answers] == [0, 0], answers
     assert backend.status(run_id).state is JobState.CANCELLED
-    assert run_processes(run_id) == []
+    assert left_running(run_id) == []
 
     # what a console killed right after starting the launcher leaves: the launcher, no pid.json of its
     # writing (the launcher is started here as the console starts it, and no console records it)
@@ -319,10 +319,7 @@ def test_two_consoles_stop_one_run_and_a_console_killed_as_it_starts_one_leaves_
     assert status.state is JobState.RUNNING
     stopped = console("stop", orphan.name)
     assert stopped.wait(60) == 0, stopped.communicate()
-    deadline = time.monotonic() + 20
-    while run_processes(orphan.name) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert run_processes(orphan.name) == []
+    assert left_running(orphan.name) == []
     assert backend.status(orphan.name).state is JobState.CANCELLED
 
     # killed before it started the launcher: a run folder with its launch record and nothing running
@@ -343,7 +340,7 @@ def test_two_consoles_stop_one_run_and_a_console_killed_as_it_starts_one_leaves_
     for status in backend.list():
         backend.cancel(status.run_id)
     for status in backend.list():
-        assert run_processes(status.run_id) == [], status.run_id
+        assert left_running(status.run_id) == [], status.run_id
         assert status.state.is_terminal
 
 
@@ -354,7 +351,7 @@ def test_the_checkpoint_folder_made_unwritable_mid_run_fails_in_one_line_and_kee
     import os
     import time
 
-    from local_runs import finished, run_processes
+    from local_runs import finished, left_running
 
     from torchdeck.backends.base import JobState
     from torchdeck.backends.local import LocalBackend
@@ -390,4 +387,4 @@ def test_the_checkpoint_folder_made_unwritable_mid_run_fails_in_one_line_and_kee
     kept = status.reason.split("; ")[1].split()[0]
     loaded = checkpoint.load_newest(folder)
     assert loaded.path is not None and loaded.path.name == kept and loaded.state["step"] % 5 == 0
-    assert run_processes(run_id) == []
+    assert left_running(run_id) == []

@@ -84,6 +84,13 @@ def test_cli_train_two_ranks_then_jobs_logs_status(tmp_path, cifar_dir):
 
     jobs = json.loads(torchdeck(state, "jobs", "--output", "json").stdout)
     assert [(j["run_id"], j["state"]) for j in jobs] == [(run_id, "succeeded")]
+    # the launcher left the ended run's status in one file, which listing reads instead of the logs
+    kept = json.loads((state / "runs" / run_id / "status.json").read_text())
+    assert kept == {**jobs[0], "location": kept["location"]} and kept["step"] == 24
+    (state / "runs" / run_id / "status.json").write_text(f'{{"run_id": "{run_id}", "state": "no such')  # torn
+    again = json.loads(torchdeck(state, "jobs", "--output", "json").stdout)
+    assert again == jobs  # worked out again from the run's files, and written whole
+    assert json.loads((state / "runs" / run_id / "status.json").read_text())["state"] == "succeeded"
     text = torchdeck(state, "jobs").stdout
     assert run_id in text and "succeeded" in text and "24/24" in text
 
