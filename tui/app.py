@@ -23,10 +23,7 @@ from .glyphs import glyphs_for
 
 if TYPE_CHECKING:
     from torchdeck.backends.eks.cloud import EksCloud
-from .screens.help import HelpScreen
 from .screens.home import HomeScreen
-from .screens.launch import LaunchScreen
-from .screens.monitor import MonitorScreen
 
 
 class RunCommands(Provider):
@@ -122,9 +119,13 @@ class TorchdeckApp(App):
         return Footer(show_command_palette=not self.settings.ascii)
 
     def open_monitor(self, run_id: str) -> None:
+        from .screens.monitor import MonitorScreen  # its chart and log search: imported when first opened
+
         self.push_screen(MonitorScreen(run_id))
 
     def action_launch(self) -> None:
+        from .screens.launch import LaunchScreen
+
         self.push_screen(LaunchScreen(self.settings.spec_file))
 
     def action_cluster(self) -> None:
@@ -143,6 +144,8 @@ class TorchdeckApp(App):
         self.push_screen(ImageScreen())
 
     def action_help(self) -> None:
+        from .screens.help import HelpScreen  # markdown: imported when first asked for
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
