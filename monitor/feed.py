@@ -12,11 +12,13 @@ the feed, or when the console is gone (its next send fails)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -50,12 +52,31 @@ class FeedFailed:
     hint: str = ""
 
 
+def _read_picks(choice: dict) -> None:
+    """The child's stdin after its arguments: the ranks the console asks the chart for, a pickled
+    list at a time (empty: the automatic choice). Ends with the console."""
+    try:
+        while True:
+            choice["pick"] = [int(r) for r in pickle.load(sys.stdin.buffer)]
+            choice["changed"] = True
+    except (EOFError, OSError, ValueError, TypeError, pickle.UnpicklingError):
+        return
+
+
 def _follow(
-    backend: Backend, run_id: str, straggler_ratio: float, curve_ranks: int, period_s: float, conn: Connection
+    backend: Backend,
+    run_id: str,
+    straggler_ratio: float,
+    curve_ranks: int,
+    period_s: float,
+    conn: Connection,
+    choice: dict | None = None,
 ) -> None:
     """The child: fold the stream in, send a snapshot every period when
     something changed (and once a second regardless, for the clocks and the
-    silence flags), and a last one when the stream ends."""
+    silence flags), and a last one when the stream ends. ``choice["pick"]``
+    names the ranks whose curves to send (set by ``_read_picks``)."""
+    choice = {} if choice is None else choice
     state = MonitorState(straggler_ratio=straggler_ratio)
     lines: deque[LogLine] = deque(maxlen=MAX_LINES_PER_UPDATE)
 
@@ -71,8 +92,9 @@ def _follow(
         while True:
             await asyncio.wait({task}, timeout=period_s)
             now = time.monotonic()
-            if task.done() or state.events != sent_events or lines or now - sent_at >= 1.0:
-                conn.send(FeedUpdate(state.snapshot(curve_ranks), list(lines)))
+            changed, choice["changed"] = choice.get("changed", False), False
+            if task.done() or state.events != sent_events or lines or changed or now - sent_at >= 1.0:
+                conn.send(FeedUpdate(state.snapshot(curve_ranks, pick=choice.get("pick")), list(lines)))
                 lines.clear()
                 sent_events, sent_at = state.events, now
             if task.done():
@@ -124,11 +146,20 @@ class MetricFeed:
         self._conn = Connection(read_fd, writable=False)
         self._lines: list[LogLine] = []
         assert self._proc.stdin is not None
-        with self._proc.stdin as stdin:
-            # The console's import path first, as multiprocessing does: the
-            # backend's class may live anywhere the console could import it.
-            pickle.dump(sys.path, stdin)
-            pickle.dump((backend, run_id, straggler_ratio, curve_ranks, period_s), stdin)
+        self._stdin = self._proc.stdin  # kept open: the chart's rank choice goes down it (``pick``)
+        # The console's import path first, as multiprocessing does: the
+        # backend's class may live anywhere the console could import it.
+        pickle.dump(sys.path, self._stdin)
+        pickle.dump((backend, run_id, straggler_ratio, curve_ranks, period_s), self._stdin)
+        self._stdin.flush()
+
+    def pick(self, ranks: list[int]) -> None:
+        """Chart these ranks from the next snapshot on ([]: the automatic choice again)."""
+        try:
+            pickle.dump(list(ranks), self._stdin)
+            self._stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the reader has ended: there is no chart to change
 
     def snapshots(self, wait_s: float = 0.25) -> Iterator[MonitorSnapshot | None]:
         """The newest snapshot each time one or more arrive (older ones
@@ -173,6 +204,8 @@ class MetricFeed:
             )
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._stdin.close()
         self._conn.close()
         if self._proc.poll() is None:
             self._proc.terminate()
@@ -193,8 +226,13 @@ class MetricFeed:
 def main(argv: list[str]) -> int:
     sys.path[:] = pickle.load(sys.stdin.buffer)
     backend, run_id, straggler_ratio, curve_ranks, period_s = pickle.load(sys.stdin.buffer)
-    _follow(backend, run_id, straggler_ratio, curve_ranks, period_s, Connection(int(argv[0]), readable=False))
-    return 0
+    choice: dict = {}
+    threading.Thread(target=_read_picks, args=(choice,), name="picks", daemon=True).start()
+    _follow(backend, run_id, straggler_ratio, curve_ranks, period_s, Connection(int(argv[0]), readable=False), choice)
+    # Leave at once: the pick reader may be inside stdin's buffered read, and a normal
+    # interpreter exit aborts on that lock ("could not acquire lock ... at interpreter shutdown").
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

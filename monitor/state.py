@@ -226,9 +226,11 @@ class MonitorState:
             self.version += 1
         return n
 
-    def snapshot(self, curve_ranks: int = 8, now: float | None = None) -> MonitorSnapshot:
-        """A copy of what to draw; curves for at most ``curve_ranks`` ranks
-        (the flagged ones first, then the lowest ranks)."""
+    def snapshot(
+        self, curve_ranks: int = 8, now: float | None = None, pick: list[int] | None = None
+    ) -> MonitorSnapshot:
+        """A copy of what to draw; curves for at most ``curve_ranks`` ranks: those ``pick`` names
+        (the user's choice, in its order), else the flagged ones first, then the lowest ranks."""
         now = self.clock() if now is None else now
         with self._lock:
             views = sorted(self.ranks.values(), key=lambda v: v.rank)
@@ -267,8 +269,11 @@ class MonitorState:
                         detail,
                     )
                 )
-            chosen = [r.rank for r in rows if r.flag in ("slow", "silent", "error")]
-            chosen += [v.rank for v in views if v.rank not in chosen]
+            if pick:
+                chosen = [r for r in pick if r in self.ranks]
+            else:
+                chosen = [r.rank for r in rows if r.flag in ("slow", "silent", "error")]
+                chosen += [v.rank for v in views if v.rank not in chosen]
             curves = {r: self.ranks[r].loss_curve.points() for r in chosen[:curve_ranks]}
             step = max((v.step for v in views), default=0)
             epoch = max((v.epoch for v in views), default=0)
@@ -304,6 +309,29 @@ class MonitorState:
                 errors=list(self.errors),
                 gpu_by_host=gpu_by_host,
             )
+
+
+CHART_RANKS = 8
+"""Curves the loss chart draws at most: more are not told apart in a terminal."""
+
+
+def parse_ranks(text: str) -> list[int]:
+    """Ranks as a person types them: ``0,8,16-23`` (spaces allowed); empty means the automatic
+    choice ([]). Raises ValueError with a message for anything else, or more than CHART_RANKS."""
+    ranks: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"{part!r} is not a rank or a range like 16-23")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"{part!r} runs backwards")
+        ranks += [r for r in range(first, min(last, first + CHART_RANKS) + 1) if r not in ranks]
+        if len(ranks) > CHART_RANKS:
+            raise ValueError(f"at most {CHART_RANKS} ranks can be told apart on the chart")
+    return ranks
 
 
 def format_duration(seconds: float | None) -> str:

@@ -134,6 +134,31 @@ def test_ascii_mode_draws_only_ascii(tmp_path):
     run(scenario())
 
 
+def test_c_picks_the_ranks_the_chart_draws_even_after_the_run_ended(tmp_path):
+    """The recorded run has ended (its stream too): a choice of ranks reads it again for the chart,
+    without adding its log lines twice; a typo is said in the question and loses nothing."""
+
+    async def scenario():
+        app = recorded_app(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await monitor_ready(pilot)
+            logs = len(screen.query_one("#logs").buffer)
+            chart = screen.query_one("#chart")
+            await pilot.press("c")
+            await pilot.press("x", "enter")
+            error = app.screen.query_one("#pick-error")
+            assert "'x' is not a rank" in str(error.render())
+            await pilot.press("backspace", "1", "enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor again")
+            await wait_for(pilot, lambda: set(screen.snap.curves) == {1}, what="rank 1's curve alone")
+            screen.draw_all()
+            await wait_for(pilot, lambda: chart.shown == 1, what="the chart of rank 1")
+            assert "1 picked of 2 ranks" in str(chart.border_title)
+            assert len(screen.query_one("#logs").buffer) == logs
+
+    run(scenario())
+
+
 def test_home_lists_runs_and_opens_the_monitor(tmp_path):
     async def scenario():
         app = recorded_app(tmp_path, monitor=False)

@@ -118,3 +118,57 @@ def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_the_console_picks_which_ranks_the_reader_sends_curves_for(tmp_path):
+    """Issue 17: with more ranks than the chart can tell apart, the user names the ranks; the
+    reader (a child) sends their curves from the next snapshot on, and the automatic choice again
+    when the pick is emptied."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        run_id = live_run(tmp_path, sleeper.pid)
+        for rank in range(12):
+            lines = [
+                {"schema": 1, "event": "step", "rank": rank, "world_size": 12, "step": s, "loss": 1.0 / s, "time": s}
+                for s in range(1, 6)
+            ]
+            path = tmp_path / "runs" / run_id / "metrics" / f"rank-{rank}.jsonl"
+            path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+        def curves_become(feed, want: set[int]) -> None:
+            deadline = time.monotonic() + 20
+            for snap in feed.snapshots(wait_s=0.1):
+                if snap is not None and set(snap.curves) == want:
+                    return
+                assert time.monotonic() < deadline, f"the curves never became {want}"
+
+        with MetricFeed(LocalBackend(tmp_path), run_id) as feed:
+            curves_become(feed, set(range(8)))  # the lowest 8: nothing is flagged
+            feed.pick([11, 3])
+            curves_become(feed, {3, 11})
+            feed.pick([])
+            curves_become(feed, set(range(8)))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.parametrize(
+    ("text", "ranks"),
+    [("", []), ("0,8,16-18", [0, 8, 16, 17, 18]), (" 3 , 1,3", [3, 1]), ("4-4", [4])],
+)
+def test_ranks_as_a_person_types_them(text, ranks):
+    from torchdeck.monitor.state import parse_ranks
+
+    assert parse_ranks(text) == ranks
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("x", "'x' is not a rank"), ("5-2", "runs backwards"), ("0-100", "at most 8"), ("1-", "not a rank")],
+)
+def test_ranks_that_do_not_parse_say_why(text, words):
+    from torchdeck.monitor.state import parse_ranks
+
+    with pytest.raises(ValueError, match=words):
+        parse_ranks(text)

@@ -44,7 +44,9 @@ here (docker where an engine answers, else Kaniko in the cluster).
 **Monitor**: per-rank loss, rank table (flags: SLOW = below the straggler
 ratio of the median samples/s, SILENT = no line for several step times,
 ERROR), eval accuracy per epoch, node gauges, logs. `l` filter logs by rank,
-`/` search them, `s` stop the run, `escape` back to the runs.
+`/` search them, `c` choose the ranks the chart draws (at most 8, e.g.
+`0,8,16-21`; it draws the flagged ranks first, then the lowest, until you
+choose), `s` stop the run, `escape` back to the runs.
 
 Headless, the same from a shell: `torchdeck train`, `jobs`, `status`,
 `logs RUN [--rank R] [-f]`, `stop RUN`, `monitor RUN`, `test --run RUN`,

@@ -42,6 +42,7 @@ class MonitorScreen(DeckScreen[None]):
         Binding("s", "stop", "Stop run"),
         Binding("l", "focus_logs", "Logs"),
         Binding("slash", "search", "Search"),
+        Binding("c", "pick_ranks", "Chart ranks"),
         Binding("question_mark", "app.help", "Help"),
     ]
 
@@ -62,6 +63,9 @@ class MonitorScreen(DeckScreen[None]):
         self._heavy_turn = 0
         self._last_draw = 0.0
         self._dirty = True
+        self._feed: MetricFeed | None = None
+        self.picked: list[int] = []
+        """The ranks the user asked the chart for ([]: the automatic choice)."""
 
     @property
     def backend(self):
@@ -97,23 +101,30 @@ class MonitorScreen(DeckScreen[None]):
     # -- workers -----------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="metrics", exit_on_error=False)
-    def follow_metrics(self) -> None:
+    def follow_metrics(self, replay: bool = False) -> None:
+        """The run's metrics, folded by the metric reader. ``replay``: the stream has been read
+        once and ended, and is read again for another choice of charted ranks (its log lines
+        are in the pane already)."""
         worker = get_current_worker()
         settings = self.app.settings
         with MetricFeed(
             self.backend, self.run_id, straggler_ratio=settings.straggler_ratio, period_s=1.0 / settings.refresh_hz
         ) as feed:
+            self._feed = feed
+            if self.picked:
+                feed.pick(self.picked)
             pane = self.query_one(LogPane)
             for snap in feed.snapshots():
                 if worker.is_cancelled:
                     return
                 lines = feed.take_lines()
-                if lines:
+                if lines and not replay:
                     pane.add_lines(lines)
                     self.post_message(LogsArrived(len(lines)))
                 if snap is not None:
                     self.snap = snap
                     self.post_message(MetricsArrived(snap.events))
+            self._feed = None  # the stream ended; a new choice of ranks reads it again
 
     @work(thread=True, exclusive=True, group="logs", exit_on_error=False)
     def follow_logs(self) -> None:
@@ -286,3 +297,19 @@ class MonitorScreen(DeckScreen[None]):
 
     def action_search(self) -> None:
         self.query_one("#log-search").focus()
+
+    def action_pick_ranks(self) -> None:
+        from .pick_ranks import PickRanksScreen
+
+        def picked(ranks: list[int] | None) -> None:
+            if ranks is None:
+                return
+            self.picked = ranks
+            self.query_one(LossChart).picked = bool(ranks)
+            if self._feed is not None:
+                self._feed.pick(ranks)
+            else:
+                self.follow_metrics(replay=True)
+            self.notify(f"charting ranks {', '.join(map(str, ranks))}" if ranks else "charting the automatic choice")
+
+        self.app.push_screen(PickRanksScreen(self.picked), picked)

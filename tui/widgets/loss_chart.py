@@ -65,6 +65,8 @@ class LossChart(Widget):
         self.glyphs = glyphs
         self.shown = 0
         self.total = 0
+        self.picked = False
+        """Whether the ranks drawn are the user's choice (the title says so)."""
         self.builds = 0
         """Charts drawn so far (tests wait on it)."""
         self._chart_curves: Curves = {}
@@ -95,7 +97,11 @@ class LossChart(Widget):
         message.stop()
         self._chart_strips, self._chart_size, self.shown = message.strips, message.size, message.drawn
         self.builds += 1
-        more = f" ({self.shown} of {self.total} ranks)" if self.total > self.shown else ""
+        more = ""
+        if self.picked:
+            more = f" ({self.shown} picked of {self.total} ranks; c changes)"
+        elif self.total > self.shown:
+            more = f" ({self.shown} of {self.total} ranks; c picks)"
         self.border_title = f"loss per rank{more}"
         self.refresh()
 
