@@ -163,7 +163,6 @@ async def measure(kubeconfig: str, run_id: str, pods: int, seconds: float, refre
 
 
 def main() -> int:
-    print(calibration(), flush=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pods", type=int, default=128)
     p.add_argument("--rate", type=float, default=20.0, help="metric lines per second per pod")
@@ -174,6 +173,7 @@ def main() -> int:
     if a.serve:
         serve(a.serve, a.pods, a.rate, a.seconds + 90)
         return 0
+    print(calibration(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         server = subprocess.Popen(
             [

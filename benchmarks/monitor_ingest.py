@@ -153,7 +153,6 @@ async def measure(state: Path, run_id: str, total: int, refresh_hz: float) -> di
 
 
 def main() -> int:
-    print(calibration(), flush=True)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=256)
     p.add_argument("--rate", type=float, default=60_000, help="lines/s the writer produces")
@@ -172,9 +171,11 @@ def main() -> int:
         result = asyncio.run(measure(state, run_id, a.points, a.refresh_hz))
         proc.join(timeout=60)
     result.update(ranks=a.ranks, writer_rate=a.rate, refresh_hz=a.refresh_hz)
+    result["host"] = calibration()
     if a.json:
         print(json.dumps(result))
     else:
+        print(result["host"])
         print(
             f"monitor ingest, {a.ranks} ranks, writer at {a.rate:,.0f} lines/s, {a.points:,} points, "
             f"drawn at up to {a.refresh_hz:g} Hz (120x40, headless)"
