@@ -159,6 +159,23 @@ def test_c_picks_the_ranks_the_chart_draws_even_after_the_run_ended(tmp_path):
     run(scenario())
 
 
+def test_the_log_view_grows_without_a_layout_and_keeps_its_scrollbar_right(tmp_path):
+    """The log view (LogView) takes lines without laying the screen out again; its scrollbar
+    still appears once the lines overflow, spans all of them, and the view follows the end."""
+
+    async def scenario():
+        app = recorded_app(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await monitor_ready(pilot)
+            view = screen.query_one("#log-lines")
+            await pilot.pause(0.3)
+            assert len(view.lines) > view.size.height and view.show_vertical_scrollbar
+            assert view.vertical_scrollbar.window_virtual_size == len(view.lines)
+            assert view.scroll_y == view.max_scroll_y  # the newest line is in sight
+
+    run(scenario())
+
+
 def test_home_lists_runs_and_opens_the_monitor(tmp_path):
     async def scenario():
         app = recorded_app(tmp_path, monitor=False)

@@ -9,12 +9,31 @@ from collections import deque
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widgets import Input, RichLog
 
 from torchdeck.backends.base import LogLine
 
 BUFFER_LINES = 20_000
 SHOWN_LINES = 1_000
+
+
+class LogView(RichLog):
+    """A RichLog whose growth does not lay the screen out again. RichLog sets its virtual size on
+    every write, and that reactive asks for a layout of the whole screen (16 ms on the monitor,
+    then a repaint of every widget): with lines arriving on every flush, that was most of the
+    cluster monitor's CPU. Its own size is fixed by the layout; only its scrollbars depend on
+    what it holds, and they are updated here, with a layout only when one must appear or go."""
+
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+
+    def watch_virtual_size(self, old: Size, new: Size) -> None:
+        width, height = self.container_size
+        if (old.height > height) != (new.height > height) or (old.width > width) != (new.width > width):
+            self.refresh(layout=True)
+        else:
+            self._scroll_update(new)
 
 
 class LogPane(Vertical):
@@ -41,7 +60,7 @@ class LogPane(Vertical):
         with Horizontal():
             yield Input(placeholder="rank (all)", id="log-rank", restrict=r"[0-9]*")
             yield Input(placeholder="search logs", id="log-search")
-        yield RichLog(max_lines=SHOWN_LINES, wrap=False, markup=False, highlight=False, id="log-lines")
+        yield LogView(max_lines=SHOWN_LINES, wrap=False, markup=False, highlight=False, id="log-lines")
 
     def add_lines(self, lines: list[LogLine]) -> None:
         """Queue lines from any thread; ``flush`` shows them."""
