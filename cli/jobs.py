@@ -18,7 +18,7 @@ from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.spec import MAX_JOB_NAME, JobSpec, load_spec, parse_override, save_spec, with_overrides
 from torchdeck.cli.output import printable
-from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
+from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, status_cells
 from torchdeck.settings import Settings, SettingsError
 
 EXIT_ERROR = 1
@@ -405,26 +405,10 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
     return 0
 
 
-def _age(ts: float | None) -> str:
-    return "-" if not ts else format_duration(time.time() - ts)
-
-
 def format_status_table(statuses: list[JobStatus]) -> str:
-    rows = [("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "REASON")]
-    for s in statuses:
-        rows.append(
-            (
-                s.run_id,
-                s.state.value,
-                str(s.world_size),
-                f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
-                f"{s.step}/{s.total_steps}" if s.total_steps else str(s.step),
-                "-" if s.loss is None else f"{s.loss:.3f}",
-                "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
-                _age(s.submitted_at),
-                s.reason[:60],
-            )
-        )
+    rows: list[tuple[str, ...]] = [("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "REASON")]
+    now = time.time()
+    rows += [(*status_cells(s, now), s.reason[:60]) for s in statuses]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdeck.backends.base import MetricEvent
+from torchdeck.backends.base import JobStatus, MetricEvent
 
 SILENT_FLOOR_S = 5.0
 """A rank is flagged silent after this long without a line, at least (or
@@ -309,6 +309,21 @@ class MonitorState:
                 errors=list(self.errors),
                 gpu_by_host=gpu_by_host,
             )
+
+
+def status_cells(s: JobStatus, now: float) -> tuple[str, ...]:
+    """A run as one row of the runs table (`torchdeck jobs`, the runs screen): run, state, ranks,
+    epoch, step, loss, accuracy, age."""
+    return (
+        s.run_id,
+        s.state.value,
+        str(s.world_size),
+        f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
+        f"{s.step}/{s.total_steps}" if s.total_steps else str(s.step),
+        "-" if s.loss is None else f"{s.loss:.3f}",
+        "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
+        format_duration(now - s.submitted_at) if s.submitted_at else "-",
+    )
 
 
 CHART_RANKS = 8

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from torchdeck.backends.base import JobState, JobStatus
-from torchdeck.monitor.state import format_duration
+from torchdeck.monitor.state import status_cells
 
 from ..glyphs import STATE_STYLE
 from ..messages import LedgerRead, RunsListed, RunStopped
@@ -20,20 +20,6 @@ from .base import DeckScreen
 from .confirm import ConfirmScreen
 
 COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age")
-
-
-def _cells(s: JobStatus, now: float) -> tuple[str, ...]:
-    """A run's row, as text (to compare with the row as drawn)."""
-    return (
-        s.run_id,
-        s.state.value,
-        str(s.world_size),
-        f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
-        f"{s.step}/{s.total_steps}" if s.total_steps else str(s.step),
-        "-" if s.loss is None else f"{s.loss:.3f}",
-        "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
-        format_duration(now - s.submitted_at) if s.submitted_at else "-",
-    )
 
 
 def _styled(column: int, cell: str, status: JobStatus) -> str | Text:
@@ -133,7 +119,7 @@ class HomeScreen(DeckScreen[None]):
         current = self.selected()
         self.statuses = {s.run_id: s for s in message.statuses}
         now = time.time()
-        shown = {s.run_id: _cells(s, now) for s in message.statuses}
+        shown = {s.run_id: status_cells(s, now) for s in message.statuses}
         if list(shown) == list(self._shown) and table.row_count == len(shown):
             for run_id, cells in shown.items():
                 before = self._shown[run_id]
