@@ -99,9 +99,9 @@ class LossChart(Widget):
         self.builds += 1
         more = ""
         if self.picked:
-            more = f" ({self.shown} picked of {self.total} ranks; c changes)"
+            more = f" ({self.shown} of {self.total}, picked)"
         elif self.total > self.shown:
-            more = f" ({self.shown} of {self.total} ranks; c picks)"
+            more = f" ({self.shown} of {self.total}; c picks)"
         self.border_title = f"loss per rank{more}"
         self.refresh()
 
