@@ -66,7 +66,7 @@ from .manifests import (
     render_task,
 )
 from .preflight import preflight
-from .streams import PodLogFollower, has_started, node_rank
+from .streams import PodLogFollower, has_started, node_ranks
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 CRD_CACHE_S = 5.0
@@ -329,7 +329,8 @@ class KubernetesBackend(KubeClient, Backend):
     def _progress(self, status: JobStatus, namespace: str, pods: list[dict[str, Any]], obj: dict[str, Any]) -> None:
         """Epoch, step, loss and accuracy from the tail of node 0's log (one small request)."""
         started = [p for p in pods if has_started(p)]
-        first = sorted(started, key=lambda p: max(0, node_rank(p, started)))[:1]
+        ranks = node_ranks(started)
+        first = sorted(started, key=lambda p: max(0, ranks[p["metadata"]["name"]]))[:1]
         if not first:
             return
         try:
@@ -344,7 +345,7 @@ class KubernetesBackend(KubeClient, Backend):
             return
         reader = self.text_reader(obj)
         if reader is not None:  # the user's code: rank 0's records among node 0's lines
-            batch = [(max(0, node_rank(first[0], started)), 0, line) for line in tail.splitlines()]
+            batch = [(max(0, ranks[first[0]["metadata"]["name"]]), 0, line) for line in tail.splitlines()]
             events = [e for e in self._log_lines(batch, 1, 0, reader)[0] if e.rank == 0]
         else:
             events = parse_metric_lines(tail.splitlines())

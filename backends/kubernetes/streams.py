@@ -37,22 +37,25 @@ def has_started(pod: dict[str, Any]) -> bool:
     )
 
 
-def node_rank(pod: dict[str, Any], all_pods: list[dict[str, Any]]) -> int:
-    """Which node (torchrun's node rank) a pod is, from the labels its operator sets."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    kind = labels.get("training.kubeflow.org/replica-type", "").lower()
-    index = labels.get("training.kubeflow.org/replica-index") or labels.get("batch.kubernetes.io/job-completion-index")
-    if kind == "launcher":
-        return -1  # mpirun's output carries every rank; its lines say which
-    if index is not None and str(index).isdigit():
-        has_master = any(
-            ((p.get("metadata") or {}).get("labels") or {}).get("training.kubeflow.org/replica-type", "").lower()
-            == "master"
-            for p in all_pods
-        )
-        return int(index) + (1 if kind == "worker" and has_master else 0)
-    names = sorted((p.get("metadata") or {}).get("name", "") for p in all_pods)
-    return names.index(pod["metadata"]["name"]) if pod["metadata"]["name"] in names else 0
+def node_ranks(pods: list[dict[str, Any]]) -> dict[str, int]:
+    """Which node (torchrun's node rank) each pod is, by name, from the labels its operator sets.
+    One pass over the pods: a status poll of a 512-pod job asks for them all."""
+    labels = [((p.get("metadata") or {}).get("labels") or {}) for p in pods]
+    has_master = any(lab.get("training.kubeflow.org/replica-type", "").lower() == "master" for lab in labels)
+    names = sorted((p.get("metadata") or {}).get("name", "") for p in pods)
+    by_name = {name: i for i, name in enumerate(names)}
+    ranks = {}
+    for pod, lab in zip(pods, labels):
+        name = (pod.get("metadata") or {}).get("name", "")
+        kind = lab.get("training.kubeflow.org/replica-type", "").lower()
+        index = lab.get("training.kubeflow.org/replica-index") or lab.get("batch.kubernetes.io/job-completion-index")
+        if kind == "launcher":
+            ranks[name] = -1  # mpirun's output carries every rank; its lines say which
+        elif index is not None and str(index).isdigit():
+            ranks[name] = int(index) + (1 if kind == "worker" and has_master else 0)
+        else:
+            ranks[name] = by_name.get(name, 0)
+    return ranks
 
 
 class PodWatcher:
@@ -268,7 +271,7 @@ class PodLogFollower:
         self.queue.put((-1, 0, [text.encode()]))
 
     def _pods_changed(self, pods: dict[str, dict[str, Any]]) -> None:
-        all_pods = list(pods.values())
+        ranks: dict[str, int] | None = None  # worked out once, when a pod's log is new
         for name, pod in pods.items():
             status = pod.get("status") or {}
             statuses = status.get("containerStatuses") or []
@@ -279,7 +282,9 @@ class PodLogFollower:
             with self._lock:
                 if key in self._streams or self._stopped.is_set():
                     continue
-                rank = node_rank(pod, all_pods)
+                if ranks is None:
+                    ranks = node_ranks(list(pods.values()))
+                rank = ranks[name]
                 thread = threading.Thread(
                     target=self._stream, args=(name, rank, attempt, status), name=f"log-{name}", daemon=True
                 )
