@@ -77,7 +77,7 @@ def test_one_pytorch_release_for_setup_ci_and_the_images() -> None:
 def test_the_trainer_runs_without_the_consoles_dependencies(tmp_path: Path) -> None:
     """What a training image has: torchdeck, torch and numpy. Every core dependency of the
     package is made unimportable, and the trainer still takes a step and writes its summary."""
-    modules = {"pyyaml": "yaml", "textual-plotext": "textual_plotext"}
+    modules = {"pyyaml": "yaml"}
     blocked = sorted({modules.get(d, d.replace("-", "_")) for d in console_dependencies()} | {"botocore"})
     assert {"textual", "boto3", "kubernetes", "yaml"} <= set(blocked)
     code = (

@@ -32,7 +32,7 @@ from .confirm import ConfirmScreen
 HEAVY_EVERY_S = 0.25
 """The rank table and the log pane cost the most to draw: each at most four times a second."""
 CHART_EVERY_S = 0.5
-"""The loss chart (tens of milliseconds of plotext): twice a second."""
+"""The loss chart: twice a second."""
 
 
 class MonitorScreen(DeckScreen[None]):

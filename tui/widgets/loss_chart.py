@@ -1,50 +1,171 @@
-"""Per-rank loss curves, drawn by plotext (textual-plotext's ``Plot``).
+"""Per-rank loss curves, drawn in braille dots (or ``*`` on an ASCII terminal).
 
-Building a plotext figure is the costliest thing on the monitor (tens of
-milliseconds of pure Python for a large plot), so the figure is built and
-cut into lines in a worker thread from a snapshot of the curves, and the
-widget only hands out the finished lines: frames keep coming while a chart
-is being drawn. (textual-plotext's own widget builds the figure in
-``render``, on the event loop, which is why this is a plain Widget.)"""
+The chart is drawn here rather than by a plotting library: plotext took 30-50 ms
+of pure Python for a chart of eight ranks (a tenth of a core at two charts a
+second, the monitor's largest cost on a cluster job); this takes a few. It is
+still built in a worker thread from a snapshot of the curves, straight into
+the lines the widget hands out, so frames keep coming while it is drawn."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from rich.console import Console
-from rich.text import Text
+from rich.segment import Segment
+from rich.style import Style
 from textual import work
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
-from textual_plotext.plot import Plot
 
 from ..glyphs import Glyphs
 
 Curves = dict[int, tuple[list[float], list[float]]]
 
+PALETTE = tuple(
+    Style(color=c)
+    for c in ("bright_blue", "bright_green", "bright_red", "bright_cyan", "bright_magenta", "yellow", "white", "blue")
+)
+"""One colour per charted rank, in rank order (eight ranks at most are charted by default)."""
+AXIS = Style(dim=True)
+BRAILLE_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
+"""The dot of a braille cell at (row, column) within its 4x2 grid."""
+X_TICKS = 5
 
-def build_chart(curves: Curves, width: int, height: int, marker: str) -> tuple[Text, int]:
-    """The chart as styled text, and how many curves it shows."""
-    plt = Plot()
-    plt.theme("clear")  # the widget's own background shows through
-    if marker == "*":
-        plt.frame(False)
-    drawn = 0
+
+def _decimals(spacing: float) -> int:
+    """Enough decimals that ticks ``spacing`` apart read differently."""
+    if spacing <= 0 or not math.isfinite(spacing):
+        return 2
+    return max(0, min(6, 1 - math.floor(math.log10(spacing))))
+
+
+def _segments(cells: list[str], colours: list[int]) -> list[Segment]:
+    """One row of the plot as runs of one colour (-1: blank)."""
+    out: list[Segment] = []
+    start = 0
+    for i in range(1, len(cells) + 1):
+        if i == len(cells) or colours[i] != colours[start]:
+            text = "".join(cells[start:i])
+            c = colours[start]
+            out.append(Segment(text, PALETTE[c % len(PALETTE)] if c >= 0 else None))
+            start = i
+    return out
+
+
+def build_chart(curves: Curves, width: int, height: int, marker: str) -> tuple[list[Strip], int]:
+    """The chart as ``height`` lines of ``width`` cells, and how many curves it shows. Loss on
+    the left axis, step along the bottom; a legend in the corner for up to eight ranks.
+    Points that are not finite (a diverged loss) are left out."""
+    braille = marker == "braille"
     room = max(16, 2 * width)  # no more points than there are dots across
+    points: list[tuple[int, list[float], list[float]]] = []
     for rank, (xs, ys) in sorted(curves.items()):
         if len(xs) > room:
             stride = -(-len(xs) // room)
             xs, ys = xs[::stride] + xs[-1:], ys[::stride] + ys[-1:]
-        if xs:
-            plt.plot(xs, ys, marker=marker, label=f"r{rank}" if len(curves) <= 8 else None)
-            drawn += 1
-    if not drawn:
-        plt.title("waiting for the first step")
-    plt.xlabel("step")
-    plt.plotsize(width, height)
-    plt._set_size(width, height)
-    return Text.from_ansi(plt.build(), no_wrap=True), drawn
+        kept = [(x, y) for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)]
+        if kept:
+            points.append((rank, [x for x, _ in kept], [y for _, y in kept]))
+    if not points:
+        return _empty(width, height, braille), 0
+    x_lo = min(p[1][0] for p in points)
+    x_hi = max(p[1][-1] for p in points)
+    y_lo = min(min(p[2]) for p in points)
+    y_hi = max(max(p[2]) for p in points)
+    if y_hi == y_lo:  # a flat curve: a band around it (wide enough to show at any magnitude)
+        band = max(0.5, abs(y_lo) * 0.01)
+        y_lo, y_hi = y_lo - band, y_hi + band
+    if x_hi == x_lo:
+        band = max(1.0, abs(x_lo) * 0.01)
+        x_lo, x_hi = x_lo - band, x_hi + band
+    rows = max(1, height - (4 if braille else 2))  # frame above and below, tick labels, "step"
+    tick_rows = set(range(0, rows, 2 if rows > 6 else 1)) | {rows - 1}
+    decimals = _decimals((y_hi - y_lo) * (2 if rows > 6 else 1) / max(1, rows - 1))
+    y_labels = [f"{y_hi - (y_hi - y_lo) * r / max(1, rows - 1):.{decimals}f}" for r in range(rows)]
+    label_w = max(len(t) for t in y_labels)
+    cols = max(1, width - label_w - (2 if braille else 1))
+    dots_x, dots_y = (2, 4) if braille else (1, 1)
+    gx, gy = cols * dots_x, rows * dots_y
+    bits = [[0] * cols for _ in range(rows)]
+    colour = [[-1] * cols for _ in range(rows)]
+    x_span, y_span = x_hi - x_lo, y_hi - y_lo
+    sx = (gx - 1) / x_span if math.isfinite(x_span) else 0.0  # beyond a float's range: all at one edge
+    sy = (gy - 1) / y_span if math.isfinite(y_span) else 0.0
+    for n, (_rank, xs, ys) in enumerate(points):
+        px = [round((x - x_lo) * sx) for x in xs]
+        py = [round((y_hi - y) * sy) for y in ys]
+        dots = {(px[0], py[0])}
+        for i in range(1, len(px)):
+            x0, y0, x1, y1 = px[i - 1], py[i - 1], px[i], py[i]
+            steps = max(abs(x1 - x0), abs(y1 - y0))
+            for k in range(1, steps + 1):
+                dots.add((x0 + (x1 - x0) * k // steps, y0 + (y1 - y0) * k // steps))
+        for dx, dy in dots:
+            r, c = dy // dots_y, dx // dots_x
+            bits[r][c] |= BRAILLE_BITS[dy % 4][dx % 2] if braille else 1
+            colour[r][c] = n
+    legend = len(points) <= 8
+    lines: list[list[Segment]] = []
+    pad = " " * label_w
+    if braille:
+        lines.append([Segment(pad + "┌" + "─" * cols + "┐", AXIS)])
+    for r in range(rows):
+        cells = [chr(0x2800 + b) if b else " " for b in bits[r]] if braille else ["*" if b else " " for b in bits[r]]
+        row_colour = colour[r]
+        if legend and r < len(points):
+            key = ("⢕⢕ " if braille else "** ") + f"r{points[r][0]} "  # a blank after: apart from a curve
+            for i, ch in enumerate(key[: max(0, cols - 1)]):
+                cells[1 + i] = ch
+                row_colour[1 + i] = r if i < 2 else -1
+        label = y_labels[r].rjust(label_w) if r in tick_rows else pad
+        edge = ("┤" if r in tick_rows else "│") if braille else " "
+        line = [Segment(label, AXIS)]
+        if braille:
+            line.append(Segment(edge, AXIS))
+        line += _segments(cells, row_colour)
+        if braille:
+            line.append(Segment("│", AXIS))
+        lines.append(line)
+    frame_w = cols + (2 if braille else 1)
+    ticks = [round(i * (cols - 1) / (X_TICKS - 1)) for i in range(X_TICKS)] if cols >= 20 else [0, cols - 1]
+    step_decimals = 0 if all(float(x).is_integer() for p in points for x in p[1][:1] + p[1][-1:]) else 1
+    if braille:
+        bottom = ["─"] * cols
+        for t in ticks:
+            bottom[t] = "┬"
+        lines.append([Segment(pad + "└" + "".join(bottom) + "┘", AXIS)])
+    labels = [" "] * frame_w
+    offset = 1
+    said: set[str] = set()
+    for i, t in enumerate(ticks):
+        text = f"{x_lo + (x_hi - x_lo) * t / max(1, cols - 1):.{step_decimals}f}"
+        if text in said:
+            continue  # a short run: ticks closer than one step
+        said.add(text)
+        start = max(0, min(frame_w - len(text), offset + t - (len(text) // 2 if 0 < i < len(ticks) - 1 else 0)))
+        if i == len(ticks) - 1:
+            start = max(0, min(frame_w - len(text), offset + t - len(text) + 1))
+        if all(c == " " for c in labels[max(0, start - 1) : start + len(text) + 1]):
+            labels[start : start + len(text)] = text
+    lines.append([Segment(pad + "".join(labels), AXIS)])
+    lines.append([Segment(pad + "step".center(frame_w), AXIS)])
+    return [Strip(line).adjust_cell_length(width) for line in lines[:height]], len(points)
+
+
+def _empty(width: int, height: int, braille: bool) -> list[Strip]:
+    """The frame with its title, before the first step."""
+    title = "waiting for the first step".center(width)[:width]
+    lines = [Strip([Segment(title, AXIS)])]
+    inner = max(0, height - 3)
+    if braille:
+        lines.append(Strip([Segment("┌" + "─" * (width - 2) + "┐", AXIS)]))
+        lines += [Strip([Segment("│" + " " * (width - 2) + "│", AXIS)]) for _ in range(max(0, inner - 1))]
+        lines.append(Strip([Segment("└" + "─" * (width - 2) + "┘", AXIS)]))
+    else:
+        lines += [Strip.blank(width) for _ in range(inner + 1)]
+    lines.append(Strip([Segment("step".center(width), AXIS)]))
+    return [line.adjust_cell_length(width) for line in lines[:height]]
 
 
 class LossChart(Widget):
@@ -71,7 +192,6 @@ class LossChart(Widget):
         """Charts drawn so far (tests wait on it)."""
         self._chart_curves: Curves = {}
         self._chart_strips: list[Strip] | None = None
-        self._chart_console = Console(width=200, color_system="truecolor", force_terminal=True, legacy_windows=False)
         self._chart_size: tuple[int, int] = (0, 0)
 
     def on_mount(self) -> None:
@@ -86,12 +206,8 @@ class LossChart(Widget):
     def _build(self, curves: Curves, width: int, height: int) -> None:
         if width < 8 or height < 4:
             return
-        text, drawn = build_chart(curves, width, height, self.glyphs.plot_marker)
-        # Cut into lines here too, so that the event loop only copies them out.
-        lines = self._chart_console.render_lines(
-            text, self._chart_console.options.update_dimensions(width, height), pad=True
-        )
-        self.post_message(self.Built([Strip(line, width) for line in lines], drawn, (width, height)))
+        strips, drawn = build_chart(curves, width, height, self.glyphs.plot_marker)
+        self.post_message(self.Built(strips, drawn, (width, height)))
 
     def on_loss_chart_built(self, message: Built) -> None:
         message.stop()
