@@ -10,14 +10,16 @@ import re
 import sys
 
 import pytest
-from textual.widgets import DataTable, Input, RichLog, Static
+from textual.widgets import DataTable, Input, Static
 from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state, settings_for, wait_for
 
+from torchdeck.backends.base import LogLine
 from torchdeck.backends.spec import load_spec
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.home import HomeScreen
 from torchdeck.tui.screens.launch import LaunchScreen
 from torchdeck.tui.screens.monitor import MonitorScreen
+from torchdeck.tui.widgets.log_pane import LogPane, LogView
 from torchdeck.tui.widgets.rank_table import RankTable
 
 RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
@@ -89,7 +91,7 @@ def test_log_pane_filters_by_rank_and_searches(tmp_path):
         app = recorded_app(tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
             screen = await monitor_ready(pilot)
-            log = screen.query_one("#log-lines", RichLog)
+            log = screen.query_one("#log-lines", LogView)
             all_lines = [strip.text for strip in log.lines]
             assert any(line.startswith("r0 ") for line in all_lines) and any(
                 line.startswith("r1") for line in all_lines
@@ -315,5 +317,36 @@ def test_monitor_of_unknown_run_is_a_notification_not_a_crash(tmp_path, bad):
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: any("no run" in message for message in said), what="a notice")
             assert app.is_running
+
+    run(scenario())
+
+
+def test_a_ranks_escape_sequences_and_control_characters_never_reach_the_terminal(tmp_path):
+    """A rank's output is drawn as text: colours from a logger, a progress bar's carriage returns,
+    a title-setting or screen-clearing sequence and stray control bytes are taken out (they would
+    otherwise be written to the user's terminal as they are); the words stay and are searched."""
+
+    async def scenario():
+        app = recorded_app(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await monitor_ready(pilot)
+            pane = screen.query_one(LogPane)
+            pane.add_lines(
+                [
+                    LogLine(0, "\x1b]0;owned\x07\x1b[2J\x1b[31mERROR\x1b[0m disk full\x00\x08"),
+                    LogLine(1, " 10%|#    | 1/10\r 50%|#####| 5/10\r100%|#########| 10/10\tdone\x1bc"),
+                ]
+            )
+            pane.flush()
+            await pilot.pause(0.1)
+            shown = [strip.text for strip in screen.query_one(LogView).lines][-2:]
+            assert shown == ["r0 ERROR disk full", "r1 100%|#########| 10/10    done"]
+            drawn = screen_lines(app)
+            assert "ERROR disk full" in drawn and "owned" not in drawn
+            assert not [c for c in drawn if ord(c) < 32 and c != "\n" or 0x7F <= ord(c) < 0xA0]
+            pane.search = "disk"
+            pane.refilter()
+            (found,) = [strip for strip in screen.query_one(LogView).lines]
+            assert [seg.text for seg in found if seg.style and seg.style.reverse] == ["disk"]
 
     run(scenario())

@@ -3,30 +3,66 @@ are kept in a bounded buffer; the pane shows the newest matching ones."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import deque
 
-from rich.text import Text
+from rich.segment import Segment
+from rich.style import Style
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.geometry import Size
 from textual.reactive import Reactive
-from textual.widgets import Input, RichLog
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Input
 
 from torchdeck.backends.base import LogLine
+
+from .line_styles import LineStyles
 
 BUFFER_LINES = 20_000
 SHOWN_LINES = 1_000
 
+ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.?)", re.DOTALL)
+"""A terminal's escape sequences (colours, cursor moves, titles): what a rank's output carries
+from tqdm or a coloured logger, and what must not reach the terminal the console draws on."""
+CONTROLS = {c: None for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]} | {ord("\t"): "    "}
 
-class LogView(RichLog):
-    """A RichLog whose growth does not lay the screen out again. RichLog sets its virtual size on
-    every write, and that reactive asks for a layout of the whole screen (16 ms on the monitor,
-    then a repaint of every widget): with lines arriving on every flush, that was most of the
-    cluster monitor's CPU. Its own size is fixed by the layout; only its scrollbars depend on
-    what it holds, and they are updated here, with a layout only when one must appear or go."""
+PREFIX = Style(dim=True)
+ERROR = Style(color="red")
+FOUND = Style(reverse=True)
+
+
+def printable(text: str) -> str:
+    """A line as a terminal would leave it: escape sequences and control characters out, tabs
+    as spaces, and only what follows the last carriage return (a progress bar's last state)."""
+    if "\r" in text:
+        text = text.rstrip("\r").rsplit("\r", 1)[-1]
+    if "\x1b" in text:
+        text = ESCAPES.sub("", text)
+    return text.translate(CONTROLS)
+
+
+class LogView(LineStyles, ScrollView, can_focus=True):
+    """The shown lines, newest last, drawn a row at a time (the Line API): a flush of many lines
+    costs one size update, and only the rows on screen are ever rendered. (RichLog rendered each
+    line through a Rich console as it was written, copied its whole buffer once it was full and
+    scrolled once per line: on a cluster job that was most of the console's time.)
+
+    Its growth does not lay the screen out again either: ScrollView's virtual size asks for a
+    whole-screen layout when it changes, and a layout is needed only when a scrollbar must appear
+    or go; otherwise the scrollbars are updated alone."""
+
+    DEFAULT_CSS = """
+    LogView { overflow-x: hidden; }
+    """
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+
+    def __init__(self, max_lines: int = SHOWN_LINES, **kwargs):
+        super().__init__(**kwargs)
+        self.lines: deque[Strip] = deque(maxlen=max_lines)
 
     def watch_virtual_size(self, old: Size, new: Size) -> None:
         width, height = self.container_size
@@ -34,6 +70,31 @@ class LogView(RichLog):
             self.refresh(layout=True)
         else:
             self._scroll_update(new)
+
+    def write_lines(self, strips: list[Strip]) -> None:
+        """Add lines at the end; the view follows them when it was at the end already."""
+        if not strips:
+            return
+        following = self.scroll_y >= self.max_scroll_y
+        self.lines.extend(strips)
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self.lines))
+        if following:  # once the new size is in (a scroll now would be held to the old one)
+            self.scroll_end(animate=False, immediate=False, x_axis=False)
+        self.refresh()
+
+    def clear(self) -> None:
+        self.lines.clear()
+        self.virtual_size = Size(self.scrollable_content_region.width, 0)
+        self.scroll_to(y=0, animate=False)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = int(self.scroll_offset.y) + y
+        base = self.line_style()
+        if index >= len(self.lines):
+            return Strip.blank(width, base)
+        return self.lines[index].crop_extend(0, width, base).apply_style(base)
 
 
 class LogPane(Vertical):
@@ -44,7 +105,7 @@ class LogPane(Vertical):
     LogPane Input:focus { border: none; background: $boost; }
     LogPane #log-rank { width: 16; }
     LogPane #log-search { width: 1fr; }
-    LogPane RichLog { height: 1fr; background: $surface; overflow-x: hidden; }
+    LogPane LogView { height: 1fr; background: $surface; }
     """
 
     def __init__(self, **kwargs):
@@ -60,7 +121,7 @@ class LogPane(Vertical):
         with Horizontal():
             yield Input(placeholder="rank (all)", id="log-rank", restrict=r"[0-9]*")
             yield Input(placeholder="search logs", id="log-search")
-        yield LogView(max_lines=SHOWN_LINES, wrap=False, markup=False, highlight=False, id="log-lines")
+        yield LogView(max_lines=SHOWN_LINES, id="log-lines")
 
     def add_lines(self, lines: list[LogLine]) -> None:
         """Queue lines from any thread; ``flush`` shows them."""
@@ -70,15 +131,24 @@ class LogPane(Vertical):
     def _matches(self, line: LogLine) -> bool:
         return (self.rank is None or line.rank == self.rank) and (not self.search or self.search in line.text.lower())
 
-    def _render_line(self, line: LogLine) -> Text:
+    def _render_line(self, line: LogLine) -> Strip:
         restart = f"/{line.attempt}" if line.attempt else ""
-        text = Text(f"r{line.rank}{restart} ", style="dim")
-        body = Text(line.text)
-        if self.search:
-            body.highlight_words([self.search], style="reverse", case_sensitive=False)
-        if "error" in line.text.lower() or "Traceback" in line.text:
-            body.stylize("red")
-        return text + body
+        body = printable(line.text)
+        lower = body.lower()
+        style = ERROR if "error" in lower or "Traceback" in body else None
+        segments = [Segment(f"r{line.rank}{restart} ", PREFIX)]
+        if self.search and self.search in lower:
+            at, n = 0, len(self.search)
+            while (found := lower.find(self.search, at)) >= 0:
+                segments += [
+                    Segment(body[at:found], style),
+                    Segment(body[found : found + n], (style or Style()) + FOUND),
+                ]
+                at = found + n
+            segments.append(Segment(body[at:], style))
+        else:
+            segments.append(Segment(body, style))
+        return Strip(segments)
 
     def flush(self) -> int:
         """Move queued lines into the buffer and the view; returns how many."""
@@ -87,7 +157,7 @@ class LogPane(Vertical):
         if not pending:
             return 0
         self.buffer.extend(pending)
-        view = self.query_one(RichLog)
+        view = self.query_one(LogView)
         # Once the pane has caught up, lines that would scroll out of sight
         # within this same flush are not drawn (hundreds of ranks write faster
         # than anyone reads, and drawing a line costs tens of microseconds);
@@ -95,16 +165,14 @@ class LogPane(Vertical):
         room = SHOWN_LINES if not self._caught_up else max(1, view.size.height)
         self._caught_up = True
         shown = [line for line in pending if self._matches(line)][-room:]
-        for line in shown:
-            view.write(self._render_line(line))
+        view.write_lines([self._render_line(line) for line in shown])
         return len(pending)
 
     def refilter(self) -> None:
-        view = self.query_one(RichLog)
+        view = self.query_one(LogView)
         view.clear()
         shown = [line for line in self.buffer if self._matches(line)][-SHOWN_LINES:]
-        for line in shown:
-            view.write(self._render_line(line))
+        view.write_lines([self._render_line(line) for line in shown])
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "log-rank":

@@ -16,6 +16,8 @@ from textual.strip import Strip
 
 from torchdeck.monitor.state import RankRow
 
+from .line_styles import LineStyles
+
 COLUMNS = (("rank", 4), ("step", 6), ("loss", 6), ("img/s", 5), ("flag", 6))
 WIDTH = sum(w for _, w in COLUMNS) + len(COLUMNS) - 1
 
@@ -46,7 +48,7 @@ def _line(cells: tuple[str, ...]) -> str:
 HEADER = " ".join(name.rjust(width) if name != "flag" else name.ljust(width) for name, width in COLUMNS)
 
 
-class RankTable(ScrollView, can_focus=True):
+class RankTable(LineStyles, ScrollView, can_focus=True):
     """The ranks, scrolled with the arrow and page keys."""
 
     COMPONENT_CLASSES = {"rank-table--header", "rank-table--stripe"}
@@ -82,14 +84,12 @@ class RankTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         if y == 0:
-            style = self.get_component_rich_style("rank-table--header")
+            style = self.line_style("rank-table--header")
             return Strip([Segment(HEADER, style)]).extend_cell_length(width, style).crop(0, width)
         index = int(self.scroll_offset.y) + y - 1
-        base = self.rich_style
         if index >= len(self._rows):
-            return Strip.blank(width, base)
-        if index % 2:
-            base = base + self.get_component_rich_style("rank-table--stripe")
+            return Strip.blank(width, self.line_style())
+        base = self.line_style("rank-table--stripe" if index % 2 else "")
         cells = self._rows[index]
         text = _line(cells)
         flag = cells[-1]
