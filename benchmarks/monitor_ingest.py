@@ -112,7 +112,9 @@ def console_rss(me: psutil.Process) -> int:
     return total
 
 
-async def measure(state: Path, run_id: str, total: int, refresh_hz: float) -> dict:
+async def measure(state: Path, run_id: str, total: int, refresh_hz: float, warm_s: float = 0.0) -> dict:
+    """``warm_s``: a soak's warm-up. Memory is then sampled each minute, and its growth and the
+    longest frame are also given from the warm-up's end."""
     from torchdeck.backends.local import LocalBackend
     from torchdeck.settings import Settings
     from torchdeck.tui.app import make_app
@@ -128,28 +130,52 @@ async def measure(state: Path, run_id: str, total: int, refresh_hz: float) -> di
             await pilot.pause(0.01)
         rss0 = console_rss(me)
         t0, e0 = time.perf_counter(), screen.snap.events
-        frames_from, drawn0 = len(screen.frame_times), screen.frames_drawn
-        peak = rss0
-        while screen.snap.events < total + 256 and time.perf_counter() - t0 < 300:
+        drawn0 = screen.frames_drawn
+        seen = screen.frame_times[-1] if screen.frame_times else 0.0
+        gaps: list[float] = []  # ms between frames; the screen keeps the last 10,000 only
+        warm_at: int | None = None  # gaps before the warm-up ended
+        peak, warm_rss, samples = rss0, None, []
+        limit = 300 if not warm_s else 2 * total / 1000 + 600
+        while screen.snap.events < total + 256 and time.perf_counter() - t0 < limit:
             await pilot.pause(0.25)
-            peak = max(peak, console_rss(me))  # the reader ends with the stream: its peak, not its last
+            for began in [t for t in list(screen.frame_times) if t > seen]:
+                gaps.append((began - seen) * 1000)
+                seen = began
+            rss = console_rss(me)
+            peak = max(peak, rss)  # the reader ends with the stream: its peak, not its last
+            elapsed = time.perf_counter() - t0
+            if warm_s and warm_at is None and elapsed >= warm_s:
+                warm_at, warm_rss = len(gaps), rss
+            if warm_s and (not samples or elapsed - samples[-1][0] >= 60):
+                samples.append((elapsed, rss / 2**20))
+                print(f"  {elapsed / 60:5.1f} min  {screen.snap.events:,} lines  RSS {rss / 2**20:.1f} MB", flush=True)
         t1, e1 = time.perf_counter(), screen.snap.events
-        rss1 = peak
-        frames = list(screen.frame_times)[frames_from:]
         drawn = screen.frames_drawn - drawn0
-    gaps = sorted((b - a) * 1000 for a, b in zip(frames, frames[1:]))
-    return {
+        last_rss = console_rss(me)
+    after_warm = gaps[warm_at:] if warm_at is not None else []
+    ordered = sorted(gaps[1:])
+    result = {
         "lines": e1 - e0,
         "seconds": round(t1 - t0, 2),
         "lines_per_s": round((e1 - e0) / (t1 - t0)),
-        "frames": len(frames),
+        "frames": len(ordered) + 1,
         "frames_drawn": drawn,
-        "frame_ms_p50": round(statistics.median(gaps), 1),
-        "frame_ms_p99": round(gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))], 1),
-        "frame_ms_max": round(gaps[-1], 1),
-        "rss_growth_mb": round((rss1 - rss0) / 2**20, 1),
-        "rss_mb": round(rss1 / 2**20, 1),
+        "frame_ms_p50": round(statistics.median(ordered), 1),
+        "frame_ms_p99": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1),
+        "frame_ms_max": round(ordered[-1], 1),
+        "rss_growth_mb": round((peak - rss0) / 2**20, 1),
+        "rss_mb": round(peak / 2**20, 1),
     }
+    if warm_s:
+        result.update(
+            warm_s=warm_s,
+            rss_growth_after_warm_mb=round((last_rss - (warm_rss or rss0)) / 2**20, 1),
+            rss_peak_growth_after_warm_mb=round((peak - (warm_rss or rss0)) / 2**20, 1),
+            rss_samples_mb=[round(mb, 1) for _, mb in samples],
+            frame_ms_max_after_warm=round(max(after_warm, default=0.0), 1),
+            frames_over_250ms_after_warm=sum(g > 250 for g in after_warm),
+        )
+    return result
 
 
 def main() -> int:
@@ -158,8 +184,14 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=60_000, help="lines/s the writer produces")
     p.add_argument("--points", type=int, default=1_000_000, help="step lines in all")
     p.add_argument("--refresh-hz", type=float, default=20.0)
+    p.add_argument(
+        "--minutes", type=float, help="a soak: write for this long at --rate (sets --points) and say how memory grew"
+    )
+    p.add_argument("--warm-minutes", type=float, default=5.0, help="a soak's warm-up, not counted in its growth")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    if a.minutes:
+        a.points = int(a.rate * a.minutes * 60)
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)
         ready = mp.Event()
@@ -168,7 +200,11 @@ def main() -> int:
         proc.start()
         run_id = make_run_meta(state, a.ranks, proc.pid)
         ready.wait(30)
-        result = asyncio.run(measure(state, run_id, a.points, a.refresh_hz))
+        warm_s = a.warm_minutes * 60 if a.minutes else 0.0
+        if a.minutes:
+            print(calibration(), flush=True)
+            print(f"soak: {a.ranks} ranks at {a.rate:,.0f} lines/s for {a.minutes:g} min", flush=True)
+        result = asyncio.run(measure(state, run_id, a.points, a.refresh_hz, warm_s))
         proc.join(timeout=60)
     result.update(ranks=a.ranks, writer_rate=a.rate, refresh_hz=a.refresh_hz)
     result["host"] = calibration()
@@ -193,6 +229,14 @@ def main() -> int:
             f"  memory growth  {result['rss_growth_mb']} MB after {result['lines']:,} points "
             f"(peak RSS of the console and its metric reader {result['rss_mb']} MB)   (target <= 100 MB)"
         )
+        if a.minutes:
+            print(
+                f"  soak: after the {a.warm_minutes:g}-minute warm-up, memory grew "
+                f"{result['rss_growth_after_warm_mb']} MB (peak {result['rss_peak_growth_after_warm_mb']} MB; "
+                f"target <= 20 MB); longest frame {result['frame_ms_max_after_warm']} ms, "
+                f"{result['frames_over_250ms_after_warm']} over 250 ms (target: none)"
+            )
+            print(f"  RSS each minute (MB): {' '.join(str(mb) for mb in result['rss_samples_mb'])}")
     return 0
 
 
