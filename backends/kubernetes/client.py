@@ -41,6 +41,15 @@ class ApiError(BackendError):
         return cls(f"the cluster said {status} {reason}: {message}".rstrip(": "), hints.get(status, ""), status, reason)
 
 
+@dataclass
+class _Answer:
+    """An error status as ``ApiError.from_exception`` reads one (the client's ApiException has these)."""
+
+    status: int
+    reason: str
+    body: bytes
+
+
 class Unreachable(BackendError):
     """No answer from the API server (network, DNS, TLS, timeout)."""
 
@@ -132,9 +141,63 @@ def object_path(obj: dict[str, Any]) -> str:
 # -- the connection ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A kubeconfig context as the official client resolved it: what a GET needs (the server, its
+    TLS files, the bearer token). A copy of a connected ``KubeClient`` in another process (the
+    monitor's metric reader) reads with urllib3 and these, the client's own transport, instead of
+    loading the client there: importing it costs 57 MB a process. A 401 there (a token that
+    expired: EKS's last 15 minutes) loads the client after all, which runs the kubeconfig's
+    credential command again."""
+
+    host: str
+    headers: tuple[tuple[str, str], ...]
+    verify: bool
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+    proxy: str | None
+    server_name: str | None
+
+    @classmethod
+    def of(cls, cfg: Any) -> Resolved:
+        """From the official client's Configuration (its token refreshed if it had expired)."""
+        auth = cfg.auth_settings().get("BearerToken")
+        return cls(
+            host=cfg.host.rstrip("/"),
+            headers=(("authorization", auth["value"]),) if auth and auth.get("value") else (),
+            verify=bool(cfg.verify_ssl),
+            ca_file=cfg.ssl_ca_cert,
+            cert_file=cfg.cert_file,
+            key_file=cfg.key_file,
+            proxy=cfg.proxy,
+            server_name=cfg.tls_server_name,
+        )
+
+    def pool(self) -> Any:
+        import ssl
+
+        import urllib3
+
+        args: dict[str, Any] = {
+            "num_pools": 4,
+            "maxsize": 512,
+            "cert_reqs": ssl.CERT_REQUIRED if self.verify else ssl.CERT_NONE,
+            "ca_certs": self.ca_file,
+            "cert_file": self.cert_file,
+            "key_file": self.key_file,
+            "retries": False,
+        }
+        if self.server_name:
+            args["server_hostname"] = self.server_name
+        if self.proxy:
+            return urllib3.ProxyManager(proxy_url=self.proxy, **args)
+        return urllib3.PoolManager(**args)
+
+
 class KubeClient:
     """A connection to one kubeconfig context (default: the file's current one). Picklable: a copy
-    in another process opens its own connection."""
+    in another process opens its own connection (see ``Resolved``)."""
 
     def __init__(self, kubeconfig: str | Path | None = None, context: str | None = None):
         self.kubeconfig = str(kubeconfig) if kubeconfig else None
@@ -142,9 +205,17 @@ class KubeClient:
         self.context_namespace: str | None = None
         """The context's namespace, once connected (default: "default")."""
         self._api: Any = None
+        self._resolved: Resolved | None = None
+        self._pool: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_api": None}
+        resolved = self._resolved  # a copy of a copy: as it was given
+        if self._api is not None or resolved is None:
+            try:  # connect here (the console will anyway): the copy then need not load the client
+                resolved = Resolved.of(self.api.configuration)
+            except BackendError:
+                pass  # the copy's first request says what is wrong with the kubeconfig
+        return {**self.__dict__, "_api": None, "_pool": None, "_resolved": resolved}
 
     @property
     def api(self) -> Any:
@@ -197,9 +268,16 @@ class KubeClient:
         timeout: float | None = 30,
     ) -> Any:
         """One API call; SDK and network errors become BackendError (ApiError for HTTP statuses)."""
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        if self._api is None and self._resolved is not None and method == "GET":
+            try:
+                return self._get(path, params, stream, timeout)
+            except ApiError as exc:
+                if exc.status != 401:
+                    raise
+                self._resolved = None  # the token expired: the client's credential command renews it
         from kubernetes.client import ApiException
 
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
         try:
             response = self.api.call_api(
                 "/" + path.lstrip("/"),
@@ -225,6 +303,38 @@ class KubeClient:
                 f"cannot reach the cluster: {type(exc).__name__}: {str(exc)[:200]}",
                 "check the network and the kubeconfig (kubectl cluster-info)",
             ) from None
+        if stream:
+            return response
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def _get(self, path: str, params: list[tuple[str, Any]], stream: bool, timeout: float | None) -> Any:
+        """A GET with urllib3 alone, as ``Resolved`` says (the same answers as through the client)."""
+        from urllib.parse import urlencode
+
+        import urllib3
+
+        assert self._resolved is not None
+        if self._pool is None:
+            self._pool = self._resolved.pool()
+        url = self._resolved.host + "/" + path.lstrip("/") + ("?" + urlencode(params) if params else "")
+        try:
+            response = self._pool.request(
+                "GET",
+                url,
+                headers={"Accept": "application/json", **dict(self._resolved.headers)},
+                preload_content=False,
+                timeout=urllib3.Timeout(total=timeout) if timeout else None,
+            )
+        except Exception as exc:  # urllib3's connection errors, timeouts
+            raise Unreachable(
+                f"cannot reach the cluster: {type(exc).__name__}: {str(exc)[:200]}",
+                "check the network and the kubeconfig (kubectl cluster-info)",
+            ) from None
+        if response.status >= 400:
+            body = response.data
+            response.release_conn()
+            raise ApiError.from_exception(_Answer(response.status, response.reason or "", body))
         if stream:
             return response
         data = response.data
