@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -159,3 +160,43 @@ def test_an_expired_token_in_the_copy_goes_back_to_the_official_client(tmp_path)
         assert copy._resolved is None and copy._api is not None
     finally:
         server.shutdown()
+
+
+def test_sixty_four_pods_logs_are_read_in_full_by_a_few_threads(cluster):
+    """Every pod's log followed at once as its lines are written, each line once and in order,
+    while the follower holds a fixed number of threads (its openers, its reader and its pod
+    watch), not one a pod; it ends when the pods have finished and their logs are read."""
+    from test_kubernetes_backend import install, make_pod, make_spec, set_phase
+
+    from torchdeck.backends.kubernetes.backend import KubernetesBackend
+    from torchdeck.backends.kubernetes.streams import OPENERS, PodLogFollower
+
+    backend = KubernetesBackend(cluster.kubeconfig)
+    install(backend)
+    run_id = backend.submit(make_spec(nodes=64))
+    pods, lines = 64, 40
+    names = [f"{run_id}-worker-{i}" for i in range(pods)]
+    for i, name in enumerate(names):
+        cluster.call(cluster.emulator.script_log, NS, name, [f"pod {i} line {n}" for n in range(lines)], rate=40)
+        make_pod(backend, run_id, name, "worker", i)
+    before = threading.active_count()
+    follower = PodLogFollower(backend, run_id, NS, follow=True)
+    follower.start()
+    got: dict[int, list[str]] = {}
+    most, done, finished = 0, False, False
+    try:
+        deadline = time.monotonic() + 90
+        while not done and time.monotonic() < deadline:
+            batch, done = follower.take(0.2)
+            most = max(most, threading.active_count() - before)
+            for rank, _, line in batch:
+                got.setdefault(rank, []).append(line.decode())
+            if not finished and sum(map(len, got.values())) == pods * lines:
+                for name in names:
+                    set_phase(backend, name, "Succeeded")
+                finished = True
+    finally:
+        follower.stop()
+    assert done and finished
+    assert got == {i: [f"pod {i} line {n}" for n in range(lines)] for i in range(pods)}
+    assert most <= OPENERS + 2, most
