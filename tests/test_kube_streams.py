@@ -117,17 +117,23 @@ def test_the_readers_copy_answers_as_the_official_client_does_without_loading_it
     assert official.value.status == 404
 
 
-def test_an_expired_token_in_the_copy_goes_back_to_the_official_client(tmp_path):
-    """A 401 to the copy's own request (EKS tokens last 15 minutes) is asked again through the
-    official client, which runs the kubeconfig's credential command again; it is that answer
-    the caller gets."""
+def test_an_expired_token_is_renewed_by_the_kubeconfigs_credential_command(tmp_path):
+    """A 401 to a read (EKS tokens last 15 minutes) runs the kubeconfig's credential command
+    again, as the official client would (an exec plugin, as `aws eks update-kubeconfig` writes),
+    and the read is made again with the new token: the caller never sees the 401, and the
+    official client is not loaded in the process that reads."""
     seen: list[str] = []
 
-    class Refusing(http.server.BaseHTTPRequestHandler):
+    class OnlyTheNewToken(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             seen.append(self.headers.get("authorization", ""))
-            body = json.dumps({"kind": "Status", "status": "Failure", "reason": "Unauthorized", "code": 401})
-            self.send_response(401)
+            ok = self.headers.get("authorization") == "Bearer token-2"
+            body = json.dumps(
+                {"kind": "PodList", "items": [{"metadata": {"name": "p-0"}}]}
+                if ok
+                else {"kind": "Status", "status": "Failure", "reason": "Unauthorized", "code": 401}
+            )
+            self.send_response(200 if ok else 401)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -136,8 +142,18 @@ def test_an_expired_token_in_the_copy_goes_back_to_the_official_client(tmp_path)
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OnlyTheNewToken)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    counter = tmp_path / "issued"
+    plugin = tmp_path / "credential.py"
+    plugin.write_text(
+        "import json, pathlib\n"
+        f"p = pathlib.Path({str(counter)!r})\n"
+        "n = int(p.read_text()) + 1 if p.exists() else 1\n"
+        "p.write_text(str(n))\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1beta1', 'kind': 'ExecCredential',"
+        " 'status': {'token': f'token-{n}'}}))\n"
+    )
     try:
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(
@@ -147,17 +163,28 @@ def test_an_expired_token_in_the_copy_goes_back_to_the_official_client(tmp_path)
                     "kind": "Config",
                     "current-context": "c",
                     "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
-                    "users": [{"name": "u", "user": {"token": "old-token"}}],
+                    "users": [
+                        {
+                            "name": "u",
+                            "user": {
+                                "exec": {
+                                    "apiVersion": "client.authentication.k8s.io/v1beta1",
+                                    "command": sys.executable,
+                                    "args": [str(plugin)],
+                                    "interactiveMode": "Never",
+                                }
+                            },
+                        }
+                    ],
                     "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
                 }
             )
         )
-        copy = pickle.loads(pickle.dumps(KubeClient(kubeconfig)))
-        with pytest.raises(ApiError) as refused:
-            copy.request("GET", api_path("Pod", NS))
-        assert refused.value.status == 401 and "refresh the kubeconfig" in refused.value.hint
-        assert seen == ["Bearer old-token", "Bearer old-token"]  # its own try, then the client's
-        assert copy._resolved is None and copy._api is not None
+        copy = pickle.loads(pickle.dumps(KubeClient(kubeconfig)))  # resolved once: token-1
+        pods = copy.request("GET", api_path("Pod", NS))
+        assert [p["metadata"]["name"] for p in pods["items"]] == ["p-0"]
+        assert seen == ["Bearer token-1", "Bearer token-2"]
+        assert copy._api is None
     finally:
         server.shutdown()
 

@@ -174,6 +174,61 @@ class Resolved:
             server_name=cfg.tls_server_name,
         )
 
+    @classmethod
+    def load(cls, kubeconfig: str | None, context: str | None) -> tuple[Resolved, str | None]:
+        """Resolved by the official client in a child process (``resolve.py``), and the context's
+        namespace. The TLS material it names is written to files of this process's own (0600,
+        removed at exit)."""
+        import atexit
+        import shutil
+        import subprocess
+        import sys
+        import tempfile
+
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "torchdeck.backends.kubernetes.resolve"],
+                input=json.dumps({"kubeconfig": kubeconfig, "context": context}),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            answer = json.loads(done.stdout)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            last = (getattr(exc, "stderr", None) or "").strip().splitlines()
+            raise BackendError(
+                f"cannot read the kubeconfig: {last[-1] if last else exc}"[:300],
+                "check that `kubectl config view` works here",
+            ) from None
+        if "error" in answer:
+            raise BackendError(
+                answer["error"],
+                "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
+                "for EKS: aws eks update-kubeconfig --name CLUSTER",
+            )
+        files: dict[str, str | None] = {}
+        folder = None
+        for name in ("ca", "cert", "key"):
+            if answer.get(name):
+                if folder is None:
+                    folder = tempfile.mkdtemp(prefix="torchdeck-kube-")
+                    atexit.register(shutil.rmtree, folder, True)
+                path = Path(folder) / f"{name}.pem"
+                path.touch(mode=0o600)
+                path.write_text(answer[name])
+                files[name] = str(path)
+        resolved = cls(
+            host=str(answer["host"]).rstrip("/"),
+            headers=(("authorization", answer["authorization"]),) if answer.get("authorization") else (),
+            verify=bool(answer.get("verify", True)),
+            ca_file=files.get("ca"),
+            cert_file=files.get("cert"),
+            key_file=files.get("key"),
+            proxy=answer.get("proxy"),
+            server_name=answer.get("server_name"),
+        )
+        return resolved, answer.get("namespace")
+
     def pool(self) -> Any:
         import ssl
 
@@ -209,10 +264,13 @@ class KubeClient:
         self._pool: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        resolved = self._resolved  # a copy of a copy: as it was given
-        if self._api is not None or resolved is None:
-            try:  # connect here (the console will anyway): the copy then need not load the client
-                resolved = Resolved.of(self.api.configuration)
+        resolved = self._resolved
+        if self._api is not None:
+            resolved = Resolved.of(self._api.configuration)  # its token renewed if it had expired
+        elif resolved is None:
+            try:  # resolve here, once: the copy then starts reading at once
+                self._resolve()
+                resolved = self._resolved
             except BackendError:
                 pass  # the copy's first request says what is wrong with the kubeconfig
         return {**self.__dict__, "_api": None, "_pool": None, "_resolved": resolved}
@@ -269,13 +327,16 @@ class KubeClient:
     ) -> Any:
         """One API call; SDK and network errors become BackendError (ApiError for HTTP statuses)."""
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        if self._api is None and self._resolved is not None and method == "GET":
+        if method == "GET" and self._api is None:
+            if self._resolved is None:
+                self._resolve()
             try:
                 return self._get(path, params, stream, timeout)
             except ApiError as exc:
                 if exc.status != 401:
                     raise
-                self._resolved = None  # the token expired: the client's credential command renews it
+            self._resolve()  # the token expired: the kubeconfig's credential command gives another
+            return self._get(path, params, stream, timeout)
         from kubernetes.client import ApiException
 
         try:
@@ -307,6 +368,12 @@ class KubeClient:
             return response
         data = response.data
         return json.loads(data) if data else {}
+
+    def _resolve(self) -> None:
+        self._resolved, namespace = Resolved.load(self.kubeconfig, self.context)
+        self._pool = None
+        if self.context_namespace is None:
+            self.context_namespace = namespace
 
     def _get(self, path: str, params: list[tuple[str, Any]], stream: bool, timeout: float | None) -> Any:
         """A GET with urllib3 alone, as ``Resolved`` says (the same answers as through the client)."""
