@@ -7,6 +7,7 @@ when the first request is made, never before."""
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,6 +263,8 @@ class KubeClient:
         self._api: Any = None
         self._resolved: Resolved | None = None
         self._pool: Any = None
+        self._resolving = threading.Lock()
+        """One resolver at a time: the console's workers all read at once when it opens."""
 
     def __getstate__(self) -> dict[str, Any]:
         resolved = self._resolved
@@ -269,11 +272,13 @@ class KubeClient:
             resolved = Resolved.of(self._api.configuration)  # its token renewed if it had expired
         elif resolved is None:
             try:  # resolve here, once: the copy then starts reading at once
-                self._resolve()
-                resolved = self._resolved
+                resolved = self._resolve(None)
             except BackendError:
                 pass  # the copy's first request says what is wrong with the kubeconfig
-        return {**self.__dict__, "_api": None, "_pool": None, "_resolved": resolved}
+        return {**self.__dict__, "_api": None, "_pool": None, "_resolved": resolved, "_resolving": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _resolving=threading.Lock())
 
     @property
     def api(self) -> Any:
@@ -328,14 +333,15 @@ class KubeClient:
         """One API call; SDK and network errors become BackendError (ApiError for HTTP statuses)."""
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         if method == "GET" and self._api is None:
-            if self._resolved is None:
-                self._resolve()
+            used = self._resolved
+            if used is None:
+                used = self._resolve(None)
             try:
                 return self._get(path, params, stream, timeout)
             except ApiError as exc:
                 if exc.status != 401:
                     raise
-            self._resolve()  # the token expired: the kubeconfig's credential command gives another
+            self._resolve(used)  # the token expired: the kubeconfig's credential command gives another
             return self._get(path, params, stream, timeout)
         from kubernetes.client import ApiException
 
@@ -369,11 +375,16 @@ class KubeClient:
         data = response.data
         return json.loads(data) if data else {}
 
-    def _resolve(self) -> None:
-        self._resolved, namespace = Resolved.load(self.kubeconfig, self.context)
-        self._pool = None
-        if self.context_namespace is None:
-            self.context_namespace = namespace
+    def _resolve(self, stale: Resolved | None) -> Resolved:
+        """Resolve the kubeconfig, unless another thread has since replaced ``stale``."""
+        with self._resolving:
+            if self._resolved is stale:
+                resolved, namespace = Resolved.load(self.kubeconfig, self.context)
+                self._resolved, self._pool = resolved, None
+                if self.context_namespace is None:
+                    self.context_namespace = namespace
+            assert self._resolved is not None
+            return self._resolved
 
     def _get(self, path: str, params: list[tuple[str, Any]], stream: bool, timeout: float | None) -> Any:
         """A GET with urllib3 alone, as ``Resolved`` says (the same answers as through the client)."""
