@@ -78,8 +78,11 @@ class LogView(LineStyles, ScrollView, can_focus=True):
         following = self.scroll_y >= self.max_scroll_y
         self.lines.extend(strips)
         self.virtual_size = Size(self.scrollable_content_region.width, len(self.lines))
-        if following:  # once the new size is in (a scroll now would be held to the old one)
-            self.scroll_end(animate=False, immediate=False, x_axis=False)
+        if following:
+            if self.show_vertical_scrollbar:  # the new end is known now, and drawn in this same pass
+                self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+            else:  # the scrollbar comes with the next layout; a scroll now would be held at 0
+                self.scroll_end(animate=False, immediate=False, x_axis=False)
         self.refresh()
 
     def clear(self) -> None:
