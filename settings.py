@@ -46,7 +46,8 @@ class Settings:
     spec_file: Path = Path("torchdeck.yaml")
     """The job spec the launch form and `torchdeck train` start from (TORCHDECK_SPEC)."""
     refresh_hz: float = 20.0
-    """How often the monitor redraws at most (TORCHDECK_REFRESH_HZ)."""
+    """How often the monitor takes in the newest figures and draws what is due (TORCHDECK_REFRESH_HZ):
+    the status lines, the rank table and the logs at most four times a second, the chart twice."""
     ascii: bool = dataclasses.field(default_factory=_ascii_default)
     """Draw with ASCII only, for terminals without Unicode fonts (TORCHDECK_ASCII=1)."""
     straggler_ratio: float = 0.75
