@@ -45,9 +45,10 @@ class Settings:
     """Run folders and other state (TORCHDECK_STATE_DIR)."""
     spec_file: Path = Path("torchdeck.yaml")
     """The job spec the launch form and `torchdeck train` start from (TORCHDECK_SPEC)."""
-    refresh_hz: float = 20.0
-    """How often the monitor takes in the newest figures and draws what is due (TORCHDECK_REFRESH_HZ):
-    the status lines, the rank table and the logs at most four times a second, the chart twice."""
+    refresh_hz: float = 30.0
+    """How often the monitor's frame comes round (TORCHDECK_REFRESH_HZ): it takes in the newest
+    figures and draws what is due (the status lines, the rank table and the logs at most four times
+    a second, the chart twice), and a key pressed is answered within a frame."""
     ascii: bool = dataclasses.field(default_factory=_ascii_default)
     """Draw with ASCII only, for terminals without Unicode fonts (TORCHDECK_ASCII=1)."""
     straggler_ratio: float = 0.75

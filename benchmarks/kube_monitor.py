@@ -171,7 +171,7 @@ def main() -> int:
     p.add_argument("--pods", type=int, default=128)
     p.add_argument("--rate", type=float, default=20.0, help="metric lines per second per pod")
     p.add_argument("--seconds", type=float, default=30.0, help="how long to measure")
-    p.add_argument("--refresh-hz", type=float, default=20.0, help="the console's frame rate (its default: 20)")
+    p.add_argument("--refresh-hz", type=float, default=30.0, help="the console's frame rate (its default: 30)")
     p.add_argument(
         "--warm", type=float, default=15.0, help="seconds after every rank is on screen before measuring (buffers fill)"
     )

@@ -183,7 +183,7 @@ def main() -> int:
     p.add_argument("--ranks", type=int, default=256)
     p.add_argument("--rate", type=float, default=60_000, help="lines/s the writer produces")
     p.add_argument("--points", type=int, default=1_000_000, help="step lines in all")
-    p.add_argument("--refresh-hz", type=float, default=20.0)
+    p.add_argument("--refresh-hz", type=float, default=30.0, help="the console's frame rate (its default: 30)")
     p.add_argument(
         "--minutes", type=float, help="a soak: write for this long at --rate (sets --points) and say how memory grew"
     )

@@ -35,6 +35,9 @@ same frame, so that Textual's compositor makes one pass of them (5-6 ms on a 2-c
 as they changed, the step counter on every 20 Hz frame and the logs on frames of their own, they
 took twice as many passes: 0.03 of a core of the cluster monitor's 0.14, for numbers no one reads
 twenty times a second."""
+SNAPSHOT_EVERY_S = 0.1
+"""The metric reader sends a snapshot at most ten times a second: more than twice the rate the
+screen draws them, and each is pickled there and unpickled here (40 KB for 128 ranks)."""
 CHART_EVERY_S = 0.5
 """The loss chart: twice a second."""
 
@@ -110,7 +113,10 @@ class MonitorScreen(DeckScreen[None]):
         worker = get_current_worker()
         settings = self.app.settings
         with MetricFeed(
-            self.backend, self.run_id, straggler_ratio=settings.straggler_ratio, period_s=1.0 / settings.refresh_hz
+            self.backend,
+            self.run_id,
+            straggler_ratio=settings.straggler_ratio,
+            period_s=max(1.0 / settings.refresh_hz, SNAPSHOT_EVERY_S),
         ) as feed:
             self._feed = feed
             if self.picked:
