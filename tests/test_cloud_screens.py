@@ -60,8 +60,10 @@ def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the
             assert any("mount target" in line for line in logged(screen))
             assert text_of(screen, "#phase") == "create: done"
             await pilot.press("ctrl+t")
-            await wait_for(
-                pilot, lambda: any("public access blocked" in line for line in logged(screen)), what="the status"
+            await wait_for(  # the status's own bucket line (the create's says "public access blocked" too)
+                pilot,
+                lambda: any("public access blocked, encryption on" in line for line in logged(screen)),
+                what="the status",
             )
             assert any("tcp/2049 from sg-" in line for line in logged(screen))
             assert any(line.startswith("EFS fs-") and "available, encrypted" in line for line in logged(screen))
