@@ -1,8 +1,9 @@
 """The one way torchdeck talks to a Kubernetes API server: a connection
 from a kubeconfig context (``KubeClient``), every API path built from one
 table keyed by kind (``api_path``), the API's failures as the project's
-errors, and its quantities as numbers. The official client is imported
-when the first request is made, never before."""
+errors, and its quantities as numbers. Reads go through urllib3 with what the
+official client resolved from the kubeconfig in a child process (``resolve.py``);
+the client itself is imported for the first write, never before."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendError, file_problem
+from ..errors import BackendError
+from .resolve import KUBECONFIG_HINT
 
 
 class ApiError(BackendError):
@@ -145,11 +147,10 @@ def object_path(obj: dict[str, Any]) -> str:
 @dataclass(frozen=True)
 class Resolved:
     """A kubeconfig context as the official client resolved it: what a GET needs (the server, its
-    TLS files, the bearer token). A copy of a connected ``KubeClient`` in another process (the
-    monitor's metric reader) reads with urllib3 and these, the client's own transport, instead of
-    loading the client there: importing it costs 57 MB a process. A 401 there (a token that
-    expired: EKS's last 15 minutes) loads the client after all, which runs the kubeconfig's
-    credential command again."""
+    TLS files, the bearer token). Reads go through urllib3, the client's own transport, with
+    these, so that a process that only reads (the console watching a run, its metric reader)
+    never loads the client: importing it costs 57 MB a process. A 401 (a token that expired: EKS's
+    last 15 minutes) resolves the kubeconfig again, which runs its credential command again."""
 
     host: str
     headers: tuple[tuple[str, str], ...]
@@ -202,33 +203,20 @@ class Resolved:
                 "check that `kubectl config view` works here",
             ) from None
         if "error" in answer:
-            raise BackendError(
-                answer["error"],
-                "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
-                "for EKS: aws eks update-kubeconfig --name CLUSTER",
-            )
-        files: dict[str, str | None] = {}
+            raise BackendError(answer["error"], KUBECONFIG_HINT)
+        fields = answer["resolved"]
         folder = None
-        for name in ("ca", "cert", "key"):
-            if answer.get(name):
+        for name, text in answer["pems"].items():
+            if text:
                 if folder is None:
                     folder = tempfile.mkdtemp(prefix="torchdeck-kube-")
                     atexit.register(shutil.rmtree, folder, True)
                 path = Path(folder) / f"{name}.pem"
                 path.touch(mode=0o600)
-                path.write_text(answer[name])
-                files[name] = str(path)
-        resolved = cls(
-            host=str(answer["host"]).rstrip("/"),
-            headers=(("authorization", answer["authorization"]),) if answer.get("authorization") else (),
-            verify=bool(answer.get("verify", True)),
-            ca_file=files.get("ca"),
-            cert_file=files.get("cert"),
-            key_file=files.get("key"),
-            proxy=answer.get("proxy"),
-            server_name=answer.get("server_name"),
-        )
-        return resolved, answer.get("namespace")
+                path.write_text(text)
+                fields[name] = str(path)
+        fields["headers"] = tuple(tuple(pair) for pair in fields["headers"])
+        return cls(**fields), answer.get("namespace")
 
     def pool(self) -> Any:
         import ssl
@@ -284,30 +272,16 @@ class KubeClient:
     def api(self) -> Any:
         """The official client's ApiClient, made on first use."""
         if self._api is None:
-            from kubernetes import client, config
-            from kubernetes.config.config_exception import ConfigException
+            from kubernetes import client
 
-            cfg = client.Configuration()
-            import yaml
+            from .resolve import load_config
 
-            try:
-                config.load_kube_config(config_file=self.kubeconfig, context=self.context, client_configuration=cfg)
-            except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
-                raise BackendError(
-                    f"cannot use the kubeconfig: {file_problem(exc)}",
-                    "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
-                    "for EKS: aws eks update-kubeconfig --name CLUSTER",
-                ) from None
+            cfg, namespace = load_config(self.kubeconfig, self.context)
             cfg.connection_pool_maxsize = 512  # a stream per pod: 64 workers are 64 connections
             cfg.retries = 0
             self._api = client.ApiClient(cfg)
             if self.context_namespace is None:
-                try:
-                    contexts, active = config.list_kube_config_contexts(config_file=self.kubeconfig)
-                    chosen = next((c for c in contexts if c["name"] == self.context), active)
-                    self.context_namespace = (chosen.get("context") or {}).get("namespace") or "default"
-                except (ConfigException, TypeError, KeyError):
-                    pass
+                self.context_namespace = namespace
         return self._api
 
     def current_context(self) -> str:

@@ -11,26 +11,32 @@ child, and again when a token expires. Writes (submit, stop) load it in the cons
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import BackendError, file_problem
 
-def resolve(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
-    """What a request to the context needs, with the TLS files' contents (the client writes
-    inline certificate data to temporary files that go with this process)."""
+KUBECONFIG_HINT = (
+    "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
+    "for EKS: aws eks update-kubeconfig --name CLUSTER"
+)
+
+
+def load_config(kubeconfig: str | None, context: str | None) -> tuple[Any, str | None]:
+    """The official client's Configuration for the context, and the context's namespace (None if
+    the file does not say). A kubeconfig it cannot use is a BackendError, in one line."""
     import yaml
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
-
-    from ..errors import file_problem
 
     cfg = client.Configuration()
     try:
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
-        return {"error": f"cannot use the kubeconfig: {file_problem(exc)}"}
+        raise BackendError(f"cannot use the kubeconfig: {file_problem(exc)}", KUBECONFIG_HINT) from None
     namespace = None
     try:
         contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
@@ -38,22 +44,24 @@ def resolve(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
         namespace = (chosen.get("context") or {}).get("namespace") or "default"
     except (ConfigException, TypeError, KeyError):
         pass
-    auth = cfg.auth_settings().get("BearerToken")
+    return cfg, namespace
+
+
+def resolve(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
+    """``Resolved``'s fields, the TLS files' contents (the client writes inline certificate data
+    to temporary files that go with this process) and the namespace; or the error, in one line."""
+    from .client import Resolved
+
+    try:
+        cfg, namespace = load_config(kubeconfig, context)
+    except BackendError as exc:
+        return {"error": exc.message}
 
     def pem(path: str | None) -> str | None:
         return Path(path).read_text() if path else None
 
-    return {
-        "host": cfg.host,
-        "authorization": auth["value"] if auth and auth.get("value") else None,
-        "verify": bool(cfg.verify_ssl),
-        "ca": pem(cfg.ssl_ca_cert),
-        "cert": pem(cfg.cert_file),
-        "key": pem(cfg.key_file),
-        "proxy": cfg.proxy,
-        "server_name": cfg.tls_server_name,
-        "namespace": namespace,
-    }
+    pems = {"ca_file": pem(cfg.ssl_ca_cert), "cert_file": pem(cfg.cert_file), "key_file": pem(cfg.key_file)}
+    return {"resolved": dataclasses.asdict(Resolved.of(cfg)), "pems": pems, "namespace": namespace}
 
 
 def main() -> int:

@@ -277,12 +277,26 @@ def _dechunked(raw) -> Iterator[bytes]:
             yield piece
 
 
+def _chunked_socket_file(response) -> Any:
+    """The socket file under a streamed urllib3 response whose body is chunked and not yet read
+    (None otherwise): what ``Dechunker`` can read past urllib3."""
+    raw = getattr(getattr(response, "_fp", None), "fp", None)
+    if getattr(response, "chunked", False) and raw is not None and getattr(response, "chunk_left", 0) is None:
+        return raw
+    return None
+
+
+def _split_lines(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """The whole, non-blank lines of ``pending + data``, and the start of a line still to come."""
+    *whole, rest = (pending + data if pending else data).split(b"\n")
+    return [line for line in whole if line.strip()], rest
+
+
 def _body(response) -> Iterator[bytes]:
     """A streamed response's body as it comes: by the socket where it is chunked (see
     ``_dechunked``), else as urllib3 reads it."""
-    fp = getattr(response, "_fp", None)
-    raw = getattr(fp, "fp", None)
-    if getattr(response, "chunked", False) and raw is not None and getattr(response, "chunk_left", 0) is None:
+    raw = _chunked_socket_file(response)
+    if raw is not None:
         try:
             yield from _dechunked(raw)
         finally:
@@ -295,9 +309,7 @@ def _line_chunks(response) -> Iterator[list[bytes]]:
     """Whole lines from a streamed HTTP response, as they come (a list per read)."""
     pending = b""
     for chunk in _body(response):
-        pending += chunk
-        *whole, pending = pending.split(b"\n")
-        lines = [line for line in whole if line.strip()]
+        lines, pending = _split_lines(pending, chunk)
         if lines:
             yield lines
     if pending.strip():
@@ -424,10 +436,9 @@ class PodLogFollower:
             self._broke(stream, exc)
             return
         stream.response, stream.body, stream.pending = response, Dechunker(), b""  # a cut line is read again
-        fp = getattr(response, "_fp", None)
-        raw = getattr(fp, "fp", None)
+        raw = _chunked_socket_file(response)
         sock = getattr(getattr(response, "connection", None), "sock", None)
-        if not getattr(response, "chunked", False) or raw is None or sock is None or response.chunk_left is not None:
+        if raw is None or sock is None:
             threading.Thread(target=self._read_one, args=(stream,), name=f"log-{stream.pod}", daemon=True).start()
             return
         sock.setblocking(False)
@@ -462,9 +473,7 @@ class PodLogFollower:
         """Whole lines of a stream's body, handed on; the rest kept for its next bytes."""
         if not body:
             return
-        data = stream.pending + body if stream.pending else body
-        *whole, stream.pending = data.split(b"\n")
-        lines = [line for line in whole if line.strip()]
+        lines, stream.pending = _split_lines(stream.pending, body)
         if lines:
             self._deliver(stream, lines)
 
