@@ -65,15 +65,13 @@ class HomeScreen(DeckScreen[None]):
         for name in COLUMNS:
             table.add_column(name, key=name)
         self.query_one("#detail", Static).update("reading runs...")
-        self.list_runs()
         self.set_interval(2.0, self._list_if_shown)
-        self.read_ledger()
         self.set_interval(5.0, self._read_if_shown)
 
     # Under another screen (the monitor, most often) the runs are not listed: Textual 8 counts
     # the screen just below the top as showing through (``is_current`` is true there), and each
     # update of it repaints the whole of the one on top; and on a cluster a listing is API calls.
-    # Coming back lists them at once.
+    # Showing it (the first time too) lists them at once.
     def _list_if_shown(self) -> None:
         if self.app.screen is self:
             self.list_runs()
@@ -83,9 +81,8 @@ class HomeScreen(DeckScreen[None]):
             self.read_ledger()
 
     def on_screen_resume(self) -> None:
-        if self.statuses or self._shown:  # not the first showing: on_mount has asked already
-            self.list_runs()
-            self.read_ledger()
+        self.list_runs()
+        self.read_ledger()
 
     @work(thread=True, exclusive=True, group="ledger", exit_on_error=False)
     def read_ledger(self) -> None:

@@ -34,9 +34,11 @@ ERROR = Style(color="red")
 FOUND = Style(reverse=True)
 
 
-def printable(text: str) -> str:
+def as_shown(text: str) -> str:
     """A line as a terminal would leave it: escape sequences and control characters out, tabs
-    as spaces, and only what follows the last carriage return (a progress bar's last state)."""
+    as spaces, and only what follows the last carriage return (a progress bar's last state).
+    (The one-line errors of the CLI escape them instead, ``cli.output.printable``: there the
+    person must see what was in a name or a message; here they want the rank's words.)"""
     if "\r" in text:
         text = text.rstrip("\r").rsplit("\r", 1)[-1]
     if "\x1b" in text:
@@ -136,7 +138,7 @@ class LogPane(Vertical):
 
     def _render_line(self, line: LogLine) -> Strip:
         restart = f"/{line.attempt}" if line.attempt else ""
-        body = printable(line.text)
+        body = as_shown(line.text)
         lower = body.lower()
         style = ERROR if "error" in lower or "Traceback" in body else None
         segments = [Segment(f"r{line.rank}{restart} ", PREFIX)]
