@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import psutil
+from console_procs import console_processes
 from host import calibration
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,7 +99,7 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
 def console_usage(me: psutil.Process) -> tuple[float, int, float, int]:
     """CPU seconds and RSS of the console and its metric reader (not the API server),
     and the reader's CPU seconds and RSS alone."""
-    procs = [me] + [c for c in me.children(recursive=True) if "torchdeck.monitor.feed" in " ".join(c.cmdline())]
+    procs = console_processes(me)
     cpu, rss, reader, reader_rss = 0.0, 0, 0.0, 0
     for p in procs:
         try:

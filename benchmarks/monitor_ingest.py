@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import psutil
+from console_procs import console_processes
 from host import calibration
 
 
@@ -102,11 +103,10 @@ def writer(run_dir: str, ranks: int, rate: float, total: int, ready) -> None:
 def console_rss(me: psutil.Process) -> int:
     """The console's memory: its own process and the child that folds the
     metric stream for the monitor (not the writer)."""
-    total = me.memory_info().rss
-    for child in me.children(recursive=True):
+    total = 0
+    for proc in console_processes(me):
         try:
-            if "torchdeck.monitor.feed" in " ".join(child.cmdline()):
-                total += child.memory_info().rss
+            total += proc.memory_info().rss
         except psutil.Error:
             pass
     return total
