@@ -140,10 +140,12 @@ async def measure(
         t0 = time.perf_counter()
         steps0 = {r.rank: r.step for r in screen.snap.ranks}
         events0 = screen.snap.events
-        samples, updated_all = [], 0
+        samples, updated_all, trace = [], 0, [rss0]
         last = dict(steps0)
         while time.perf_counter() - t0 < seconds:
             await pilot.pause(2.0)
+            if len(samples) % 15 == 14:  # every 30 s
+                trace.append(console_usage(me)[1])
             now = {r.rank: r.step for r in screen.snap.ranks}
             moved = sum(1 for r, s in now.items() if s > last.get(r, 0))
             samples.append(moved)
@@ -164,6 +166,7 @@ async def measure(
         "rss_mb": round(rss1 / 2**20, 1),
         "reader_rss_mb": round(reader_rss / 2**20, 1),
         "rss_growth_mb": round((rss1 - rss0) / 2**20, 1),
+        "rss_trace_mb": [round(r / 2**20, 1) for r in trace],
     }
 
 
@@ -229,6 +232,8 @@ def main() -> int:
         f"grew {result['rss_growth_mb']} MB while measuring, after a {a.warm:g} s warm-up   "
         "(target: < 150 MB, flat once warm)"
     )
+    if len(result["rss_trace_mb"]) > 2:
+        print(f"  console memory every 30 s (MB): {', '.join(map(str, result['rss_trace_mb']))}")
     return 0
 
 

@@ -19,6 +19,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..glyphs import Glyphs
+from .line_styles import LineStyles
 
 Curves = dict[int, tuple[list[float], list[float]]]
 
@@ -168,7 +169,7 @@ def _empty(width: int, height: int, braille: bool) -> list[Strip]:
     return [line.adjust_cell_length(width) for line in lines[:height]]
 
 
-class LossChart(Widget):
+class LossChart(LineStyles, Widget):
     """Loss against step, one line per shown rank."""
 
     @dataclass
@@ -227,5 +228,5 @@ class LossChart(Widget):
     def render_line(self, y: int) -> Strip:
         strips = self._chart_strips
         if strips is None or self._chart_size != (self.size.width, self.size.height) or y >= len(strips):
-            return Strip.blank(self.size.width, self.rich_style)
-        return strips[y].apply_style(self.rich_style)
+            return Strip.blank(self.size.width, self.line_style())
+        return strips[y].apply_style(self.line_style())
