@@ -5,13 +5,19 @@ launch form's validation, and ASCII mode."""
 from __future__ import annotations
 
 import asyncio
-import html
-import re
 import sys
 
 import pytest
 from textual.widgets import DataTable, Input, Static
-from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state, settings_for, wait_for
+from tui_support import (
+    RECORDED,
+    RECORDED_RUN,
+    FixedNodesBackend,
+    recorded_state,
+    screen_lines,
+    settings_for,
+    wait_for,
+)
 
 from torchdeck.backends.base import LogLine
 from torchdeck.backends.spec import load_spec
@@ -46,14 +52,6 @@ async def monitor_ready(pilot) -> MonitorScreen:
     await wait_for(pilot, lambda: chart.builds > builds and chart.shown == 2, what="the chart")
     await pilot.pause(0.2)
     return screen
-
-
-def screen_lines(app) -> str:
-    """What the terminal shows now, as plain text: the text of Textual's own SVG screenshot, a line per row."""
-    rows: dict[float, list[str]] = {}
-    for y, text in re.findall(r'<text [^>]*?y="([0-9.]+)"[^>]*>(.*?)</text>', app.export_screenshot()):
-        rows.setdefault(float(y), []).append(html.unescape(text).replace("\xa0", " "))
-    return "\n".join("".join(parts) for _, parts in sorted(rows.items()))
 
 
 def text_of(widget) -> str:
@@ -255,8 +253,8 @@ def test_launch_form_names_the_bad_field_and_starts_nothing(tmp_path):
             form.query_one("#f-name", Input).value = "Bad Name"
             await pilot.press("ctrl+l")
             await pilot.pause(0.1)
-            error = text_of(form.query_one("#form-error", Static))
-            assert error.startswith("name: must be 1-40 lower-case letters")
+            assert text_of(form.query_one("#e-name", Static)).startswith("must be 1-40 lower-case letters")
+            assert text_of(form.query_one("#form-error", Static)) == ""
             assert app.focused is form.query_one("#f-name")
             assert isinstance(app.screen, LaunchScreen)
             assert len(list((tmp_path / "state" / "runs").iterdir())) == 1  # only the recorded run
@@ -288,8 +286,9 @@ def test_launch_form_takes_your_script_its_arguments_and_a_metrics_pattern(tmp_p
             form.query_one("#f-metrics-pattern", Input).value = "L=(?P<los>[0-9.]+)"
             await pilot.press("ctrl+l")
             await pilot.pause(0.1)
-            error = text_of(form.query_one("#form-error", Static))
-            assert error.startswith("metrics.pattern: has groups torchdeck does not know: los")
+            assert text_of(form.query_one("#e-metrics-pattern", Static)).startswith(
+                "has groups torchdeck does not know: los"
+            )
             assert app.focused is form.query_one("#f-metrics-pattern")
             form.query_one("#f-metrics-pattern", Input).value = "L=(?P<loss>[0-9.]+)"
             await pilot.press("ctrl+l")  # the script is not there: one line, nothing starts

@@ -7,6 +7,8 @@ other call reads the real run folders."""
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
 import time
 from pathlib import Path
@@ -56,6 +58,14 @@ async def wait_for(pilot, condition, timeout: float = 20.0, what: str = "conditi
         await pilot.pause(0.05)
 
 
+def screen_lines(app) -> str:
+    """What the terminal shows now, as plain text: the text of Textual's own SVG screenshot, a line per row."""
+    rows: dict[float, list[str]] = {}
+    for y, text in re.findall(r'<text [^>]*?y="([0-9.]+)"[^>]*>(.*?)</text>', app.export_screenshot()):
+        rows.setdefault(float(y), []).append(html.unescape(text).replace("\xa0", " "))
+    return "\n".join("".join(parts) for _, parts in sorted(rows.items()))
+
+
 def text_of(screen, selector: str) -> str:
     """What a Static shows now."""
     from textual.widgets import Static
@@ -73,3 +83,38 @@ async def type_into(pilot, screen, field: str, text: str) -> None:
     await pilot.pause()
     await pilot.press(*text)
     await pilot.pause()
+
+
+class SnapshotBackend(FixedNodesBackend):
+    """For the model test's picture: the recorded run's model test answers a fixed result (the
+    recorded run kept no model; the test itself is exercised by the backends' own tests)."""
+
+    def model_file_of(self, run_id: str):
+        from torchdeck.backends.spec import JobSpec
+
+        return JobSpec(), str(self.resolve(run_id) / "model.pt")
+
+    def test_model(self, spec, model_file=None, on_wait=lambda line: None):
+        classes = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+        scores = (0.71, 0.78, 0.47, 0.41, 0.55, 0.49, 0.74, 0.69, 0.80, 0.72)
+        return {
+            "model": "resnet-fast",
+            "model_file": model_file or "",
+            "images": 1000,
+            "accuracy": sum(scores) / len(scores),
+            "loss": 0.93,
+            "per_class": {c: {"accuracy": a, "images": 100} for c, a in zip(classes, scores, strict=True)},
+        }
+
+
+def fixed_context_cloud(state: Path):
+    """The real EksCloud, with one gap closed for pictures: the build context (whose tags hash
+    this repository's files, and whose engine is whatever answers here) is a fixed one."""
+    from torchdeck.backends.eks.cloud import EksCloud
+    from torchdeck.backends.eks.image import BuildContext
+
+    class FixedContextCloud(EksCloud):
+        def build_context(self) -> BuildContext:
+            return BuildContext(None, 812.0, {"cpu": "cpu-3f9c2a71d0", "gpu": "gpu-3f9c2a71d0"})
+
+    return FixedContextCloud(state)

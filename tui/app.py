@@ -64,6 +64,38 @@ class RunCommands(Provider):
                 )
 
 
+class KeyCommands(Provider):
+    """The keys of the screen the palette was opened on, by name ("Create (ctrl+g)"), shown keys
+    and hidden ones alike."""
+
+    def _commands(self) -> list[tuple[str, str, Binding]]:
+        from .screens.help import key_text
+
+        screen = self.screen
+        out, seen = [], set()
+        for klass in type(screen).__mro__:
+            if not klass.__module__.startswith("torchdeck."):
+                continue
+            for item in klass.__dict__.get("BINDINGS", []):
+                if isinstance(item, Binding) and item.key not in seen:
+                    seen.add(item.key)
+                    out.append((f"{item.description} ({key_text(item.key)})", item.action, item))
+        return out
+
+    async def discover(self) -> Hits:
+        for name, action, _ in self._commands():
+            yield DiscoveryHit(name, partial(self.screen.run_action, action), help="a key of this screen")
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name, action, _ in self._commands():
+            score = matcher.match(name)
+            if score > 0:
+                yield Hit(
+                    score, matcher.highlight(name), partial(self.screen.run_action, action), help="a key of this screen"
+                )
+
+
 class AsciiScrollBarRender(ScrollBarRender):
     """Scroll bars without the eighth-block characters."""
 
@@ -81,8 +113,10 @@ def use_ascii_widgets(on: bool) -> None:
 class TorchdeckApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "torchdeck"
-    COMMANDS = App.COMMANDS | {RunCommands}
+    COMMANDS = App.COMMANDS | {RunCommands, KeyCommands}
     BINDINGS = [Binding("question_mark", "help", "Help", show=False), Binding("ctrl+q", "quit", "Quit", show=False)]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    """Under 100 columns (a default SSH terminal has 80) a screen's side panes go behind a key."""
 
     def __init__(
         self, settings: Settings, backend: Backend, monitor_run: str | None = None, cloud: EksCloud | None = None
@@ -115,8 +149,9 @@ class TorchdeckApp(App):
         use_ascii_widgets(False)
 
     def footer(self) -> Footer:
-        """The key-binding footer (without the palette hint's separator glyph in ASCII mode)."""
-        return Footer(show_command_palette=not self.settings.ascii)
+        """The key-binding footer, compact so that a screen's keys fit in 80 columns (without the
+        palette hint's separator glyph in ASCII mode)."""
+        return Footer(show_command_palette=not self.settings.ascii, compact=True)
 
     def open_monitor(self, run_id: str) -> None:
         from .screens.monitor import MonitorScreen  # its chart and log search: imported when first opened

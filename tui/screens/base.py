@@ -5,6 +5,7 @@ anything else as its type and message, never a traceback."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from textual.screen import Screen
@@ -18,6 +19,24 @@ if TYPE_CHECKING:
     from ..app import TorchdeckApp
 
 ResultT = TypeVar("ResultT")
+
+
+def shown_path(path: str | Path) -> str:
+    """A path as a screen shows it: from the working folder where it lies under it, else from
+    ``~`` where it lies under the home folder, else whole (an 80-column line has no room for
+    /home/someone/projects/... before what matters)."""
+    text = str(path)
+    if "://" in text:
+        return text
+    full = Path(text).expanduser()
+    if not full.is_absolute():
+        return text
+    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            return prefix + str(full.relative_to(base))
+        except ValueError:
+            continue
+    return text
 
 
 def error_text(error: BaseException | None) -> str:

@@ -16,13 +16,13 @@ from rich.text import Text
 from textual.app import ComposeResult, CSSPathType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Input, Label, RichLog, Select, Static
+from textual.widgets import Input, RichLog, Select, Static
 
 from torchdeck.backends.errors import SpecError
 from torchdeck.monitor.state import format_duration
 
 from ..messages import StepProgressed
-from .base import DeckScreen
+from .form import FormScreen, field_rows
 
 if TYPE_CHECKING:
     from torchdeck.backends.eks.progress import Progress
@@ -30,28 +30,27 @@ if TYPE_CHECKING:
 STYLES = {"event": "cyan", "output": "", "wait": "dim", "done": "bold green"}
 
 
-class CloudStepsScreen(DeckScreen[None]):
-    """A form (``FIELDS``: id, label; an Input each unless ``field_widgets``
-    gives another), a side pane (``side``), and the progress pane
-    (#phase, #progress)."""
+class CloudStepsScreen(FormScreen[None]):
+    """A form (``FORM``; an Input a field unless ``field_widgets`` gives another), a side pane
+    (``side``), and the progress pane (#phase, #progress). At 80 columns the side pane is behind
+    a key (``SIDE_KEY``, said in the title): the form takes the width."""
 
     CSS_PATH: ClassVar[CSSPathType | None] = "cloud.tcss"
-    FIELDS: ClassVar[list[tuple[str, str]]] = []
     TITLE_TEXT: ClassVar[str] = ""
+    SIDE_NAME: ClassVar[str] = "summary and progress"
+    """What the side pane holds, in the title's hint at 80 columns."""
 
     step = ""  # what runs (create, delete, build...), and where it is (its phase)
     phase = ""
     started = 0.0
 
     def compose(self) -> ComposeResult:
-        yield Static(self.TITLE_TEXT, id="cloud-title")
+        yield Static(id="cloud-title")
         with Horizontal(id="cloud-body"):
-            with VerticalScroll(id="cloud-form"):
-                widgets = self.field_widgets()
-                for field, label in self.FIELDS:
-                    yield Label(label)
-                    yield widgets.get(field) or Input(id=f"f-{field}")
-                    yield Static(id=f"e-{field}", classes="field-error")
+            with Vertical(id="cloud-left"):
+                with VerticalScroll(id="cloud-form", classes="form"):
+                    yield from field_rows(self.FORM, self.field_widgets())
+                yield Static(id="field-help")
             with Vertical(id="cloud-side"):
                 yield from self.side()
                 yield Static(id="phase")
@@ -59,8 +58,37 @@ class CloudStepsScreen(DeckScreen[None]):
         yield Static(id="form-error")
         yield self.app.footer()
 
+    def title_text(self) -> str:
+        """The title line (at 80 columns, with where the side pane is)."""
+        return self.TITLE_TEXT
+
+    def show_title(self) -> None:
+        narrow = self.has_class("-narrow")
+        side = self.has_class("-side")
+        hint = ("  f2: the form" if side else f"  f2: {self.SIDE_NAME}") if narrow else ""
+        self.query_one("#cloud-title", Static).update(Text.assemble(self.title_text(), (hint, "dim")))
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.show_title)
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "side":
+            return self.has_class("-narrow")  # where both show, the key is not needed (nor shown)
+        return True
+
+    def action_side(self) -> None:
+        """At 80 columns: the side pane in place of the form, or the form again."""
+        self.toggle_class("-side")
+        self.show_title()
+        if not self.has_class("-side"):
+            focused = self.focused
+            if focused is None or self._field_of(focused) is None:
+                self.query_one(f"#f-{self.FORM[0].id}").focus()
+
     def on_mount(self) -> None:  # Textual runs this after the screen's own on_mount
         self.set_interval(1.0, self.tick)
+        self.show_title()
 
     def field_widgets(self) -> dict[str, Widget]:
         """The fields that are not a plain Input (a Select, a digits-only Input), by field id."""
@@ -87,19 +115,16 @@ class CloudStepsScreen(DeckScreen[None]):
     def field_error(self, field: str, text: str) -> None:
         """Show ``text`` under ``field`` (or, for a field the form does not have, under the form)
         and clear every other error; ``field_error("", "")`` clears them all."""
-        for widget in self.query(".field-error").results(Static):
-            widget.update("")
-            widget.set_class(False, "-shown")
-        if field in dict(self.FIELDS):
-            target = self.query_one(f"#e-{field}", Static)
-            target.update(text)
-            target.set_class(True, "-shown")
+        if field in self.form_ids():
+            self.show_errors({field: text})
             text = ""
+        else:
+            self.show_errors({})
         self.form_error(text)
 
     def spec_error(self, exc: SpecError, field: str) -> None:
         """``exc`` under ``field``: its reason and hint (the field goes without saying)."""
-        if field in dict(self.FIELDS):
+        if field in self.form_ids():
             self.field_error(field, exc.reason + (f" (hint: {exc.hint})" if exc.hint else ""))
         else:
             self.field_error("", str(exc))
@@ -113,10 +138,17 @@ class CloudStepsScreen(DeckScreen[None]):
         """The form's plan, or None with the first bad field's reason shown under it."""
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        self.typed(event.input)
         self.check_form()
 
     def on_select_changed(self, event: Select.Changed) -> None:
+        self.typed(event.select)
         self.check_form()
+
+    def submit_form(self) -> Any:
+        """``check_form`` for a key that acts on the form: every field's error shows from now on."""
+        self.try_submit()
+        return self.check_form()
 
     # -- the progress pane -------------------------------------------------------------
 
@@ -131,6 +163,8 @@ class CloudStepsScreen(DeckScreen[None]):
 
     def start(self, step: str) -> None:
         self.step, self.phase, self.started = step, "starting", time.monotonic()
+        if self.has_class("-narrow") and not self.has_class("-side"):
+            self.action_side()  # at 80 columns the progress is behind f2: show it
         self.tick()
 
     def on_step_progressed(self, message: StepProgressed) -> None:

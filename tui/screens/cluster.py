@@ -38,22 +38,34 @@ from ..messages import CatalogueLoaded, PreflightChecked
 from .base import error_text
 from .cloud_steps import CloudStepsScreen
 from .confirm import ConfirmScreen
+from .form import Field
 
-# form id, label
-FIELDS: list[tuple[str, str]] = [
-    ("name", "Cluster name"),
-    ("region", "Region"),
-    ("zones", "Availability zones, comma-separated"),
-    ("version", "Kubernetes version"),
-    ("vpc", "Existing VPC id (empty: eksctl makes a new VPC)"),
-    ("subnets", "Its private subnets: ZONE=subnet-ID, comma-separated"),
-    ("system", "System nodegroup NAME:TYPE:MIN:DESIRED:MAX"),
-    ("workers", "Workers, ';' between: NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa]"),
-    ("labels", "Node labels NODEGROUP:KEY=VALUE, comma-separated"),
-    ("volume", "Root volume per node (GiB)"),
-    ("bucket", "S3 bucket for models (empty: no S3 service account)"),
-    ("prefix", "Key prefix the service account may use"),
-    ("account", "Service account NAMESPACE/NAME"),
+FIELDS: list[Field] = [
+    Field("name", "Cluster name", "torchdeck-demo", "Cluster name: lower-case letters, digits and '-'"),
+    Field("region", "Region", "us-west-2", "The AWS region to create it in"),
+    Field("zones", "Zones", "us-west-2a,us-west-2b", "Availability zones, comma-separated (two at least)"),
+    Field("version", "Kubernetes", help="The Kubernetes version of the control plane"),
+    Field(
+        "vpc", "Existing VPC", "empty: eksctl makes one", "An existing VPC id (vpc-...); empty: eksctl makes a new VPC"
+    ),
+    Field(
+        "subnets",
+        "Private subnets",
+        "us-west-2a=subnet-0abc,...",
+        "With a VPC: its private subnets, ZONE=subnet-ID, comma-separated",
+    ),
+    Field("system", "System nodes", "system:m5.large:1:2:2", "The system nodegroup NAME:TYPE:MIN:DESIRED:MAX"),
+    Field(
+        "workers",
+        "Workers",
+        "gpu:g5.xlarge:0:1:2:gpu",
+        "Worker nodegroups NAME:TYPE:MIN:DESIRED:MAX[:gpu,spot,efa], ';' between (a: add the catalogue's row)",
+    ),
+    Field("labels", "Node labels", "gpu:team=ml", "Node labels NODEGROUP:KEY=VALUE, comma-separated"),
+    Field("volume", "Root volume GiB", "100", "Root volume per node, in GiB"),
+    Field("bucket", "S3 bucket", "empty: no S3 access", "The S3 bucket for models (empty: no S3 service account)"),
+    Field("prefix", "S3 key prefix", "torchdeck/", "The key prefix the service account may use"),
+    Field("account", "Service account", "default/torchdeck-s3", "The S3 service account, NAMESPACE/NAME"),
 ]
 PLAN_FIELDS = {
     "name": "name",
@@ -74,29 +86,31 @@ def field_for(error_field: str) -> str:
         return "system"
     if error_field.startswith("nodegroups"):
         return "labels" if error_field.endswith(".labels") else "workers"
-    return PLAN_FIELDS.get(error_field, error_field if error_field in dict(FIELDS) else "")
+    return PLAN_FIELDS.get(error_field, error_field if any(f.id == error_field for f in FIELDS) else "")
 
 
-def cost_text(plan: ClusterPlan, width: int = 40) -> Text:
+def cost_text(plan: ClusterPlan, width: int = 26) -> Text:
     """The plan's cost per hour, a line per item, the total in bold and the notes dimmed."""
     lines, total, notes = cost_per_hour(plan)
     out = [
         Text(f"{line.what:<{width}} " + ("price unknown" if line.total is None else f"${line.total:,.2f}/h"))
         for line in lines
     ]
-    out.append(Text(f"{'estimated total':<{width}} ${total:,.2f}/h (about ${total * 24 * 30:,.0f} a month)", "bold"))
+    out.append(Text(f"{'estimated total':<{width}} ${total:,.2f}/h (~${total * 24 * 30:,.0f}/month)", "bold"))
     out += [Text(f"note: {note}", "dim") for note in notes]
     return Text("\n").join(out)
 
 
 class ClusterScreen(CloudStepsScreen):
     CSS_PATH = ["cloud.tcss", "cluster.tcss"]
-    FIELDS = FIELDS
+    FORM = FIELDS
+    SIDE_NAME = "types, plan and cost"
     BINDINGS = [
-        Binding("ctrl+s", "save", "Save plan", priority=True),
+        Binding("f2", "side", "Plan"),
+        Binding("ctrl+s", "save", "Save", priority=True),
         Binding("ctrl+t", "check", "Preflight", priority=True),
         Binding("ctrl+g", "create", "Create", priority=True),
-        Binding("ctrl+l", "load_catalogue", "Load types from EC2", priority=True),
+        Binding("ctrl+l", "load_catalogue", "EC2 types", priority=True),
         Binding("a", "add_worker", "Add type as workers", show=False),
         Binding("escape", "app.pop_screen", "Back"),
     ]
@@ -104,6 +118,7 @@ class ClusterScreen(CloudStepsScreen):
     def __init__(self, plan_file: Path):
         super().__init__()
         self.plan_file = plan_file
+        self.new_plan = True
         self.plan: ClusterPlan | None = None
         self.catalogue: Catalogue | None = None
 
@@ -129,14 +144,16 @@ class ClusterScreen(CloudStepsScreen):
                 plan = load_plan(self.plan_file)
             except SpecError as exc:
                 self.form_error(f"{exc} - the form starts empty; saving overwrites the file")
-        self.query_one("#cloud-title", Static).update(
-            f"EKS cluster wizard - {self.plan_file}" + ("" if plan else " (new plan)")
-        )
+        self.new_plan = plan is None
+        self.show_title()
         self.fill(plan)
         from torchdeck.backends.eks.preflight import shipped_only
 
         self.show_catalogue(shipped_only(plan.zones if plan else []))
         self.query_one("#f-name", Input).focus()
+
+    def title_text(self) -> str:
+        return f"EKS cluster wizard - {self.plan_file}" + (" (new plan)" if self.new_plan else "")
 
     # -- the form ---------------------------------------------------------------------
 
@@ -175,9 +192,9 @@ class ClusterScreen(CloudStepsScreen):
                 "account": f"{plan.namespace}/{plan.service_account}",
             }
             self.query_one("#f-version", Select).value = plan.version
-        for field, _ in FIELDS:
-            if field != "version":
-                self.set_value(field, values.get(field, ""))
+        for field in FIELDS:
+            if field.id != "version":
+                self.set_value(field.id, values.get(field.id, ""))
         self.check_form()
 
     def build_plan(self) -> ClusterPlan:
@@ -255,7 +272,7 @@ class ClusterScreen(CloudStepsScreen):
         table = self.query_one("#catalogue", DataTable)
         table.clear()
         for t in catalogue.offered_everywhere():
-            gpus = f"{t.gpus} x {t.gpu_model} {t.gpu_memory_gib:g}G" if t.gpus else "-"
+            gpus = f"{t.gpus}x {t.gpu_model.removeprefix('NVIDIA ')} {t.gpu_memory_gib:g}G" if t.gpus else "-"
             table.add_row(
                 t.name,
                 str(t.vcpus),
@@ -304,7 +321,7 @@ class ClusterScreen(CloudStepsScreen):
     # -- save, check, create ------------------------------------------------------------------
 
     def action_save(self) -> bool:
-        plan = self.check_form()
+        plan = self.submit_form()
         if plan is None:
             self.notify("the plan has errors: see the red lines", severity="error")
             return False
@@ -317,7 +334,7 @@ class ClusterScreen(CloudStepsScreen):
         return True
 
     def action_check(self) -> None:
-        plan = self.check_form()
+        plan = self.submit_form()
         if plan is None:
             return
         self.log_line("preflight: asking AWS...", "bold")

@@ -1,4 +1,5 @@
-"""The help screen: what each screen's keys do."""
+"""The help screen: what each screen is for, and its keys, read from its own bindings (so the
+help cannot leave one out)."""
 
 from __future__ import annotations
 
@@ -8,52 +9,101 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-HELP = """\
+INTRO = """\
 # torchdeck
 
-**Everywhere**: `?` this help, `ctrl+p` command palette (launch, open a run,
-switch screens), `q` quit. Jobs keep running after the console closes; open
-it again, or run `torchdeck monitor RUN`, to reattach.
-
-**Runs** (home): `n` launch a job, `enter` monitor the highlighted run,
-`s` stop it, `t` test its trained model (accuracy per class; the model
-test Job on a cluster), `v` storage, `i` image, `r` refresh. Below the
-runs: what torchdeck made in the cloud, its cost per hour and so far.
-
-**Launch**: fill the form (it starts from `torchdeck.yaml` where there is
-one), `ctrl+l` launch, `ctrl+s` save the form to the spec file, `escape`
-back. A bad field is named under the form and nothing is started.
-
-**Cluster** (`c` from the runs): the EKS wizard. Type the plan field by
-field (each field says what is wrong with it, as you type); `ctrl+l` loads
-the region's instance types from EC2 (`a` on a row adds it as a worker
-nodegroup); the eksctl ClusterConfig and its cost per hour show beside.
-`ctrl+s` saves it to `cluster.yaml`, `ctrl+t` runs the preflight (credentials,
-zones, quotas, an existing cluster), `ctrl+g` creates the cluster after a
-confirmation, showing phase, elapsed time and events.
-
-**Storage** (`v`): EFS or FSx for Lustre for a cluster, and the model
-bucket, checked as typed. `ctrl+g` creates (after a confirmation with the
-cost), `ctrl+t` shows what exists, `ctrl+r` puts CIFAR-10 on the volume,
-`ctrl+d` deletes it.
-
-**Image** (`i`): the Dockerfile, the ECR repository and how it is built
-here (docker where an engine answers, else Kaniko in the cluster).
-`ctrl+g` builds and pushes, and pins the pushed digest in the job spec.
-
-**Monitor**: per-rank loss, rank table (flags: SLOW = below the straggler
-ratio of the median samples/s, SILENT = no line for several step times,
-ERROR), eval accuracy per epoch, node gauges, logs. `l` filter logs by rank,
-`/` search them, `c` choose the ranks the chart draws (at most 8, e.g.
-`0,8,16-21`; it draws the flagged ranks first, then the lowest, until you
-choose), `s` stop the run, `escape` back to the runs.
-
-Headless, the same from a shell: `torchdeck train`, `jobs`, `status`,
-`logs RUN [--rank R] [-f]`, `stop RUN`, `monitor RUN`, `test --run RUN`,
-`data prepare`, `render`, `cluster init|types|plan|create|connect|status|delete`,
-`storage create|status|delete`, `image build|push`, `model get`, `resources`,
-`cleanup`.
+Jobs keep running after the console closes; open it again, or run
+`torchdeck monitor RUN`, to reattach. `ctrl+p` opens the command palette:
+every screen's keys are there too, by name.
 """
+
+SCREENS: list[tuple[str, str, str]] = [
+    (
+        "Runs",
+        "home",
+        "Every run, with its state. Below the runs: what torchdeck made in the cloud, its cost per hour and so far.",
+    ),
+    (
+        "Launch",
+        "launch",
+        "The job spec, field by field (it starts from `torchdeck.yaml` where there is one). A bad field "
+        "says why under it, and nothing starts.",
+    ),
+    (
+        "Monitor",
+        "monitor",
+        "Per-rank loss, the rank table (SLOW: below the straggler ratio of the median samples/s; "
+        "SILENT: no line for several step times; ERROR), eval accuracy per epoch, node gauges, logs. "
+        "The chart draws the flagged ranks first, then the lowest, until you choose (`c`, e.g. "
+        "`0,8,16-21`).",
+    ),
+    ("Model test", "model_test", "The trained model on the CIFAR-10 test batch: accuracy per class."),
+    (
+        "EKS cluster",
+        "cluster",
+        "The eksctl plan, checked as typed; the region's instance types; the ClusterConfig and its cost "
+        "per hour; preflight (credentials, zones, quotas) and create, with phase and events.",
+    ),
+    ("Storage", "storage", "EFS or FSx for Lustre for a cluster, and the model bucket, checked as typed."),
+    (
+        "Image",
+        "image",
+        "The Dockerfile, the ECR repository and how it is built here (docker where an engine answers, "
+        "else Kaniko in the cluster); the pushed digest is pinned in the job spec.",
+    ),
+]
+"""Each screen's name, module (under tui/screens) and what it is for; its keys come from its bindings."""
+
+OUTRO = """\
+Headless, the same from a shell: `torchdeck train`, `jobs`, `status`, `logs RUN [--rank R] [-f]`,
+`stop RUN`, `monitor RUN`, `test --run RUN`, `data prepare`, `render`,
+`cluster init|types|plan|create|connect|status|delete`, `storage create|status|delete`,
+`image build|push`, `model get`, `resources`, `cleanup`.
+"""
+
+KEY_NAMES = {"question_mark": "?", "escape": "esc", "slash": "/", "enter": "enter"}
+
+
+def key_text(key: str) -> str:
+    """A binding's keys as the help writes them (``n,escape``: ``n/esc``)."""
+    return "/".join(KEY_NAMES.get(k, k) for k in key.split(","))
+
+
+def screen_bindings(module: str) -> list[Binding]:
+    """A screen's own bindings, those of the classes it is built on included (each key once)."""
+    import importlib
+    import inspect
+
+    from textual.screen import Screen
+
+    mod = importlib.import_module(f"torchdeck.tui.screens.{module}")
+    cls = next(
+        c for _, c in inspect.getmembers(mod, inspect.isclass) if issubclass(c, Screen) and c.__module__ == mod.__name__
+    )
+    seen: dict[str, Binding] = {}
+    for klass in reversed(cls.__mro__):
+        if not klass.__module__.startswith("torchdeck."):
+            continue  # Textual's own (tab, copy) are Textual's to document
+        for item in klass.__dict__.get("BINDINGS", []):
+            if isinstance(item, Binding):
+                seen[item.key] = item
+    return list(seen.values())
+
+
+def help_text() -> str:
+    from ..app import TorchdeckApp
+
+    lines = [INTRO]
+    everywhere = ", ".join(
+        [f"`{key_text(b.key)}` {b.description}" for b in TorchdeckApp.BINDINGS if isinstance(b, Binding)]
+        + [f"`{TorchdeckApp.COMMAND_PALETTE_BINDING}` command palette"]
+    )
+    lines.append(f"**Everywhere**: {everywhere}.\n")
+    for name, module, what in SCREENS:
+        keys = ", ".join(f"`{key_text(b.key)}` {b.description}" for b in screen_bindings(module))
+        lines.append(f"**{name}**: {what}\n\nKeys: {keys}.\n")
+    lines.append(OUTRO)
+    return "\n".join(lines)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -66,4 +116,4 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Markdown(HELP)
+            yield Markdown(help_text())

@@ -16,7 +16,7 @@ from torchdeck.monitor.state import status_cells
 
 from ..glyphs import STATE_STYLE
 from ..messages import LedgerRead, RunsListed, RunStopped
-from .base import DeckScreen
+from .base import DeckScreen, shown_path
 from .confirm import ConfirmScreen
 
 COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age")
@@ -29,14 +29,14 @@ def _styled(column: int, cell: str, status: JobStatus) -> str | Text:
 class HomeScreen(DeckScreen[None]):
     CSS_PATH = "home.tcss"
     BINDINGS = [
-        Binding("n", "app.launch", "New job"),
+        Binding("n", "app.launch", "New"),
         Binding("enter", "open", "Monitor"),
         Binding("s", "stop", "Stop"),
-        Binding("t", "test", "Test model"),
-        Binding("c", "app.cluster", "EKS cluster"),
+        Binding("t", "test", "Test"),
+        Binding("c", "app.cluster", "Cluster"),
         Binding("v", "app.storage", "Storage"),
         Binding("i", "app.image", "Image"),
-        Binding("r", "refresh", "Refresh"),
+        Binding("r", "refresh", "Refresh", show=False),  # it lists every 2 s anyway
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -46,6 +46,9 @@ class HomeScreen(DeckScreen[None]):
         self.statuses: dict[str, JobStatus] = {}
         self._shown: dict[str, tuple[str, ...]] = {}
         """Each row's cells as last drawn, in table order."""
+        self._widths: list[int] = []
+        """The columns' widths as last drawn: set here, as the widest cell, because Textual's
+        own measuring (on idle) leaves rows drawn before it at the headers' widths."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")
@@ -61,9 +64,6 @@ class HomeScreen(DeckScreen[None]):
                 ("torchdeck", "bold"), f"  runs on the {backend.name} backend", ("  n: new job  ?: help", "dim")
             )
         )
-        table = self.query_one("#runs", DataTable)
-        for name in COLUMNS:
-            table.add_column(name, key=name)
         self.query_one("#detail", Static).update("reading runs...")
         self.set_interval(2.0, self._list_if_shown)
         self.set_interval(5.0, self._read_if_shown)
@@ -134,14 +134,20 @@ class HomeScreen(DeckScreen[None]):
         self.statuses = {s.run_id: s for s in message.statuses}
         now = time.time()
         shown = {s.run_id: status_cells(s, now) for s in message.statuses}
-        if list(shown) == list(self._shown) and table.row_count == len(shown):
+        widths = [len(name) for name in COLUMNS]
+        for cells in shown.values():
+            widths = [max(w, len(cell)) for w, cell in zip(widths, cells, strict=True)]
+        if list(shown) == list(self._shown) and table.row_count == len(shown) and widths == self._widths:
             for run_id, cells in shown.items():
                 before = self._shown[run_id]
                 for column, (old, new) in enumerate(zip(before, cells, strict=True)):
                     if old != new:
                         table.update_cell(run_id, COLUMNS[column], _styled(column, new, self.statuses[run_id]))
         else:
-            table.clear()
+            table.clear(columns=True)
+            for name, width in zip(COLUMNS, widths, strict=True):
+                table.add_column(name, width=width, key=name)
+            self._widths = widths
             for run_id, cells in shown.items():
                 status = self.statuses[run_id]
                 table.add_row(*(_styled(i, cell, status) for i, cell in enumerate(cells)), key=run_id)
@@ -205,7 +211,7 @@ class HomeScreen(DeckScreen[None]):
             text.append(f"\n{s.reason}", style="red" if s.state is JobState.FAILED else "")
         if s.hint:
             text.append(f"\nhint: {s.hint}", style="dim")
-        text.append(f"\n{s.location}", style="dim")
+        text.append(f"\n{shown_path(s.location)}", style="dim")
         detail.update(text)
 
     def action_open(self) -> None:

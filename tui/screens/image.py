@@ -18,24 +18,29 @@ from torchdeck.backends.eks.image import BuildContext, ImagePlan, validate_image
 from torchdeck.backends.eks.progress import ImageRef, Progress
 from torchdeck.backends.errors import SpecError
 
+from .base import shown_path
 from .cloud_steps import CloudStepsScreen
+from .form import Field
 
-FIELDS: list[tuple[str, str]] = [
-    ("cluster", "EKS cluster"),
-    ("region", "Region"),
-    ("variant", "Image"),
-    ("repository", "ECR repository"),
-    ("builder", "Build with"),
-    ("bucket", "Kaniko: bucket for the build context (empty: the model bucket)"),
-    ("namespace", "Kaniko: namespace of the build job"),
-    ("spec", "Job spec to pin the image in"),
+FIELDS: list[Field] = [
+    Field(
+        "cluster", "EKS cluster", "torchdeck-demo", "The EKS cluster: the image goes to ECR in its account and region"
+    ),
+    Field("region", "Region", "us-west-2", "The cluster's AWS region"),
+    Field("variant", "Image", help="Which Dockerfile: the CPU or the GPU (CUDA) image"),
+    Field("repository", "ECR repository", "torchdeck-trainer", "The ECR repository to push to (made if absent)"),
+    Field("builder", "Build with", help="docker where an engine answers here, else a Kaniko job in the cluster"),
+    Field("bucket", "Kaniko bucket", "empty: the model bucket", "Kaniko: the S3 bucket for the build context"),
+    Field("namespace", "Kaniko namespace", "default", "Kaniko: the namespace of the build job"),
+    Field("spec", "Job spec", "torchdeck.yaml", "The job spec the pushed image's digest is pinned in"),
 ]
 
 
 class ImageScreen(CloudStepsScreen):
-    FIELDS = FIELDS
+    FORM = FIELDS
     TITLE_TEXT = "Training image"
     BINDINGS = [
+        Binding("f2", "side", "Progress"),
         Binding("ctrl+g", "build", "Build and push", priority=True),
         Binding("escape", "app.pop_screen", "Back"),
     ]
@@ -67,7 +72,7 @@ class ImageScreen(CloudStepsScreen):
             ("region", region),
             ("repository", "torchdeck-trainer"),
             ("namespace", "default"),
-            ("spec", str(self.app.settings.spec_file)),
+            ("spec", shown_path(self.app.settings.spec_file)),
         ):
             self.set_value(field, value)
         self.query_one("#f-cluster", Input).focus()
@@ -103,25 +108,32 @@ class ImageScreen(CloudStepsScreen):
 
     def check_form(self) -> ImagePlan | None:
         try:
-            plan = self.build_plan()
+            plan: ImagePlan | None = self.build_plan()
         except SpecError as exc:
             field = exc.field.lstrip("-").replace("-", "_")
             self.spec_error(exc, field)
-            return None
-        self.field_error("", "")
+            plan = None
+        else:
+            self.field_error("", "")
         context = self.context
         if context is not None:
-            how = ("docker" if context.engine else "kaniko") if plan.builder == "auto" else plan.builder
+            builder = plan.builder if plan else self.value("builder")
+            how = ("docker" if context.engine else "kaniko") if builder == "auto" else builder
             engine = "a Docker engine answers here" if context.engine else "no Docker engine answers here"
+            what = (
+                f"{plan.dockerfile} -> {plan.repository}:{context.tags[plan.variant]} "
+                if plan
+                else f"the {self.value('variant') or 'cpu'} image is tagged {context.tags.get(self.value('variant'), '')} "
+            )
             self.query_one("#summary", Static).update(
-                f"{engine}: builds with {how}\n{plan.dockerfile} -> {plan.repository}:{context.tags[plan.variant]} "
+                f"{engine}: builds with {how}\n{what}"
                 f"(context {context.size_kib:.0f} KiB; an unchanged context is not built twice)\n"
                 f"the pushed digest goes into {self.value('spec')}"
             )
         return plan
 
     def action_build(self) -> None:
-        plan = self.check_form()
+        plan = self.submit_form()
         if plan is None:
             self.notify("fix the fields marked in red first", severity="warning")
             return

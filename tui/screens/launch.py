@@ -12,31 +12,67 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Input, Select, Static
 
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, save_spec, with_overrides
 
 from ..messages import JobSubmitted
-from .base import DeckScreen
+from .base import shown_path
+from .form import Field, FormScreen, field_rows
 
-# form field id -> (spec field, label, kind)
-FIELDS: list[tuple[str, str, str]] = [
-    ("name", "Job name", "text"),
-    ("entrypoint.script", "Your script, in the code folder (empty: the built-in CIFAR-10 trainer)", "text?"),
-    ("entrypoint.module", "or your module (python -m)", "text?"),
-    ("entrypoint.args", "Its arguments (as on a command line)", "args"),
-    ("entrypoint.code", "Code folder (shipped with the job to a cluster)", "text"),
-    ("metrics.pattern", "Metrics pattern, a regex with (?P<loss>...) (empty: the common text formats)", "text?"),
-    ("nproc_per_node", "Ranks (processes per node)", "int"),
-    ("trainer.epochs", "Epochs (empty: the recipe's)", "int?"),
-    ("trainer.max_steps", "Max steps (empty: no limit)", "int?"),
-    ("trainer.recipe", "Recipe", "recipe"),
-    ("trainer.model", "Model", "model"),
-    ("data_dir", "Data folder (holds cifar-10-batches-py/)", "text"),
-    ("download", "Download CIFAR-10 there if absent", "bool"),
-    ("max_restarts", "Max restarts", "int"),
-    ("device", "Device", "device"),
+# spec field, kind, its line in the form (its widget is #f- and the spec field with - for . and _)
+FIELDS: list[tuple[str, str, Field]] = [
+    ("name", "text", Field("name", "Job name", "cifar10-ddp", "The run's name: lower-case letters, digits and '-'")),
+    (
+        "entrypoint.script",
+        "text?",
+        Field(
+            "entrypoint-script",
+            "Script",
+            "train.py (empty: built-in trainer)",
+            "Your script, in the code folder (empty: the built-in CIFAR-10 trainer)",
+        ),
+    ),
+    (
+        "entrypoint.module",
+        "text?",
+        Field("entrypoint-module", "or module", "mypkg.train", "Or your module, run as python -m"),
+    ),
+    (
+        "entrypoint.args",
+        "args",
+        Field("entrypoint-args", "Arguments", "--epochs 3 --lr 0.1", "Its arguments, as on a command line"),
+    ),
+    (
+        "entrypoint.code",
+        "text",
+        Field("entrypoint-code", "Code folder", ".", "The code folder (shipped with the job to a cluster)"),
+    ),
+    (
+        "metrics.pattern",
+        "text?",
+        Field(
+            "metrics-pattern",
+            "Metrics pattern",
+            "empty: the common formats",
+            "A regex with (?P<loss>...) for your script's lines (empty: the common text formats)",
+        ),
+    ),
+    ("nproc_per_node", "int", Field("nproc-per-node", "Ranks per node", "2", "Processes per node (one per GPU)")),
+    ("trainer.epochs", "int?", Field("trainer-epochs", "Epochs", "empty: the recipe's", "Epochs to train")),
+    ("trainer.max_steps", "int?", Field("trainer-max-steps", "Max steps", "empty: no limit", "Stop after this many")),
+    ("trainer.recipe", "recipe", Field("trainer-recipe", "Recipe", help="The built-in trainer's recipe")),
+    ("trainer.model", "model", Field("trainer-model", "Model", help="The built-in trainer's model")),
+    (
+        "data_dir",
+        "text",
+        Field("data-dir", "Data folder", "./data", "The data folder (holds cifar-10-batches-py/)"),
+    ),
+    ("download", "bool", Field("download", "Download data", help="Download CIFAR-10 into the data folder if absent")),
+    ("max_restarts", "int", Field("max-restarts", "Max restarts", "0", "Restarts of a failed job before it fails")),
+    ("device", "device", Field("device", "Device", help="auto: CUDA where there is a GPU, else the CPU")),
 ]
 SELECTS = ("recipe", "model", "device")
 
@@ -45,8 +81,9 @@ def _dom_id(field: str) -> str:
     return "f-" + field.replace(".", "-").replace("_", "-")
 
 
-class LaunchScreen(DeckScreen[None]):
+class LaunchScreen(FormScreen[None]):
     CSS_PATH = "launch.tcss"
+    FORM = [f for _, _, f in FIELDS]
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", priority=True),
         Binding("ctrl+s", "save", "Save spec", priority=True),
@@ -62,32 +99,34 @@ class LaunchScreen(DeckScreen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="launch-title")
-        with VerticalScroll(id="form"):
-            for field, label, kind in FIELDS:
-                yield Label(label)
-                dom = _dom_id(field)
-                if kind == "bool":
-                    yield Checkbox(id=dom)
-                elif kind == "recipe":
-                    yield Select([(r, r) for r in RECIPES], allow_blank=False, id=dom)
-                elif kind == "model":
-                    yield Select([("the recipe's", "")] + [(m, m) for m in MODELS], allow_blank=False, id=dom)
-                elif kind == "device":
-                    yield Select([(d, d) for d in ("auto", "cpu", "cuda")], allow_blank=False, id=dom)
-                else:
-                    yield Input(id=dom, restrict=r"[0-9]*" if kind.startswith("int") else None)
+        widgets: dict[str, Widget] = {}
+        for field, kind, line in FIELDS:
+            dom = _dom_id(field)
+            if kind == "bool":
+                widgets[line.id] = Checkbox("if absent", id=dom)
+            elif kind == "recipe":
+                widgets[line.id] = Select([(r, r) for r in RECIPES], allow_blank=False, id=dom)
+            elif kind == "model":
+                widgets[line.id] = Select([("the recipe's", "")] + [(m, m) for m in MODELS], allow_blank=False, id=dom)
+            elif kind == "device":
+                widgets[line.id] = Select([(d, d) for d in ("auto", "cpu", "cuda")], allow_blank=False, id=dom)
+            else:
+                widgets[line.id] = Input(id=dom, restrict=r"[0-9]*" if kind.startswith("int") else None)
+        with VerticalScroll(id="form", classes="form"):
+            yield from field_rows(self.FORM, widgets)
+        yield Static(id="field-help")
         yield Static(id="form-error")
         with Horizontal(id="buttons"):
-            yield Button("Launch (ctrl+l)", id="launch", variant="success")
-            yield Button("Save spec (ctrl+s)", id="save")
-            yield Button("Back (esc)", id="back")
+            yield Button("Launch ^l", id="launch", variant="success", compact=True)
+            yield Button("Save spec ^s", id="save", compact=True)
+            yield Button("Back esc", id="back", compact=True)
         yield self.app.footer()
 
     def on_mount(self) -> None:
         try:
             if self.spec_file.exists():
                 self.base = load_spec(self.spec_file)
-                self.loaded_from = str(self.spec_file)
+                self.loaded_from = shown_path(self.spec_file)
         except SpecError as exc:
             self.show_error(f"{exc} - the form starts from the defaults; saving overwrites the file")
         source = self.loaded_from or "defaults (no spec file yet)"
@@ -99,7 +138,7 @@ class LaunchScreen(DeckScreen[None]):
 
     def fill(self, spec: JobSpec) -> None:
         data = spec.to_dict()
-        for field, _, kind in FIELDS:
+        for field, kind, _ in FIELDS:
             value: Any = data
             for part in field.split("."):
                 value = value[part]
@@ -115,7 +154,7 @@ class LaunchScreen(DeckScreen[None]):
 
     def form_values(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for field, _, kind in FIELDS:
+        for field, kind, _ in FIELDS:
             dom = f"#{_dom_id(field)}"
             if kind == "bool":
                 out[field] = self.query_one(dom, Checkbox).value
@@ -138,23 +177,44 @@ class LaunchScreen(DeckScreen[None]):
         return out
 
     def build_spec(self) -> JobSpec | None:
-        """The spec the form describes, or None (with the bad field named
-        and focused) if it does not validate."""
+        """The spec the form describes, or None (with the bad field's reason under it) if it
+        does not validate."""
         try:
             spec = with_overrides(self.base, self.form_values())
             spec.entrypoint.code = str(Path(spec.entrypoint.code).expanduser().resolve())
         except SpecError as exc:
-            self.show_error(str(exc).replace("command line: ", ""))
-            field = exc.field if any(exc.field == f for f, _, _ in FIELDS) else None
-            if field:
-                self.query_one(f"#{_dom_id(field)}").focus()
+            line = next((f.id for field, _, f in FIELDS if field == exc.field), None)
+            if line is None:
+                self.show_errors({})
+                self.show_error(str(exc).replace("command line: ", ""))
+            else:
+                self.show_errors({line: exc.reason + (f" (hint: {exc.hint})" if exc.hint else "")})
+                self.show_error("")
             return None
+        self.show_errors({})
         self.show_error("")
         if spec.data_dir and "://" not in spec.data_dir:
             spec.data_dir = str(Path(spec.data_dir).expanduser().resolve())
         return spec
 
+    def submitted_spec(self) -> JobSpec | None:
+        """``build_spec`` for launch and save: every error shows, and the first bad field has focus."""
+        self.try_submit()
+        spec = self.build_spec()
+        if spec is None and self.errors:
+            self.query_one(f"#f-{next(iter(self.errors))}").focus()
+        return spec
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.typed(event.input)
+        if self.is_mounted and self.touched:
+            self.build_spec()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self.typed(event.select)
+
     def show_error(self, text: str) -> None:
+        """A line under the form for what no field owns (the spec file, the backend's refusal)."""
         self.query_one("#form-error", Static).update(text)
         self.query_one("#form-error").set_class(bool(text), "-shown")
 
@@ -167,13 +227,13 @@ class LaunchScreen(DeckScreen[None]):
             self.app.pop_screen()
 
     def action_launch(self) -> None:
-        spec = self.build_spec()
+        spec = self.submitted_spec()
         if spec is not None:
             self.query_one("#launch", Button).disabled = True
             self.submit(spec)
 
     def action_save(self) -> None:
-        spec = self.build_spec()
+        spec = self.submitted_spec()
         if spec is None:
             return
         try:

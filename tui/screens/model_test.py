@@ -15,7 +15,7 @@ from torchdeck.backends.base import TestResult
 
 from ..glyphs import bar
 from ..messages import ModelTested, TestProgressed
-from .base import DeckScreen
+from .base import DeckScreen, shown_path
 
 
 class ModelTestScreen(DeckScreen[None]):
@@ -74,7 +74,7 @@ class ModelTestScreen(DeckScreen[None]):
         head = Text.assemble(
             (f"accuracy {result['accuracy'] * 100:.1f}%", "bold"),
             f" on {result['images']} test images  ",
-            (str(result.get("model_file", "")), "dim"),
+            (shown_path(result.get("model_file", "")), "dim"),
         )
         body = self.query_one("#test-body", Static)
         grid = Table.grid()

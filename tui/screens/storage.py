@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,29 +19,31 @@ from torchdeck.backends.errors import SpecError
 
 from .cloud_steps import CloudStepsScreen
 from .confirm import ConfirmScreen
+from .form import Field
 
-FIELDS: list[tuple[str, str]] = [
-    ("cluster", "EKS cluster"),
-    ("region", "Region"),
-    ("kind", "File system"),
-    ("fsx_deployment", "FSx deployment type"),
-    ("fsx_capacity", "FSx capacity (GiB: 1200, 2400, then steps of 2400)"),
-    ("fsx_s3_link", "FSx S3 link, s3://bucket/prefix (optional)"),
-    ("bucket", "Bucket for models (empty: none)"),
-    ("prefix", "Key prefix jobs may use"),
-    ("namespace", "Namespace of the claim and service account"),
-    ("pvc", "Claim name (cluster.pvc)"),
+FIELDS: list[Field] = [
+    Field("cluster", "EKS cluster", "torchdeck-demo", "The EKS cluster whose jobs use the storage (c makes one)"),
+    Field("region", "Region", "us-west-2", "The cluster's AWS region"),
+    Field("kind", "File system", help="The shared file system: EFS (elastic), FSx for Lustre (fast) or none"),
+    Field("fsx_deployment", "FSx deployment", help="FSx for Lustre's deployment type (SCRATCH: no replication)"),
+    Field("fsx_capacity", "FSx capacity GiB", "1200", "FSx capacity in GiB: 1200, 2400, then steps of 2400"),
+    Field("fsx_s3_link", "FSx S3 link", "s3://bucket/prefix (optional)", "An S3 prefix FSx for Lustre imports"),
+    Field("bucket", "Model bucket", "empty: none", "The S3 bucket for models (empty: none)"),
+    Field("prefix", "Key prefix", "models/", "The key prefix jobs may use in the bucket"),
+    Field("namespace", "Namespace", "default", "The namespace of the claim and the service account"),
+    Field("pvc", "Claim name", "shared", "The PersistentVolumeClaim jobs mount (cluster.pvc in the job spec)"),
 ]
 KINDS = [("EFS (elastic, shared)", "efs"), ("FSx for Lustre (fast)", "fsx"), ("none: a bucket only", "none")]
 
 
 class StorageScreen(CloudStepsScreen):
-    FIELDS = FIELDS
+    FORM = FIELDS
     TITLE_TEXT = "Shared storage and the model bucket"
     BINDINGS = [
+        Binding("f2", "side", "Progress"),
         Binding("ctrl+g", "create", "Create", priority=True),
         Binding("ctrl+t", "status", "Status", priority=True),
-        Binding("ctrl+r", "prepare_data", "CIFAR-10 onto it", priority=True),
+        Binding("ctrl+r", "prepare_data", "CIFAR-10", priority=True),
         Binding("ctrl+d", "delete", "Delete", priority=True),
         Binding("escape", "app.pop_screen", "Back"),
     ]
@@ -56,6 +59,7 @@ class StorageScreen(CloudStepsScreen):
 
     def side(self) -> ComposeResult:
         yield Static(id="summary")
+        yield Static(id="side-hint")
 
     def on_mount(self) -> None:
         known = self.app.cloud.clusters()
@@ -74,15 +78,17 @@ class StorageScreen(CloudStepsScreen):
             self.set_value(field, value)
         if made.get("kind"):
             self.set_value("kind", made["kind"])
-        self.log_line(
-            "ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
-            "ctrl+d deletes"
-            + (
-                f"; clusters torchdeck knows: {', '.join(r.name for r in known)}"
-                if known
-                else "; no cluster yet: make one with c from the runs"
-            ),
-            "dim",
+        self.query_one("#side-hint", Static).update(
+            Text(
+                "ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
+                "ctrl+d deletes"
+                + (
+                    f"; clusters torchdeck knows: {', '.join(r.name for r in known)}"
+                    if known
+                    else "; no cluster yet: make one with c from the runs"
+                ),
+                style="dim",
+            )
         )
         self.query_one("#f-cluster", Input).focus()
 
@@ -136,7 +142,7 @@ class StorageScreen(CloudStepsScreen):
         return plan
 
     def action_create(self) -> None:
-        plan = self.check_form()
+        plan = self.submit_form()
         if plan is None:
             self.notify("fix the fields marked in red first", severity="warning")
             return
@@ -154,7 +160,7 @@ class StorageScreen(CloudStepsScreen):
         self.forward("storage", lambda: self.app.cloud.create_storage(plan))
 
     def action_status(self) -> None:
-        plan = self.check_form()
+        plan = self.submit_form()
         if plan is not None:
             self.status(plan)
 
@@ -197,7 +203,7 @@ class StorageScreen(CloudStepsScreen):
             self.log_line(f"problem: {problem}", "bold red")
 
     def action_delete(self) -> None:
-        plan = self.check_form()
+        plan = self.submit_form()
         if plan is None:
             return
 
@@ -221,7 +227,7 @@ class StorageScreen(CloudStepsScreen):
         self.forward("storage", lambda: cloud.delete_storage(record, steps))
 
     def action_prepare_data(self) -> None:
-        plan = self.check_form()
+        plan = self.submit_form()
         if plan is None:  # the data would go to a claim the form does not name
             self.notify("fix the fields marked in red first", severity="warning")
             return
