@@ -11,6 +11,7 @@ working folder, which is the test's own."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -142,3 +143,27 @@ def test_screen_in_ascii(tmp_path, monkeypatch, snap_compare, case):
     assert snap_compare(app, terminal_size=(80, 24), run_before=ready)
     bad = sorted({c for c in shown[0] if ord(c) > 127})
     assert bad == [], f"non-ASCII characters on the {case} screen: {bad}"
+
+
+SNAPSHOTS = Path(__file__).parent / "__snapshots__"
+PICTURES = {
+    "runs": "test_snapshots/test_screen[120x40-runs].svg",
+    "launch": "test_snapshots/test_screen[120x40-launch].svg",
+    "monitor": "test_console/test_monitor_snapshot_120x40.svg",
+    "model-test": "test_snapshots/test_screen[120x40-model_test].svg",
+    "cluster": "test_snapshots/test_screen[120x40-cluster_filled].svg",
+    "storage": "test_snapshots/test_screen[120x40-storage].svg",
+    "image": "test_snapshots/test_screen[120x40-image].svg",
+    "monitor-80x24": "test_console/test_monitor_snapshot_80x24.svg",
+}
+"""The README's pictures (docs/screens/NAME.svg): copies of the reviewed snapshots, made by
+scripts/screenshots."""
+
+
+def test_the_readme_pictures_are_the_reviewed_snapshots():
+    docs = Path(__file__).parent.parent / "docs" / "screens"
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for name, snapshot in PICTURES.items():
+        picture = docs / f"{name}.svg"
+        assert picture.read_bytes() == (SNAPSHOTS / snapshot).read_bytes(), f"run scripts/screenshots ({name})"
+        assert f"docs/screens/{name}.svg" in readme
