@@ -36,6 +36,7 @@ from torchdeck.tui.screens.home import HomeScreen
 from torchdeck.tui.screens.image import ImageScreen
 from torchdeck.tui.screens.launch import LaunchScreen
 from torchdeck.tui.screens.model_test import ModelTestScreen
+from torchdeck.tui.screens.pick_ranks import PickRanksScreen
 from torchdeck.tui.screens.storage import StorageScreen
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
@@ -92,6 +93,7 @@ CASES = {
     "model_test": (True, lambda pilot: _open(pilot, "t", ModelTestScreen, lambda s: s.result is not None)),
     "help": (False, lambda pilot: _open(pilot, "question_mark", HelpScreen)),
     "confirm": (True, None),
+    "pick_ranks": (True, None),
 }
 
 
@@ -113,7 +115,15 @@ def _case_app(tmp_path, monkeypatch, case: str, ascii: bool):
 
 async def _ready(pilot, case: str) -> None:
     _, ready = CASES[case]
-    if case == "confirm":
+    if case == "pick_ranks":  # over the monitor of the recorded run, once it has drawn it all
+        from test_console import monitor_ready
+
+        await _runs_listed(pilot)
+        await pilot.press("enter")
+        await monitor_ready(pilot)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, PickRanksScreen), what="the question")
+    elif case == "confirm":
         await _runs_listed(pilot)
         pilot.app.push_screen(ConfirmScreen(f"Stop {RECORDED_RUN} and every process it started?"))
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen), what="the question")

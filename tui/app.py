@@ -68,27 +68,18 @@ class KeyCommands(Provider):
     """The keys of the screen the palette was opened on, by name ("Create (ctrl+g)"), shown keys
     and hidden ones alike."""
 
-    def _commands(self) -> list[tuple[str, str, Binding]]:
-        from .screens.help import key_text
+    def _commands(self) -> list[tuple[str, str]]:
+        from .screens.help import bindings_of, key_text
 
-        screen = self.screen
-        out, seen = [], set()
-        for klass in type(screen).__mro__:
-            if not klass.__module__.startswith("torchdeck."):
-                continue
-            for item in klass.__dict__.get("BINDINGS", []):
-                if isinstance(item, Binding) and item.key not in seen:
-                    seen.add(item.key)
-                    out.append((f"{item.description} ({key_text(item.key)})", item.action, item))
-        return out
+        return [(f"{b.description} ({key_text(b.key)})", b.action) for b in bindings_of(type(self.screen))]
 
     async def discover(self) -> Hits:
-        for name, action, _ in self._commands():
+        for name, action in self._commands():
             yield DiscoveryHit(name, partial(self.screen.run_action, action), help="a key of this screen")
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for name, action, _ in self._commands():
+        for name, action in self._commands():
             score = matcher.match(name)
             if score > 0:
                 yield Hit(

@@ -69,8 +69,21 @@ def key_text(key: str) -> str:
     return "/".join(KEY_NAMES.get(k, k) for k in key.split(","))
 
 
+def bindings_of(cls: type) -> list[Binding]:
+    """A screen class's own bindings, those of the torchdeck classes it is built on included
+    (each key once; Textual's own, tab and copy, are Textual's to document)."""
+    seen: dict[str, Binding] = {}
+    for klass in reversed(cls.__mro__):
+        if not klass.__module__.startswith("torchdeck."):
+            continue
+        for item in klass.__dict__.get("BINDINGS", []):
+            if isinstance(item, Binding):
+                seen[item.key] = item
+    return list(seen.values())
+
+
 def screen_bindings(module: str) -> list[Binding]:
-    """A screen's own bindings, those of the classes it is built on included (each key once)."""
+    """The bindings of the screen in ``torchdeck.tui.screens.MODULE``."""
     import importlib
     import inspect
 
@@ -80,14 +93,7 @@ def screen_bindings(module: str) -> list[Binding]:
     cls = next(
         c for _, c in inspect.getmembers(mod, inspect.isclass) if issubclass(c, Screen) and c.__module__ == mod.__name__
     )
-    seen: dict[str, Binding] = {}
-    for klass in reversed(cls.__mro__):
-        if not klass.__module__.startswith("torchdeck."):
-            continue  # Textual's own (tab, copy) are Textual's to document
-        for item in klass.__dict__.get("BINDINGS", []):
-            if isinstance(item, Binding):
-                seen[item.key] = item
-    return list(seen.values())
+    return bindings_of(cls)
 
 
 def help_text() -> str:

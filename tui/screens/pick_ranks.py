@@ -18,7 +18,9 @@ class PickRanksScreen(ModalScreen[list[int] | None]):
     DEFAULT_CSS = """
     PickRanksScreen { align: center middle; }
     PickRanksScreen > Vertical { width: 64; height: auto; border: round $primary; background: $surface; padding: 0 1; }
-    PickRanksScreen Input { border: none; height: 1; background: $boost; margin: 1 0 0 0; }
+    PickRanksScreen Label { width: 1fr; }
+    PickRanksScreen Input { background: $panel; margin: 1 0 0 0; }
+    PickRanksScreen Input:focus { background: $primary 30%; }
     PickRanksScreen #pick-error { color: $error; height: auto; }
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
@@ -30,7 +32,7 @@ class PickRanksScreen(ModalScreen[list[int] | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(f"Ranks to chart, at most {CHART_RANKS} (empty: flagged ranks first, then the lowest)")
-            yield Input(",".join(map(str, self.current)), placeholder="0,8,16-21", id="pick")
+            yield Input(",".join(map(str, self.current)), placeholder="0,8,16-21", id="pick", compact=True)
             yield Label("", id="pick-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
