@@ -113,7 +113,7 @@ def test_real_terminal_80x24_over_tmux(tmp_path, cifar_dir):
     try:
         console()
         home = wait_screen("runs on the local backend")
-        assert "No runs yet" in home and "New job" in home
+        assert "No runs yet" in home and "n New " in home
         subprocess.run([*tmux, "send-keys", "-t", session, "?"], check=True)
         wait_screen("Launch")
         subprocess.run([*tmux, "send-keys", "-t", session, "q"], check=True)
