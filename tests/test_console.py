@@ -121,6 +121,11 @@ def test_monitor_snapshot_120x40(tmp_path, snap_compare):
     assert snap_compare(app, terminal_size=(120, 40), run_before=monitor_ready)
 
 
+def test_monitor_snapshot_ascii_80x24(tmp_path, snap_compare):
+    app = recorded_app(tmp_path, ascii=True)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=monitor_ready)
+
+
 def test_ascii_mode_draws_only_ascii(tmp_path):
     async def scenario():
         app = recorded_app(tmp_path, ascii=True)

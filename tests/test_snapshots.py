@@ -1,7 +1,7 @@
 """Every screen and modal as a person sees it, at 80x24 (a default SSH terminal) and at 120x40,
 and at 80x24 in ASCII mode: Textual's own snapshot tests (the pictures are in __snapshots__;
 each was looked at before it was committed; `pytest --snapshot-update` redraws them). The
-monitor's pictures are in test_console.py.
+monitor's pictures (80x24, 120x40, ASCII) are in test_console.py.
 
 What would differ between runs is pinned: the runs screen's clock (a run's age), the build
 context of the image screen (its tags hash this repository), the model test's result (the
