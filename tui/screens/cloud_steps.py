@@ -22,7 +22,7 @@ from torchdeck.backends.errors import SpecError
 from torchdeck.monitor.state import format_duration
 
 from ..messages import StepProgressed
-from .form import FormScreen, field_rows
+from .form import FormScreen, field_rows, reason_text
 
 if TYPE_CHECKING:
     from torchdeck.backends.eks.progress import Progress
@@ -32,8 +32,8 @@ STYLES = {"event": "cyan", "output": "", "wait": "dim", "done": "bold green"}
 
 class CloudStepsScreen(FormScreen[None]):
     """A form (``FORM``; an Input a field unless ``field_widgets`` gives another), a side pane
-    (``side``), and the progress pane (#phase, #progress). At 80 columns the side pane is behind
-    a key (``SIDE_KEY``, said in the title): the form takes the width."""
+    (``side``), and the progress pane (#phase, #progress). Under 100 columns the side pane is behind
+    f2 (``action_side``; the title says what it holds, ``SIDE_NAME``): the form takes the width."""
 
     CSS_PATH: ClassVar[CSSPathType | None] = "cloud.tcss"
     TITLE_TEXT: ClassVar[str] = ""
@@ -125,14 +125,9 @@ class CloudStepsScreen(FormScreen[None]):
     def spec_error(self, exc: SpecError, field: str) -> None:
         """``exc`` under ``field``: its reason and hint (the field goes without saying)."""
         if field in self.form_ids():
-            self.field_error(field, exc.reason + (f" (hint: {exc.hint})" if exc.hint else ""))
+            self.field_error(field, reason_text(exc))
         else:
             self.field_error("", str(exc))
-
-    def form_error(self, text: str) -> None:
-        """A line under the form for what no field owns (a file that cannot be read or written)."""
-        self.query_one("#form-error", Static).update(text)
-        self.query_one("#form-error").set_class(bool(text), "-shown")
 
     def check_form(self) -> Any:
         """The form's plan, or None with the first bad field's reason shown under it."""

@@ -18,6 +18,8 @@ from textual.dom import DOMNode
 from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static
 
+from torchdeck.backends.errors import SpecError
+
 from .base import DeckScreen
 
 ResultT = TypeVar("ResultT")
@@ -29,15 +31,16 @@ class Field:
 
     id: str
     label: str
-    """Short: it fits the label column (``LABEL_WIDTH``)."""
+    """Short: it fits the label column (19 cells, ``.field-label`` in app.tcss)."""
     example: str = ""
     """The placeholder of an empty input: an example value, or what empty means."""
     help: str = ""
     """The line under the form while the field has focus."""
 
 
-LABEL_WIDTH = 19
-"""The label column, in cells (a label is at most one less)."""
+def reason_text(exc: SpecError) -> str:
+    """A field's error as its line says it: the reason and the hint (the field goes without saying)."""
+    return exc.reason + (f" (hint: {exc.hint})" if exc.hint else "")
 
 
 def field_rows(fields: list[Field], widgets: Mapping[str, Widget] | None = None) -> ComposeResult:
@@ -57,8 +60,8 @@ def field_rows(fields: list[Field], widgets: Mapping[str, Widget] | None = None)
 
 
 class FormScreen(DeckScreen[ResultT]):
-    """A screen with a form (``FORM``; its lines from ``field_rows``, and a ``#field-help`` line
-    under them). ``show_errors`` puts each field's error under it, shown once the field is
+    """A screen with a form (``FORM``; its lines from ``field_rows``, a ``#field-help`` line under
+    them and a ``#form-error`` line). ``show_errors`` puts each field's error under it, shown once the field is
     touched or ``tried`` is set (a submit)."""
 
     FORM: ClassVar[list[Field]] = []
@@ -95,6 +98,12 @@ class FormScreen(DeckScreen[ResultT]):
             line.update(text)
             line.set_class(bool(text), "-shown")
 
+    def form_error(self, text: str) -> None:
+        """The line under the form (``#form-error``) for what no field owns: a file that cannot be
+        read or written, the backend's refusal."""
+        self.query_one("#form-error", Static).update(text)
+        self.query_one("#form-error").set_class(bool(text), "-shown")
+
     def try_submit(self) -> None:
         """A submit was tried: every error shows from now on."""
         self.tried = True
@@ -109,10 +118,8 @@ class FormScreen(DeckScreen[ResultT]):
         field = self._field_of(event.widget)
         if field is None and event.widget.parent is not None:  # a Select's own parts
             field = self._field_of(event.widget.parent)
-        helps = {f.id: f.help or f.label for f in self.FORM}
-        line = self.query("#field-help").results(Static)
-        for widget in line:
-            widget.update(helps.get(field or "", ""))
+        line = next((f.help or f.label for f in self.FORM if f.id == field), "")
+        self.query_one("#field-help", Static).update(line)
 
     def on_descendant_blur(self, event: events.DescendantBlur) -> None:
         field = self._field_of(event.widget)

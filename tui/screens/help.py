@@ -61,7 +61,7 @@ Headless, the same from a shell: `torchdeck train`, `jobs`, `status`, `logs RUN 
 `image build|push`, `model get`, `resources`, `cleanup`.
 """
 
-KEY_NAMES = {"question_mark": "?", "escape": "esc", "slash": "/", "enter": "enter"}
+KEY_NAMES = {"question_mark": "?", "escape": "esc", "slash": "/"}
 
 
 def key_text(key: str) -> str:

@@ -20,70 +20,53 @@ from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, save_sp
 
 from ..messages import JobSubmitted
 from .base import shown_path
-from .form import Field, FormScreen, field_rows
+from .form import Field, FormScreen, field_rows, reason_text
 
-# spec field, kind, its line in the form (its widget is #f- and the spec field with - for . and _)
-FIELDS: list[tuple[str, str, Field]] = [
-    ("name", "text", Field("name", "Job name", "cifar10-ddp", "The run's name: lower-case letters, digits and '-'")),
+# spec field, kind, label, example (the placeholder), help (the line under the form while it has focus)
+FIELDS: list[tuple[str, str, str, str, str]] = [
+    ("name", "text", "Job name", "cifar10-ddp", "The run's name: lower-case letters, digits and '-'"),
     (
         "entrypoint.script",
         "text?",
-        Field(
-            "entrypoint-script",
-            "Script",
-            "train.py (empty: built-in trainer)",
-            "Your script, in the code folder (empty: the built-in CIFAR-10 trainer)",
-        ),
+        "Script",
+        "train.py (empty: built-in trainer)",
+        "Your script, in the code folder (empty: the built-in CIFAR-10 trainer)",
     ),
-    (
-        "entrypoint.module",
-        "text?",
-        Field("entrypoint-module", "or module", "mypkg.train", "Or your module, run as python -m"),
-    ),
-    (
-        "entrypoint.args",
-        "args",
-        Field("entrypoint-args", "Arguments", "--epochs 3 --lr 0.1", "Its arguments, as on a command line"),
-    ),
-    (
-        "entrypoint.code",
-        "text",
-        Field("entrypoint-code", "Code folder", ".", "The code folder (shipped with the job to a cluster)"),
-    ),
+    ("entrypoint.module", "text?", "or module", "mypkg.train", "Or your module, run as python -m"),
+    ("entrypoint.args", "args", "Arguments", "--epochs 3 --lr 0.1", "Its arguments, as on a command line"),
+    ("entrypoint.code", "text", "Code folder", ".", "The code folder (shipped with the job to a cluster)"),
     (
         "metrics.pattern",
         "text?",
-        Field(
-            "metrics-pattern",
-            "Metrics pattern",
-            "empty: the common formats",
-            "A regex with (?P<loss>...) for your script's lines (empty: the common text formats)",
-        ),
+        "Metrics pattern",
+        "empty: the common formats",
+        "A regex with (?P<loss>...) for your script's lines (empty: the common text formats)",
     ),
-    ("nproc_per_node", "int", Field("nproc-per-node", "Ranks per node", "2", "Processes per node (one per GPU)")),
-    ("trainer.epochs", "int?", Field("trainer-epochs", "Epochs", "empty: the recipe's", "Epochs to train")),
-    ("trainer.max_steps", "int?", Field("trainer-max-steps", "Max steps", "empty: no limit", "Stop after this many")),
-    ("trainer.recipe", "recipe", Field("trainer-recipe", "Recipe", help="The built-in trainer's recipe")),
-    ("trainer.model", "model", Field("trainer-model", "Model", help="The built-in trainer's model")),
-    (
-        "data_dir",
-        "text",
-        Field("data-dir", "Data folder", "./data", "The data folder (holds cifar-10-batches-py/)"),
-    ),
-    ("download", "bool", Field("download", "Download data", help="Download CIFAR-10 into the data folder if absent")),
-    ("max_restarts", "int", Field("max-restarts", "Max restarts", "0", "Restarts of a failed job before it fails")),
-    ("device", "device", Field("device", "Device", help="auto: CUDA where there is a GPU, else the CPU")),
+    ("nproc_per_node", "int", "Ranks per node", "2", "Processes per node (one per GPU)"),
+    ("trainer.epochs", "int?", "Epochs", "empty: the recipe's", "Epochs to train"),
+    ("trainer.max_steps", "int?", "Max steps", "empty: no limit", "Stop after this many"),
+    ("trainer.recipe", "recipe", "Recipe", "", "The built-in trainer's recipe"),
+    ("trainer.model", "model", "Model", "", "The built-in trainer's model"),
+    ("data_dir", "text", "Data folder", "./data", "The data folder (holds cifar-10-batches-py/)"),
+    ("download", "bool", "Download data", "", "Download CIFAR-10 into the data folder if absent"),
+    ("max_restarts", "int", "Max restarts", "0", "Restarts of a failed job before it fails"),
+    ("device", "device", "Device", "", "auto: CUDA where there is a GPU, else the CPU"),
 ]
 SELECTS = ("recipe", "model", "device")
 
 
+def _line_id(field: str) -> str:
+    """A spec field's line in the form (its widget is ``#f-`` and this)."""
+    return field.replace(".", "-").replace("_", "-")
+
+
 def _dom_id(field: str) -> str:
-    return "f-" + field.replace(".", "-").replace("_", "-")
+    return "f-" + _line_id(field)
 
 
 class LaunchScreen(FormScreen[None]):
     CSS_PATH = "launch.tcss"
-    FORM = [f for _, _, f in FIELDS]
+    FORM = [Field(_line_id(field), label, example, hint) for field, _, label, example, hint in FIELDS]
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", priority=True),
         Binding("ctrl+s", "save", "Save spec", priority=True),
@@ -100,18 +83,18 @@ class LaunchScreen(FormScreen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="launch-title")
         widgets: dict[str, Widget] = {}
-        for field, kind, line in FIELDS:
-            dom = _dom_id(field)
+        for field, kind, *_ in FIELDS:
+            dom, line = _dom_id(field), _line_id(field)
             if kind == "bool":
-                widgets[line.id] = Checkbox("if absent", id=dom)
+                widgets[line] = Checkbox("if absent", id=dom)
             elif kind == "recipe":
-                widgets[line.id] = Select([(r, r) for r in RECIPES], allow_blank=False, id=dom)
+                widgets[line] = Select([(r, r) for r in RECIPES], allow_blank=False, id=dom)
             elif kind == "model":
-                widgets[line.id] = Select([("the recipe's", "")] + [(m, m) for m in MODELS], allow_blank=False, id=dom)
+                widgets[line] = Select([("the recipe's", "")] + [(m, m) for m in MODELS], allow_blank=False, id=dom)
             elif kind == "device":
-                widgets[line.id] = Select([(d, d) for d in ("auto", "cpu", "cuda")], allow_blank=False, id=dom)
+                widgets[line] = Select([(d, d) for d in ("auto", "cpu", "cuda")], allow_blank=False, id=dom)
             else:
-                widgets[line.id] = Input(id=dom, restrict=r"[0-9]*" if kind.startswith("int") else None)
+                widgets[line] = Input(id=dom, restrict=r"[0-9]*" if kind.startswith("int") else None)
         with VerticalScroll(id="form", classes="form"):
             yield from field_rows(self.FORM, widgets)
         yield Static(id="field-help")
@@ -128,7 +111,7 @@ class LaunchScreen(FormScreen[None]):
                 self.base = load_spec(self.spec_file)
                 self.loaded_from = shown_path(self.spec_file)
         except SpecError as exc:
-            self.show_error(f"{exc} - the form starts from the defaults; saving overwrites the file")
+            self.form_error(f"{exc} - the form starts from the defaults; saving overwrites the file")
         source = self.loaded_from or "defaults (no spec file yet)"
         self.query_one("#launch-title", Static).update(
             f"Launch a job on the {self.app.backend.name} backend - from {source}"
@@ -138,7 +121,7 @@ class LaunchScreen(FormScreen[None]):
 
     def fill(self, spec: JobSpec) -> None:
         data = spec.to_dict()
-        for field, kind, _ in FIELDS:
+        for field, kind, *_ in FIELDS:
             value: Any = data
             for part in field.split("."):
                 value = value[part]
@@ -154,7 +137,7 @@ class LaunchScreen(FormScreen[None]):
 
     def form_values(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for field, kind, _ in FIELDS:
+        for field, kind, *_ in FIELDS:
             dom = f"#{_dom_id(field)}"
             if kind == "bool":
                 out[field] = self.query_one(dom, Checkbox).value
@@ -183,16 +166,16 @@ class LaunchScreen(FormScreen[None]):
             spec = with_overrides(self.base, self.form_values())
             spec.entrypoint.code = str(Path(spec.entrypoint.code).expanduser().resolve())
         except SpecError as exc:
-            line = next((f.id for field, _, f in FIELDS if field == exc.field), None)
-            if line is None:
-                self.show_errors({})
-                self.show_error(str(exc).replace("command line: ", ""))
+            line = _line_id(exc.field)
+            if line in self.form_ids():
+                self.show_errors({line: reason_text(exc)})
+                self.form_error("")
             else:
-                self.show_errors({line: exc.reason + (f" (hint: {exc.hint})" if exc.hint else "")})
-                self.show_error("")
+                self.show_errors({})
+                self.form_error(str(exc).replace("command line: ", ""))
             return None
         self.show_errors({})
-        self.show_error("")
+        self.form_error("")
         if spec.data_dir and "://" not in spec.data_dir:
             spec.data_dir = str(Path(spec.data_dir).expanduser().resolve())
         return spec
@@ -212,11 +195,6 @@ class LaunchScreen(FormScreen[None]):
 
     def on_select_changed(self, event: Select.Changed) -> None:
         self.typed(event.select)
-
-    def show_error(self, text: str) -> None:
-        """A line under the form for what no field owns (the spec file, the backend's refusal)."""
-        self.query_one("#form-error", Static).update(text)
-        self.query_one("#form-error").set_class(bool(text), "-shown")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "launch":
@@ -239,7 +217,7 @@ class LaunchScreen(FormScreen[None]):
         try:
             save_spec(spec, self.spec_file)
         except OSError as exc:
-            self.show_error(f"cannot write {self.spec_file}: {exc.strerror}")
+            self.form_error(f"cannot write {self.spec_file}: {exc.strerror}")
             return
         self.notify(f"saved {self.spec_file}")
 
@@ -249,7 +227,7 @@ class LaunchScreen(FormScreen[None]):
 
     def worker_failed(self, group: str, text: str) -> None:
         self.query_one("#launch", Button).disabled = False
-        self.show_error(text)
+        self.form_error(text)
 
     def on_job_submitted(self, message: JobSubmitted) -> None:
         self.notify(f"launched {message.run_id}")
