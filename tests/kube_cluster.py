@@ -15,7 +15,7 @@ closed here in a subclass:
   /api/v1/namespaces);
 - pod logs are scripted: ``script_log(ns, pod, lines, rate=...)``, followed
   with ``follow=true`` as the kubelet streams them, with ``timestamps=true``
-  and ``sinceTime`` as the kubelet serves them;
+  ``sinceTime`` and ``tailLines`` as the kubelet serves them;
 - the pod proxy (/pods/NAME:PORT/proxy/PATH) answers from ``proxied``, for a
   DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource.
 
@@ -318,6 +318,7 @@ class ClusterEmulator(KubernetesEmulator):
         follow = raw_request.query.get("follow") == "true"
         stamps = raw_request.query.get("timestamps") == "true"
         since = raw_request.query.get("sinceTime")
+        tail = raw_request.query.get("tailLines")
         if log.started is None:
             log.started, log.wall = time.monotonic(), time.time()
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
@@ -330,6 +331,8 @@ class ClusterEmulator(KubernetesEmulator):
                     if log.rate is None
                     else min(len(log.lines), int((time.monotonic() - log.started) * log.rate) + 1)
                 )
+                if tail is not None:  # the kubelet starts that many lines from the end, then follows
+                    i, tail = max(0, due - int(tail)), None
                 if due > i:
                     chunk = []
                     for n in range(i, due):

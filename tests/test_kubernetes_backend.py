@@ -327,6 +327,10 @@ def test_status_follows_the_operator_and_explains_pending_pods(cluster, backend)
     set_conditions(backend, run_id, "Created", "Running")
     running = backend.status(run_id)
     assert running.state is JobState.RUNNING and (running.step, running.epoch, running.loss) == (12, 1, 1.7)
+    # it reads only the log's tail, which the kubelet (and tests/kube_cluster.py) serves as asked
+    log = f"api/v1/namespaces/{NS}/pods/{run_id}-master-0/log"
+    tail = backend.request("GET", log, query={"tailLines": 2}, stream=True).data
+    assert tail.decode().splitlines() == [metric_line(1, 11, 1.8), metric_line(0, 12, 1.7)]
     set_conditions(
         backend,
         run_id,
@@ -538,8 +542,13 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
             assert [table.get_row_at(i)[0] for i in range(4)] == ["0", "1", "2", "3"]
             # no NVML and no DCGM exporter on the node: its GPU line is what the ranks on it report
             nodes = screen.query_one("#nodes", Static)
-            await wait_for(pilot, lambda: "as the ranks report" in str(nodes.render()), what="the node's GPU line")
-            assert "cpu-0" in str(nodes.render()) and "r0 90% r1 91% r2 92% r3 93%" in str(nodes.render())
+            # (measured once a second, from the snapshot of the time: the first may predate rank 3's line)
+            await wait_for(
+                pilot,
+                lambda: "as the ranks report: r0 90% r1 91% r2 92% r3 93%" in str(nodes.render()),
+                what="the node's GPU line",
+            )
+            assert "cpu-0" in str(nodes.render())
 
     asyncio.run(scenario())
 
