@@ -191,7 +191,10 @@ class LossChart(LineStyles, Widget):
         """Whether the ranks drawn are the user's choice (the title says so)."""
         self.builds = 0
         """Charts drawn so far (tests wait on it)."""
-        self._chart_curves: Curves = {}
+        self._wanted: tuple[Curves, int, int] = ({}, 0, 0)
+        """The curves and the size the next build draws. The worker reads them from here rather
+        than taking them as arguments: Textual keeps a finished worker's arguments until the cyclic
+        garbage collector frees the worker, and those were 6,400 floats a chart, twice a second."""
         self._chart_strips: list[Strip] | None = None
         self._chart_size: tuple[int, int] = (0, 0)
 
@@ -200,11 +203,13 @@ class LossChart(LineStyles, Widget):
 
     def show(self, curves: Curves, total_ranks: int) -> None:
         """Draw these curves (in the background; the old chart stays until then)."""
-        self._chart_curves, self.total = curves, total_ranks
-        self._build(curves, self.size.width, self.size.height)
+        self.total = total_ranks
+        self._wanted = (curves, self.size.width, self.size.height)
+        self._build()
 
     @work(thread=True, exclusive=True, group="chart", exit_on_error=False)
-    def _build(self, curves: Curves, width: int, height: int) -> None:
+    def _build(self) -> None:
+        curves, width, height = self._wanted
         if width < 8 or height < 4:
             return
         strips, drawn = build_chart(curves, width, height, self.glyphs.plot_marker)
@@ -223,7 +228,7 @@ class LossChart(LineStyles, Widget):
         self.refresh()
 
     def on_resize(self) -> None:
-        self._build(self._chart_curves, self.size.width, self.size.height)
+        self.show(self._wanted[0], self.total)
 
     def render_line(self, y: int) -> Strip:
         strips = self._chart_strips
