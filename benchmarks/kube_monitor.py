@@ -140,7 +140,7 @@ async def measure(
         t0 = time.perf_counter()
         steps0 = {r.rank: r.step for r in screen.snap.ranks}
         events0 = screen.snap.events
-        samples, updated_all, trace = [], 0, [(rss0, console_usage(me)[3])]
+        samples, updated_all, trace, stalls = [], 0, [(rss0, console_usage(me)[3])], []
         last = dict(steps0)
         while time.perf_counter() - t0 < seconds:
             await pilot.pause(2.0)
@@ -150,6 +150,8 @@ async def measure(
             moved = sum(1 for r, s in now.items() if s > last.get(r, 0))
             samples.append(moved)
             updated_all += moved == pods
+            if moved < pods:
+                stalls.append(f"{time.perf_counter() - t0:.0f} s: {moved}")
             last = now
         t1 = time.perf_counter()
         cpu1, rss1, reader1, reader_rss = console_usage(me)
@@ -161,6 +163,7 @@ async def measure(
         "lines_per_s": round((events1 - events0) / (t1 - t0)),
         "ranks_updated_per_2s": f"min {min(samples)} of {pods}",
         "windows_all_updated": f"{updated_all}/{len(samples)}",
+        "stalls": stalls,
         "console_cores": round((cpu1 - cpu0) / (t1 - t0), 3),
         "reader_cores": round((reader1 - reader0) / (t1 - t0), 3),
         "rss_mb": round(rss1 / 2**20, 1),
@@ -223,6 +226,10 @@ def main() -> int:
         f"  ranks whose step moved in each 2 s window: {result['ranks_updated_per_2s']}; "
         f"windows with all {a.pods} moving: {result['windows_all_updated']}   (target: every curve updates)"
     )
+    if result["stalls"]:
+        print(
+            f"  windows in which not every rank moved, by their end (ranks that moved): {', '.join(result['stalls'])}"
+        )
     print(
         f"  console CPU {result['console_cores']} cores: its process and its metric reader "
         f"({result['reader_cores']} of them)   (target: < 0.25 at 128 pods x 20 lines/s, < 0.5 at 512 x 5)"
