@@ -136,11 +136,11 @@ async def measure(
             await pilot.pause(0.1)
         ranks_seen_s = time.perf_counter() - t_start
         await pilot.pause(warm_s)  # past the catch-up, and the log buffers full
-        cpu0, rss0, reader0, _ = console_usage(me)
+        cpu0, rss0, reader0, reader_rss0 = console_usage(me)
         t0 = time.perf_counter()
         steps0 = {r.rank: r.step for r in screen.snap.ranks}
         events0 = screen.snap.events
-        samples, updated_all, trace, stalls = [], 0, [(rss0, console_usage(me)[3])], []
+        samples, updated_all, trace, stalls = [], 0, [(rss0, reader_rss0)], []
         last = dict(steps0)
         while time.perf_counter() - t0 < seconds:
             await pilot.pause(2.0)
