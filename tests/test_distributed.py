@@ -71,6 +71,8 @@ def test_killed_worker_restarts_from_the_checkpoint(cifar_dir: Path, tmp_path: P
                 "4",
                 "--epochs",
                 "2",
+                "--max-steps",
+                "14",
                 "--log-every",
                 "1",
                 max_restarts=1,
@@ -105,5 +107,5 @@ def test_killed_worker_restarts_from_the_checkpoint(cifar_dir: Path, tmp_path: P
     after = [r["step"] for r in lines if r["event"] == "step" and r["time"] > resumes[0]["time"]]
     assert after and min(after) == resumes[0]["step"] + 1
     done = [r for r in lines if r["event"] == "done"]
-    assert len(done) == 2 and all(r["step"] == 40 for r in done)  # 2 epochs x 20 steps, finished
+    assert len(done) == 2 and all(r["step"] == 14 for r in done)  # the --max-steps, finished
     assert (ck / "model.pt").is_file()

@@ -146,7 +146,10 @@ def test_a_killed_torchrun_fails_the_run_leaves_no_rank_and_resume_continues(tmp
     from torchdeck.backends.spec import JobSpec, TrainerOptions
 
     backend = LocalBackend(tmp_path / "state")
-    spec = JobSpec(name="agent", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3))
+    # 20 steps an epoch; the resumed run goes from epoch 1's snapshot to step 32
+    spec = JobSpec(
+        name="agent", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3, max_steps=32)
+    )
     run_id = backend.submit(spec)
     wait_status(backend, run_id, lambda s: s.step >= 25, timeout=120)  # into epoch 2, past a snapshot
     ranks = [rank_process(run_id, rank) for rank in (0, 1)]
@@ -185,7 +188,7 @@ def test_a_killed_torchrun_fails_the_run_leaves_no_rank_and_resume_continues(tmp
     )
     assert [s.run_id for s in backend.list() if s.run_id != run_id] == [resumed]
     done = finished(backend, resumed)
-    assert done.state is JobState.SUCCEEDED, done
+    assert done.state is JobState.SUCCEEDED and done.step == 32, done
     lines = [line.text for batch in backend.logs(resumed, rank=0) for line in batch]
     assert any(text.startswith("resume:") or "resumed" in text for text in lines), lines[:20]
 

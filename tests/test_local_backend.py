@@ -150,13 +150,14 @@ def test_detach_reattach_node_metrics_and_stop_leaves_no_process(tmp_path, cifar
 @pytest.mark.slow
 def test_killed_rank_shows_as_a_restart_and_the_job_finishes(tmp_path, cifar_dir):
     backend = LocalBackend(tmp_path / "state")
-    spec = JobSpec(name="kill", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3))
+    # 20 steps an epoch: stopped at step 32, so the restart (from epoch 1's snapshot) has 12 to go
+    spec = JobSpec(name="kill", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3, max_steps=32))
     run_id = backend.submit(spec)
     wait_status(backend, run_id, lambda s: s.step >= 25, timeout=90)  # into epoch 2, past a checkpoint
     rank_process(run_id, 1).send_signal(signal.SIGKILL)
     status = finished(backend, run_id)
     assert status.state is JobState.SUCCEEDED, status
-    assert status.restarts == 1 and status.step == status.total_steps
+    assert status.restarts == 1 and status.step == status.total_steps == 32
 
     state = MonitorState()
 

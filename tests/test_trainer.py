@@ -109,7 +109,10 @@ def test_metric_lines_follow_schema_1(tiny_cifar: Path, tmp_path: Path) -> None:
     assert metrics.parse_line(written[1]) == lines[1] and metrics.parse_line("epoch 1 done") is None
 
 
-def test_resume_continues_where_the_last_run_stopped(tiny_cifar: Path, tmp_path: Path) -> None:
+def test_resume_continues_skips_a_corrupt_newest_checkpoint_and_refuses_another_models(
+    tiny_cifar: Path, tmp_path: Path
+) -> None:
+    """One checkpoint folder through four runs (a process each, so kept to one test)."""
     ck = tmp_path / "ck"
     first = run_trainer(*quick(tiny_cifar, ck, "--max-steps", "4", "--checkpoint-every", "2"))
     assert first.returncode == 0, first.stderr
@@ -125,25 +128,19 @@ def test_resume_continues_where_the_last_run_stopped(tiny_cifar: Path, tmp_path:
     assert lines[0]["elapsed_s"] >= first_lines[-1]["elapsed_s"]
     assert (ck / "model.pt").is_file()
 
-
-def test_corrupt_newest_checkpoint_is_skipped_with_a_warning(tiny_cifar: Path, tmp_path: Path) -> None:
-    ck = tmp_path / "ck"
-    assert run_trainer(*quick(tiny_cifar, ck, "--max-steps", "6", "--checkpoint-every", "3")).returncode == 0
-    newest = ck / "ckpt-00000006.pt"
+    # the newest snapshot cut in half: skipped with a warning, and the one before it taken
+    newest = ck / "ckpt-00000008.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-    proc = run_trainer(*quick(tiny_cifar, ck, "--max-steps", "8"))
-    assert proc.returncode == 0, proc.stderr
-    resume = next(r for r in records(proc.stdout) if r["event"] == "resume")
-    assert resume["step"] == 3 and resume["skipped"] == ["ckpt-00000006.pt"]
-    assert "skipping unreadable checkpoint ckpt-00000006.pt" in proc.stderr
-    assert [r["step"] for r in records(proc.stdout) if r["event"] == "step"][0] == 4
+    third = run_trainer(*quick(tiny_cifar, ck, "--max-steps", "10"))
+    assert third.returncode == 0, third.stderr
+    resume = next(r for r in records(third.stdout) if r["event"] == "resume")
+    assert resume["step"] == 6 and resume["skipped"] == ["ckpt-00000008.pt"]
+    assert "skipping unreadable checkpoint ckpt-00000008.pt" in third.stderr
+    assert [r["step"] for r in records(third.stdout) if r["event"] == "step"][0] == 7
 
-
-def test_checkpoints_of_another_model_are_refused(tiny_cifar: Path, tmp_path: Path) -> None:
-    ck = tmp_path / "ck"
-    assert run_trainer(*quick(tiny_cifar, ck, "--max-steps", "2")).returncode == 0
+    # another network (the default recipe's) refuses this folder's snapshots in one line
     proc = run_trainer(
-        "--data-dir", str(tiny_cifar), "--checkpoint-dir", str(ck), "--max-steps", "3", "--batch-size", "16"
+        "--data-dir", str(tiny_cifar), "--checkpoint-dir", str(ck), "--max-steps", "12", "--batch-size", "16"
     )
     assert proc.returncode == 2
     assert "written by model 'seed-cnn', not 'resnet-fast'" in one_error_line(proc.stderr)
@@ -258,16 +255,24 @@ def test_evaluate_json_agrees_with_the_trainer(trained_model) -> None:
     assert correct / 30 == pytest.approx(result["accuracy"])
 
 
-def test_evaluate_reads_a_bare_state_dict_and_refuses_another_networks(tmp_path: Path, trained_model) -> None:
+def test_evaluate_reads_a_bare_state_dict_and_refuses_another_networks(tmp_path: Path, trained_model, capsys) -> None:
+    """In this process (``evaluate.main``; the tests above run it as a program): four model files."""
+    from torchdeck.trainer.evaluate import main
+
     _, data_dir, _ = trained_model
+
+    def evaluate(*args: str) -> tuple[int, str, str]:
+        code = main([*args, "--data-dir", str(data_dir)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
     bare = tmp_path / "seed.pth"
     torch.save(SeedCNN().state_dict(), bare)  # as the seed workshop saved its model
-    ok = run_evaluate("--model-file", str(bare), "--data-dir", str(data_dir), "--model", "seed-cnn")
-    assert ok.returncode == 0 and ok.stdout.startswith("Accuracy of the network on the 30 test images")
-    wrong = run_evaluate("--model-file", str(bare), "--data-dir", str(data_dir), "--model", "resnet-fast")
-    assert wrong.returncode == 2
-    assert "do not fit model 'resnet-fast'" in one_error_line(wrong.stderr)
-    unnamed = run_evaluate("--model-file", str(bare), "--data-dir", str(data_dir))
-    assert unnamed.returncode == 2 and "pass --model" in one_error_line(unnamed.stderr)
-    missing = run_evaluate("--model-file", str(tmp_path / "none.pt"), "--data-dir", str(data_dir))
-    assert missing.returncode == 2 and "does not exist" in one_error_line(missing.stderr)
+    code, out, _ = evaluate("--model-file", str(bare), "--model", "seed-cnn")
+    assert code == 0 and out.startswith("Accuracy of the network on the 30 test images")
+    code, _, err = evaluate("--model-file", str(bare), "--model", "resnet-fast")
+    assert code == 2 and "do not fit model 'resnet-fast'" in one_error_line(err)
+    code, _, err = evaluate("--model-file", str(bare))
+    assert code == 2 and "pass --model" in one_error_line(err)
+    code, _, err = evaluate("--model-file", str(tmp_path / "none.pt"))
+    assert code == 2 and "does not exist" in one_error_line(err)
