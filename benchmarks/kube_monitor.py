@@ -241,6 +241,10 @@ def main() -> int:
     )
     if len(result["rss_trace_mb"]) > 2:
         print(f"  console memory every 30 s, MB (its metric reader's): {', '.join(result['rss_trace_mb'])}")
+    totals = [float(cell.split()[0]) for cell in result["rss_trace_mb"]]
+    if len(totals) > 40:  # over 20 minutes: the growth in each 10 minutes (20 samples 30 s apart)
+        spans = [f"{(totals[min(i + 20, len(totals) - 1)] - totals[i]):+.1f}" for i in range(0, len(totals) - 1, 20)]
+        print(f"  growth in each 10 minutes after the warm-up, MB (the last span may be shorter): {', '.join(spans)}")
     return 0
 
 

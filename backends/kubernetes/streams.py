@@ -612,11 +612,14 @@ class PodLogFollower:
         )
 
     def take(
-        self, wait_s: float, linger_s: float = 0.02, limit: int = 8192
+        self, wait_s: float, linger_s: float = 0.02, limit: int = 2048
     ) -> tuple[list[tuple[int, int, bytes]], bool]:
         """What arrived, and whether the logs are over. Waits up to ``wait_s``
         for the first line, then ``linger_s`` for more: a few batches a
-        second, not one per line, however many pods trickle lines in."""
+        second, not one per line, however many pods trickle lines in. At most
+        about ``limit`` lines a call: a catch-up after a stall is parsed in
+        slices, so its peak (the lines, their records and events at once)
+        stays small, and the memory the allocator takes for it too."""
         out: list[tuple[int, int, bytes]] = []
         try:
             rank, attempt, lines = self.queue.get(timeout=wait_s)

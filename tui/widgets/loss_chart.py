@@ -9,6 +9,7 @@ the lines the widget hands out, so frames keep coming while it is drawn."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -21,7 +22,8 @@ from textual.widget import Widget
 from ..glyphs import Glyphs
 from .line_styles import LineStyles
 
-Curves = dict[int, tuple[list[float], list[float]]]
+Curves = dict[int, tuple[Sequence[float], Sequence[float]]]
+"""Each rank's steps and losses: lists, or the monitor's ``array('d')`` buffers."""
 
 PALETTE = tuple(
     Style(color=c)
