@@ -9,7 +9,7 @@ the lines the widget hands out, so frames keep coming while it is drawn."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -22,7 +22,7 @@ from textual.widget import Widget
 from ..glyphs import Glyphs
 from .line_styles import LineStyles
 
-Curves = dict[int, tuple[Sequence[float], Sequence[float]]]
+Curves = Mapping[int, tuple[Sequence[float], Sequence[float]]]
 """Each rank's steps and losses: lists, or the monitor's ``array('d')`` buffers."""
 
 PALETTE = tuple(
@@ -66,7 +66,7 @@ def build_chart(curves: Curves, width: int, height: int, marker: str) -> tuple[l
     for rank, (xs, ys) in sorted(curves.items()):
         if len(xs) > room:
             stride = -(-len(xs) // room)
-            xs, ys = xs[::stride] + xs[-1:], ys[::stride] + ys[-1:]
+            xs, ys = [*xs[::stride], xs[-1]], [*ys[::stride], ys[-1]]
         kept = [(x, y) for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)]
         if kept:
             points.append((rank, [x for x, _ in kept], [y for _, y in kept]))
