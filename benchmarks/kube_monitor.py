@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -92,8 +93,30 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
                 },
             },
         )
+    pauses: list[float] = []  # the server's own full garbage collections, in seconds
+    began = [0.0]
+
+    def timed(phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                began[0] = time.perf_counter()
+            else:
+                pauses.append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(timed)
     print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "run_id": run_id}), flush=True)
     sys.stdin.read()  # until the benchmark is done
+    gc.callbacks.remove(timed)
+    print(
+        json.dumps(
+            {
+                "log requests": dict(cluster.emulator.log_requests),
+                "full collections": len(pauses),
+                "longest s": round(max(pauses, default=0.0), 3),
+            }
+        ),
+        flush=True,
+    )
 
 
 def console_usage(me: psutil.Process) -> tuple[float, int, float, int]:
@@ -114,7 +137,13 @@ def console_usage(me: psutil.Process) -> tuple[float, int, float, int]:
 
 
 async def measure(
-    kubeconfig: str, run_id: str, pods: int, seconds: float, refresh_hz: float = 20.0, warm_s: float = 15.0
+    kubeconfig: str,
+    run_id: str,
+    pods: int,
+    seconds: float,
+    refresh_hz: float = 20.0,
+    warm_s: float = 15.0,
+    server_pid: int | None = None,
 ) -> dict:
     from torchdeck.backends.kubernetes.backend import KubernetesBackend
     from torchdeck.settings import Settings
@@ -122,6 +151,12 @@ async def measure(
     from torchdeck.tui.screens.monitor import MonitorScreen
 
     me = psutil.Process()
+    server = psutil.Process(server_pid) if server_pid else None
+
+    def server_cpu() -> float:
+        t = server.cpu_times() if server else None
+        return t.user + t.system if t else 0.0
+
     app = make_app(
         Settings(backend="kubernetes", state_dir=Path(tempfile.mkdtemp()), refresh_hz=refresh_hz),
         KubernetesBackend(kubeconfig),
@@ -141,11 +176,15 @@ async def measure(
         steps0 = {r.rank: r.step for r in screen.snap.ranks}
         events0 = screen.snap.events
         samples, updated_all, trace, stalls = [], 0, [(rss0, reader_rss0)], []
+        server_trace, server_at, server_t = [], server_cpu(), time.perf_counter()
         last = dict(steps0)
         while time.perf_counter() - t0 < seconds:
             await pilot.pause(2.0)
             if len(samples) % 15 == 14:  # every 30 s
                 trace.append(console_usage(me)[1::2])
+                busy, now_t = server_cpu(), time.perf_counter()
+                server_trace.append((busy - server_at) / (now_t - server_t))
+                server_at, server_t = busy, now_t
             now = {r.rank: r.step for r in screen.snap.ranks}
             moved = sum(1 for r, s in now.items() if s > last.get(r, 0))
             samples.append(moved)
@@ -170,6 +209,7 @@ async def measure(
         "reader_rss_mb": round(reader_rss / 2**20, 1),
         "rss_growth_mb": round((rss1 - rss0) / 2**20, 1),
         "rss_trace_mb": [f"{rss / 2**20:.1f} ({reader / 2**20:.1f})" for rss, reader in trace],
+        "server_cores": [f"{c:.2f}" for c in server_trace],
     }
 
 
@@ -210,9 +250,12 @@ def main() -> int:
         )
         try:
             info = json.loads(server.stdout.readline())
-            result = asyncio.run(measure(info["kubeconfig"], info["run_id"], a.pods, a.seconds, a.refresh_hz, a.warm))
+            result = asyncio.run(
+                measure(info["kubeconfig"], info["run_id"], a.pods, a.seconds, a.refresh_hz, a.warm, server.pid)
+            )
         finally:
             server.stdin.close()
+            served = server.stdout.readline()
             server.wait(10)
     print(
         f"monitor on a cluster job: {a.pods} pods x {a.rate:g} metric lines/s through the API (kmock), "
@@ -241,6 +284,9 @@ def main() -> int:
     )
     if len(result["rss_trace_mb"]) > 2:
         print(f"  console memory every 30 s, MB (its metric reader's): {', '.join(result['rss_trace_mb'])}")
+        print(f"  the API server's (kmock's) CPU in each 30 s, cores: {', '.join(result['server_cores'])}")
+    if served.strip():
+        print(f"  the API server (kmock): {served.strip()}")
     totals = [float(cell.split()[0]) for cell in result["rss_trace_mb"]]
     if len(totals) > 40:  # over 20 minutes: the growth in each 10 minutes (20 samples 30 s apart)
         spans = [f"{(totals[min(i + 20, len(totals) - 1)] - totals[i]):+.1f}" for i in range(0, len(totals) - 1, 20)]

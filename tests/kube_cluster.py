@@ -29,6 +29,7 @@ import copy
 import re
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,8 @@ class ClusterEmulator(KubernetesEmulator):
         self.changed: asyncio.Condition | None = None
         self.namespaces = {"default"}
         self.pod_logs: dict[tuple[str, str], PodLog] = {}
+        self.log_requests: Counter[str] = Counter()
+        """Pod-log requests served, by kind: "follow", "since" (a follow resumed from a time), "tail"."""
         self.watch_faults: list[tuple[str, int]] = []
         self.watches = 0
         self.proxied: dict[tuple[str, str, str], str] = {}
@@ -319,6 +322,7 @@ class ClusterEmulator(KubernetesEmulator):
         stamps = raw_request.query.get("timestamps") == "true"
         since = raw_request.query.get("sinceTime")
         tail = raw_request.query.get("tailLines")
+        self.log_requests["since" if since else "tail" if tail else "follow" if follow else "whole"] += 1
         if log.started is None:
             log.started, log.wall = time.monotonic(), time.time()
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
