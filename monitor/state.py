@@ -33,8 +33,8 @@ class Series:
     The points are kept in ``array('d')`` buffers, not lists of floats: a run's
     curves live for hours while the lines they come from live for milliseconds,
     and a long-lived float in each of the allocator's pools kept those pools,
-    and the memory around them, from ever being given back (the cluster
-    monitor's memory crept up for 15 minutes). A snapshot's curves pickle as
+    and the memory around them, from ever being given back (the metric
+    reader's memory crept up about 1 MB a minute). A snapshot's curves pickle as
     two buffers each, not 800 floats."""
 
     __slots__ = ("cap", "stride", "xs", "ys", "_sum", "_n", "_last_x")

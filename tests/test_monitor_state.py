@@ -39,7 +39,7 @@ def test_a_runs_curves_keep_no_python_object_per_point():
     """128 ranks' curves, full (399 points each, steps past 256): the allocator's count of small
     blocks barely moves. Kept as lists of floats they held 51,000 long-lived objects,
     scattered among the short-lived ones of the lines they came from, and the memory around them
-    could not be given back (the cluster monitor's memory crept up for 15 minutes)."""
+    could not be given back (the metric reader's memory crept up about 1 MB a minute)."""
     import gc
     import pickle
     import sys
