@@ -17,7 +17,12 @@ closed here in a subclass:
   with ``follow=true`` as the kubelet streams them, with ``timestamps=true``
   ``sinceTime`` and ``tailLines`` as the kubelet serves them;
 - the pod proxy (/pods/NAME:PORT/proxy/PATH) answers from ``proxied``, for a
-  DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource.
+  DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource;
+- only the newest ``KEPT_REQUESTS`` requests are kept. kmock keeps every one,
+  and matches each new request to its reactions by scanning them all, so its
+  cost per request grows with every request served: in a 15-minute benchmark
+  (128 followed pods) it pinned the server at a whole core. No test reads the
+  request history.
 
 Tests act as the operator and the kubelet would: they create and patch pods
 through the same API."""
@@ -56,6 +61,7 @@ BUILTIN = {
 }
 NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")
 LOG_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
+KEPT_REQUESTS = 256
 PROXY_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/proxy(/.*)$")
 
 
@@ -288,6 +294,8 @@ class ClusterEmulator(KubernetesEmulator):
             if body is None:
                 return _status(503, "ServiceUnavailable", "no endpoints available")
             return aiohttp.web.Response(text=body, content_type="text/plain")
+        if len(self._requests) > 2 * KEPT_REQUESTS:
+            del self._requests[:-KEPT_REQUESTS]
         return await super().__call__(raw_request)
 
     def _serve_namespace(self, raw_request, name: str) -> aiohttp.web.StreamResponse:
