@@ -93,30 +93,42 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
                 },
             },
         )
-    pauses: list[float] = []  # the server's own full garbage collections, in seconds
-    began = [0.0]
-
-    def timed(phase: str, info: dict) -> None:
-        if info["generation"] == 2:
-            if phase == "start":
-                began[0] = time.perf_counter()
-            else:
-                pauses.append(time.perf_counter() - began[0])
-
-    gc.callbacks.append(timed)
-    print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "run_id": run_id}), flush=True)
-    sys.stdin.read()  # until the benchmark is done
-    gc.callbacks.remove(timed)
+    with FullCollections() as collections:  # the server's own
+        print(json.dumps({"kubeconfig": str(cluster.kubeconfig), "run_id": run_id}), flush=True)
+        sys.stdin.read()  # until the benchmark is done
     print(
         json.dumps(
             {
                 "log requests": dict(cluster.emulator.log_requests),
-                "full collections": len(pauses),
-                "longest s": round(max(pauses, default=0.0), 3),
+                "full collections": len(collections.pauses),
+                "longest s": round(max(collections.pauses, default=0.0), 3),
             }
         ),
         flush=True,
     )
+
+
+class FullCollections:
+    """This process's full (generation 2) garbage collections while entered: how long each held
+    the interpreter, in seconds."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._began = 0.0
+
+    def _timed(self, phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                self._began = time.perf_counter()
+            else:
+                self.pauses.append(time.perf_counter() - self._began)
+
+    def __enter__(self) -> FullCollections:
+        gc.callbacks.append(self._timed)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._timed)
 
 
 def console_usage(me: psutil.Process) -> tuple[float, int, float, int]:
@@ -177,20 +189,21 @@ async def measure(
         samples, updated_all, trace, stalls = [], 0, [(rss0, reader_rss0)], []
         server_trace, server_at, server_t = [], server_cpu(), time.perf_counter()
         last = dict(steps0)
-        while time.perf_counter() - t0 < seconds:
-            await pilot.pause(2.0)
-            if len(samples) % 15 == 14:  # every 30 s
-                trace.append(console_usage(me)[1::2])
-                busy, now_t = server_cpu(), time.perf_counter()
-                server_trace.append((busy - server_at) / (now_t - server_t))
-                server_at, server_t = busy, now_t
-            now = {r.rank: r.step for r in screen.snap.ranks}
-            moved = sum(1 for r, s in now.items() if s > last.get(r, 0))
-            samples.append(moved)
-            updated_all += moved == pods
-            if moved < pods:
-                stalls.append(f"{time.perf_counter() - t0:.0f} s: {moved}")
-            last = now
+        with FullCollections() as collections:  # the console's: they hold its frames
+            while time.perf_counter() - t0 < seconds:
+                await pilot.pause(2.0)
+                if len(samples) % 15 == 14:  # every 30 s
+                    trace.append(console_usage(me)[1::2])
+                    busy, now_t = server_cpu(), time.perf_counter()
+                    server_trace.append((busy - server_at) / (now_t - server_t))
+                    server_at, server_t = busy, now_t
+                now = {r.rank: r.step for r in screen.snap.ranks}
+                moved = sum(1 for r, s in now.items() if s > last.get(r, 0))
+                samples.append(moved)
+                updated_all += moved == pods
+                if moved < pods:
+                    stalls.append(f"{time.perf_counter() - t0:.0f} s: {moved}")
+                last = now
         t1 = time.perf_counter()
         cpu1, rss1, reader1, reader_rss = console_usage(me)
         events1 = screen.snap.events
@@ -209,6 +222,7 @@ async def measure(
         "rss_growth_mb": round((rss1 - rss0) / 2**20, 1),
         "rss_trace_mb": [f"{rss / 2**20:.1f} ({reader / 2**20:.1f})" for rss, reader in trace],
         "server_cores": [f"{c:.2f}" for c in server_trace],
+        "console_collections": sorted(collections.pauses),
     }
 
 
@@ -281,6 +295,13 @@ def main() -> int:
         f"grew {result['rss_growth_mb']} MB while measuring, after a {a.warm:g} s warm-up   "
         "(target: < 150 MB, flat once warm)"
     )
+    pauses = result["console_collections"]
+    if pauses:
+        print(
+            f"  the console's full garbage collections: {len(pauses)}, one every "
+            f"{result['seconds'] / len(pauses):.1f} s; each held it {1000 * pauses[len(pauses) // 2]:.0f} ms "
+            f"(median), {1000 * pauses[-1]:.0f} ms at most"
+        )
     if len(result["rss_trace_mb"]) > 2:
         print(f"  console memory every 30 s, MB (its metric reader's): {', '.join(result['rss_trace_mb'])}")
         print(f"  the API server's (kmock's) CPU in each 30 s, cores: {', '.join(result['server_cores'])}")
