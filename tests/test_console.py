@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
 import sys
 import weakref
+from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable, Input, Static
@@ -212,6 +214,47 @@ def test_a_charts_curves_are_freed_as_soon_as_the_next_chart_replaces_them(tmp_p
                 gc.enable()
 
     run(scenario())
+
+
+FREEZE_CHECK = """
+import asyncio, gc, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from textual.screen import Screen
+from tui_support import RECORDED_RUN, FixedNodesBackend, settings_for, wait_for
+from torchdeck.tui.app import make_app
+from torchdeck.tui.screens.monitor import MonitorScreen
+
+async def main():
+    state = Path(sys.argv[1])
+    assert gc.get_freeze_count() == 0
+    app = make_app(settings_for(state), FixedNodesBackend(state), RECORDED_RUN)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
+        frozen = gc.get_freeze_count()
+        seen = [o for o in gc.get_objects() if isinstance(o, Screen)]  # the collector's, not the frozen
+        print(frozen, *(type(s).__name__ for s in app.screen_stack if not any(s is o for o in seen)))
+
+asyncio.run(main())
+"""
+
+
+def test_start_ups_objects_are_frozen_out_of_the_collector_but_no_screen(tmp_path):
+    """The app freezes what start-up made (gc.freeze) so that full collections walk less; it does
+    so before any screen exists, so a screen, once closed, can still be collected. In a process
+    of its own: the first app of a process freezes, and pytest's has made many."""
+    state = recorded_state(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", FREEZE_CHECK, str(state), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    frozen, *screens_frozen = out.stdout.split()
+    assert int(frozen) > 10_000  # Textual's, Rich's and torchdeck's modules
+    # Only Textual's default screen, made with the app (under home and the monitor), lives as long
+    assert screens_frozen == ["Screen"]
 
 
 def test_home_lists_runs_and_opens_the_monitor(tmp_path):
