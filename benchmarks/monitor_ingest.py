@@ -132,7 +132,7 @@ async def measure(state: Path, run_id: str, total: int, refresh_hz: float, warm_
         t0, e0 = time.perf_counter(), screen.snap.events
         drawn0 = screen.frames_drawn
         seen = screen.frame_times[-1] if screen.frame_times else 0.0
-        gaps: list[float] = []  # ms between frames; the screen keeps the last 10,000 only
+        gaps: list[float] = []  # ms between frames; the screen keeps the last 512 or more (FRAMES_KEPT)
         warm_at: int | None = None  # gaps before the warm-up ended
         peak, warm_rss, samples = rss0, None, []
         limit = 300 if not warm_s else 2 * total / 1000 + 600
