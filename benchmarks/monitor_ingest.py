@@ -151,7 +151,6 @@ async def measure(state: Path, run_id: str, total: int, refresh_hz: float, warm_
                 print(f"  {elapsed / 60:5.1f} min  {screen.snap.events:,} lines  RSS {rss / 2**20:.1f} MB", flush=True)
         t1, e1 = time.perf_counter(), screen.snap.events
         drawn = screen.frames_drawn - drawn0
-        last_rss = console_rss(me)
     after_warm = gaps[warm_at:] if warm_at is not None else []
     ordered = sorted(gaps[1:])
     result = {
@@ -169,7 +168,8 @@ async def measure(state: Path, run_id: str, total: int, refresh_hz: float, warm_
     if warm_s:
         result.update(
             warm_s=warm_s,
-            rss_growth_after_warm_mb=round((last_rss - (warm_rss or rss0)) / 2**20, 1),
+            # to the last minute's sample: by the loop's end the reader may have ended with the stream
+            rss_growth_after_warm_mb=round(samples[-1][1] - (warm_rss or rss0) / 2**20, 1),
             rss_peak_growth_after_warm_mb=round((peak - (warm_rss or rss0)) / 2**20, 1),
             rss_samples_mb=[round(mb, 1) for _, mb in samples],
             frame_ms_max_after_warm=round(max(after_warm, default=0.0), 1),
