@@ -20,9 +20,9 @@ closed here in a subclass:
   DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource;
 - only the newest ``KEPT_REQUESTS`` requests are kept. kmock keeps every one,
   and matches each new request to its reactions by scanning them all, so its
-  cost per request grows with every request served: in a 15-minute benchmark
-  (128 followed pods) it pinned the server at a whole core. No test reads the
-  request history.
+  cost per request grows with every request served: about 10 minutes into a
+  benchmark (128 followed pods) it held the server at a whole core. No test
+  reads the request history.
 
 Tests act as the operator and the kubelet would: they create and patch pods
 through the same API."""
@@ -61,8 +61,8 @@ BUILTIN = {
 }
 NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")
 LOG_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
-KEPT_REQUESTS = 256
 PROXY_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/proxy(/.*)$")
+KEPT_REQUESTS = 256
 
 
 def _labels_match(selector: str | None, labels: dict[str, str]) -> bool:
