@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .backends.errors import file_problem
+from .backends.errors import SpecError
+from .backends.files import load_yaml
 from .backends.names import LABEL_RE
 
 
@@ -70,11 +69,13 @@ class Settings:
             "state_dir": (_xdg("XDG_STATE_HOME", ".local/state", env) / "torchdeck", "XDG_STATE_HOME"),
             "ascii": (_ascii_default(env), "locale"),
         }
-        if config_file.exists():
+        if os.path.lexists(config_file):
             try:
-                data = yaml.safe_load(config_file.read_text()) or {}
-            except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-                raise SettingsError(f"{config_file}: not readable YAML: {file_problem(exc)}") from None
+                data = load_yaml(config_file) or {}
+            except FileNotFoundError:
+                raise SettingsError(f"{config_file}: a link to nothing; remove it or make it a file") from None
+            except SpecError as exc:
+                raise SettingsError(str(exc)) from None
             if not isinstance(data, dict):
                 raise SettingsError(f"{config_file}: expected a mapping of settings")
             values.update({str(k): (v, str(config_file)) for k, v in data.items()})

@@ -1,11 +1,15 @@
-"""The names that become Kubernetes objects, AWS resources and files under
-torchdeck's state folder. One set of checks, called where each name enters (the
-CLI, the forms, the plans, the cluster records), so that no name reaches a path,
-an ARN or a URL unchecked: ``../../x`` as a cluster name once wrote a file
-outside the state folder and made an ECR repository the ledger could not see."""
+"""The names that become Kubernetes objects, AWS resources, IAM grants and files
+under torchdeck's state folder: one check per kind (cluster, namespace, object
+and service account, run id, bucket, S3 key prefix, CIDR block), called where
+each name enters (the CLI, the forms, the plans) *and* where a file written
+earlier is read back (a cluster.yaml edited by hand, a cluster record), so that
+no name reaches a path, an ARN or a URL unchecked: ``../../x`` as a cluster name
+once wrote a file outside the state folder, and an empty prefix on one command
+granted a whole bucket while another refused it."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -90,4 +94,73 @@ def check_run_id(value: Any, field_name: str = "run id") -> str:
             "the pod names Kubernetes derives from it",
             "use a shorter name",
         )
+    return value
+
+
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+
+
+def check_bucket_name(name: Any, field_name: str = "--bucket") -> str:
+    """An S3 bucket name by S3's rules (moto checks few of them, and AWS's error is vague); returns it."""
+    problem = None
+    if not isinstance(name, str) or not BUCKET_RE.match(name):
+        problem = "3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit"
+    elif ".." in name or ".-" in name or "-." in name:
+        problem = "no '..', '.-' or '-.'"
+    elif name.startswith(("xn--", "sthree-")) or name.endswith(("-s3alias", "--ol-s3")):
+        problem = "prefixes xn--/sthree- and suffixes -s3alias/--ol-s3 are reserved"
+    else:
+        try:
+            ipaddress.ip_address(name)
+            problem = "must not look like an IP address"
+        except ValueError:
+            pass
+    if problem:
+        raise SpecError(
+            field_name, f"{_shown(name)} is not a valid bucket name: {problem}", "e.g. torchdeck-models-123456"
+        )
+    return name
+
+
+S3_PREFIX_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,200}\Z")
+
+
+def check_s3_prefix(value: Any, field_name: str = "--prefix", *, empty_ok: bool = False) -> str:
+    """A key prefix in a bucket, as it goes into IAM grants (``bucket/PREFIX*``, ``s3:prefix
+    PREFIX*``); returns it ending in '/'. Empty would grant the whole bucket, and IAM reads '*',
+    '?' and ``${...}`` in a resource as wildcards and variables, so only letters, digits, '.', '_',
+    '-' and '/' pass, with no '..' and no '//'. ``empty_ok``: the bucket's root is meant (a code
+    bucket URL, never a grant)."""
+    if empty_ok and value in ("", "/"):
+        return ""
+    if not isinstance(value, str) or not S3_PREFIX_RE.match(value) or "//" in value or ".." in value:
+        raise SpecError(
+            field_name,
+            f"{_shown(value)}: a key prefix is letters, digits, '.', '_', '-' and '/', not empty, with no "
+            "leading '/', '..', '*', '?' or '$'",
+            "e.g. models/",
+        )
+    return value if value.endswith("/") else value + "/"
+
+
+def check_cidr(value: Any, field_name: str = "--endpoint-cidr") -> ipaddress.IPv4Network:
+    """An IPv4 CIDR block as EKS's public endpoint filter takes it (network bits only); returns it."""
+    try:
+        net = ipaddress.ip_network(value if isinstance(value, str) else "", strict=True)
+    except ValueError as exc:
+        raise SpecError(field_name, f"{_shown(value)} is not a CIDR block: {exc}", "e.g. 203.0.113.7/32") from None
+    if not isinstance(net, ipaddress.IPv4Network):
+        raise SpecError(field_name, f"{net}: EKS's public endpoint filter takes IPv4 blocks", "e.g. 203.0.113.7/32")
+    return net
+
+
+def check_code_path(value: Any, field_name: str, what: str = "a path in the code folder") -> str:
+    """A file's path inside the user's code folder (a script, a requirements file): relative, no
+    '..', and printable (a newline in it once added an instruction to a Dockerfile); returns it."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 255:
+        raise SpecError(field_name, f"must be {what}, got {_shown(value)}", "e.g. train.py or requirements.txt")
+    if not value.isprintable():
+        raise SpecError(field_name, f"{_shown(value)} has control characters", "name a file in the code folder")
+    if value.startswith(("/", "~")) or ".." in value.replace("\\", "/").split("/"):
+        raise SpecError(field_name, f"must be {what} (relative, no '..'), got {_shown(value)}", "e.g. train.py")
     return value

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from .errors import SpecError
-from .files import replace_text
-from .names import DNS_1035_RE
+from .files import load_yaml, parse_yaml, replace_text
+from .names import DNS_1035_RE, check_bucket_name, check_code_path, check_s3_prefix
 from .names import SUBDOMAIN_RE as DNS_SUBDOMAIN_RE
 
 DEFAULT_SPEC_FILE = "torchdeck.yaml"
@@ -380,8 +380,15 @@ def _abs_path(v: Any) -> str | None:
 
 
 def _s3_prefix(v: Any) -> str | None:
-    ok = isinstance(v, str) and re.match(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?\Z", v)
-    return None if ok else f"must be s3://BUCKET or s3://BUCKET/PREFIX, got {v!r:.80}"
+    if not isinstance(v, str) or not v.startswith("s3://"):
+        return f"must be s3://BUCKET or s3://BUCKET/PREFIX, got {v!r:.80}"
+    bucket, _, prefix = v[5:].partition("/")
+    try:
+        check_bucket_name(bucket, "bucket")
+        check_s3_prefix(prefix, "prefix", empty_ok=True)
+    except SpecError as exc:
+        return f"must be s3://BUCKET or s3://BUCKET/PREFIX: {exc.reason}"
+    return None
 
 
 def _optional(check):
@@ -409,10 +416,10 @@ CLUSTER_CHECKS = {
 
 
 def _relative_path(v: Any) -> str | None:
-    if not isinstance(v, str) or not v.strip():
-        return f"must be a path in the code folder, got {v!r}"
-    if v.startswith(("/", "~")) or ".." in Path(v).parts:
-        return f"must be a path inside the code folder (relative, no '..'), got {v!r}"
+    try:
+        check_code_path(v, "")
+    except SpecError as exc:
+        return exc.reason
     return None
 
 
@@ -570,54 +577,14 @@ def validate(spec: JobSpec) -> JobSpec:
     return spec_from_dict(spec.to_dict())
 
 
-MAX_SPEC_BYTES = 1 << 20
-"""A job spec (or a manifest to import) is text a person writes: a larger file is refused."""
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load without anchors and aliases: a few hundred bytes of aliases expand to gigabytes."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "YAML aliases (*name) are not taken here: write the value out", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
-def read_yaml(text: str, all_documents: bool = False) -> Any:
-    """YAML a user hands torchdeck (a spec, a manifest to import): at most MAX_SPEC_BYTES, no
-    aliases; the caller turns ``yaml.YAMLError`` into its one line."""
-    if len(text) > MAX_SPEC_BYTES:
-        raise yaml.YAMLError(f"{len(text)} bytes; a spec is at most {MAX_SPEC_BYTES} bytes")
-    if all_documents:
-        return list(yaml.load_all(text, Loader=_NoAliasLoader))  # noqa: S506 (a SafeLoader)
-    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
-
-
 def load_spec(path: str | Path) -> JobSpec:
     """Read and validate a spec file. Relative data, checkpoint and model
     paths are resolved against the file's folder."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = load_yaml(path, hint="a job spec is a YAML file: torchdeck init writes one")
     except FileNotFoundError:
         raise SpecError("", "no such file", "write one with `torchdeck init`", str(path)) from None
-    except OSError as exc:
-        raise SpecError("", f"cannot read it: {exc.strerror}", "", str(path)) from None
-    except UnicodeDecodeError:
-        raise SpecError(
-            "", "is not text (UTF-8)", "a job spec is a YAML file: torchdeck init writes one", str(path)
-        ) from None
-    try:
-        data = read_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        # YAML's own text spans lines and quotes the file: its first line only
-        problem = getattr(exc, "problem", None) or (str(exc).splitlines()[0] if not mark else "not valid YAML")
-        raise SpecError("", f"{where}{problem}", "check the indentation and quoting", str(path)) from None
     spec = spec_from_dict(data, str(path))
     return resolve_paths(spec, path.parent)
 
@@ -639,10 +606,11 @@ def resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
     )
 
 
-def save_spec(spec: JobSpec, path: str | Path) -> None:
-    """Write a spec as YAML (validated first, so a bad spec never reaches disk)."""
+def save_spec(spec: JobSpec, path: str | Path, *, replace: bool = True) -> None:
+    """Write a spec as YAML (validated first, so a bad spec never reaches disk); ``replace=False``:
+    only where nothing is at ``path`` yet (FileExistsError), a dangling link included."""
     validate(spec)
-    replace_text(Path(path), spec.to_yaml())
+    replace_text(Path(path), spec.to_yaml(), replace=replace)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -652,8 +620,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise SpecError("", f"--set {text!r}: expected FIELD=VALUE", "e.g. --set trainer.seed=3")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+        value = parse_yaml(raw, "--set") if raw.strip() else None
+    except SpecError:  # not a YAML scalar: the text itself, for the field's check to judge
         value = raw
     return key.strip(), value
 

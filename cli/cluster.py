@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -158,7 +159,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     )
 
     path = Path(args.file)
-    if path.exists() and not args.force:
+    if os.path.lexists(path) and not args.force:  # a link, dangling or not, is something there
         raise BackendError(f"{path} exists; pass --force to overwrite it (or --file another.yaml)")
     workers = [parse_nodegroup(w) for w in args.worker] or [NodegroupPlan("cpu-workers", "m5.2xlarge", 1, 2, 4)]
     for group in workers:
@@ -190,7 +191,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         private_endpoint=args.private_endpoint,
         pod_imds=args.allow_pod_imds,
     )
-    save_plan(plan, path)  # validates first: a bad field is one line, and nothing is written
+    save_plan(plan, path, replace=args.force)  # validates first: a bad field is one line, and nothing is written
     print(
         f"wrote {path}: cluster {plan.name} in {plan.region}, Kubernetes {plan.version}, "
         f"{len(plan.nodegroups)} nodegroups"

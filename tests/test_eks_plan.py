@@ -103,7 +103,7 @@ def test_a_100_character_name_is_fine():
         ({"nodegroups": [group(), group()]}, "nodegroups[workers].name", "used twice"),
         ({"nodegroups": [group(instance_type="big")]}, "nodegroups[workers].instance_type", "not an instance type"),
         ({"nodegroups": [group(volume_gib=5)]}, "nodegroups[workers].volume_gib", "20..16384"),
-        ({"s3_bucket": "My_Bucket"}, "s3_bucket", "not an S3 bucket name"),
+        ({"s3_bucket": "My_Bucket"}, "s3_bucket", "is not a valid bucket name"),
         ({"s3_prefix": "/models/*"}, "s3_prefix", "no leading '/'"),
     ],
 )

@@ -87,7 +87,7 @@ def test_a_binary_config_file_and_a_list_for_a_number_are_one_line(tmp_path):
     """Issue 16 row 13: these were a UnicodeDecodeError and a TypeError traceback."""
     config = tmp_path / "config.yaml"
     config.write_bytes(b"\xff\xfe\x00binary\x80")
-    with pytest.raises(SettingsError, match="not readable YAML"):
+    with pytest.raises(SettingsError, match="config.yaml: is not text"):
         Settings.load(env={}, config_file=config)
     config.write_text("refresh_hz: [1]\n")
     with pytest.raises(SettingsError, match=r"refresh_hz must be a number from 1 to 60, got \[1\]"):

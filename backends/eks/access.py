@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ..errors import BackendError, file_problem
-from ..files import write_atomically
+from ..errors import BackendError, SpecError
+from ..files import load_json, load_yaml, write_atomically
 from ..kubernetes.client import object_path
 from ..ledger import Ledger, Resource
-from ..names import check_cluster_name
+from ..names import check_bucket_name, check_cluster_name, check_s3_prefix
 from .plan import CLUSTER_TAG
 from .session import AwsSession, redact, translate
 
@@ -72,12 +72,22 @@ class ClusterRecord:
     def load(cls, state_dir: Path, name: str) -> ClusterRecord | None:
         path = cls.file_for(state_dir, name)
         try:
-            data = json.loads(path.read_text())
+            data = load_json(path, hint="move it aside and run again")
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"{path}: unreadable cluster record: {exc}", "move it aside and run again") from None
+        if not isinstance(data, dict):
+            raise BackendError(f"{path}: not a cluster record (expected a mapping)", "move it aside and run again")
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "path"}
+        storage = known.get("storage") or {}
+        try:  # read back as they were let in: a record edited by hand passes the same checks
+            if not isinstance(storage, dict):
+                raise SpecError("storage", "must be a mapping")
+            if storage.get("bucket"):
+                check_bucket_name(storage["bucket"], "storage.bucket")
+            if "prefix" in storage:
+                check_s3_prefix(storage["prefix"], "storage.prefix")
+        except SpecError as exc:
+            raise BackendError(f"{path}: {exc.message}", "move it aside and run again") from None
         return cls(**known, path=path)
 
     @classmethod
@@ -234,12 +244,12 @@ def remove_context(path: Path, cluster: str) -> bool:
 
 def _read_kubeconfig(path: Path) -> dict[str, Any]:
     try:
-        config = yaml.safe_load(path.read_text()) or {}
+        config = load_yaml(path) or {}
     except FileNotFoundError:
         config = {}
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+    except SpecError as exc:
         raise BackendError(
-            f"{path}: not a readable kubeconfig: {file_problem(exc)}", "fix or move it, then connect again"
+            f"{path}: not a readable kubeconfig: {exc.reason}", "fix or move it, then connect again"
         ) from None
     if not isinstance(config, dict):
         raise BackendError(f"{path}: not a kubeconfig (expected a mapping)", "fix or move it, then connect again")
@@ -250,7 +260,7 @@ def _read_kubeconfig(path: Path) -> dict[str, Any]:
 
 def _write_kubeconfig(path: Path, config: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, yaml.safe_dump(config, sort_keys=False), 0o600)
+    write_atomically(path, yaml.safe_dump(config, sort_keys=False), 0o600, follow_link=True)
 
 
 def connect(

@@ -11,7 +11,6 @@ nodegroup and worker nodegroups, GPU workers tainted ``nvidia.com/gpu``."""
 from __future__ import annotations
 
 import functools
-import ipaddress
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,10 +19,16 @@ from typing import Any, NoReturn
 
 import yaml
 
-from ..errors import SpecError, file_problem
-from ..files import replace_text
-from ..names import check_cluster_name, check_namespace, check_service_account
-from ..spec import read_yaml
+from ..errors import SpecError
+from ..files import load_yaml, replace_text
+from ..names import (
+    check_bucket_name,
+    check_cidr,
+    check_cluster_name,
+    check_namespace,
+    check_s3_prefix,
+    check_service_account,
+)
 
 CLUSTER_TAG = "torchdeck:cluster"
 """Every AWS resource torchdeck creates for a cluster carries it (value: the cluster name)."""
@@ -35,7 +40,6 @@ DEFAULT_VERSION = "1.31"
 # Together: a letter first, then letters, digits and '-', 100 at most.
 NODEGROUP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 REGION_RE = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d\Z")
-BUCKET_RE = re.compile(r"^(?!xn--)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 INSTANCE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+\Z")
 ID_RE = {"vpc": re.compile(r"^vpc-[0-9a-f]{8,17}\Z"), "subnet": re.compile(r"^subnet-[0-9a-f]{8,17}\Z")}
 
@@ -138,14 +142,15 @@ def _check_endpoint(plan: ClusterPlan) -> None:
     if len(cidrs) > MAX_PUBLIC_CIDRS:
         _fail("public_access_cidrs", f"{len(cidrs)} blocks; EKS takes {MAX_PUBLIC_CIDRS}", "merge them into wider ones")
     for cidr in cidrs:
-        try:
-            net = ipaddress.ip_network(cidr, strict=True)
-        except ValueError as exc:
-            _fail("public_access_cidrs", f"{cidr!r:.60} is not a CIDR block: {exc}", "e.g. 203.0.113.7/32")
-        if net.version != 4:
-            _fail(
-                "public_access_cidrs", f"{cidr}: EKS's public endpoint filter takes IPv4 blocks", "e.g. 203.0.113.7/32"
-            )
+        check_cidr(cidr, "public_access_cidrs")
+
+
+def answers_every_address(plan: ClusterPlan) -> bool:
+    """Whether the public endpoint takes requests from anywhere: no block given (AWS's default),
+    or a block that holds every address (0.0.0.0/0 said out loud)."""
+    if plan.private_endpoint:
+        return False
+    return not plan.public_access_cidrs or any(check_cidr(c).prefixlen == 0 for c in plan.public_access_cidrs)
 
 
 def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None = None) -> ClusterPlan:
@@ -225,10 +230,9 @@ def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
                 r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61}[A-Za-z0-9]|[A-Za-z0-9]?)\Z", str(value)
             ):
                 _fail(f"{where}.labels", f"{key}={value} is not a valid Kubernetes label")
-    if plan.s3_bucket is not None and not BUCKET_RE.match(plan.s3_bucket):
-        _fail("s3_bucket", f"{plan.s3_bucket!r} is not an S3 bucket name", "3-63 lower-case letters, digits, '.', '-'")
-    if plan.s3_prefix.startswith("/") or "*" in plan.s3_prefix:
-        _fail("s3_prefix", f"{plan.s3_prefix!r}: a key prefix, no leading '/' and no '*'", "e.g. torchdeck/")
+    if plan.s3_bucket is not None:
+        check_bucket_name(plan.s3_bucket, "s3_bucket")
+    plan.s3_prefix = check_s3_prefix(plan.s3_prefix, "s3_prefix")
     return plan
 
 
@@ -389,15 +393,9 @@ def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
 def load_plan(path: str | Path) -> ClusterPlan:
     path = Path(path)
     try:
-        config = read_yaml(path.read_text())  # no aliases, at most 1 MiB, as for a spec
+        config = load_yaml(path, hint="a plan is the YAML file cluster init writes")
     except FileNotFoundError:
         raise SpecError("", "no such file", "write one with torchdeck cluster init", str(path)) from None
-    except yaml.YAMLError as exc:
-        raise SpecError("", f"not valid YAML: {file_problem(exc)}", "", str(path)) from None
-    except UnicodeDecodeError:
-        raise SpecError("", "is not text (UTF-8)", "a plan is the YAML file cluster init writes", str(path)) from None
-    except OSError as exc:
-        raise SpecError("", f"cannot read it: {exc.strerror}", "", str(path)) from None
     return from_eksctl(config, str(path))
 
 
@@ -437,7 +435,7 @@ def cost_per_hour(
     notes = ["on-demand prices for us-east-1; other regions cost up to ~30% more"]
     if plan.vpc_id is None:
         notes.append("a new VPC adds a NAT gateway (about $0.045/h, plus data processed)")
-    if not plan.private_endpoint and not plan.public_access_cidrs:
+    if answers_every_address(plan):
         notes.append(
             "the API endpoint answers every address (IAM still authenticates); --endpoint-cidr YOUR.IP/32 narrows it"
         )
@@ -495,8 +493,9 @@ def parse_subnets(items: list[str]) -> dict[str, str]:
     return subnets
 
 
-def save_plan(plan: ClusterPlan, path: str | Path) -> str:
-    """Validate, then write the ClusterConfig atomically (a bad plan writes nothing); returns the text."""
+def save_plan(plan: ClusterPlan, path: str | Path, *, replace: bool = True) -> str:
+    """Validate, then write the ClusterConfig atomically (a bad plan writes nothing); returns the text.
+    ``replace=False``: only where nothing is at ``path`` yet (FileExistsError)."""
     text = plan_to_yaml(plan)
-    replace_text(Path(path), text)
+    replace_text(Path(path), text, replace=replace)
     return text

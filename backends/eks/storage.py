@@ -19,9 +19,7 @@ Every wait has a deadline and ends with a message that says what to do."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
-import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +27,14 @@ from typing import Any
 
 from ..errors import BackendError, SpecError
 from ..kubernetes.client import ensure_object
-from ..names import check_cluster_name, check_namespace, check_object_name, check_service_account
+from ..names import (
+    check_bucket_name,
+    check_cluster_name,
+    check_namespace,
+    check_object_name,
+    check_s3_prefix,
+    check_service_account,
+)
 from .access import ClusterNetwork, ClusterRecord, cluster_kube, cluster_network, cluster_tags
 from .iam import (
     EFS_CSI_POLICY,
@@ -92,28 +97,6 @@ class StoragePlan:
         return self.fsx_capacity_gib * rate / HOURS_PER_MONTH
 
 
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
-
-
-def check_bucket_name(name: str, field_name: str = "--bucket") -> None:
-    """S3's naming rules, checked here because moto checks few of them and AWS's error is vague."""
-    problem = None
-    if not _BUCKET.match(name or ""):
-        problem = "3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit"
-    elif ".." in name or ".-" in name or "-." in name:
-        problem = "no '..', '.-' or '-.'"
-    elif name.startswith(("xn--", "sthree-")) or name.endswith(("-s3alias", "--ol-s3")):
-        problem = "prefixes xn--/sthree- and suffixes -s3alias/--ol-s3 are reserved"
-    else:
-        try:
-            ipaddress.ip_address(name)
-            problem = "must not look like an IP address"
-        except ValueError:
-            pass
-    if problem:
-        raise SpecError(field_name, f"{name!r} is not a valid bucket name: {problem}", "e.g. torchdeck-models-123456")
-
-
 def split_s3(url: str, field_name: str) -> tuple[str, str]:
     if not url.startswith("s3://"):
         raise SpecError(field_name, f"{url!r} is not an s3:// URL", "e.g. s3://my-bucket/cifar10/")
@@ -167,21 +150,7 @@ def validate_storage(plan: StoragePlan) -> StoragePlan:
                 )
     if plan.bucket:
         check_bucket_name(plan.bucket)
-    # the prefix goes into the IAM grants (bucket/PREFIX*, s3:prefix PREFIX*): empty would grant the whole
-    # bucket, and IAM reads '*', '?' and ${...} in them as wildcards and variables
-    if (
-        not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,200}", plan.prefix)
-        or "//" in plan.prefix
-        or ".." in plan.prefix
-    ):
-        raise SpecError(
-            "--prefix",
-            f"{plan.prefix!r:.80}: a key prefix is letters, digits, '.', '_', '-' and '/', not empty, with no "
-            "leading '/', '..', '*', '?' or '$'",
-            "e.g. models/",
-        )
-    if plan.prefix and not plan.prefix.endswith("/"):
-        plan.prefix += "/"
+    plan.prefix = check_s3_prefix(plan.prefix, "--prefix")
     check_object_name(plan.pvc, "--pvc", "claim name")
     check_namespace(plan.namespace, "--namespace")
     check_service_account(plan.service_account, "--service-account")

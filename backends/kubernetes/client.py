@@ -291,6 +291,9 @@ class KubeClient:
         try:
             from kubernetes import config
 
+            from .resolve import check_kubeconfig_files
+
+            check_kubeconfig_files(self.kubeconfig)
             return str(config.list_kube_config_contexts(config_file=self.kubeconfig)[1]["name"])
         except Exception:  # no kubeconfig: a request says so, with its hint
             return ""

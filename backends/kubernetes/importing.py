@@ -20,10 +20,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from ..errors import SpecError, file_problem
-from ..spec import MAX_JOB_NAME, JobSpec, read_yaml, spec_from_dict
+from ..errors import SpecError
+from ..files import parse_yaml
+from ..spec import MAX_JOB_NAME, JobSpec, spec_from_dict
 from . import crds
 
 KINDS = {"PyTorchJob": "pytorchjob", "ElasticJob": "elasticjob", "MPIJob": "mpijob", "Job": "job"}
@@ -81,10 +80,7 @@ def _check_shape(job: dict[str, Any], source: str) -> None:
 
 def import_manifest(text: str, source: str = "") -> Imported:
     """The job spec for the first training job in ``text`` (YAML, one or more documents)."""
-    try:
-        documents = [d for d in read_yaml(text, all_documents=True) if d]
-    except yaml.YAMLError as exc:
-        raise SpecError("", f"not valid YAML: {file_problem(exc)}", "", source) from None
+    documents = [d for d in parse_yaml(text, source, all_documents=True) if d]
     jobs = [d for d in documents if isinstance(d, dict) and d.get("kind") in KINDS]
     if not jobs:
         found = ", ".join(sorted({str(d.get("kind")) for d in documents if isinstance(d, dict)})) or "nothing"
@@ -112,6 +108,31 @@ def import_manifest(text: str, source: str = "") -> Imported:
             exc.field, f"{exc.reason} (as imported)", "edit the manifest, then import it again", source
         ) from None
     return Imported(spec, KINDS[job["kind"]], notes)
+
+
+def kubelet_expand(text: str, env: dict[str, str], unknown: set[str]) -> str:
+    """``text`` as the kubelet passes it to a container: ``$$`` is ``$``, ``$(NAME)`` is NAME's value
+    where ``env`` has it, and anything else stays (an unknown name is added to ``unknown``)."""
+    if "$" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "$" and text[i + 1 : i + 2] == "$":
+            out.append("$")
+            i += 2
+        elif c == "$" and text[i + 1 : i + 2] == "(" and (end := text.find(")", i + 2)) > 0:
+            name = text[i + 2 : end]
+            if name in env:
+                out.append(env[name])
+            else:
+                unknown.add(name[:40])
+                out.append(text[i : end + 1])
+            i = end + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 class _Reader:
@@ -199,12 +220,26 @@ class _Reader:
     def _program(self, runs: dict[str, Any], container: dict[str, Any]) -> None:
         self.data["image"] = container.get("image") or runs.get("image")
         argv = [str(a) for a in (runs.get("command") or []) + (runs.get("args") or [])]
+        # the kubelet expanded $(NAME) in these; torchdeck's pods get arguments as written, so the
+        # expansion is done here, once, as the kubelet would have done it
+        env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
+               if isinstance(e, dict) and "name" in e and "value" in e}  # fmt: skip
+        unknown: set[str] = set()
+        argv = [kubelet_expand(a, env, unknown) for a in argv]
+        if unknown:
+            self.notes.append(
+                f"$({'), $('.join(sorted(unknown))}): not in the manifest's env, so kept as written (torchdeck "
+                "passes arguments as written; nothing expands them in its pods)"
+            )
         if not runs.get("command") and self.kind == "ElasticJob":
             argv = ["torchrun", *argv]  # the TorchElastic images' entrypoint is the launcher
             self.notes.append("command: none given; read as the image's entrypoint, torchrun")
         if len(argv) >= 3 and posixpath.basename(argv[0]) in ("sh", "bash") and argv[1] in ("-c", "-lc", "-ec"):
             argv = shlex.split(argv[2].split("&&")[-1].split(";")[-1])
-            self.notes.append("command: a shell line, read as words (its other commands and $VARIABLES left out)")
+            self.notes.append(
+                "command: a shell line, read as words: its other commands left out, and its $VARIABLES kept as "
+                "written (torchdeck runs no shell, so nothing expands them)"
+            )
         entry = self.data["entrypoint"]
         found = self._launcher_args(argv)
         if found is None:
@@ -344,12 +379,15 @@ class _Reader:
                 self.notes.append(f"toleration {t.get('key')}: left out (torchdeck tolerates the GPU taint only)")
         if pod.get("affinity"):
             self.notes.append("affinity: left out (use cluster.node_selector)")
-        env = {}
+        env: dict[str, str] = {}
+        unknown: set[str] = set()
         for e in container.get("env") or []:
             if "value" in e and re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", str(e.get("name", ""))):
-                env[e["name"]] = str(e["value"])
+                env[e["name"]] = kubelet_expand(str(e["value"]), env, unknown)  # earlier names, as the kubelet
             else:
                 self.notes.append(f"env {e.get('name')}: from a ConfigMap, Secret or field; left out")
+        if unknown:
+            self.notes.append(f"env: $({'), $('.join(sorted(unknown))}) kept as written (not set before it)")
         if env:
             self.data["env"] = env
         mounts = {m.get("name"): m for m in container.get("volumeMounts") or []}

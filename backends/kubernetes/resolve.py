@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendError, file_problem
+from ..errors import BackendError, SpecError, file_problem
+from ..files import load_yaml
 
 KUBECONFIG_HINT = (
     "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
@@ -33,6 +35,7 @@ def load_config(kubeconfig: str | None, context: str | None) -> tuple[Any, str |
     from kubernetes.config.config_exception import ConfigException
 
     cfg = client.Configuration()
+    check_kubeconfig_files(kubeconfig)
     try:
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
@@ -45,6 +48,22 @@ def load_config(kubeconfig: str | None, context: str | None) -> tuple[Any, str |
     except (ConfigException, TypeError, KeyError):
         pass
     return cfg, namespace
+
+
+def check_kubeconfig_files(kubeconfig: str | None) -> None:
+    """Every file the official client would read for ``kubeconfig`` (else $KUBECONFIG's list, else
+    ~/.kube/config) through torchdeck's reader first: a FIFO, a device, a huge file, aliases or
+    deep nesting end in one line naming the file, before the client's own loader meets them."""
+    listed = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    for name in listed.split(os.pathsep) if not kubeconfig else [kubeconfig]:
+        if not name:
+            continue
+        try:
+            load_yaml(Path(name).expanduser(), hint=KUBECONFIG_HINT)
+        except FileNotFoundError:
+            continue  # the client says which file is missing, with its hint
+        except SpecError as exc:
+            raise BackendError(f"cannot use the kubeconfig: {exc.message}", exc.hint) from None
 
 
 def resolve(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
