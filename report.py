@@ -29,13 +29,32 @@ from typing import Any, TextIO
 SCHEMA = 1
 
 
-def _number(value: Any) -> Any:
-    """A float for JSON (NaN and infinities as null), with tensors' ``.item()`` taken."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def _number(value: Any, depth: int = 0) -> Any:
+    """A value as JSON takes it, at any depth: tensors' and numpy's ``.item()`` taken, NaN and
+    infinities as null (a strict reader drops a line with NaN, and the monitor is one), mappings and
+    sequences cleaned inside, and anything else as its text. Never raises: reporting must not end
+    the training loop that calls it."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except Exception:  # noqa: BLE001 - a tensor of many elements: its text instead
+            return str(value)[:200]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth < 8 and isinstance(value, dict):
+        return {str(k): _number(v, depth + 1) for k, v in value.items()}
+    if depth < 8 and isinstance(value, (list, tuple)):
+        return [_number(v, depth + 1) for v in value]
+    return str(value)[:200]
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:  # RANK=abc: torchdeck reads the record; the user's script goes on
+        return default
 
 
 def emit(event: str, out: TextIO | None = None, **fields: Any) -> dict[str, Any]:
@@ -43,13 +62,13 @@ def emit(event: str, out: TextIO | None = None, **fields: Any) -> dict[str, Any]
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "event": event,
-        "rank": int(os.environ.get("RANK", "0")),
-        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "rank": _env_int("RANK", 0),
+        "world_size": _env_int("WORLD_SIZE", 1),
         "time": time.time(),
     }
     record.update({k: _number(v) for k, v in fields.items() if v is not None})
     stream = out or sys.stdout
-    stream.write(json.dumps(record, separators=(",", ":")) + "\n")
+    stream.write(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
     stream.flush()
     return record
 

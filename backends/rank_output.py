@@ -22,6 +22,10 @@ import time
 
 from torchdeck.backends.textmetrics import TextMetrics, exception_of
 
+MAX_READ = 1 << 20
+"""Bytes of one line read at a time: a script that writes gigabytes without a newline is passed
+through in pieces, never held whole."""
+
 
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
@@ -59,7 +63,7 @@ def main(argv: list[str]) -> int:
             else os.path.basename(command[2] if len(command) > 2 else "")
         )
         write(start_record(rank, world, restart, program))
-        for raw in iter(child.stdout.readline, b""):
+        for raw in iter(lambda: child.stdout.readline(MAX_READ), b""):  # type: ignore[union-attr]
             out.write(raw)
             out.flush()
             line = raw.decode(errors="replace")

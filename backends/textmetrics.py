@@ -28,30 +28,45 @@ from typing import Any
 
 MAX_LINE = 2000
 """Characters of a line that are looked at: a bound on the work a pattern can do per line."""
+MAX_JSON_LINE = 64 * 1024
+"""Bytes of a line that may be a schema-1 JSON record; longer lines are text (a record is ~200)."""
+MAX_RANKS = 1 << 16
+"""Ranks a run's text may name where its world size is not known: a line claiming rank 10**9 must
+not make a parser for it."""
 PATTERN_GROUPS = ("loss", "step", "total_steps", "epoch", "epochs", "accuracy", "samples_per_s")
 
-_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
-LOSS_RE = re.compile(r"(?<![A-Za-z_])(?:train[_ ])?loss['\"]?\s*[:=]?\s*\|?\s*" + _NUM, re.IGNORECASE)
+# The built-in formats are searched with Python's engine in every rank's reader, beside the user's
+# code (where RE2 may be missing), so each is written to match in linear time: no two quantifiers
+# side by side that can take the same characters (``\s*[:=]?\s*\|?\s*`` made ``loss`` and 800
+# spaces take 6 s, 2,000 spaces 80 s), one class for the separators instead, and every count that
+# becomes an int bounded in digits (``epoch`` and 400 digits was an OverflowError).
+_NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+_INT = r"(\d{1,12})(?!\d)"
+LOSS_RE = re.compile(r"(?<![A-Za-z_])(?:train[_ ])?loss['\"]?[\s:=|]*" + _NUM, re.IGNORECASE)
 STEP_RE = re.compile(
-    r"(?<![A-Za-z_/])(?:global[_ ])?(?:step|iter(?:ation)?|batch)['\"]?\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?",
+    r"(?<![A-Za-z_/])(?:global[_ ])?(?:step|iter(?:ation)?|batch)['\"]?[\s:=#\[]*" + _INT + r"(?:\s*/\s*" + _INT + ")?",
     re.IGNORECASE,
 )
-EPOCH_BATCH_RE = re.compile(r"epoch\W*\[\s*\d+\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.IGNORECASE)
+EPOCH_BATCH_RE = re.compile(
+    r"epoch[\s:]*\[\s*\d{1,9}\s*\]\s*\[\s*" + _INT + r"\s*/\s*" + _INT + r"\s*\]", re.IGNORECASE
+)
 """``Epoch: [3][120/391]`` (torchvision's reference scripts): the batch within the epoch."""
-EPOCH_RE = re.compile(r"(?<![A-Za-z_])epoch['\"]?\s*[:=#]?\s*\[?\s*(\d+(?:\.\d+)?)(?:\s*/\s*(\d+))?", re.IGNORECASE)
+EPOCH_RE = re.compile(
+    r"(?<![A-Za-z_])epoch['\"]?[\s:=#\[]*(\d{1,9}(?:\.\d{1,6})?)(?!\d)(?:\s*/\s*" + _INT + ")?", re.IGNORECASE
+)
 ACC_RE = re.compile(
-    r"(?<![A-Za-z_])(?:val[_ ]|test[_ ]|eval[_ ])?(?:acc(?:uracy)?(?:@1)?|top-?1(?:[_ ]acc)?)['\"]?\s*[:=]?\s*"
+    r"(?<![A-Za-z_])(?:val[_ ]|test[_ ]|eval[_ ])?(?:acc(?:uracy)?(?:@1)?|top-?1(?:[_ ]acc)?)['\"]?[\s:=]*"
     r"([-+]?\d+(?:\.\d+)?)\s*(%?)",
     re.IGNORECASE,
 )
 SPEED_RE = re.compile(
-    r"([-+]?\d+(?:\.\d+)?)\s*(?:samples|images|imgs|img|examples|ex)\s*/\s*s(?:ec)?\b"
-    r"|(?:samples|images|img|examples)[_ ]?(?:per[_ ]?s(?:ec(?:ond)?)?|/s)['\"]?\s*[:=]?\s*([-+]?\d+(?:\.\d+)?)",
+    r"(?<![\d.])([-+]?\d+(?:\.\d+)?)\s*(?:samples|images|imgs|img|examples|ex)\s*/\s*s(?:ec)?\b"
+    r"|(?:samples|images|img|examples)[_ ]?(?:per[_ ]?s(?:ec(?:ond)?)?|/s)['\"]?[\s:=]*([-+]?\d+(?:\.\d+)?)",
     re.IGNORECASE,
 )
 
 
-TUTORIAL_RE = re.compile(r"^\s*\[\s*(\d+)\s*,\s*\d+\s*\]")
+TUTORIAL_RE = re.compile(r"^\s*\[\s*(\d{1,9})\s*,\s*\d+\s*\]")
 """``[1,   200] loss: 2.335`` (PyTorch's CIFAR-10 tutorial and the EKS workshop's script): the epoch,
 then the batch within it (the step is counted)."""
 SPEED_WORDS = ("sampl", "imag", "img", "exampl", "ex/s", "ex /")
@@ -109,7 +124,11 @@ class TextMetrics:
 
     def __init__(self, rank: int, world_size: int = 0, pattern: str | None = None):
         self.rank, self.world_size = rank, world_size
-        self.pattern = compile_pattern(pattern) if pattern else None
+        # every pattern passes the spec's check here, where it is used: one read back from a job's
+        # annotation on a cluster may have been written by anyone (RE2's refusal was a traceback)
+        self.pattern_problem = check_pattern(pattern) if pattern else None
+        """Why the given pattern is not used (the built-in formats are, instead); None where it is."""
+        self.pattern = compile_pattern(pattern) if pattern and self.pattern_problem is None else None
         self.count = 0  # loss lines seen (the step where a line has none)
         self.epoch: float | None = None
         self.step = 0
@@ -127,12 +146,19 @@ class TextMetrics:
         }
 
     def feed(self, line: str, now: float | None = None) -> dict[str, Any] | None:
-        """The record this line carries, or None for a line without metrics."""
+        """The record this line carries, or None for a line without metrics. Never raises: a line
+        that a pattern cannot make sense of is a line without metrics, and the next is read."""
+        try:
+            return self._feed(line, now)
+        except Exception:  # noqa: BLE001 - one odd line must not end the rank's reader
+            return None
+
+    def _feed(self, line: str, now: float | None) -> dict[str, Any] | None:
         stripped = line.strip()
-        if stripped.startswith("{"):
+        if stripped.startswith("{") and len(stripped) <= MAX_JSON_LINE:
             try:
                 given = json.loads(stripped)
-            except ValueError:
+            except (ValueError, RecursionError):
                 given = None
             if isinstance(given, dict) and given.get("schema") == 1 and "event" in given:
                 given.setdefault("rank", self.rank)
@@ -188,8 +214,8 @@ class TextMetrics:
                 found["loss"] = _number(m.group(1))
         if "acc" in lower or "top" in lower:
             m = ACC_RE.search(text)
-            if m:
-                value = float(m.group(1))
+            value = _number(m.group(1)) if m else None
+            if m and value is not None:
                 found["accuracy"] = value / 100 if m.group(2) or value > 1 else value
         if not found:
             return None
@@ -209,7 +235,7 @@ class TextMetrics:
             found["epoch"] = float(m.group(1))
         m = SPEED_RE.search(text) if any(w in lower for w in SPEED_WORDS) else None
         if m:
-            found["samples_per_s"] = float(m.group(1) or m.group(2))
+            found["samples_per_s"] = _number(m.group(1) or m.group(2))
         return found
 
 
@@ -229,7 +255,7 @@ def exception_of(line: str) -> dict[str, str] | None:
     return {"message": line.strip(), "hint": "the rank's log has the whole traceback"}
 
 
-RANK_PREFIX_RE = re.compile(rb"^\[(?:rank(\d+)|[A-Za-z_]*?(\d+))\]:")
+RANK_PREFIX_RE = re.compile(rb"^\[(?:rank(\d{1,7})|[A-Za-z_]{0,32}?(\d{1,7}))\]:")
 """torchrun's per-line prefix: ``[rank3]:`` (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, which torchdeck
 sets for user code on clusters) or ``[default1]:`` (its own --tee prefix: the local rank)."""
 
@@ -252,11 +278,13 @@ class RankedText:
         rank = node * self.nproc if node >= 0 else -1
         m = RANK_PREFIX_RE.match(raw)
         if m:
-            raw = raw[m.end() :]
-            if m.group(1) is not None:
-                rank = int(m.group(1))
-            elif node >= 0:
-                rank = node * self.nproc + int(m.group(2))
+            said = (
+                int(m.group(1)) if m.group(1) is not None else node * self.nproc + int(m.group(2)) if node >= 0 else -1
+            )
+            if 0 <= said < (self.world_size or MAX_RANKS):  # a prefix beyond the world is the line's text
+                raw, rank = raw[m.end() :], said
+            elif said < 0:
+                raw = raw[m.end() :]
         if rank < 0:
             return rank, raw, []
         records = []

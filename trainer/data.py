@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import os
 import pickle
+import pickletools
 import shutil
+import stat
 import tarfile
 import tempfile
 import urllib.error
@@ -99,10 +102,27 @@ class _BatchUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR-10 batch never does")
 
 
+MAX_PICKLE_BYTES = 512 * 2**20
+"""A CIFAR-10 batch is 31 MB (CIFAR-100's training file 155 MB): a larger file is not one."""
+
+
 def load_pickle(path: Path, encoding: str) -> object:
-    """Read one CIFAR-10 pickle (a batch or batches.meta) without running code from it."""
+    """Read one CIFAR-10 pickle (a batch or batches.meta) without running code from it, and without
+    believing the sizes it claims: the file is read whole (a regular file of at most
+    MAX_PICKLE_BYTES), and every length an opcode gives is checked against what the file holds
+    before the unpickler allocates it (a header claiming 2**50 bytes was a MemoryError)."""
     with open(path, "rb") as f:
-        return _BatchUnpickler(f, encoding=encoding).load()
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise pickle.UnpicklingError("it is not a regular file")
+        data = f.read(MAX_PICKLE_BYTES + 1)
+    if len(data) > MAX_PICKLE_BYTES:
+        raise pickle.UnpicklingError(f"it is over {MAX_PICKLE_BYTES // 2**20} MiB")
+    for _ in pickletools.genops(io.BytesIO(data)):  # reads each length against the bytes left: ValueError
+        pass
+    try:
+        return _BatchUnpickler(io.BytesIO(data), encoding=encoding).load()
+    except MemoryError:
+        raise pickle.UnpicklingError("it asks for more memory than this machine has") from None
 
 
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
