@@ -3,11 +3,11 @@ files give the same bytes (sorted, no times or owners), so the archive's
 SHA-256 names it and an unchanged folder is never sent twice.
 
 What goes in: every regular file under the folder, less what its
-``.gitignore`` and ``.dockerignore`` exclude (the common forms: ``*``, ``?``,
-``**``, a leading ``/`` to anchor, a trailing ``/`` for folders only, ``!`` to
-take back) and what never belongs in a job (``.git``, virtual environments,
-caches). Symbolic links are left out: the pods get this folder, not the
-machine around it.
+``.gitignore`` excludes (git's own rules, through pathspec), what its
+``.dockerignore`` excludes (the same rules anchored at the folder, as Docker
+reads them) and what never belongs in a job (``.git``, virtual environments,
+caches). Symbolic links, FIFOs and devices are left out: the pods get this
+folder, not the machine around it.
 
 How it travels (``route``): in a ConfigMap where it fits Kubernetes' 1 MiB
 object limit, else through an S3 prefix the pods can read; either way an init
@@ -20,12 +20,13 @@ import gzip
 import hashlib
 import io
 import os
-import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import SpecError
+from .files import read_text
 
 MAX_BUNDLE = 64 * 2**20
 """Bytes of files a code folder may hold: code, not data (a dataset goes on the shared volume)."""
@@ -47,85 +48,75 @@ BUNDLE_DIR = "/torchdeck-bundle"
 BUNDLE_FILE = "code.tar.gz"
 
 
+MAX_IGNORE_FILE = 256 * 1024
+"""Bytes of an ignore file: patterns a person writes."""
+
+
 @dataclass(frozen=True)
-class Rule:
-    regex: re.Pattern[str]
-    negate: bool
-    folders_only: bool
+class IgnoreRules:
+    """What a code folder leaves out: torchdeck's own list, its ``.gitignore`` and its
+    ``.dockerignore`` (each excludes on its own), matched as git and Docker match them by pathspec
+    on RE2, so no pattern can backtrack (``*a*a*a*a*a*a*a*a*a*a*a*b`` against a 40-character name
+    hung the pack on Python's engine)."""
+
+    specs: tuple[Any, ...]
+
+    def ignored(self, relative: str, is_dir: bool) -> bool:
+        path = relative + "/" if is_dir else relative
+        return any(spec.match_file(path) for spec in self.specs)
 
 
-def _rule(line: str, anchored_always: bool = False) -> Rule | None:
-    """One ignore line; ``anchored_always``: .dockerignore's patterns start at the folder's root."""
-    line = line.rstrip("\n").rstrip()
-    if not line or line.startswith("#"):
-        return None
-    negate = line.startswith("!")
-    line = line[1:] if negate else line
-    folders_only = line.endswith("/")
-    line = line.strip("/") if folders_only else line
-    anchored = anchored_always or "/" in line.lstrip("/") or line.startswith("/")
-    line = line.lstrip("/")
-    if not line:
-        return None
-    parts = []
-    for piece in re.split(r"(\*\*/|/\*\*|\*\*)", line):
-        if piece == "**/":
-            parts.append(r"(?:.*/)?")
-        elif piece == "/**":
-            parts.append(r"(?:/.*)?")
-        elif piece == "**":
-            parts.append(r".*")
-        else:
-            parts.append(_glob(piece))
-    body = "".join(parts)
-    prefix = "" if anchored else r"(?:.*/)?"
-    return Rule(re.compile(rf"^{prefix}{body}$"), negate, folders_only)
+def _spec(lines: list[str], source: str) -> Any:
+    """A GitIgnoreSpec of ``lines``; a line that is no pattern is one SpecError naming it."""
+    import pathspec
+
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines, backend="re2")
+    except Exception:  # noqa: BLE001 - pathspec raises re's and re2's errors: find the line and say why
+        for number, line in enumerate(lines, 1):
+            try:
+                pathspec.GitIgnoreSpec.from_lines([line], backend="re2")
+            except Exception as exc:  # noqa: BLE001
+                raise SpecError(
+                    "entrypoint.code",
+                    f"{source} line {number}: {line[:80]!r} is not a pattern git or Docker takes ({exc})",
+                    f"fix or remove that line of {source}",
+                ) from None
+        raise
 
 
-def _glob(text: str) -> str:
-    """One path piece of a glob as a regular expression: ``*`` and ``?`` stop at ``/``."""
-    out, i = [], 0
-    while i < len(text):
-        c = text[i]
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and "]" in text[i + 2 :]:
-            end = text.index("]", i + 2)
-            inner = text[i + 1 : end]
-            out.append("[" + ("^" + inner[1:] if inner[:1] == "!" else inner).replace("\\", "\\\\") + "]")
-            i = end
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
+def _docker_lines(text: str) -> list[str]:
+    """.dockerignore's patterns start at the folder's root: as anchored gitignore lines."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate, line = (True, line[1:]) if line.startswith("!") else (False, line)
+        out.append(("!" if negate else "") + "/" + line.lstrip("/"))
+    return out
 
 
-def _rules(root: Path) -> list[Rule]:
-    rules = [r for line in ALWAYS_LEFT_OUT if (r := _rule(line))]
+def ignore_rules(root: Path) -> IgnoreRules:
+    """The rules of the folder ``root``; its ignore files pass torchdeck's file reader (a regular
+    file inside the folder, at most MAX_IGNORE_FILE bytes: a FIFO hung the pack, and a link to
+    /dev/zero filled memory)."""
+    specs = [_spec(list(ALWAYS_LEFT_OUT), "torchdeck's list")]
     for name in IGNORE_FILES:
         try:
-            text = (root / name).read_text(errors="replace")
-        except OSError:
+            text = read_text(
+                root / name, MAX_IGNORE_FILE, inside=root, hint=f"make {name} a small text file of patterns"
+            )
+        except FileNotFoundError:
             continue
-        rules += [r for line in text.splitlines() if (r := _rule(line, name == ".dockerignore"))]
-    return rules
-
-
-def _ignored(rules: list[Rule], relative: str, is_dir: bool) -> bool:
-    ignored = False
-    for rule in rules:
-        if rule.folders_only and not is_dir:
-            continue
-        if rule.regex.match(relative):
-            ignored = not rule.negate
-    return ignored
+        lines = _docker_lines(text) if name == ".dockerignore" else text.splitlines()
+        specs.append(_spec(lines, name))
+    return IgnoreRules(tuple(specs))
 
 
 def code_files(root: Path) -> list[Path]:
     """The files that go in the bundle, sorted by their path in the folder."""
-    rules = _rules(root)
+    rules = ignore_rules(root)
     found: list[Path] = []
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
@@ -133,13 +124,13 @@ def code_files(root: Path) -> list[Path]:
         keep = []
         for name in sorted(dirs):
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if not (here / name).is_symlink() and not _ignored(rules, rel, True):
+            if not (here / name).is_symlink() and not rules.ignored(rel, True):
                 keep.append(name)
         dirs[:] = keep
         for name in files:
             path = here / name
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if path.is_symlink() or not path.is_file() or _ignored(rules, rel, False):
+            if path.is_symlink() or not path.is_file() or rules.ignored(rel, False):
                 continue
             found.append(path)
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
@@ -195,8 +186,18 @@ def pack(folder: str | Path, limit: int | None = None) -> Bundle:
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=6) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for _, path in sizes:
-                data = path.read_bytes()
-                info = tarfile.TarInfo(path.relative_to(root).as_posix())
+                name = path.relative_to(root).as_posix()
+                try:
+                    data = path.read_bytes()
+                    name.encode()
+                except (OSError, UnicodeEncodeError) as exc:
+                    why = exc.strerror if isinstance(exc, OSError) else "its name is not UTF-8"
+                    raise SpecError(
+                        "entrypoint.code",
+                        f"{root}: cannot pack {name.encode(errors='backslashreplace').decode()!r}: {why}",
+                        "rename it, make it readable, or leave it out with .dockerignore",
+                    ) from None
+                info = tarfile.TarInfo(name)
                 info.size, info.mtime = len(data), 0
                 info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
                 tar.addfile(info, io.BytesIO(data))
@@ -205,23 +206,38 @@ def pack(folder: str | Path, limit: int | None = None) -> Bundle:
 
 
 UNPACK = """\
-import hashlib, os, sys, tarfile
+import hashlib, os, shutil, sys, tarfile
 src, digest, dest = sys.argv[1:4]
 data = open(src, "rb").read()
 if hashlib.sha256(data).hexdigest() != digest:
     sys.exit(f"torchdeck: the code bundle {src} is not {digest[:12]}: it changed on the way")
+def clear(path):
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
 os.makedirs(dest, exist_ok=True)
 with tarfile.open(src) as tar:
     for m in tar.getmembers():
         parts = m.name.split("/")
-        if not m.isfile() or m.name.startswith("/") or ".." in parts:
+        if not m.isfile() or not m.name or m.name.startswith("/") or any(p in ("", ".", "..") for p in parts):
             sys.exit(f"torchdeck: the code bundle holds {m.name!r}, which stays out of {dest}")
-        target = os.path.join(dest, *parts)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with tar.extractfile(m) as f, open(target, "wb") as out:
+        here = dest
+        for part in parts[:-1]:
+            here = os.path.join(here, part)
+            if os.path.islink(here) or (os.path.lexists(here) and not os.path.isdir(here)):
+                os.unlink(here)
+            os.makedirs(here, exist_ok=True)
+        target = os.path.join(here, parts[-1])
+        clear(target)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with tar.extractfile(m) as f, os.fdopen(fd, "wb") as out:
             out.write(f.read())
         os.chmod(target, m.mode & 0o755)
 print(f"torchdeck: unpacked the code bundle {digest[:12]} into {dest}")
 """
 """What the init container runs (``python -c``): the standard library only, so any image with a
-Python runs it. It checks the digest, and writes regular files only, inside the working directory."""
+Python runs it. It checks the digest, and writes regular files only, inside the working directory:
+a restarted pod unpacks into the emptyDir its last run left, so a link found on the way (one the
+user's code made, to /etc say) is removed, never followed, and a member named ``.``, ``..`` or with
+an empty part is refused in one line."""

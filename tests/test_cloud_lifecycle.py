@@ -150,7 +150,7 @@ def test_code_is_built_on_the_pinned_training_image_and_the_spec_runs_the_images
     ]
     assert (
         "FROM ${BASE}" in builds[1]["dockerfile"]
-        and "pip install --no-cache-dir -r /opt/code/requirements.txt" in builds[1]["dockerfile"]
+        and 'RUN ["pip", "install", "--no-cache-dir", "-r", "/opt/code/requirements.txt"]' in builds[1]["dockerfile"]
     )
     written = load_spec(spec)
     assert written.image.endswith("@" + by_tag[code_tag]) and written.entrypoint.in_image == "/opt/code"

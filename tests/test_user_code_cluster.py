@@ -23,6 +23,7 @@ from torchdeck.backends import bundle
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.client import api_path
+from torchdeck.backends.kubernetes.importing import kubelet_expand
 from torchdeck.backends.kubernetes.manifests import AWS_CLI_IMAGE, PROGRAM_ANNOTATION, render
 from torchdeck.backends.kubernetes.validation import validate_manifests
 from torchdeck.backends.spec import KINDS
@@ -80,7 +81,8 @@ def test_every_kinds_pods_unpack_the_bundle_into_their_working_directory(tmp_pat
     assert job["metadata"]["annotations"][PROGRAM_ANNOTATION] == "train.py"
     assert validate_manifests(rendered).problems == []
     text = rendered.to_yaml()
-    assert "/workspace/code/train.py" in text and "[rank${rank}]:" in text and "--tee" in text
+    # torchrun's prefix template, written with the kubelet's escape ($$ for $): the rank sees [rank${rank}]:
+    assert "/workspace/code/train.py" in text and "[rank$${rank}]:" in text and "--tee" in text
     if kind == "trainjob":  # its CRD keeps no init container of ours: the trainer's command unpacks first
         command = job["spec"]["trainer"]["command"]
         assert command[:2] == ["sh", "-c"] and "cd /workspace/code && exec" in command[2]
@@ -252,7 +254,9 @@ def test_the_eks_backend_sends_large_bundles_to_the_clusters_model_bucket(cluste
 def test_arguments_and_environment_reach_the_pods_without_a_shell(tmp_path, kind):
     """Issue 16 (new surface): what the user passes is data in the pods, never shell text. Where a
     shell must run first (TrainJob unpacks the code in its own command), the user's words come after
-    it as "$@", outside the script."""
+    it as "$@", outside the script. The kubelet expands ``$(NAME)`` in command, args and env values
+    (Kubernetes' ``third_party/forked/golang/expansion``): what the container gets is compared, the
+    manifest's text expanded as the kubelet does (issue 29 row 9: ``$(HOME)`` was expanded in pods)."""
     hostile = ["--out", "$(touch /tmp/pwned)", "; rm -rf / #", "`id`", "a b"]
     spec = user_spec(code_folder(tmp_path), entrypoint={"args": hostile}, env={"TOKEN": "$(cat /etc/passwd)"})
     rendered = render(spec, "hostile", kind)
@@ -265,11 +269,14 @@ def test_arguments_and_environment_reach_the_pods_without_a_shell(tmp_path, kind
     ]
     assert containers
     for c in containers:
-        words = [*c.get("command", []), *c.get("args", [])]
+        env: dict[str, str] = {}
+        for e in c["env"]:
+            env[e["name"]] = kubelet_expand(e["value"], env, set()) if "value" in e else ""
+        words = [kubelet_expand(w, env, set()) for w in [*c.get("command", []), *c.get("args", [])]]
         assert words[-len(hostile) :] == hostile, words  # each one whole, in order, last
         if words[:2] == ["sh", "-c"]:
             assert not any(h in words[2] for h in hostile)  # the script holds none of them
-        assert {"name": "TOKEN", "value": "$(cat /etc/passwd)"} in c["env"]
+        assert env["TOKEN"] == "$(cat /etc/passwd)"
 
 
 def _containers(obj):

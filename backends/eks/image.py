@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import BackendError, SpecError
 from ..kubernetes.client import ensure_object
-from ..names import check_cluster_name, check_namespace
+from ..names import check_cluster_name, check_code_path, check_namespace
 from .access import ClusterRecord, cluster_kube, cluster_network
 from .iam import ensure_role, ensure_service_account, oidc_provider, role_name, trust_service_account
 from .plan import CLUSTER_TAG
@@ -104,11 +104,9 @@ CODE_DOCKERFILE = "Dockerfile.torchdeck"
 def code_dockerfile(requirements: str | None) -> str:
     """The Dockerfile of a ``--code`` build: the user's folder and its requirements on the training
     image (BASE, pinned by digest), running as the image's own user."""
-    install = (
-        f"USER root\nRUN pip install --no-cache-dir -r {CODE_IN_IMAGE}/{requirements}\nUSER 1000:1000\n"
-        if requirements
-        else ""
-    )
+    # exec form, its words as JSON: a name with spaces or quotes is one argument, and no shell reads it
+    run = json.dumps(["pip", "install", "--no-cache-dir", "-r", f"{CODE_IN_IMAGE}/{requirements}"])
+    install = f"USER root\nRUN {run}\nUSER 1000:1000\n" if requirements else ""
     return (
         "# Written by torchdeck image build --code: your code on torchdeck's training image.\n"
         "ARG BASE\nFROM ${BASE}\n"
@@ -130,6 +128,8 @@ def code_context(plan: ImagePlan) -> tuple[bytes, str, str]:
         workdirs = re.findall(r"(?im)^\s*WORKDIR\s+(\S+)", own.read_text(errors="replace"))
         return packed.data, "Dockerfile", workdirs[-1] if workdirs else "/"
     requirements = plan.requirements or ("requirements.txt" if (folder / "requirements.txt").is_file() else None)
+    if requirements and not (folder / requirements).is_file():
+        raise SpecError("--requirements", f"{requirements!r} is not a file in {folder}", "name it relative to --code")
     text = code_dockerfile(requirements).encode()
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
@@ -144,6 +144,8 @@ def code_context(plan: ImagePlan) -> tuple[bytes, str, str]:
 
 def validate_image(plan: ImagePlan) -> ImagePlan:
     check_cluster_name(plan.cluster, "--cluster")
+    if plan.requirements is not None:
+        check_code_path(plan.requirements, "--requirements", "a requirements file in the --code folder")
     check_namespace(plan.namespace, "--namespace")
     if plan.variant not in ("cpu", "gpu"):
         raise SpecError("--variant", f"must be cpu or gpu, got {plan.variant!r}")

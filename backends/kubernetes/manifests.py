@@ -164,6 +164,35 @@ def template_environment():
     )
 
 
+def as_written(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects with every container's command, args and env values escaped for the kubelet,
+    which expands ``$(NAME)`` in them (``$$`` is its escape for ``$``): an argument reaches the
+    pod as it reaches torchrun on this machine (``--out '$(HOME)/x'`` ran with ``/root/x`` in the
+    pod). Every kind's containers pass here, TrainJob's ``trainer`` too; torchdeck's own commands
+    use no ``$(...)``."""
+
+    def escape(text: Any) -> Any:
+        return text.replace("$", "$$") if isinstance(text, str) else text
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "image" in node and any(k in node for k in ("command", "args", "env")):
+                for key in ("command", "args"):
+                    if isinstance(node.get(key), list):
+                        node[key] = [escape(a) for a in node[key]]
+                for item in node.get("env") or []:
+                    if isinstance(item, dict) and "value" in item:
+                        item["value"] = escape(item["value"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(objects)
+    return objects
+
+
 def _check_kind(kind: str) -> str:
     if kind not in KINDS:
         raise SpecError("cluster.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -478,7 +507,7 @@ def render(
             url = bundle_url(spec, packed)
         add_bundle(ctx, spec, kind, packed, url)
     text = template_environment().get_template(f"{kind}.yaml.j2").render(**ctx)
-    objects = [o for o in yaml.safe_load_all(text) if o]
+    objects = as_written([o for o in yaml.safe_load_all(text) if o])
     if packed is not None and url is None:
         objects.insert(0, bundle_configmap(spec, packed))
     info = KIND_INFO[kind]
@@ -565,6 +594,6 @@ def render_task(
             gpu = {"nvidia.com/gpu": "1"}
             ctx["resources"] = {k: {**v, **gpu} for k, v in ctx["resources"].items()}
     text = template_environment().get_template("task.yaml.j2").render(**ctx)
-    objects = [o for o in yaml.safe_load_all(text) if o]
+    objects = as_written([o for o in yaml.safe_load_all(text) if o])
     warnings = [] if c.pvc else ["no cluster.pvc: the task sees none of the training job's files"]
     return Rendered("job", name, spec.namespace, objects, warnings)
