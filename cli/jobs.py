@@ -16,10 +16,11 @@ from typing import Any, TextIO
 from torchdeck.backends import open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
 from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.files import read_stdin_text, read_text
 from torchdeck.backends.spec import MAX_JOB_NAME, JobSpec, load_spec, parse_override, save_spec, with_overrides
-from torchdeck.cli.output import printable
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, status_cells
 from torchdeck.settings import Settings, SettingsError
+from torchdeck.terminal import as_shown, printable
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -97,7 +98,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     path = Path(args.path)
-    if path.exists() and not args.force:
+    if os.path.lexists(path) and not args.force:  # a link, dangling or not, is something there
         return fail(f"{path} exists; pass --force to overwrite it")
     spec = JobSpec()
     if args.script or args.module:
@@ -106,7 +107,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         code = Path(entry.pop("entrypoint.code"))
         entry["entrypoint.code"] = os.path.relpath(code, where)
         spec = with_overrides(spec, entry)
-    save_spec(spec, path)
+    save_spec(spec, path, replace=args.force)
     print(f"wrote {path} ({spec.program}); edit it, then `torchdeck train {path}`")
     return 0
 
@@ -115,22 +116,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     from torchdeck.backends.kubernetes.importing import import_manifest
 
     path = Path(args.output)
-    if path.exists() and not args.force:
+    if os.path.lexists(path) and not args.force:
         return fail(f"{path} exists; pass --force to overwrite it, or -o another path")
+    hint = "a manifest is a YAML file (kubectl get pytorchjob NAME -o yaml)"
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    except OSError as exc:
-        return fail(f"{args.file}: cannot read it: {exc.strerror}")
-    except UnicodeDecodeError:
-        return fail(f"{args.file}: is not text (UTF-8); a manifest is a YAML file")
+        text = read_stdin_text(hint) if args.file == "-" else read_text(args.file, hint=hint)
+    except FileNotFoundError:
+        return fail(f"{args.file}: no such file")
     found = import_manifest(text, "standard input" if args.file == "-" else args.file)
-    save_spec(found.spec, path)
+    save_spec(found.spec, path, replace=args.force)
     e = found.spec.entrypoint
     where = f" in the image at {e.in_image}" if e.in_image else ""
-    print(f"wrote {path}: {found.spec.program}{where}, {found.spec.nodes} node(s) x {found.spec.nproc_per_node}, "
-          f"kind {found.spec.cluster.kind}")  # fmt: skip
-    for note in found.notes:
-        print(f"  note: {note}")
+    print(printable(f"wrote {path}: {found.spec.program}{where}, {found.spec.nodes} node(s) x "
+                    f"{found.spec.nproc_per_node}, kind {found.spec.cluster.kind}"))  # fmt: skip
+    for note in found.notes:  # the manifest's strings: nothing in them drives the terminal
+        print(printable(f"  note: {note}"))
     print(f"next: torchdeck render {path} (check it), then torchdeck --backend kubernetes train {path}")
     return 0
 
@@ -408,7 +408,8 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
 def format_status_table(statuses: list[JobStatus]) -> str:
     rows: list[tuple[str, ...]] = [("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "REASON")]
     now = time.time()
-    rows += [(*status_cells(s, now), s.reason[:60]) for s in statuses]
+    # a run's reason and its names come from the run, the cluster or a file: nothing in them drives the terminal
+    rows += [tuple(printable(c) for c in (*status_cells(s, now), s.reason[:60])) for s in statuses]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 
@@ -431,17 +432,20 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         return 0
     print(format_status_table([status]))
     if status.hint:
-        print(f"hint: {status.hint}")
+        print(printable(f"hint: {status.hint}"))
     return 0
 
 
 def cmd_logs(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     run_id = backend.status(args.run).run_id
+    # on a terminal, a rank's escape sequences would drive it (a title, a cleared screen): shown as a
+    # terminal would leave the line; to a pipe or file, or with --raw, the bytes as the rank wrote them
+    shown = (lambda text: text) if args.raw or not sys.stdout.isatty() else as_shown
     for batch in backend.logs(run_id, rank=args.rank, follow=args.follow):
         for line in batch:
             restart = f" restart {line.attempt}" if line.attempt else ""
             prefix = f"[rank {line.rank}{restart}] " if args.rank is None or line.attempt else ""
-            sys.stdout.write(f"{prefix}{line.text}\n")
+            sys.stdout.write(f"{prefix}{shown(line.text)}\n")
         sys.stdout.flush()
     return 0
 

@@ -171,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run id or a unique prefix")
     p.add_argument("--rank", type=int, help="only this rank")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="the output as the ranks wrote it, escape sequences and all (the default on a pipe or file)",
+    )
 
     p = sub.add_parser("stop", help="stop a run and every process it started")
     p.add_argument("run", help="run id or a unique prefix")

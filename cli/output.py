@@ -10,19 +10,10 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from torchdeck.backends.errors import BackendError
+from torchdeck.terminal import printable
 
 if TYPE_CHECKING:
     from torchdeck.backends.eks.progress import Progress
-
-
-# C0 and C1 controls and DEL, shown escaped: a carriage return in a field name or an escape
-# sequence in a pod's traceback must neither split the one error line nor drive the terminal.
-_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\r``, ``\\x1b``), for one line on a terminal."""
-    return text.translate(_CONTROLS)
 
 
 def say(line: str) -> None:

@@ -3,7 +3,6 @@ are kept in a bounded buffer; the pane shows the newest matching ones."""
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import deque
 
@@ -18,32 +17,16 @@ from textual.strip import Strip
 from textual.widgets import Input
 
 from torchdeck.backends.base import LogLine
+from torchdeck.terminal import as_shown
 
 from .line_styles import LineStyles
 
 BUFFER_LINES = 20_000
 SHOWN_LINES = 1_000
 
-ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.?)", re.DOTALL)
-"""A terminal's escape sequences (colours, cursor moves, titles): what a rank's output carries
-from tqdm or a coloured logger, and what must not reach the terminal the console draws on."""
-CONTROLS = {c: None for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]} | {ord("\t"): "    "}
-
 PREFIX = Style(dim=True)
 ERROR = Style(color="red")
 FOUND = Style(reverse=True)
-
-
-def as_shown(text: str) -> str:
-    """A line as a terminal would leave it: escape sequences and control characters out, tabs
-    as spaces, and only what follows the last carriage return (a progress bar's last state).
-    (The one-line errors of the CLI escape them instead, ``cli.output.printable``: there the
-    person must see what was in a name or a message; here they want the rank's words.)"""
-    if "\r" in text:
-        text = text.rstrip("\r").rsplit("\r", 1)[-1]
-    if "\x1b" in text:
-        text = ESCAPES.sub("", text)
-    return text.translate(CONTROLS)
 
 
 class LogView(LineStyles, ScrollView, can_focus=True):
