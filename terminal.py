@@ -5,13 +5,21 @@ failure reason, a string from a manifest or a cluster. One sanitiser, two uses:
   out, tabs as spaces, only what follows the last carriage return: a progress bar's last state),
   for the console's log pane and for ``torchdeck logs`` on a terminal;
 - ``printable``: control characters escaped (``\\r``, ``\\x1b``), for one-line errors, tables and
-  notes, where the person must see what was in a name or a message.
+  notes, where the person must see what was in a name or a message;
+- ``guarded``: a headless command's stdout and stderr on a terminal, through which every line it
+  prints passes ``printable`` but for its newlines (a cluster's event, a node's reason, a ledger's
+  name, a rank's failure: any of them may carry an escape sequence). torchdeck's own redraw of a
+  progress block writes to the terminal beneath (``EscapingWriter.terminal``).
 
 Standard library only: the CLI, the console and the monitor all use it."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.?)", re.DOTALL)
 """A terminal's escape sequences (colours, cursor moves, titles): what a rank's output carries
@@ -34,3 +42,36 @@ def as_shown(text: str) -> str:
 def printable(text: str) -> str:
     """``text`` with control characters escaped (``\\r``, ``\\x1b``), for one line on a terminal."""
     return text.translate(_ESCAPED)
+
+
+_ESCAPED_LINES = {c: v for c, v in _ESCAPED.items() if c != ord("\n")}
+
+
+class EscapingWriter:
+    """A text stream that writes to ``terminal`` with every control character but the newline
+    escaped; anything else (flush, isatty, fileno) is the terminal's."""
+
+    def __init__(self, terminal: TextIO):
+        self.terminal = terminal
+
+    def write(self, text: str) -> int:
+        self.terminal.write(text.translate(_ESCAPED_LINES))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.terminal, name)
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[None]:
+    """stdout and stderr escaped while a headless command runs, where they are terminals (a pipe
+    or a file gets the bytes as they are: JSON, logs for another program)."""
+    saved = sys.stdout, sys.stderr
+    try:
+        if sys.stdout.isatty():
+            sys.stdout = EscapingWriter(sys.stdout)
+        if sys.stderr.isatty():
+            sys.stderr = EscapingWriter(sys.stderr)
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

@@ -286,7 +286,8 @@ def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) ->
         f"torchdeck: run {run_id} started ({spec.world_size} ranks); Ctrl-C detaches, the job keeps running",
         file=sys.stderr,
     )
-    return follow_run(backend, run_id, args.output, sys.stdout)
+    # the progress block's own redraw sequences go to the terminal itself, past the guard
+    return follow_run(backend, run_id, args.output, getattr(sys.stdout, "terminal", sys.stdout))
 
 
 def _bar(fraction: float, width: int = 24) -> str:
@@ -441,12 +442,13 @@ def cmd_logs(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
     # on a terminal, a rank's escape sequences would drive it (a title, a cleared screen): shown as a
     # terminal would leave the line; to a pipe or file, or with --raw, the bytes as the rank wrote them
     shown = (lambda text: text) if args.raw or not sys.stdout.isatty() else as_shown
+    out = getattr(sys.stdout, "terminal", sys.stdout) if args.raw else sys.stdout  # --raw: past the guard too
     for batch in backend.logs(run_id, rank=args.rank, follow=args.follow):
         for line in batch:
             restart = f" restart {line.attempt}" if line.attempt else ""
             prefix = f"[rank {line.rank}{restart}] " if args.rank is None or line.attempt else ""
-            sys.stdout.write(f"{prefix}{shown(line.text)}\n")
-        sys.stdout.flush()
+            out.write(f"{prefix}{shown(line.text)}\n")
+        out.flush()
     return 0
 
 

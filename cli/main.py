@@ -201,7 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from . import jobs as headless
 
-    return headless.dispatch(args)
+    if (args.command or "console") in ("console", "monitor"):  # the console draws the terminal itself
+        return headless.dispatch(args)
+    from torchdeck.terminal import guarded
+
+    with guarded():  # nothing a run, a cluster or a file wrote drives the terminal
+        return headless.dispatch(args)
 
 
 if __name__ == "__main__":

@@ -572,9 +572,17 @@ def test_jobs_status_and_logs_never_hand_a_terminal_its_escape_sequences(tmp_pat
         [sys.executable, "-m", "torchdeck", "logs", run_id], capture_output=True, env=env, timeout=60
     )
     assert HOSTILE.encode() in piped.stdout  # to a pipe: the bytes as the rank wrote them
+    for argv in (["jobs"], ["status", run_id], ["logs", run_id]):
+        shown = on_a_terminal([sys.executable, "-m", "torchdeck", *argv], env)
+        assert run_id.encode() in shown or b"boom" in shown, (argv, shown)
+        assert b"\x1b" not in shown and b"\x07" not in shown and b"\xc2\x9b" not in shown, (argv, shown)
+    assert HOSTILE.encode() in on_a_terminal([sys.executable, "-m", "torchdeck", "logs", run_id, "--raw"], env)
+
+
+def on_a_terminal(command: list[str], env: dict[str, str]) -> bytes:
+    """What ``command`` writes to stdout and stderr when both are a terminal (a pseudo-terminal)."""
     primary, secondary = pty.openpty()
-    on_tty = subprocess.run([sys.executable, "-m", "torchdeck", "logs", run_id], stdout=secondary,
-                            stderr=subprocess.PIPE, env=env, timeout=60)  # fmt: skip
+    done = subprocess.run(command, stdout=secondary, stderr=secondary, env=env, timeout=60)
     os.close(secondary)
     shown = b""
     while True:
@@ -586,11 +594,22 @@ def test_jobs_status_and_logs_never_hand_a_terminal_its_escape_sequences(tmp_pat
             break
         shown += chunk
     os.close(primary)
-    assert on_tty.returncode == 0, on_tty.stderr
-    assert b"boom" in shown and b"\x1b" not in shown and b"\x07" not in shown and b"\xc2\x9b" not in shown
-    raw = subprocess.run([sys.executable, "-m", "torchdeck", "logs", run_id, "--raw"], capture_output=True, env=env,
-                         timeout=60)  # fmt: skip
-    assert HOSTILE.encode() in raw.stdout
+    assert done.returncode == 0, shown
+    return shown
+
+
+def test_every_headless_command_on_a_terminal_escapes_what_it_prints(tmp_path) -> None:
+    """The guard round every headless command: a line any of them prints on a terminal (a
+    cluster event, a node's reason) has its control characters escaped; to a pipe it is as is."""
+    program = (
+        "import sys\nfrom torchdeck.terminal import guarded\n"
+        f"with guarded():\n    print({HOSTILE!r})\n    print({HOSTILE!r}, file=sys.stderr)\n"
+    )
+    env = cli_env(tmp_path / "state")
+    shown = on_a_terminal([sys.executable, "-c", program], env)
+    assert shown.count(b"\\x1b]0;pwned") == 2 and b"\x1b" not in shown
+    piped = subprocess.run([sys.executable, "-c", program], capture_output=True, env=env, timeout=60)
+    assert HOSTILE.encode() in piped.stdout and HOSTILE.encode() in piped.stderr
 
 
 def test_import_notes_from_a_hostile_manifest_are_shown_escaped(tmp_path, capsys) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError, SpecError
+from ..files import read_text
 from ..kubernetes.client import ensure_object
 from ..names import check_cluster_name, check_code_path, check_namespace
 from .access import ClusterRecord, cluster_kube, cluster_network
@@ -124,8 +125,9 @@ def code_context(plan: ImagePlan) -> tuple[bytes, str, str]:
     packed = pack(plan.code)
     folder = Path(plan.code)
     own = folder / "Dockerfile"
-    if own.is_file():
-        workdirs = re.findall(r"(?im)^\s*WORKDIR\s+(\S+)", own.read_text(errors="replace"))
+    if os.path.lexists(own):  # the user's own Dockerfile, through the one reader (a FIFO, a link out)
+        text = read_text(own, inside=folder, hint="make it the folder's Dockerfile, or remove it")
+        workdirs = re.findall(r"(?im)^\s*WORKDIR\s+(\S+)", text)
         return packed.data, "Dockerfile", workdirs[-1] if workdirs else "/"
     requirements = plan.requirements or ("requirements.txt" if (folder / "requirements.txt").is_file() else None)
     if requirements and not (folder / requirements).is_file():
