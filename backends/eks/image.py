@@ -126,8 +126,8 @@ def code_context(plan: ImagePlan) -> tuple[bytes, str, str]:
     folder = Path(plan.code)
     own = folder / "Dockerfile"
     if os.path.lexists(own):  # the user's own Dockerfile, through the one reader (a FIFO, a link out)
-        text = read_text(own, inside=folder, hint="make it the folder's Dockerfile, or remove it")
-        workdirs = re.findall(r"(?im)^\s*WORKDIR\s+(\S+)", text)
+        written = read_text(own, inside=folder, hint="make it the folder's Dockerfile, or remove it")
+        workdirs = re.findall(r"(?im)^\s*WORKDIR\s+(\S+)", written)
         return packed.data, "Dockerfile", workdirs[-1] if workdirs else "/"
     requirements = plan.requirements or ("requirements.txt" if (folder / "requirements.txt").is_file() else None)
     if requirements and not (folder / requirements).is_file():
