@@ -4,6 +4,7 @@ nvidia-ml-py package), or the reason there are no figures."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from .base import GpuMetrics
 
@@ -11,7 +12,7 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 
 
-def _nvml():
+def _nvml() -> Any:
     """The initialised pynvml module, or a string saying why there is none.
     NVML is initialised once per process; a failure is remembered."""
     with _lock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,7 +230,11 @@ class JobSpec:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-def _choices(*values: str | None):
+Check = Callable[[Any], "str | None"]
+"""A field's check: why a value is wrong, or None."""
+
+
+def _choices(*values: str | None) -> Check:
     def check(v: Any) -> str | None:
         if v not in values:
             shown = ", ".join(x for x in values if x is not None)
@@ -240,7 +244,7 @@ def _choices(*values: str | None):
     return check
 
 
-def _int_at_least(low: int, optional: bool = False):
+def _int_at_least(low: int, optional: bool = False) -> Check:
     def check(v: Any) -> str | None:
         if v is None and optional:
             return None
@@ -255,7 +259,7 @@ def _is_bool(v: Any) -> str | None:
     return None if isinstance(v, bool) else f"must be true or false, got {v!r}"
 
 
-def _path(optional: bool):
+def _path(optional: bool) -> Check:
     def check(v: Any) -> str | None:
         if v is None and optional:
             return None
@@ -274,7 +278,7 @@ def quantity_text(v: Any) -> Any:
     return str(v) if isinstance(v, int) or not v.is_integer() else str(int(v))
 
 
-def _quantity(optional: bool):
+def _quantity(optional: bool) -> Check:
     def check(v: Any) -> str | None:
         if v is None and optional:
             return None
@@ -391,7 +395,7 @@ def _s3_prefix(v: Any) -> str | None:
     return None
 
 
-def _optional(check):
+def _optional(check: Check) -> Check:
     return lambda v: None if v is None else check(v)
 
 

@@ -221,7 +221,7 @@ def open_cloud(settings: Settings, profile: str | None = None) -> EksCloud:
     return EksCloud(settings.state_dir, profile, poll_s=settings.aws_poll_s)
 
 
-def _load_plan(args: argparse.Namespace):
+def _load_plan(args: argparse.Namespace) -> ClusterPlan:
     from torchdeck.backends.eks.plan import load_plan
 
     return load_plan(args.file)

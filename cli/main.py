@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from torchdeck import __version__
 
@@ -90,7 +91,7 @@ class _CommandParser(argparse.ArgumentParser):
     """A sub-command's parser: it takes the global options too, as kubectl does, without
     overwriting what was given before the command (their default there is 'not given')."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _add_global_options(self, default=argparse.SUPPRESS)
 

@@ -219,7 +219,7 @@ class MetricFeed:
     def __enter__(self) -> MetricFeed:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -13,9 +13,10 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -58,7 +59,7 @@ def snapshots(folder: str | os.PathLike) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def atomic_write_bytes(path: Path, writer) -> int:
+def atomic_write_bytes(path: Path, writer: Callable[[BinaryIO], object]) -> int:
     """Call ``writer(fileobj)`` on a temporary file beside ``path``, then
     fsync and rename it into place. Returns the size written."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

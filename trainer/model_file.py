@@ -31,7 +31,7 @@ def _split_s3(url: str) -> tuple[str, str]:
     return bucket, key
 
 
-def s3_client():
+def s3_client() -> Any:
     """A boto3 S3 client, or a TrainerError saying boto3 is missing (it is optional in the trainer)."""
     try:
         import boto3

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Recipe:
     """Evaluate on each image and its mirror image, averaging the logits."""
     description: str = field(default="", compare=False)
 
-    def scaled(self, **changes) -> Recipe:
+    def scaled(self, **changes: Any) -> Recipe:
         return replace(self, **changes)
 
     def peak_lr(self, global_batch: int) -> float:

@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,7 @@ class DistEnv:
     restart_count: int = 0
 
     @classmethod
-    def from_environ(cls, environ=os.environ) -> DistEnv:
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> DistEnv:
         def number(name: str, default: int) -> int:
             raw = environ.get(name, str(default))
             try:
@@ -348,7 +348,7 @@ class Trainer:
 
     # -- training ------------------------------------------------------------------------------
 
-    def _autocast(self):
+    def _autocast(self) -> torch.autocast:
         return torch.autocast(
             self.device.type,
             dtype=self.placement.amp_dtype or torch.float32,
@@ -513,7 +513,7 @@ def evaluate_model(
     env: DistEnv,
     num_classes: int,
     tta: bool,
-    autocast,
+    autocast: Callable[[], Any],
     batch_size: int = 500,
 ) -> tuple[float, float, list[float]]:
     """Accuracy, mean cross-entropy and per-class accuracy of ``model`` on the

@@ -291,7 +291,7 @@ def eks_token(aws: AwsSession, cluster: str) -> dict[str, Any]:
     valid 15 minutes (what ``aws eks get-token`` prints)."""
     sts = aws.client("sts")
 
-    def add_cluster_header(request, **_: Any) -> None:
+    def add_cluster_header(request: Any, **_: Any) -> None:
         request.headers["x-k8s-aws-id"] = cluster
 
     sts.meta.events.register_first(

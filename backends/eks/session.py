@@ -164,7 +164,7 @@ class AwsSession:
             return params
         return {**params, "ExpectedBucketOwner": self.account()}
 
-    def client(self, service: str):
+    def client(self, service: str) -> Any:
         if service not in self._clients:
             try:
                 import boto3

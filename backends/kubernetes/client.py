@@ -25,7 +25,7 @@ class ApiError(BackendError):
         self.status, self.reason = status, reason
 
     @classmethod
-    def from_exception(cls, exc) -> ApiError:
+    def from_exception(cls, exc: Any) -> ApiError:
         status = getattr(exc, "status", 0) or 0
         message, reason = "", getattr(exc, "reason", "") or ""
         try:

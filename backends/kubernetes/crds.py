@@ -229,7 +229,7 @@ class _Checker:
                 self.problems.append(f"{where}: {rule.get('message') or 'fails the rule ' + rule['rule']}")
 
 
-def _cel_environment():
+def _cel_environment() -> Any:
     """A CEL evaluator (cel-python) where it is installed, else None."""
     try:
         import celpy
@@ -238,7 +238,7 @@ def _cel_environment():
     env = celpy.Environment()
 
     @functools.cache
-    def program(rule: str):
+    def program(rule: str) -> Any:
         return env.program(env.compile(rule))
 
     def evaluate(rule: str, value: Any) -> bool | None:

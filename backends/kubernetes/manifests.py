@@ -155,7 +155,7 @@ class Rendered:
 
 
 @functools.lru_cache(maxsize=1)
-def template_environment():
+def template_environment() -> Any:
     import jinja2  # only rendering needs it
 
     loader = jinja2.FunctionLoader(lambda name: (resources.files("torchdeck") / "manifests" / name).read_text())

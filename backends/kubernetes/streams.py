@@ -215,7 +215,7 @@ def _nanoseconds(stamp: bytes) -> int:
     return whole * 1_000_000_000 + int((fraction.decode() + "000000000")[:9])
 
 
-def _abort(response) -> None:
+def _abort(response: Any) -> None:
     """End a streamed response another thread is reading. (Closing it would
     wait for that reader's lock; shutting the socket down wakes the reader.)"""
     sock = getattr(getattr(response, "connection", None), "sock", None)
@@ -263,7 +263,7 @@ class Dechunker:
         return b"".join(out)
 
 
-def _dechunked(raw) -> Iterator[bytes]:
+def _dechunked(raw: Any) -> Iterator[bytes]:
     """A chunked body read from its socket file (``read1``): everything one read brought, as one
     piece. A connection that closes before the last chunk raises ConnectionError, so the stream is
     asked for again."""
@@ -277,7 +277,7 @@ def _dechunked(raw) -> Iterator[bytes]:
             yield piece
 
 
-def _chunked_socket_file(response) -> Any:
+def _chunked_socket_file(response: Any) -> Any:
     """The socket file under a streamed urllib3 response whose body is chunked and not yet read
     (None otherwise): what ``Dechunker`` can read past urllib3."""
     raw = getattr(getattr(response, "_fp", None), "fp", None)
@@ -292,7 +292,7 @@ def _split_lines(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
     return [line for line in whole if line.strip()], rest
 
 
-def _body(response) -> Iterator[bytes]:
+def _body(response: Any) -> Iterator[bytes]:
     """A streamed response's body as it comes: by the socket where it is chunked (see
     ``_dechunked``), else as urllib3 reads it."""
     raw = _chunked_socket_file(response)
@@ -305,7 +305,7 @@ def _body(response) -> Iterator[bytes]:
     yield from response.stream(65536, decode_content=False)
 
 
-def _line_chunks(response) -> Iterator[list[bytes]]:
+def _line_chunks(response: Any) -> Iterator[list[bytes]]:
     """Whole lines from a streamed HTTP response, as they come (a list per read)."""
     pending = b""
     for chunk in _body(response):
@@ -316,7 +316,7 @@ def _line_chunks(response) -> Iterator[list[bytes]]:
         yield [pending]
 
 
-def _lines(response) -> Iterator[bytes]:
+def _lines(response: Any) -> Iterator[bytes]:
     """Whole lines from a streamed HTTP response."""
     for lines in _line_chunks(response):
         yield from lines

@@ -37,7 +37,7 @@ class Validation:
     cel_unchecked: int = 0
 
 
-def _core_validator():
+def _core_validator() -> Any:
     try:
         import kubernetes_validate
     except ImportError:
@@ -48,7 +48,7 @@ def _core_validator():
     return kubernetes_validate
 
 
-def _core_problems(kv, obj: dict[str, Any], where: str) -> list[str]:
+def _core_problems(kv: Any, obj: dict[str, Any], where: str) -> list[str]:
     try:
         kv.validate(obj, KUBERNETES_VERSION, strict=True)
     except kv.ValidationError as exc:

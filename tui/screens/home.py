@@ -41,7 +41,7 @@ class HomeScreen(DeckScreen[None]):
         Binding("q", "app.quit", "Quit"),
     ]
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.statuses: dict[str, JobStatus] = {}
         self._shown: dict[str, tuple[str, ...]] = {}

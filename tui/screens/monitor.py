@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from torchdeck.backends.base import JobState, JobStatus
+from torchdeck.backends.base import Backend, JobState, JobStatus
 from torchdeck.monitor.feed import MetricFeed
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
 
@@ -77,7 +77,7 @@ class MonitorScreen(DeckScreen[None]):
         """The ranks the user asked the chart for ([]: the automatic choice)."""
 
     @property
-    def backend(self):
+    def backend(self) -> Backend:
         return self.app.backend
 
     def compose(self) -> ComposeResult:

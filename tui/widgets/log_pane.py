@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -45,7 +46,7 @@ class LogView(LineStyles, ScrollView, can_focus=True):
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
-    def __init__(self, max_lines: int = SHOWN_LINES, **kwargs):
+    def __init__(self, max_lines: int = SHOWN_LINES, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.lines: deque[Strip] = deque(maxlen=max_lines)
 
@@ -96,7 +97,7 @@ class LogPane(Vertical):
     LogPane LogView { height: 1fr; background: $surface; }
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.buffer: deque[LogLine] = deque(maxlen=BUFFER_LINES)
         self._pending: list[LogLine] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -184,7 +185,7 @@ class LossChart(LineStyles, Widget):
     LossChart { width: 1fr; height: 1fr; min-height: 6; }
     """
 
-    def __init__(self, glyphs: Glyphs, **kwargs):
+    def __init__(self, glyphs: Glyphs, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.glyphs = glyphs
         self.shown = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -19,7 +21,7 @@ class NodeBars(Static):
     NodeBars { height: auto; max-height: 8; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def __init__(self, glyphs: Glyphs, **kwargs):
+    def __init__(self, glyphs: Glyphs, **kwargs: Any) -> None:
         super().__init__("measuring nodes...", **kwargs)
         self.glyphs = glyphs
         self._lines = 1

@@ -8,6 +8,8 @@ each as a single line of text. The header stays put while the rows scroll."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
@@ -58,7 +60,7 @@ class RankTable(LineStyles, ScrollView, can_focus=True):
     RankTable > .rank-table--stripe { background: $boost; }
     """
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._rows: list[tuple[str, ...]] = []
         self.virtual_size = Size(WIDTH, 1)
