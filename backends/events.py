@@ -1,7 +1,8 @@
 """Reading the trainer's metric lines (schema 1, written by
-``torchdeck.trainer.metrics``) into ``MetricEvent`` s, and saying them in
-words for log views. Every backend gets its lines differently (files, pod
-logs) and parses them here."""
+``torchdeck.trainer.metrics``) into ``MetricEvent`` s, folding them into a
+run's ``JobStatus`` (``fold_progress``), and saying them in words for log
+views. Every backend gets its lines differently (files, pod logs) and parses
+and folds them here, so a run's status reads the same on each."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from torchdeck.trainer.metrics import SCHEMA_VERSION
 
-from .base import MetricEvent
+from .base import JobStatus, MetricEvent
 
 try:  # five times faster than json on metric lines; the monitor ingests tens of thousands a second
     from orjson import loads as _loads
@@ -48,6 +49,33 @@ def parse_metric_line(line: str | bytes) -> MetricEvent | None:
     """The event on one line, or None for anything else."""
     events = parse_metric_lines([line.encode() if isinstance(line, str) else line])
     return events[0] if events else None
+
+
+def fold_progress(status: JobStatus, events: Iterable[MetricEvent]) -> dict[str, Any] | None:
+    """Fold one rank's events, oldest first, into ``status``: epochs and total steps from its
+    start (and a restart count), epoch, step and loss from its steps and epoch summaries (a text
+    line's ``step 3/20`` brings a total too), accuracy from its evals and its end. Returns the
+    last error record among them (each backend words the reason its own way: where the rank is).
+    The one fold for every backend: the local and cluster copies had drifted (the cluster's read
+    neither epoch summaries nor restart counts)."""
+    error = None
+    for event in events:
+        r = event.record
+        if event.event == "start":
+            status.epochs = r.get("epochs") or status.epochs
+            status.total_steps = r.get("total_steps") or status.total_steps
+            status.restarts = max(status.restarts, r.get("restart_count") or 0)
+        elif event.event in ("step", "epoch"):
+            status.step = r.get("step") or status.step
+            status.epoch = r.get("epoch") or status.epoch
+            status.loss = r.get("loss") if event.event == "step" else status.loss
+            status.total_steps = r.get("total_steps") or status.total_steps
+            status.epochs = r.get("epochs") or status.epochs
+        elif event.event in ("eval", "done") and r.get("accuracy") is not None:
+            status.accuracy = r["accuracy"]
+        elif event.event == "error":
+            error = r
+    return error
 
 
 def _num(value: Any, fmt: str) -> str:

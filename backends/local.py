@@ -48,7 +48,7 @@ from .base import (
     as_test_result,
 )
 from .errors import BackendError, RunNotFound, SpecError
-from .events import describe_record, parse_metric_line, parse_metric_lines
+from .events import describe_record, fold_progress, parse_metric_line, parse_metric_lines
 from .files import write_atomically
 from .gpu import read_gpus
 from .local_launcher import reap_run, run_members, write_json
@@ -361,30 +361,10 @@ class LocalBackend(Backend):
         )
         if not files:
             return
-        error = None
+        # the file's first line (its start: epochs, total steps), then its tail
         first = parse_metric_line(_first_line(files[0]))
-        if first is not None and first.event == "start":
-            status.epochs = first.record.get("epochs") or status.epochs
-            status.total_steps = first.record.get("total_steps") or status.total_steps
-        for line in _tail_lines(files[0], 16384):
-            event = parse_metric_line(line)
-            if event is None:
-                continue
-            rec = event.record
-            if event.event == "start":
-                status.epochs = rec.get("epochs") or status.epochs
-                status.total_steps = rec.get("total_steps") or status.total_steps
-                status.restarts = max(status.restarts, rec.get("restart_count") or 0)
-            elif event.event in ("step", "epoch"):
-                status.step = rec.get("step") or status.step
-                status.epoch = rec.get("epoch") or status.epoch
-                status.loss = rec.get("loss") if event.event == "step" else status.loss
-                status.total_steps = rec.get("total_steps") or status.total_steps  # a script's "step N/M"
-                status.epochs = rec.get("epochs") or status.epochs
-            elif event.event in ("eval", "done") and rec.get("accuracy") is not None:
-                status.accuracy = rec["accuracy"]
-            elif event.event == "error":
-                error = rec
+        error = fold_progress(status, [first] if first is not None and first.event == "start" else [])
+        error = fold_progress(status, parse_metric_lines(_tail_lines(files[0], 16384))) or error
         for path in files[1:]:
             if error is not None:
                 break

@@ -342,6 +342,25 @@ def test_status_follows_the_operator_and_explains_pending_pods(cluster, backend)
     assert failed.state is JobState.FAILED and "backoff limit" in failed.reason
 
 
+def test_status_on_a_cluster_reads_what_the_local_status_reads(cluster, backend):
+    """Issue 30: one status fold for every backend. The cluster's copy read neither the trainer's
+    epoch summaries nor its restart count, and took node 0's other ranks' lines as rank 0's."""
+    install(backend)
+    run_id = backend.submit(make_spec())
+    make_pod(backend, run_id, f"{run_id}-master-0", "master")
+    start = {"schema": 1, "event": "start", "rank": 0, "world_size": 4, "time": 1_790_000_000.0, "epochs": 3,
+             "total_steps": 30, "restart_count": 2}  # fmt: skip
+    summary = {"schema": 1, "event": "epoch", "rank": 0, "world_size": 4, "time": 1_790_000_020.0, "epoch": 2,
+               "step": 20, "loss": 0.9}  # fmt: skip
+    lines = [json.dumps(start), metric_line(0, 19, 1.1), metric_line(1, 21, 5.0), json.dumps(summary)]
+    cluster.call(cluster.emulator.script_log, NS, f"{run_id}-master-0", lines)
+    set_phase(backend, f"{run_id}-master-0", "Running")
+    set_conditions(backend, run_id, "Created", "Running")
+    status = backend.status(run_id)
+    assert (status.epoch, status.step, status.loss, status.epochs, status.total_steps) == (2, 20, 1.1, 3, 30)
+    assert status.restarts >= 2
+
+
 def test_list_and_cancel_remove_every_object_of_the_run(backend):
     install(backend)
     first = backend.submit(make_spec(cluster={"kind": "job"}))

@@ -36,7 +36,7 @@ from ..base import (
     as_test_result,
 )
 from ..errors import BackendError, RunNotFound
-from ..events import describe_record, parse_metric_lines
+from ..events import describe_record, fold_progress, parse_metric_lines
 from ..spec import JobSpec, spec_from_dict, validate
 from ..textmetrics import RankedText
 from . import crds
@@ -349,18 +349,11 @@ class KubernetesBackend(KubeClient, Backend):
             events = [e for e in self._log_lines(batch, 1, 0, reader)[0] if e.rank == 0]
         else:
             events = parse_metric_lines(tail.splitlines())
-        for event in events:
-            r = event.record
-            if event.event == "start":
-                status.epochs, status.total_steps = r.get("epochs") or status.epochs, r.get("total_steps")
-            elif event.event == "step":
-                status.step, status.epoch, status.loss = r.get("step") or 0, r.get("epoch") or 0, r.get("loss")
-                status.total_steps = r.get("total_steps") or status.total_steps  # a text line's "step 3/20"
-                status.epochs = r.get("epochs") or status.epochs
-            elif event.event == "error" and (not status.reason or status.state is JobState.FAILED):
-                status.reason, status.hint = f"rank 0: {r.get('message')}", r.get("hint") or status.hint
-            elif event.event in ("eval", "done") and r.get("accuracy") is not None:
-                status.accuracy = r["accuracy"]
+            lowest = min((e.rank for e in events), default=0)
+            events = [e for e in events if e.rank == lowest]  # the lowest rank, as the local backend reads
+        error = fold_progress(status, events)
+        if error is not None and (not status.reason or status.state is JobState.FAILED):
+            status.reason, status.hint = f"rank 0: {error.get('message')}", error.get("hint") or status.hint
 
     def _status_of(self, key: str, obj: dict[str, Any], pods: list[dict[str, Any]]) -> JobStatus:
         meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
