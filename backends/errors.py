@@ -31,6 +31,11 @@ class SpecError(BackendError):
         self.reason = message  # the message without the field and file it names
 
 
+class RunIdTaken(BackendError):
+    """A run id was free when checked and taken when its first object was made (another console
+    submitted in the same second): the submit tries the next one."""
+
+
 class RunNotFound(BackendError):
     """No run matches the id (or unique prefix) the user gave."""
 

@@ -52,6 +52,7 @@ from .events import describe_record, fold_progress, parse_metric_line, parse_met
 from .files import write_atomically
 from .gpu import read_gpus
 from .local_launcher import reap_run, run_members, write_json
+from .names import new_run_id
 from .spec import JobSpec, trainer_arguments, validate
 
 STOP_GRACE_S = 10.0
@@ -239,15 +240,16 @@ class LocalBackend(Backend):
 
     def _new_run_dir(self, name: str) -> tuple[str, Path]:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%m%d-%H%M%S")
-        for n in range(1000):
-            run_id = f"{name}-{stamp}" + (f"-{n}" if n else "")
+
+        def taken(run_id: str) -> bool:  # claiming the folder is the check: two submits never share one
             try:
                 (self.runs_dir / run_id).mkdir()
-                return run_id, self.runs_dir / run_id
             except FileExistsError:
-                continue
-        raise BackendError("cannot make a run folder", f"check {self.runs_dir}")
+                return True
+            return False
+
+        run_id = new_run_id(name, taken)
+        return run_id, self.runs_dir / run_id
 
     def submit(self, spec: JobSpec) -> str:
         spec = self._check(spec)

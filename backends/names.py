@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 from .errors import SpecError
@@ -164,3 +166,21 @@ def check_code_path(value: Any, field_name: str, what: str = "a path in the code
     if value.startswith(("/", "~")) or ".." in value.replace("\\", "/").split("/"):
         raise SpecError(field_name, f"must be {what} (relative, no '..'), got {_shown(value)}", "e.g. train.py")
     return value
+
+
+clock: Callable[[], float] = time.time
+"""The clock run ids read: a test pins it to submit twice in one second without sleeping for it."""
+
+
+def new_run_id(name: str, taken: Callable[[str], bool], now: float | None = None) -> str:
+    """A run's id: its job's name and the UTC time to the second (``demo-1124-190102``), with
+    ``-1``, ``-2``... where ``taken`` says an id is in use (two submits in one second). The one
+    scheme for every backend: ``taken`` is the local backend's claim of a run folder, a cluster's
+    answer about the job object. Always a valid run id (the name is cut to leave room)."""
+    stamp = time.strftime("%m%d-%H%M%S", time.gmtime(clock() if now is None else now))
+    for n in range(1000):
+        suffix = f"-{stamp}" + (f"-{n}" if n else "")
+        run_id = check_run_id(name[: MAX_RUN_ID - len(suffix)].rstrip("-") + suffix)
+        if not taken(run_id):
+            return run_id
+    raise SpecError("run id", f"1,000 runs of {name!r} in one second", "wait a second and submit again")

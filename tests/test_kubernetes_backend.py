@@ -361,10 +361,21 @@ def test_status_on_a_cluster_reads_what_the_local_status_reads(cluster, backend)
     assert status.restarts >= 2
 
 
+def test_two_submits_of_one_spec_in_one_second_are_two_runs(backend, monkeypatch):
+    """Issue 30: run ids were UTC seconds with no collision handling on a cluster (the second
+    submit failed with 409, and a test slept 1.1 s to avoid it). One scheme now, the local one's."""
+    from torchdeck.backends import names
+
+    install(backend)
+    monkeypatch.setattr(names, "clock", lambda: 1_795_000_000.0)
+    ids = [backend.submit(make_spec()) for _ in range(3)]
+    assert len(set(ids)) == 3 and ids[1] == ids[0] + "-1" and ids[2] == ids[0] + "-2"
+    assert {s.run_id for s in backend.list()} >= set(ids)
+
+
 def test_list_and_cancel_remove_every_object_of_the_run(backend):
     install(backend)
     first = backend.submit(make_spec(cluster={"kind": "job"}))
-    time.sleep(1.1)  # run ids have one-second resolution
     second = backend.submit(make_spec(name="other"))
     assert {s.run_id for s in backend.list()} == {first, second}
     stopped = backend.cancel(first)

@@ -35,8 +35,9 @@ from ..base import (
     TestResult,
     as_test_result,
 )
-from ..errors import BackendError, RunNotFound
+from ..errors import BackendError, RunIdTaken, RunNotFound
 from ..events import describe_record, fold_progress, parse_metric_lines
+from ..names import new_run_id
 from ..spec import JobSpec, spec_from_dict, validate
 from ..textmetrics import RankedText
 from . import crds
@@ -49,7 +50,6 @@ from .jobs import (
     job_api,
     job_state,
     nproc_per_node,
-    run_id_for,
     timestamp,
     walk_volumes,
     world_size,
@@ -120,7 +120,7 @@ class KubernetesBackend(KubeClient, Backend):
             target = self.served_target(spec.cluster.kind)
         except BackendError:  # unreachable, or serves no version we render: the preflight below says which
             target = None
-        rendered = render(spec, run_id_for(spec.name), target=target)
+        rendered = render(spec, new_run_id(spec.name, lambda _: False), target=target)
         try:
             found = preflight(self, spec, rendered)
             checks = [f"# preflight: {f}\n" for f in found] or ["# preflight: the cluster can run it\n"]
@@ -161,22 +161,34 @@ class KubernetesBackend(KubeClient, Backend):
 
     def submit(self, spec: JobSpec) -> str:
         spec = self.with_code_bucket(validate(spec))
-        run_id = run_id_for(spec.name)
-        rendered = render(spec, run_id, target=self.served_target(spec.cluster.kind))
+        target = self.served_target(spec.cluster.kind)
         self.sent = []
-        if rendered.bundle is not None and rendered.bundle_url:
-            self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
-        self._apply(spec, rendered, spec)
-        self._kinds[run_id] = (rendered.kind, spec.namespace)
-        self._selectors[run_id] = pod_selector(rendered.main)
-        return run_id
+        for _ in range(5):
+            run_id = new_run_id(spec.name, self._run_taken)
+            rendered = render(spec, run_id, target=target)
+            if rendered.bundle is not None and rendered.bundle_url:
+                self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
+            try:
+                self._apply(spec, rendered, spec)
+            except RunIdTaken:
+                continue  # another console took this id between the check and the create: the next one
+            self._kinds[run_id] = (rendered.kind, spec.namespace)
+            self._selectors[run_id] = pod_selector(rendered.main)
+            return run_id
+        raise BackendError(f"no free run id for {spec.name!r}: five were taken as they were tried", "submit again")
+
+    def _run_taken(self, run_id: str) -> bool:
+        """Whether a job of any kind, in any namespace, carries this run id (ids name runs cluster-wide)."""
+        return bool(self._list_jobs(f"{RUN_LABEL}={run_id}"))
 
     def _apply(self, spec: JobSpec, rendered: Rendered, checked: JobSpec) -> None:
-        """Preflight ``checked``, then create the objects in order; the first problem stops it in one line."""
+        """Preflight ``checked``, then create the objects in order; the first problem stops it in one line.
+        RunIdTaken where the first object named for the run exists already (nothing of it was made)."""
         problems = preflight(self, checked, rendered)
         if problems:
             more = f" (and {len(problems) - 1} more: torchdeck train --dry-run lists them)" if len(problems) > 1 else ""
             raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
+        made = False
         for obj in rendered.objects:
             bundle = obj["kind"] == "ConfigMap" and CODE_LABEL in obj["metadata"]["labels"]
             try:
@@ -184,7 +196,10 @@ class KubernetesBackend(KubeClient, Backend):
             except ApiError as exc:
                 if bundle and exc.status == 409:
                     continue  # named by its digest: this code was sent before
+                if exc.status == 409 and not made:
+                    raise RunIdTaken(exc.message, exc.hint) from None
                 raise
+            made = made or not bundle
             if bundle:
                 self.sent.append(f"configmap {spec.namespace}/{obj['metadata']['name']}")
             self._note(api_path(api_of(obj["kind"]), spec.namespace, obj["metadata"]["name"]))
@@ -410,7 +425,8 @@ class KubernetesBackend(KubeClient, Backend):
     ) -> tuple[str, str]:
         """Start the data-prep or model-test job; returns (its name, its namespace)."""
         spec = validate(spec)
-        name = run_id_for(f"{spec.name}-{ {'data-prep': 'data', 'model-test': 'test'}.get(task, 'copy') }")
+        what = {"data-prep": "data", "model-test": "test"}.get(task, "copy")
+        name = new_run_id(f"{spec.name}-{what}", lambda n: self._task_exists(spec.namespace, n))
         rendered = render_task(spec, task, name, model_file, source)
         checked = (
             spec
@@ -421,6 +437,15 @@ class KubernetesBackend(KubeClient, Backend):
         )
         self._apply(spec, rendered, checked)
         return name, spec.namespace
+
+    def _task_exists(self, namespace: str, name: str) -> bool:
+        try:
+            self.request("GET", api_path("Job", namespace, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     def wait_task(
         self,

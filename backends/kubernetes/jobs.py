@@ -5,9 +5,8 @@ table: ``job_state`` maps every kind's conditions onto one ``JobState``."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from ..base import JobState
@@ -35,10 +34,6 @@ def timestamp(text: str | None) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def run_id_for(name: str, now: float | None = None) -> str:
-    return f"{name}-{datetime.fromtimestamp(now or time.time(), timezone.utc).strftime('%m%d-%H%M%S')}"
 
 
 def walk_volumes(obj: Any) -> list[dict[str, Any]]:
