@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from ..trainer.s3url import S3Url
 from .errors import SpecError
 from .files import load_yaml, parse_yaml, replace_text
 from .names import DNS_1035_RE, check_bucket_name, check_code_path, check_s3_prefix
@@ -384,12 +385,13 @@ def _abs_path(v: Any) -> str | None:
 
 
 def _s3_prefix(v: Any) -> str | None:
-    if not isinstance(v, str) or not v.startswith("s3://"):
-        return f"must be s3://BUCKET or s3://BUCKET/PREFIX, got {v!r:.80}"
-    bucket, _, prefix = v[5:].partition("/")
     try:
-        check_bucket_name(bucket, "bucket")
-        check_s3_prefix(prefix, "prefix", empty_ok=True)
+        location = S3Url.parse(v)
+    except ValueError:
+        return f"must be s3://BUCKET or s3://BUCKET/PREFIX, got {v!r:.80}"
+    try:
+        check_bucket_name(location.bucket, "bucket")
+        check_s3_prefix(location.key, "prefix", empty_ok=True)
     except SpecError as exc:
         return f"must be s3://BUCKET or s3://BUCKET/PREFIX: {exc.reason}"
     return None

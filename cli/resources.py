@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchdeck.backends.errors import BackendError
+from torchdeck.trainer.s3url import S3Url
 
 from .cluster import open_cloud
 from .output import confirm, say, stream
@@ -79,7 +80,7 @@ def cmd_model_get(args: argparse.Namespace, settings: Settings) -> int:
     if not location:
         raise BackendError("which model? no --run and no --from", "torchdeck model get --run RUN, or --from s3://...")
     out = Path(args.output).expanduser()
-    if location.startswith("s3://"):
+    if S3Url.is_s3(location):
         open_cloud(settings, args.profile).download(location, out, args.region)
     else:
         source = Path(location).expanduser()

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .errors import TrainerError
+from .s3url import S3Url
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -284,9 +285,11 @@ def _unpack_verified(archive: Path, tmp: Path, target: Path, md5: str) -> None:
 def copy_from_s3(url: str, data_dir: str | os.PathLike, md5: str = CIFAR10_MD5) -> Path:
     """Put CIFAR-10 into ``data_dir`` from an S3 prefix holding either the official archive
     (cifar-10-python.tar.gz, verified by md5) or the unpacked cifar-10-batches-py/ files."""
-    if not url.startswith("s3://"):
-        raise TrainerError(f"{url} is not an s3:// URL", hint="e.g. s3://my-bucket/datasets/cifar10/")
-    bucket, _, prefix = url[5:].partition("/")
+    try:
+        location = S3Url.parse(url)
+    except ValueError as exc:
+        raise TrainerError(str(exc), hint="e.g. s3://my-bucket/datasets/cifar10/") from None
+    bucket, prefix = location.bucket, location.key
     root = Path(data_dir).expanduser()
     target = root / FOLDER
     if _complete(target):
@@ -328,7 +331,7 @@ def copy_from_s3(url: str, data_dir: str | os.PathLike, md5: str = CIFAR10_MD5) 
             try:
                 s3.download_file(bucket, obj["Key"], str(where))
             except Exception as exc:
-                raise s3_error("copy", f"s3://{bucket}/{obj['Key']}", exc) from exc
+                raise s3_error("copy", str(S3Url(bucket, obj["Key"])), exc) from exc
             done += obj["Size"]
             _say(f"copied {i}/{len(chosen)} objects, {done / 1e6:.1f}/{total / 1e6:.1f} MB")
         if archive:

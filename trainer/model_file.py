@@ -19,16 +19,18 @@ import torch
 
 from .checkpoint import atomic_write_bytes
 from .errors import TrainerError
+from .s3url import S3Url
 
 FORMAT = "torchdeck-model"
 VERSION = 1
 
 
-def _split_s3(url: str) -> tuple[str, str]:
-    bucket, _, key = url[len("s3://") :].partition("/")
-    if not bucket or not key or key.endswith("/"):
-        raise TrainerError(f"{url} is not an s3://bucket/key URL of a file")
-    return bucket, key
+def _object_of(url: str) -> tuple[str, str]:
+    try:
+        found = S3Url.parse_file(url)
+    except ValueError as exc:
+        raise TrainerError(str(exc)) from None
+    return found.bucket, found.key
 
 
 def s3_client() -> Any:
@@ -56,8 +58,8 @@ def save_model(location: str, payload: dict[str, Any]) -> int:
     buf = io.BytesIO()
     torch.save({"format": FORMAT, "version": VERSION, **payload}, buf)
     data = buf.getvalue()
-    if location.startswith("s3://"):
-        bucket, key = _split_s3(location)
+    if S3Url.is_s3(location):
+        bucket, key = _object_of(location)
         client = s3_client()
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data)
@@ -77,8 +79,8 @@ def save_model(location: str, payload: dict[str, Any]) -> int:
 def load_model_file(location: str) -> dict[str, Any]:
     """Read a model file (torchdeck's format or a bare state dict, which comes
     back as ``{"state_dict": ...}`` with no model name)."""
-    if location.startswith("s3://"):
-        bucket, key = _split_s3(location)
+    if S3Url.is_s3(location):
+        bucket, key = _object_of(location)
         client = s3_client()
         try:
             data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
@@ -118,8 +120,8 @@ def describe_mismatch(model_name: str, error: RuntimeError) -> TrainerError:
 def copy_model_file(source: str, target: str) -> int:
     """Copy a model file byte for byte between a path and s3:// (either way); returns its size.
     The model-copy job runs this on the shared volume so a model can leave the cluster through S3."""
-    if source.startswith("s3://"):
-        bucket, key = _split_s3(source)
+    if S3Url.is_s3(source):
+        bucket, key = _object_of(source)
         try:
             data = s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
         except Exception as exc:
@@ -132,8 +134,8 @@ def copy_model_file(source: str, target: str) -> int:
                 f"cannot read {source}: {exc.strerror or exc}",
                 hint="is the path on the shared volume, and did training finish?",
             ) from exc
-    if target.startswith("s3://"):
-        bucket, key = _split_s3(target)
+    if S3Url.is_s3(target):
+        bucket, key = _object_of(target)
         try:
             s3_client().put_object(Bucket=bucket, Key=key, Body=data)
         except Exception as exc:

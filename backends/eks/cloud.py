@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...trainer.s3url import S3Url
 from ..errors import BackendError
 from ..ledger import Ledger, Resource
 from ..names import check_cluster_name
@@ -241,7 +242,11 @@ class EksCloud:
 
     def download(self, url: str, out: Path, region: str | None = None) -> None:
         """Copy s3://BUCKET/KEY to ``out`` (whole, or not at all)."""
-        bucket, _, key = url[5:].partition("/")
+        try:
+            location = S3Url.parse_file(url)
+        except ValueError as exc:
+            raise BackendError(str(exc), "e.g. s3://my-bucket/models/model.pt") from None
+        bucket, key = location.bucket, location.key
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, part = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")  # exclusive, never planted
         os.close(fd)
@@ -266,7 +271,7 @@ class EksCloud:
         ]
         if len(matching) == 1:
             record = matching[0]
-            return f"s3://{record.storage['bucket']}/{record.storage.get('prefix', '')}models"
+            return str(S3Url(record.storage["bucket"], record.storage.get("prefix", "")).join("models"))
         if matching:
             names = ", ".join(sorted(r.name for r in matching))
             raise BackendError(

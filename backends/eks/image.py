@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...trainer.s3url import S3Url
 from ..errors import BackendError, SpecError
 from ..files import read_text
 from ..kubernetes.client import ensure_object
@@ -545,7 +546,7 @@ async def build_with_kaniko(
         {"kind": "ServiceAccount", "metadata": {"name": BUILDER_ACCOUNT, "namespace": plan.namespace}}, True, 3, "image"
     )
     name = f"torchdeck-build-{tag}"[:63].rstrip("-")
-    for obj in render_kaniko(plan, name, f"s3://{bucket}/{key}", destination, dockerfile, build_args):
+    for obj in render_kaniko(plan, name, str(S3Url(bucket, key)), destination, dockerfile, build_args):
         made = await asyncio.to_thread(ensure_object, client, obj)
         record.note_object(obj, made, 0, "image")
     yield Progress(

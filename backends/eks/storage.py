@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...trainer.s3url import S3Url
 from ..errors import BackendError, SpecError
 from ..kubernetes.client import ensure_object
 from ..names import (
@@ -98,11 +99,13 @@ class StoragePlan:
 
 
 def split_s3(url: str, field_name: str) -> tuple[str, str]:
-    if not url.startswith("s3://"):
-        raise SpecError(field_name, f"{url!r} is not an s3:// URL", "e.g. s3://my-bucket/cifar10/")
-    bucket, _, prefix = url[5:].partition("/")
-    check_bucket_name(bucket, field_name)
-    return bucket, prefix
+    """A bucket prefix a user gave (``--fsx-s3-link``), its bucket checked by S3's rules."""
+    try:
+        location = S3Url.parse(url)
+    except ValueError as exc:
+        raise SpecError(field_name, str(exc), "e.g. s3://my-bucket/cifar10/") from None
+    check_bucket_name(location.bucket, field_name)
+    return location.bucket, location.key
 
 
 def validate_storage(plan: StoragePlan) -> StoragePlan:
@@ -679,7 +682,7 @@ def spec_settings(record: ClusterRecord) -> dict[str, str]:
         out["cluster.pvc"] = plan["pvc"]
     if plan.get("bucket"):
         out["cluster.service_account"] = plan["service_account"]
-        out["model_file"] = f"s3://{plan['bucket']}/{plan['prefix']}model.pt"
+        out["model_file"] = str(S3Url(plan["bucket"], plan["prefix"]).join("model.pt"))
     return out
 
 

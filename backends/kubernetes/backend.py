@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ...trainer.s3url import S3Url
 from ..base import (
     Backend,
     GpuMetrics,
@@ -208,7 +209,8 @@ class KubernetesBackend(KubeClient, Backend):
         """Put a code bundle where its URL says, unless it is there already (its key is its digest)."""
         from ..eks.session import AwsError, AwsSession
 
-        bucket, _, key = url[len("s3://") :].partition("/")
+        location = S3Url.parse(url)
+        bucket, key = location.bucket, location.key
         aws = AwsSession(None)
         try:
             if aws.find("s3", "head_object", Bucket=bucket, Key=key) is not None:
@@ -551,9 +553,12 @@ class KubernetesBackend(KubeClient, Backend):
         ``via(spec)/RUN/model.pt``; one saved to S3 already is fetched from there."""
         spec, saved = self.model_file_of(run_id)
         location = location or saved
-        if location.startswith("s3://"):
+        if S3Url.is_s3(location):
             return location
-        target = f"{via(spec).rstrip('/')}/{run_id}/model.pt"
+        try:
+            target = str(S3Url.parse(via(spec)).join(run_id, "model.pt"))
+        except ValueError as exc:
+            raise BackendError(f"--via: {exc}", "e.g. --via s3://my-bucket/models") from None
         on_wait(f"{location} is on the cluster's volume: copying it to {target} with a job")
         self.copy_model(spec, location, target, on_wait=on_wait)
         return target

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from ...trainer.s3url import S3Url
 from .. import bundle as code_bundle
 from ..errors import SpecError
 from ..names import check_run_id
@@ -535,8 +536,8 @@ def bundle_url(spec: JobSpec, packed: code_bundle.Bundle) -> str:
             "set cluster.code_bucket: s3://BUCKET/PREFIX (the pods' service account must read it), leave files "
             "out with .dockerignore, or bake the code in: torchdeck image build --code DIR",
         )
-    name, _, prefix = bucket[len("s3://") :].partition("/")
-    return f"s3://{name}/{packed.key(prefix.rstrip('/') + '/code' if prefix else 'torchdeck/code')}"
+    location = S3Url.parse(bucket)
+    return str(S3Url(location.bucket, packed.key(location.join("code").key if location.key else "torchdeck/code")))
 
 
 TASKS = ("data-prep", "model-test", "model-copy")
