@@ -612,6 +612,21 @@ def resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
     )
 
 
+def update_spec_file(path: str | Path, changes: Mapping[str, Any]) -> JobSpec:
+    """Set ``changes`` (dotted fields) in the spec file at ``path``, keeping the rest as written
+    (relative paths stay relative to the file), or write the defaults with them where there is no
+    file; returns the spec as saved. The one way torchdeck edits a user's spec (the image it
+    built, the storage it made): two copies had drifted, one turning relative paths absolute."""
+    path = Path(path)
+    try:
+        spec = spec_from_dict(load_yaml(path, hint="a job spec is a YAML file: torchdeck init writes one"), str(path))
+    except FileNotFoundError:
+        spec = JobSpec()
+    spec = with_overrides(spec, changes)
+    save_spec(spec, path)
+    return spec
+
+
 def save_spec(spec: JobSpec, path: str | Path, *, replace: bool = True) -> None:
     """Write a spec as YAML (validated first, so a bad spec never reaches disk); ``replace=False``:
     only where nothing is at ``path`` yet (FileExistsError), a dangling link included."""

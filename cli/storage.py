@@ -89,12 +89,11 @@ def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
     confirm(f"create this storage for cluster {plan.cluster}?", args.yes)
     stream(cloud.create_storage(plan))
     if args.spec:
-        from torchdeck.backends.spec import JobSpec, load_spec, save_spec, with_overrides
+        from torchdeck.backends.spec import update_spec_file
 
         settings_for_spec = cloud.storage_settings(record)
         path = Path(args.spec)
-        spec = load_spec(path) if path.exists() else JobSpec()
-        save_spec(with_overrides(spec, settings_for_spec), path)
+        update_spec_file(path, settings_for_spec)
         print(f"{path}: " + ", ".join(f"{k}={v}" for k, v in settings_for_spec.items()))
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, parse_override, save_spec, with_overrides
@@ -138,3 +139,20 @@ def test_a_file_in_a_missing_folder_is_one_line(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 2
     assert f"{missing}/c.yaml: No such file or directory" in err and f"{missing}/m.pt: No such file" in err
+
+
+def test_the_one_spec_updater_keeps_what_it_does_not_change(tmp_path):
+    """Issue 30: image build and storage create each edited the spec their own way; storage's
+    copy wrote the spec back with its relative paths made absolute."""
+    from torchdeck.backends.spec import update_spec_file
+
+    path = tmp_path / "torchdeck.yaml"
+    path.write_text("name: mine\nentrypoint:\n  script: train.py\n  code: src\ndata_dir: data\ntrainer:\n  epochs: 7\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print(1)\n")
+    update_spec_file(path, {"cluster.pvc": "shared", "image": "r/t:1"})
+    written = yaml.safe_load(path.read_text())
+    assert written["entrypoint"]["code"] == "src" and written["data_dir"] == "data"
+    assert written["trainer"]["epochs"] == 7 and written["cluster"]["pvc"] == "shared" and written["image"] == "r/t:1"
+    fresh = update_spec_file(tmp_path / "new.yaml", {"image": "r/t:2"})
+    assert fresh.image == "r/t:2" and load_spec(tmp_path / "new.yaml").image == "r/t:2"

@@ -756,15 +756,9 @@ async def build_code(
 def write_image_to_spec(spec_file: Path, image: str, code_dir: str | None = None) -> None:
     """Set ``image:`` in the spec file (made with the defaults if absent), and where the image holds
     the user's code (``entrypoint.in_image``) for an image built with --code."""
-    from ..spec import JobSpec, load_spec, save_spec, with_overrides
+    from ..spec import update_spec_file
 
-    if spec_file.exists():
-        spec = load_spec(spec_file)
-        code = spec.entrypoint.code
-        spec = with_overrides(spec, {"entrypoint.code": os.path.relpath(code, spec_file.resolve().parent)})
-    else:
-        spec = JobSpec()
     changes: dict[str, Any] = {"image": image}
     if code_dir:
         changes["entrypoint.in_image"] = code_dir
-    save_spec(with_overrides(spec, changes), spec_file)
+    update_spec_file(spec_file, changes)

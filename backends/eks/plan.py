@@ -387,7 +387,7 @@ def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
     try:
         return validate_plan(plan)
     except SpecError as exc:
-        raise SpecError(exc.field, exc.message.split(": ", 1)[-1], exc.hint, source) from None
+        raise SpecError(exc.field, exc.reason, exc.hint, source) from None
 
 
 def load_plan(path: str | Path) -> ClusterPlan:
