@@ -13,7 +13,6 @@ from .cluster import open_cloud
 from .output import confirm, stream
 
 if TYPE_CHECKING:
-    from torchdeck.backends.eks.storage import StorageState
     from torchdeck.settings import Settings
 
 
@@ -98,45 +97,17 @@ def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def storage_lines(state: StorageState) -> list[str]:
-    """What ``storage status`` prints: a line per file system, mount target, group, bucket and claim."""
-    lines = []
-    for fs in state.file_systems:
-        if fs.kind == "efs":
-            lines.append(
-                f"EFS {fs.ident}  {fs.state}  encrypted={fs.encrypted}  {fs.size_gib:.2f} GiB  "
-                f"(${fs.per_month:.2f}/month)"
-            )
-        else:
-            lines.append(f"FSx {fs.ident}  {fs.state}  {fs.capacity_gib} GiB  {fs.deployment}  {fs.dns_name}")
-        for mt in fs.mount_targets:
-            lines.append(f"  mount target {mt.ident}  {mt.subnet}  {mt.zone}  {mt.state}")
-    for sg in state.security_groups:
-        lines.append(
-            f"security group {sg.ident}: "
-            + ", ".join(f"{r.protocol}/{r.low}-{r.high} from {r.source}" for r in sg.rules)
-        )
-    for bucket in state.buckets:
-        lines.append(
-            f"bucket {bucket.name}  public access {'blocked' if bucket.private else 'NOT blocked'}  "
-            f"encryption {'on' if bucket.encrypted else 'off'}"
-        )
-    for claim in state.claims:
-        lines.append(f"{claim.kind} {claim.name}  {claim.phase}")
-    return lines
-
-
 def cmd_storage_status(args: argparse.Namespace, settings: Settings) -> int:
     cloud = open_cloud(settings, args.profile)
     state = cloud.storage_state(cloud.pick_cluster(args.cluster, args.region))
-    lines = storage_lines(state)
     if args.output == "json":
         print(json.dumps(state.to_dict(), indent=2))
     else:
-        print("\n".join(lines) if lines else f"no storage for cluster {state.cluster}")
-        for problem in state.problems:
-            print(f"problem: {problem}")
-    return 1 if state.problems and lines else 0
+        if state.empty:
+            print(f"no storage for cluster {state.cluster}")
+        for line in state.lines():  # the storage screen logs the same lines
+            print(line.text)
+    return 1 if state.problems and not state.empty else 0
 
 
 def cmd_storage_delete(args: argparse.Namespace, settings: Settings) -> int:

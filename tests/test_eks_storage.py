@@ -280,3 +280,33 @@ def test_a_prefix_that_would_widen_the_grants_is_refused(prefix):
     assert validate_storage(
         StoragePlan("demo", REGION, bucket="torchdeck-models-demo", prefix="team/models")
     ).prefix == ("team/models/")
+
+
+def test_storage_status_reads_one_way_in_the_cli_and_the_screen():
+    """Issue 30: the CLI printed ``tcp/2049-2049`` where the screen said ``tcp/2049``; both now
+    render ``StorageState.lines``."""
+    from torchdeck.backends.eks.storage import (
+        BucketState,
+        ClaimState,
+        FileSystemState,
+        IngressRule,
+        MountTargetState,
+        SecurityGroupState,
+        StorageState,
+    )
+
+    state = StorageState(
+        "demo",
+        file_systems=[FileSystemState("efs", "fs-1", "available", True, 1.5,
+                                      mount_targets=[MountTargetState("fsmt-1", "subnet-1", "us-west-2a", "available")])],
+        security_groups=[SecurityGroupState("sg-1", [IngressRule("tcp", 2049, 2049, "sg-nodes"),
+                                                     IngressRule("tcp", 988, 1023, "sg-nodes")])],
+        buckets=[BucketState("models-1", True, True)],
+        claims=[ClaimState("PersistentVolumeClaim", "shared", "Bound")],
+        problems=["the claim is not bound"],
+    )  # fmt: skip
+    lines = state.lines()
+    texts = [line.text for line in lines]
+    assert "security group sg-1: tcp/2049 from sg-nodes, tcp/988-1023 from sg-nodes" in texts
+    assert texts[0].startswith("EFS fs-1: available, encrypted") and lines[0].kind == "heading"
+    assert lines[-1].kind == "problem" and texts[-1] == "problem: the claim is not bound"

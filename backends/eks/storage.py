@@ -23,7 +23,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ...trainer.s3url import S3Url
 from ..errors import BackendError, SpecError
@@ -752,8 +752,9 @@ class ClaimState:
 
 @dataclass
 class StorageState:
-    """What exists for the cluster now; ``problems`` are what is not right. The CLI and the storage
-    screen each format it their own way."""
+    """What exists for the cluster now; ``problems`` are what is not right. ``lines`` is the one
+    way it reads as text: ``storage status`` prints it and the storage screen logs it (their two
+    formats had drifted apart: ``tcp/2049-2049`` in one, ``tcp/2049`` in the other)."""
 
     cluster: str
     file_systems: list[FileSystemState] = field(default_factory=list)
@@ -768,6 +769,39 @@ class StorageState:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def lines(self) -> list[StatusLine]:
+        """A line per file system, mount target, security group, bucket, claim and problem."""
+        out: list[StatusLine] = []
+        for fs in self.file_systems:
+            if fs.kind == "efs":
+                out.append(StatusLine(
+                    f"EFS {fs.ident}: {fs.state}, {'encrypted' if fs.encrypted else 'NOT encrypted'}, "
+                    f"{fs.size_gib:.2f} GiB stored (${fs.per_month:.2f}/month)", "heading"))  # fmt: skip
+            else:
+                out.append(StatusLine(f"FSx {fs.ident}: {fs.state}, {fs.capacity_gib} GiB {fs.deployment}, "
+                                      f"{fs.dns_name}", "heading"))  # fmt: skip
+            out += [StatusLine(f"  mount target {mt.ident} in {mt.subnet} ({mt.zone}): {mt.state}")
+                    for mt in fs.mount_targets]  # fmt: skip
+        for sg in self.security_groups:
+            ports = (f"{r.protocol}/{r.low}" if r.low == r.high else f"{r.protocol}/{r.low}-{r.high}" for r in sg.rules)
+            sources = (r.source for r in sg.rules)
+            out.append(StatusLine(f"security group {sg.ident}: "
+                                  + ", ".join(f"{p} from {s}" for p, s in zip(ports, sources))))  # fmt: skip
+        for bucket in self.buckets:
+            out.append(StatusLine(f"bucket {bucket.name}: public access {'blocked' if bucket.private else 'NOT blocked'}, "
+                                  f"encryption {'on' if bucket.encrypted else 'off'}"))  # fmt: skip
+        out += [StatusLine(f"{claim.kind} {claim.name}: {claim.phase}") for claim in self.claims]
+        out += [StatusLine(f"problem: {problem}", "problem") for problem in self.problems]
+        return out
+
+
+@dataclass(frozen=True)
+class StatusLine:
+    """One line of a status as text, and what kind of line it is (a front end styles it)."""
+
+    text: str
+    kind: Literal["heading", "detail", "problem"] = "detail"
 
 
 def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = None) -> StorageState:

@@ -171,36 +171,9 @@ class StorageScreen(CloudStepsScreen):
         self.app.call_from_thread(self.show_state, state)
 
     def show_state(self, state: StorageState) -> None:
-        for fs in state.file_systems:
-            if fs.kind == "efs":
-                self.log_line(
-                    f"EFS {fs.ident}: {fs.state}, {'encrypted' if fs.encrypted else 'NOT encrypted'}, "
-                    f"{fs.size_gib:.2f} GiB stored (${fs.per_month:.2f}/month)",
-                    "bold",
-                )
-            else:
-                self.log_line(f"FSx {fs.ident}: {fs.state}, {fs.capacity_gib} GiB {fs.deployment}", "bold")
-            for mt in fs.mount_targets:
-                self.log_line(f"  mount target {mt.ident} in {mt.subnet} ({mt.zone}): {mt.state}")
-        for sg in state.security_groups:
-            self.log_line(
-                f"security group {sg.ident}: "
-                + ", ".join(
-                    f"{r.protocol}/{r.low} from {r.source}"
-                    if r.low == r.high
-                    else f"{r.protocol}/{r.low}-{r.high} from {r.source}"
-                    for r in sg.rules
-                )
-            )
-        for bucket in state.buckets:
-            self.log_line(
-                f"bucket {bucket.name}: public access {'blocked' if bucket.private else 'NOT blocked'}, "
-                f"encryption {'on' if bucket.encrypted else 'off'}"
-            )
-        for claim in state.claims:
-            self.log_line(f"{claim.kind} {claim.name}: {claim.phase}")
-        for problem in state.problems:
-            self.log_line(f"problem: {problem}", "bold red")
+        styles = {"heading": "bold", "detail": "", "problem": "bold red"}
+        for line in state.lines():
+            self.log_line(line.text, styles[line.kind])
 
     def action_delete(self) -> None:
         plan = self.submit_form()
