@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from torchdeck.trainer.metrics import SCHEMA_VERSION
+from torchdeck.trainer.metrics import SCHEMA_VERSION, parse_line
 
 from .base import JobStatus, MetricEvent
 
@@ -76,6 +76,24 @@ def fold_progress(status: JobStatus, events: Iterable[MetricEvent]) -> dict[str,
         elif event.event == "error":
             error = r
     return error
+
+
+def tool_result(output: str) -> dict[str, Any] | None:
+    """What a trainer tool answered (``torchdeck.trainer.metrics.tool_line``): its result, or its
+    error raised as a BackendError with the tool's own message and hint; None where the output
+    holds neither (the tool crashed before it could say, or it is no tool)."""
+    from .errors import BackendError
+
+    for line in reversed(output.splitlines()):
+        record = parse_line(line)
+        if record is None or record.get("event") not in ("result", "error") or "tool" not in record:
+            continue
+        if record["event"] == "error":
+            raise BackendError(str(record.get("message") or f"{record['tool']} failed"), str(record.get("hint") or ""))
+        result = record.get("result")
+        if isinstance(result, dict):
+            return result
+    return None
 
 
 def _num(value: Any, fmt: str) -> str:

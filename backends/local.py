@@ -48,7 +48,7 @@ from .base import (
     as_test_result,
 )
 from .errors import BackendError, RunNotFound, SpecError
-from .events import describe_record, fold_progress, parse_metric_line, parse_metric_lines
+from .events import describe_record, fold_progress, parse_metric_line, parse_metric_lines, tool_result
 from .files import write_atomically
 from .gpu import read_gpus
 from .local_launcher import reap_run, run_members, write_json
@@ -644,10 +644,12 @@ class LocalBackend(Backend):
                 if "error: " not in line:
                     on_wait(line.split(": ", 1)[-1] if line.startswith("torchdeck.trainer") else line)
         text = proc.stdout.read()
-        if proc.wait() != 0:
-            message = lines[-1] if lines else f"exit {proc.returncode}"
-            raise BackendError(message.split("error: ", 1)[-1], "")
-        return json.loads(text[text.index("{") :]) if "{" in text else {}
+        code = proc.wait()
+        result = tool_result(text)  # its error line raises, with the tool's message and hint
+        if result is None:
+            last = lines[-1] if lines else "no output"
+            raise BackendError(f"python -m {module} ended with status {code} and no result: {last}", "")
+        return result
 
     def prepare_data(
         self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None

@@ -25,6 +25,7 @@ from torchdeck.backends.kubernetes.jobs import api_of
 from torchdeck.backends.kubernetes.manifests import KIND_INFO, RUN_LABEL, render
 from torchdeck.backends.kubernetes.streams import PodWatcher
 from torchdeck.backends.spec import KINDS, spec_from_dict
+from torchdeck.trainer.metrics import tool_line
 
 NS = "training"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/torchdeck-trainer:v3"
@@ -632,7 +633,7 @@ def test_model_test_job_reports_accuracy_per_class(cluster, backend):
         "loss": 1.4,
         "per_class": {"airplane": {"accuracy": 0.6, "images": 100}, "cat": {"accuracy": 0.4, "images": 100}},
     }
-    play_task_job(backend, cluster, "model-test", ["loading the model"] + json.dumps(result, indent=2).splitlines())
+    play_task_job(backend, cluster, "model-test", ["loading the model", tool_line("evaluate", result)])
     waits: list = []
     got = backend.test_model(make_spec(), on_wait=waits.append)
     assert got == result and waits[0].startswith("started job training/cifar10-test-")
@@ -651,7 +652,7 @@ def test_a_model_on_the_volume_leaves_through_s3_with_the_model_copy_job(cluster
     for location, source in ((None, "/shared/runs/cifar10/model.pt"), ("/shared/other.pt", "/shared/other.pt")):
         target = f"s3://models/torchdeck/{run_id}/model.pt"
         copied = {"source": source, "target": target, "bytes": 1234}
-        play_task_job(backend, cluster, "model-copy", [json.dumps(copied)])
+        play_task_job(backend, cluster, "model-copy", [tool_line("model_file", copied)])
         waits: list[str] = []
         got = backend.fetch_model(run_id, lambda spec: "s3://models/torchdeck/", waits.append, location=location)
         assert got == target and waits[0] == f"{source} is on the cluster's volume: copying it to {target} with a job"
@@ -667,21 +668,20 @@ def test_a_model_on_the_volume_leaves_through_s3_with_the_model_copy_job(cluster
     assert backend.fetch_model(run_id, lambda spec: "unused", location="s3://models/m.pt") == "s3://models/m.pt"
 
 
-def test_data_prep_failure_is_one_line_with_the_pods_words(cluster, backend):
+def test_data_prep_failure_is_one_line_with_the_tools_message_and_hint(cluster, backend, tmp_path):
+    """The pod's log is the real tool's output (run here against a port nothing answers): its
+    schema-1 error line gives the message and the hint (issue 30: the hint slot was always empty)."""
     install(backend)
-    play_task_job(
-        backend,
-        cluster,
-        "data-prep",
-        [
-            "torchdeck.trainer.data: error: cannot download CIFAR-10 from https://www.cs.toronto.edu/"
-            "~kriz/cifar-10-python.tar.gz: [Errno -3] Temporary failure in name resolution"
-        ],
-        succeed=False,
-    )
+    tool = subprocess.run(
+        [sys.executable, "-m", "torchdeck.trainer.data", "--data-dir", str(tmp_path / "d"), "--url",
+         "http://127.0.0.1:9/cifar-10-python.tar.gz"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert tool.returncode != 0
+    play_task_job(backend, cluster, "data-prep", (tool.stderr + tool.stdout).splitlines(), succeed=False)
     with pytest.raises(BackendError) as err:
         backend.prepare_data(make_spec())
-    assert "failed: torchdeck.trainer.data: error: cannot download CIFAR-10" in err.value.message
+    assert err.value.message.startswith("cannot download CIFAR-10") and err.value.hint
     assert "\n" not in str(err.value)
 
 

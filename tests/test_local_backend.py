@@ -236,3 +236,16 @@ def test_many_short_runs_end_without_a_restart_even_under_load(tmp_path, cifar_d
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+def test_a_trainer_tools_error_arrives_with_its_message_and_hint(tmp_path, tiny_cifar):
+    """Issue 30: the local backend read a tool's error by splitting stderr on 'error: ', so the
+    hint was always empty; the tool's schema-1 error line carries both."""
+    from torchdeck.backends.errors import BackendError
+
+    backend = LocalBackend(tmp_path / "state")
+    spec = JobSpec(data_dir=str(tiny_cifar))
+    with pytest.raises(BackendError) as caught:
+        backend.test_model(spec, model_file=str(tmp_path / "missing.pt"))
+    assert caught.value.message == f"model file {tmp_path / 'missing.pt'} does not exist"
+    assert caught.value.hint == "train first, or pass the path the trainer printed"

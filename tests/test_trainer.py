@@ -245,8 +245,11 @@ def test_evaluate_prints_the_seed_workshops_report(trained_model) -> None:
 
 def test_evaluate_json_agrees_with_the_trainer(trained_model) -> None:
     model_file, data_dir, done = trained_model
+    from torchdeck.backends.events import tool_result
+
     proc = run_evaluate("--model-file", str(model_file), "--data-dir", str(data_dir), "--output", "json")
-    result = json.loads(proc.stdout)
+    result = tool_result(proc.stdout)  # its one schema-1 result line, as the backends read it
+    assert result is not None and len(proc.stdout.splitlines()) == 1
     assert result["model"] == "seed-cnn" and result["images"] == 30
     assert result["accuracy"] == pytest.approx(done["accuracy"], abs=1e-4)
     per_class = result["per_class"]

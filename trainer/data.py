@@ -443,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     data-prep job on a cluster's shared volume does this) and check it;
     prints one JSON line saying what is there."""
     import argparse
-    import json
     import sys
+
+    from .metrics import tool_line
 
     p = argparse.ArgumentParser(
         prog="python -m torchdeck.trainer.data", description="Fetch CIFAR-10 into a folder (once) and check it."
@@ -459,19 +460,10 @@ def main(argv: list[str] | None = None) -> int:
         train, test = load_cifar10(a.data_dir, train=True), load_cifar10(a.data_dir, train=False)
     except TrainerError as exc:
         print(f"torchdeck.trainer.data: error: {exc}", file=sys.stderr)
+        print(tool_line("data", error=exc))
         return 2
-    print(
-        json.dumps(
-            {
-                "schema": 1,
-                "event": "data",
-                "path": str(folder),
-                "train_images": len(train),
-                "test_images": len(test),
-                "classes": list(train.classes),
-            }
-        )
-    )
+    found = {"path": str(folder), "train_images": len(train), "test_images": len(test), "classes": list(train.classes)}
+    print(tool_line("data", found))
     return 0
 
 

@@ -5,7 +5,6 @@ workshop's test job does, or as JSON."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -16,6 +15,7 @@ import torch
 from . import data
 from .errors import TrainerError
 from .hardware import choose_placement
+from .metrics import tool_line
 from .model_file import describe_mismatch, load_model_file
 from .models import MODELS, ModelUnavailable, build_model
 from .train import DistEnv, evaluate_model
@@ -98,8 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = evaluate_file(a.model_file, a.data_dir, a.model, a.device, a.batch_size)
     except TrainerError as exc:
         print(f"torchdeck.trainer.evaluate: error: {exc}", file=sys.stderr)
+        if a.output == "json":
+            print(tool_line("evaluate", error=exc))
         return 2
-    print(json.dumps(result, indent=2) if a.output == "json" else format_report(result))
+    print(tool_line("evaluate", result) if a.output == "json" else format_report(result))
     return 0
 
 

@@ -26,6 +26,10 @@ and by event:
 - ``done``: epoch, step, accuracy, best_accuracy, model_file, train_s.
 - ``error``: message, hint.
 
+The trainer's tools (``torchdeck.trainer.data``, ``.evaluate``, ``.model_file``) end their
+standard output with one line of their own: ``result`` (``tool``, and ``result``: what the
+tool made, as a mapping) or ``error`` (``tool``, ``message``, ``hint``); see ``tool_line``.
+
 Lines go to stdout, and to ``--metrics-file`` if given; a ``{rank}`` in that
 path gives each rank its own file, otherwise ranks append to one file with a
 single write per line.
@@ -120,3 +124,15 @@ def parse_line(line: str | bytes, loads: Callable[[str | bytes], Any] = json.loa
     if type(record) is not dict or record.get("schema") != SCHEMA_VERSION or "event" not in record:
         return None
     return record
+
+
+def tool_line(tool: str, result: dict[str, Any] | None = None, error: Any = None) -> str:
+    """The last line a trainer tool prints on stdout: its ``result`` or its ``error`` (a
+    TrainerError: message and hint), as schema 1, so a backend reads a typed answer rather than
+    the tool's words (``backends.events.tool_result`` is the reader)."""
+    if error is not None:
+        record = {"schema": SCHEMA_VERSION, "event": "error", "tool": tool,
+                  "message": getattr(error, "message", str(error)), "hint": getattr(error, "hint", None) or ""}  # fmt: skip
+    else:
+        record = {"schema": SCHEMA_VERSION, "event": "result", "tool": tool, "result": result or {}}
+    return json.dumps(record, separators=(",", ":"))

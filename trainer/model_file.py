@@ -150,8 +150,9 @@ def copy_model_file(source: str, target: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m torchdeck.trainer.model_file --copy SOURCE TARGET``; prints one JSON line."""
     import argparse
-    import json
     import sys
+
+    from .metrics import tool_line
 
     p = argparse.ArgumentParser(prog="python -m torchdeck.trainer.model_file")
     p.add_argument(
@@ -162,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         size = copy_model_file(*a.copy)
     except TrainerError as exc:
         print(f"torchdeck.trainer.model_file: error: {exc}", file=sys.stderr)
+        print(tool_line("model_file", error=exc))
         return 2
-    print(json.dumps({"schema": 1, "event": "copied", "source": a.copy[0], "target": a.copy[1], "bytes": size}))
+    print(tool_line("model_file", {"source": a.copy[0], "target": a.copy[1], "bytes": size}))
     return 0
 
 

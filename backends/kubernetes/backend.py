@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import dataclasses
-import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -37,7 +36,7 @@ from ..base import (
     as_test_result,
 )
 from ..errors import BackendError, RunIdTaken, RunNotFound
-from ..events import describe_record, fold_progress, parse_metric_lines
+from ..events import describe_record, fold_progress, parse_metric_lines, tool_result
 from ..names import new_run_id
 from ..spec import JobSpec, spec_from_dict, validate
 from ..textmetrics import RankedText
@@ -486,6 +485,7 @@ class KubernetesBackend(KubeClient, Backend):
             except BackendError:
                 continue
         if state is JobState.FAILED:
+            tool_result(output)  # the tool's own error line, where it wrote one: its message and hint
             lines = [line for line in output.splitlines() if line.strip()]
             found = [f for p in pods for f in diagnose_pod(p, (), lines)]
             detail = found[0].problem if found else (lines[-1] if lines else reason or "no output")
@@ -528,7 +528,12 @@ class KubernetesBackend(KubeClient, Backend):
             spec.require_builtin({"data-prep": "data prepare", "model-test": "the model test"}[task])
         name, ns = self.start_task(spec, task, model_file, source)
         on_wait(f"started job {ns}/{name}")
-        return _last_json(self.wait_task(name, ns, on_wait=on_wait), name)
+        output = self.wait_task(name, ns, on_wait=on_wait)
+        result = tool_result(output)
+        if result is None:
+            tail = " | ".join(line.strip() for line in output.splitlines()[-3:] if line.strip()) or "nothing"
+            raise BackendError(f"{name} printed no result", f"its output ends: {tail[:300]}")
+        return result
 
     def prepare_data(
         self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
@@ -790,18 +795,6 @@ class KubernetesBackend(KubeClient, Backend):
                 )
             )
         return out
-
-
-def _last_json(output: str, where: str) -> dict[str, Any]:
-    """The JSON document a task printed last (evaluate prints it indented, data one line)."""
-    lines = output.splitlines()
-    for start in range(len(lines) - 1, -1, -1):
-        if lines[start].startswith("{"):
-            try:
-                return json.loads("\n".join(lines[start:]))
-            except ValueError:
-                continue
-    raise BackendError(f"{where} printed no result", f"its output ends: {' | '.join(lines[-3:]) or 'nothing'}")
 
 
 def parse_dcgm(text: str) -> list[GpuMetrics]:
