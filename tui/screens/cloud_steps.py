@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from rich.text import Text
 from textual.app import ComposeResult, CSSPathType
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 STYLES = {"event": "cyan", "output": "", "wait": "dim", "done": "bold green"}
 
 
+StepState = Literal["idle", "running", "done", "stopped"]
+
+
 class CloudStepsScreen(FormScreen[None]):
     """A form (``FORM``; an Input a field unless ``field_widgets`` gives another), a side pane
     (``side``), and the progress pane (#phase, #progress). Under 100 columns the side pane is behind
@@ -40,8 +43,10 @@ class CloudStepsScreen(FormScreen[None]):
     SIDE_NAME: ClassVar[str] = "summary and progress"
     """What the side pane holds, in the title's hint at 80 columns."""
 
-    step = ""  # what runs (create, delete, build...), and where it is (its phase)
+    step = ""  # what runs (create, delete, build...), and where it is (its phase, shown as it is)
     phase = ""
+    state: StepState = "idle"
+    """Whether a step runs: decided by the events, never read back from the phase's words."""
     started = 0.0
 
     def compose(self) -> ComposeResult:
@@ -157,7 +162,7 @@ class CloudStepsScreen(FormScreen[None]):
         asyncio.run(run())
 
     def start(self, step: str) -> None:
-        self.step, self.phase, self.started = step, "starting", time.monotonic()
+        self.step, self.phase, self.state, self.started = step, "starting", "running", time.monotonic()
         if self.has_class("-narrow") and not self.has_class("-side"):
             self.action_side()  # at 80 columns the progress is behind f2: show it
         self.tick()
@@ -165,6 +170,7 @@ class CloudStepsScreen(FormScreen[None]):
     def on_step_progressed(self, message: StepProgressed) -> None:
         p = message.progress
         self.phase = "done" if p.kind == "done" else p.phase
+        self.state = "done" if p.kind == "done" else self.state
         self.log_line(f"[{format_duration(p.elapsed)}] {p.phase}: {p.message}", STYLES.get(p.kind, "bold"))
         self.tick()
         if p.kind == "done":
@@ -174,7 +180,7 @@ class CloudStepsScreen(FormScreen[None]):
         """A step ran to its end (its last, done, event)."""
 
     def running(self) -> bool:
-        return bool(self.phase) and self.phase != "done" and not self.phase.startswith("stopped")
+        return self.state == "running"
 
     def tick(self) -> None:
         if not self.phase:
@@ -189,7 +195,7 @@ class CloudStepsScreen(FormScreen[None]):
 
     def worker_failed(self, group: str, text: str) -> None:
         if self.running():
-            self.phase = f"stopped in {self.phase}"
+            self.phase, self.state = f"stopped in {self.phase}", "stopped"
             self.tick()
         self.log_line(f"{group} failed: {text}", "bold red")
         super().worker_failed(group, text)

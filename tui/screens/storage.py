@@ -224,7 +224,7 @@ class StorageScreen(CloudStepsScreen):
         self.app.call_from_thread(self.data_ready, result)
 
     def data_ready(self, result: dict[str, Any]) -> None:
-        self.phase = "done"
+        self.phase, self.state = "done", "done"
         self.tick()
         self.log_line(
             f"data: CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
