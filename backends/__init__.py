@@ -50,8 +50,8 @@ def open_backend(name: str, settings: Settings) -> Backend:
             kubeconfig, context = records[0].kubeconfig or kubeconfig, records[0].context
         from ..trainer.s3url import S3Url
 
-        storage = next((r.storage for r in records if r.context == context), None) or {}
-        bucket = str(S3Url(storage["bucket"], storage.get("prefix", "").rstrip("/"))) if storage.get("bucket") else None
+        storage = next((r.storage for r in records if r.context == context), None)
+        bucket = str(S3Url(storage.bucket, storage.prefix.rstrip("/"))) if storage and storage.bucket else None
         return KubernetesBackend(
             kubeconfig, context, settings.namespace, ledger_dir=settings.state_dir, code_bucket=bucket
         )

@@ -101,7 +101,8 @@ def test_a_cluster_record_edited_by_hand_is_checked_as_it_is_read(tmp_path) -> N
         ClusterRecord.load(tmp_path, "demo")
     record["storage"] = {"bucket": "bkt-models", "prefix": "models/"}
     (folder / "demo.json").write_text(json.dumps(record))
-    assert ClusterRecord.load(tmp_path, "demo").storage["prefix"] == "models/"
+    loaded = ClusterRecord.load(tmp_path, "demo")
+    assert loaded is not None and loaded.storage is not None and loaded.storage.prefix == "models/"
 
 
 def test_the_granted_resources_never_hold_a_wildcard_but_the_last() -> None:

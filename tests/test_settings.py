@@ -60,21 +60,14 @@ def test_global_options_go_before_or_after_the_command(tmp_path, monkeypatch, ca
 def test_model_get_passes_through_the_bucket_beside_the_runs_own_claim(tmp_path):
     """Two clusters with buckets: the run's spec names the claim of the second, so its bucket is
     used, not the alphabetically first one's."""
-    from torchdeck.backends.eks.access import ClusterRecord
+    from torchdeck.backends.eks.access import ClusterRecord, StorageChoice
     from torchdeck.backends.eks.cloud import EksCloud
     from torchdeck.backends.errors import BackendError
     from torchdeck.backends.spec import spec_from_dict
 
     for name, pvc in (("alpha", "shared"), ("beta", "beta-shared")):
         record = ClusterRecord.open(tmp_path, name, "us-west-2")
-        record.storage = {
-            "kind": "efs",
-            "pvc": pvc,
-            "namespace": "default",
-            "bucket": f"{name}-models",
-            "prefix": "runs/",
-            "service_account": "torchdeck-s3",
-        }
+        record.storage = StorageChoice("efs", pvc, "default", f"{name}-models", "runs/", "torchdeck-s3")
         record.save()
     cloud = EksCloud(tmp_path)
     spec = spec_from_dict({"name": "x", "cluster": {"pvc": "beta-shared", "service_account": "torchdeck-s3"}})

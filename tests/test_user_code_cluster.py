@@ -234,13 +234,13 @@ def test_the_bucket_must_take_the_bundle(cluster, tmp_path, aws_env):
 
 def test_the_eks_backend_sends_large_bundles_to_the_clusters_model_bucket(cluster, tmp_path):
     from torchdeck.backends import open_backend
-    from torchdeck.backends.eks.access import ClusterRecord
+    from torchdeck.backends.eks.access import ClusterRecord, StorageChoice
     from torchdeck.settings import Settings
 
     state = tmp_path / "state"
     record = ClusterRecord.open(state, "demo", "us-west-2")
     record.kubeconfig, record.context, record.state = str(cluster.kubeconfig), "kmock", "created"
-    record.storage = {"bucket": "torchdeck-models-demo", "prefix": "demo/", "pvc": "shared"}
+    record.storage = StorageChoice("efs", "shared", "default", "torchdeck-models-demo", "demo/", "torchdeck-s3")
     record.save()
     backend = open_backend("eks", Settings(state_dir=state))
     assert backend.code_bucket == "s3://torchdeck-models-demo/demo"

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
@@ -27,7 +27,14 @@ from ..errors import BackendError, SpecError
 from ..files import load_json, load_yaml, write_atomically
 from ..kubernetes.client import object_path
 from ..ledger import Ledger, Resource
-from ..names import check_bucket_name, check_cluster_name, check_s3_prefix
+from ..names import (
+    check_bucket_name,
+    check_cluster_name,
+    check_namespace,
+    check_object_name,
+    check_s3_prefix,
+    check_service_account,
+)
 from .plan import CLUSTER_TAG
 from .session import AwsSession, redact, translate
 
@@ -40,6 +47,44 @@ EXEC_API = "client.authentication.k8s.io/v1beta1"
 
 def context_name(cluster: str) -> str:
     return f"torchdeck-{cluster}"
+
+
+@dataclass(frozen=True)
+class StorageChoice:
+    """What the cluster's last ``storage create`` made for jobs: the kind of shared volume, its
+    claim, the namespace, and the bucket, key prefix and service account for models."""
+
+    kind: Literal["efs", "fsx", "none"]
+    pvc: str
+    namespace: str
+    bucket: str | None
+    prefix: str
+    service_account: str
+
+    @classmethod
+    def from_dict(cls, data: object) -> StorageChoice | None:
+        """One read back from a record's JSON, through the same checks it passed on the way in;
+        SpecError naming the field. An empty mapping (none made, or deleted) is None."""
+        if not data:
+            return None
+        if not isinstance(data, dict):
+            raise SpecError("storage", "must be a mapping")
+        kind = data.get("kind", "none")
+        if kind not in ("efs", "fsx", "none"):
+            raise SpecError("storage.kind", f"must be efs, fsx or none, got {kind!r:.40}")
+        bucket = data.get("bucket") or None
+        if bucket is not None:
+            check_bucket_name(bucket, "storage.bucket")
+        return cls(
+            kind=kind,
+            pvc=check_object_name(data.get("pvc", "shared"), "storage.pvc", "claim name"),
+            namespace=check_namespace(data.get("namespace", "default"), "storage.namespace"),
+            bucket=bucket,
+            prefix=check_s3_prefix(data.get("prefix", "models/"), "storage.prefix"),  # "" would grant the bucket
+            service_account=check_service_account(
+                data.get("service_account", "torchdeck-s3"), "storage.service_account"
+            ),
+        )
 
 
 @dataclass
@@ -58,8 +103,8 @@ class ClusterRecord:
     context: str = ""
     account: str = ""
     """The AWS account the cluster lives in (for the ledger)."""
-    storage: dict[str, Any] = field(default_factory=dict)
-    """The last storage create: kind, pvc, namespace, bucket, prefix, service_account."""
+    storage: StorageChoice | None = None
+    """The last storage create (None: none, or it was deleted)."""
     updated_at: float = 0.0
     path: Path | None = field(default=None, repr=False, compare=False)
 
@@ -78,14 +123,8 @@ class ClusterRecord:
         if not isinstance(data, dict):
             raise BackendError(f"{path}: not a cluster record (expected a mapping)", "move it aside and run again")
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "path"}
-        storage = known.get("storage") or {}
         try:  # read back as they were let in: a record edited by hand passes the same checks
-            if not isinstance(storage, dict):
-                raise SpecError("storage", "must be a mapping")
-            if storage.get("bucket"):
-                check_bucket_name(storage["bucket"], "storage.bucket")
-            if "prefix" in storage:
-                check_s3_prefix(storage["prefix"], "storage.prefix")
+            known["storage"] = StorageChoice.from_dict(known.get("storage"))
         except SpecError as exc:
             raise BackendError(f"{path}: {exc.message}", "move it aside and run again") from None
         return cls(**known, path=path)

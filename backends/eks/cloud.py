@@ -207,7 +207,7 @@ class EksCloud:
         async def run() -> AsyncIterator[Progress]:
             async for p in self.teardown(steps):
                 yield p
-            record.storage = {}
+            record.storage = None
             record.save()
 
         return run()
@@ -261,19 +261,20 @@ class EksCloud:
         """The model prefix of the bucket beside the run's volume: the cluster whose storage made the
         claim (and service account) the run's spec names, never just the first cluster with a bucket."""
         c = spec.cluster
-        with_bucket = [r for r in self.clusters() if r.storage.get("bucket")]
+        choices = [(r, r.storage) for r in self.clusters() if r.storage is not None and r.storage.bucket]
         matching = [
-            r
-            for r in with_bucket
-            if r.storage.get("pvc") == c.pvc
-            and r.storage.get("namespace", spec.namespace) == spec.namespace
-            and (not c.service_account or r.storage.get("service_account") == c.service_account)
+            (r, s)
+            for r, s in choices
+            if s.pvc == c.pvc
+            and s.namespace == spec.namespace
+            and (not c.service_account or s.service_account == c.service_account)
         ]
         if len(matching) == 1:
-            record = matching[0]
-            return str(S3Url(record.storage["bucket"], record.storage.get("prefix", "")).join("models"))
+            choice = matching[0][1]
+            assert choice.bucket is not None
+            return str(S3Url(choice.bucket, choice.prefix).join("models"))
         if matching:
-            names = ", ".join(sorted(r.name for r in matching))
+            names = ", ".join(sorted(r.name for r, _ in matching))
             raise BackendError(
                 f"the claim {c.pvc} in {spec.namespace} belongs to several clusters' storage ({names})",
                 "pass --via s3://BUCKET/PREFIX",

@@ -517,7 +517,7 @@ async def build_with_kaniko(
 ) -> AsyncIterator[Progress]:
     """The context to S3, the builder's role and service account, the Kaniko job, its output; the last
     event carries the image (``ImageRef``) with the digest Kaniko reported."""
-    bucket = plan.bucket or (record.storage or {}).get("bucket")
+    bucket = plan.bucket or (record.storage.bucket if record.storage else None)
     if not bucket:
         raise BackendError(
             "building in the cluster needs a bucket for the build context",

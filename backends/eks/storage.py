@@ -36,7 +36,7 @@ from ..names import (
     check_s3_prefix,
     check_service_account,
 )
-from .access import ClusterNetwork, ClusterRecord, cluster_kube, cluster_network, cluster_tags
+from .access import ClusterNetwork, ClusterRecord, StorageChoice, cluster_kube, cluster_network, cluster_tags
 from .iam import (
     EFS_CSI_POLICY,
     EFS_CSI_SERVICE_ACCOUNT,
@@ -653,14 +653,14 @@ async def create_storage(
             f"s3://{plan.bucket}/{plan.prefix} and nothing else",
             clock(),
         )
-    record.storage = {
-        "kind": plan.kind,
-        "pvc": plan.pvc,
-        "namespace": plan.namespace,
-        "bucket": plan.bucket,
-        "prefix": plan.prefix,
-        "service_account": plan.service_account,
-    }
+    record.storage = StorageChoice(
+        kind=plan.kind,  # type: ignore[arg-type]  # validate_storage let only efs, fsx and none through
+        pvc=plan.pvc,
+        namespace=plan.namespace,
+        bucket=plan.bucket,
+        prefix=plan.prefix,
+        service_account=plan.service_account,
+    )
     record.save()
     settings = spec_settings(record)
     yield Progress(
@@ -674,15 +674,15 @@ async def create_storage(
 
 def spec_settings(record: ClusterRecord) -> dict[str, str]:
     """What a job spec needs to use the cluster's storage (from the last storage create)."""
-    plan = record.storage
-    if not plan:
+    choice = record.storage
+    if choice is None:
         return {}
     out: dict[str, str] = {}
-    if plan.get("kind") in ("efs", "fsx"):
-        out["cluster.pvc"] = plan["pvc"]
-    if plan.get("bucket"):
-        out["cluster.service_account"] = plan["service_account"]
-        out["model_file"] = str(S3Url(plan["bucket"], plan["prefix"]).join("model.pt"))
+    if choice.kind in ("efs", "fsx"):
+        out["cluster.pvc"] = choice.pvc
+    if choice.bucket:
+        out["cluster.service_account"] = choice.service_account
+        out["model_file"] = str(S3Url(choice.bucket, choice.prefix).join("model.pt"))
     return out
 
 

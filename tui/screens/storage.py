@@ -65,19 +65,19 @@ class StorageScreen(CloudStepsScreen):
         known = self.app.cloud.clusters()
         only = self.app.cloud.only_cluster()
         name, region = (only.name, only.region) if only else ("", "")
-        made: dict[str, Any] = only.storage if only else {}  # what its last storage create chose
+        made = only.storage if only else None  # what its last storage create chose
         for field, value in (
             ("cluster", name),
             ("region", region),
             ("fsx_capacity", "1200"),
-            ("bucket", made.get("bucket") or ""),
-            ("prefix", made.get("prefix", "models/")),
-            ("namespace", made.get("namespace", "default")),
-            ("pvc", made.get("pvc", "shared")),
+            ("bucket", (made.bucket if made else None) or ""),
+            ("prefix", made.prefix if made else "models/"),
+            ("namespace", made.namespace if made else "default"),
+            ("pvc", made.pvc if made else "shared"),
         ):
             self.set_value(field, value)
-        if made.get("kind"):
-            self.set_value("kind", made["kind"])
+        if made is not None:
+            self.set_value("kind", made.kind)
         self.query_one("#side-hint", Static).update(
             Text(
                 "ctrl+g creates, ctrl+t shows what exists, ctrl+r puts CIFAR-10 on the volume, "
