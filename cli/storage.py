@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchdeck.backends.errors import BackendError
+
 from .cluster import open_cloud
 from .output import confirm, stream
 
@@ -86,11 +88,15 @@ def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
         + (f", bucket {plan.bucket} for s3://{plan.bucket}/{plan.prefix}" if plan.bucket else "")
     )
     confirm(f"create this storage for cluster {plan.cluster}?", args.yes)
-    stream(cloud.create_storage(plan))
+    last = stream(cloud.create_storage(plan))
     if args.spec:
+        from torchdeck.backends.eks.progress import StorageReady
         from torchdeck.backends.spec import update_spec_file
 
-        settings_for_spec = cloud.storage_settings(record)
+        ready = last.result if last is not None else None
+        if not isinstance(ready, StorageReady):  # the create ends with its typed result, or raised
+            raise BackendError("storage create ended without its result", "run it again; it resumes")
+        settings_for_spec = ready.spec_settings
         path = Path(args.spec)
         update_spec_file(path, settings_for_spec)
         print(f"{path}: " + ", ".join(f"{k}={v}" for k, v in settings_for_spec.items()))
