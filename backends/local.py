@@ -427,8 +427,16 @@ class LocalBackend(Backend):
             return kept
         status = self._work_out_status(run_dir)
         if status.state.is_terminal and (run_dir / "exit.json").exists():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # a reader's copy: the launcher's own write says why it failed
                 write_atomically(run_dir / STATUS_FILE, json.dumps(status.to_dict()))
+        return status
+
+    def record_final_status(self, run_id: str) -> JobStatus:
+        """Work out an ended run's status and keep it in its status.json (the launcher does this
+        as it exits, so listing runs reads one file each); an OSError where it cannot be written."""
+        run_dir = self.resolve(run_id)
+        status = self._work_out_status(run_dir)
+        write_atomically(run_dir / STATUS_FILE, json.dumps(status.to_dict()))
         return status
 
     def _kept(self, run_dir: str) -> JobStatus | None:

@@ -59,10 +59,14 @@ def main(argv: list[str]) -> int:
     write_json(
         run_dir / "exit.json", {"exit_code": code, "finished_at": time.time(), "signals": received, "reaped": left}
     )
-    with contextlib.suppress(Exception):  # the status as it stays, so that listing runs reads one file each
-        from .local import LocalBackend
+    from .errors import BackendError
+    from .local import LocalBackend
 
-        LocalBackend(run_dir.parent.parent).status(run_dir.name)
+    try:  # the status as it stays, so that listing runs reads one file each
+        LocalBackend(run_dir.parent.parent).record_final_status(run_dir.name)
+    except (BackendError, OSError) as exc:  # the run's files say how it ended; status works it out again
+        with open(run_dir / "launcher.log", "ab") as log:
+            log.write(f"torchdeck: could not record the run's final status: {exc}\n".encode())
     return 0
 
 

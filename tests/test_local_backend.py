@@ -249,3 +249,20 @@ def test_a_trainer_tools_error_arrives_with_its_message_and_hint(tmp_path, tiny_
         backend.test_model(spec, model_file=str(tmp_path / "missing.pt"))
     assert caught.value.message == f"model file {tmp_path / 'missing.pt'} does not exist"
     assert caught.value.hint == "train first, or pass the path the trainer printed"
+
+
+def test_the_launcher_says_when_it_cannot_record_a_runs_final_status(tmp_path):
+    """Issue 30: the launcher swallowed every exception while it wrote the run's final status.
+    Here the status file's place is taken by a folder: the launcher says so in its log, and the
+    run's status is still worked out from its files."""
+    run_dir = tmp_path / "state" / "runs" / "demo-1124-000000"
+    run_dir.mkdir(parents=True)
+    launch = {"cmd": [sys.executable, "-c", "pass"], "cwd": str(tmp_path), "env": {}, "submitted_at": 0.0}
+    (run_dir / "launch.json").write_text(json.dumps(launch))
+    (run_dir / "status.json").mkdir()
+    done = subprocess.run([sys.executable, "-m", "torchdeck.backends.local_launcher", str(run_dir)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    log = (run_dir / "launcher.log").read_text()
+    assert "could not record the run's final status" in log and "status.json" in log
+    assert LocalBackend(tmp_path / "state").status("demo-1124-000000").state.is_terminal

@@ -18,6 +18,7 @@ from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.widgets import Checkbox, Footer, RadioButton
 
 from torchdeck.backends.base import Backend
+from torchdeck.backends.errors import BackendError
 from torchdeck.settings import Settings
 
 from .glyphs import glyphs_for
@@ -40,7 +41,7 @@ class RunCommands(Provider):
         app = self.app
         try:
             self.runs = await asyncio.to_thread(app.backend.list)
-        except Exception:  # the palette must open even when the backend cannot list
+        except BackendError:  # the palette must open even when the backend cannot list
             self.runs = []
 
     async def discover(self) -> Hits:

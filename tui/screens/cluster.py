@@ -32,7 +32,7 @@ from torchdeck.backends.eks.plan import (
     validate_plan,
 )
 from torchdeck.backends.eks.preflight import Catalogue
-from torchdeck.backends.errors import SpecError
+from torchdeck.backends.errors import BackendError, SpecError
 
 from ..messages import CatalogueLoaded, PreflightChecked
 from .base import error_text
@@ -362,7 +362,7 @@ class ClusterScreen(CloudStepsScreen):
             return
         try:
             path, binary = self.app.cloud.pick_path()
-        except Exception as exc:
+        except BackendError as exc:
             self.form_error(error_text(exc))
             return
         question = (

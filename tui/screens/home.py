@@ -10,6 +10,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from torchdeck.backends.base import JobState, JobStatus
 from torchdeck.monitor.state import status_cells
@@ -189,7 +190,7 @@ class HomeScreen(DeckScreen[None]):
             return None
         try:
             return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        except Exception:  # no row under the cursor
+        except CellDoesNotExist:  # no row under the cursor
             return None
 
     def show_detail(self) -> None:
