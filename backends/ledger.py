@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from .errors import BackendError
 
@@ -51,11 +51,29 @@ CREATE TABLE IF NOT EXISTS places (
 """
 
 
+ResourceKindName = Literal[
+    "k8s-object", "fsx-filesystem", "efs-mount-target", "efs-filesystem", "ec2-security-group", "ecr-repository",
+    "s3-object", "s3-bucket", "cloudformation-stack", "eks-addon", "eks-nodegroup", "ec2-launch-template",
+    "eks-cluster", "oidc-provider", "iam-role",
+]  # fmt: skip
+"""Every kind of thing torchdeck makes and records: a misspelt kind fails the type check
+(``eks/teardown.py``'s RESOURCE_KINDS gives each its deleter and its place in a teardown)."""
+RESOURCE_KIND_NAMES: tuple[ResourceKindName, ...] = get_args(ResourceKindName)
+
+
+def resource_kind(text: str) -> ResourceKindName:
+    """A kind read back from the ledger's file; BackendError for one this torchdeck does not know
+    (a newer torchdeck wrote it)."""
+    if text not in RESOURCE_KIND_NAMES:
+        raise BackendError(f"the ledger holds a kind this torchdeck does not know: {text!r:.40}", "update torchdeck")
+    return cast(ResourceKindName, text)
+
+
 @dataclass
 class Resource:
     """One row: something torchdeck made (or found and reused, ``made`` False)."""
 
-    kind: str
+    kind: ResourceKindName
     ident: str
     region: str = ""
     account: str = ""
@@ -147,7 +165,7 @@ class Ledger:
 
     def add(
         self,
-        kind: str,
+        kind: ResourceKindName,
         ident: str,
         *,
         region: str = "",
@@ -188,7 +206,7 @@ class Ledger:
                 ),
             )
 
-    def gone(self, kind: str, ident: str, region: str = "") -> None:
+    def gone(self, kind: ResourceKindName, ident: str, region: str = "") -> None:
         """Mark an object deleted (or found already gone); a no-op for one never recorded."""
         with self._open() as conn, conn:
             conn.execute(
@@ -197,7 +215,11 @@ class Ledger:
             )
 
     def resources(
-        self, live_only: bool = True, scope: str | None = None, kind: str | None = None, region: str | None = None
+        self,
+        live_only: bool = True,
+        scope: str | None = None,
+        kind: ResourceKindName | None = None,
+        region: str | None = None,
     ) -> list[Resource]:
         """Rows, newest first (``eks.teardown.in_teardown_order`` sorts them for a teardown)."""
         if not self.path.exists():
@@ -216,12 +238,12 @@ class Ledger:
         with self._open() as conn:
             rows = conn.execute(query, args).fetchall()
         found = [
-            Resource(k, i, r, a, s, json.loads(t), json.loads(d), bool(m), c, ca, da)
+            Resource(resource_kind(k), i, r, a, s, json.loads(t), json.loads(d), bool(m), c, ca, da)
             for k, i, r, a, s, t, d, m, c, ca, da in rows
         ]
         return sorted(found, key=lambda x: -x.created_at)
 
-    def find(self, kind: str, ident: str, region: str = "") -> Resource | None:
+    def find(self, kind: ResourceKindName, ident: str, region: str = "") -> Resource | None:
         """The live row of one object, if torchdeck knows it."""
         return next((r for r in self.resources(kind=kind, region=region) if r.ident == ident), None)
 

@@ -141,7 +141,7 @@ def resource_rows(
     from torchdeck.monitor.state import format_duration
 
     now = time.time() if now is None else now
-    rows = []
+    rows: list[tuple[str, str, str, str, str, str, str]] = []
     for r in resources:
         age = format_duration((r.deleted_at or now) - r.created_at)
         rows.append(

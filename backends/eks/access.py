@@ -26,7 +26,7 @@ import yaml
 from ..errors import BackendError, SpecError
 from ..files import load_json, load_yaml, write_atomically
 from ..kubernetes.client import object_path
-from ..ledger import Ledger, Resource
+from ..ledger import Ledger, Resource, ResourceKindName
 from ..names import (
     check_bucket_name,
     check_cluster_name,
@@ -155,7 +155,13 @@ class ClusterRecord:
         return Ledger(self.path.parent.parent)
 
     def note(
-        self, kind: str, ident: str, created: bool, hourly: float = 0.0, made: bool | None = None, **detail: Any
+        self,
+        kind: ResourceKindName,
+        ident: str,
+        created: bool,
+        hourly: float = 0.0,
+        made: bool | None = None,
+        **detail: Any,
     ) -> None:
         """Record a resource (made now, or found and reused) in the ledger at once: a crash loses
         nothing. ``hourly`` is its estimated cost; ``made`` (default: ``created``) says whether
@@ -188,15 +194,15 @@ class ClusterRecord:
             purpose=purpose,
         )
 
-    def forget(self, kind: str, ident: str) -> None:
+    def forget(self, kind: ResourceKindName, ident: str) -> None:
         """It is deleted (or was gone already)."""
         self.ledger.gone(kind, ident, self.region)
 
-    def made(self, kind: str) -> list[Resource]:
+    def made(self, kind: ResourceKindName) -> list[Resource]:
         """What the ledger holds of ``kind`` for this cluster and still exists."""
         return self.ledger.resources(scope=self.name, kind=kind, region=self.region)
 
-    def of_type(self, kind: str) -> list[str]:
+    def of_type(self, kind: ResourceKindName) -> list[str]:
         return [r.ident for r in self.made(kind)]
 
     def save(self) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError
+from ..ledger import ResourceKindName
 from .access import ClusterRecord, remove_context
 from .create import POLL_S, TIMEOUT_S, run_eksctl
 from .iam import delete_role, tagged_oidc_providers, tagged_roles
@@ -161,7 +162,7 @@ async def tagged_launch_templates(aws: AwsSession, name: str) -> list[str]:
 
 async def _delete_each(
     record: ClusterRecord,
-    kind: str,
+    kind: ResourceKindName,
     idents: set[str],
     delete: Callable[[str], Awaitable[Any]],
     done: Callable[[str], Progress],

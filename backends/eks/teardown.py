@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import BackendError
 from ..kubernetes.client import ApiError, KubeClient
-from ..ledger import Ledger, Resource
+from ..ledger import Ledger, Resource, ResourceKindName
 from .access import ClusterRecord
 from .cluster import delete_cluster
 from .iam import delete_role
@@ -367,7 +367,7 @@ class Teardown:
 class ResourceKind:
     """One kind of thing torchdeck makes: its delete, and which teardowns take it."""
 
-    name: str
+    name: ResourceKindName
     delete: Callable[[Teardown, Resource], Awaitable[str]] | None
     """None: deleted by walking its cluster (``delete_cluster``)."""
     with_cluster: bool = False
@@ -416,7 +416,7 @@ async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
     region = aws.region or ""
     found: list[Resource] = []
 
-    def add(kind: str, ident: str, scope: str, **detail: Any) -> None:
+    def add(kind: ResourceKindName, ident: str, scope: str, **detail: Any) -> None:
         found.append(
             Resource(kind, ident, region, account, scope, {CLUSTER_TAG: scope}, detail, True, created_at=time.time())
         )
