@@ -37,7 +37,7 @@ IMAGE_RE = re.compile(
 )
 QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?\Z")
 # The trainer's recipes and models, by name; the trainer itself (which
-# imports torch) is not loaded to validate a spec. tests/test_spec.py checks
+# imports torch) is not loaded to validate a spec. tests/unit/test_spec.py checks
 # these against the trainer's own argument parser.
 RECIPES = ("fast", "seed")
 MODELS = ("resnet-fast", "resnet18", "seed-cnn")

@@ -1,6 +1,6 @@
 """Edit, re-run: the no-rebuild path on a cluster. The example folder
 (examples/ddp) is submitted as a PyTorchJob to a real HTTP Kubernetes API
-(kmock, with the gaps closed by tests/kube_cluster.py); then submitted again
+(kmock, with the gaps closed by tests/support/kube_cluster.py); then submitted again
 unchanged, then again after an edit to its script. For each submit we print
 its wall time and what it sent of the code (its ConfigMap, by digest, and
 the bytes); nothing is built (no image, no docker). Target: an edit sends
@@ -29,7 +29,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "support"))
     from kube_cluster import start_cluster, stop_cluster
     from test_kubernetes_backend import NS, install
 

@@ -1,6 +1,6 @@
 """The console's monitor on a cluster job: 128 worker pods, each streaming
 20 metric lines/s through the Kubernetes API (kmock, in its own process,
-with the gaps closed by tests/kube_cluster.py), followed by the real
+with the gaps closed by tests/support/kube_cluster.py), followed by the real
 kubernetes backend through a kubeconfig. We report whether every rank's
 curve kept updating, how much CPU the console used (its process and its
 metric reader together, not the API server), and its memory. Targets:
@@ -31,7 +31,7 @@ NS = "training"
 
 def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
     """The API server side (run in a child process): a PyTorchJob's 128 pods and their logs."""
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "support"))
     from kube_cluster import start_cluster
 
     from torchdeck.backends.kubernetes import crds

@@ -28,4 +28,14 @@ def tiny_cifar(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-pytest_plugins = ["aws_server", "eks_support"]
+pytest_plugins = ["aws_server", "eks_support", "kube_jobs"]
+
+SLOW_FOLDERS = ("training", "package")
+"""Every test in these is slow: real torchrun jobs, a wheel built and installed. The fast lane
+(``./scripts/test --fast``, ``-m "not slow"``) leaves them out; ``./scripts/test`` and CI run all."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent.name in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)

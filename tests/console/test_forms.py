@@ -21,6 +21,8 @@ from torchdeck.tui.screens.launch import LaunchScreen
 from torchdeck.tui.screens.monitor import MonitorScreen
 from torchdeck.tui.screens.storage import StorageScreen
 
+pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
+
 FORMS = {"n": LaunchScreen, "c": ClusterScreen, "v": StorageScreen, "i": ImageScreen}
 
 

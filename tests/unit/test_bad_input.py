@@ -14,6 +14,7 @@ import io
 import os
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,8 @@ from torchdeck.backends.names import check_cluster_name, check_namespace, check_
 from torchdeck.backends.spec import load_spec
 from torchdeck.cli.main import main
 from torchdeck.settings import Settings, SettingsError
+
+pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
 
 EXAMPLES = {"spec files": 300, "--set values": 300, "names": 400, "file contents": 300, "imports": 200}
 """Examples per property (README: 'Bad input, systematically')."""

@@ -6,6 +6,8 @@ client on the PATH with an engine that answers (``standin_docker``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from torchdeck.backends.eks.access import ClusterRecord
 from torchdeck.backends.eks.create import create_native
 from torchdeck.backends.eks.plan import ClusterPlan, NodegroupPlan
 from torchdeck.backends.eks.session import AwsSession
+from torchdeck.cli.main import main as torchdeck_main
 
 REGION = "us-east-1"
 
@@ -25,10 +28,10 @@ REGION = "us-east-1"
 def kube(tmp_path: Path, moto_gaps):
     """A kmock API server that the clusters moto makes point at."""
     (tmp_path / "kmock").mkdir()
-    cluster, thread = start_cluster(tmp_path / "kmock")
-    moto_gaps.cluster_endpoint = cluster.url
-    yield cluster
-    stop_cluster(cluster, thread)
+    eks_cluster, thread = start_cluster(tmp_path / "kmock")
+    moto_gaps.cluster_endpoint = eks_cluster.url
+    yield eks_cluster
+    stop_cluster(eks_cluster, thread)
 
 
 @pytest.fixture
@@ -70,7 +73,7 @@ def run_progress(progress) -> list[Any]:
 
 
 @pytest.fixture
-def cluster(tmp_path, aws_env, moto_gaps, vpc, kube) -> ClusterRecord:
+def eks_cluster(tmp_path, aws_env, moto_gaps, vpc, kube) -> ClusterRecord:
     """A cluster made on the native path, its kubeconfig context written; its record in tmp_path/state."""
     record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
     run_progress(create_native(AwsSession(REGION), make_plan(vpc), record, kubeconfig=tmp_path / "kc", poll_s=0.01))
@@ -79,10 +82,46 @@ def cluster(tmp_path, aws_env, moto_gaps, vpc, kube) -> ClusterRecord:
 
 @pytest.fixture
 def standin_docker(tmp_path, monkeypatch) -> Path:
-    """tests/standin/docker first on the PATH, its engine answering; returns its call log."""
+    """tests/support/standin/docker first on the PATH, its engine answering; returns its call log."""
     log = tmp_path / "docker.log"
     standin = Path(__file__).parent / "standin"
     monkeypatch.setenv("PATH", f"{standin}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("STANDIN_DOCKER_LOG", str(log))
     monkeypatch.setenv("STANDIN_DOCKER_ENGINE", "1")
     return log
+
+
+def cli(*argv: str, state: Path) -> tuple[int, str, str]:
+    """torchdeck in this process (moto's server is in it too); (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    os.environ["TORCHDECK_STATE_DIR"] = str(state)
+    os.environ["TORCHDECK_AWS_POLL_S"] = "0.05"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = torchdeck_main(list(argv))
+    finally:
+        os.environ.pop("TORCHDECK_STATE_DIR")
+        os.environ.pop("TORCHDECK_AWS_POLL_S")
+    return code, out.getvalue(), err.getvalue()
+
+
+def everything_left(aws: AwsSession) -> list[str]:
+    """What torchdeck could have made that is still in moto."""
+    left = [f"cluster {c}" for c in aws.call("eks", "list_clusters")["clusters"]]
+    left += [f"role {r['RoleName']}" for r in aws.pages("iam", "list_roles", "Roles")]
+    left += [f"oidc {p['Arn']}" for p in aws.call("iam", "list_open_id_connect_providers")["OpenIDConnectProviderList"]]
+    left += [
+        f"sg {g['GroupName']}"
+        for g in aws.pages("ec2", "describe_security_groups", "SecurityGroups")
+        if g["GroupName"] != "default"
+    ]
+    left += [f"efs {f['FileSystemId']}" for f in aws.call("efs", "describe_file_systems")["FileSystems"]]
+    left += [f"fsx {f['FileSystemId']}" for f in aws.call("fsx", "describe_file_systems")["FileSystems"]]
+    left += [f"bucket {b['Name']}" for b in aws.call("s3", "list_buckets")["Buckets"]]
+    left += [
+        f"launch template {t['LaunchTemplateName']}"
+        for t in aws.call("ec2", "describe_launch_templates")["LaunchTemplates"]
+    ]
+    left += [f"ecr {r['repositoryName']}" for r in aws.call("ecr", "describe_repositories")["repositories"]]
+    left += [f"stack {s['StackName']}" for s in aws.pages("cloudformation", "describe_stacks", "Stacks")]
+    return left

@@ -16,8 +16,10 @@ from pathlib import Path
 from torchdeck.backends.base import NodeMetrics, ProcessMetrics
 from torchdeck.backends.local import LocalBackend
 from torchdeck.settings import Settings
+from torchdeck.tui.app import make_app
+from torchdeck.tui.screens.monitor import MonitorScreen
 
-RECORDED = Path(__file__).parent / "data" / "recorded-runs"
+RECORDED = Path(__file__).parent.parent / "data" / "recorded-runs"
 RECORDED_RUN = "recorded-1122-044521"
 
 
@@ -118,3 +120,29 @@ def fixed_context_cloud(state: Path):
             return BuildContext(None, 812.0, {"cpu": "cpu-3f9c2a71d0", "gpu": "gpu-3f9c2a71d0"})
 
     return FixedContextCloud(state)
+
+
+RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
+LOG_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "logs").rglob("stdout.log"))
+
+
+def recorded_app(tmp_path, monitor: bool = True, **settings):
+    state = recorded_state(tmp_path)
+    return make_app(settings_for(state, **settings), FixedNodesBackend(state), RECORDED_RUN if monitor else None)
+
+
+async def monitor_ready(pilot) -> MonitorScreen:
+    """Wait until the monitor has read the whole recorded stream, its logs,
+    status and nodes, and has drawn them."""
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, MonitorScreen), what="the monitor")
+    screen = pilot.app.screen
+    await wait_for(pilot, lambda: screen.snap.events == RECORDED_LINES, what="all metric lines")
+    await wait_for(pilot, lambda: screen.status is not None, what="the status")
+    await wait_for(pilot, lambda: len(screen.query_one("#logs").buffer) == LOG_LINES, what="the logs")
+    await pilot.pause(0.5)  # two frames at least, and the chart's own rate
+    chart = screen.query_one("#chart")
+    builds = chart.builds
+    screen.draw_all()
+    await wait_for(pilot, lambda: chart.builds > builds and chart.shown == 2, what="the chart")
+    await pilot.pause(0.2)
+    return screen

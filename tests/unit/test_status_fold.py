@@ -1,5 +1,5 @@
 """Issue 30: one status fold (``backends.events.fold_progress``) for every backend, tested here
-once; tests/test_kubernetes_backend.py and the local backend's tests drive it through each."""
+once; tests/kube/test_kubernetes_backend.py and the local backend's tests drive it through each."""
 
 from __future__ import annotations
 

@@ -77,6 +77,7 @@ def written_outside(tmp_path: Path, since: float) -> list[Path]:
     ],
     ids=["storage-cluster", "image-cluster", "image-namespace", "delete-name", "status-name", "connect-name"],
 )
+@pytest.mark.slow
 def test_hostile_cluster_names_reach_neither_aws_nor_the_disk(tmp_path: Path, aws_env, argv: list[str]) -> None:
     work = tmp_path / "a" / "b" / "c"
     work.mkdir(parents=True)

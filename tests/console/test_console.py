@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, Static
 from tui_support import (
-    RECORDED,
     RECORDED_RUN,
     FixedNodesBackend,
+    monitor_ready,
+    recorded_app,
     recorded_state,
     screen_lines,
     settings_for,
@@ -31,31 +32,6 @@ from torchdeck.tui.screens.launch import LaunchScreen
 from torchdeck.tui.screens.monitor import MonitorScreen
 from torchdeck.tui.widgets.log_pane import LogPane, LogView
 from torchdeck.tui.widgets.rank_table import RankTable
-
-RECORDED_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "metrics").glob("*.jsonl"))
-LOG_LINES = sum(len(p.read_bytes().splitlines()) for p in (RECORDED / RECORDED_RUN / "logs").rglob("stdout.log"))
-
-
-def recorded_app(tmp_path, monitor: bool = True, **settings):
-    state = recorded_state(tmp_path)
-    return make_app(settings_for(state, **settings), FixedNodesBackend(state), RECORDED_RUN if monitor else None)
-
-
-async def monitor_ready(pilot) -> MonitorScreen:
-    """Wait until the monitor has read the whole recorded stream, its logs,
-    status and nodes, and has drawn them."""
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, MonitorScreen), what="the monitor")
-    screen = pilot.app.screen
-    await wait_for(pilot, lambda: screen.snap.events == RECORDED_LINES, what="all metric lines")
-    await wait_for(pilot, lambda: screen.status is not None, what="the status")
-    await wait_for(pilot, lambda: len(screen.query_one("#logs").buffer) == LOG_LINES, what="the logs")
-    await pilot.pause(0.5)  # two frames at least, and the chart's own rate
-    chart = screen.query_one("#chart")
-    builds = chart.builds
-    screen.draw_all()
-    await wait_for(pilot, lambda: chart.builds > builds and chart.shown == 2, what="the chart")
-    await pilot.pause(0.2)
-    return screen
 
 
 def text_of(widget) -> str:
@@ -88,6 +64,7 @@ def test_monitor_shows_the_recorded_run(tmp_path):
     run(scenario())
 
 
+@pytest.mark.slow
 def test_log_pane_filters_by_rank_and_searches(tmp_path):
     async def scenario():
         app = recorded_app(tmp_path)
@@ -143,6 +120,7 @@ def test_ascii_mode_draws_only_ascii(tmp_path):
     run(scenario())
 
 
+@pytest.mark.slow
 def test_c_picks_the_ranks_the_chart_draws_even_after_the_run_ended(tmp_path):
     """The recorded run has ended (its stream too): a choice of ranks reads it again for the chart,
     without adding its log lines twice; a typo is said in the question and loses nothing."""
@@ -245,7 +223,7 @@ def test_start_ups_objects_are_frozen_out_of_the_collector_but_no_screen(tmp_pat
     of its own: the first app of a process freezes, and pytest's has made many."""
     state = recorded_state(tmp_path)
     out = subprocess.run(
-        [sys.executable, "-c", FREEZE_CHECK, str(state), str(Path(__file__).parent)],
+        [sys.executable, "-c", FREEZE_CHECK, str(state), str(Path(__file__).parent.parent / "support")],
         capture_output=True,
         text=True,
         timeout=120,
@@ -279,6 +257,7 @@ def test_home_lists_runs_and_opens_the_monitor(tmp_path):
     run(scenario())
 
 
+@pytest.mark.slow
 def test_the_runs_table_redraws_only_what_changed_and_puts_a_new_run_on_top(tmp_path):
     """A refresh with the same runs changes only their changed cells (a run that ends shows it);
     a new run is drawn on top. The runs are made as the local backend leaves them."""

@@ -1,6 +1,6 @@
 """The EKS cluster's life against moto's server mode (a real HTTP endpoint,
-tests/aws_server.py) and a kmock API server standing in for the cluster's
-own (tests/kube_cluster.py): preflight, both create paths, idempotence and
+tests/support/aws_server.py) and a kmock API server standing in for the cluster's
+own (tests/support/kube_cluster.py): preflight, both create paths, idempotence and
 resuming, connect with exec authentication, status, delete, throttling, and
 credentials that never leak."""
 
@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import io
 import json
 import os
 import stat
 import subprocess
 import sys
 import urllib.parse
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from eks_support import REGION, make_plan
+from eks_support import REGION, cli, make_plan
 from local_runs import run_cli
 from trainer_runs import REPO
 
@@ -34,10 +31,9 @@ from torchdeck.backends.eks.session import AwsError, AwsSession
 from torchdeck.backends.errors import BackendError
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.ledger import Ledger
-from torchdeck.cli.main import main as torchdeck_main
 
 TAG = "torchdeck:cluster"
-STANDIN = REPO / "tests" / "standin" / "eksctl"
+STANDIN = REPO / "tests" / "support" / "standin" / "eksctl"
 
 
 def run_all(progress) -> list[Any]:
@@ -45,20 +41,6 @@ def run_all(progress) -> list[Any]:
         return [p async for p in progress]
 
     return asyncio.run(collect())
-
-
-def cli(*argv: str, state: Path) -> tuple[int, str, str]:
-    """torchdeck in this process (moto's server is in it too); (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    os.environ["TORCHDECK_STATE_DIR"] = str(state)
-    os.environ["TORCHDECK_AWS_POLL_S"] = "0.05"
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = torchdeck_main(list(argv))
-    finally:
-        os.environ.pop("TORCHDECK_STATE_DIR")
-        os.environ.pop("TORCHDECK_AWS_POLL_S")
-    return code, out.getvalue(), err.getvalue()
 
 
 def creates(gaps) -> dict[str, int]:
@@ -155,6 +137,7 @@ def test_preflight_names_the_zone_that_lacks_a_type_and_the_quota_short(aws_env,
     assert not report.ok and report.total_per_hour == pytest.approx(0.10 + 2 * 0.096 + 2 * 32.773)
 
 
+@pytest.mark.slow
 def test_cluster_plan_prints_the_checks_and_the_cost(tmp_path, aws_env, moto_gaps, vpc):
     moto_gaps.quotas.update({"L-DB2E81BA": 8, "L-1216C47A": 64})
     (tmp_path / "cluster.yaml").write_text(plan_to_yaml(make_plan(vpc)))
@@ -172,6 +155,7 @@ def eks_cluster_made_elsewhere(aws: AwsSession, vpc, tags: dict[str, str] | None
     aws.call("eks", "create_cluster", name="demo", roleArn=role, resourcesVpcConfig=subnets, tags=tags or {})
 
 
+@pytest.mark.slow
 def test_a_cluster_torchdeck_did_not_make_is_neither_reused_nor_deleted(tmp_path, aws_env, vpc):
     aws = AwsSession(REGION)
     eks_cluster_made_elsewhere(aws, vpc)
@@ -188,6 +172,7 @@ def test_a_cluster_torchdeck_did_not_make_is_neither_reused_nor_deleted(tmp_path
 # -- the native path ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_native_create_makes_the_cluster_its_roles_and_the_irsa_role(tmp_path, aws_env, moto_gaps, vpc, kube):
     aws = AwsSession(REGION)
     record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
@@ -285,6 +270,7 @@ def test_native_create_makes_the_cluster_its_roles_and_the_irsa_role(tmp_path, a
     assert stat.S_IMODE(record.path.stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_a_second_create_changes_nothing(tmp_path, aws_env, moto_gaps, vpc, kube):
     aws = AwsSession(REGION)
     record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
@@ -297,6 +283,7 @@ def test_a_second_create_changes_nothing(tmp_path, aws_env, moto_gaps, vpc, kube
     assert "reusing nodegroup gpu (ACTIVE)" in said and said[-1].startswith("cluster demo is ready")
 
 
+@pytest.mark.slow
 def test_an_interrupted_create_resumes_where_it_stopped(tmp_path, aws_env, moto_gaps, vpc, kube):
     aws = AwsSession(REGION)
     record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
@@ -324,6 +311,7 @@ def test_an_interrupted_create_resumes_where_it_stopped(tmp_path, aws_env, moto_
     assert ClusterRecord.load(tmp_path / "state", "demo").state == "created"
 
 
+@pytest.mark.slow
 def test_delete_leaves_nothing_tagged_and_runs_twice(tmp_path, aws_env, moto_gaps, vpc, kube):
     aws = AwsSession(REGION)
     record = ClusterRecord.open(tmp_path / "state", "demo", REGION)
@@ -348,6 +336,7 @@ def test_delete_leaves_nothing_tagged_and_runs_twice(tmp_path, aws_env, moto_gap
     assert [p.kind for p in again] == ["done"]
 
 
+@pytest.mark.slow
 def test_the_endpoint_can_be_narrowed_or_private_and_pods_kept_from_imds(tmp_path, aws_env, moto_gaps, vpc, kube):
     """Issue 16 row 12: the public endpoint takes publicAccessCidrs (or none at all), and the
     metadata hop limit is 1 unless pods are let through on purpose."""
@@ -379,6 +368,7 @@ def test_the_endpoint_can_be_narrowed_or_private_and_pods_kept_from_imds(tmp_pat
 # -- AWS's failures -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_throttling_is_retried_a_bounded_number_of_times(aws_env, moto_gaps, vpc):
     aws = AwsSession(REGION, max_attempts=4)
     moto_gaps.fail("ec2", "DescribeSubnets", "RequestLimitExceeded", times=2)
@@ -412,6 +402,7 @@ def test_no_credentials_is_one_line_with_a_hint(tmp_path, aws_env, monkeypatch):
 # -- connect and the token ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_connect_writes_an_exec_context_and_the_backend_works_on_it(tmp_path, aws_env, vpc, kube):
     aws = AwsSession(REGION)
     eks_cluster_made_elsewhere(aws, vpc, tags={TAG: "demo"})
@@ -465,6 +456,7 @@ def test_the_token_is_a_presigned_sts_call_bound_to_the_cluster(aws_env):
 # -- the whole life from the command line, with canary credentials ----------------------------
 
 
+@pytest.mark.slow
 def test_the_command_line_life_of_a_cluster_leaks_no_credential(tmp_path, aws_env, moto_gaps, vpc, kube, monkeypatch):
     canaries = {
         "AWS_ACCESS_KEY_ID": "AKIACANARY0000000001",
@@ -560,6 +552,7 @@ def test_the_command_line_life_of_a_cluster_leaks_no_credential(tmp_path, aws_en
 # -- the eksctl path ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_eksctl_path_streams_its_output_and_the_stack_events(tmp_path, aws_env, moto_gaps, kube):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

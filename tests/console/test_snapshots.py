@@ -116,7 +116,7 @@ def _case_app(tmp_path, monkeypatch, case: str, ascii: bool):
 async def _ready(pilot, case: str) -> None:
     _, ready = CASES[case]
     if case == "pick_ranks":  # over the monitor of the recorded run, once it has drawn it all
-        from test_console import monitor_ready
+        from tui_support import monitor_ready
 
         await _runs_listed(pilot)
         await pilot.press("enter")
@@ -171,8 +171,8 @@ scripts/screenshots."""
 
 
 def test_the_readme_pictures_are_the_reviewed_snapshots():
-    docs = Path(__file__).parent.parent / "docs" / "screens"
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    docs = Path(__file__).parent.parent.parent / "docs" / "screens"
+    readme = (Path(__file__).parent.parent.parent / "README.md").read_text()
     for name, snapshot in PICTURES.items():
         picture = docs / f"{name}.svg"
         assert picture.read_bytes() == (SNAPSHOTS / snapshot).read_bytes(), f"run scripts/screenshots ({name})"

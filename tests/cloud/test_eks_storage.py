@@ -1,5 +1,5 @@
 """Shared storage and the model bucket for an EKS cluster, against moto's
-server mode and a kmock API server (tests/eks_support.py): EFS with its
+server mode and a kmock API server (tests/support/eks_support.py): EFS with its
 security group, mount targets and claim; FSx for Lustre and its deadline;
 the bucket's privacy and policies; the manifests against golden files.
 Regenerate those after a deliberate change with TORCHDECK_UPDATE_GOLDEN=1."""
@@ -24,7 +24,9 @@ from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.ledger import Ledger
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
+pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
+
+GOLDEN = Path(__file__).parent.parent / "data" / "golden"
 
 
 def storage(record: ClusterRecord, **changes: Any) -> list[Any]:
@@ -44,8 +46,8 @@ def kube_object(kube, path: str) -> dict[str, Any] | None:
         raise
 
 
-def test_efs_has_a_mount_target_per_node_subnet_and_admits_nfs_from_the_cluster_only(cluster, vpc, kube):
-    progress = storage(cluster)
+def test_efs_has_a_mount_target_per_node_subnet_and_admits_nfs_from_the_cluster_only(eks_cluster, vpc, kube):
+    progress = storage(eks_cluster)
     aws = AwsSession(REGION)
     (fs,) = aws.call("efs", "describe_file_systems")["FileSystems"]
     assert fs["Encrypted"] is True and fs["LifeCycleState"] == "available"
@@ -74,9 +76,9 @@ def test_efs_has_a_mount_target_per_node_subnet_and_admits_nfs_from_the_cluster_
     assert kube_object(kube, "apis/storage.k8s.io/v1/storageclasses/torchdeck-efs")["provisioner"] == "efs.csi.aws.com"
     assert progress[-1].kind == "done" and "--set cluster.pvc=shared" in progress[-1].message
 
-    kinds = sorted({r.kind for r in Ledger(cluster.path.parent.parent).resources(scope="demo")})
+    kinds = sorted({r.kind for r in Ledger(eks_cluster.path.parent.parent).resources(scope="demo")})
     assert {"efs-filesystem", "efs-mount-target", "ec2-security-group", "k8s-object"} <= set(kinds)
-    state = storage_state(aws, cluster)
+    state = storage_state(aws, eks_cluster)
     assert state.problems == [] and [(f.kind, f.ident, f.state, f.encrypted) for f in state.file_systems] == [
         ("efs", fs["FileSystemId"], "available", True)
     ]
@@ -87,8 +89,8 @@ def test_efs_has_a_mount_target_per_node_subnet_and_admits_nfs_from_the_cluster_
     assert progress[-1].result == StorageReady("demo", {"cluster.pvc": "shared"})
 
 
-def test_a_second_storage_create_makes_nothing_and_puts_back_a_widened_rule(cluster, moto_gaps):
-    storage(cluster)
+def test_a_second_storage_create_makes_nothing_and_puts_back_a_widened_rule(eks_cluster, moto_gaps):
+    storage(eks_cluster)
     aws = AwsSession(REGION)
     (group,) = aws.call(
         "ec2", "describe_security_groups", Filters=[{"Name": "group-name", "Values": ["torchdeck-demo-efs"]}]
@@ -100,7 +102,7 @@ def test_a_second_storage_create_makes_nothing_and_puts_back_a_widened_rule(clus
         IpPermissions=[{"IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}],
     )
     moto_gaps.calls.clear()
-    storage(cluster)
+    storage(eks_cluster)
     made = {k for k, n in moto_gaps.calls.items() if k[1].startswith("Create") and n}
     assert made == set()
     rules = aws.call("ec2", "describe_security_groups", GroupIds=[group["GroupId"]])["SecurityGroups"][0][
@@ -109,8 +111,8 @@ def test_a_second_storage_create_makes_nothing_and_puts_back_a_widened_rule(clus
     assert all(not r.get("IpRanges") for r in rules)
 
 
-def test_the_bucket_is_private_encrypted_and_the_policies_name_only_the_bucket_and_prefix(cluster):
-    storage(cluster, kind="none", bucket="torchdeck-models-demo", prefix="cifar10")
+def test_the_bucket_is_private_encrypted_and_the_policies_name_only_the_bucket_and_prefix(eks_cluster):
+    storage(eks_cluster, kind="none", bucket="torchdeck-models-demo", prefix="cifar10")
     aws = AwsSession(REGION)
     block = aws.call("s3", "get_public_access_block", Bucket="torchdeck-models-demo")["PublicAccessBlockConfiguration"]
     assert block == {
@@ -147,7 +149,7 @@ def test_the_bucket_is_private_encrypted_and_the_policies_name_only_the_bucket_a
     assert controls == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}  # no ACLs: the account owns all
 
 
-def test_every_s3_call_on_a_bucket_names_the_account_that_must_own_it(cluster, tmp_path):
+def test_every_s3_call_on_a_bucket_names_the_account_that_must_own_it(eks_cluster, tmp_path):
     """Issue 16 row 7: bucket names are global; a call on a bucket someone else re-made must fail,
     so each request carries x-amz-expected-bucket-owner (seen on the wire, as S3 receives it)."""
     aws = AwsSession(REGION)
@@ -158,7 +160,9 @@ def test_every_s3_call_on_a_bucket_names_the_account_that_must_own_it(cluster, t
             sent.append((model.name, params["headers"].get("x-amz-expected-bucket-owner")))
 
     aws.client("s3").meta.events.register("before-call.s3", record)
-    run_all(create_storage(aws, StoragePlan("demo", REGION, kind="none", bucket="owned-bucket"), cluster, poll_s=0.01))
+    run_all(
+        create_storage(aws, StoragePlan("demo", REGION, kind="none", bucket="owned-bucket"), eks_cluster, poll_s=0.01)
+    )
     aws.call("s3", "put_object", Bucket="owned-bucket", Key="models/m.pt", Body=b"x")
     aws.call("s3", "download_file", Bucket="owned-bucket", Key="models/m.pt", Filename=str(tmp_path / "m.pt"))
     account = aws.call("sts", "get_caller_identity")["Account"]
@@ -174,19 +178,19 @@ def test_every_s3_call_on_a_bucket_names_the_account_that_must_own_it(cluster, t
     assert [name for name, owner in sent if owner != account] == ["CreateBucket"], sent  # the one call without it
 
 
-def test_a_bucket_torchdeck_did_not_make_is_used_as_it_is_and_kept(cluster):
+def test_a_bucket_torchdeck_did_not_make_is_used_as_it_is_and_kept(eks_cluster):
     aws = AwsSession(REGION)
     aws.call("s3", "create_bucket", Bucket="someone-elses")
-    progress = storage(cluster, kind="none", bucket="someone-elses")
+    progress = storage(eks_cluster, kind="none", bucket="someone-elses")
     assert any("torchdeck did not make it" in p.message for p in progress)
     assert aws.find("s3", "get_public_access_block", Bucket="someone-elses") is None  # untouched
     assert aws.find("s3", "get_bucket_policy", Bucket="someone-elses") is None
-    (row,) = [r for r in Ledger(cluster.path.parent.parent).resources() if r.kind == "s3-bucket"]
+    (row,) = [r for r in Ledger(eks_cluster.path.parent.parent).resources() if r.kind == "s3-bucket"]
     assert row.made is False
 
 
-def test_fsx_waits_for_available_and_renders_its_volume(cluster, moto_gaps, kube):
-    progress = storage(cluster, kind="fsx", fsx_deployment="PERSISTENT_2", fsx_capacity_gib=2400)
+def test_fsx_waits_for_available_and_renders_its_volume(eks_cluster, moto_gaps, kube):
+    progress = storage(eks_cluster, kind="fsx", fsx_deployment="PERSISTENT_2", fsx_capacity_gib=2400)
     aws = AwsSession(REGION)
     (fs,) = aws.call("fsx", "describe_file_systems")["FileSystems"]
     assert fs["LustreConfiguration"]["DeploymentType"] == "PERSISTENT_2"
@@ -201,7 +205,7 @@ def test_fsx_waits_for_available_and_renders_its_volume(cluster, moto_gaps, kube
         "serviceAccountRoleArn"
     ].endswith("role/torchdeck-demo-fsx-csi")
     assert attached(aws, "torchdeck-demo-fsx-csi") == {"AmazonFSxReadOnlyAccess"}  # static volumes: it only reads
-    (row,) = [r for r in Ledger(cluster.path.parent.parent).resources() if r.kind == "fsx-filesystem"]
+    (row,) = [r for r in Ledger(eks_cluster.path.parent.parent).resources() if r.kind == "fsx-filesystem"]
     assert row.cost_per_hour == pytest.approx(2400 * 0.145 / 730)
 
 
@@ -212,23 +216,23 @@ def attached(aws: AwsSession, role: str) -> set[str]:
     }
 
 
-def test_the_fsx_driver_role_loses_the_full_access_an_earlier_torchdeck_gave_it(cluster, kube):
+def test_the_fsx_driver_role_loses_the_full_access_an_earlier_torchdeck_gave_it(eks_cluster, kube):
     """Issue 16 row 6: AmazonFSxFullAccess let the driver delete any file system in the account."""
     aws = AwsSession(REGION)
-    storage(cluster, kind="fsx")
+    storage(eks_cluster, kind="fsx")
     role = "torchdeck-demo-fsx-csi"
     aws.call("iam", "attach_role_policy", RoleName=role, PolicyArn="arn:aws:iam::aws:policy/AmazonFSxFullAccess")
     aws.call("iam", "attach_role_policy", RoleName=role, PolicyArn="arn:aws:iam::aws:policy/CloudWatchReadOnlyAccess")
-    storage(cluster, kind="fsx")
+    storage(eks_cluster, kind="fsx")
     assert attached(aws, role) == {"AmazonFSxReadOnlyAccess", "CloudWatchReadOnlyAccess"}  # a person's own stays
 
 
-def test_a_wait_that_never_ends_stops_at_its_deadline_with_a_message(cluster, moto_gaps):
+def test_a_wait_that_never_ends_stops_at_its_deadline_with_a_message(eks_cluster, moto_gaps):
     moto_gaps.fsx_ready_after = None
     with pytest.raises(BackendError) as caught:
         run_all(
             create_storage(
-                AwsSession(REGION), StoragePlan("demo", REGION, kind="fsx"), cluster, poll_s=0.01, timeout_s=0.3
+                AwsSession(REGION), StoragePlan("demo", REGION, kind="fsx"), eks_cluster, poll_s=0.01, timeout_s=0.3
             )
         )
     assert "is still CREATING after 0 s" in caught.value.message

@@ -11,10 +11,8 @@ import subprocess
 import sys
 
 import pytest
-from eks_support import REGION, make_plan
+from eks_support import REGION, cli, everything_left, make_plan
 from eks_support import run_progress as run_all
-from test_cloud_lifecycle import everything_left
-from test_eks_cluster import cli
 
 from torchdeck.backends.eks.access import ClusterRecord
 from torchdeck.backends.eks.create import create_native
@@ -22,6 +20,8 @@ from torchdeck.backends.eks.session import AwsSession
 from torchdeck.backends.eks.storage import StoragePlan, create_storage
 from torchdeck.backends.errors import BackendError
 from torchdeck.backends.ledger import Ledger
+
+pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
 
 BURSTS = {  # service, action, error code, HTTP status, calls a fault-free run makes
     "create": [
@@ -204,7 +204,7 @@ def test_the_api_server_killed_and_restarted_while_the_monitor_follows_a_run(tmp
     import time
 
     from kube_cluster import start_cluster, stop_cluster
-    from test_kubernetes_backend import NS, install, make_pod, make_spec, metric_line, set_phase
+    from kube_jobs import NS, install, make_pod, make_spec, metric_line, set_phase
 
     from torchdeck.backends.kubernetes.backend import KubernetesBackend
     from torchdeck.monitor.state import MonitorState

@@ -1,7 +1,7 @@
 """The training image, the data, the model download and the teardown,
-against moto's server mode and a kmock API server (tests/eks_support.py):
+against moto's server mode and a kmock API server (tests/support/eks_support.py):
 
-- the docker path with a stand-in docker client (tests/standin/docker; this
+- the docker path with a stand-in docker client (tests/support/standin/docker; this
   machine has no engine) and the ECR token that must never show;
 - the Kaniko path, the tests acting as the Job controller and the kubelet;
 - CIFAR-10 copied from an S3 prefix by the real data tool, a model fetched;
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
-from eks_support import REGION
+from eks_support import REGION, cli, everything_left
 from eks_support import run_progress as run_all
-from test_eks_cluster import cli
 from tinydata import write_tiny_cifar
 
 from torchdeck.backends.eks.access import ClusterRecord
@@ -41,35 +41,15 @@ from torchdeck.backends.ledger import Ledger, Resource
 from torchdeck.backends.spec import load_spec
 from torchdeck.cli.main import main
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
+pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
+
+GOLDEN = Path(__file__).parent.parent / "data" / "golden"
 PASSWORD = "123456789012-auth-token"  # what moto's get_authorization_token hands out
 TOKEN = base64.b64encode(f"AWS:{PASSWORD}".encode()).decode()
 
 
 def docker_calls(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-
-def everything_left(aws: AwsSession) -> list[str]:
-    """What torchdeck could have made that is still in moto."""
-    left = [f"cluster {c}" for c in aws.call("eks", "list_clusters")["clusters"]]
-    left += [f"role {r['RoleName']}" for r in aws.pages("iam", "list_roles", "Roles")]
-    left += [f"oidc {p['Arn']}" for p in aws.call("iam", "list_open_id_connect_providers")["OpenIDConnectProviderList"]]
-    left += [
-        f"sg {g['GroupName']}"
-        for g in aws.pages("ec2", "describe_security_groups", "SecurityGroups")
-        if g["GroupName"] != "default"
-    ]
-    left += [f"efs {f['FileSystemId']}" for f in aws.call("efs", "describe_file_systems")["FileSystems"]]
-    left += [f"fsx {f['FileSystemId']}" for f in aws.call("fsx", "describe_file_systems")["FileSystems"]]
-    left += [f"bucket {b['Name']}" for b in aws.call("s3", "list_buckets")["Buckets"]]
-    left += [
-        f"launch template {t['LaunchTemplateName']}"
-        for t in aws.call("ec2", "describe_launch_templates")["LaunchTemplates"]
-    ]
-    left += [f"ecr {r['repositoryName']}" for r in aws.call("ecr", "describe_repositories")["repositories"]]
-    left += [f"stack {s['StackName']}" for s in aws.pages("cloudformation", "describe_stacks", "Stacks")]
-    return left
 
 
 def build_everything(record: ClusterRecord, tmp_path: Path) -> None:
@@ -89,8 +69,8 @@ def build_everything(record: ClusterRecord, tmp_path: Path) -> None:
 # -- the image --------------------------------------------------------------------------
 
 
-def test_docker_build_pushes_pins_the_digest_and_never_shows_the_token(cluster, tmp_path, standin_docker):
-    state = cluster.path.parent.parent
+def test_docker_build_pushes_pins_the_digest_and_never_shows_the_token(eks_cluster, tmp_path, standin_docker):
+    state = eks_cluster.path.parent.parent
     spec = tmp_path / "torchdeck.yaml"
     code, out, err = cli("image", "build", "--cluster", "demo", "--spec", str(spec), state=state)
     assert code == 0, err
@@ -118,9 +98,9 @@ def test_docker_build_pushes_pins_the_digest_and_never_shows_the_token(cluster, 
 
 
 def test_code_is_built_on_the_pinned_training_image_and_the_spec_runs_the_images_copy(
-    cluster, tmp_path, standin_docker
+    eks_cluster, tmp_path, standin_docker
 ):
-    state = cluster.path.parent.parent
+    state = eks_cluster.path.parent.parent
     code_dir = tmp_path / "project"
     (code_dir / "data").mkdir(parents=True)
     (code_dir / "train.py").write_text("print('loss: 1.0')\n")
@@ -171,8 +151,8 @@ def test_code_is_built_on_the_pinned_training_image_and_the_spec_runs_the_images
     assert load_spec(spec).entrypoint.in_image == "/srv/app"
 
 
-def test_a_local_build_is_pushed_later_and_pinned(cluster, tmp_path, standin_docker):
-    state = cluster.path.parent.parent
+def test_a_local_build_is_pushed_later_and_pinned(eks_cluster, tmp_path, standin_docker):
+    state = eks_cluster.path.parent.parent
     spec = tmp_path / "torchdeck.yaml"
     code, out, err = cli("image", "build", "--cluster", "demo", "--no-push", "--spec", str(spec), state=state)
     assert code == 0, err
@@ -188,10 +168,10 @@ def test_a_local_build_is_pushed_later_and_pinned(cluster, tmp_path, standin_doc
 
 
 def test_without_an_engine_auto_builds_in_the_cluster_and_docker_is_refused(
-    cluster, tmp_path, standin_docker, monkeypatch
+    eks_cluster, tmp_path, standin_docker, monkeypatch
 ):
     monkeypatch.setenv("STANDIN_DOCKER_ENGINE", "0")
-    state = cluster.path.parent.parent
+    state = eks_cluster.path.parent.parent
     code, _, err = cli("image", "build", "--cluster", "demo", "--builder", "docker", state=state)
     assert code == 1 and "no Docker engine answers here" in err and "--builder kaniko" in err
     code, _, err = cli("image", "build", "--cluster", "demo", state=state)  # auto: kaniko, which needs a bucket
@@ -267,17 +247,17 @@ def be_kaniko(kube, digest_holder: dict[str, str], prefix: str = "torchdeck-buil
     return thread
 
 
-def test_kaniko_builds_in_the_cluster_from_a_context_in_s3(cluster, tmp_path, kube):
+def test_kaniko_builds_in_the_cluster_from_a_context_in_s3(eks_cluster, tmp_path, kube):
     aws = AwsSession(REGION)
     run_all(
         create_storage(
-            aws, StoragePlan("demo", REGION, kind="none", bucket="torchdeck-models-demo"), cluster, poll_s=0.01
+            aws, StoragePlan("demo", REGION, kind="none", bucket="torchdeck-models-demo"), eks_cluster, poll_s=0.01
         )
     )
     got: dict[str, str] = {}
     thread = be_kaniko(kube, got)
     progress = run_all(
-        build_image(aws, ImagePlan("demo", REGION, builder="kaniko"), cluster, poll_s=0.05, timeout_s=20)
+        build_image(aws, ImagePlan("demo", REGION, builder="kaniko"), eks_cluster, poll_s=0.05, timeout_s=20)
     )
     thread.join(5)
     assert progress[-1].message.endswith("@" + got["digest"])
@@ -298,11 +278,11 @@ def test_kaniko_builds_in_the_cluster_from_a_context_in_s3(cluster, tmp_path, ku
     )
 
 
-def test_kaniko_builds_the_users_code_on_the_image_it_built_first(cluster, tmp_path, kube):
+def test_kaniko_builds_the_users_code_on_the_image_it_built_first(eks_cluster, tmp_path, kube):
     aws = AwsSession(REGION)
     run_all(
         create_storage(
-            aws, StoragePlan("demo", REGION, kind="none", bucket="torchdeck-models-demo"), cluster, poll_s=0.01
+            aws, StoragePlan("demo", REGION, kind="none", bucket="torchdeck-models-demo"), eks_cluster, poll_s=0.01
         )
     )
     code_dir = tmp_path / "project"
@@ -312,7 +292,7 @@ def test_kaniko_builds_the_users_code_on_the_image_it_built_first(cluster, tmp_p
     built: dict[str, str] = {}
     threads = [be_kaniko(kube, base, "torchdeck-build-ctx-"), be_kaniko(kube, built, "torchdeck-build-code-")]
     plan = ImagePlan("demo", REGION, builder="kaniko", code=str(code_dir))
-    progress = run_all(build_image(aws, plan, cluster, poll_s=0.05, timeout_s=20))
+    progress = run_all(build_image(aws, plan, eks_cluster, poll_s=0.05, timeout_s=20))
     for thread in threads:
         thread.join(5)
     result = progress[-1].result
@@ -401,9 +381,9 @@ def test_model_get_copies_a_model_from_s3(tmp_path, aws_env):
 # -- the ledger and cleanup ---------------------------------------------------------------
 
 
-def test_a_whole_cycle_leaves_nothing_in_moto(cluster, tmp_path, standin_docker, moto_gaps):
-    state = cluster.path.parent.parent
-    build_everything(cluster, tmp_path)
+def test_a_whole_cycle_leaves_nothing_in_moto(eks_cluster, tmp_path, standin_docker, moto_gaps):
+    state = eks_cluster.path.parent.parent
+    build_everything(eks_cluster, tmp_path)
     code, out, err = cli("resources", state=state)
     assert code == 0, err
     for kind in (
@@ -451,9 +431,9 @@ def test_a_whole_cycle_leaves_nothing_in_moto(cluster, tmp_path, standin_docker,
     assert code == 0 and "nothing to clean up" in out
 
 
-def test_storage_delete_takes_the_storage_and_leaves_the_cluster_and_image(cluster, tmp_path, standin_docker):
-    state = cluster.path.parent.parent
-    build_everything(cluster, tmp_path)
+def test_storage_delete_takes_the_storage_and_leaves_the_cluster_and_image(eks_cluster, tmp_path, standin_docker):
+    state = eks_cluster.path.parent.parent
+    build_everything(eks_cluster, tmp_path)
     code, out, err = cli("storage", "delete", "--cluster", "demo", "--yes", state=state)
     assert code == 0, err
     left = everything_left(AwsSession(REGION))
@@ -465,9 +445,9 @@ def test_storage_delete_takes_the_storage_and_leaves_the_cluster_and_image(clust
     assert code == 0 and "no storage for cluster demo" in out
 
 
-def test_an_interrupted_cleanup_resumes_where_it_stopped(cluster, tmp_path, standin_docker, moto_gaps):
-    state = cluster.path.parent.parent
-    build_everything(cluster, tmp_path)
+def test_an_interrupted_cleanup_resumes_where_it_stopped(eks_cluster, tmp_path, standin_docker, moto_gaps):
+    state = eks_cluster.path.parent.parent
+    build_everything(eks_cluster, tmp_path)
     moto_gaps.fail("efs", "DeleteFileSystem", "BadRequest", message="not allowed today")
     code, _, err = cli("cleanup", "--yes", state=state)
     assert code == 1 and "not allowed today" in err and err.count("\n") == 1
@@ -482,9 +462,9 @@ def test_an_interrupted_cleanup_resumes_where_it_stopped(cluster, tmp_path, stan
     assert everything_left(AwsSession(REGION)) == []
 
 
-def test_orphans_are_found_by_tag_when_the_ledger_is_lost(cluster, tmp_path, standin_docker):
-    state = cluster.path.parent.parent
-    build_everything(cluster, tmp_path)
+def test_orphans_are_found_by_tag_when_the_ledger_is_lost(eks_cluster, tmp_path, standin_docker):
+    state = eks_cluster.path.parent.parent
+    build_everything(eks_cluster, tmp_path)
     (state / "ledger.sqlite").unlink()
     for record in (state / "clusters").glob("*.json"):
         record.unlink()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import boto3
+import pytest
 from tinydata import write_tiny_cifar
 from trainer_runs import records, run_evaluate, run_trainer, trainer_env
+
+from torchdeck.backends.events import tool_result
+
+pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
 
 
 def test_model_file_round_trips_through_s3(tmp_path: Path, aws_env: dict[str, str]) -> None:
@@ -35,7 +39,8 @@ def test_model_file_round_trips_through_s3(tmp_path: Path, aws_env: dict[str, st
 
     out = run_evaluate("--model-file", url, "--data-dir", str(tmp_path / "data"), "--output", "json", env=env)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["model"] == "seed-cnn"
+    result = tool_result(out.stdout)
+    assert result is not None and result["model"] == "seed-cnn"
 
 
 def test_missing_bucket_is_one_clear_line(tmp_path: Path, aws_env: dict[str, str]) -> None:

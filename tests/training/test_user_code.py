@@ -108,7 +108,7 @@ def test_built_in_only_commands_say_so_for_user_code(user_run, tmp_path):
     ):
         done = run_cli(argv, env, code)
         assert done.returncode == 2 and words in done.stderr, done.stderr
-    # the same script renders for a cluster: its folder travels in a ConfigMap (tests/test_user_code_cluster.py)
+    # the same script renders for a cluster: its folder travels in a ConfigMap (tests/kube/test_user_code_cluster.py)
     done = run_cli(["render", "train.py", "--image", "repo/x:1", "--", "--lr", "0.1"], env, code)
     assert done.returncode == 0, done.stderr
     objects = list(yaml.safe_load_all(done.stdout))
@@ -186,7 +186,7 @@ def test_init_writes_a_spec_for_a_script_that_train_then_runs(tmp_path):
     assert "-m torchdeck.backends.rank_output" in done.stdout and "-u src/train.py --lr 0.1" in done.stdout
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.mark.parametrize("script", ["train_report.py", "train_text.py"])

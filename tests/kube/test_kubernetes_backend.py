@@ -14,7 +14,19 @@ import threading
 import time
 
 import pytest
-from kube_cluster import running_cluster, start_cluster, stop_cluster
+from kube_cluster import start_cluster, stop_cluster
+from kube_jobs import (
+    IMAGE,
+    NS,
+    install,
+    install_crd,
+    make_pod,
+    make_spec,
+    metric_line,
+    run_two_pods,
+    set_conditions,
+    set_phase,
+)
 
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, RunNotFound
@@ -22,195 +34,36 @@ from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.client import api_path
 from torchdeck.backends.kubernetes.jobs import api_of
-from torchdeck.backends.kubernetes.manifests import KIND_INFO, RUN_LABEL, render
+from torchdeck.backends.kubernetes.manifests import RUN_LABEL, render
 from torchdeck.backends.kubernetes.streams import PodWatcher
-from torchdeck.backends.spec import KINDS, spec_from_dict
+from torchdeck.backends.spec import KINDS
 from torchdeck.trainer.metrics import tool_line
-
-NS = "training"
-IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/torchdeck-trainer:v3"
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    yield from running_cluster(tmp_path, NS)
-
-
-@pytest.fixture
-def backend(cluster):
-    return KubernetesBackend(cluster.kubeconfig)
-
-
-def make_spec(**changes):
-    data = {
-        "name": "cifar10",
-        "nodes": 2,
-        "nproc_per_node": 2,
-        "image": IMAGE,
-        "namespace": NS,
-        "cluster": {"pvc": "shared", "service_account": "torchdeck-s3"},
-    }
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    return spec_from_dict(data)
-
-
-def install_crd(backend, crd_file):
-    """An operator's own CRD, as its release publishes it (manifests/crds/)."""
-    backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crds.crd(crd_file))
-
-
-def install(backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, cpu_nodes=1):
-    """What a prepared cluster has: the operators' CRDs (their newest supported releases), the
-    claim, the service account, nodes."""
-    for kind in kinds:
-        if KIND_INFO[kind].group != "batch":
-            install_crd(backend, crds.latest(kind).crd_file)
-    backend.request(
-        "POST",
-        f"api/v1/namespaces/{NS}/persistentvolumeclaims",
-        body={
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "shared"},
-            "status": {"phase": pvc_phase},
-        },
-    )
-    if sa:
-        backend.request(
-            "POST",
-            f"api/v1/namespaces/{NS}/serviceaccounts",
-            body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "torchdeck-s3"}},
-        )
-    cpu = {"cpu": "8", "memory": "32Gi"}
-    gpu = {"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "1"}
-    for pool, count, allocatable in (("cpu", cpu_nodes, cpu), ("gpu", gpu_nodes, gpu)):
-        for i in range(count):
-            node = {"name": f"{pool}-{i}", "labels": {"pool": pool}}
-            body = {"apiVersion": "v1", "kind": "Node", "metadata": node, "status": {"allocatable": allocatable}}
-            backend.request("POST", "api/v1/nodes", body=body)
-
-
-def make_pod(backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0"):
-    """A pod as the training operator creates it and the kubelet reports it."""
-    state = (
-        {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
-        if phase == "Running"
-        else (
-            {"terminated": {"exitCode": 0, "reason": "Completed"}}
-            if phase == "Succeeded"
-            else {"waiting": {"reason": "ContainerCreating"}}
-        )
-    )
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "labels": {
-                RUN_LABEL: run_id,
-                "training.kubeflow.org/replica-type": replica_type,
-                "training.kubeflow.org/replica-index": str(index),
-            },
-        },
-        "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": IMAGE}]},
-        "status": {
-            "phase": phase,
-            "containerStatuses": [
-                {"name": "pytorch", "image": IMAGE, "ready": True, "restartCount": restarts, "state": state}
-            ],
-        },
-    }
-    backend.request("POST", f"api/v1/namespaces/{NS}/pods", body=body)
-    return body
-
-
-def run_two_pods(cluster, backend, run_id, master_lines, worker_lines, worker_ended=True):
-    """A PyTorchJob's master and worker pods, running, with their logs scripted."""
-    em = cluster.emulator
-    cluster.call(em.script_log, NS, f"{run_id}-master-0", master_lines)
-    cluster.call(em.script_log, NS, f"{run_id}-worker-0", worker_lines, ended=worker_ended)
-    make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Running")
-    make_pod(backend, run_id, f"{run_id}-worker-0", "worker", 0, phase="Running")
-
-
-def set_phase(backend, pod, phase, restarts=0):
-    state = (
-        {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
-        if phase == "Running"
-        else {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}}
-    )
-    backend.request(
-        "PATCH",
-        f"api/v1/namespaces/{NS}/pods/{pod}/status",
-        body={
-            "status": {
-                "phase": phase,
-                "containerStatuses": [{"name": "pytorch", "image": IMAGE, "restartCount": restarts, "state": state}],
-            }
-        },
-    )
-
-
-def set_conditions(backend, run_id, *types, message=""):
-    path = f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}/status"
-    backend.request(
-        "PATCH",
-        path,
-        body={
-            "status": {
-                "conditions": [
-                    {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": message} for t in types
-                ]
-            }
-        },
-    )
-
-
-def metric_line(rank, step, loss=2.0, **extra):
-    return json.dumps(
-        {
-            "schema": 1,
-            "event": "step",
-            "rank": rank,
-            "world_size": 4,
-            "time": 1_790_000_000.0 + step,
-            "epoch": 1,
-            "step": step,
-            "loss": loss,
-            "samples_per_s": 900.0,
-            **extra,
-        }
-    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_each_kind_is_stored_as_rendered(backend, kind):
-    install(backend)
+def test_each_kind_is_stored_as_rendered(kube_backend, kind):
+    install(kube_backend)
     spec = make_spec(cluster={"kind": kind})
-    run_id = backend.submit(spec)
+    run_id = kube_backend.submit(spec)
     expected = render(spec, run_id, kind)
     for obj in expected.objects:
-        stored = backend.request("GET", api_path(api_of(obj["kind"]), NS, obj["metadata"]["name"]))
+        stored = kube_backend.request("GET", api_path(api_of(obj["kind"]), NS, obj["metadata"]["name"]))
         assert stored["kind"] == obj["kind"] and stored["apiVersion"] == obj["apiVersion"]
         assert stored["metadata"]["labels"] == obj["metadata"]["labels"]
         assert stored["metadata"]["labels"][RUN_LABEL] == run_id
         assert stored["spec"] == obj["spec"]
-    status = backend.status(run_id)
+    status = kube_backend.status(run_id)
     assert status.state is JobState.PENDING and status.world_size == 4 and status.backend == "kubernetes"
 
 
 @pytest.mark.parametrize("target", crds.TARGETS["trainjob"], ids=lambda t: t.release)
-def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(backend, target):
+def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(kube_backend, target):
     """The cluster's own TrainJob CRD says where pod settings go; the stored job has them there,
     and its pods are found (by the run label, or on v2.0 by the JobSet's name)."""
-    install(backend, kinds=("job",))
-    install_crd(backend, target.crd_file)
-    run_id = backend.submit(make_spec(cluster={"kind": "trainjob"}))
-    stored = backend.request("GET", f"apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{run_id}")
+    install(kube_backend, kinds=("job",))
+    install_crd(kube_backend, target.crd_file)
+    run_id = kube_backend.submit(make_spec(cluster={"kind": "trainjob"}))
+    stored = kube_backend.request("GET", f"apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{run_id}")
     assert set(stored["spec"]) & set(crds.TRAINJOB_OVERRIDES) == {target.pod_overrides}
     assert "'claimName': 'shared'" in repr(stored["spec"][target.pod_overrides])
     assert crds.check(stored, crds.target_schema(target)).problems == []
@@ -219,7 +72,7 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(backend, 
         if target.pod_overrides == "podSpecOverrides"
         else {RUN_LABEL: run_id}
     )
-    backend.request(
+    kube_backend.request(
         "POST",
         f"api/v1/namespaces/{NS}/pods",
         body={
@@ -230,34 +83,34 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(backend, 
             "status": {"phase": "Pending"},
         },
     )
-    fresh = KubernetesBackend(backend.kubeconfig)  # another console: learns the selector from the job
+    fresh = KubernetesBackend(kube_backend.kubeconfig)  # another console: learns the selector from the job
     assert fresh.status(run_id).state is JobState.PENDING
     assert [p["metadata"]["name"] for p in fresh.pods(run_id, NS)] == [f"{run_id}-node-0-0"]
 
 
-def test_a_cluster_serving_another_version_is_told_which_are_supported(backend):
+def test_a_cluster_serving_another_version_is_told_which_are_supported(kube_backend):
     """The Training Operator v1 installs an MPIJob CRD that serves v1 only: torchdeck renders the
     MPI Operator's v2beta1, so it says so before creating anything."""
-    install(backend, kinds=("job",))
-    install_crd(backend, "mpijob-v1-trainer-v1.9.4.yaml")
+    install(kube_backend, kinds=("job",))
+    install_crd(kube_backend, "mpijob-v1-trainer-v1.9.4.yaml")
     with pytest.raises(BackendError) as err:
-        backend.submit(make_spec(cluster={"kind": "mpijob"}))
+        kube_backend.submit(make_spec(cluster={"kind": "mpijob"}))
     assert "serves v1; torchdeck renders v2beta1 (Kubeflow MPI Operator v0.8.2)" in err.value.message
     assert "MPI Operator" in err.value.hint
-    assert backend.list() == []
-    text = backend.render(make_spec(cluster={"kind": "mpijob"}))
+    assert kube_backend.list() == []
+    text = kube_backend.render(make_spec(cluster={"kind": "mpijob"}))
     assert text.startswith("# preflight: mpijob: this cluster's mpijobs.kubeflow.org serves v1;")
 
 
-def test_elasticjob_is_submitted_only_where_the_cluster_serves_it(backend):
-    install(backend, kinds=("job",))
+def test_elasticjob_is_submitted_only_where_the_cluster_serves_it(kube_backend):
+    install(kube_backend, kinds=("job",))
     with pytest.raises(BackendError) as err:
-        backend.submit(make_spec(cluster={"kind": "elasticjob"}))
+        kube_backend.submit(make_spec(cluster={"kind": "elasticjob"}))
     assert "ElasticJob is not installed" in err.value.message
     assert "1.22" in err.value.hint and "--kind pytorchjob with cluster.min_nodes" in err.value.hint
-    install_crd(backend, "elasticjob-elastic-v0.2.2.yaml")  # a cluster that serves it (an old one)
-    run_id = backend.submit(make_spec(cluster={"kind": "elasticjob"}))
-    assert backend.status(run_id).state is JobState.PENDING
+    install_crd(kube_backend, "elasticjob-elastic-v0.2.2.yaml")  # a cluster that serves it (an old one)
+    run_id = kube_backend.submit(make_spec(cluster={"kind": "elasticjob"}))
+    assert kube_backend.status(run_id).state is JobState.PENDING
 
 
 @pytest.mark.parametrize(
@@ -273,32 +126,32 @@ def test_elasticjob_is_submitted_only_where_the_cluster_serves_it(backend):
         ({"sa": False}, "job", "service account torchdeck-s3 does not exist in training", "iamserviceaccount"),
     ],
 )
-def test_preflight_stops_a_job_that_cannot_run(backend, setup, kind, words, fix):
-    install(backend, **setup)
+def test_preflight_stops_a_job_that_cannot_run(kube_backend, setup, kind, words, fix):
+    install(kube_backend, **setup)
     with pytest.raises(BackendError) as err:
-        backend.submit(make_spec(cluster={"kind": kind}))
+        kube_backend.submit(make_spec(cluster={"kind": kind}))
     assert words in err.value.message and fix in err.value.hint
-    assert backend.list() == []  # nothing was created
-    assert backend.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs").get("items", []) == []
+    assert kube_backend.list() == []  # nothing was created
+    assert kube_backend.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs").get("items", []) == []
 
 
-def test_preflight_missing_namespace_and_gpus_on_a_cpu_pool(backend):
-    install(backend, gpu_nodes=1, cpu_nodes=2)
+def test_preflight_missing_namespace_and_gpus_on_a_cpu_pool(kube_backend):
+    install(kube_backend, gpu_nodes=1, cpu_nodes=2)
     with pytest.raises(BackendError, match="namespace research does not exist"):
-        backend.submit(make_spec(namespace="research"))
+        kube_backend.submit(make_spec(namespace="research"))
     cpu_pool = make_spec(resources={"gpus": 1}, cluster={"node_selector": {"pool": "cpu"}})
     with pytest.raises(BackendError) as err:
-        backend.submit(cpu_pool)
+        kube_backend.submit(cpu_pool)
     assert "no node can take a pod with 1 GPU(s): 2/3 nodes match cluster.node_selector" in err.value.message
-    run_id = backend.submit(make_spec(resources={"gpus": 1}, cluster={"node_selector": {"pool": "gpu"}}))
-    assert backend.status(run_id).state is JobState.PENDING
+    run_id = kube_backend.submit(make_spec(resources={"gpus": 1}, cluster={"node_selector": {"pool": "gpu"}}))
+    assert kube_backend.status(run_id).state is JobState.PENDING
 
 
-def test_status_follows_the_operator_and_explains_pending_pods(cluster, backend):
-    install(backend)
-    run_id = backend.submit(make_spec())
-    master = make_pod(backend, run_id, f"{run_id}-master-0", "master", phase="Pending")
-    backend.request(
+def test_status_follows_the_operator_and_explains_pending_pods(kube_api, kube_backend):
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec())
+    master = make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", phase="Pending")
+    kube_backend.request(
         "PATCH",
         f"api/v1/namespaces/{NS}/pods/{master['metadata']['name']}/status",
         body={
@@ -314,89 +167,89 @@ def test_status_follows_the_operator_and_explains_pending_pods(cluster, backend)
             }
         },
     )
-    set_conditions(backend, run_id, "Created")
-    status = backend.status(run_id)
+    set_conditions(kube_backend, run_id, "Created")
+    status = kube_backend.status(run_id)
     assert status.state is JobState.PENDING and "no node has a free GPU" in status.reason
     assert "GPU nodegroup" in status.hint
-    cluster.call(
-        cluster.emulator.script_log,
+    kube_api.call(
+        kube_api.emulator.script_log,
         NS,
         f"{run_id}-master-0",
         ["starting", metric_line(0, 11, 1.75), metric_line(1, 11, 1.8), metric_line(0, 12, 1.7)],
     )
-    set_phase(backend, f"{run_id}-master-0", "Running")
-    set_conditions(backend, run_id, "Created", "Running")
-    running = backend.status(run_id)
+    set_phase(kube_backend, f"{run_id}-master-0", "Running")
+    set_conditions(kube_backend, run_id, "Created", "Running")
+    running = kube_backend.status(run_id)
     assert running.state is JobState.RUNNING and (running.step, running.epoch, running.loss) == (12, 1, 1.7)
-    # it reads only the log's tail, which the kubelet (and tests/kube_cluster.py) serves as asked
+    # it reads only the log's tail, which the kubelet (and tests/support/kube_cluster.py) serves as asked
     log = f"api/v1/namespaces/{NS}/pods/{run_id}-master-0/log"
-    tail = backend.request("GET", log, query={"tailLines": 2}, stream=True).data
+    tail = kube_backend.request("GET", log, query={"tailLines": 2}, stream=True).data
     assert tail.decode().splitlines() == [metric_line(1, 11, 1.8), metric_line(0, 12, 1.7)]
     set_conditions(
-        backend,
+        kube_backend,
         run_id,
         "Created",
         "Failed",
         message="PyTorchJob has failed because it has reached the specified backoff limit",
     )
-    failed = backend.status(run_id[:12])  # a unique prefix is enough
+    failed = kube_backend.status(run_id[:12])  # a unique prefix is enough
     assert failed.state is JobState.FAILED and "backoff limit" in failed.reason
 
 
-def test_status_on_a_cluster_reads_what_the_local_status_reads(cluster, backend):
+def test_status_on_a_cluster_reads_what_the_local_status_reads(kube_api, kube_backend):
     """Issue 30: one status fold for every backend. The cluster's copy read neither the trainer's
     epoch summaries nor its restart count, and took node 0's other ranks' lines as rank 0's."""
-    install(backend)
-    run_id = backend.submit(make_spec())
-    make_pod(backend, run_id, f"{run_id}-master-0", "master")
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec())
+    make_pod(kube_backend, run_id, f"{run_id}-master-0", "master")
     start = {"schema": 1, "event": "start", "rank": 0, "world_size": 4, "time": 1_790_000_000.0, "epochs": 3,
              "total_steps": 30, "restart_count": 2}  # fmt: skip
     summary = {"schema": 1, "event": "epoch", "rank": 0, "world_size": 4, "time": 1_790_000_020.0, "epoch": 2,
                "step": 20, "loss": 0.9}  # fmt: skip
     lines = [json.dumps(start), metric_line(0, 19, 1.1), metric_line(1, 21, 5.0), json.dumps(summary)]
-    cluster.call(cluster.emulator.script_log, NS, f"{run_id}-master-0", lines)
-    set_phase(backend, f"{run_id}-master-0", "Running")
-    set_conditions(backend, run_id, "Created", "Running")
-    status = backend.status(run_id)
+    kube_api.call(kube_api.emulator.script_log, NS, f"{run_id}-master-0", lines)
+    set_phase(kube_backend, f"{run_id}-master-0", "Running")
+    set_conditions(kube_backend, run_id, "Created", "Running")
+    status = kube_backend.status(run_id)
     assert (status.epoch, status.step, status.loss, status.epochs, status.total_steps) == (2, 20, 1.1, 3, 30)
     assert status.restarts >= 2
 
 
-def test_two_submits_of_one_spec_in_one_second_are_two_runs(backend, monkeypatch):
+def test_two_submits_of_one_spec_in_one_second_are_two_runs(kube_backend, monkeypatch):
     """Issue 30: run ids were UTC seconds with no collision handling on a cluster (the second
     submit failed with 409, and a test slept 1.1 s to avoid it). One scheme now, the local one's."""
     from torchdeck.backends import names
 
-    install(backend)
+    install(kube_backend)
     monkeypatch.setattr(names, "clock", lambda: 1_795_000_000.0)
-    ids = [backend.submit(make_spec()) for _ in range(3)]
+    ids = [kube_backend.submit(make_spec()) for _ in range(3)]
     assert len(set(ids)) == 3 and ids[1] == ids[0] + "-1" and ids[2] == ids[0] + "-2"
-    assert {s.run_id for s in backend.list()} >= set(ids)
+    assert {s.run_id for s in kube_backend.list()} >= set(ids)
 
 
-def test_list_and_cancel_remove_every_object_of_the_run(backend):
-    install(backend)
-    first = backend.submit(make_spec(cluster={"kind": "job"}))
-    second = backend.submit(make_spec(name="other"))
-    assert {s.run_id for s in backend.list()} == {first, second}
-    stopped = backend.cancel(first)
+def test_list_and_cancel_remove_every_object_of_the_run(kube_backend):
+    install(kube_backend)
+    first = kube_backend.submit(make_spec(cluster={"kind": "job"}))
+    second = kube_backend.submit(make_spec(name="other"))
+    assert {s.run_id for s in kube_backend.list()} == {first, second}
+    stopped = kube_backend.cancel(first)
     assert stopped.state is JobState.CANCELLED
-    assert backend.request("GET", f"api/v1/namespaces/{NS}/services").get("items") == []
-    assert [s.run_id for s in backend.list()] == [second]
+    assert kube_backend.request("GET", f"api/v1/namespaces/{NS}/services").get("items") == []
+    assert [s.run_id for s in kube_backend.list()] == [second]
     with pytest.raises(RunNotFound):
-        backend.status("nothing-like-it")
+        kube_backend.status("nothing-like-it")
 
 
-def test_logs_and_metrics_follow_every_pod_across_a_restart(cluster, backend):
-    install(backend)
-    run_id = backend.submit(make_spec())
-    em = cluster.emulator
+def test_logs_and_metrics_follow_every_pod_across_a_restart(kube_api, kube_backend):
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec())
+    em = kube_api.emulator
     master = ["starting", metric_line(0, 1), metric_line(1, 1)]
-    run_two_pods(cluster, backend, run_id, master, ["starting", metric_line(2, 1), metric_line(3, 1)], False)
+    run_two_pods(kube_api, kube_backend, run_id, master, ["starting", metric_line(2, 1), metric_line(3, 1)], False)
     seen: list = []
 
     async def collect():
-        async for batch in backend.metrics(run_id):
+        async for batch in kube_backend.metrics(run_id):
             seen.extend(batch)
             if {(e.rank, e.record["step"]) for e in seen} >= {(r, 2) for r in range(4)}:
                 return
@@ -404,35 +257,35 @@ def test_logs_and_metrics_follow_every_pod_across_a_restart(cluster, backend):
     def restart_worker():
         time.sleep(1.0)
         # the worker's container crashed and came back: its new log starts over
-        cluster.call(em.script_log, NS, f"{run_id}-worker-0", [metric_line(2, 2), metric_line(3, 2)], ended=False)
-        set_phase(backend, f"{run_id}-worker-0", "Running", restarts=1)
-        cluster.call(em.script_log, NS, f"{run_id}-master-0", [metric_line(0, 2), metric_line(1, 2)], ended=False)
-        set_phase(backend, f"{run_id}-master-0", "Running", restarts=1)
+        kube_api.call(em.script_log, NS, f"{run_id}-worker-0", [metric_line(2, 2), metric_line(3, 2)], ended=False)
+        set_phase(kube_backend, f"{run_id}-worker-0", "Running", restarts=1)
+        kube_api.call(em.script_log, NS, f"{run_id}-master-0", [metric_line(0, 2), metric_line(1, 2)], ended=False)
+        set_phase(kube_backend, f"{run_id}-master-0", "Running", restarts=1)
 
     threading.Thread(target=restart_worker, daemon=True).start()
     asyncio.run(asyncio.wait_for(collect(), 30))
     assert {e.rank for e in seen} == {0, 1, 2, 3}
-    lines = next(b for b in backend.logs(run_id, rank=2) if b)
+    lines = next(b for b in kube_backend.logs(run_id, rank=2) if b)
     assert lines and all(line.rank == 2 for line in lines)
-    everything = [line for batch in backend.logs(run_id) for line in batch]
+    everything = [line for batch in kube_backend.logs(run_id) for line in batch]
     assert any(line.text == "starting" or line.rank in (0, 2) for line in everything)
 
 
-def test_pod_watch_relists_on_410_and_resumes_after_a_cut(cluster, backend):
-    install(backend)
-    run_id = backend.submit(make_spec())
-    em = cluster.emulator
-    cluster.call(em.fail_next_watch, "gone")
-    cluster.call(em.fail_next_watch, "cut", 1)
+def test_pod_watch_relists_on_410_and_resumes_after_a_cut(kube_api, kube_backend):
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec())
+    em = kube_api.emulator
+    kube_api.call(em.fail_next_watch, "gone")
+    kube_api.call(em.fail_next_watch, "cut", 1)
     retries: list = []
-    watcher = PodWatcher(backend, run_id, NS, lambda pods: None, lambda n, wait, why: retries.append(n))
+    watcher = PodWatcher(kube_backend, run_id, NS, lambda pods: None, lambda n, wait, why: retries.append(n))
     thread = threading.Thread(target=watcher.run, daemon=True)
     thread.start()
     for i in range(3):
-        make_pod(backend, run_id, f"{run_id}-worker-{i}", "worker", i, phase="Pending")
+        make_pod(kube_backend, run_id, f"{run_id}-worker-{i}", "worker", i, phase="Pending")
     for i in range(3):
-        set_phase(backend, f"{run_id}-worker-{i}", "Running")
-    set_phase(backend, f"{run_id}-worker-1", "Succeeded")
+        set_phase(kube_backend, f"{run_id}-worker-{i}", "Running")
+    set_phase(kube_backend, f"{run_id}-worker-1", "Succeeded")
     deadline = time.monotonic() + 15
     want = {f"{run_id}-worker-0": "Running", f"{run_id}-worker-1": "Succeeded", f"{run_id}-worker-2": "Running"}
     while time.monotonic() < deadline:
@@ -447,37 +300,38 @@ def test_pod_watch_relists_on_410_and_resumes_after_a_cut(cluster, backend):
 
 def test_watch_gives_up_after_repeated_failures_with_a_clear_message(tmp_path, monkeypatch):
     running, thread = start_cluster(tmp_path)
-    backend = KubernetesBackend(running.kubeconfig)
+    kube_backend = KubernetesBackend(running.kubeconfig)
     stop_cluster(running, thread)  # the cluster goes away
     monkeypatch.setattr("torchdeck.backends.kubernetes.streams.MAX_RETRIES", 2)
     retries: list = []
-    watcher = PodWatcher(backend, "r", NS, lambda pods: None, lambda n, wait, why: retries.append((n, wait)))
+    watcher = PodWatcher(kube_backend, "r", NS, lambda pods: None, lambda n, wait, why: retries.append((n, wait)))
     watcher.run()  # returns: it gave up
     assert retries == [(1, 0.5), (2, 1.0), (3, 0.0)]
     assert "lost the cluster connection: 2 retries failed" in watcher.error.message
 
 
-def test_128_worker_pods_are_followed_at_once(cluster, backend):
-    install(backend)
-    run_id = backend.submit(make_spec(nodes=128, nproc_per_node=1))
-    em = cluster.emulator
+def test_128_worker_pods_are_followed_at_once(kube_api, kube_backend):
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec(nodes=128, nproc_per_node=1))
+    em = kube_api.emulator
     for i in range(128):
-        cluster.call(em.script_log, NS, f"{run_id}-worker-{i}", [metric_line(i, s) for s in range(1, 6)])
-        make_pod(backend, run_id, f"{run_id}-worker-{i}", "worker", i, phase="Succeeded")
+        kube_api.call(em.script_log, NS, f"{run_id}-worker-{i}", [metric_line(i, s) for s in range(1, 6)])
+        make_pod(kube_backend, run_id, f"{run_id}-worker-{i}", "worker", i, phase="Succeeded")
     seen = []
 
     async def collect():
-        async for batch in backend.metrics(run_id, follow=False):
+        async for batch in kube_backend.metrics(run_id, follow=False):
             seen.extend(batch)
 
     asyncio.run(asyncio.wait_for(collect(), 60))
     assert len(seen) == 128 * 5 and {e.rank for e in seen} == set(range(128))
 
 
-def test_cli_trains_lists_and_explains_on_the_cluster(cluster, backend, tmp_path):
-    install(backend)
+@pytest.mark.slow
+def test_cli_trains_lists_and_explains_on_the_cluster(kube_api, kube_backend, tmp_path):
+    install(kube_backend)
     env = {
-        "KUBECONFIG": str(cluster.kubeconfig),
+        "KUBECONFIG": str(kube_api.kubeconfig),
         "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
         "PATH": "/usr/bin:/bin",
         "HOME": str(tmp_path),
@@ -523,7 +377,7 @@ def test_cli_trains_lists_and_explains_on_the_cluster(cluster, backend, tmp_path
     assert "# preflight: the cluster can run it" in ready.stdout
 
 
-def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, tmp_path):
+def test_the_console_monitors_a_cluster_run_like_a_local_one(kube_api, kube_backend, tmp_path):
     from textual.widgets import Static
     from tui_support import wait_for
 
@@ -531,14 +385,14 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
     from torchdeck.tui.app import make_app
     from torchdeck.tui.screens.monitor import MonitorScreen
 
-    install(backend)
-    run_id = backend.submit(make_spec())
-    em = cluster.emulator
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec())
+    em = kube_api.emulator
     for name, role, index, ranks in (
         (f"{run_id}-master-0", "master", 0, (0, 1)),
         (f"{run_id}-worker-0", "worker", 0, (2, 3)),
     ):
-        cluster.call(
+        kube_api.call(
             em.script_log,
             NS,
             name,
@@ -546,12 +400,12 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
             rate=80,
             ended=False,
         )
-        make_pod(backend, run_id, name, role, index, phase="Running")
-    set_conditions(backend, run_id, "Created", "Running")
+        make_pod(kube_backend, run_id, name, role, index, phase="Running")
+    set_conditions(kube_backend, run_id, "Created", "Running")
     settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
 
     async def scenario():
-        app = make_app(settings, KubernetesBackend(cluster.kubeconfig), run_id)
+        app = make_app(settings, KubernetesBackend(kube_api.kubeconfig), run_id)
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
             screen = app.screen
@@ -584,13 +438,13 @@ def test_the_console_monitors_a_cluster_run_like_a_local_one(cluster, backend, t
     asyncio.run(scenario())
 
 
-def play_task_job(backend, cluster, task, log_lines, succeed=True):
+def play_task_job(kube_backend, kube_api, task, log_lines, succeed=True):
     """Be the Job controller and the kubelet for the next task job: a pod that prints ``log_lines``."""
 
     def run():
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            jobs = backend.request(
+            jobs = kube_backend.request(
                 "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": f"torchdeck.dev/task={task}"}
             ).get("items", [])
             if jobs:
@@ -598,11 +452,11 @@ def play_task_job(backend, cluster, task, log_lines, succeed=True):
             time.sleep(0.1)
         name = jobs[0]["metadata"]["name"]
         pod = f"{name}-x7k2p"
-        cluster.call(cluster.emulator.script_log, NS, pod, log_lines)
-        make_pod(backend, name, pod, phase="Running")
+        kube_api.call(kube_api.emulator.script_log, NS, pod, log_lines)
+        make_pod(kube_backend, name, pod, phase="Running")
         time.sleep(0.5)
-        set_phase(backend, pod, "Succeeded" if succeed else "Failed")
-        backend.request(
+        set_phase(kube_backend, pod, "Succeeded" if succeed else "Failed")
+        kube_backend.request(
             "PATCH",
             f"apis/batch/v1/namespaces/{NS}/jobs/{name}/status",
             body={
@@ -623,8 +477,8 @@ def play_task_job(backend, cluster, task, log_lines, succeed=True):
     return thread
 
 
-def test_model_test_job_reports_accuracy_per_class(cluster, backend):
-    install(backend)
+def test_model_test_job_reports_accuracy_per_class(kube_api, kube_backend):
+    install(kube_backend)
     result = {
         "model": "resnet-fast",
         "model_file": "/shared/runs/cifar10/model.pt",
@@ -633,64 +487,66 @@ def test_model_test_job_reports_accuracy_per_class(cluster, backend):
         "loss": 1.4,
         "per_class": {"airplane": {"accuracy": 0.6, "images": 100}, "cat": {"accuracy": 0.4, "images": 100}},
     }
-    play_task_job(backend, cluster, "model-test", ["loading the model", tool_line("evaluate", result)])
+    play_task_job(kube_backend, kube_api, "model-test", ["loading the model", tool_line("evaluate", result)])
     waits: list = []
-    got = backend.test_model(make_spec(), on_wait=waits.append)
+    got = kube_backend.test_model(make_spec(), on_wait=waits.append)
     assert got == result and waits[0].startswith("started job training/cifar10-test-")
-    job = backend.request(
+    job = kube_backend.request(
         "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": "torchdeck.dev/task=model-test"}
     )["items"][0]
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:2] == ["--model-file", "/shared/runs/cifar10/model.pt"] and "--output" in args
 
 
-def test_a_model_on_the_volume_leaves_through_s3_with_the_model_copy_job(cluster, backend):
+@pytest.mark.slow
+def test_a_model_on_the_volume_leaves_through_s3_with_the_model_copy_job(kube_api, kube_backend):
     """``model get --run R`` (and ``--from PATH``, a file where the run ran) on a cluster: a model-copy
     job puts the file under the S3 prefix, and fetch_model answers where it went."""
-    install(backend)
-    run_id = backend.submit(make_spec())
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec())
     for location, source in ((None, "/shared/runs/cifar10/model.pt"), ("/shared/other.pt", "/shared/other.pt")):
         target = f"s3://models/torchdeck/{run_id}/model.pt"
         copied = {"source": source, "target": target, "bytes": 1234}
-        play_task_job(backend, cluster, "model-copy", [tool_line("model_file", copied)])
+        play_task_job(kube_backend, kube_api, "model-copy", [tool_line("model_file", copied)])
         waits: list[str] = []
-        got = backend.fetch_model(run_id, lambda spec: "s3://models/torchdeck/", waits.append, location=location)
+        got = kube_backend.fetch_model(run_id, lambda spec: "s3://models/torchdeck/", waits.append, location=location)
         assert got == target and waits[0] == f"{source} is on the cluster's volume: copying it to {target} with a job"
-        jobs = backend.request(
+        jobs = kube_backend.request(
             "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": "torchdeck.dev/task=model-copy"}
         )["items"]
         job = max(jobs, key=lambda j: j["metadata"]["name"])
         args = job["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args == ["--copy", source, target]
         for old in jobs:
-            backend.request("DELETE", f"apis/batch/v1/namespaces/{NS}/jobs/{old['metadata']['name']}")
+            kube_backend.request("DELETE", f"apis/batch/v1/namespaces/{NS}/jobs/{old['metadata']['name']}")
     # one in S3 already is fetched from there, with no job
-    assert backend.fetch_model(run_id, lambda spec: "unused", location="s3://models/m.pt") == "s3://models/m.pt"
+    assert kube_backend.fetch_model(run_id, lambda spec: "unused", location="s3://models/m.pt") == "s3://models/m.pt"
 
 
-def test_data_prep_failure_is_one_line_with_the_tools_message_and_hint(cluster, backend, tmp_path):
+@pytest.mark.slow
+def test_data_prep_failure_is_one_line_with_the_tools_message_and_hint(kube_api, kube_backend, tmp_path):
     """The pod's log is the real tool's output (run here against a port nothing answers): its
     schema-1 error line gives the message and the hint (issue 30: the hint slot was always empty)."""
-    install(backend)
+    install(kube_backend)
     tool = subprocess.run(
         [sys.executable, "-m", "torchdeck.trainer.data", "--data-dir", str(tmp_path / "d"), "--url",
          "http://127.0.0.1:9/cifar-10-python.tar.gz"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert tool.returncode != 0
-    play_task_job(backend, cluster, "data-prep", (tool.stderr + tool.stdout).splitlines(), succeed=False)
+    play_task_job(kube_backend, kube_api, "data-prep", (tool.stderr + tool.stdout).splitlines(), succeed=False)
     with pytest.raises(BackendError) as err:
-        backend.prepare_data(make_spec())
+        kube_backend.prepare_data(make_spec())
     assert err.value.message.startswith("cannot download CIFAR-10") and err.value.hint
     assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("kind", ["pytorchjob", "job", "trainjob"])
-def test_a_cluster_runs_spec_and_model_file_are_read_back(backend, kind):
-    install(backend)
+def test_a_cluster_runs_spec_and_model_file_are_read_back(kube_backend, kind):
+    install(kube_backend)
     spec = make_spec(cluster={"kind": kind}, model_file="s3://models/cifar10.pt")
-    run_id = backend.submit(spec)
-    again, model_file = KubernetesBackend(backend.kubeconfig).model_file_of(run_id)
+    run_id = kube_backend.submit(spec)
+    again, model_file = KubernetesBackend(kube_backend.kubeconfig).model_file_of(run_id)
     assert model_file == "s3://models/cifar10.pt"
     assert (again.image, again.namespace, again.cluster.pvc, again.cluster.data_dir) == (
         IMAGE,
@@ -701,7 +557,8 @@ def test_a_cluster_runs_spec_and_model_file_are_read_back(backend, kind):
     assert again.cluster.service_account == "torchdeck-s3"
 
 
-def test_the_console_shows_the_model_tests_accuracy_per_class(cluster, backend, tmp_path):
+@pytest.mark.slow
+def test_the_console_shows_the_model_tests_accuracy_per_class(kube_api, kube_backend, tmp_path):
     from textual.widgets import Static
     from tui_support import wait_for
 
@@ -710,9 +567,9 @@ def test_the_console_shows_the_model_tests_accuracy_per_class(cluster, backend, 
     from torchdeck.tui.screens.home import HomeScreen
     from torchdeck.tui.screens.model_test import ModelTestScreen
 
-    install(backend)
-    run_id = backend.submit(make_spec())
-    set_conditions(backend, run_id, "Created", "Succeeded")
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec())
+    set_conditions(kube_backend, run_id, "Created", "Succeeded")
     result = {
         "model": "resnet-fast",
         "model_file": "/shared/runs/cifar10/model.pt",
@@ -721,11 +578,11 @@ def test_the_console_shows_the_model_tests_accuracy_per_class(cluster, backend, 
         "loss": 0.9,
         "per_class": {"airplane": {"accuracy": 0.81, "images": 100}, "bird": {"accuracy": 0.52, "images": 100}},
     }
-    play_task_job(backend, cluster, "model-test", json.dumps(result, indent=2).splitlines())
+    play_task_job(kube_backend, kube_api, "model-test", [tool_line("evaluate", result)])
 
     async def scenario():
         app = make_app(
-            Settings(backend="kubernetes", state_dir=tmp_path / "state"), KubernetesBackend(cluster.kubeconfig)
+            Settings(backend="kubernetes", state_dir=tmp_path / "state"), KubernetesBackend(kube_api.kubeconfig)
         )
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
@@ -751,13 +608,13 @@ DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-1",device="nvidia0",modelName="NVIDIA A10G
 """
 
 
-def test_node_figures_from_metrics_server_and_the_dcgm_exporter(cluster, backend):
-    install(backend, gpu_nodes=1, cpu_nodes=1)
-    run_id = backend.submit(make_spec(resources={"gpus": 1}))
-    make_pod(backend, run_id, f"{run_id}-master-0", "master", node="gpu-0")
-    make_pod(backend, run_id, f"{run_id}-worker-0", "worker", node="cpu-0")
+def test_node_figures_from_metrics_server_and_the_dcgm_exporter(kube_api, kube_backend):
+    install(kube_backend, gpu_nodes=1, cpu_nodes=1)
+    run_id = kube_backend.submit(make_spec(resources={"gpus": 1}))
+    make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", node="gpu-0")
+    make_pod(kube_backend, run_id, f"{run_id}-worker-0", "worker", node="cpu-0")
     for node, cpu, mem in (("gpu-0", "6", "30Gi"), ("cpu-0", "2000m", "8Gi")):
-        backend.request(
+        kube_backend.request(
             "POST",
             "apis/metrics.k8s.io/v1beta1/nodes",
             body={
@@ -768,8 +625,8 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(cluster, backend
                 "usage": {"cpu": cpu, "memory": mem},
             },
         )
-    cluster.emulator.namespaces.add("gpu-operator")
-    backend.request(
+    kube_api.emulator.namespaces.add("gpu-operator")
+    kube_backend.request(
         "POST",
         "api/v1/namespaces/gpu-operator/pods",
         body={
@@ -783,8 +640,8 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(cluster, backend
             "status": {"phase": "Running"},
         },
     )
-    cluster.emulator.proxied[("gpu-operator", "dcgm-exporter-abcde:9400", "/metrics")] = DCGM_TEXT
-    cpu_node, gpu_node = backend.node_metrics(run_id)
+    kube_api.emulator.proxied[("gpu-operator", "dcgm-exporter-abcde:9400", "/metrics")] = DCGM_TEXT
+    cpu_node, gpu_node = kube_backend.node_metrics(run_id)
     assert gpu_node.name == "gpu-0" and gpu_node.cpu_percent == pytest.approx(75.0)
     assert gpu_node.mem_used_mb == pytest.approx(30 * 1024) and gpu_node.mem_total_mb == pytest.approx(60 * 1024)
     (gpu,) = gpu_node.gpus
@@ -793,13 +650,13 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(cluster, backend
     assert cpu_node.gpu_note == "no GPU"
 
 
-def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(cluster, tmp_path):
+def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(kube_api, tmp_path):
     from torchdeck.backends.eks.teardown import Teardown, plan_cleanup
     from torchdeck.backends.ledger import Ledger
 
-    backend = KubernetesBackend(cluster.kubeconfig, ledger_dir=tmp_path / "state")
-    install(backend)
-    run_id = backend.submit(make_spec(cluster={"kind": "job"}))
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec(cluster={"kind": "job"}))
     rows = Ledger(tmp_path / "state").resources()
     paths = sorted(r.detail["path"] for r in rows)
     assert paths == [f"api/v1/namespaces/{NS}/services/{run_id}", f"apis/batch/v1/namespaces/{NS}/jobs/{run_id}"]
@@ -812,7 +669,7 @@ def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(cluster, 
     assert progress[-1].message == "all 2 in the plan are deleted"
     assert Ledger(tmp_path / "state").resources() == []
     with pytest.raises(BackendError):
-        backend.status(run_id)
+        kube_backend.status(run_id)
 
 
 async def _collect(progress):

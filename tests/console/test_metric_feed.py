@@ -79,6 +79,7 @@ def reader_processes(parent_pid: int | None = None) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow
 def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:

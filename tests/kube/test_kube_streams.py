@@ -17,7 +17,6 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kube_cluster import running_cluster
 
 from torchdeck.backends.kubernetes.client import ApiError, KubeClient, api_path
 from torchdeck.backends.kubernetes.streams import _dechunked
@@ -67,11 +66,6 @@ def test_chunks_that_arrived_together_come_out_as_one_piece_and_the_stream_stops
         next(stream)
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    yield from running_cluster(tmp_path, NS)
-
-
 CHILD = textwrap.dedent(
     """
     import json, pickle, sys
@@ -92,17 +86,17 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_the_readers_copy_answers_as_the_official_client_does_without_loading_it(cluster):
+def test_the_readers_copy_answers_as_the_official_client_does_without_loading_it(kube_api):
     """What the console's copy of the connection gets in another process (as the metric reader
     does): the same pods, the same log (stamped, one chunk a line), the same one-line 404, and the
     official client is never imported there (57 MB of the reader's memory)."""
-    client = KubeClient(cluster.kubeconfig)
+    client = KubeClient(kube_api.kubeconfig)
     client.request(
         "POST",
         api_path("Pod", NS),
         body={"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p-0"}, "spec": {"containers": []}},
     )
-    cluster.call(cluster.emulator.script_log, NS, "p-0", [f"line {i}" for i in range(50)])
+    kube_api.call(kube_api.emulator.script_log, NS, "p-0", [f"line {i}" for i in range(50)])
     done = subprocess.run(
         [sys.executable, "-c", CHILD], input=pickle.dumps(client), capture_output=True, timeout=60, check=True
     )
@@ -189,25 +183,26 @@ def test_an_expired_token_is_renewed_by_the_kubeconfigs_credential_command(tmp_p
         server.shutdown()
 
 
-def test_sixty_four_pods_logs_are_read_in_full_by_a_few_threads(cluster):
+@pytest.mark.slow
+def test_sixty_four_pods_logs_are_read_in_full_by_a_few_threads(kube_api):
     """Every pod's log followed at once as its lines are written, each line once and in order,
     while the follower holds a fixed number of threads (its openers, its reader and its pod
     watch), not one a pod; it ends when the pods have finished and their logs are read."""
-    from test_kubernetes_backend import install, make_pod, make_spec, set_phase
+    from kube_jobs import install, make_pod, make_spec, set_phase
 
     from torchdeck.backends.kubernetes.backend import KubernetesBackend
     from torchdeck.backends.kubernetes.streams import OPENERS, PodLogFollower
 
-    backend = KubernetesBackend(cluster.kubeconfig)
-    install(backend)
-    run_id = backend.submit(make_spec(nodes=64))
+    kube_backend = KubernetesBackend(kube_api.kubeconfig)
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec(nodes=64))
     pods, lines = 64, 40
     names = [f"{run_id}-worker-{i}" for i in range(pods)]
     for i, name in enumerate(names):
-        cluster.call(cluster.emulator.script_log, NS, name, [f"pod {i} line {n}" for n in range(lines)], rate=40)
-        make_pod(backend, run_id, name, "worker", i)
+        kube_api.call(kube_api.emulator.script_log, NS, name, [f"pod {i} line {n}" for n in range(lines)], rate=40)
+        make_pod(kube_backend, run_id, name, "worker", i)
     before = threading.active_count()
-    follower = PodLogFollower(backend, run_id, NS, follow=True)
+    follower = PodLogFollower(kube_backend, run_id, NS, follow=True)
     follower.start()
     got: dict[int, list[str]] = {}
     most, done, finished = 0, False, False
@@ -220,7 +215,7 @@ def test_sixty_four_pods_logs_are_read_in_full_by_a_few_threads(cluster):
                 got.setdefault(rank, []).append(line.decode())
             if not finished and sum(map(len, got.values())) == pods * lines:
                 for name in names:
-                    set_phase(backend, name, "Succeeded")
+                    set_phase(kube_backend, name, "Succeeded")
                 finished = True
     finally:
         follower.stop()

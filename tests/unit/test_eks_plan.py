@@ -26,7 +26,7 @@ from torchdeck.backends.eks.plan import (
 from torchdeck.backends.errors import SpecError
 from torchdeck.cli.main import main
 
-GOLDEN = Path(__file__).parent / "data" / "golden" / "eks-cluster.yaml"
+GOLDEN = Path(__file__).parent.parent / "data" / "golden" / "eks-cluster.yaml"
 
 
 def plan(**changes) -> ClusterPlan:
@@ -215,7 +215,7 @@ def test_cluster_init_writes_the_plan_and_its_cost(tmp_path, capsys):
         assert not bad.exists()  # a bad plan writes nothing
 
 
-EKSCTL_SCHEMA = Path(__file__).parent / "data" / "eksctl" / "schema.json"
+EKSCTL_SCHEMA = Path(__file__).parent.parent / "data" / "eksctl" / "schema.json"
 
 
 @pytest.mark.parametrize(

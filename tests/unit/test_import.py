@@ -18,7 +18,7 @@ from torchdeck.backends.kubernetes.manifests import render
 from torchdeck.backends.spec import KINDS, load_spec, spec_from_dict
 from torchdeck.cli.main import main
 
-IMPORTS = Path(__file__).parent / "data" / "imports"
+IMPORTS = Path(__file__).parent.parent / "data" / "imports"
 
 
 def imported(name: str):

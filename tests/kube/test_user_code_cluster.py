@@ -17,7 +17,7 @@ import tarfile
 
 import boto3
 import pytest
-from test_kubernetes_backend import NS, backend, cluster, install, make_spec, run_two_pods  # noqa: F401 (fixtures)
+from kube_jobs import NS, install, make_spec, run_two_pods
 
 from torchdeck.backends import bundle
 from torchdeck.backends.errors import BackendError, SpecError
@@ -120,30 +120,31 @@ def test_the_init_containers_command_unpacks_and_refuses_a_changed_bundle(tmp_pa
     assert done.returncode == 1 and "changed on the way" in done.stderr
 
 
-def test_an_unchanged_folder_is_sent_once_and_an_edit_sends_only_the_new_bundle(cluster, backend, tmp_path):
-    install(backend)
+def test_an_unchanged_folder_is_sent_once_and_an_edit_sends_only_the_new_bundle(kube_api, kube_backend, tmp_path):
+    install(kube_backend)
     folder = code_folder(tmp_path)
-    backend.submit(user_spec(folder))
+    kube_backend.submit(user_spec(folder))
     packed = bundle.pack(folder)
-    assert backend.sent == [f"configmap {NS}/{packed.configmap}"]
-    stored = backend.request("GET", api_path("ConfigMap", NS, packed.configmap))
+    assert kube_backend.sent == [f"configmap {NS}/{packed.configmap}"]
+    stored = kube_backend.request("GET", api_path("ConfigMap", NS, packed.configmap))
     assert hashlib.sha256(base64.b64decode(stored["binaryData"]["code.tar.gz"])).hexdigest() == packed.sha256
-    backend.submit(user_spec(folder, name="again"))
-    assert backend.sent == []  # the cluster has this code: nothing is sent
+    kube_backend.submit(user_spec(folder, name="again"))
+    assert kube_backend.sent == []  # the cluster has this code: nothing is sent
     (folder / "train.py").write_text(TRAIN + "print('edited')\n")
-    backend.submit(user_spec(folder, name="edited"))
+    kube_backend.submit(user_spec(folder, name="edited"))
     edited = bundle.pack(folder)
-    assert edited.sha256 != packed.sha256 and backend.sent == [f"configmap {NS}/{edited.configmap}"]
+    assert edited.sha256 != packed.sha256 and kube_backend.sent == [f"configmap {NS}/{edited.configmap}"]
 
 
-def test_a_bundle_over_the_configmap_limit_goes_through_the_bucket(cluster, backend, tmp_path, aws_env):
-    install(backend)
+@pytest.mark.slow
+def test_a_bundle_over_the_configmap_limit_goes_through_the_bucket(kube_api, kube_backend, tmp_path, aws_env):
+    install(kube_backend)
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket="models-demo")
     folder = code_folder(tmp_path, **{"weights.bin": os.urandom(1_200_000)})  # random: gzip keeps it over 1 MiB
     with pytest.raises(SpecError, match="cluster.code_bucket: .* over the 700 KiB a ConfigMap carries"):
-        backend.submit(user_spec(folder))
-    eks_like = KubernetesBackend(cluster.kubeconfig, code_bucket="s3://models-demo/team")
+        kube_backend.submit(user_spec(folder))
+    eks_like = KubernetesBackend(kube_api.kubeconfig, code_bucket="s3://models-demo/team")
     run_id = eks_like.submit(user_spec(folder))
     packed = bundle.pack(folder)
     key = f"team/code/{packed.sha256}.tar.gz"
@@ -186,15 +187,15 @@ PREFIXED = [
 ]
 
 
-def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(cluster, backend, tmp_path):
-    install(backend)
-    run_id = backend.submit(user_spec(code_folder(tmp_path)))
+def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(kube_api, kube_backend, tmp_path):
+    install(kube_backend)
+    run_id = kube_backend.submit(user_spec(code_folder(tmp_path)))
     worker = [line.replace("[rank0]", "[rank2]").replace("[rank1]", "[rank3]") for line in PREFIXED[:4]]
-    run_two_pods(cluster, backend, run_id, PREFIXED, worker)
+    run_two_pods(kube_api, kube_backend, run_id, PREFIXED, worker)
     seen: list = []
 
     async def collect():
-        async for batch in backend.metrics(run_id):
+        async for batch in kube_backend.metrics(run_id):
             seen.extend(batch)
             if len([e for e in seen if e.event == "step"]) >= 8:
                 return
@@ -213,9 +214,9 @@ def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(cluster, backend,
     }
     assert {e.rank for e in seen if e.event == "start"} == {0, 1, 2, 3}
     assert all(e.record["total_steps"] == 20 for e in seen if e.event == "step")
-    rank3 = [line for batch in backend.logs(run_id, rank=3) for line in batch]
+    rank3 = [line for batch in kube_backend.logs(run_id, rank=3) for line in batch]
     assert [line.text for line in rank3] == ["epoch 1 step 1/20 loss: 2.20", "epoch 1 step 2/20 loss: 2.00"]
-    status = backend.status(run_id)
+    status = kube_backend.status(run_id)
     assert (status.step, status.epoch, status.loss, status.total_steps) == (2, 1, 1.9, 20)
     assert status.reason == "rank 0: ModuleNotFoundError: No module named 'wandb'"
     assert "requirements.txt" in status.hint
@@ -223,31 +224,32 @@ def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(cluster, backend,
     assert [(e.rank, e.record["step"]) for e in errors] == [(0, 2)] and errors[0].record["hint"] == status.hint
 
 
-def test_the_bucket_must_take_the_bundle(cluster, tmp_path, aws_env):
-    backend = KubernetesBackend(cluster.kubeconfig, code_bucket="s3://no-such-bucket-here")
-    install(backend)
+@pytest.mark.slow
+def test_the_bucket_must_take_the_bundle(kube_api, tmp_path, aws_env):
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, code_bucket="s3://no-such-bucket-here")
+    install(kube_backend)
     folder = code_folder(tmp_path, **{"weights.bin": os.urandom(1_200_000)})
     with pytest.raises(BackendError, match="cannot send the code bundle to s3://no-such-bucket-here/torchdeck/code/"):
-        backend.submit(user_spec(folder))
-    assert backend.list() == []  # nothing was applied
+        kube_backend.submit(user_spec(folder))
+    assert kube_backend.list() == []  # nothing was applied
 
 
-def test_the_eks_backend_sends_large_bundles_to_the_clusters_model_bucket(cluster, tmp_path):
+def test_the_eks_backend_sends_large_bundles_to_the_clusters_model_bucket(kube_api, tmp_path):
     from torchdeck.backends import open_backend
     from torchdeck.backends.eks.access import ClusterRecord, StorageChoice
     from torchdeck.settings import Settings
 
     state = tmp_path / "state"
     record = ClusterRecord.open(state, "demo", "us-west-2")
-    record.kubeconfig, record.context, record.state = str(cluster.kubeconfig), "kmock", "created"
+    record.kubeconfig, record.context, record.state = str(kube_api.kubeconfig), "kmock", "created"
     record.storage = StorageChoice("efs", "shared", "default", "torchdeck-models-demo", "demo/", "torchdeck-s3")
     record.save()
-    backend = open_backend("eks", Settings(state_dir=state))
-    assert backend.code_bucket == "s3://torchdeck-models-demo/demo"
-    spec = backend.with_code_bucket(user_spec(code_folder(tmp_path)))
+    kube_backend = open_backend("eks", Settings(state_dir=state))
+    assert kube_backend.code_bucket == "s3://torchdeck-models-demo/demo"
+    spec = kube_backend.with_code_bucket(user_spec(code_folder(tmp_path)))
     assert spec.cluster.code_bucket == "s3://torchdeck-models-demo/demo"
     mine = user_spec(code_folder(tmp_path), cluster={"code_bucket": "s3://mine/x"})
-    assert backend.with_code_bucket(mine).cluster.code_bucket == "s3://mine/x"  # the spec's own wins
+    assert kube_backend.with_code_bucket(mine).cluster.code_bucket == "s3://mine/x"  # the spec's own wins
 
 
 @pytest.mark.parametrize("kind", ["pytorchjob", "trainjob", "job", "elasticjob"])

@@ -1,11 +1,12 @@
 """The storage and image screens and the home screen's cloud line, driven
 with Textual's Pilot against moto's server and a kmock cluster made on the
-native path (the same fixtures as tests/test_eks_storage.py)."""
+native path (the same fixtures as tests/cloud/test_eks_storage.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 import yaml
 from eks_support import REGION
 from textual.widgets import Input, RichLog, Select
@@ -16,14 +17,18 @@ from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.image import ImageScreen
 from torchdeck.tui.screens.storage import StorageScreen
 
+pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
+
 
 def logged(screen) -> list[str]:
     return [line.text for line in screen.query_one("#progress", RichLog).lines]
 
 
-def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the_cost(cluster, tmp_path, monkeypatch):
+def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the_cost(
+    eks_cluster, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
-    state = cluster.path.parent.parent
+    state = eks_cluster.path.parent.parent
     app = make_app(settings_for(state, aws_poll_s=0.02), FixedNodesBackend(state))
 
     async def scenario():
@@ -79,9 +84,9 @@ def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the
     assert AwsSession(REGION).call("efs", "describe_file_systems")["FileSystems"]
 
 
-def test_the_image_screen_builds_pushes_and_pins_the_digest(cluster, tmp_path, monkeypatch, standin_docker):
+def test_the_image_screen_builds_pushes_and_pins_the_digest(eks_cluster, tmp_path, monkeypatch, standin_docker):
     monkeypatch.chdir(tmp_path)
-    state = cluster.path.parent.parent
+    state = eks_cluster.path.parent.parent
     app = make_app(settings_for(state, aws_poll_s=0.02), FixedNodesBackend(state))
 
     async def scenario():

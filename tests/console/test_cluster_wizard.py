@@ -8,6 +8,7 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
 import yaml
 from eks_support import REGION, make_plan
 from textual.widgets import DataTable, Input, RichLog
@@ -16,6 +17,8 @@ from tui_support import FixedNodesBackend, settings_for, text_of, type_into, wai
 from torchdeck.backends.eks.plan import load_plan, plan_to_yaml
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.cluster import ClusterScreen
+
+pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
 
 
 def wizard_app(tmp_path: Path, monkeypatch):

@@ -22,7 +22,7 @@ from torchdeck.backends.kubernetes.validation import validate_manifests
 from torchdeck.backends.spec import KINDS, load_spec, spec_from_dict, with_overrides
 from torchdeck.cli.main import main
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
+GOLDEN = Path(__file__).parent.parent / "data" / "golden"
 RUN = "cifar10-1122-0700"
 
 

@@ -1,0 +1,176 @@
+"""The kubernetes backend's test cluster, set up as a prepared cluster is: a kmock API server
+(``kube_cluster.py``), a backend connected to it through a kubeconfig, the operators' CRDs, the
+claim and the service account; and what the tests play as the operator and the kubelet (pods,
+their phases, the job's conditions, metric lines in the logs). Shared by the kube, cloud and
+console tests; the fixtures are ``kube_api`` (the API server) and ``kube_backend``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kube_cluster import running_cluster
+
+from torchdeck.backends.kubernetes import crds
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.kubernetes.manifests import KIND_INFO, RUN_LABEL
+from torchdeck.backends.spec import KINDS, spec_from_dict
+
+NS = "training"
+IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/torchdeck-trainer:v3"
+
+
+@pytest.fixture
+def kube_api(tmp_path):
+    yield from running_cluster(tmp_path, NS)
+
+
+@pytest.fixture
+def kube_backend(kube_api):
+    return KubernetesBackend(kube_api.kubeconfig)
+
+
+def make_spec(**changes):
+    data = {
+        "name": "cifar10",
+        "nodes": 2,
+        "nproc_per_node": 2,
+        "image": IMAGE,
+        "namespace": NS,
+        "cluster": {"pvc": "shared", "service_account": "torchdeck-s3"},
+    }
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return spec_from_dict(data)
+
+
+def install_crd(kube_backend, crd_file):
+    """An operator's own CRD, as its release publishes it (manifests/crds/)."""
+    kube_backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crds.crd(crd_file))
+
+
+def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, cpu_nodes=1):
+    """What a prepared cluster has: the operators' CRDs (their newest supported releases), the
+    claim, the service account, nodes."""
+    for kind in kinds:
+        if KIND_INFO[kind].group != "batch":
+            install_crd(kube_backend, crds.latest(kind).crd_file)
+    kube_backend.request(
+        "POST",
+        f"api/v1/namespaces/{NS}/persistentvolumeclaims",
+        body={
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "shared"},
+            "status": {"phase": pvc_phase},
+        },
+    )
+    if sa:
+        kube_backend.request(
+            "POST",
+            f"api/v1/namespaces/{NS}/serviceaccounts",
+            body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "torchdeck-s3"}},
+        )
+    cpu = {"cpu": "8", "memory": "32Gi"}
+    gpu = {"cpu": "8", "memory": "60Gi", "nvidia.com/gpu": "1"}
+    for pool, count, allocatable in (("cpu", cpu_nodes, cpu), ("gpu", gpu_nodes, gpu)):
+        for i in range(count):
+            node = {"name": f"{pool}-{i}", "labels": {"pool": pool}}
+            body = {"apiVersion": "v1", "kind": "Node", "metadata": node, "status": {"allocatable": allocatable}}
+            kube_backend.request("POST", "api/v1/nodes", body=body)
+
+
+def make_pod(kube_backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0"):
+    """A pod as the training operator creates it and the kubelet reports it."""
+    state = (
+        {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
+        if phase == "Running"
+        else (
+            {"terminated": {"exitCode": 0, "reason": "Completed"}}
+            if phase == "Succeeded"
+            else {"waiting": {"reason": "ContainerCreating"}}
+        )
+    )
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {
+                RUN_LABEL: run_id,
+                "training.kubeflow.org/replica-type": replica_type,
+                "training.kubeflow.org/replica-index": str(index),
+            },
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": IMAGE}]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [
+                {"name": "pytorch", "image": IMAGE, "ready": True, "restartCount": restarts, "state": state}
+            ],
+        },
+    }
+    kube_backend.request("POST", f"api/v1/namespaces/{NS}/pods", body=body)
+    return body
+
+
+def run_two_pods(kube_api, kube_backend, run_id, master_lines, worker_lines, worker_ended=True):
+    """A PyTorchJob's master and worker pods, running, with their logs scripted."""
+    em = kube_api.emulator
+    kube_api.call(em.script_log, NS, f"{run_id}-master-0", master_lines)
+    kube_api.call(em.script_log, NS, f"{run_id}-worker-0", worker_lines, ended=worker_ended)
+    make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", phase="Running")
+    make_pod(kube_backend, run_id, f"{run_id}-worker-0", "worker", 0, phase="Running")
+
+
+def set_phase(kube_backend, pod, phase, restarts=0):
+    state = (
+        {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
+        if phase == "Running"
+        else {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}}
+    )
+    kube_backend.request(
+        "PATCH",
+        f"api/v1/namespaces/{NS}/pods/{pod}/status",
+        body={
+            "status": {
+                "phase": phase,
+                "containerStatuses": [{"name": "pytorch", "image": IMAGE, "restartCount": restarts, "state": state}],
+            }
+        },
+    )
+
+
+def set_conditions(kube_backend, run_id, *types, message=""):
+    path = f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}/status"
+    kube_backend.request(
+        "PATCH",
+        path,
+        body={
+            "status": {
+                "conditions": [
+                    {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": message} for t in types
+                ]
+            }
+        },
+    )
+
+
+def metric_line(rank, step, loss=2.0, **extra):
+    return json.dumps(
+        {
+            "schema": 1,
+            "event": "step",
+            "rank": rank,
+            "world_size": 4,
+            "time": 1_790_000_000.0 + step,
+            "epoch": 1,
+            "step": step,
+            "loss": loss,
+            "samples_per_s": 900.0,
+            **extra,
+        }
+    )
