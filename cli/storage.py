@@ -58,7 +58,7 @@ def dispatch_storage(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_storage_create(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.storage import StoragePlan, validate_storage
+    from torchdeck.backends.eks.storage_plan import StoragePlan, validate_storage
 
     cloud = open_cloud(settings, args.profile)
     record = cloud.pick_cluster(args.cluster, args.region)

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from .plan import ClusterPlan
     from .preflight import Catalogue, PreflightReport
     from .session import AwsSession
-    from .storage import StoragePlan, StorageState
+    from .storage_plan import StoragePlan
+    from .storage_state import StorageState
     from .teardown import Step
 
 POLL_S = 15.0
@@ -184,7 +185,7 @@ class EksCloud:
         )
 
     def storage_state(self, record: ClusterRecord) -> StorageState:
-        from .storage import storage_state
+        from .storage_state import storage_state
 
         kube = self.kube(record) if record.context else None
         return storage_state(self.session(record.region), record, kube)

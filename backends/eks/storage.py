@@ -14,28 +14,22 @@
 
 Everything is looked up before it is made, tagged ``torchdeck:cluster=NAME``
 and recorded in the cluster's record and the ledger as soon as it exists.
-Every wait has a deadline and ends with a message that says what to do."""
+Every wait has a deadline and ends with a message that says what to do.
+
+This module makes it; what is asked for and its checks are ``storage_plan.py``,
+what exists now is ``storage_state.py``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ...trainer.s3url import S3Url
-from ..errors import BackendError, SpecError
+from ..errors import BackendError
 from ..kubernetes.client import ensure_object
-from ..names import (
-    check_bucket_name,
-    check_cluster_name,
-    check_namespace,
-    check_object_name,
-    check_s3_prefix,
-    check_service_account,
-)
 from .access import ClusterNetwork, ClusterRecord, StorageChoice, cluster_kube, cluster_network, cluster_tags
 from .iam import (
     EFS_CSI_POLICY,
@@ -51,113 +45,13 @@ from .iam import (
 from .plan import CLUSTER_TAG, s3_policy
 from .progress import Clock, FileSystemReady, Progress, StorageReady, wait_until
 from .session import AwsError, AwsSession
+from .storage_plan import StoragePlan, validate_storage
 
 POLL_S = 15.0
 TIMEOUT_S = 30 * 60
 NFS_PORT = 2049
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
-EFS_PER_GB_MONTH = 0.30
-HOURS_PER_MONTH = 730.0
-FSX_DEPLOYMENTS: dict[str, dict[int | None, float]] = {
-    # deployment type -> {per-unit throughput (MB/s/TiB), or None: $ per GB-month}
-    "SCRATCH_1": {None: 0.140},
-    "SCRATCH_2": {None: 0.140},
-    "PERSISTENT_1": {50: 0.145, 100: 0.210, 200: 0.290},
-    "PERSISTENT_2": {125: 0.145, 250: 0.210, 500: 0.340, 1000: 0.600},
-}
 LABELS = {"app.kubernetes.io/managed-by": "torchdeck"}
-
-
-@dataclass
-class StoragePlan:
-    """What ``torchdeck storage create`` makes for one cluster."""
-
-    cluster: str
-    region: str
-    kind: str = "efs"
-    """efs, fsx, or none (a bucket only)."""
-    fsx_deployment: str = "SCRATCH_2"
-    fsx_capacity_gib: int = 1200
-    fsx_throughput: int | None = None
-    """PERSISTENT_1/2 only: MB/s per TiB (default: the smallest)."""
-    fsx_s3_link: str | None = None
-    """s3://bucket[/prefix] the file system imports from and exports to (SCRATCH_1/2, PERSISTENT_1)."""
-    bucket: str | None = None
-    """The bucket for models; made if absent."""
-    prefix: str = "models/"
-    namespace: str = "default"
-    pvc: str = "shared"
-    service_account: str = "torchdeck-s3"
-    size: str = "100Gi"
-    """The claim's nominal size (EFS grows as it is filled; FSx is the file system's capacity)."""
-
-    @property
-    def fsx_per_hour(self) -> float:
-        rates = FSX_DEPLOYMENTS[self.fsx_deployment]
-        rate = rates.get(self.fsx_throughput if self.fsx_deployment.startswith("PERSISTENT") else None) or 0.0
-        return self.fsx_capacity_gib * rate / HOURS_PER_MONTH
-
-
-def split_s3(url: str, field_name: str) -> tuple[str, str]:
-    """A bucket prefix a user gave (``--fsx-s3-link``), its bucket checked by S3's rules."""
-    try:
-        location = S3Url.parse(url)
-    except ValueError as exc:
-        raise SpecError(field_name, str(exc), "e.g. s3://my-bucket/cifar10/") from None
-    check_bucket_name(location.bucket, field_name)
-    return location.bucket, location.key
-
-
-def validate_storage(plan: StoragePlan) -> StoragePlan:
-    """Every field checked, with the reason: a bad plan never reaches AWS."""
-    check_cluster_name(plan.cluster, "--cluster")
-    if plan.kind not in ("efs", "fsx", "none"):
-        raise SpecError("--kind", f"must be efs, fsx or none, got {plan.kind!r}")
-    if plan.kind == "none" and not plan.bucket:
-        raise SpecError("--bucket", "nothing to make: no file system and no bucket", "give --bucket, or --kind efs")
-    if plan.kind == "fsx":
-        rates = FSX_DEPLOYMENTS.get(plan.fsx_deployment)
-        if rates is None:
-            raise SpecError(
-                "--fsx-deployment", f"must be one of {', '.join(FSX_DEPLOYMENTS)}, got {plan.fsx_deployment!r}"
-            )
-        cap = plan.fsx_capacity_gib
-        step = 3600 if plan.fsx_deployment == "SCRATCH_1" else 2400
-        if cap < 1200 or (cap not in (1200, 2400) and cap % step):
-            raise SpecError(
-                "--fsx-capacity",
-                f"{cap} GiB is not a capacity {plan.fsx_deployment} offers",
-                f"1200, 2400 or a multiple of {step} GiB",
-            )
-        if plan.fsx_deployment.startswith("PERSISTENT"):
-            plan.fsx_throughput = plan.fsx_throughput or min(k for k in rates if k)
-            if plan.fsx_throughput not in rates:
-                raise SpecError(
-                    "--fsx-throughput",
-                    f"{plan.fsx_deployment} offers "
-                    f"{', '.join(str(k) for k in rates)} MB/s per TiB, not {plan.fsx_throughput}",
-                )
-        elif plan.fsx_throughput:
-            raise SpecError(
-                "--fsx-throughput",
-                f"{plan.fsx_deployment} has a fixed throughput",
-                "use PERSISTENT_1 or PERSISTENT_2 to choose one",
-            )
-        if plan.fsx_s3_link:
-            split_s3(plan.fsx_s3_link, "--fsx-s3-link")
-            if plan.fsx_deployment == "PERSISTENT_2":
-                raise SpecError(
-                    "--fsx-s3-link",
-                    "PERSISTENT_2 links to S3 through data repository associations",
-                    "use SCRATCH_2 or PERSISTENT_1 for a linked bucket",
-                )
-    if plan.bucket:
-        check_bucket_name(plan.bucket)
-    plan.prefix = check_s3_prefix(plan.prefix, "--prefix")
-    check_object_name(plan.pvc, "--pvc", "claim name")
-    check_namespace(plan.namespace, "--namespace")
-    check_service_account(plan.service_account, "--service-account")
-    return plan
 
 
 # -- what the cluster tells us --------------------------------------------------------
@@ -234,14 +128,14 @@ async def ensure_security_group(
         for low, high in ports
     ]
     have = group.get("IpPermissions", [])
-    if _rules(have) != _rules(wanted):
+    if ingress_rules(have) != ingress_rules(wanted):
         if have:
             await aws.acall("ec2", "revoke_security_group_ingress", GroupId=sg, IpPermissions=have)
         await aws.acall("ec2", "authorize_security_group_ingress", GroupId=sg, IpPermissions=wanted)
     return sg, made
 
 
-def _rules(perms: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
+def ingress_rules(perms: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
     out = set()
     for p in perms:
         for pair in p.get("UserIdGroupPairs", []):
@@ -684,197 +578,3 @@ def spec_settings(record: ClusterRecord) -> dict[str, str]:
         out["cluster.service_account"] = choice.service_account
         out["model_file"] = str(S3Url(choice.bucket, choice.prefix).join("model.pt"))
     return out
-
-
-# -- status ---------------------------------------------------------------------------
-
-
-@dataclass
-class MountTargetState:
-    ident: str
-    subnet: str
-    zone: str
-    state: str
-
-
-@dataclass
-class FileSystemState:
-    """An EFS or FSx file system as AWS reports it now."""
-
-    kind: str
-    """efs or fsx."""
-    ident: str
-    state: str
-    encrypted: bool = False
-    size_gib: float = 0.0
-    """EFS: what is stored."""
-    per_month: float = 0.0
-    """EFS: what storing it costs a month."""
-    capacity_gib: int = 0
-    """FSx: the provisioned capacity."""
-    deployment: str = ""
-    dns_name: str = ""
-    mount_targets: list[MountTargetState] = field(default_factory=list)
-
-
-@dataclass
-class IngressRule:
-    protocol: str
-    low: int
-    high: int
-    source: str
-    """A security group id or a CIDR."""
-
-
-@dataclass
-class SecurityGroupState:
-    ident: str
-    rules: list[IngressRule] = field(default_factory=list)
-
-
-@dataclass
-class BucketState:
-    name: str
-    private: bool
-    """Every public access block is on."""
-    encrypted: bool
-
-
-@dataclass
-class ClaimState:
-    """A PersistentVolumeClaim or PersistentVolume storage made, and its phase."""
-
-    kind: str
-    """persistentvolumeclaim or persistentvolume."""
-    name: str
-    phase: str
-
-
-@dataclass
-class StorageState:
-    """What exists for the cluster now; ``problems`` are what is not right. ``lines`` is the one
-    way it reads as text: ``storage status`` prints it and the storage screen logs it (their two
-    formats had drifted apart: ``tcp/2049-2049`` in one, ``tcp/2049`` in the other)."""
-
-    cluster: str
-    file_systems: list[FileSystemState] = field(default_factory=list)
-    security_groups: list[SecurityGroupState] = field(default_factory=list)
-    buckets: list[BucketState] = field(default_factory=list)
-    claims: list[ClaimState] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.file_systems or self.security_groups or self.buckets or self.claims)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def lines(self) -> list[StatusLine]:
-        """A line per file system, mount target, security group, bucket, claim and problem."""
-        out: list[StatusLine] = []
-        for fs in self.file_systems:
-            if fs.kind == "efs":
-                out.append(StatusLine(
-                    f"EFS {fs.ident}: {fs.state}, {'encrypted' if fs.encrypted else 'NOT encrypted'}, "
-                    f"{fs.size_gib:.2f} GiB stored (${fs.per_month:.2f}/month)", "heading"))  # fmt: skip
-            else:
-                out.append(StatusLine(f"FSx {fs.ident}: {fs.state}, {fs.capacity_gib} GiB {fs.deployment}, "
-                                      f"{fs.dns_name}", "heading"))  # fmt: skip
-            out += [StatusLine(f"  mount target {mt.ident} in {mt.subnet} ({mt.zone}): {mt.state}")
-                    for mt in fs.mount_targets]  # fmt: skip
-        for sg in self.security_groups:
-            ports = (f"{r.protocol}/{r.low}" if r.low == r.high else f"{r.protocol}/{r.low}-{r.high}" for r in sg.rules)
-            sources = (r.source for r in sg.rules)
-            out.append(StatusLine(f"security group {sg.ident}: "
-                                  + ", ".join(f"{p} from {s}" for p, s in zip(ports, sources))))  # fmt: skip
-        for bucket in self.buckets:
-            out.append(StatusLine(f"bucket {bucket.name}: public access {'blocked' if bucket.private else 'NOT blocked'}, "
-                                  f"encryption {'on' if bucket.encrypted else 'off'}"))  # fmt: skip
-        out += [StatusLine(f"{claim.kind} {claim.name}: {claim.phase}") for claim in self.claims]
-        out += [StatusLine(f"problem: {problem}", "problem") for problem in self.problems]
-        return out
-
-
-@dataclass(frozen=True)
-class StatusLine:
-    """One line of a status as text, and what kind of line it is (a front end styles it)."""
-
-    text: str
-    kind: Literal["heading", "detail", "problem"] = "detail"
-
-
-def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = None) -> StorageState:
-    """The storage torchdeck made for the cluster (as the ledger knows it), read back from AWS and
-    Kubernetes."""
-    state = StorageState(record.name)
-    rows = record.ledger.resources(scope=record.name)
-
-    def live(kind: str) -> list[str]:
-        return [r.ident for r in rows if r.kind == kind]
-
-    for fs in live("efs-filesystem"):
-        found = aws.find("efs", "describe_file_systems", FileSystemId=fs)
-        if not found:
-            state.problems.append(f"EFS {fs} is gone")
-            continue
-        info = found["FileSystems"][0]
-        size = (info.get("SizeInBytes") or {}).get("Value", 0)
-        efs = FileSystemState(
-            "efs", fs, info["LifeCycleState"], bool(info.get("Encrypted")), size / 2**30, size / 1e9 * EFS_PER_GB_MONTH
-        )
-        for mt in aws.pages("efs", "describe_mount_targets", "MountTargets", FileSystemId=fs):
-            efs.mount_targets.append(
-                MountTargetState(
-                    mt["MountTargetId"], mt["SubnetId"], mt.get("AvailabilityZoneName", ""), mt["LifeCycleState"]
-                )
-            )
-            if mt["LifeCycleState"] != "available":
-                state.problems.append(f"mount target {mt['MountTargetId']} is {mt['LifeCycleState']}")
-        state.file_systems.append(efs)
-    for fs in live("fsx-filesystem"):
-        found = aws.find("fsx", "describe_file_systems", FileSystemIds=[fs])
-        if not found:
-            state.problems.append(f"FSx {fs} is gone")
-            continue
-        info = found["FileSystems"][0]
-        lustre = info.get("LustreConfiguration") or {}
-        state.file_systems.append(
-            FileSystemState(
-                "fsx",
-                fs,
-                info.get("Lifecycle", ""),
-                True,
-                capacity_gib=info.get("StorageCapacity", 0),
-                deployment=lustre.get("DeploymentType", ""),
-                dns_name=info.get("DNSName", ""),
-            )
-        )
-    for sg in live("ec2-security-group"):
-        found = aws.find("ec2", "describe_security_groups", GroupIds=[sg])
-        if found:
-            rules = sorted(_rules(found["SecurityGroups"][0].get("IpPermissions", [])), key=str)
-            state.security_groups.append(SecurityGroupState(sg, [IngressRule(*rule) for rule in rules]))
-    for bucket in live("s3-bucket"):
-        if aws.find("s3", "head_bucket", Bucket=bucket) is None:
-            state.problems.append(f"bucket {bucket} is gone")
-            continue
-        block = (aws.find("s3", "get_public_access_block", Bucket=bucket) or {}).get(
-            "PublicAccessBlockConfiguration", {}
-        )
-        private = bool(block) and all(block.values())
-        state.buckets.append(BucketState(bucket, private, bool(aws.find("s3", "get_bucket_encryption", Bucket=bucket))))
-        if not private:
-            state.problems.append(f"bucket {bucket} does not block public access")
-    if kube is not None:
-        for row in rows:
-            path = row.detail.get("path", "") if row.kind == "k8s-object" else ""
-            if "/persistentvolumeclaims/" in path or "/persistentvolumes/" in path:
-                try:
-                    phase = (kube.request("GET", path).get("status") or {}).get("phase", "no phase reported yet")
-                except BackendError as exc:
-                    phase = f"unreadable ({exc.message})"
-                state.claims.append(ClaimState(path.rsplit("/", 2)[-2][:-1], path.rsplit("/", 1)[-1], phase))
-    if state.empty and not state.problems:
-        state.problems.append(f"no storage for cluster {record.name}: torchdeck storage create --cluster {record.name}")
-    return state

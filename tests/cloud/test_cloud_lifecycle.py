@@ -33,7 +33,8 @@ from torchdeck.backends.eks.access import ClusterRecord
 from torchdeck.backends.eks.image import ImagePlan, build_image, render_kaniko
 from torchdeck.backends.eks.progress import ImageRef
 from torchdeck.backends.eks.session import AwsSession
-from torchdeck.backends.eks.storage import StoragePlan, create_storage
+from torchdeck.backends.eks.storage import create_storage
+from torchdeck.backends.eks.storage_plan import StoragePlan
 from torchdeck.backends.eks.teardown import Teardown, plan_cleanup
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.manifests import render

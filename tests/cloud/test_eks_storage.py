@@ -19,7 +19,9 @@ from eks_support import run_progress as run_all
 from torchdeck.backends.eks.access import ClusterRecord
 from torchdeck.backends.eks.progress import FileSystemReady, StorageReady
 from torchdeck.backends.eks.session import AwsSession
-from torchdeck.backends.eks.storage import StoragePlan, create_storage, render_storage, storage_state
+from torchdeck.backends.eks.storage import create_storage, render_storage
+from torchdeck.backends.eks.storage_plan import StoragePlan
+from torchdeck.backends.eks.storage_state import storage_state
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.ledger import Ledger
@@ -277,7 +279,7 @@ def test_storage_manifests_match_the_golden_files(kind):
 @pytest.mark.parametrize("prefix", ["", "*", "a?/", "${aws:username}/", "/models/", "a/../b/", "team//x/", "x y/"])
 def test_a_prefix_that_would_widen_the_grants_is_refused(prefix):
     """Issue 16 row 5: '' granted bucket/* and s3:prefix ['*']; '?' and ${...} are IAM wildcards."""
-    from torchdeck.backends.eks.storage import validate_storage
+    from torchdeck.backends.eks.storage_plan import validate_storage
 
     with pytest.raises(SpecError, match="--prefix: .*a key prefix is letters, digits"):
         validate_storage(StoragePlan("demo", REGION, bucket="torchdeck-models-demo", prefix=prefix))
@@ -289,7 +291,7 @@ def test_a_prefix_that_would_widen_the_grants_is_refused(prefix):
 def test_storage_status_reads_one_way_in_the_cli_and_the_screen():
     """Issue 30: the CLI printed ``tcp/2049-2049`` where the screen said ``tcp/2049``; both now
     render ``StorageState.lines``."""
-    from torchdeck.backends.eks.storage import (
+    from torchdeck.backends.eks.storage_state import (
         BucketState,
         ClaimState,
         FileSystemState,

@@ -17,7 +17,8 @@ from eks_support import run_progress as run_all
 from torchdeck.backends.eks.access import ClusterRecord
 from torchdeck.backends.eks.create import create_native
 from torchdeck.backends.eks.session import AwsSession
-from torchdeck.backends.eks.storage import StoragePlan, create_storage
+from torchdeck.backends.eks.storage import create_storage
+from torchdeck.backends.eks.storage_plan import StoragePlan
 from torchdeck.backends.errors import BackendError
 from torchdeck.backends.ledger import Ledger
 

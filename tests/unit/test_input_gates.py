@@ -24,7 +24,7 @@ from trainer_runs import REPO
 from torchdeck.backends.bundle import UNPACK, code_files, pack
 from torchdeck.backends.eks.access import ClusterRecord
 from torchdeck.backends.eks.plan import ClusterPlan, NodegroupPlan, cost_per_hour, load_plan, s3_policy, save_plan
-from torchdeck.backends.eks.storage import StoragePlan, validate_storage
+from torchdeck.backends.eks.storage_plan import StoragePlan, validate_storage
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.files import load_json, load_yaml, write_atomically
 from torchdeck.backends.kubernetes.importing import import_manifest, kubelet_expand

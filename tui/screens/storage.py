@@ -14,7 +14,8 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input, Select, Static
 
-from torchdeck.backends.eks.storage import FSX_DEPLOYMENTS, StoragePlan, StorageState, validate_storage
+from torchdeck.backends.eks.storage_plan import FSX_DEPLOYMENTS, StoragePlan, validate_storage
+from torchdeck.backends.eks.storage_state import StorageState
 from torchdeck.backends.errors import SpecError
 
 from .cloud_steps import CloudStepsScreen
