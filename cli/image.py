@@ -48,7 +48,8 @@ def add_image_parser(sub: Any) -> None:
 
 
 def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.image import ImagePlan, validate_image, write_image_to_spec
+    from torchdeck.backends.eks.image import write_image_to_spec
+    from torchdeck.backends.eks.image_plan import ImagePlan, validate_image
     from torchdeck.backends.eks.progress import ImageRef
 
     cloud = open_cloud(settings, args.profile)

@@ -25,7 +25,7 @@ from .progress import Progress
 if TYPE_CHECKING:
     from ..spec import JobSpec
     from .cluster import ClusterState
-    from .image import BuildContext, ImagePlan
+    from .image_plan import BuildContext, ImagePlan
     from .plan import ClusterPlan
     from .preflight import Catalogue, PreflightReport
     from .session import AwsSession
@@ -217,7 +217,7 @@ class EksCloud:
 
     def build_context(self) -> BuildContext:
         """What a build here would use: the Docker engine (if one answers) and the context's tag."""
-        from .image import build_context
+        from .image_plan import build_context
 
         return build_context()
 
@@ -235,7 +235,7 @@ class EksCloud:
         )
 
     def push_image(self, plan: ImagePlan) -> AsyncIterator[Progress]:
-        from .image import push_image
+        from .image_docker import push_image
 
         return push_image(self.session(plan.region), plan)
 

@@ -30,7 +30,9 @@ from eks_support import run_progress as run_all
 from tinydata import write_tiny_cifar
 
 from torchdeck.backends.eks.access import ClusterRecord
-from torchdeck.backends.eks.image import ImagePlan, build_image, render_kaniko
+from torchdeck.backends.eks.image import build_image
+from torchdeck.backends.eks.image_kaniko import render_kaniko
+from torchdeck.backends.eks.image_plan import ImagePlan
 from torchdeck.backends.eks.progress import ImageRef
 from torchdeck.backends.eks.session import AwsSession
 from torchdeck.backends.eks.storage import create_storage

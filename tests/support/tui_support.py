@@ -113,7 +113,7 @@ def fixed_context_cloud(state: Path):
     """The real EksCloud, with one gap closed for pictures: the build context (whose tags hash
     this repository's files, and whose engine is whatever answers here) is a fixed one."""
     from torchdeck.backends.eks.cloud import EksCloud
-    from torchdeck.backends.eks.image import BuildContext
+    from torchdeck.backends.eks.image_plan import BuildContext
 
     class FixedContextCloud(EksCloud):
         def build_context(self) -> BuildContext:

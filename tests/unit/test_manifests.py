@@ -285,7 +285,8 @@ def test_render_command_prints_valid_yaml_and_one_line_errors(tmp_path, capsys, 
 def all_pod_specs() -> list[tuple[str, dict]]:
     """Every pod torchdeck renders: each kind's replicas (with the code bundle's init containers),
     the ElasticJob's etcd, the task pods, the Kaniko build."""
-    from torchdeck.backends.eks.image import ImagePlan, render_kaniko
+    from torchdeck.backends.eks.image_kaniko import render_kaniko
+    from torchdeck.backends.eks.image_plan import ImagePlan
     from torchdeck.backends.kubernetes.manifests import TASKS, render_task
 
     found = []
@@ -307,7 +308,7 @@ def all_pod_specs() -> list[tuple[str, dict]]:
 def test_no_pod_mounts_a_kubernetes_api_token_and_every_chosen_image_is_pinned():
     """Issue 16 row 11: no training, task, etcd or build pod needs the Kubernetes API (IRSA's token
     is its own projected volume), and every image torchdeck chooses is pinned by digest."""
-    from torchdeck.backends.eks.image import KANIKO_IMAGE
+    from torchdeck.backends.eks.image_plan import KANIKO_IMAGE
     from torchdeck.backends.kubernetes.manifests import AWS_CLI_IMAGE, ETCD_IMAGE
 
     pods = all_pod_specs()

@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input, Select, Static
 
-from torchdeck.backends.eks.image import BuildContext, ImagePlan, validate_image
+from torchdeck.backends.eks.image_plan import BuildContext, ImagePlan, validate_image
 from torchdeck.backends.eks.progress import ImageRef, Progress
 from torchdeck.backends.errors import SpecError
 

@@ -1,0 +1,210 @@
+"""What an image build is asked for and what it builds from: the plan and its checks, the
+build context (the files the Dockerfiles copy, or the user's ``--code`` folder with its own
+Dockerfile or one written for it) and the tag that names the context."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BackendError, SpecError
+from ..files import read_text
+from ..names import check_cluster_name, check_code_path, check_namespace
+
+CONTEXT_PATHS = (
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "__init__.py",
+    "__main__.py",
+    "report.py",
+    "trainer",
+    "backends",
+    "cli",
+    "monitor",
+    "tui",
+    "manifests",
+    "docker",
+)
+"""What the Dockerfiles COPY: the build context is these and nothing else."""
+# Pinned by digest (the multi-platform index of v1.23.2, as three public manifests pin it), as
+# every image torchdeck chooses; `crane digest gcr.io/kaniko-project/executor:TAG` when bumping.
+KANIKO_IMAGE = (
+    "gcr.io/kaniko-project/executor:v1.23.2@sha256:9e69fd4330ec887829c780f5126dd80edc663df6def362cd22e79bcdf00ac53f"
+)
+BUILDER_ACCOUNT = "torchdeck-image-builder"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+TIMEOUT_S = 60 * 60
+
+
+@dataclass
+class ImagePlan:
+    """What ``torchdeck image build`` makes."""
+
+    cluster: str
+    region: str
+    variant: str = "cpu"
+    """cpu or gpu: which Dockerfile."""
+    repository: str = "torchdeck-trainer"
+    builder: str = "auto"
+    """auto (docker where an engine answers, else kaniko), docker or kaniko."""
+    bucket: str | None = None
+    """Kaniko: where the build context goes (default: the cluster's model bucket)."""
+    prefix: str = "build-context/"
+    namespace: str = "default"
+    kaniko_image: str = KANIKO_IMAGE
+    code: str | None = None
+    """A folder of the user's code to build on top of the training image (``--code``)."""
+    requirements: str | None = None
+    """Its requirements file, relative to it (default: requirements.txt where there is one)."""
+
+    @property
+    def dockerfile(self) -> str:
+        return f"docker/Dockerfile.{self.variant}"
+
+
+CODE_IN_IMAGE = "/opt/code"
+"""Where ``--code`` puts the user's code in the image (the spec's entrypoint.in_image)."""
+CODE_DOCKERFILE = "Dockerfile.torchdeck"
+
+
+def code_dockerfile(requirements: str | None) -> str:
+    """The Dockerfile of a ``--code`` build: the user's folder and its requirements on the training
+    image (BASE, pinned by digest), running as the image's own user."""
+    # exec form, its words as JSON: a name with spaces or quotes is one argument, and no shell reads it
+    run = json.dumps(["pip", "install", "--no-cache-dir", "-r", f"{CODE_IN_IMAGE}/{requirements}"])
+    install = f"USER root\nRUN {run}\nUSER 1000:1000\n" if requirements else ""
+    return (
+        "# Written by torchdeck image build --code: your code on torchdeck's training image.\n"
+        "ARG BASE\nFROM ${BASE}\n"
+        f"COPY --chown=1000:1000 . {CODE_IN_IMAGE}\n{install}WORKDIR {CODE_IN_IMAGE}\n"
+    )
+
+
+def code_context(plan: ImagePlan) -> tuple[bytes, str, str]:
+    """The build context of a ``--code`` build (the code folder as its bundle has it, .dockerignore
+    honoured, plus the Dockerfile), the Dockerfile's name in it, and where the code is in the
+    image. A folder with its own Dockerfile is built with that one instead (BASE is passed to it)."""
+    from ..bundle import pack
+
+    assert plan.code is not None
+    packed = pack(plan.code)
+    folder = Path(plan.code)
+    own = folder / "Dockerfile"
+    if os.path.lexists(own):  # the user's own Dockerfile, through the one reader (a FIFO, a link out)
+        written = read_text(own, inside=folder, hint="make it the folder's Dockerfile, or remove it")
+        workdirs = re.findall(r"(?im)^\s*WORKDIR\s+(\S+)", written)
+        return packed.data, "Dockerfile", workdirs[-1] if workdirs else "/"
+    requirements = plan.requirements or ("requirements.txt" if (folder / "requirements.txt").is_file() else None)
+    if requirements and not (folder / requirements).is_file():
+        raise SpecError("--requirements", f"{requirements!r} is not a file in {folder}", "name it relative to --code")
+    text = code_dockerfile(requirements).encode()
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        with tarfile.open(fileobj=io.BytesIO(packed.data), mode="r:gz") as source:
+            for member in source.getmembers():
+                tar.addfile(member, source.extractfile(member))
+        info = tarfile.TarInfo(CODE_DOCKERFILE)
+        info.size, info.mode = len(text), 0o644
+        tar.addfile(info, io.BytesIO(text))
+    return buffer.getvalue(), CODE_DOCKERFILE, CODE_IN_IMAGE
+
+
+def validate_image(plan: ImagePlan) -> ImagePlan:
+    check_cluster_name(plan.cluster, "--cluster")
+    if plan.requirements is not None:
+        check_code_path(plan.requirements, "--requirements", "a requirements file in the --code folder")
+    check_namespace(plan.namespace, "--namespace")
+    if plan.variant not in ("cpu", "gpu"):
+        raise SpecError("--variant", f"must be cpu or gpu, got {plan.variant!r}")
+    if plan.builder not in ("auto", "docker", "kaniko"):
+        raise SpecError("--builder", f"must be auto, docker or kaniko, got {plan.builder!r}")
+    if (
+        not re.match(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*\Z", plan.repository)
+        or not 2 <= len(plan.repository) <= 256
+    ):
+        raise SpecError(
+            "--repository",
+            f"{plan.repository!r} is not an ECR repository name",
+            "lower-case letters, digits, '.', '_', '-' and '/', e.g. torchdeck-trainer",
+        )
+    return plan
+
+
+def source_root() -> Path:
+    """The folder holding the Dockerfiles and what they copy (the clone torchdeck runs from)."""
+    import torchdeck
+
+    root = Path(torchdeck.__file__).resolve().parent
+    missing = [p for p in CONTEXT_PATHS if not (root / p).exists()]
+    if missing:
+        raise BackendError(
+            f"the build context is incomplete in {root}: no {', '.join(missing)}",
+            "build from a clone of torchdeck (git clone, then ./scripts/start)",
+        )
+    return root
+
+
+def context_archive(root: Path) -> bytes:
+    """The build context as a gzipped tar, byte for byte the same for the same files (sorted, no
+    times or owners), so its digest names the tree."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        files = []
+        for entry in CONTEXT_PATHS:
+            path = root / entry
+            files += (
+                [path]
+                if path.is_file()
+                else sorted(
+                    p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+                )
+            )
+        for path in sorted(files):
+            info = tarfile.TarInfo(str(path.relative_to(root)))
+            data = path.read_bytes()
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def image_tag(archive: bytes, variant: str) -> str:
+    return f"ctx-{hashlib.sha256(archive).hexdigest()[:12]}-{variant}"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a build from here would use: the Docker engine that answers (None: none, so Kaniko),
+    the context's size, and the tag each image variant would get (the context's digest names it)."""
+
+    engine: str | None
+    size_kib: float
+    tags: dict[str, str]
+
+
+def docker_engine(docker: str | None = None) -> str | None:
+    """The docker binary if an engine answers it, else None (no client, or a client without a daemon)."""
+    docker = docker or shutil.which("docker")
+    if not docker:
+        return None
+    try:
+        done = subprocess.run(
+            [docker, "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=15
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return docker if done.returncode == 0 and done.stdout.strip() else None
+
+
+def build_context() -> BuildContext:
+    archive = context_archive(source_root())
+    return BuildContext(docker_engine(), len(archive) / 1024, {v: image_tag(archive, v) for v in ("cpu", "gpu")})
