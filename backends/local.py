@@ -12,7 +12,12 @@ own, with one folder per run under the state directory::
         cancel             present once a stop was asked for
 
 Everything the console shows is read back from this folder, so a console
-started later (or on another SSH session) reattaches to any run."""
+started later (or on another SSH session) reattaches to any run.
+
+``LocalBackend`` is one class over one folder layout (submit, status, stop, logs, metrics,
+node figures, the trainer's tools), which is why this module is near 700 lines; reading the
+folder's files is ``run_files.py``, the user's code checks ``local_user_code.py``, the process
+that waits for torchrun ``local_launcher.py``."""
 
 from __future__ import annotations
 
@@ -24,7 +29,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,7 +36,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import psutil
 
@@ -52,12 +55,13 @@ from .events import describe_record, fold_progress, parse_metric_line, parse_met
 from .files import write_atomically
 from .gpu import read_gpus
 from .local_launcher import reap_run, run_members, write_json
+from .local_user_code import check_user_code, report_helper, user_python
 from .names import new_run_id
+from .run_files import STATUS_FILE, FileTail, first_line, kept_status, read_json, tail_lines
 from .spec import JobSpec, trainer_arguments, validate
 
 STOP_GRACE_S = 10.0
 LAUNCHER_START_S = 20.0
-STATUS_FILE = "status.json"
 """An ended run's status, as it stays: read instead of its logs and metric files."""
 """How long a run may go without its launcher's pid.json (the launcher writes it as it starts, and
 so does the console that started it) before it is said never to have started."""
@@ -77,79 +81,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _kept_status(run_dir: str) -> JobStatus | None:
-    """An ended run's status.json, if it is there and whole (else None: work it out again)."""
-    try:
-        with open(os.path.join(run_dir, STATUS_FILE), "rb") as f:
-            kept = json.loads(f.read())
-        if kept["run_id"] != os.path.basename(run_dir):
-            return None
-        return JobStatus(**{**kept, "state": JobState(kept["state"]), "location": run_dir})
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-
-
-def _tail_lines(path: Path, max_bytes: int = 32768) -> list[bytes]:
-    """The last whole lines of a file (at most ``max_bytes`` of them)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return []
-    lines = data.split(b"\n")
-    if size > max_bytes:
-        lines = lines[1:]
-    return [line for line in lines if line.strip()]
-
-
-def _first_line(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.readline()
-    except OSError:
-        return b""
-
-
-class _Tail:
-    """Reads what was appended to one file since the last call, whole lines
-    only, at most ``max_bytes`` a call so that a reader far behind catches
-    up in bounded steps instead of one huge batch."""
-
-    __slots__ = ("path", "file", "partial")
-
-    def __init__(self, path: Path):
-        self.path, self.partial = path, b""
-        self.file: BinaryIO | None = None
-
-    def read_lines(self, max_bytes: int = 1 << 20) -> list[bytes]:
-        if self.file is None:
-            try:
-                self.file = open(self.path, "rb")
-            except OSError:
-                return []
-        data = self.file.read(max_bytes)
-        if not data:
-            return []
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
-        return lines
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
 
 
 class LocalBackend(Backend):
@@ -326,7 +257,7 @@ class LocalBackend(Backend):
     def _launcher(self, run_dir: Path) -> psutil.Process | None:
         """The run's launcher process if it is still alive (and is not a
         different process that reused its pid)."""
-        info = _read_json(run_dir / "pid.json")
+        info = read_json(run_dir / "pid.json")
         if not info:
             return None
         child = self._children.get(info["pid"])
@@ -364,13 +295,13 @@ class LocalBackend(Backend):
         if not files:
             return
         # the file's first line (its start: epochs, total steps), then its tail
-        first = parse_metric_line(_first_line(files[0]))
+        first = parse_metric_line(first_line(files[0]))
         error = fold_progress(status, [first] if first is not None and first.event == "start" else [])
-        error = fold_progress(status, parse_metric_lines(_tail_lines(files[0], 16384))) or error
+        error = fold_progress(status, parse_metric_lines(tail_lines(files[0], 16384))) or error
         for path in files[1:]:
             if error is not None:
                 break
-            for line in _tail_lines(path, 4096):
+            for line in tail_lines(path, 4096):
                 if b'"event":"error"' in line:
                     event = parse_metric_line(line)
                     if event is not None:
@@ -386,15 +317,15 @@ class LocalBackend(Backend):
         attempts = self._attempts(run_dir)
         for _, attempt in reversed(attempts):
             for log in sorted(attempt.glob("*/stdout.log")):
-                for line in reversed(_tail_lines(log, 8192)):
+                for line in reversed(tail_lines(log, 8192)):
                     text = line.decode(errors="replace").strip()
                     if parse_metric_line(line) is None and re.search(r"(Error|error:|Exception|Killed)", text):
                         return f"rank {log.parent.name}: {text}", ""
-        launcher = b"\n".join(_tail_lines(run_dir / "launcher.log", 16384)).decode(errors="replace")
+        launcher = b"\n".join(tail_lines(run_dir / "launcher.log", 16384)).decode(errors="replace")
         cause = ROOT_CAUSE_RE.search(launcher)
         if cause and attempts:
             rank, local, exit_code = (int(g) for g in cause.groups())
-            last = [x for x in _tail_lines(attempts[-1][1] / str(local) / "stdout.log", 4096) if x.strip()]
+            last = [x for x in tail_lines(attempts[-1][1] / str(local) / "stdout.log", 4096) if x.strip()]
             said = last[-1].decode(errors="replace").strip()[:200] if last else "no output"
             how = f"exit code {exit_code}"
             if exit_code < 0 or exit_code > 128:
@@ -407,7 +338,7 @@ class LocalBackend(Backend):
                     "end the script as examples/ddp/toy.py's finish() does"
                 )
             return f"rank {rank} ended with {how}: {said}", hint
-        for line in reversed(_tail_lines(run_dir / "launcher.log", 8192)):
+        for line in reversed(tail_lines(run_dir / "launcher.log", 8192)):
             text = line.decode(errors="replace").strip()
             if ("Error" in text or "error" in text) and "To enable traceback" not in text:
                 return text[:300], ""
@@ -442,13 +373,13 @@ class LocalBackend(Backend):
     def _kept(self, run_dir: str) -> JobStatus | None:
         kept = self._ended.get(run_dir)
         if kept is None:
-            kept = _kept_status(run_dir)
+            kept = kept_status(run_dir)
             if kept is not None:
                 self._ended[run_dir] = kept
         return dataclasses.replace(kept) if kept is not None else None  # a copy: callers may change theirs
 
     def _work_out_status(self, run_dir: Path) -> JobStatus:
-        launch = _read_json(run_dir / "launch.json") or {}
+        launch = read_json(run_dir / "launch.json") or {}
         status = JobStatus(
             run_id=run_dir.name,
             name=launch.get("name", run_dir.name),
@@ -461,7 +392,7 @@ class LocalBackend(Backend):
         attempts = self._attempts(run_dir)
         status.restarts = attempts[-1][0] if attempts else 0
         self._progress(run_dir, status)
-        done = _read_json(run_dir / "exit.json")
+        done = read_json(run_dir / "exit.json")
         cancelled = (run_dir / "cancel").exists()
         if done is not None:
             status.exit_code, status.finished_at = done.get("exit_code"), done.get("finished_at")
@@ -551,7 +482,7 @@ class LocalBackend(Backend):
                 reap_run(run_dir.name)
             return status
         (run_dir / "cancel").write_text(json.dumps({"requested_at": time.time()}))
-        info = _read_json(run_dir / "pid.json") or {}
+        info = read_json(run_dir / "pid.json") or {}
         proc = self._launcher(run_dir)
         if proc is not None:
             pgid = info["pid"]  # the launcher leads its own session and group
@@ -575,7 +506,7 @@ class LocalBackend(Backend):
         self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
     ) -> Iterator[builtins.list[LogLine]]:
         run_dir = self.resolve(run_id)
-        tails: dict[Path, tuple[int, int, _Tail]] = {}
+        tails: dict[Path, tuple[int, int, FileTail]] = {}
         try:
             while True:
                 over = self._is_over(run_dir)  # checked before reading, so nothing written after is missed
@@ -583,7 +514,7 @@ class LocalBackend(Backend):
                     for log in sorted(attempt_dir.glob("*/stdout.log"), key=lambda p: int(p.parent.name)):
                         r = int(log.parent.name)
                         if (rank is None or r == rank) and log not in tails:
-                            tails[log] = (r, attempt, _Tail(log))
+                            tails[log] = (r, attempt, FileTail(log))
                 batch = []
                 for r, attempt, tail in tails.values():
                     for raw in tail.read_lines():
@@ -604,13 +535,13 @@ class LocalBackend(Backend):
         self, run_id: str, follow: bool = True, poll_s: float = 0.1
     ) -> AsyncIterator[builtins.list[MetricEvent]]:
         run_dir = self.resolve(run_id)
-        tails: dict[Path, _Tail] = {}
+        tails: dict[Path, FileTail] = {}
         try:
             while True:
                 over = self._is_over(run_dir)
                 for path in (run_dir / "metrics").glob("rank-*.jsonl"):
                     if path not in tails:
-                        tails[path] = _Tail(path)
+                        tails[path] = FileTail(path)
                 batch: list[MetricEvent] = []
                 got = 0
                 for tail in tails.values():
@@ -765,83 +696,6 @@ class LocalBackend(Backend):
                     self._procs.pop(proc.pid, None)
         node.processes.sort(key=lambda p: p.rank)
         return [node]
-
-
-def user_python(spec: JobSpec, own: str) -> str:
-    """The interpreter that runs the user's code: the spec's, else the active virtual (or conda)
-    environment's, else the first python3 on PATH, else torchdeck's own."""
-    named = spec.entrypoint.python
-    if named:
-        return str(Path(named).expanduser()) if "/" in named else (shutil.which(named) or named)
-    for env in ("VIRTUAL_ENV", "CONDA_PREFIX"):
-        prefix = os.environ.get(env)
-        if prefix and (Path(prefix) / "bin" / "python").exists():
-            return str(Path(prefix) / "bin" / "python")
-    return shutil.which("python3") or shutil.which("python") or own
-
-
-PROBE = """
-import importlib.util, sys
-if importlib.util.find_spec("torch") is None:  # found, not imported: importing takes seconds
-    print("ModuleNotFoundError: No module named 'torch'"); sys.exit(3)
-module = sys.argv[1]
-if module:
-    try:
-        found = importlib.util.find_spec(module)
-    except Exception as exc:
-        print(f"{type(exc).__name__}: {exc}"); sys.exit(4)
-    if found is None:
-        print(f"no module named {module!r}"); sys.exit(4)
-"""
-
-
-def report_helper(run_dir: Path) -> Path:
-    """A folder holding ``torchdeck.report`` alone (the standard-library reporting helper), so a
-    script in an environment without torchdeck can import it, and nothing else of torchdeck's."""
-    import torchdeck
-
-    folder = run_dir / "pylib"
-    (folder / "torchdeck").mkdir(parents=True, exist_ok=True)
-    (folder / "torchdeck" / "__init__.py").write_text(f'__version__ = "{torchdeck.__version__}"\n')
-    shutil.copyfile(Path(torchdeck.__file__).with_name("report.py"), folder / "torchdeck" / "report.py")
-    return folder
-
-
-def check_user_code(spec: JobSpec) -> None:
-    """One clear line before anything starts: a code folder or script that is not there, an
-    interpreter that does not run or lacks torch, a module that does not import."""
-    e = spec.entrypoint
-    python = str(e.python)
-    code = Path(e.code)
-    if not code.is_dir():
-        raise SpecError("entrypoint.code", f"no code folder at {code}", "entrypoint.code is relative to the spec file")
-    if e.script and not (code / e.script).is_file():
-        raise SpecError(
-            "entrypoint.script", f"no script {e.script} in {code}", "check the path (relative to the code folder)"
-        )
-    try:
-        probe = subprocess.run(
-            [python, "-c", PROBE, e.module or ""], cwd=code, capture_output=True, text=True, timeout=120
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BackendError(
-            f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}",
-            "set entrypoint.python to the interpreter of the environment your code needs",
-        ) from None
-    said = (probe.stdout.strip().splitlines() or [probe.stderr.strip()[-200:]])[-1:] or [""]
-    if probe.returncode == 3:
-        raise BackendError(
-            f"torch does not import in {python} (the interpreter that runs your code): {said[0]}",
-            "activate the environment that has torch, or set entrypoint.python (--python) to its interpreter",
-        )
-    if probe.returncode == 4:
-        raise SpecError(
-            "entrypoint.module",
-            f"{e.module} does not import with {python} from {code}: {said[0]}",
-            "run from the folder that holds the package, or set entrypoint.code to it",
-        )
-    if probe.returncode != 0:
-        raise BackendError(f"{python} failed a check: {said[0]}", "set entrypoint.python to a working interpreter")
 
 
 def glob_escape(text: str) -> str:

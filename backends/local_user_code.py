@@ -1,0 +1,91 @@
+"""The user's own code on the local backend, checked before anything starts: which interpreter
+runs it (the spec's, the active environment's, else python3), that it has torch and that the
+script or module is there; and the folder that lends ``torchdeck.report`` to a script whose
+environment lacks torchdeck."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .errors import BackendError, SpecError
+from .spec import JobSpec
+
+
+def user_python(spec: JobSpec, own: str) -> str:
+    """The interpreter that runs the user's code: the spec's, else the active virtual (or conda)
+    environment's, else the first python3 on PATH, else torchdeck's own."""
+    named = spec.entrypoint.python
+    if named:
+        return str(Path(named).expanduser()) if "/" in named else (shutil.which(named) or named)
+    for env in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = os.environ.get(env)
+        if prefix and (Path(prefix) / "bin" / "python").exists():
+            return str(Path(prefix) / "bin" / "python")
+    return shutil.which("python3") or shutil.which("python") or own
+
+
+PROBE = """
+import importlib.util, sys
+if importlib.util.find_spec("torch") is None:  # found, not imported: importing takes seconds
+    print("ModuleNotFoundError: No module named 'torch'"); sys.exit(3)
+module = sys.argv[1]
+if module:
+    try:
+        found = importlib.util.find_spec(module)
+    except Exception as exc:
+        print(f"{type(exc).__name__}: {exc}"); sys.exit(4)
+    if found is None:
+        print(f"no module named {module!r}"); sys.exit(4)
+"""
+
+
+def report_helper(run_dir: Path) -> Path:
+    """A folder holding ``torchdeck.report`` alone (the standard-library reporting helper), so a
+    script in an environment without torchdeck can import it, and nothing else of torchdeck's."""
+    import torchdeck
+
+    folder = run_dir / "pylib"
+    (folder / "torchdeck").mkdir(parents=True, exist_ok=True)
+    (folder / "torchdeck" / "__init__.py").write_text(f'__version__ = "{torchdeck.__version__}"\n')
+    shutil.copyfile(Path(torchdeck.__file__).with_name("report.py"), folder / "torchdeck" / "report.py")
+    return folder
+
+
+def check_user_code(spec: JobSpec) -> None:
+    """One clear line before anything starts: a code folder or script that is not there, an
+    interpreter that does not run or lacks torch, a module that does not import."""
+    e = spec.entrypoint
+    python = str(e.python)
+    code = Path(e.code)
+    if not code.is_dir():
+        raise SpecError("entrypoint.code", f"no code folder at {code}", "entrypoint.code is relative to the spec file")
+    if e.script and not (code / e.script).is_file():
+        raise SpecError(
+            "entrypoint.script", f"no script {e.script} in {code}", "check the path (relative to the code folder)"
+        )
+    try:
+        probe = subprocess.run(
+            [python, "-c", PROBE, e.module or ""], cwd=code, capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BackendError(
+            f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}",
+            "set entrypoint.python to the interpreter of the environment your code needs",
+        ) from None
+    said = (probe.stdout.strip().splitlines() or [probe.stderr.strip()[-200:]])[-1:] or [""]
+    if probe.returncode == 3:
+        raise BackendError(
+            f"torch does not import in {python} (the interpreter that runs your code): {said[0]}",
+            "activate the environment that has torch, or set entrypoint.python (--python) to its interpreter",
+        )
+    if probe.returncode == 4:
+        raise SpecError(
+            "entrypoint.module",
+            f"{e.module} does not import with {python} from {code}: {said[0]}",
+            "run from the folder that holds the package, or set entrypoint.code to it",
+        )
+    if probe.returncode != 0:
+        raise BackendError(f"{python} failed a check: {said[0]}", "set entrypoint.python to a working interpreter")
