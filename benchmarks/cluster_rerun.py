@@ -31,7 +31,7 @@ def main() -> int:
     a = p.parse_args()
     sys.path.insert(0, str(REPO / "tests" / "support"))
     from kube_cluster import start_cluster, stop_cluster
-    from test_kubernetes_backend import NS, install
+    from kube_jobs import NS, install
 
     from torchdeck.backends import bundle
     from torchdeck.backends.kubernetes.backend import KubernetesBackend

@@ -43,7 +43,7 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
     backend = KubernetesBackend(cluster.kubeconfig)
     # the Training Operator's own CRD, as its release publishes it (manifests/crds/)
     crd = crds.crd(crds.latest("pytorchjob").crd_file)
-    backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+    backend.client.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
     spec = spec_from_dict(
         {"name": "bench", "nodes": pods, "nproc_per_node": 1, "namespace": NS, "image": "repo/torchdeck:1"}
     )
@@ -69,7 +69,7 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
             for s in range(1, lines + 1)
         ]
         cluster.call(cluster.emulator.script_log, NS, name, log, rate=rate, ended=False)
-        backend.request(
+        backend.client.request(
             "POST",
             f"api/v1/namespaces/{NS}/pods",
             body={

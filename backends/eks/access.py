@@ -41,6 +41,8 @@ from .session import AwsSession, redact, translate
 if TYPE_CHECKING:
     from ..kubernetes.backend import KubernetesBackend
 
+    pass
+
 TOKEN_PREFIX = "k8s-aws-v1."
 EXEC_API = "client.authentication.k8s.io/v1beta1"
 

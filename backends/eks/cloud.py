@@ -23,6 +23,7 @@ from .access import ClusterRecord
 from .progress import Progress
 
 if TYPE_CHECKING:
+    from ..kubernetes.client import KubeClient
     from ..spec import JobSpec
     from .cluster import ClusterState
     from .image_plan import BuildContext, ImagePlan
@@ -100,11 +101,11 @@ class EksCloud:
             name = known[0]
         return self.record(name, region)
 
-    def kube(self, record: ClusterRecord) -> Any:
-        """The Kubernetes client on the cluster's context (connecting first where there is none)."""
+    def kube(self, record: ClusterRecord) -> KubeClient:
+        """The connection to the cluster's API on its context (connecting first where there is none)."""
         from .access import cluster_kube
 
-        return cluster_kube(record, self.session(record.region), self.kube_factory)
+        return cluster_kube(record, self.session(record.region), self.kube_factory).client
 
     # -- cluster --------------------------------------------------------------------------
 

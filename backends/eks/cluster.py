@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError
+from ..kubernetes.client import KubeClient
 from ..ledger import ResourceKindName
 from .access import ClusterRecord, remove_context
 from .create import POLL_S, TIMEOUT_S, run_eksctl
@@ -113,7 +114,7 @@ def cluster_state(aws: AwsSession, name: str, record: ClusterRecord | None = Non
     return state
 
 
-def node_states(kube: Any) -> list[NodeState]:
+def node_states(kube: KubeClient) -> list[NodeState]:
     """Every node: ready or not (and why), its nodegroup, type and GPUs."""
     from ..kubernetes.client import api_path, quantity
 

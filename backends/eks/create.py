@@ -114,7 +114,7 @@ async def create_native(
     poll_s: float = POLL_S,
     timeout_s: float = TIMEOUT_S,
 ) -> AsyncIterator[Progress]:
-    """torchdeck's own path (no eksctl). ``kube(kubeconfig, context)`` gives the Kubernetes client for the
+    """torchdeck's own path (no eksctl). ``kube(kubeconfig, context)`` gives the Kubernetes backend for the
     last steps (default: the kubernetes backend on the context just written)."""
     clock = Clock()
     name = plan.name
@@ -290,12 +290,14 @@ async def create_native(
     path, context = await _connect(aws, name, record, kubeconfig)
     yield Progress("kubeconfig", f"context {context} in {path} (exec authentication, mode 0600)", clock())
 
-    client = await asyncio.to_thread(cluster_kube, record, aws, kube)
+    cluster_backend = await asyncio.to_thread(cluster_kube, record, aws, kube)
     if s3_role:
-        await asyncio.to_thread(ensure_service_account, client, plan.namespace, plan.service_account, s3_role, name)
+        await asyncio.to_thread(
+            ensure_service_account, cluster_backend.client, plan.namespace, plan.service_account, s3_role, name
+        )
         yield Progress("kubernetes", f"service account {plan.namespace}/{plan.service_account} -> {s3_role}", clock())
     if any(ng.gpu for ng in plan.nodegroups):
-        await asyncio.to_thread(ensure_object, client, device_plugin(name))
+        await asyncio.to_thread(ensure_object, cluster_backend.client, device_plugin(name))
         yield Progress("kubernetes", "NVIDIA device plugin on the GPU nodes", clock())
     yield _created(record, context, clock)
 

@@ -12,7 +12,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
-from ..kubernetes.client import ensure_object
+from ..kubernetes.client import KubeClient, ensure_object
 from .plan import CLUSTER_TAG
 from .session import AwsSession
 
@@ -137,7 +137,7 @@ async def ensure_role(
     return role["Arn"], made
 
 
-def ensure_service_account(kube: Any, namespace: str, account: str, role_arn: str, cluster: str) -> None:
+def ensure_service_account(kube: KubeClient, namespace: str, account: str, role_arn: str, cluster: str) -> None:
     """The Kubernetes service account (and its namespace) whose pods take the IAM role (IRSA)."""
     if namespace != "default":
         ensure_object(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})

@@ -124,14 +124,16 @@ async def build_with_kaniko(
         trust_service_account(provider, net.issuer, plan.namespace, BUILDER_ACCOUNT),
         inline=builder_policy(repo["repositoryArn"], bucket, key),
     )
-    client = await asyncio.to_thread(cluster_kube, record, aws, kube)
-    await asyncio.to_thread(ensure_service_account, client, plan.namespace, BUILDER_ACCOUNT, role, plan.cluster)
+    cluster_backend = await asyncio.to_thread(cluster_kube, record, aws, kube)
+    await asyncio.to_thread(
+        ensure_service_account, cluster_backend.client, plan.namespace, BUILDER_ACCOUNT, role, plan.cluster
+    )
     record.note_object(
         {"kind": "ServiceAccount", "metadata": {"name": BUILDER_ACCOUNT, "namespace": plan.namespace}}, True, 3, "image"
     )
     name = f"torchdeck-build-{tag}"[:63].rstrip("-")
     for obj in render_kaniko(plan, name, str(S3Url(bucket, key)), destination, dockerfile, build_args):
-        made = await asyncio.to_thread(ensure_object, client, obj)
+        made = await asyncio.to_thread(ensure_object, cluster_backend.client, obj)
         record.note_object(obj, made, 0, "image")
     yield Progress(
         "build", f"Kaniko job {plan.namespace}/{name} builds {dockerfile or plan.dockerfile} in the cluster", clock()
@@ -145,7 +147,7 @@ async def build_with_kaniko(
 
     waiting = asyncio.ensure_future(
         asyncio.to_thread(
-            client.wait_task,
+            cluster_backend.wait_task,
             name,
             plan.namespace,
             timeout_s,
@@ -166,7 +168,7 @@ async def build_with_kaniko(
     for line in output.splitlines()[-5:]:
         yield Progress("build", line, clock(), "output")
     digest = ""
-    for pod in await asyncio.to_thread(client.pods, name, plan.namespace):
+    for pod in await asyncio.to_thread(cluster_backend.pods, name, plan.namespace):
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             message = ((status.get("state") or {}).get("terminated") or {}).get("message") or ""
             digest = (DIGEST.findall(message) or [digest])[-1]

@@ -25,7 +25,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...trainer.s3url import S3Url
 from ..errors import BackendError
@@ -46,6 +46,9 @@ from .plan import CLUSTER_TAG, s3_policy
 from .progress import Clock, FileSystemReady, Progress, StorageReady, wait_until
 from .session import AwsError, AwsSession
 from .storage_plan import StoragePlan, validate_storage
+
+if TYPE_CHECKING:
+    from ..kubernetes.backend import KubernetesBackend
 
 POLL_S = 15.0
 TIMEOUT_S = 30 * 60
@@ -502,11 +505,11 @@ async def create_storage(
             yield p
         objects = render_storage(plan, file_system)
 
-    client = None
+    cluster_backend: KubernetesBackend | None = None
     if objects:
-        client = await asyncio.to_thread(cluster_kube, record, aws, kube)
+        cluster_backend = await asyncio.to_thread(cluster_kube, record, aws, kube)
         for obj in objects:
-            made = await asyncio.to_thread(ensure_object, client, obj)
+            made = await asyncio.to_thread(ensure_object, cluster_backend.client, obj)
             record.note_object(obj, made, OBJECT_RANK[obj["kind"]], "storage")
             yield Progress(
                 "kubernetes", f"{'applied' if made else 'updated'} {obj['kind']} {obj['metadata']['name']}", clock()
@@ -531,9 +534,11 @@ async def create_storage(
                 Bucket=plan.bucket,
                 Policy=json.dumps(bucket_policy(plan.bucket, plan.prefix, role)),
             )
-        client = client or await asyncio.to_thread(cluster_kube, record, aws, kube)
+        on_cluster = cluster_backend
+        if on_cluster is None:
+            on_cluster = await asyncio.to_thread(cluster_kube, record, aws, kube)
         await asyncio.to_thread(
-            ensure_service_account, client, plan.namespace, plan.service_account, role, plan.cluster
+            ensure_service_account, on_cluster.client, plan.namespace, plan.service_account, role, plan.cluster
         )
         record.note_object(
             {"kind": "ServiceAccount", "metadata": {"name": plan.service_account, "namespace": plan.namespace}},

@@ -75,8 +75,10 @@ DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
 DCGM_PORT = 9400
 
 
-class KubernetesBackend(KubeClient, Backend):
-    """Jobs on a Kubernetes cluster."""
+class KubernetesBackend(Backend):
+    """Jobs on a Kubernetes cluster, through one connection (``client``, a ``KubeClient``): the
+    backend holds a client rather than being one, so what needs only the API (the preflight, the
+    pod and log streams) takes the client."""
 
     name = "kubernetes"
 
@@ -88,7 +90,8 @@ class KubernetesBackend(KubeClient, Backend):
         ledger_dir: str | Path | None = None,
         code_bucket: str | None = None,
     ):
-        super().__init__(kubeconfig, context)
+        self.client = KubeClient(kubeconfig, context)
+        """The connection to the cluster: every API request goes through it."""
         self.code_bucket = code_bucket
         """Where a code bundle too large for a ConfigMap goes when the spec says nothing (eks: the
         cluster's model bucket)."""
@@ -108,8 +111,13 @@ class KubernetesBackend(KubeClient, Backend):
         """kind -> (when read, the cluster's CRD)."""
 
     def __getstate__(self) -> dict:
-        """A copy for another process: it opens its own connection."""
-        return {**super().__getstate__(), "_node_cache": {}, "_crds": {}}
+        """A copy for another process: it opens its own connection (the client's own pickling)."""
+        return {**self.__dict__, "_node_cache": {}, "_crds": {}}
+
+    @property
+    def kubeconfig(self) -> str | None:
+        """The kubeconfig file the connection reads (None: $KUBECONFIG or ~/.kube/config)."""
+        return self.client.kubeconfig
 
     # -- rendering and submitting ---------------------------------------------------
 
@@ -137,7 +145,9 @@ class KubernetesBackend(KubeClient, Backend):
             return cached[1]
         info = KIND_INFO[kind]
         try:
-            definition = self.request("GET", api_path("CustomResourceDefinition", name=f"{info.plural}.{info.group}"))
+            definition = self.client.request(
+                "GET", api_path("CustomResourceDefinition", name=f"{info.plural}.{info.group}")
+            )
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -192,7 +202,7 @@ class KubernetesBackend(KubeClient, Backend):
         for obj in rendered.objects:
             bundle = obj["kind"] == "ConfigMap" and CODE_LABEL in obj["metadata"]["labels"]
             try:
-                self.request("POST", api_path(api_of(obj["kind"]), spec.namespace), body=obj)
+                self.client.request("POST", api_path(api_of(obj["kind"]), spec.namespace), body=obj)
             except ApiError as exc:
                 if bundle and exc.status == 409:
                     continue  # named by its digest: this code was sent before
@@ -232,7 +242,7 @@ class KubernetesBackend(KubeClient, Backend):
         from ..ledger import Ledger
 
         ledger = Ledger(self.ledger_dir)
-        place = ledger.place(self.current_context())
+        place = ledger.place(self.client.current_context())
         ledger.add(
             "k8s-object",
             f"{place.context}/{path}",
@@ -248,7 +258,7 @@ class KubernetesBackend(KubeClient, Backend):
         from ..ledger import Ledger
 
         ledger = Ledger(self.ledger_dir)
-        place = ledger.place(self.current_context())
+        place = ledger.place(self.client.current_context())
         ledger.gone("k8s-object", f"{place.context}/{path}", place.region)
 
     # -- finding runs ---------------------------------------------------------------
@@ -262,10 +272,10 @@ class KubernetesBackend(KubeClient, Backend):
             while items is None:
                 path = api_path(job_api(key), namespace)
                 try:
-                    items = self.request("GET", path, query={"labelSelector": selector}).get("items", [])
+                    items = self.client.request("GET", path, query={"labelSelector": selector}).get("items", [])
                 except ApiError as exc:
                     if exc.status == 403 and namespace is None:  # may not list cluster-wide: the context's
-                        namespace = self.context_namespace or "default"
+                        namespace = self.client.context_namespace or "default"
                         continue
                     if exc.status in (403, 404):
                         items = []  # kind not installed, or not ours to see
@@ -279,7 +289,7 @@ class KubernetesBackend(KubeClient, Backend):
         if known:
             key, ns = known
             try:
-                return key, self.request("GET", api_path(job_api(key), ns, run_id))
+                return key, self.client.request("GET", api_path(job_api(key), ns, run_id))
             except ApiError as exc:
                 if exc.status != 404:
                     raise
@@ -307,9 +317,9 @@ class KubernetesBackend(KubeClient, Backend):
         return self._selectors.get(run_id) or f"{RUN_LABEL}={run_id}"
 
     def pods(self, run_id: str, namespace: str) -> list[dict[str, Any]]:
-        return self.request("GET", api_path("Pod", namespace), query={"labelSelector": self.pod_selector(run_id)}).get(
-            "items", []
-        )
+        return self.client.request(
+            "GET", api_path("Pod", namespace), query={"labelSelector": self.pod_selector(run_id)}
+        ).get("items", [])
 
     def _pod_findings(self, namespace: str, pods: list[dict[str, Any]]) -> list[Finding]:
         """What is wrong with these pods; the scheduler's events are read for Pending ones only."""
@@ -326,7 +336,7 @@ class KubernetesBackend(KubeClient, Backend):
 
     def _events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
         try:
-            return self.request(
+            return self.client.request(
                 "GET", api_path("Event", namespace), query={"fieldSelector": f"involvedObject.name={pod}"}
             ).get("items", [])
         except BackendError:
@@ -350,7 +360,7 @@ class KubernetesBackend(KubeClient, Backend):
         if not first:
             return
         try:
-            tail = self.request(
+            tail = self.client.request(
                 "GET",
                 api_path("Pod", namespace, first[0]["metadata"]["name"], "log"),
                 query={"tailLines": 200},
@@ -408,12 +418,12 @@ class KubernetesBackend(KubeClient, Backend):
         key, obj = self._job(run_id)
         name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        self.request("DELETE", api_path(job_api(key), ns, name), body=body)
+        self.client.request("DELETE", api_path(job_api(key), ns, name), body=body)
         self._forget(api_path(job_api(key), ns, name))
         for kind in ("Service", "Deployment", "NetworkPolicy"):  # the plain Job's service, the ElasticJob's etcd
             selector = {"labelSelector": f"{RUN_LABEL}={name}"}
-            for item in self.request("GET", api_path(kind, ns), query=selector).get("items", []):
-                self.request("DELETE", api_path(kind, ns, item["metadata"]["name"]), body=body)
+            for item in self.client.request("GET", api_path(kind, ns), query=selector).get("items", []):
+                self.client.request("DELETE", api_path(kind, ns, item["metadata"]["name"]), body=body)
                 self._forget(api_path(kind, ns, item["metadata"]["name"]))
         status = self._status_of(key, obj, [])
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
@@ -441,7 +451,7 @@ class KubernetesBackend(KubeClient, Backend):
 
     def _task_exists(self, namespace: str, name: str) -> bool:
         try:
-            self.request("GET", api_path("Job", namespace, name))
+            self.client.request("GET", api_path("Job", namespace, name))
         except ApiError as exc:
             if exc.status == 404:
                 return False
@@ -461,7 +471,7 @@ class KubernetesBackend(KubeClient, Backend):
         path = api_path("Job", namespace, name)
         deadline = time.monotonic() + timeout_s
         while True:
-            job = self.request("GET", path)
+            job = self.client.request("GET", path)
             pods = self.pods(name, namespace)
             state, reason = job_state("job", job, pods)
             if state.is_terminal:
@@ -479,7 +489,7 @@ class KubernetesBackend(KubeClient, Backend):
         output = ""
         for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
             try:
-                output = self.request(
+                output = self.client.request(
                     "GET", api_path("Pod", namespace, pod["metadata"]["name"], "log"), stream=True
                 ).data.decode(errors="replace")
             except BackendError:
@@ -501,7 +511,7 @@ class KubernetesBackend(KubeClient, Backend):
                 continue
             try:
                 tail = (
-                    self.request(
+                    self.client.request(
                         "GET",
                         api_path("Pod", namespace, pod["metadata"]["name"], "log"),
                         query={"tailLines": 1},
@@ -728,7 +738,9 @@ class KubernetesBackend(KubeClient, Backend):
         """Per node, its GPUs as the DCGM exporter pod on it reports them
         (through the API server's pod proxy); nothing where none runs."""
         try:
-            exporters = self.request("GET", api_path("Pod"), query={"labelSelector": DCGM_SELECTOR}).get("items", [])
+            exporters = self.client.request("GET", api_path("Pod"), query={"labelSelector": DCGM_SELECTOR}).get(
+                "items", []
+            )
         except BackendError:
             return {}
         found: dict[str, list[GpuMetrics]] = {}
@@ -738,7 +750,7 @@ class KubernetesBackend(KubeClient, Backend):
                 continue
             meta = pod["metadata"]
             try:
-                text = self.request(
+                text = self.client.request(
                     "GET",
                     api_path("Pod", meta.get("namespace", "default"), f"{meta['name']}:{DCGM_PORT}", "proxy/metrics"),
                     stream=True,
@@ -758,7 +770,7 @@ class KubernetesBackend(KubeClient, Backend):
         usage: dict[str, dict[str, str]] = {}
         note = ""
         try:
-            for item in self.request("GET", api_path("NodeMetrics")).get("items", []):
+            for item in self.client.request("GET", api_path("NodeMetrics")).get("items", []):
                 usage[item["metadata"]["name"]] = item.get("usage") or {}
         except ApiError:
             note = "no metrics-server: install it for node CPU and memory"
@@ -766,7 +778,7 @@ class KubernetesBackend(KubeClient, Backend):
         out = []
         for node_name in node_names:
             try:
-                node = self.request("GET", api_path("Node", name=node_name))
+                node = self.client.request("GET", api_path("Node", name=node_name))
             except ApiError:
                 continue
             alloc = (node.get("status") or {}).get("allocatable") or {}

@@ -37,13 +37,13 @@ def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> lis
             )
         else:
             found += served_findings(rendered, definition)
-    if not kube.exists(api_path("Namespace", name=ns)):
+    if not kube.client.exists(api_path("Namespace", name=ns)):
         found.append(Finding(ns, f"namespace {ns} does not exist", f"kubectl create namespace {ns}"))
         return found
     c = spec.cluster
     if c.pvc:
         try:
-            pvc = kube.request("GET", api_path("PersistentVolumeClaim", ns, c.pvc))
+            pvc = kube.client.request("GET", api_path("PersistentVolumeClaim", ns, c.pvc))
             phase = (pvc.get("status") or {}).get("phase")
             if phase != "Bound":
                 found.append(
@@ -64,7 +64,7 @@ def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> lis
                     "create it (torchdeck storage create), or fix cluster.pvc",
                 )
             )
-    if c.service_account and not kube.exists(api_path("ServiceAccount", ns, c.service_account)):
+    if c.service_account and not kube.client.exists(api_path("ServiceAccount", ns, c.service_account)):
         found.append(
             Finding(
                 c.service_account,
@@ -109,7 +109,7 @@ def gpu_findings(kube: KubernetesBackend, spec: JobSpec) -> list[Finding]:
     """No node that matches the job's node selector has the GPUs it asks for."""
     wanted = spec.resources.gpus
     selector = spec.cluster.node_selector
-    nodes = kube.request("GET", api_path("Node")).get("items", [])
+    nodes = kube.client.request("GET", api_path("Node")).get("items", [])
     matching = [n for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
     with_gpus = [
         n

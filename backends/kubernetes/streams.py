@@ -100,12 +100,12 @@ class PodWatcher:
         while not self._stop.is_set():
             try:
                 if rv is None:
-                    listing = self.backend.request("GET", path, query={"labelSelector": selector})
+                    listing = self.backend.client.request("GET", path, query={"labelSelector": selector})
                     self.pods = {p["metadata"]["name"]: p for p in listing.get("items", [])}
                     rv = (listing.get("metadata") or {}).get("resourceVersion")
                     self.relists += 1
                     self.on_change(dict(self.pods))
-                self._response = self.backend.request(
+                self._response = self.backend.client.request(
                     "GET",
                     path,
                     query={
@@ -434,7 +434,7 @@ class PodLogFollower:
             "previous": "true" if stream.previous else None,
         }
         try:
-            response = self.backend.request(
+            response = self.backend.client.request(
                 "GET", api_path("Pod", self.namespace, stream.pod, "log"), query=query, stream=True, timeout=None
             )
         except Exception as exc:  # the API's errors; urllib3's and the socket's

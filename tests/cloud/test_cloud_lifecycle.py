@@ -184,7 +184,7 @@ def test_without_an_engine_auto_builds_in_the_cluster_and_docker_is_refused(
 def be_kaniko(kube, digest_holder: dict[str, str], prefix: str = "torchdeck-build-") -> threading.Thread:
     """The Job controller and the kubelet for the next image-build Job: push an image into ECR as Kaniko
     would, then end the pod with the digest in its termination message."""
-    api = KubernetesBackend(kube.kubeconfig)
+    api = KubernetesBackend(kube.kubeconfig).client
 
     def run() -> None:
         deadline = time.monotonic() + 30
@@ -273,7 +273,7 @@ def test_kaniko_builds_in_the_cluster_from_a_context_in_s3(eks_cluster, tmp_path
     resources = {s["Sid"]: s["Resource"] for s in policy["Statement"]}
     assert resources["Context"] == f"arn:aws:s3:::torchdeck-models-demo/{keys[0]}"
     assert resources["Push"].endswith(":repository/torchdeck-trainer")
-    account = KubernetesBackend(kube.kubeconfig).request(
+    account = KubernetesBackend(kube.kubeconfig).client.request(
         "GET", "api/v1/namespaces/default/serviceaccounts/torchdeck-image-builder"
     )
     assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(

@@ -238,11 +238,13 @@ def test_native_create_makes_the_cluster_its_roles_and_the_irsa_role(tmp_path, a
 
     # the Kubernetes side, through the context create wrote (exec authentication against kmock)
     backend = KubernetesBackend(kubeconfig, "torchdeck-demo")
-    account = backend.request("GET", "api/v1/namespaces/default/serviceaccounts/torchdeck-s3")
+    account = backend.client.request("GET", "api/v1/namespaces/default/serviceaccounts/torchdeck-s3")
     assert account["metadata"]["annotations"] == {
         "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/torchdeck-demo-s3"
     }
-    plugin = backend.request("GET", "apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin-daemonset")
+    plugin = backend.client.request(
+        "GET", "apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin-daemonset"
+    )
     assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {"torchdeck.dev/gpu": "true"}
 
     saved = json.loads(record.path.read_text())
@@ -505,7 +507,7 @@ def test_the_command_line_life_of_a_cluster_leaks_no_credential(tmp_path, aws_en
     assert "with native" in done.stdout and "] kubernetes       service account default/torchdeck-s3" in done.stdout
     # nodes join (kmock: posted the way kubelets register), then status shows their readiness
     for name, ready in (("ip-10-0-1-10", "True"), ("ip-10-0-2-20", "False")):
-        KubernetesBackend(kubeconfig, "torchdeck-demo").request(
+        KubernetesBackend(kubeconfig, "torchdeck-demo").client.request(
             "POST",
             "api/v1/nodes",
             body={

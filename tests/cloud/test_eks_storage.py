@@ -41,7 +41,7 @@ def kube_object(kube, path: str) -> dict[str, Any] | None:
     from torchdeck.backends.kubernetes.client import ApiError
 
     try:
-        return KubernetesBackend(kube.kubeconfig).request("GET", path)
+        return KubernetesBackend(kube.kubeconfig).client.request("GET", path)
     except ApiError as exc:
         if exc.status == 404:
             return None

@@ -47,7 +47,7 @@ def test_each_kind_is_stored_as_rendered(kube_backend, kind):
     run_id = kube_backend.submit(spec)
     expected = render(spec, run_id, kind)
     for obj in expected.objects:
-        stored = kube_backend.request("GET", api_path(api_of(obj["kind"]), NS, obj["metadata"]["name"]))
+        stored = kube_backend.client.request("GET", api_path(api_of(obj["kind"]), NS, obj["metadata"]["name"]))
         assert stored["kind"] == obj["kind"] and stored["apiVersion"] == obj["apiVersion"]
         assert stored["metadata"]["labels"] == obj["metadata"]["labels"]
         assert stored["metadata"]["labels"][RUN_LABEL] == run_id
@@ -63,7 +63,9 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(kube_back
     install(kube_backend, kinds=("job",))
     install_crd(kube_backend, target.crd_file)
     run_id = kube_backend.submit(make_spec(cluster={"kind": "trainjob"}))
-    stored = kube_backend.request("GET", f"apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{run_id}")
+    stored = kube_backend.client.request(
+        "GET", f"apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{run_id}"
+    )
     assert set(stored["spec"]) & set(crds.TRAINJOB_OVERRIDES) == {target.pod_overrides}
     assert "'claimName': 'shared'" in repr(stored["spec"][target.pod_overrides])
     assert crds.check(stored, crds.target_schema(target)).problems == []
@@ -72,7 +74,7 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(kube_back
         if target.pod_overrides == "podSpecOverrides"
         else {RUN_LABEL: run_id}
     )
-    kube_backend.request(
+    kube_backend.client.request(
         "POST",
         f"api/v1/namespaces/{NS}/pods",
         body={
@@ -132,7 +134,7 @@ def test_preflight_stops_a_job_that_cannot_run(kube_backend, setup, kind, words,
         kube_backend.submit(make_spec(cluster={"kind": kind}))
     assert words in err.value.message and fix in err.value.hint
     assert kube_backend.list() == []  # nothing was created
-    assert kube_backend.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs").get("items", []) == []
+    assert kube_backend.client.request("GET", f"apis/batch/v1/namespaces/{NS}/jobs").get("items", []) == []
 
 
 def test_preflight_missing_namespace_and_gpus_on_a_cpu_pool(kube_backend):
@@ -151,7 +153,7 @@ def test_status_follows_the_operator_and_explains_pending_pods(kube_api, kube_ba
     install(kube_backend)
     run_id = kube_backend.submit(make_spec())
     master = make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", phase="Pending")
-    kube_backend.request(
+    kube_backend.client.request(
         "PATCH",
         f"api/v1/namespaces/{NS}/pods/{master['metadata']['name']}/status",
         body={
@@ -183,7 +185,7 @@ def test_status_follows_the_operator_and_explains_pending_pods(kube_api, kube_ba
     assert running.state is JobState.RUNNING and (running.step, running.epoch, running.loss) == (12, 1, 1.7)
     # it reads only the log's tail, which the kubelet (and tests/support/kube_cluster.py) serves as asked
     log = f"api/v1/namespaces/{NS}/pods/{run_id}-master-0/log"
-    tail = kube_backend.request("GET", log, query={"tailLines": 2}, stream=True).data
+    tail = kube_backend.client.request("GET", log, query={"tailLines": 2}, stream=True).data
     assert tail.decode().splitlines() == [metric_line(1, 11, 1.8), metric_line(0, 12, 1.7)]
     set_conditions(
         kube_backend,
@@ -234,7 +236,7 @@ def test_list_and_cancel_remove_every_object_of_the_run(kube_backend):
     assert {s.run_id for s in kube_backend.list()} == {first, second}
     stopped = kube_backend.cancel(first)
     assert stopped.state is JobState.CANCELLED
-    assert kube_backend.request("GET", f"api/v1/namespaces/{NS}/services").get("items") == []
+    assert kube_backend.client.request("GET", f"api/v1/namespaces/{NS}/services").get("items") == []
     assert [s.run_id for s in kube_backend.list()] == [second]
     with pytest.raises(RunNotFound):
         kube_backend.status("nothing-like-it")
@@ -444,7 +446,7 @@ def play_task_job(kube_backend, kube_api, task, log_lines, succeed=True):
     def run():
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            jobs = kube_backend.request(
+            jobs = kube_backend.client.request(
                 "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": f"torchdeck.dev/task={task}"}
             ).get("items", [])
             if jobs:
@@ -456,7 +458,7 @@ def play_task_job(kube_backend, kube_api, task, log_lines, succeed=True):
         make_pod(kube_backend, name, pod, phase="Running")
         time.sleep(0.5)
         set_phase(kube_backend, pod, "Succeeded" if succeed else "Failed")
-        kube_backend.request(
+        kube_backend.client.request(
             "PATCH",
             f"apis/batch/v1/namespaces/{NS}/jobs/{name}/status",
             body={
@@ -491,7 +493,7 @@ def test_model_test_job_reports_accuracy_per_class(kube_api, kube_backend):
     waits: list = []
     got = kube_backend.test_model(make_spec(), on_wait=waits.append)
     assert got == result and waits[0].startswith("started job training/cifar10-test-")
-    job = kube_backend.request(
+    job = kube_backend.client.request(
         "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": "torchdeck.dev/task=model-test"}
     )["items"][0]
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -511,14 +513,14 @@ def test_a_model_on_the_volume_leaves_through_s3_with_the_model_copy_job(kube_ap
         waits: list[str] = []
         got = kube_backend.fetch_model(run_id, lambda spec: "s3://models/torchdeck/", waits.append, location=location)
         assert got == target and waits[0] == f"{source} is on the cluster's volume: copying it to {target} with a job"
-        jobs = kube_backend.request(
+        jobs = kube_backend.client.request(
             "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": "torchdeck.dev/task=model-copy"}
         )["items"]
         job = max(jobs, key=lambda j: j["metadata"]["name"])
         args = job["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args == ["--copy", source, target]
         for old in jobs:
-            kube_backend.request("DELETE", f"apis/batch/v1/namespaces/{NS}/jobs/{old['metadata']['name']}")
+            kube_backend.client.request("DELETE", f"apis/batch/v1/namespaces/{NS}/jobs/{old['metadata']['name']}")
     # one in S3 already is fetched from there, with no job
     assert kube_backend.fetch_model(run_id, lambda spec: "unused", location="s3://models/m.pt") == "s3://models/m.pt"
 
@@ -614,7 +616,7 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(kube_api, kube_b
     make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", node="gpu-0")
     make_pod(kube_backend, run_id, f"{run_id}-worker-0", "worker", node="cpu-0")
     for node, cpu, mem in (("gpu-0", "6", "30Gi"), ("cpu-0", "2000m", "8Gi")):
-        kube_backend.request(
+        kube_backend.client.request(
             "POST",
             "apis/metrics.k8s.io/v1beta1/nodes",
             body={
@@ -626,7 +628,7 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(kube_api, kube_b
             },
         )
     kube_api.emulator.namespaces.add("gpu-operator")
-    kube_backend.request(
+    kube_backend.client.request(
         "POST",
         "api/v1/namespaces/gpu-operator/pods",
         body={

@@ -126,7 +126,7 @@ def test_an_unchanged_folder_is_sent_once_and_an_edit_sends_only_the_new_bundle(
     kube_backend.submit(user_spec(folder))
     packed = bundle.pack(folder)
     assert kube_backend.sent == [f"configmap {NS}/{packed.configmap}"]
-    stored = kube_backend.request("GET", api_path("ConfigMap", NS, packed.configmap))
+    stored = kube_backend.client.request("GET", api_path("ConfigMap", NS, packed.configmap))
     assert hashlib.sha256(base64.b64decode(stored["binaryData"]["code.tar.gz"])).hexdigest() == packed.sha256
     kube_backend.submit(user_spec(folder, name="again"))
     assert kube_backend.sent == []  # the cluster has this code: nothing is sent
@@ -150,7 +150,7 @@ def test_a_bundle_over_the_configmap_limit_goes_through_the_bucket(kube_api, kub
     key = f"team/code/{packed.sha256}.tar.gz"
     assert eks_like.sent == [f"s3://models-demo/{key}"]
     assert s3.get_object(Bucket="models-demo", Key=key)["Body"].read() == packed.data
-    job = eks_like.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}")
+    job = eks_like.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}")
     pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     fetch = pod["initContainers"][0]
     assert fetch["name"] == "fetch-code" and fetch["image"] == AWS_CLI_IMAGE

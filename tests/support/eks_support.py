@@ -28,10 +28,10 @@ REGION = "us-east-1"
 def kube(tmp_path: Path, moto_gaps):
     """A kmock API server that the clusters moto makes point at."""
     (tmp_path / "kmock").mkdir()
-    eks_cluster, thread = start_cluster(tmp_path / "kmock")
-    moto_gaps.cluster_endpoint = eks_cluster.url
-    yield eks_cluster
-    stop_cluster(eks_cluster, thread)
+    server, thread = start_cluster(tmp_path / "kmock")
+    moto_gaps.cluster_endpoint = server.url
+    yield server
+    stop_cluster(server, thread)
 
 
 @pytest.fixture

@@ -49,7 +49,9 @@ def make_spec(**changes):
 
 def install_crd(kube_backend, crd_file):
     """An operator's own CRD, as its release publishes it (manifests/crds/)."""
-    kube_backend.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crds.crd(crd_file))
+    kube_backend.client.request(
+        "POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crds.crd(crd_file)
+    )
 
 
 def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, cpu_nodes=1):
@@ -58,7 +60,7 @@ def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, 
     for kind in kinds:
         if KIND_INFO[kind].group != "batch":
             install_crd(kube_backend, crds.latest(kind).crd_file)
-    kube_backend.request(
+    kube_backend.client.request(
         "POST",
         f"api/v1/namespaces/{NS}/persistentvolumeclaims",
         body={
@@ -69,7 +71,7 @@ def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, 
         },
     )
     if sa:
-        kube_backend.request(
+        kube_backend.client.request(
             "POST",
             f"api/v1/namespaces/{NS}/serviceaccounts",
             body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "torchdeck-s3"}},
@@ -80,7 +82,7 @@ def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, 
         for i in range(count):
             node = {"name": f"{pool}-{i}", "labels": {"pool": pool}}
             body = {"apiVersion": "v1", "kind": "Node", "metadata": node, "status": {"allocatable": allocatable}}
-            kube_backend.request("POST", "api/v1/nodes", body=body)
+            kube_backend.client.request("POST", "api/v1/nodes", body=body)
 
 
 def make_pod(kube_backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0"):
@@ -113,7 +115,7 @@ def make_pod(kube_backend, run_id, name, replica_type="worker", index=0, phase="
             ],
         },
     }
-    kube_backend.request("POST", f"api/v1/namespaces/{NS}/pods", body=body)
+    kube_backend.client.request("POST", f"api/v1/namespaces/{NS}/pods", body=body)
     return body
 
 
@@ -132,7 +134,7 @@ def set_phase(kube_backend, pod, phase, restarts=0):
         if phase == "Running"
         else {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1}}
     )
-    kube_backend.request(
+    kube_backend.client.request(
         "PATCH",
         f"api/v1/namespaces/{NS}/pods/{pod}/status",
         body={
@@ -146,7 +148,7 @@ def set_phase(kube_backend, pod, phase, restarts=0):
 
 def set_conditions(kube_backend, run_id, *types, message=""):
     path = f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}/status"
-    kube_backend.request(
+    kube_backend.client.request(
         "PATCH",
         path,
         body={
