@@ -4,7 +4,10 @@ EKS, and its YAML file (``torchdeck.yaml`` by default).
 Loading validates every field and names the bad one
 (``torchdeck.yaml: trainer.epochs: must be an integer >= 1, got 'ten'``);
 unknown keys are errors with a "did you mean" hint, so a typo never silently
-falls back to a default."""
+falls back to a default.
+
+Why one module of this size: the spec's dataclasses and the check of each of their fields belong
+together (a field and its check side by side); reading and writing the file is ``files.py``."""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@ It reads its place in the job from torchrun's environment (RANK,
 LOCAL_RANK, WORLD_SIZE, TORCHELASTIC_RESTART_COUNT), trains with DDP over
 gloo (CPU) or nccl (CUDA), evaluates every epoch, snapshots from rank 0,
 resumes from the newest good snapshot, and reports everything as metric lines.
-"""
+
+Why one module of this size: it reads as PyTorch's DDP examples do, the ``Trainer`` class with
+``run_batch``, ``run_epoch`` and ``save_snapshot`` in one place; data, models, checkpoints and
+metrics are modules of their own."""
 
 from __future__ import annotations
 

@@ -10,14 +10,18 @@ Pods are followed by list + watch and every rank's pod log at once, one
 stream per pod (kubectl stops at 5), across container restarts
 (``kube_streams``); the trainer's metric lines in those logs feed the
 monitor exactly as the local backend's files do. What is wrong is read from
-the pods in ``kube_diagnosis``."""
+the pods in ``kube_diagnosis``.
+
+Why one module of this size: it is the ``Backend`` interface's one class for a cluster (submit,
+status, stop, logs, metrics, the task jobs); what stands apart is elsewhere: the API connection
+(``client.py``), streams (``streams.py``), node figures (``node_metrics.py``), the preflight,
+the manifests and the job states (``jobs.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import builtins
 import dataclasses
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -26,7 +30,6 @@ from typing import Any
 from ...trainer.s3url import S3Url
 from ..base import (
     Backend,
-    GpuMetrics,
     JobState,
     JobStatus,
     LogLine,
@@ -41,7 +44,7 @@ from ..names import new_run_id
 from ..spec import JobSpec, spec_from_dict, validate
 from ..textmetrics import RankedText
 from . import crds
-from .client import ApiError, KubeClient, api_path, quantity
+from .client import ApiError, KubeClient, api_path
 from .diagnosis import Finding, diagnose_pod, job_findings
 from .jobs import (
     api_of,
@@ -65,14 +68,13 @@ from .manifests import (
     render,
     render_task,
 )
+from .node_metrics import measure_nodes
 from .preflight import preflight
 from .streams import PodLogFollower, has_started, node_ranks
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 CRD_CACHE_S = 5.0
 NODE_METRICS_TTL_S = 5.0
-DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
-DCGM_PORT = 9400
 
 
 class KubernetesBackend(Backend):
@@ -730,108 +732,7 @@ class KubernetesBackend(Backend):
         cached = self._node_cache.get(run_id)
         if cached and time.monotonic() - cached[0] < NODE_METRICS_TTL_S:
             return cached[1]
-        result = self._measure_nodes(run_id)
+        name, ns, _ = self._namespace_of(run_id)
+        result = measure_nodes(self.client, self.pods(name, ns))
         self._node_cache[run_id] = (time.monotonic(), result)
         return result
-
-    def _dcgm_gpus(self, nodes: set[str]) -> dict[str, builtins.list[GpuMetrics]]:
-        """Per node, its GPUs as the DCGM exporter pod on it reports them
-        (through the API server's pod proxy); nothing where none runs."""
-        try:
-            exporters = self.client.request("GET", api_path("Pod"), query={"labelSelector": DCGM_SELECTOR}).get(
-                "items", []
-            )
-        except BackendError:
-            return {}
-        found: dict[str, list[GpuMetrics]] = {}
-        for pod in exporters:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node not in nodes or (pod.get("status") or {}).get("phase") != "Running":
-                continue
-            meta = pod["metadata"]
-            try:
-                text = self.client.request(
-                    "GET",
-                    api_path("Pod", meta.get("namespace", "default"), f"{meta['name']}:{DCGM_PORT}", "proxy/metrics"),
-                    stream=True,
-                    timeout=5,
-                ).data
-            except BackendError:
-                continue
-            found[node] = parse_dcgm(text.decode(errors="replace"))
-        return found
-
-    def _measure_nodes(self, run_id: str) -> builtins.list[NodeMetrics]:
-        name, ns, _ = self._namespace_of(run_id)
-        pods = self.pods(name, ns)
-        node_names: builtins.list[str] = sorted({str(n) for p in pods if (n := (p.get("spec") or {}).get("nodeName"))})
-        if not node_names:
-            return []
-        usage: dict[str, dict[str, str]] = {}
-        note = ""
-        try:
-            for item in self.client.request("GET", api_path("NodeMetrics")).get("items", []):
-                usage[item["metadata"]["name"]] = item.get("usage") or {}
-        except ApiError:
-            note = "no metrics-server: install it for node CPU and memory"
-        dcgm = self._dcgm_gpus(set(node_names))
-        out = []
-        for node_name in node_names:
-            try:
-                node = self.client.request("GET", api_path("Node", name=node_name))
-            except ApiError:
-                continue
-            alloc = (node.get("status") or {}).get("allocatable") or {}
-            cpu_total = quantity(alloc.get("cpu", "0"))
-            mem_total = quantity(alloc.get("memory", "0"))
-            used = usage.get(node_name, {})
-            gpus = int(quantity(alloc.get("nvidia.com/gpu", "0")))
-            # The API has GPU counts, not utilization: that comes from a DCGM
-            # exporter where one runs (else from the trainer's own gpu_util).
-            measured = dcgm.get(node_name, [])
-            gpu_note = (
-                "" if measured else f"{gpus} GPU(s) allocatable; no DCGM exporter for utilization" if gpus else "no GPU"
-            )
-            out.append(
-                NodeMetrics(
-                    name=node_name,
-                    cpu_percent=100.0 * quantity(used.get("cpu", "0")) / cpu_total if cpu_total else 0.0,
-                    cpu_count=int(cpu_total) or 1,
-                    mem_used_mb=quantity(used.get("memory", "0")) / 2**20,
-                    mem_total_mb=mem_total / 2**20,
-                    gpus=measured,
-                    gpu_note="; ".join(n for n in (gpu_note, note) if n),
-                    hosts=sorted(
-                        p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName") == node_name
-                    ),
-                )
-            )
-        return out
-
-
-def parse_dcgm(text: str) -> list[GpuMetrics]:
-    """GPU utilization and framebuffer memory from a DCGM exporter's
-    Prometheus text (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED/FREE, in MiB)."""
-    gpus: dict[int, dict[str, Any]] = {}
-    for line in text.splitlines():
-        if not line.startswith("DCGM_FI_DEV_") or "{" not in line:
-            continue
-        metric, rest = line.split("{", 1)
-        labels_text, _, value = rest.rpartition("}")
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', labels_text))
-        try:
-            index, number = int(labels.get("gpu", "0")), float(value.split()[0])
-        except (ValueError, IndexError):
-            continue
-        gpu = gpus.setdefault(index, {"name": labels.get("modelName", "GPU")})
-        gpu[metric] = number
-    return [
-        GpuMetrics(
-            i,
-            g["name"],
-            g.get("DCGM_FI_DEV_GPU_UTIL", 0.0),
-            g.get("DCGM_FI_DEV_FB_USED", 0.0),
-            g.get("DCGM_FI_DEV_FB_USED", 0.0) + g.get("DCGM_FI_DEV_FB_FREE", 0.0),
-        )
-        for i, g in sorted(gpus.items())
-    ]

@@ -6,7 +6,10 @@ list again; a failed or dropped connection means reconnect after a backoff
 (said through ``on_retry``), and after MAX_RETRIES failures in a row the
 watcher gives up with ``error`` set. Logs are one stream (and thread) per
 pod, followed again from the start when its container restarts, and from
-where they broke off (by the kubelet's timestamps) when a stream breaks."""
+where they broke off (by the kubelet's timestamps) when a stream breaks.
+
+Why one module of this size: the watch and the log followers share the reconnect and resume
+logic, and its threads' shutdown; splitting them would split that logic."""
 
 from __future__ import annotations
 

@@ -162,3 +162,45 @@ def test_no_module_imports_another_modules_private_names():
             assert not [
                 m for m, _ in found if any(part.startswith("_") and part != "__future__" for part in m.split("."))
             ], path
+
+
+def test_no_import_cycle_outside_the_apps_screens() -> None:
+    """Issue 30: no product module reaches itself through imports made as modules load (imports
+    inside functions and TYPE_CHECKING blocks load nothing then); the Textual app and its screens
+    may know each other (the app opens the screens, a screen asks the app)."""
+    graph: dict[str, set[str]] = {}
+    for folder in FOLDERS:
+        for file, found in imported(folder, top_level_only=True).items():
+            graph[module_of(REPO / file)] = {m for m, _ in found if m.startswith("torchdeck.")}
+    for name in ("settings", "report", "terminal"):
+        graph[f"torchdeck.{name}"] = {m for m, _ in imported_file(REPO / f"{name}.py") if m.startswith("torchdeck.")}
+
+    def allowed(cycle: list[str]) -> bool:
+        return all(m.startswith(("torchdeck.tui.app", "torchdeck.tui.screens", "torchdeck.tui")) for m in cycle)
+
+    cycles = []
+    for start in graph:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                nxt = nxt if nxt in graph else nxt.rsplit(".", 1)[0]  # `from pkg import name`
+                if nxt == start and len(path) > 1:
+                    cycles.append(path)
+                elif nxt not in path and len(path) < 8:
+                    stack.append((nxt, [*path, nxt]))
+    found = [c for c in cycles if not allowed(c)]
+    assert found == [], found[:3]
+
+
+def imported_file(path) -> list[tuple[str, list[str]]]:
+    """The top-level imports of one root module (settings, report, terminal), as ``imported`` gives them."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: list[tuple[str, list[str]]] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = ".".join((["torchdeck"] if node.level else []) + ([node.module] if node.module else []))
+            out.append((module, [a.name for a in node.names]))
+    return out
