@@ -1,7 +1,13 @@
-"""What workers tell screens, in the past tense. Widgets render them."""
+"""What workers tell screens, in the past tense. Widgets render them.
+
+The messages are also the console's one door for text a run, a cluster or AWS wrote (a failure
+reason, a hint, a stack event, a build's output line): each passes ``terminal.as_shown`` as the
+message is made, so no escape sequence in it reaches the terminal the console draws on (a
+reason holding ``ESC [2J`` once blanked the runs screen)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -9,15 +15,27 @@ from textual.message import Message
 
 from torchdeck.backends.base import JobStatus, NodeMetrics, TestResult
 from torchdeck.backends.ledger import Resource
+from torchdeck.terminal import as_shown
 
 if TYPE_CHECKING:  # the EKS types load with the cloud screens, not with the console's first frame
     from torchdeck.backends.eks.preflight import Catalogue, PreflightReport
     from torchdeck.backends.eks.progress import Progress
 
 
+def shown_status(status: JobStatus) -> JobStatus:
+    """The status with its run-written text as a terminal would leave it."""
+    if not (status.reason or status.hint):
+        return status
+    return dataclasses.replace(status, reason=as_shown(status.reason), hint=as_shown(status.hint))
+
+
 @dataclass
 class RunsListed(Message):
     statuses: list[JobStatus]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.statuses = [shown_status(s) for s in self.statuses]
 
 
 @dataclass
@@ -28,6 +46,10 @@ class JobSubmitted(Message):
 @dataclass
 class StatusChanged(Message):
     status: JobStatus
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.status = shown_status(self.status)
 
 
 @dataclass
@@ -48,6 +70,10 @@ class NodesMeasured(Message):
 @dataclass
 class RunStopped(Message):
     status: JobStatus
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.status = shown_status(self.status)
 
 
 @dataclass
@@ -82,6 +108,12 @@ class StepProgressed(Message):
 
     progress: Progress
     group: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.progress = dataclasses.replace(
+            self.progress, phase=as_shown(self.progress.phase), message=as_shown(self.progress.message)
+        )
 
 
 @dataclass

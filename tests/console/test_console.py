@@ -272,7 +272,7 @@ def test_the_runs_table_redraws_only_what_changed_and_puts_a_new_run_on_top(tmp_
         run = state / "runs" / run_id
         (run / "metrics").mkdir(parents=True)
         launch = {"run_id": run_id, "name": "t", "cmd": [], "env": {}, "cwd": ".", "port": 0}
-        (run / "launch.json").write_text(json.dumps({**launch, "submitted_at": at, "world_size": 2}))
+        (run_dir / "launch.json").write_text(json.dumps({**launch, "submitted_at": at, "world_size": 2}))
         if ended:
             (run / "exit.json").write_text(json.dumps({"exit_code": 0, "finished_at": at + 1}))
 
@@ -409,3 +409,41 @@ def test_a_ranks_escape_sequences_and_control_characters_never_reach_the_termina
             assert [seg.text for seg in found if seg.style and seg.style.reverse] == ["disk"]
 
     run(scenario())
+
+
+def test_a_runs_own_escape_sequences_never_reach_the_consoles_terminal(tmp_path):
+    """Issue 29 row 6, the console's door: a failure reason and hint holding a title sequence, a
+    screen clear and a carriage return blanked the runs screen in a real terminal. Every message
+    a worker brings (runs, a status, a cloud step's event) passes terminal.as_shown as it is made."""
+    import json
+    import time as clock
+
+    from torchdeck.backends.base import JobState, JobStatus
+    from torchdeck.backends.local import LocalBackend
+    from torchdeck.tui.messages import RunsListed, StatusChanged, StepProgressed
+
+    hostile = "\x1b]0;pwned\x07\x1b[2J\rboom\x9b31m"
+    run_dir = tmp_path / "state" / "runs" / "evil-1124-000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "launch.json").write_text(json.dumps({"command": ["x"], "port": 1, "submitted_at": clock.time()}))
+    (run_dir / "status.json").write_text(json.dumps({"run_id": run_dir.name, "name": "evil", "backend": "local",
+                                                 "state": "failed", "world_size": 1, "submitted_at": clock.time(),
+                                                 "reason": f"RuntimeError: {hostile}", "hint": hostile}))  # fmt: skip
+
+    async def scenario():
+        app = make_app(settings_for(tmp_path / "state"), LocalBackend(tmp_path / "state"))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
+            await pilot.pause(0.3)
+            shown = screen_lines(app)
+            assert "boom" in shown and "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown
+
+    run(scenario())
+    status = JobStatus("r", "r", "local", JobState.FAILED, 1, 0.0, reason=hostile, hint=hostile)
+    for message in (RunsListed([status]), StatusChanged(status)):
+        texts = [s.reason + s.hint for s in getattr(message, "statuses", [getattr(message, "status", None)])]
+        assert all("\x1b" not in t and "boom" in t for t in texts)
+    from torchdeck.backends.eks.progress import Progress
+
+    step = StepProgressed(Progress("build", f"docker says {hostile}", 1.0, "output"), "image")
+    assert "\x1b" not in step.progress.message and "\x9b" not in step.progress.message and "boom" in step.progress.message
