@@ -272,7 +272,7 @@ def test_the_runs_table_redraws_only_what_changed_and_puts_a_new_run_on_top(tmp_
         run = state / "runs" / run_id
         (run / "metrics").mkdir(parents=True)
         launch = {"run_id": run_id, "name": "t", "cmd": [], "env": {}, "cwd": ".", "port": 0}
-        (run_dir / "launch.json").write_text(json.dumps({**launch, "submitted_at": at, "world_size": 2}))
+        (run / "launch.json").write_text(json.dumps({**launch, "submitted_at": at, "world_size": 2}))
         if ended:
             (run / "exit.json").write_text(json.dumps({"exit_code": 0, "finished_at": at + 1}))
 
@@ -446,4 +446,6 @@ def test_a_runs_own_escape_sequences_never_reach_the_consoles_terminal(tmp_path)
     from torchdeck.backends.eks.progress import Progress
 
     step = StepProgressed(Progress("build", f"docker says {hostile}", 1.0, "output"), "image")
-    assert "\x1b" not in step.progress.message and "\x9b" not in step.progress.message and "boom" in step.progress.message
+    assert (
+        "\x1b" not in step.progress.message and "\x9b" not in step.progress.message and "boom" in step.progress.message
+    )
