@@ -40,7 +40,7 @@ from torchdeck.backends.eks.storage_plan import StoragePlan
 from torchdeck.backends.eks.teardown import Teardown, plan_cleanup
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.manifests import render
-from torchdeck.backends.ledger import Ledger, Resource
+from torchdeck.backends.ledger import Ledger, Resource, resource_kind
 from torchdeck.backends.spec import load_spec
 from torchdeck.cli.main import main
 
@@ -491,7 +491,7 @@ def test_orphans_are_found_by_tag_when_the_ledger_is_lost(eks_cluster, tmp_path,
 def test_deleting_what_is_already_gone_is_not_an_error(tmp_path, aws_env):
     aws = AwsSession(REGION)
     gone = [
-        Resource(kind, ident, REGION, scope="demo", created_at=time.time())
+        Resource(resource_kind(kind), ident, REGION, scope="demo", created_at=time.time())
         for kind, ident in (
             ("efs-mount-target", "fsmt-12345678"),
             ("efs-filesystem", "fs-12345678"),

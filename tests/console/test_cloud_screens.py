@@ -5,6 +5,7 @@ native path (the same fixtures as tests/cloud/test_eks_storage.py)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import yaml
@@ -105,9 +106,12 @@ def test_the_image_screen_builds_pushes_and_pins_the_digest(eks_cluster, tmp_pat
             # a step that fails says so once: in the log, on the phase line and in one notification
             failures: list[str] = []
             notify = app.notify
-            monkeypatch.setattr(
-                app, "notify", lambda text, **kw: (failures.append(kw.get("title", "")), notify(text, **kw))
-            )
+
+            def noting(text: str, **kw: Any) -> None:
+                failures.append(kw.get("title", ""))
+                notify(text, **kw)
+
+            monkeypatch.setattr(app, "notify", noting)
             await type_into(pilot, screen, "cluster", "ghost")  # a Kaniko build needs a cluster torchdeck knows
             screen.query_one("#f-builder", Select).value = "kaniko"
             await pilot.press("ctrl+g")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.widgets import DataTable, Input, Static
@@ -372,7 +373,12 @@ def test_monitor_of_unknown_run_is_a_notification_not_a_crash(tmp_path, bad):
         app = make_app(settings_for(state), FixedNodesBackend(state), bad)
         said: list[str] = []
         notify = app.notify
-        app.notify = lambda message, **kw: (said.append(message), notify(message, **kw))[1]  # type: ignore[method-assign]
+
+        def noting(message: str, **kw: Any) -> None:
+            said.append(message)
+            notify(message, **kw)
+
+        app.notify = noting  # type: ignore[method-assign]
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: any("no run" in message for message in said), what="a notice")
             assert app.is_running

@@ -52,6 +52,7 @@ def test_launch_from_the_console_watch_and_reattach(tmp_path, cifar_dir):
             await pilot.press("ctrl+l")
             await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor", timeout=10)
             screen = app.screen
+            assert isinstance(screen, MonitorScreen)
             await wait_for(pilot, lambda: both_ranks_have_loss(screen), what="loss from both ranks", timeout=60)
             seen["run_id"] = screen.run_id
             seen["events_live"] = screen.snap.events

@@ -180,9 +180,9 @@ def test_every_screen_with_keys_is_in_the_help_with_each_of_its_keys():
             if issubclass(cls, ModalScreen) or not cls.__dict__.get("BINDINGS"):
                 continue
             assert info.name in listed, f"{cls.__name__} is not in the help"
-    for name, module, _ in SCREENS:
-        for binding in screen_bindings(module):
-            assert f"`{key_text(binding.key)}` {binding.description}" in text, (name, binding.key)
+    for screen_name, screen_module, _ in SCREENS:
+        for binding in screen_bindings(screen_module):
+            assert f"`{key_text(binding.key)}` {binding.description}" in text, (screen_name, binding.key)
 
 
 def test_the_command_palette_runs_a_screens_key_by_its_name(tmp_path, monkeypatch):

@@ -114,10 +114,10 @@ def test_the_init_containers_command_unpacks_and_refuses_a_changed_bundle(tmp_pa
     assert done.returncode == 0, done.stderr
     assert (dest / "train.py").read_text() == TRAIN and not (dest / "data").exists()
     archive.write_bytes(rendered.bundle.data + b"tampered")
-    done = subprocess.run(
+    refused = subprocess.run(
         [sys.executable, *unpack[1:3], str(archive), unpack[4], str(tmp_path / "x")], capture_output=True, text=True
     )
-    assert done.returncode == 1 and "changed on the way" in done.stderr
+    assert refused.returncode == 1 and "changed on the way" in refused.stderr
 
 
 def test_an_unchanged_folder_is_sent_once_and_an_edit_sends_only_the_new_bundle(kube_api, kube_backend, tmp_path):

@@ -104,7 +104,7 @@ class MotoGaps:
                 return forced or (400 if status == 200 else status), headers, body
             return original_call(response)
 
-        BaseResponse.call_action = call_action  # type: ignore[method-assign]
+        BaseResponse.call_action = call_action  # type: ignore[method-assign,assignment]
 
         from moto.iam.access_control import IAMPolicyStatement, PermissionResult
 
@@ -120,7 +120,7 @@ class MotoGaps:
                 return PermissionResult.NEUTRAL  # AWS: a statement applies only where its condition holds
             return original_permitted(statement, action, resource, principal, incoming_condition_values)
 
-        IAMPolicyStatement.is_action_permitted = is_action_permitted  # type: ignore[method-assign]
+        IAMPolicyStatement.is_action_permitted = is_action_permitted  # type: ignore[method-assign,assignment]
 
         original_quota = ServiceQuotasBackend.get_service_quota
 
@@ -137,7 +137,7 @@ class MotoGaps:
                 }
             return original_quota(backend, service_code, quota_code)
 
-        ServiceQuotasBackend.get_service_quota = get_service_quota  # type: ignore[method-assign]
+        ServiceQuotasBackend.get_service_quota = get_service_quota  # type: ignore[method-assign,assignment]
 
         dispatch = EKSResponse.dispatch
         eks_urls.url_paths.setdefault("{0}/clusters/(?P<name>[^/]+)/addons$", dispatch)
@@ -216,7 +216,7 @@ class MotoGaps:
                 pem = "-----BEGIN CERTIFICATE-----\nMIIBtest\n-----END CERTIFICATE-----\n"
                 cluster.certificate_authority = {"data": base64.b64encode(pem.encode()).decode()}
 
-        Cluster.__init__ = cluster_init  # type: ignore[method-assign]
+        Cluster.__init__ = cluster_init  # type: ignore[method-assign,assignment]
 
         from moto.eks.models import EKSBackend
 
@@ -231,7 +231,7 @@ class MotoGaps:
                 ec2_backends[backend.account_id][backend.region_name].delete_security_group(group_id=group)
             return deleted
 
-        EKSBackend.delete_cluster = delete_cluster  # type: ignore[method-assign]
+        EKSBackend.delete_cluster = delete_cluster  # type: ignore[method-assign,assignment]
 
         for fn in (create_addon, describe_addon, list_addons, delete_addon):
             setattr(EKSResponse, fn.__name__, fn)
@@ -255,7 +255,7 @@ class MotoGaps:
                 }
             return out
 
-        FileSystem.to_dict = fsx_to_dict  # type: ignore[method-assign]
+        FileSystem.to_dict = fsx_to_dict  # type: ignore[method-assign,assignment]
 
 
 @pytest.fixture(scope="session")

@@ -49,7 +49,7 @@ def vpc(aws_env) -> tuple[str, dict[str, str]]:
 
 def make_plan(vpc: tuple[str, dict[str, str]] | None = None, name: str = "demo", **changes: Any) -> ClusterPlan:
     vpc_id, subnets = vpc or (None, {})
-    base = dict(
+    base: dict[str, Any] = dict(
         name=name,
         region=REGION,
         zones=sorted(subnets) or [f"{REGION}a", f"{REGION}b"],

@@ -141,7 +141,9 @@ class ClusterEmulator(KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._buses = _Buses(self)
-        self.rv, self.history, self.compacted_rv, self.object_rv = 1, [], 0, {}
+        self.rv, self.compacted_rv = 1, 0
+        self.history: list[Any] = []
+        self.object_rv: dict[Any, Any] = {}
         self.changed: asyncio.Condition | None = None
         self.namespaces = {"default"}
         self.pod_logs: dict[tuple[str, str], PodLog] = {}

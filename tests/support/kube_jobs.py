@@ -7,6 +7,7 @@ console tests; the fixtures are ``kube_api`` (the API server) and ``kube_backend
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from kube_cluster import running_cluster
@@ -31,7 +32,7 @@ def kube_backend(kube_api):
 
 
 def make_spec(**changes):
-    data = {
+    data: dict[str, Any] = {
         "name": "cifar10",
         "nodes": 2,
         "nproc_per_node": 2,

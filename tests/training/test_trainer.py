@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from trainer_runs import records, run_evaluate, run_trainer
 from torchdeck.trainer import metrics
 from torchdeck.trainer.models import SeedCNN
 
-COMMON = {
+COMMON: dict[str, Any] = {
     "schema": int,
     "event": str,
     "rank": int,

@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves th
 EXAMPLES = {"spec files": 300, "--set values": 300, "names": 400, "file contents": 300, "imports": 200}
 """Examples per property (README: 'Bad input, systematically')."""
 
-PROFILE = dict(derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+PROFILE: dict[str, Any] = dict(derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
 SPEC_KEYS = [
     "name", "nodes", "nproc_per_node", "epochs", "max_steps", "batch_size", "recipe", "model", "device",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,7 +31,7 @@ GOLDEN = Path(__file__).parent.parent / "data" / "golden" / "eks-cluster.yaml"
 
 
 def plan(**changes) -> ClusterPlan:
-    base = dict(
+    base: dict[str, Any] = dict(
         name="torchdeck-demo",
         region="us-west-2",
         zones=["us-west-2a", "us-west-2b"],
@@ -46,7 +47,7 @@ def plan(**changes) -> ClusterPlan:
 
 
 def group(**changes) -> NodegroupPlan:
-    base = dict(name="workers", instance_type="m5.2xlarge", min_size=1, desired=2, max_size=4)
+    base: dict[str, Any] = dict(name="workers", instance_type="m5.2xlarge", min_size=1, desired=2, max_size=4)
     base.update(changes)
     return NodegroupPlan(**base)
 

@@ -14,7 +14,9 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -132,7 +134,7 @@ def test_arbitrary_strings_pass_every_name_check_or_are_one_line() -> None:
 
     from torchdeck.backends import names
 
-    checks = [names.check_cluster_name, names.check_namespace, names.check_service_account, names.check_run_id,
+    checks: list[Callable[[Any], object]] = [names.check_cluster_name, names.check_namespace, names.check_service_account, names.check_run_id,
               names.check_bucket_name, names.check_s3_prefix, names.check_cidr,
               lambda v: names.check_code_path(v, "script")]  # fmt: skip
 
@@ -184,9 +186,9 @@ def test_every_yaml_file_refuses_the_same_poison_in_one_line(tmp_path, capsys, w
         with pytest.raises(SpecError) as caught:
             read(path)
         assert "\n" not in str(caught.value) and len(str(caught.value)) < 400
-    with pytest.raises(SettingsError) as caught:
+    with pytest.raises(SettingsError) as refused:
         Settings.load(env={}, config_file=path)
-    assert str(path) in str(caught.value)
+    assert str(path) in str(refused.value)
     with pytest.raises(BackendError, match="cannot use the kubeconfig"):
         check_kubeconfig_files(str(path))
     for argv in (["render", "poison.yaml"], ["import", "poison.yaml", "-o", "out.yaml"],

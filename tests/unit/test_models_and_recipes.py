@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import Any
 
 import pytest
 import torch
@@ -29,7 +30,7 @@ def test_seed_cnn_has_the_seed_workshops_layer_plan() -> None:
 
 def test_fast_resnet_shape_and_whitening() -> None:
     torch.manual_seed(0)
-    net = models.build_model("resnet-fast")
+    net: Any = models.build_model("resnet-fast")
     assert net(torch.zeros(3, 3, 32, 32)).shape == (3, 10)
     images = torch.randn(64, 3, 32, 32) * torch.tensor([1.0, 2.0, 0.5]).view(1, 3, 1, 1)
     net.init_whitening(images)
@@ -99,7 +100,7 @@ def test_placement_on_a_cpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_placement_on_a_gpu_node_picks_nccl_and_one_gpu_per_local_rank(monkeypatch: pytest.MonkeyPatch) -> None:
-    chosen = []
+    chosen: list[Any] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
