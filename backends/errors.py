@@ -41,13 +41,13 @@ class RunNotFound(BackendError):
 
 
 def file_problem(exc: BaseException) -> str:
-    """Why a YAML file (a kubeconfig, the settings) could not be read, in one line and never its
-    text: YAML's errors quote the lines around the problem, a kubeconfig's tokens included."""
+    """Why a file (a spec, a plan, a kubeconfig, the settings) could not be read, in one line and
+    never its text: YAML's errors quote the lines around the problem, a kubeconfig's tokens included."""
     if isinstance(exc, UnicodeDecodeError):
         return "it is not text (UTF-8)"
     mark = getattr(exc, "problem_mark", None)
     why = getattr(exc, "strerror", None) or getattr(exc, "problem", None)
     if why is None:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        why = first if mark is None else type(exc).__name__
-    return f"{why}" + (f" (line {mark.line + 1})" if mark else "")
+        why = first if mark is None else "not valid YAML"
+    return (f"line {mark.line + 1}: " if mark else "") + str(why)

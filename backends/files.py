@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from .errors import SpecError
+from .errors import SpecError, file_problem
 
 MAX_TEXT_FILE = 1 << 20
 """Bytes of a spec, manifest, plan, settings file or kubeconfig: text a person writes."""
@@ -171,17 +171,6 @@ _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct
 _BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
 
-def yaml_problem(exc: BaseException) -> str:
-    """Why YAML could not be read, in one line and never the file's text (YAML's errors quote the
-    lines around the problem, a kubeconfig's tokens included)."""
-    mark = getattr(exc, "problem_mark", None)
-    why = getattr(exc, "problem", None)
-    if why is None:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        why = first if mark is None else "not valid YAML"
-    return (f"line {mark.line + 1}: " if mark else "") + str(why)
-
-
 def parse_yaml(text: str, source: str = "", *, all_documents: bool = False, max_bytes: int = MAX_TEXT_FILE) -> Any:
     """YAML a user or a cluster handed in (a spec, a manifest, a plan, settings, a kubeconfig, a
     ``--set`` value), read through the bounded loader; SpecError in one line naming ``source``."""
@@ -193,7 +182,7 @@ def parse_yaml(text: str, source: str = "", *, all_documents: bool = False, max_
         return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise SpecError(
-            "", f"not valid YAML: {yaml_problem(exc)}", "check the indentation and quoting", source
+            "", f"not valid YAML: {file_problem(exc)}", "check the indentation and quoting", source
         ) from None
     except RecursionError:  # defence in depth: the loader's depth bound comes first
         raise SpecError("", f"nested more than {MAX_DEPTH} levels deep", "", source) from None

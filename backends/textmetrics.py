@@ -21,6 +21,7 @@ the user's code and in the console's metric reader."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -72,9 +73,11 @@ then the batch within it (the step is counted)."""
 SPEED_WORDS = ("sampl", "imag", "img", "exampl", "ex/s", "ex /")
 
 
+@functools.lru_cache(maxsize=32)
 def compile_pattern(pattern: str) -> Any:
     """The user's pattern on RE2 (linear-time matching, no look-around or back-references);
-    raises ValueError with RE2's reason."""
+    raises ValueError with RE2's reason. Compiled once per pattern, however many ranks' parsers
+    (and checks) ask: RE2's compiled patterns are safe to share between threads."""
     import re2
 
     options = re2.Options()
