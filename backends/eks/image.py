@@ -37,6 +37,9 @@ from .image_docker import build_with_docker
 from .image_kaniko import build_with_kaniko
 from .image_plan import (
     TIMEOUT_S,
+    Builder,
+    BuilderKind,
+    ImageBuild,
     ImagePlan,
     code_context,
     context_archive,
@@ -49,7 +52,7 @@ from .progress import Clock, ImageRef, Progress
 from .session import AwsSession
 
 
-def pick_builder(requested: str) -> tuple[str, str | None]:
+def pick_builder(requested: str) -> tuple[BuilderKind, str | None]:
     """(builder, docker binary): docker where an engine answers, else kaniko."""
     docker = docker_engine() if requested in ("auto", "docker") else None
     if requested == "docker" and docker is None:
@@ -77,8 +80,8 @@ async def build_image(
     if not record.account:
         record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
         record.save()
-    builder, found_docker = ("docker", docker) if docker else pick_builder(plan.builder)
-    if builder == "kaniko" and not push:
+    kind, found_docker = ("docker", docker) if docker else pick_builder(plan.builder)
+    if kind == "kaniko" and not push:
         raise BackendError("a build in the cluster always pushes", "drop --no-push, or build where Docker runs")
     root = source_root()
     archive = await asyncio.to_thread(context_archive, root)
@@ -89,79 +92,59 @@ async def build_image(
         f"{'created' if made else 'reusing'} ECR repository {plan.repository} (scan on push, immutable tags)",
         clock(),
     )
-    destination = f"{uri}:{tag}"
+    builder = Builder(aws, plan, record, uri, clock, kind, found_docker, kube, poll_s, timeout_s, push)
+    context = ImageBuild(archive, root, plan.dockerfile, tag, unchanged="the build context has not changed")
     digest = ""
-    steps = build_and_check(
-        aws, plan, record, builder, found_docker, archive, root, plan.dockerfile, tag, uri, clock, kube, poll_s,
-        timeout_s, push=push, unchanged="the build context has not changed",
-    )  # fmt: skip
-    async for p in steps:
+    async for p in build_and_check(builder, context):
         digest = p.result.digest if isinstance(p.result, ImageRef) else digest
         yield p
     if not push:
         yield Progress(
-            "done", f"built {destination} (not pushed): torchdeck image push", clock(), "done", ImageRef(uri, tag)
+            "done", f"built {uri}:{tag} (not pushed): torchdeck image push", clock(), "done", ImageRef(uri, tag)
         )
         return
     if plan.code:
-        code = build_code(
-            aws, plan, record, f"{uri}@{digest}", uri, builder, found_docker, clock, kube, poll_s, timeout_s
-        )
-        async for p in code:
+        async for p in build_code(builder, f"{uri}@{digest}"):
             yield p
         return
     yield Progress("done", f"image {uri}@{digest}", clock(), "done", ImageRef(uri, tag, digest or ""))
 
 
-async def build_and_check(
-    aws: AwsSession,
-    plan: ImagePlan,
-    record: ClusterRecord,
-    builder: str,
-    docker: str | None,
-    archive: bytes,
-    root: Path | None,
-    dockerfile: str,
-    tag: str,
-    uri: str,
-    clock: Clock,
-    kube: Callable[[Path, str], Any] | None,
-    poll_s: float,
-    timeout_s: float,
-    push: bool = True,
-    build_args: tuple[str, ...] = (),
-    phase: str = "build",
-    unchanged: str = "",
-) -> AsyncIterator[Progress]:
-    """One image: not built where ECR holds its tag already, else built with docker (from ``root``,
+async def build_and_check(builder: Builder, image: ImageBuild) -> AsyncIterator[Progress]:
+    """One image: not built where ECR holds its tag already, else built with docker (from its folder,
     or the archive unpacked where there is no such folder) or Kaniko (from the archive), and its
     digest checked against ECR. Events carry ``ImageRef`` results; the last one's is the image."""
-    destination = f"{uri}:{tag}"
-    digest = await pushed_digest(aws, plan.repository, tag) if push else None
+    b, clock, tag = builder, builder.clock, image.tag
+    destination = f"{b.uri}:{tag}"
+    digest = await pushed_digest(b.aws, b.plan.repository, tag) if b.push else None
     if digest:
         yield Progress(
-            phase, f"{tag} is in ECR already ({unchanged}): not building", clock(), result=ImageRef(uri, tag, digest)
+            image.phase,
+            f"{tag} is in ECR already ({image.unchanged}): not building",
+            clock(),
+            result=ImageRef(b.uri, tag, digest),
         )
         return
-    yield Progress(phase, f"building {dockerfile} as {tag} with {builder}", clock())
+    yield Progress(image.phase, f"building {image.dockerfile} as {tag} with {b.kind}", clock())
     with contextlib.ExitStack() as stack:
-        if builder == "docker":
-            assert docker is not None
+        if b.kind == "docker":
+            assert b.docker is not None
+            root = image.root
             if root is None:  # a context that exists only as its archive
                 root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="torchdeck-context-")))
-                with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+                with tarfile.open(fileobj=io.BytesIO(image.archive), mode="r:gz") as tar:
                     tar.extractall(root, filter="data")
-            steps = build_with_docker(aws, docker, root, dockerfile, destination, clock, push, build_args)
-        else:
-            steps = build_with_kaniko(
-                aws, plan, record, archive, tag, destination, clock, kube, poll_s, timeout_s, dockerfile, build_args
+            steps = build_with_docker(
+                b.aws, b.docker, root, image.dockerfile, destination, clock, b.push, image.build_args
             )
+        else:
+            steps = build_with_kaniko(b, image)
         async for p in steps:
             digest = p.result.digest if isinstance(p.result, ImageRef) else digest
             yield p
-    if not push:
+    if not b.push:
         return
-    in_ecr = await pushed_digest(aws, plan.repository, tag)
+    in_ecr = await pushed_digest(b.aws, b.plan.repository, tag)
     if digest and in_ecr and digest != in_ecr:
         raise BackendError(
             f"the build reported {digest} but ECR holds {in_ecr} for {tag}",
@@ -170,37 +153,32 @@ async def build_and_check(
     if not (digest or in_ecr):
         raise BackendError(f"the build ended but ECR has no image tagged {tag}", "read the build output above")
     yield Progress(
-        phase, f"{tag} is in ECR ({digest or in_ecr})", clock(), result=ImageRef(uri, tag, digest or in_ecr or "")
+        image.phase,
+        f"{tag} is in ECR ({digest or in_ecr})",
+        clock(),
+        result=ImageRef(b.uri, tag, digest or in_ecr or ""),
     )
 
 
-async def build_code(
-    aws: AwsSession,
-    plan: ImagePlan,
-    record: ClusterRecord,
-    base: str,
-    uri: str,
-    builder: str,
-    docker: str | None,
-    clock: Clock,
-    kube: Callable[[Path, str], Any] | None,
-    poll_s: float,
-    timeout_s: float,
-) -> AsyncIterator[Progress]:
+async def build_code(builder: Builder, base: str) -> AsyncIterator[Progress]:
     """The user's code on the training image ``base`` (``--code``): built as the base was, tagged by
     the digest of its context and base, pushed; the last event carries it (``ImageRef.code_dir``)."""
+    plan, uri = builder.plan, builder.uri
     archive, dockerfile, workdir = await asyncio.to_thread(code_context, plan)
     tag = f"code-{hashlib.sha256(archive + base.encode()).hexdigest()[:12]}-{plan.variant}"
+    context = ImageBuild(
+        archive, None, dockerfile, tag, (f"BASE={base}",), "code", "the code and the base have not changed"
+    )
     digest = ""
-    steps = build_and_check(
-        aws, plan, record, builder, docker, archive, None, dockerfile, tag, uri, clock, kube, poll_s, timeout_s,
-        build_args=(f"BASE={base}",), phase="code", unchanged="the code and the base have not changed",
-    )  # fmt: skip
-    async for p in steps:
+    async for p in build_and_check(builder, context):
         digest = p.result.digest if isinstance(p.result, ImageRef) else digest
         yield p
     yield Progress(
-        "done", f"image {uri}@{digest} (your code at {workdir})", clock(), "done", ImageRef(uri, tag, digest, workdir)
+        "done",
+        f"image {uri}@{digest} (your code at {workdir})",
+        builder.clock(),
+        "done",
+        ImageRef(uri, tag, digest, workdir),
     )
 
 

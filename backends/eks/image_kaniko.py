@@ -5,18 +5,16 @@ account's IAM role, which may push to that repository and read that context only
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ...trainer.s3url import S3Url
 from ..errors import BackendError
 from ..kubernetes.client import ensure_object
-from .access import ClusterRecord, cluster_kube, cluster_network
+from .access import cluster_kube, cluster_network
 from .iam import ensure_role, ensure_service_account, oidc_provider, role_name, trust_service_account
-from .image_plan import BUILDER_ACCOUNT, DIGEST, TIMEOUT_S, ImagePlan
-from .progress import Clock, ImageRef, Progress
-from .session import AwsSession
+from .image_plan import BUILDER_ACCOUNT, DIGEST, TIMEOUT_S, Builder, ImageBuild, ImagePlan
+from .progress import ImageRef, Progress
 
 
 def render_kaniko(
@@ -85,22 +83,11 @@ def builder_policy(repository_arn: str, bucket: str, key: str) -> dict[str, Any]
     }
 
 
-async def build_with_kaniko(
-    aws: AwsSession,
-    plan: ImagePlan,
-    record: ClusterRecord,
-    archive: bytes,
-    tag: str,
-    destination: str,
-    clock: Clock,
-    kube: Callable[[Path, str], Any] | None = None,
-    poll_s: float = 2.0,
-    timeout_s: float = TIMEOUT_S,
-    dockerfile: str | None = None,
-    build_args: tuple[str, ...] = (),
-) -> AsyncIterator[Progress]:
+async def build_with_kaniko(builder: Builder, image: ImageBuild) -> AsyncIterator[Progress]:
     """The context to S3, the builder's role and service account, the Kaniko job, its output; the last
     event carries the image (``ImageRef``) with the digest Kaniko reported."""
+    aws, plan, record, clock, tag = builder.aws, builder.plan, builder.record, builder.clock, image.tag
+    archive, dockerfile, destination = image.archive, image.dockerfile, f"{builder.uri}:{image.tag}"
     bucket = plan.bucket or (record.storage.bucket if record.storage else None)
     if not bucket:
         raise BackendError(
@@ -124,7 +111,7 @@ async def build_with_kaniko(
         trust_service_account(provider, net.issuer, plan.namespace, BUILDER_ACCOUNT),
         inline=builder_policy(repo["repositoryArn"], bucket, key),
     )
-    cluster_backend = await asyncio.to_thread(cluster_kube, record, aws, kube)
+    cluster_backend = await asyncio.to_thread(cluster_kube, record, aws, builder.kube)
     await asyncio.to_thread(
         ensure_service_account, cluster_backend.client, plan.namespace, BUILDER_ACCOUNT, role, plan.cluster
     )
@@ -132,12 +119,10 @@ async def build_with_kaniko(
         {"kind": "ServiceAccount", "metadata": {"name": BUILDER_ACCOUNT, "namespace": plan.namespace}}, True, 3, "image"
     )
     name = f"torchdeck-build-{tag}"[:63].rstrip("-")
-    for obj in render_kaniko(plan, name, str(S3Url(bucket, key)), destination, dockerfile, build_args):
+    for obj in render_kaniko(plan, name, str(S3Url(bucket, key)), destination, dockerfile, image.build_args):
         made = await asyncio.to_thread(ensure_object, cluster_backend.client, obj)
         record.note_object(obj, made, 0, "image")
-    yield Progress(
-        "build", f"Kaniko job {plan.namespace}/{name} builds {dockerfile or plan.dockerfile} in the cluster", clock()
-    )
+    yield Progress("build", f"Kaniko job {plan.namespace}/{name} builds {dockerfile} in the cluster", clock())
 
     loop = asyncio.get_running_loop()
     said: asyncio.Queue[str] = asyncio.Queue()
@@ -150,8 +135,8 @@ async def build_with_kaniko(
             cluster_backend.wait_task,
             name,
             plan.namespace,
-            timeout_s,
-            poll_s,
+            builder.timeout_s,
+            builder.poll_s,
             on_wait,
         )
     )

@@ -13,12 +13,19 @@ import re
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import BackendError, SpecError
 from ..files import read_text
 from ..names import check_cluster_name, check_code_path, check_namespace
+
+if TYPE_CHECKING:
+    from .access import ClusterRecord
+    from .progress import Clock
+    from .session import AwsSession
 
 CONTEXT_PATHS = (
     "pyproject.toml",
@@ -208,3 +215,38 @@ def docker_engine(docker: str | None = None) -> str | None:
 def build_context() -> BuildContext:
     archive = context_archive(source_root())
     return BuildContext(docker_engine(), len(archive) / 1024, {v: image_tag(archive, v) for v in ("cpu", "gpu")})
+
+
+BuilderKind = Literal["docker", "kaniko"]
+
+
+@dataclass(frozen=True)
+class Builder:
+    """What every image of one ``image build`` shares: the account, the repository ``uri``, the
+    path (``kind``, with the docker binary on the docker path), whether it pushes, and the waits."""
+
+    aws: AwsSession
+    plan: ImagePlan
+    record: ClusterRecord
+    uri: str
+    clock: Clock
+    kind: BuilderKind
+    docker: str | None = None
+    kube: Callable[[Path, str], Any] | None = None
+    poll_s: float = 2.0
+    timeout_s: float = TIMEOUT_S
+    push: bool = True
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """One image to build: its context as an archive (and the folder it came from, where there is
+    one), its Dockerfile, tag and build arguments; ``unchanged`` says why a tag ECR holds is reused."""
+
+    archive: bytes
+    root: Path | None
+    dockerfile: str
+    tag: str
+    build_args: tuple[str, ...] = ()
+    phase: str = "build"
+    unchanged: str = ""

@@ -13,9 +13,9 @@ monitor exactly as the local backend's files do. What is wrong is read from
 the pods in ``kube_diagnosis``.
 
 Why one module of this size: it is the ``Backend`` interface's one class for a cluster (submit,
-status, stop, logs, metrics, the task jobs); what stands apart is elsewhere: the API connection
-(``client.py``), streams (``streams.py``), node figures (``node_metrics.py``), the preflight,
-the manifests and the job states (``jobs.py``)."""
+status, stop, logs, metrics); what stands apart is elsewhere: the API connection
+(``client.py``), streams (``streams.py``), node figures (``node_metrics.py``), the task jobs
+(``tasks.py``), the preflight, the manifests and the job states (``jobs.py``)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from ..base import (
     as_test_result,
 )
 from ..errors import BackendError, RunIdTaken, RunNotFound
-from ..events import describe_record, fold_progress, parse_metric_lines, tool_result
+from ..events import describe_record, fold_progress, parse_metric_lines
 from ..names import new_run_id
 from ..spec import JobSpec, spec_from_dict, validate
 from ..textmetrics import RankedText
@@ -66,11 +66,11 @@ from .manifests import (
     Rendered,
     pod_selector,
     render,
-    render_task,
 )
 from .node_metrics import measure_nodes
 from .preflight import preflight
 from .streams import PodLogFollower, has_started, node_ranks
+from .tasks import TaskJobs
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 CRD_CACHE_S = 5.0
@@ -111,6 +111,8 @@ class KubernetesBackend(Backend):
         """run id -> its pods' label selector, learned with the kind."""
         self._crds: dict[str, tuple[float, dict[str, Any]]] = {}
         """kind -> (when read, the cluster's CRD)."""
+        self.tasks = TaskJobs(self)
+        """The one-pod jobs around training: data prepare, model copy, model test."""
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection (the client's own pickling)."""
@@ -181,7 +183,7 @@ class KubernetesBackend(Backend):
             if rendered.bundle is not None and rendered.bundle_url:
                 self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
             try:
-                self._apply(spec, rendered, spec)
+                self.apply_rendered(spec, rendered, spec)
             except RunIdTaken:
                 continue  # another console took this id between the check and the create: the next one
             self._kinds[run_id] = (rendered.kind, spec.namespace)
@@ -193,7 +195,7 @@ class KubernetesBackend(Backend):
         """Whether a job of any kind, in any namespace, carries this run id (ids name runs cluster-wide)."""
         return bool(self._list_jobs(f"{RUN_LABEL}={run_id}"))
 
-    def _apply(self, spec: JobSpec, rendered: Rendered, checked: JobSpec) -> None:
+    def apply_rendered(self, spec: JobSpec, rendered: Rendered, checked: JobSpec) -> None:
         """Preflight ``checked``, then create the objects in order; the first problem stops it in one line.
         RunIdTaken where the first object named for the run exists already (nothing of it was made)."""
         problems = preflight(self, checked, rendered)
@@ -323,7 +325,7 @@ class KubernetesBackend(Backend):
             "GET", api_path("Pod", namespace), query={"labelSelector": self.pod_selector(run_id)}
         ).get("items", [])
 
-    def _pod_findings(self, namespace: str, pods: list[dict[str, Any]]) -> list[Finding]:
+    def pod_findings(self, namespace: str, pods: list[dict[str, Any]]) -> list[Finding]:
         """What is wrong with these pods; the scheduler's events are read for Pending ones only."""
         return [
             f
@@ -387,7 +389,7 @@ class KubernetesBackend(Backend):
         meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
         name = meta["name"]
         state, reason = job_state(key, obj, pods)
-        findings = [] if state.is_terminal else self._pod_findings(meta.get("namespace", "default"), pods)
+        findings = [] if state.is_terminal else self.pod_findings(meta.get("namespace", "default"), pods)
         findings += job_findings(name, st.get("conditions") or [], (spec.get("runPolicy") or {}).get("backoffLimit"))
         if findings and not reason:
             reason = str(findings[0].where) + ": " + findings[0].problem
@@ -431,34 +433,7 @@ class KubernetesBackend(Backend):
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
         return status
 
-    # -- jobs around training ---------------------------------------------------------
-
-    def start_task(
-        self, spec: JobSpec, task: str, model_file: str | None = None, source: str | None = None
-    ) -> tuple[str, str]:
-        """Start the data-prep or model-test job; returns (its name, its namespace)."""
-        spec = validate(spec)
-        what = {"data-prep": "data", "model-test": "test"}.get(task, "copy")
-        name = new_run_id(f"{spec.name}-{what}", lambda n: self._task_exists(spec.namespace, n))
-        rendered = render_task(spec, task, name, model_file, source)
-        checked = (
-            spec
-            if task != "data-prep"
-            else dataclasses.replace(  # downloading needs no GPU
-                spec, resources=dataclasses.replace(spec.resources, gpus=0)
-            )
-        )
-        self._apply(spec, rendered, checked)
-        return name, spec.namespace
-
-    def _task_exists(self, namespace: str, name: str) -> bool:
-        try:
-            self.client.request("GET", api_path("Job", namespace, name))
-        except ApiError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+    # -- jobs around training (task jobs: tasks.py) ----------------------------------
 
     def wait_task(
         self,
@@ -468,96 +443,20 @@ class KubernetesBackend(Backend):
         poll_s: float = 1.0,
         on_wait: Callable[[str], None] = lambda reason: None,
     ) -> str:
-        """Wait for a task job to end; its pod's output when it succeeded,
-        else a BackendError that says why (the pod's diagnosis, its last lines)."""
-        path = api_path("Job", namespace, name)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            job = self.client.request("GET", path)
-            pods = self.pods(name, namespace)
-            state, reason = job_state("job", job, pods)
-            if state.is_terminal:
-                break
-            findings = self._pod_findings(namespace, pods)
-            on_wait(str(findings[0]) if findings else f"{name}: {self._last_line(namespace, pods) or state.value}")
-            if time.monotonic() > deadline:
-                first = findings[0] if findings else None
-                raise BackendError(
-                    f"{name} did not finish in {timeout_s:.0f} s"
-                    + (f": {first.where}: {first.problem}" if first else ""),
-                    first.fix if first else f"kubectl describe job -n {namespace} {name}",
-                )
-            time.sleep(poll_s)
-        output = ""
-        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
-            try:
-                output = self.client.request(
-                    "GET", api_path("Pod", namespace, pod["metadata"]["name"], "log"), stream=True
-                ).data.decode(errors="replace")
-            except BackendError:
-                continue
-        if state is JobState.FAILED:
-            tool_result(output)  # the tool's own error line, where it wrote one: its message and hint
-            lines = [line for line in output.splitlines() if line.strip()]
-            found = [f for p in pods for f in diagnose_pod(p, (), lines)]
-            detail = found[0].problem if found else (lines[-1] if lines else reason or "no output")
-            raise BackendError(
-                f"{name} failed: {detail}", found[0].fix if found else f"kubectl logs -n {namespace} job/{name}"
-            )
-        return output
-
-    def _last_line(self, namespace: str, pods: builtins.list[dict[str, Any]]) -> str:
-        """The newest line a running task pod wrote (its progress), or ''."""
-        for pod in pods:
-            if (pod.get("status") or {}).get("phase") != "Running":
-                continue
-            try:
-                tail = (
-                    self.client.request(
-                        "GET",
-                        api_path("Pod", namespace, pod["metadata"]["name"], "log"),
-                        query={"tailLines": 1},
-                        stream=True,
-                    )
-                    .data.decode(errors="replace")
-                    .strip()
-                )
-            except BackendError:
-                continue
-            if tail:
-                return tail.splitlines()[-1].split("torchdeck.trainer.data: ", 1)[-1]
-        return ""
-
-    def _run_task(
-        self,
-        spec: JobSpec,
-        task: str,
-        model_file: str | None,
-        on_wait: Callable[[str], None],
-        source: str | None = None,
-    ) -> dict[str, Any]:
-        if task != "model-copy":
-            spec.require_builtin({"data-prep": "data prepare", "model-test": "the model test"}[task])
-        name, ns = self.start_task(spec, task, model_file, source)
-        on_wait(f"started job {ns}/{name}")
-        output = self.wait_task(name, ns, on_wait=on_wait)
-        result = tool_result(output)
-        if result is None:
-            tail = " | ".join(line.strip() for line in output.splitlines()[-3:] if line.strip()) or "nothing"
-            raise BackendError(f"{name} printed no result", f"its output ends: {tail[:300]}")
-        return result
+        """Wait for a task job to end: ``TaskJobs.wait``."""
+        return self.tasks.wait(name, namespace, timeout_s, poll_s, on_wait)
 
     def prepare_data(
         self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
     ) -> dict[str, Any]:
-        return self._run_task(spec, "data-prep", None, on_wait, source)
+        return self.tasks.run(spec, "data-prep", None, on_wait, source)
 
     def copy_model(
         self, spec: JobSpec, model_file: str, target: str, on_wait: Callable[[str], None] = lambda line: None
     ) -> dict[str, Any]:
         """The model-copy job: the model file on the shared volume to ``target`` (s3://), so it can
         leave the cluster; the job runs with the spec's service account (its IRSA role)."""
-        return self._run_task(spec, "model-copy", model_file, on_wait, target)
+        return self.tasks.run(spec, "model-copy", model_file, on_wait, target)
 
     def fetch_model(
         self,
@@ -616,7 +515,7 @@ class KubernetesBackend(Backend):
     def test_model(
         self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
     ) -> TestResult:
-        return as_test_result(self._run_task(spec, "model-test", model_file, on_wait))
+        return as_test_result(self.tasks.run(spec, "model-test", model_file, on_wait))
 
     # -- pods, logs and metrics -----------------------------------------------------
 

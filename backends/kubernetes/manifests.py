@@ -16,7 +16,7 @@ import functools
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -540,7 +540,9 @@ def bundle_url(spec: JobSpec, packed: code_bundle.Bundle) -> str:
     return str(S3Url(location.bucket, packed.key(location.join("code").key if location.key else "torchdeck/code")))
 
 
-TASKS = ("data-prep", "model-test", "model-copy")
+TaskKind = Literal["data-prep", "model-test", "model-copy"]
+"""The one-pod jobs around training (``tasks.py`` runs them)."""
+TASKS: tuple[TaskKind, ...] = get_args(TaskKind)
 TASK_LABEL = "torchdeck.dev/task"
 
 
@@ -551,7 +553,7 @@ def default_model_file(spec: JobSpec) -> str:
 
 
 def render_task(
-    spec: JobSpec, task: str, name: str, model_file: str | None = None, source: str | None = None
+    spec: JobSpec, task: TaskKind, name: str, model_file: str | None = None, source: str | None = None
 ) -> Rendered:
     """The data-prep job (CIFAR-10 onto the shared volume: the official archive, or a copy from
     ``source``, an s3:// prefix) or the model test job (``torchdeck.trainer.evaluate`` on the saved
