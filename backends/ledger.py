@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, get_args
 
 from .errors import BackendError
 
@@ -66,7 +66,7 @@ def resource_kind(text: str) -> ResourceKindName:
     (a newer torchdeck wrote it)."""
     if text not in RESOURCE_KIND_NAMES:
         raise BackendError(f"the ledger holds a kind this torchdeck does not know: {text!r:.40}", "update torchdeck")
-    return cast(ResourceKindName, text)
+    return text
 
 
 @dataclass

@@ -13,7 +13,6 @@ import ipaddress
 import re
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .errors import SpecError
 
@@ -26,11 +25,11 @@ MAX_RUN_ID = 52
 label from a job's name: 52 leave room for them."""
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return f"{value!r:.60}"
 
 
-def check_cluster_name(name: Any, field_name: str = "name") -> str:
+def check_cluster_name(name: object, field_name: str = "name") -> str:
     """An EKS cluster name as eksctl's CloudFormation stacks take it; returns it."""
     if not isinstance(name, str) or not name:
         raise SpecError(field_name, "must not be empty", "e.g. torchdeck-demo")
@@ -54,7 +53,7 @@ def check_cluster_name(name: Any, field_name: str = "name") -> str:
     return name
 
 
-def check_namespace(value: Any, field_name: str = "namespace") -> str:
+def check_namespace(value: object, field_name: str = "namespace") -> str:
     """A Kubernetes namespace (a DNS-1123 label); returns it."""
     if not isinstance(value, str) or not LABEL_RE.match(value):
         raise SpecError(
@@ -65,7 +64,7 @@ def check_namespace(value: Any, field_name: str = "namespace") -> str:
     return value
 
 
-def check_object_name(value: Any, field_name: str, what: str = "Kubernetes name") -> str:
+def check_object_name(value: object, field_name: str, what: str = "Kubernetes name") -> str:
     """A Kubernetes object name such as a service account or a claim (a DNS-1123 subdomain); returns it."""
     if not isinstance(value, str) or len(value) > 253 or not SUBDOMAIN_RE.match(value):
         raise SpecError(
@@ -76,12 +75,12 @@ def check_object_name(value: Any, field_name: str, what: str = "Kubernetes name"
     return value
 
 
-def check_service_account(value: Any, field_name: str = "service account") -> str:
+def check_service_account(value: object, field_name: str = "service account") -> str:
     """A Kubernetes service account name; returns it."""
     return check_object_name(value, field_name, "service account name")
 
 
-def check_run_id(value: Any, field_name: str = "run id") -> str:
+def check_run_id(value: object, field_name: str = "run id") -> str:
     """The name a run's objects take (a DNS-1035 label short enough for its pod names); returns it."""
     if not isinstance(value, str) or not DNS_1035_RE.match(value):
         raise SpecError(
@@ -102,7 +101,7 @@ def check_run_id(value: Any, field_name: str = "run id") -> str:
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 
 
-def check_bucket_name(name: Any, field_name: str = "--bucket") -> str:
+def check_bucket_name(name: object, field_name: str = "--bucket") -> str:
     """An S3 bucket name by S3's rules (moto checks few of them, and AWS's error is vague); returns it."""
     problem = None
     if not isinstance(name, str) or not BUCKET_RE.match(name):
@@ -117,7 +116,7 @@ def check_bucket_name(name: Any, field_name: str = "--bucket") -> str:
             problem = "must not look like an IP address"
         except ValueError:
             pass
-    if problem:
+    if problem or not isinstance(name, str):
         raise SpecError(
             field_name, f"{_shown(name)} is not a valid bucket name: {problem}", "e.g. torchdeck-models-123456"
         )
@@ -127,7 +126,7 @@ def check_bucket_name(name: Any, field_name: str = "--bucket") -> str:
 S3_PREFIX_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,200}\Z")
 
 
-def check_s3_prefix(value: Any, field_name: str = "--prefix", *, empty_ok: bool = False) -> str:
+def check_s3_prefix(value: object, field_name: str = "--prefix", *, empty_ok: bool = False) -> str:
     """A key prefix in a bucket, as it goes into IAM grants (``bucket/PREFIX*``, ``s3:prefix
     PREFIX*``); returns it ending in '/'. Empty would grant the whole bucket, and IAM reads '*',
     '?' and ``${...}`` in a resource as wildcards and variables, so only letters, digits, '.', '_',
@@ -145,7 +144,7 @@ def check_s3_prefix(value: Any, field_name: str = "--prefix", *, empty_ok: bool 
     return value if value.endswith("/") else value + "/"
 
 
-def check_cidr(value: Any, field_name: str = "--endpoint-cidr") -> ipaddress.IPv4Network:
+def check_cidr(value: object, field_name: str = "--endpoint-cidr") -> ipaddress.IPv4Network:
     """An IPv4 CIDR block as EKS's public endpoint filter takes it (network bits only); returns it."""
     try:
         net = ipaddress.ip_network(value if isinstance(value, str) else "", strict=True)
@@ -156,7 +155,7 @@ def check_cidr(value: Any, field_name: str = "--endpoint-cidr") -> ipaddress.IPv
     return net
 
 
-def check_code_path(value: Any, field_name: str, what: str = "a path in the code folder") -> str:
+def check_code_path(value: object, field_name: str, what: str = "a path in the code folder") -> str:
     """A file's path inside the user's code folder (a script, a requirements file): relative, no
     '..', and printable (a newline in it once added an instruction to a Dockerfile); returns it."""
     if not isinstance(value, str) or not value.strip() or len(value) > 255:

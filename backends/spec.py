@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -89,17 +89,18 @@ class Resources:
     """Size of /dev/shm (a memory-backed volume in a pod)."""
 
 
-KINDS = ("pytorchjob", "trainjob", "mpijob", "job", "elasticjob")
+JobKindName = Literal["pytorchjob", "trainjob", "mpijob", "job", "elasticjob"]
 """How a job is put on a cluster: Kubeflow PyTorchJob (default), Kubeflow
 Trainer v2 TrainJob, MPIJob, a plain indexed Job (no operator needed), or
 the legacy TorchElastic ElasticJob."""
+KINDS: tuple[JobKindName, ...] = get_args(JobKindName)
 
 
 @dataclass
 class ClusterOptions:
     """How the job runs on a Kubernetes cluster; ignored by the local backend."""
 
-    kind: str = "pytorchjob"
+    kind: JobKindName = "pytorchjob"
     """pytorchjob, trainjob, mpijob, job or elasticjob."""
     pvc: str | None = None
     """PersistentVolumeClaim holding the data and the checkpoints (EFS or FSx), mounted at mount_path."""
@@ -234,12 +235,12 @@ class JobSpec:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-Check = Callable[[Any], "str | None"]
+Check = Callable[[object], "str | None"]
 """A field's check: why a value is wrong, or None."""
 
 
 def _choices(*values: str | None) -> Check:
-    def check(v: Any) -> str | None:
+    def check(v: object) -> str | None:
         if v not in values:
             shown = ", ".join(x for x in values if x is not None)
             return f"must be one of {shown}, got {v!r}"
@@ -249,7 +250,7 @@ def _choices(*values: str | None) -> Check:
 
 
 def _int_at_least(low: int, optional: bool = False) -> Check:
-    def check(v: Any) -> str | None:
+    def check(v: object) -> str | None:
         if v is None and optional:
             return None
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
@@ -259,12 +260,12 @@ def _int_at_least(low: int, optional: bool = False) -> Check:
     return check
 
 
-def _is_bool(v: Any) -> str | None:
+def _is_bool(v: object) -> str | None:
     return None if isinstance(v, bool) else f"must be true or false, got {v!r}"
 
 
 def _path(optional: bool) -> Check:
-    def check(v: Any) -> str | None:
+    def check(v: object) -> str | None:
         if v is None and optional:
             return None
         if not isinstance(v, str) or not v.strip():
@@ -274,7 +275,7 @@ def _path(optional: bool) -> Check:
     return check
 
 
-def quantity_text(v: Any) -> Any:
+def quantity_text(v: object) -> Any:
     """A number where a Kubernetes quantity goes (cpu: 90, memory: 1.5) as the quantity's text,
     as the API server takes it; anything else unchanged, for the check to judge."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -283,7 +284,7 @@ def quantity_text(v: Any) -> Any:
 
 
 def _quantity(optional: bool) -> Check:
-    def check(v: Any) -> str | None:
+    def check(v: object) -> str | None:
         if v is None and optional:
             return None
         if not isinstance(v, str) or not QUANTITY_RE.match(v):
@@ -293,13 +294,13 @@ def _quantity(optional: bool) -> Check:
     return check
 
 
-def _name(v: Any) -> str | None:
+def _name(v: object) -> str | None:
     if not isinstance(v, str) or not NAME_RE.match(v):
         return f"must be 1-40 lower-case letters, digits or '-', starting and ending with a letter or digit, got {v!r}"
     return None
 
 
-def _job_name(v: Any) -> str | None:
+def _job_name(v: object) -> str | None:
     if not isinstance(v, str) or len(v) > MAX_JOB_NAME or not DNS_1035_RE.match(v):
         return (
             f"must be 1-40 lower-case letters, digits or '-', starting with a letter and ending with a "
@@ -308,7 +309,7 @@ def _job_name(v: Any) -> str | None:
     return None
 
 
-def _name_253(v: Any) -> str | None:
+def _name_253(v: object) -> str | None:
     """A DNS subdomain name (RFC 1123): what Kubernetes takes for most object names."""
     if not isinstance(v, str) or len(v) > 253 or not DNS_SUBDOMAIN_RE.match(v):
         return (
@@ -318,7 +319,7 @@ def _name_253(v: Any) -> str | None:
     return None
 
 
-def _image(v: Any) -> str | None:
+def _image(v: object) -> str | None:
     if v is None:
         return None
     if not isinstance(v, str) or not IMAGE_RE.match(v):
@@ -329,7 +330,7 @@ def _image(v: Any) -> str | None:
     return None
 
 
-def _env(v: Any) -> str | None:
+def _env(v: object) -> str | None:
     if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
         return 'must map names to string values (quote numbers: "1")'
     bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", k)]
@@ -372,7 +373,7 @@ SPEC_CHECKS = {
 }
 
 
-def _labels(v: Any) -> str | None:
+def _labels(v: object) -> str | None:
     if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
         return "must map label names to string values"
     for key, value in v.items():
@@ -383,11 +384,11 @@ def _labels(v: Any) -> str | None:
     return None
 
 
-def _abs_path(v: Any) -> str | None:
+def _abs_path(v: object) -> str | None:
     return None if isinstance(v, str) and v.startswith("/") else f"must be an absolute path in the pod, got {v!r}"
 
 
-def _s3_prefix(v: Any) -> str | None:
+def _s3_prefix(v: object) -> str | None:
     try:
         location = S3Url.parse(v)
     except ValueError:
@@ -424,7 +425,7 @@ CLUSTER_CHECKS = {
 }
 
 
-def _relative_path(v: Any) -> str | None:
+def _relative_path(v: object) -> str | None:
     try:
         check_code_path(v, "")
     except SpecError as exc:
@@ -432,18 +433,18 @@ def _relative_path(v: Any) -> str | None:
     return None
 
 
-def _module(v: Any) -> str | None:
+def _module(v: object) -> str | None:
     ok = isinstance(v, str) and all(part.isidentifier() for part in v.split("."))
     return None if ok else f"must be a dotted module name such as mypkg.train, got {v!r}"
 
 
-def _arguments(v: Any) -> str | None:
+def _arguments(v: object) -> str | None:
     if not isinstance(v, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in v):
         return "must be a list of arguments, e.g. [--lr, '0.1']"
     return None
 
 
-def _pattern(v: Any) -> str | None:
+def _pattern(v: object) -> str | None:
     from .textmetrics import check_pattern
 
     return check_pattern(v)
@@ -476,7 +477,7 @@ def _check_keys(data: Mapping[str, Any], known: list[str], prefix: str, source: 
             raise SpecError(f"{prefix}{key}", "unknown field", hint, source)
 
 
-def spec_from_dict(data: Any, source: str = "") -> JobSpec:
+def spec_from_dict(data: object, source: str = "") -> JobSpec:
     """Build and validate a JobSpec from parsed YAML; raises SpecError naming
     the first bad field."""
     if data is None:
@@ -561,7 +562,7 @@ def _check_together(spec: JobSpec, source: str) -> None:
     check_kind_fields(spec, c.kind, source)
 
 
-def check_kind_fields(spec: JobSpec, kind: str, source: str = "") -> None:
+def check_kind_fields(spec: JobSpec, kind: JobKindName, source: str = "") -> None:
     """Fields that ``kind`` cannot carry out: refused rather than dropped without a word."""
     c = spec.cluster
     if kind in ("trainjob", "mpijob") and c.min_nodes is not None:

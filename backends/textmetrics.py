@@ -25,7 +25,8 @@ import functools
 import json
 import re
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 MAX_LINE = 2000
 """Characters of a line that are looked at: a bound on the work a pattern can do per line."""
@@ -73,8 +74,22 @@ then the batch within it (the step is counted)."""
 SPEED_WORDS = ("sampl", "imag", "img", "exampl", "ex/s", "ex /")
 
 
+class PatternMatch(Protocol):
+    """What torchdeck reads of a match of a user's pattern (RE2's match, as ``re``'s)."""
+
+    def groupdict(self) -> dict[str, str | None]: ...
+
+
+class UserPattern(Protocol):
+    """A user's compiled pattern (RE2's, which has no type stubs), as torchdeck uses it."""
+
+    groupindex: Mapping[str, int]
+
+    def search(self, text: str) -> PatternMatch | None: ...
+
+
 @functools.lru_cache(maxsize=32)
-def compile_pattern(pattern: str) -> Any:
+def compile_pattern(pattern: str) -> UserPattern:
     """The user's pattern on RE2 (linear-time matching, no look-around or back-references);
     raises ValueError with RE2's reason. Compiled once per pattern, however many ranks' parsers
     (and checks) ask: RE2's compiled patterns are safe to share between threads."""
@@ -90,7 +105,7 @@ def compile_pattern(pattern: str) -> Any:
         raise ValueError(reason) from None
 
 
-def check_pattern(pattern: str) -> str | None:
+def check_pattern(pattern: object) -> str | None:
     """Why ``pattern`` cannot be a metrics pattern, or None where it can."""
     if not isinstance(pattern, str) or not pattern:
         return "must be a regular expression with named groups, e.g. 'it (?P<step>\\d+) L=(?P<loss>[\\d.]+)'"
@@ -136,7 +151,7 @@ class TextMetrics:
         self.epoch: float | None = None
         self.step = 0
 
-    def record(self, event: str, *, now: float | None = None, **fields: Any) -> dict[str, Any]:
+    def record(self, event: str, *, now: float | None = None, **fields: object) -> dict[str, Any]:
         """A schema-1 record of this rank where its output has got to (step, epoch), with ``fields``."""
         return {
             "schema": 1,

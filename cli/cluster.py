@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchdeck.backends.errors import BackendError
 
-from .output import confirm, say, stream
+from .output import Commands, confirm, say, stream
 
 if TYPE_CHECKING:  # the parser is built for every command, --help included: nothing heavy at import
     from torchdeck.backends.eks.cloud import EksCloud
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the parser is built for every command, --help included: not
 EXIT_ERROR = 1
 
 
-def add_cluster_parser(sub: Any) -> None:
+def add_cluster_parser(sub: Commands) -> None:
     p = sub.add_parser("cluster", help="plan, check, create, connect to and delete an EKS cluster")
     csub = p.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
     c = csub.add_parser("init", help="write an eksctl ClusterConfig for a training cluster, checked, with its cost")

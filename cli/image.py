@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torchdeck.backends.errors import BackendError
 
 from .cluster import open_cloud
-from .output import stream
+from .output import Commands, stream
 from .storage import cluster_args
 
 if TYPE_CHECKING:
     from torchdeck.settings import Settings
 
 
-def add_image_parser(sub: Any) -> None:
+def add_image_parser(sub: Commands) -> None:
     p = sub.add_parser("image", help="build the training image and push it to ECR")
     isub = p.add_subparsers(dest="image_command", metavar="COMMAND", required=True)
     for name, text in (

@@ -87,7 +87,7 @@ def _add_global_options(parser: argparse.ArgumentParser, default: object = None)
     g.add_argument("--ascii", action="store_const", const=True, default=default, help="draw with ASCII characters only")
 
 
-class _CommandParser(argparse.ArgumentParser):
+class CommandParser(argparse.ArgumentParser):
     """A sub-command's parser: it takes the global options too, as kubectl does, without
     overwriting what was given before the command (their default there is 'not given')."""
 
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"torchdeck {__version__}")
     _add_global_options(parser)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
 
     sub.add_parser("console", help="open the console (the default)")
     p = sub.add_parser("init", help="write a job spec with every field and its default")

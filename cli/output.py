@@ -5,15 +5,21 @@ laptop, over SSH and in a CI log."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from torchdeck.backends.errors import BackendError
 from torchdeck.terminal import printable
 
+Commands: TypeAlias = "argparse._SubParsersAction[CommandParser]"
+"""The ``torchdeck`` parser's sub-commands, as each command module adds its own to them."""
+
 if TYPE_CHECKING:
     from torchdeck.backends.eks.progress import Progress
+
+    from .main import CommandParser
 
 
 def say(line: str) -> None:

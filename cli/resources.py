@@ -9,20 +9,20 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torchdeck.backends.errors import BackendError
 from torchdeck.trainer.s3url import S3Url
 
 from .cluster import open_cloud
-from .output import confirm, say, stream
+from .output import Commands, confirm, say, stream
 
 if TYPE_CHECKING:
     from torchdeck.backends.ledger import Resource
     from torchdeck.settings import Settings
 
 
-def add_resource_parsers(sub: Any) -> None:
+def add_resource_parsers(sub: Commands) -> None:
     p = sub.add_parser("model", help="the trained model")
     msub = p.add_subparsers(dest="model_command", metavar="COMMAND", required=True)
     c = msub.add_parser("get", help="copy a trained model here (from S3, a run, or the cluster's volume)")

@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torchdeck.backends.errors import BackendError
 
 from .cluster import open_cloud
-from .output import confirm, stream
+from .output import Commands, confirm, stream
 
 if TYPE_CHECKING:
     from torchdeck.settings import Settings
@@ -25,7 +25,7 @@ def cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="AWS profile (default: $AWS_PROFILE)")
 
 
-def add_storage_parser(sub: Any) -> None:
+def add_storage_parser(sub: Commands) -> None:
     p = sub.add_parser("storage", help="shared storage (EFS or FSx for Lustre) and the model bucket for a cluster")
     ssub = p.add_subparsers(dest="storage_command", metavar="COMMAND", required=True)
     c = ssub.add_parser("create", help="make the file system, its driver and claim, and the bucket")

@@ -81,7 +81,7 @@ class MetricsWriter:
                 os.makedirs(parent, exist_ok=True)
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+    def emit(self, event: str, **fields: object) -> dict[str, Any]:
         """Write one line and return the record."""
         if event not in EVENTS:
             raise ValueError(f"unknown metrics event {event!r}")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 
@@ -89,6 +89,14 @@ class StorageChoice:
         )
 
 
+KubeFactory = Callable[[Path, str], "KubernetesBackend"]
+"""Makes the backend on a kubeconfig and context (the tests': on their API server)."""
+
+RecordState = Literal["planned", "creating", "created", "deleting", "deleted"]
+"""Where a cluster's create and delete have got to, as its record keeps it."""
+RECORD_STATES: tuple[RecordState, ...] = get_args(RecordState)
+
+
 @dataclass
 class ClusterRecord:
     """``$STATE/clusters/NAME.json``: how torchdeck reaches one cluster and what it chose for it. What
@@ -99,8 +107,8 @@ class ClusterRecord:
     method: str = ""
     """eksctl or native: the path create took."""
     plan_file: str = ""
-    state: str = "planned"
-    """planned, creating, created, deleting, deleted."""
+    state: RecordState = "planned"
+    """Where create and delete have got to."""
     kubeconfig: str = ""
     context: str = ""
     account: str = ""
@@ -125,6 +133,11 @@ class ClusterRecord:
         if not isinstance(data, dict):
             raise BackendError(f"{path}: not a cluster record (expected a mapping)", "move it aside and run again")
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "path"}
+        if known.get("state", "planned") not in RECORD_STATES:
+            raise BackendError(
+                f"{path}: state must be one of {', '.join(RECORD_STATES)}, got {known['state']!r:.40}",
+                "move it aside and run again",
+            )
         try:  # read back as they were let in: a record edited by hand passes the same checks
             known["storage"] = StorageChoice.from_dict(known.get("storage"))
         except SpecError as exc:
@@ -404,9 +417,7 @@ async def cluster_network(aws: AwsSession, name: str) -> ClusterNetwork:
     return ClusterNetwork(vpc_id, cluster_sg, {s: zones[s] for s in subnets if s in zones}, issuer)
 
 
-def cluster_kube(
-    record: ClusterRecord, aws: AwsSession, kube: Callable[[Path, str], Any] | None = None
-) -> KubernetesBackend:
+def cluster_kube(record: ClusterRecord, aws: AwsSession, kube: KubeFactory | None = None) -> KubernetesBackend:
     """The Kubernetes client on the cluster's context (connecting first where torchdeck has none);
     ``kube(kubeconfig, context)`` makes it where given (the tests' kmock)."""
     if not record.context:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from ...trainer.s3url import S3Url
 from ..errors import BackendError
 from ..ledger import Ledger, Resource
 from ..names import check_cluster_name
-from .access import ClusterRecord
+from .access import ClusterRecord, KubeFactory
 from .progress import Progress
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class EksCloud:
         state_dir: str | os.PathLike[str],
         profile: str | None = None,
         poll_s: float = POLL_S,
-        kube: Callable[[Path, str], Any] | None = None,
+        kube: KubeFactory | None = None,
     ):
         self.state_dir = Path(state_dir)
         self.profile = profile

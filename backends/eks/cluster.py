@@ -65,7 +65,9 @@ class ClusterState:
     record: ClusterRecord | None = None
 
 
-def cluster_state(aws: AwsSession, name: str, record: ClusterRecord | None = None, kube: Any = None) -> ClusterState:
+def cluster_state(
+    aws: AwsSession, name: str, record: ClusterRecord | None = None, kube: KubeClient | None = None
+) -> ClusterState:
     """The cluster as AWS sees it, and its nodes as Kubernetes does (where ``kube`` is given)."""
     found = aws.find("eks", "describe_cluster", name=name)
     if found is None:

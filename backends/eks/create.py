@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError
 from ..kubernetes.client import ensure_object
-from .access import ClusterRecord, cluster_kube, cluster_tags, connect
+from .access import ClusterRecord, KubeFactory, cluster_kube, cluster_tags, connect
 from .iam import (
     CLUSTER_POLICIES,
     EFS_CSI_POLICY,
@@ -41,7 +41,15 @@ from .iam import (
     trust_service,
     trust_service_account,
 )
-from .plan import GPU_TAINT, ClusterPlan, control_plane_price, made_by_torchdeck, s3_policy, shipped_catalogue
+from .plan import (
+    GPU_TAINT,
+    ClusterPlan,
+    NodegroupPlan,
+    control_plane_price,
+    made_by_torchdeck,
+    s3_policy,
+    shipped_catalogue,
+)
 from .progress import Clock, ClusterReady, Progress, wait_for_status
 from .session import AwsError, AwsSession, redact
 
@@ -71,7 +79,7 @@ def metadata_options(plan: ClusterPlan) -> dict[str, Any]:
     return {"HttpTokens": "required", "HttpPutResponseHopLimit": 2 if plan.pod_imds else 1, "HttpEndpoint": "enabled"}
 
 
-async def ensure_launch_template(aws: AwsSession, record: ClusterRecord, plan: ClusterPlan, ng: Any) -> str:
+async def ensure_launch_template(aws: AwsSession, record: ClusterRecord, plan: ClusterPlan, ng: NodegroupPlan) -> str:
     """The nodegroup's launch template (metadata options, root volume); its id. A managed nodegroup
     takes its disk size from here once it has a launch template."""
     name = f"torchdeck-{plan.name}-{ng.name}"
@@ -109,7 +117,7 @@ async def create_native(
     aws: AwsSession,
     plan: ClusterPlan,
     record: ClusterRecord,
-    kube: Callable[[Path, str], Any] | None = None,
+    kube: KubeFactory | None = None,
     kubeconfig: Path | None = None,
     poll_s: float = POLL_S,
     timeout_s: float = TIMEOUT_S,

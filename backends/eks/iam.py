@@ -75,7 +75,7 @@ def trust_service_account(provider_arn: str, issuer: str, namespace: str, accoun
     }
 
 
-def policy_document(value: Any) -> Any:
+def policy_document(value: object) -> object:
     """IAM returns policy documents URL-encoded (as text) or already parsed, depending on the SDK."""
     if isinstance(value, str):
         try:

@@ -26,12 +26,12 @@ import hashlib
 import io
 import tarfile
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError
-from .access import ClusterRecord
+from .access import ClusterRecord, KubeFactory
 from .ecr import ensure_repository, pushed_digest
 from .image_docker import build_with_docker
 from .image_kaniko import build_with_kaniko
@@ -68,7 +68,7 @@ async def build_image(
     plan: ImagePlan,
     record: ClusterRecord,
     push: bool = True,
-    kube: Callable[[Path, str], Any] | None = None,
+    kube: KubeFactory | None = None,
     docker: str | None = None,
     poll_s: float = 2.0,
     timeout_s: float = TIMEOUT_S,

@@ -13,17 +13,16 @@ import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import BackendError, SpecError
 from ..files import read_text
 from ..names import check_cluster_name, check_code_path, check_namespace
 
 if TYPE_CHECKING:
-    from .access import ClusterRecord
+    from .access import ClusterRecord, KubeFactory
     from .progress import Clock
     from .session import AwsSession
 
@@ -232,7 +231,7 @@ class Builder:
     clock: Clock
     kind: BuilderKind
     docker: str | None = None
-    kube: Callable[[Path, str], Any] | None = None
+    kube: KubeFactory | None = None
     poll_s: float = 2.0
     timeout_s: float = TIMEOUT_S
     push: bool = True

@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import BackendError
 
@@ -72,6 +72,9 @@ class TeardownDone:
 StepResult = ClusterReady | FileSystemReady | StorageReady | ImageRef | TeardownDone
 
 
+ProgressKind = Literal["step", "event", "output", "wait", "done"]
+
+
 @dataclass
 class Progress:
     """One line of a create or delete: ``kind`` is step (torchdeck did or found something), event (a
@@ -81,7 +84,7 @@ class Progress:
     phase: str
     message: str
     elapsed: float
-    kind: str = "step"
+    kind: ProgressKind = "step"
     result: StepResult | None = None
 
 

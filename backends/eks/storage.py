@@ -23,14 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from ...trainer.s3url import S3Url
 from ..errors import BackendError
 from ..kubernetes.client import ensure_object
-from .access import ClusterNetwork, ClusterRecord, StorageChoice, cluster_kube, cluster_network, cluster_tags
+from .access import (
+    ClusterNetwork,
+    ClusterRecord,
+    KubeFactory,
+    StorageChoice,
+    cluster_kube,
+    cluster_network,
+    cluster_tags,
+)
 from .iam import (
     EFS_CSI_POLICY,
     EFS_CSI_SERVICE_ACCOUNT,
@@ -468,7 +475,7 @@ async def create_storage(
     aws: AwsSession,
     plan: StoragePlan,
     record: ClusterRecord,
-    kube: Callable[[Path, str], Any] | None = None,
+    kube: KubeFactory | None = None,
     poll_s: float = POLL_S,
     timeout_s: float = TIMEOUT_S,
 ) -> AsyncIterator[Progress]:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ..errors import BackendError
+from ..kubernetes.client import KubeClient
 from .access import ClusterRecord
 from .session import AwsSession
 from .storage import ingress_rules
@@ -128,7 +129,7 @@ class StatusLine:
     kind: Literal["heading", "detail", "problem"] = "detail"
 
 
-def storage_state(aws: AwsSession, record: ClusterRecord, kube: Any | None = None) -> StorageState:
+def storage_state(aws: AwsSession, record: ClusterRecord, kube: KubeClient | None = None) -> StorageState:
     """The storage torchdeck made for the cluster (as the ledger knows it), read back from AWS and
     Kubernetes."""
     state = StorageState(record.name)

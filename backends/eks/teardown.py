@@ -416,7 +416,7 @@ async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
     region = aws.region or ""
     found: list[Resource] = []
 
-    def add(kind: ResourceKindName, ident: str, scope: str, **detail: Any) -> None:
+    def add(kind: ResourceKindName, ident: str, scope: str, **detail: object) -> None:
         found.append(
             Resource(kind, ident, region, account, scope, {CLUSTER_TAG: scope}, detail, True, created_at=time.time())
         )

@@ -41,12 +41,13 @@ from ..base import (
 from ..errors import BackendError, RunIdTaken, RunNotFound
 from ..events import describe_record, fold_progress, parse_metric_lines
 from ..names import new_run_id
-from ..spec import JobSpec, spec_from_dict, validate
+from ..spec import JobKindName, JobSpec, spec_from_dict, validate
 from ..textmetrics import RankedText
 from . import crds
 from .client import ApiError, KubeClient, api_path
 from .diagnosis import Finding, diagnose_pod, job_findings
 from .jobs import (
+    KIND_BY_NAME,
     api_of,
     argument,
     first_pod_spec,
@@ -105,7 +106,7 @@ class KubernetesBackend(Backend):
         self.namespace = namespace
         """Where to look for runs; None: every namespace (or, where that is forbidden, the context's)."""
         self._node_cache: dict[str, tuple[float, list[NodeMetrics]]] = {}
-        self._kinds: dict[str, tuple[str, str]] = {}
+        self._kinds: dict[str, tuple[JobKindName, str]] = {}
         """run id -> (kind key, namespace), learned on the way."""
         self._selectors: dict[str, str] = {}
         """run id -> its pods' label selector, learned with the kind."""
@@ -140,7 +141,7 @@ class KubernetesBackend(Backend):
             checks = [f"# preflight not run: {exc}\n"]
         return "".join(checks) + rendered.to_yaml()
 
-    def crd(self, kind: str) -> dict[str, Any] | None:
+    def crd(self, kind: JobKindName) -> dict[str, Any] | None:
         """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed). One
         found is kept CRD_CACHE_S (it is hundreds of kB, and a submit wants it for the render and
         the preflight); "not installed" is asked again, so an operator installed a moment ago counts."""
@@ -159,7 +160,7 @@ class KubernetesBackend(Backend):
         self._crds[kind] = (time.monotonic(), definition)
         return definition
 
-    def served_target(self, kind: str) -> crds.Target | None:
+    def served_target(self, kind: JobKindName) -> crds.Target | None:
         """The operator release to render ``kind`` for, read from the cluster's CRD (the newest
         supported where the CRD is not there to read); BackendError where it serves none we render."""
         if KIND_INFO[kind].group == "batch":
@@ -267,9 +268,9 @@ class KubernetesBackend(Backend):
 
     # -- finding runs ---------------------------------------------------------------
 
-    def _list_jobs(self, selector: str) -> list[tuple[str, dict[str, Any]]]:
+    def _list_jobs(self, selector: str) -> list[tuple[JobKindName, dict[str, Any]]]:
         """Every torchdeck job object matching ``selector``, of every installed kind."""
-        found: list[tuple[str, dict[str, Any]]] = []
+        found: list[tuple[JobKindName, dict[str, Any]]] = []
         for key in KIND_INFO:
             namespace = self.namespace
             items = None
@@ -288,7 +289,7 @@ class KubernetesBackend(Backend):
             found += [(key, item) for item in items if (item.get("metadata", {}).get("labels") or {}).get(RUN_LABEL)]
         return found
 
-    def _job(self, run_id: str) -> tuple[str, dict[str, Any]]:
+    def _job(self, run_id: str) -> tuple[JobKindName, dict[str, Any]]:
         known = self._kinds.get(run_id)
         if known:
             key, ns = known
@@ -385,7 +386,7 @@ class KubernetesBackend(Backend):
         if error is not None and (not status.reason or status.state is JobState.FAILED):
             status.reason, status.hint = f"rank 0: {error.get('message')}", error.get("hint") or status.hint
 
-    def _status_of(self, key: str, obj: dict[str, Any], pods: list[dict[str, Any]]) -> JobStatus:
+    def _status_of(self, key: JobKindName, obj: dict[str, Any], pods: list[dict[str, Any]]) -> JobStatus:
         meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
         name = meta["name"]
         state, reason = job_state(key, obj, pods)
@@ -557,9 +558,10 @@ class KubernetesBackend(Backend):
         notes = (obj.get("metadata") or {}).get("annotations") or {}
         if PROGRAM_ANNOTATION not in notes:
             return None
+        kind = KIND_BY_NAME.get(str(obj.get("kind", "")))
         return RankedText(
             nproc_per_node(obj),
-            world_size(str(obj.get("kind", "")).lower(), obj),
+            world_size(kind, obj) if kind else nproc_per_node(obj),
             notes.get(PATTERN_ANNOTATION),
             notes[PROGRAM_ANNOTATION],
         )

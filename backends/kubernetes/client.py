@@ -57,7 +57,7 @@ class Unreachable(BackendError):
     """No answer from the API server (network, DNS, TLS, timeout)."""
 
 
-def quantity(text: Any) -> float:
+def quantity(text: object) -> float:
     """A Kubernetes quantity as a number: "3500m" -> 3.5, "8Gi" -> 8589934592, "2" -> 2."""
     text = str(text).strip()
     units = {

@@ -24,13 +24,14 @@ from typing import Any
 import yaml
 
 from ..errors import BackendError
+from ..spec import JobKindName
 
 
 @dataclass(frozen=True)
 class Target:
     """One operator release that torchdeck renders a kind for."""
 
-    kind: str
+    kind: JobKindName
     """torchdeck's name of the kind (cluster.kind)."""
     release: str
     crd_file: str
@@ -60,13 +61,13 @@ TARGETS: dict[str, tuple[Target, ...]] = {
 }
 
 
-def latest(kind: str) -> Target | None:
+def latest(kind: JobKindName) -> Target | None:
     """The newest release torchdeck renders ``kind`` for (None: a built-in kind)."""
     targets = TARGETS.get(kind)
     return targets[-1] if targets else None
 
 
-def supported(kind: str) -> str:
+def supported(kind: JobKindName) -> str:
     """The releases torchdeck renders ``kind`` for, in words."""
     return ", ".join(t.release for t in TARGETS.get(kind, ()))
 
@@ -108,7 +109,7 @@ def target_schema(target: Target) -> dict[str, Any]:
     return schema
 
 
-def for_cluster(kind: str, definition: dict[str, Any]) -> Target:
+def for_cluster(kind: JobKindName, definition: dict[str, Any]) -> Target:
     """The release to render ``kind`` for, from the CRD object the cluster holds; BackendError
     where the cluster serves no version torchdeck supports."""
     name = (definition.get("metadata") or {}).get("name", kind)

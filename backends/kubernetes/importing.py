@@ -22,10 +22,15 @@ from typing import Any
 
 from ..errors import SpecError
 from ..files import parse_yaml
-from ..spec import MAX_JOB_NAME, JobSpec, spec_from_dict
+from ..spec import MAX_JOB_NAME, JobKindName, JobSpec, spec_from_dict
 from . import crds
 
-KINDS = {"PyTorchJob": "pytorchjob", "ElasticJob": "elasticjob", "MPIJob": "mpijob", "Job": "job"}
+KINDS: dict[str, JobKindName] = {
+    "PyTorchJob": "pytorchjob",
+    "ElasticJob": "elasticjob",
+    "MPIJob": "mpijob",
+    "Job": "job",
+}
 TORCHRUN_VALUED = {
     "nnodes", "nproc_per_node", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint",
     "rdzv_id", "rdzv_conf", "max_restarts", "monitor_interval", "start_method", "role", "log_dir", "redirects",
@@ -43,7 +48,7 @@ class Imported:
     """The spec read from a manifest, and what did not come along (one line each)."""
 
     spec: JobSpec
-    kind: str
+    kind: JobKindName
     notes: list[str] = field(default_factory=list)
 
 

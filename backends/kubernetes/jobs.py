@@ -10,13 +10,14 @@ from datetime import datetime
 from typing import Any
 
 from ..base import JobState
+from ..spec import JobKindName
 from .client import KINDS, ApiKind
 from .manifests import KIND_INFO
 
 KIND_BY_NAME = {info.kind: key for key, info in KIND_INFO.items()}
 
 
-def job_api(kind_key: str) -> ApiKind:
+def job_api(kind_key: JobKindName) -> ApiKind:
     """Where the API server keeps a training job kind (``KIND_INFO``'s key)."""
     info = KIND_INFO[kind_key]
     return ApiKind.of_group(info.group, info.version, info.plural)
@@ -51,7 +52,7 @@ def walk_volumes(obj: Any) -> list[dict[str, Any]]:
     return found
 
 
-def world_size(key: str, obj: dict[str, Any]) -> int:
+def world_size(key: JobKindName, obj: dict[str, Any]) -> int:
     spec = obj.get("spec") or {}
     nproc = nproc_per_node(obj)
     if key == "pytorchjob":
@@ -78,7 +79,7 @@ def nproc_per_node(obj: dict[str, Any]) -> int:
     return int(nproc) if nproc and nproc.isdigit() else 1
 
 
-def string_lists(node: Any) -> Iterator[list[str]]:
+def string_lists(node: object) -> Iterator[list[str]]:
     """Every list of strings in a job object: its containers' commands and args."""
     if isinstance(node, dict):
         for value in node.values():
@@ -125,7 +126,7 @@ KUBEFLOW_STATES = (
 )
 
 
-def job_state(key: str, obj: dict[str, Any], pods: list[dict[str, Any]]) -> tuple[JobState, str]:
+def job_state(key: JobKindName, obj: dict[str, Any], pods: list[dict[str, Any]]) -> tuple[JobState, str]:
     """The job's own conditions mapped onto JobState, with the condition's message."""
     st = obj.get("status") or {}
     conditions = {c.get("type"): c for c in st.get("conditions") or [] if c.get("status") == "True"}

@@ -16,7 +16,7 @@ import functools
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 
@@ -24,8 +24,11 @@ from ...trainer.s3url import S3Url
 from .. import bundle as code_bundle
 from ..errors import SpecError
 from ..names import check_run_id
-from ..spec import KINDS, JobSpec, check_kind_fields, trainer_arguments, validate
+from ..spec import KINDS, JobKindName, JobSpec, check_kind_fields, trainer_arguments, validate
 from . import crds
+
+if TYPE_CHECKING:
+    import jinja2
 
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""
@@ -69,7 +72,7 @@ class KindInfo:
 MPI_SSH_DIR = "/home/trainer/.ssh"
 """Where the MPI Operator mounts the SSH keys: the home of the images' uid-1000
 user (the operator's default, /root/.ssh, is not that user's)."""
-KIND_INFO = {
+KIND_INFO: dict[JobKindName, KindInfo] = {
     "pytorchjob": KindInfo(
         "kubeflow.org",
         "v1",
@@ -133,7 +136,7 @@ def pod_selector(job: dict[str, Any]) -> str:
 class Rendered:
     """A job's manifests: the objects in apply order, and what to tell the user."""
 
-    kind: str
+    kind: JobKindName
     name: str
     namespace: str
     objects: list[dict[str, Any]]
@@ -156,7 +159,7 @@ class Rendered:
 
 
 @functools.lru_cache(maxsize=1)
-def template_environment() -> Any:
+def template_environment() -> jinja2.Environment:
     import jinja2  # only rendering needs it
 
     loader = jinja2.FunctionLoader(lambda name: (resources.files("torchdeck") / "manifests" / name).read_text())
@@ -194,7 +197,7 @@ def as_written(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return objects
 
 
-def _check_kind(kind: str) -> str:
+def _check_kind(kind: str) -> JobKindName:
     if kind not in KINDS:
         raise SpecError("cluster.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
     return kind
@@ -264,7 +267,9 @@ def _init_container(name: str, image: str, command: list[str], mounts: list[dict
     }
 
 
-def add_bundle(ctx: dict[str, Any], spec: JobSpec, kind: str, packed: code_bundle.Bundle, url: str | None) -> None:
+def add_bundle(
+    ctx: dict[str, Any], spec: JobSpec, kind: JobKindName, packed: code_bundle.Bundle, url: str | None
+) -> None:
     """The pods get the bundle: its ConfigMap (or, from ``url``, an S3 fetch) in a volume, an init
     container that checks and unpacks it into the working directory (and installs the
     requirements beside it). A TrainJob's pods take no init container of ours (its CRD keeps only
@@ -326,7 +331,7 @@ def add_bundle(ctx: dict[str, Any], spec: JobSpec, kind: str, packed: code_bundl
     ctx["init_containers"] = init
 
 
-def context(spec: JobSpec, run_id: str, kind: str) -> dict[str, Any]:
+def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
     """Everything the templates need, worked out once."""
     c = spec.cluster
     r = spec.resources

@@ -65,6 +65,11 @@ def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the
             )
             assert any("mount target" in line for line in logged(screen))
             assert text_of(screen, "#phase") == "create: done"
+            # the create's typed result (StorageReady) is what goes into the console's spec file
+            written = yaml.safe_load((state / "torchdeck.yaml").read_text())
+            assert written["cluster"]["pvc"] == "shared"
+            assert written["model_file"] == "s3://torchdeck-models-demo/models/model.pt"
+            assert any("torchdeck.yaml: cluster.pvc=shared" in line for line in logged(screen))
             await pilot.press("ctrl+t")
             await wait_for(  # the status's own bucket line (the create's says "public access blocked" too)
                 pilot,

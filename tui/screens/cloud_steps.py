@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, TypeVar
 
 from rich.text import Text
 from textual.app import ComposeResult, CSSPathType
@@ -33,7 +33,11 @@ STYLES = {"event": "cyan", "output": "", "wait": "dim", "done": "bold green"}
 StepState = Literal["idle", "running", "done", "stopped"]
 
 
-class CloudStepsScreen(FormScreen[None]):
+PlanT = TypeVar("PlanT")
+"""What a screen's form makes: a cluster, storage or image plan."""
+
+
+class CloudStepsScreen(FormScreen[None], Generic[PlanT]):
     """A form (``FORM``; an Input a field unless ``field_widgets`` gives another), a side pane
     (``side``), and the progress pane (#phase, #progress). Under 100 columns the side pane is behind
     f2 (``action_side``; the title says what it holds, ``SIDE_NAME``): the form takes the width."""
@@ -134,8 +138,9 @@ class CloudStepsScreen(FormScreen[None]):
         else:
             self.field_error("", str(exc))
 
-    def check_form(self) -> Any:
+    def check_form(self) -> PlanT | None:
         """The form's plan, or None with the first bad field's reason shown under it."""
+        raise NotImplementedError
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.typed(event.input)
@@ -145,7 +150,7 @@ class CloudStepsScreen(FormScreen[None]):
         self.typed(event.select)
         self.check_form()
 
-    def submit_form(self) -> Any:
+    def submit_form(self) -> PlanT | None:
         """``check_form`` for a key that acts on the form: every field's error shows from now on."""
         self.try_submit()
         return self.check_form()

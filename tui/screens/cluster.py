@@ -101,7 +101,7 @@ def cost_text(plan: ClusterPlan, width: int = 26) -> Text:
     return Text("\n").join(out)
 
 
-class ClusterScreen(CloudStepsScreen):
+class ClusterScreen(CloudStepsScreen["ClusterPlan"]):
     CSS_PATH = ["cloud.tcss", "cluster.tcss"]
     FORM = FIELDS
     SIDE_NAME = "types, plan and cost"

@@ -36,7 +36,7 @@ FIELDS: list[Field] = [
 ]
 
 
-class ImageScreen(CloudStepsScreen):
+class ImageScreen(CloudStepsScreen["ImagePlan"]):
     FORM = FIELDS
     TITLE_TEXT = "Training image"
     BINDINGS = [

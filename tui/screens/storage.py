@@ -14,10 +14,12 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input, Select, Static
 
+from torchdeck.backends.eks.progress import Progress, StorageReady
 from torchdeck.backends.eks.storage_plan import FSX_DEPLOYMENTS, StoragePlan, validate_storage
 from torchdeck.backends.eks.storage_state import StorageState
 from torchdeck.backends.errors import SpecError
 
+from .base import shown_path
 from .cloud_steps import CloudStepsScreen
 from .confirm import ConfirmScreen
 from .form import Field
@@ -37,7 +39,7 @@ FIELDS: list[Field] = [
 KINDS = [("EFS (elastic, shared)", "efs"), ("FSx for Lustre (fast)", "fsx"), ("none: a bucket only", "none")]
 
 
-class StorageScreen(CloudStepsScreen):
+class StorageScreen(CloudStepsScreen["StoragePlan"]):
     FORM = FIELDS
     TITLE_TEXT = "Shared storage and the model bucket"
     BINDINGS = [
@@ -159,6 +161,21 @@ class StorageScreen(CloudStepsScreen):
     @work(thread=True, exclusive=True, group="storage", exit_on_error=False)
     def create(self, plan: StoragePlan) -> None:
         self.forward("storage", lambda: self.app.cloud.create_storage(plan))
+
+    def finished(self, group: str, progress: Progress) -> None:
+        """A create ended with its typed result: what a job spec needs to use this storage goes into
+        the console's spec file (as ``storage create --spec`` writes it)."""
+        from torchdeck.backends.spec import update_spec_file
+
+        if not isinstance(progress.result, StorageReady):
+            return
+        path, changes = self.app.settings.spec_file, progress.result.spec_settings
+        try:
+            update_spec_file(path, changes)
+        except SpecError as exc:
+            self.log_line(f"could not write {shown_path(path)}: {exc}", "bold red")
+            return
+        self.log_line(f"{shown_path(path)}: " + ", ".join(f"{k}={v}" for k, v in changes.items()), "bold green")
 
     def action_status(self) -> None:
         plan = self.submit_form()
