@@ -80,6 +80,7 @@ async def build_image(
     if not record.account:
         record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
         record.save()
+    kind: BuilderKind
     kind, found_docker = ("docker", docker) if docker else pick_builder(plan.builder)
     if kind == "kaniko" and not push:
         raise BackendError("a build in the cluster always pushes", "drop --no-push, or build where Docker runs")

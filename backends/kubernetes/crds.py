@@ -43,7 +43,7 @@ class Target:
 
 
 TRAINJOB_OVERRIDES = ("podSpecOverrides", "podTemplateOverrides", "runtimePatches")
-TARGETS: dict[str, tuple[Target, ...]] = {
+TARGETS: dict[JobKindName, tuple[Target, ...]] = {
     # Oldest first: the last one is what `render` targets by default.
     "pytorchjob": (Target("pytorchjob", "Kubeflow Training Operator v1.9.4", "pytorchjob-trainer-v1.9.4.yaml", "v1"),),
     "trainjob": (
