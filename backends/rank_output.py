@@ -15,16 +15,17 @@ from __future__ import annotations
 import collections
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 
-from torchdeck.backends.textmetrics import TextMetrics, exception_of
+from torchdeck.backends.textmetrics import Rewrites, TextMetrics, exception_of
 
 MAX_READ = 1 << 20
-"""Bytes of one line read at a time: a script that writes gigabytes without a newline is passed
-through in pieces, never held whole."""
+"""Bytes of one line held at most: a script that writes gigabytes without a newline is passed
+through as it comes and read in pieces, never held whole."""
 
 
 def main(argv: list[str]) -> int:
@@ -63,14 +64,25 @@ def main(argv: list[str]) -> int:
             else os.path.basename(command[2] if len(command) > 2 else "")
         )
         write(start_record(rank, world, restart, program))
-        for raw in iter(lambda: child.stdout.readline(MAX_READ), b""):  # type: ignore[union-attr]
-            out.write(raw)
-            out.flush()
-            line = raw.decode(errors="replace")
-            if line.strip():
+        reader, fd = Rewrites(max_line=MAX_READ), child.stdout.fileno()
+        while True:
+            if select.select([fd], [], [], reader.every_s)[0]:
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    break
+                out.write(data)  # the script's bytes, unchanged and at once (a bar's \r included)
+                out.flush()
+                lines = reader.feed(data)
+            else:
+                lines = reader.idle()  # a bar that paused: its newest state
+            for line in lines:
                 last.append(line.rstrip())
-            record = parser.feed(line)
-            if record is not None:
+                record = parser.feed(line)
+                if record is not None:
+                    write(record)
+        for line in reader.close():
+            last.append(line.rstrip())
+            if (record := parser.feed(line)) is not None:
                 write(record)
         code = child.wait()
         if code == 0:

@@ -25,7 +25,7 @@ import functools
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 MAX_LINE = 2000
@@ -66,6 +66,78 @@ SPEED_RE = re.compile(
     r"|(?:samples|images|img|examples)[_ ]?(?:per[_ ]?s(?:ec(?:ond)?)?|/s)['\"]?[\s:=]*([-+]?\d+(?:\.\d+)?)",
     re.IGNORECASE,
 )
+
+
+VAL_LOSS_RE = re.compile(
+    r"(?<![A-Za-z])(val|valid|validation|test|eval|evaluation|dev)[_ ]loss['\"]?[\s:=|]*" + _NUM, re.IGNORECASE
+)
+"""``val_loss=0.3``, ``test loss: 6.6e-05``: a series of its own, never the training loss."""
+HELD_OUT_BEFORE_RE = re.compile(r"(?:^|[^A-Za-z])(?:val|valid|validation|test|eval|evaluation|dev)[\s_:]{0,3}\Z", re.I)
+"""The word just before a ``loss`` that makes it a held-out loss (``Validation loss: 0.4``)."""
+BATCHES_RE = re.compile(
+    r"(?<![\w.])" + _INT + r"(?:\s{0,3}/\s{0,3}" + _INT + r")?\s{1,3}(?:batches|batch|steps|iters|iterations)\b",
+    re.IGNORECASE,
+)
+"""``after 409 batches``, ``20/ 310 batches``: a count before its word."""
+MARKER_RE = re.compile(
+    r"^[\W_]{0,8}(?:global[_ ])?(?:step|iter(?:ation)?)[\W_]{0,4}"
+    + _INT
+    + r"(?:\s{0,3}/\s{0,3}"
+    + _INT
+    + r")?[\W_]{0,4}\Z",
+    re.IGNORECASE,
+)
+"""A line that is only a step's number (``STEP: 0``, ``iter 12/100``): a step marker. Once a script
+prints one, it counts the steps, and the loss lines after it (an optimiser's closure prints one per
+evaluation) belong to that step."""
+BAR_RE = re.compile(r"(?<![\d.])(\d{1,12})(?:/(\d{1,12})|it)\s{0,3}\[([^\[\]]{0,600})\]")
+"""A tqdm-style bar's counter and its bracket: ``152/152 [01:17<00:00, 1.97it/s, train_loss=7.86]``
+(or ``35it [00:01, 20.5it/s]`` without a total); Lightning, Hugging Face, timm and rich print it."""
+RATE_RE = re.compile(r"^\s{0,3}(\d{1,9}(?:\.\d{1,6})?)\s?(it/s|s/it)\s{0,3}$")
+PAIR_RE = re.compile(r"(?:^|[\s,])([A-Za-z_][\w/.-]{0,60})=\s{0,2}" + _NUM + r"(?![\w.])")
+"""A bar's postfix item, ``train_loss=7.860``."""
+HELD_OUT_BAR_RE = re.compile(r"valid|val\b|test|sanity|predict|eval", re.IGNORECASE)
+"""A bar's description that makes it a validation pass, whose counter is not the training step."""
+ANSI_RE = re.compile(r"\x1b(?:\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|[@-Z\\-_])")
+"""Colour and cursor codes (rich's and tqdm's bars move the cursor): dropped before reading."""
+IGNORED_KEYS = frozenset({"v_num", "epoch", "step", "global_step", "it", "batch", "lr", "learning_rate"})
+UPDATES_KEPT = 20
+"""Updates of a rewritten line read where they arrive together (a bar's epoch, on a cluster): that
+many spread over them, and the last."""
+
+
+def metric_role(key: str) -> str | None:
+    """What a metric's name says it is: ``loss`` (training), ``val_loss`` (validation or test),
+    ``accuracy`` or ``val_accuracy``; None for the rest. Shared by bar postfixes and logger files."""
+    k = key.lower().replace("-", "_").replace("/", "_")
+    if k in IGNORED_KEYS:
+        return None
+    held_out = bool(re.search(r"(?:^|_)(?:val|valid|validation|test|eval|evaluation|dev)(?:_|$)", k))
+    if "loss" in k:
+        return "val_loss" if held_out else "loss"
+    if re.search(r"(?:^|_)(?:acc|accuracy|top1|top_1|acc1|acc@1)(?:_|$)", k):
+        return "val_accuracy" if held_out else "accuracy"
+    return None
+
+
+def _loss_rank(key: str) -> int:
+    """Which training loss a bar's postfix means first: the step's over an epoch's mean."""
+    k = key.lower()
+    return 0 if k.endswith("_step") or k in ("loss", "train_loss") else 2 if k.endswith("_epoch") else 1
+
+
+def updates_in(line: str) -> list[str]:
+    """The states of a line rewritten in place with ``\r``, in order, colour codes dropped: all of them
+    where few, else ``UPDATES_KEPT`` spread over them and the last."""
+    if "\x1b" in line:
+        line = ANSI_RE.sub("", line)
+    if "\r" not in line:
+        return [line]
+    parts = [part for part in line.split("\r") if part.strip()]
+    if len(parts) <= UPDATES_KEPT + 1:
+        return parts
+    stride = len(parts) / UPDATES_KEPT
+    return [parts[int(i * stride)] for i in range(UPDATES_KEPT)] + [parts[-1]]
 
 
 TUTORIAL_RE = re.compile(r"^\s*\[\s*(\d{1,9})\s*,\s*\d+\s*\]")
@@ -147,9 +219,16 @@ class TextMetrics:
         self.pattern_problem = check_pattern(pattern) if pattern else None
         """Why the given pattern is not used (the built-in formats are, instead); None where it is."""
         self.pattern = compile_pattern(pattern) if pattern and self.pattern_problem is None else None
-        self.count = 0  # loss lines seen (the step where a line has none)
+        self.count = 0  # loss lines seen (the step where a line has none and the script marks none)
         self.epoch: float | None = None
         self.step = 0
+        self.marker: int | None = None
+        """The step the script last marked on a line of its own (None: it marks none)."""
+        self.marker_used = False
+        self.marker_total: int | None = None
+        self.epoch_base: int | None = None
+        """Whether the script counts epochs from 0 or 1 (from the first it names): where a bar restarts
+        each epoch, the global step is ``(epoch - base) * steps per epoch + batch``."""
 
     def record(self, event: str, *, now: float | None = None, **fields: object) -> dict[str, Any]:
         """A schema-1 record of this rank where its output has got to (step, epoch), with ``fields``."""
@@ -182,30 +261,63 @@ class TextMetrics:
                 given.setdefault("rank", self.rank)
                 return given
         text = line[:MAX_LINE]
+        if "\x1b" in text:
+            text = ANSI_RE.sub("", text)
         found = self._match_pattern(text) if self.pattern else self._match_builtin(text)
         if found is None:
             return None
-        loss, accuracy = found.get("loss"), found.get("accuracy")
+        if "marker" in found:
+            self.marker, self.marker_used = int(found["marker"]), False
+            self.marker_total = found.get("total_steps") or self.marker_total
+            return None
         if found.get("epoch") is not None:
             self.epoch = found["epoch"]
-        event = "step" if "loss" in found else "eval"
+        event = "step" if "loss" in found or found.get("progress") else "eval"
         if event == "step":
             self.count += 1
-            step = found.get("step")
-            self.step = int(step) if step is not None else self.count
+            step = self._global_step(found)
+            if step is None and self.marker is not None:
+                if self.marker_used:  # a closure's further loss lines: the step's first one stands
+                    return None
+                step, self.marker_used = self.marker, True
+                found.setdefault("total_steps", self.marker_total)
+            self.step = step if step is not None else self.count
         record = self.record(event, now=now, source="text")
         if self.world_size:
             record["world_size"] = self.world_size
         if event == "step":
-            record["loss"] = loss
+            record["loss"] = found.get("loss")
             record["samples_per_s"] = found.get("samples_per_s")
+            if found.get("steps_per_s") is not None:
+                record["steps_per_s"] = found["steps_per_s"]
             if found.get("total_steps"):
                 record["total_steps"] = int(found["total_steps"])
-        if accuracy is not None:
-            record["accuracy"] = accuracy
+            if found.get("epoch_steps"):
+                record["epoch_steps"] = int(found["epoch_steps"])
+        for key in ("accuracy", "val_loss"):
+            if found.get(key) is not None:
+                record[key] = found[key]
         if found.get("epochs"):
             record["epochs"] = int(found["epochs"])
         return record
+
+    def _global_step(self, found: dict[str, Any]) -> int | None:
+        """The run's step from what the line says: a global step as it is; a batch within an epoch
+        (a bar that restarts each epoch, ``Epoch: [3][120/391]``, ``20/ 310 batches``) as
+        ``(epoch - base) * steps per epoch + batch``, where the epoch is known."""
+        batch, per = found.get("batch"), found.get("epoch_steps")
+        if batch is None:
+            step = found.get("step")
+            return int(step) if step is not None else None
+        if not per or self.epoch is None:
+            if per:
+                found["total_steps"] = per
+            return int(batch)
+        if self.epoch_base is None:
+            self.epoch_base = 1 if self.epoch == 1 else 0  # "Epoch 1/10" counts from 1; most count from 0
+        if found.get("epochs"):
+            found["total_steps"] = int(found["epochs"]) * int(per)
+        return max(0, int(self.epoch) - self.epoch_base) * int(per) + int(batch)
 
     def _match_pattern(self, text: str) -> dict[str, Any] | None:
         assert self.pattern is not None
@@ -226,21 +338,34 @@ class TextMetrics:
     def _match_builtin(self, text: str) -> dict[str, Any] | None:
         found: dict[str, Any] = {}
         lower = text.lower()
+        bar = BAR_RE.search(text) if "[" in text else None
+        if bar:
+            self._read_bar(text, bar, found)
         if "loss" in lower:
-            m = LOSS_RE.search(text)
-            if m:
-                found["loss"] = _number(m.group(1))
-        if "acc" in lower or "top" in lower:
+            if "loss" not in found and (loss := _training_loss(text)) is not None:
+                found["loss"] = loss
+            if "val_loss" not in found and (m := VAL_LOSS_RE.search(text)):
+                found["val_loss"] = _number(m.group(2))
+        if ("acc" in lower or "top" in lower) and "accuracy" not in found:
             m = ACC_RE.search(text)
             value = _number(m.group(1)) if m else None
             if m and value is not None:
                 found["accuracy"] = value / 100 if m.group(2) or value > 1 else value
         if not found:
+            if ("step" in lower or "iter" in lower) and (m := MARKER_RE.match(text.strip())):
+                return {"marker": int(m.group(1)), "total_steps": int(m.group(2)) if m.group(2) else None}
             return None
+        if bar and found.get("progress"):
+            return found
         # each pattern only where its word is: a search costs microseconds, a substring test far less
-        m = STEP_RE.search(text) if "step" in lower or "iter" in lower or "batch" in lower else None
+        words = "step" in lower or "iter" in lower or "batch" in lower
+        m = STEP_RE.search(text) if words else None
         m = m or (EPOCH_BATCH_RE.search(text) if "epoch" in lower else None)
         if m:
+            found["step"] = int(m.group(1))
+            if m.group(2):
+                found["total_steps"] = int(m.group(2))
+        elif words and (m := BATCHES_RE.search(text)):
             found["step"] = int(m.group(1))
             if m.group(2):
                 found["total_steps"] = int(m.group(2))
@@ -251,10 +376,127 @@ class TextMetrics:
                 found["epochs"] = int(m.group(2))
         elif text[:1] in "[ " and (m := TUTORIAL_RE.match(text)):
             found["epoch"] = float(m.group(1))
+        if found.get("epoch") is not None and "total_steps" in found and _per_epoch(text):
+            found["batch"], found["epoch_steps"] = found.pop("step"), found.pop("total_steps")
         m = SPEED_RE.search(text) if any(w in lower for w in SPEED_WORDS) else None
         if m:
             found["samples_per_s"] = _number(m.group(1) or m.group(2))
         return found
+
+    def _read_bar(self, text: str, bar: re.Match[str], found: dict[str, Any]) -> None:
+        """A progress bar's state: its counter (the step, or the batch within an epoch where the bar
+        names one, ``Epoch 2``), its rate (it/s), and the metrics of its postfix by their names; a
+        validation bar's counter is no training step."""
+        prefix, inside = text[: bar.start()], bar.group(3)
+        held_out = HELD_OUT_BAR_RE.search(prefix) is not None
+        for item in inside.split(",")[1:3] if not held_out else ():
+            if m := RATE_RE.match(item):
+                rate = float(m.group(1))
+                found["steps_per_s"] = rate if m.group(2) == "it/s" else (1 / rate if rate else None)
+        losses: list[tuple[int, float]] = []
+        for key, value in PAIR_RE.findall(inside):
+            role, number = metric_role(key), _number(value)
+            if role is None or number is None:
+                continue
+            if role == "loss":
+                losses.append((_loss_rank(key), number))
+            elif role in ("val_loss", "val_accuracy"):
+                found.setdefault("accuracy" if role == "val_accuracy" else role, number)
+        if losses and not held_out:
+            found["loss"] = min(losses)[1]
+        if held_out:
+            return
+        found["progress"] = True
+        n, total = int(bar.group(1)), int(bar.group(2)) if bar.group(2) else None
+        m = EPOCH_RE.search(prefix) if "epoch" in prefix.lower() else None
+        if m:
+            found["epoch"] = float(m.group(1))
+            if m.group(2):
+                found["epochs"] = int(m.group(2))
+            found["batch"], found["epoch_steps"] = n, total
+        else:
+            found["step"], found["total_steps"] = n, total
+
+
+def _training_loss(text: str) -> float | None:
+    """The first loss on the line that is not a held-out one (``test loss: 6.6e-05`` is not)."""
+    start = 0
+    for _ in range(4):
+        m = LOSS_RE.search(text, start)
+        if m is None:
+            return None
+        if not HELD_OUT_BEFORE_RE.search(text[max(0, m.start() - 14) : m.start()]):
+            return _number(m.group(1))
+        start = m.end()
+    return None
+
+
+def _per_epoch(text: str) -> bool:
+    """Whether a line's ``N/M`` counts within an epoch: ``Epoch: [3][120/391]``, ``20/ 310 batches``."""
+    lower = text.lower()
+    return EPOCH_BATCH_RE.search(text) is not None or ("batch" in lower and BATCHES_RE.search(text) is not None)
+
+
+class Rewrites:
+    """A rank's raw output, as it arrives, to the lines torchdeck reads: a line ends at a newline; a
+    line rewritten in place with ``\\r`` (a progress bar) is read as it updates, its newest state at
+    most every ``every_s`` seconds (a bar refreshing 10 times a second costs one parse in five), and
+    its last state always. Bytes only: the caller passes the output through unchanged."""
+
+    SEP = re.compile(rb"[\r\n]")
+
+    def __init__(self, every_s: float = 0.5, clock: Callable[[], float] = time.monotonic, max_line: int = 1 << 20):
+        self.every_s, self.clock, self.max_line = every_s, clock, max_line
+        self.buffer = b""
+        self.pending: bytes | None = None
+        """The newest complete state of the line being rewritten, not read yet."""
+        self.in_place = False
+        self.shown = b""
+        self.last_read = float("-inf")
+
+    def feed(self, data: bytes) -> list[str]:
+        """The lines and updates ``data`` completes (with what came before it)."""
+        self.buffer += data
+        out: list[str] = []
+        start = 0
+        while (m := self.SEP.search(self.buffer, start)) is not None:
+            i = m.start()
+            if self.buffer[i : i + 1] == b"\r" and i + 1 == len(self.buffer):
+                break  # a CR last in the chunk may be the first half of a CRLF
+            segment = self.buffer[start:i]
+            newline = self.buffer[i : i + 1] == b"\n" or self.buffer[i + 1 : i + 2] == b"\n"
+            start = i + (2 if self.buffer[i : i + 2] == b"\r\n" else 1)
+            if newline:
+                if segment.strip():
+                    out.append(segment.decode(errors="replace"))
+                self.pending, self.in_place, self.shown = None, False, b""
+            else:
+                if segment.strip():
+                    self.pending = segment
+                self.in_place = True
+        self.buffer = self.buffer[start:]
+        if len(self.buffer) > self.max_line:  # no end in sight: read it as it is
+            out.append(self.buffer.decode(errors="replace"))
+            self.buffer = b""
+        out += self.idle()
+        return out
+
+    def idle(self) -> list[str]:
+        """The newest state of a line being rewritten, where it changed and the throttle allows."""
+        if not self.in_place or self.clock() - self.last_read < self.every_s:
+            return []
+        newest = self.buffer if self.buffer.strip() else self.pending
+        self.pending = None
+        if not newest or newest == self.shown:
+            return []
+        self.shown, self.last_read = newest, self.clock()
+        return [newest.decode(errors="replace")]
+
+    def close(self) -> list[str]:
+        """What is left when the output ends."""
+        rest = self.buffer if self.buffer.strip() else self.pending
+        self.buffer, self.pending = b"", None
+        return [rest.decode(errors="replace")] if rest and rest != self.shown else []
 
 
 MODULE_HINT = (
@@ -319,7 +561,8 @@ class RankedText:
             return rank, raw, records
         if text.startswith("Traceback (most recent call last)"):
             self.tracebacks.add(rank)
-        record = parser.feed(text, now)
-        if record is not None:
-            records.append(record)
+        for update in updates_in(text):  # a bar's updates arrive together from a pod's log
+            record = parser.feed(update, now)
+            if record is not None:
+                records.append(record)
         return rank, raw, records

@@ -85,6 +85,55 @@ def test_a_text_printing_ddp_script_runs_in_the_users_venv_with_live_metrics(use
     assert snap.total_steps == 12 and snap.evals == [(1, 0.875)]
 
 
+BAR_SCRIPT = """
+import sys, time
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for epoch in range(2):
+    bar = tqdm(range(12), desc=f"Epoch {epoch}")  # rewrites one line with \\r, ends it at the epoch's end
+    for _ in bar:
+        x = torch.randn(16, 8)
+        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        bar.set_postfix(v_num=0, train_loss=f"{loss.item():.3f}")
+        time.sleep(0.12)
+dist.destroy_process_group()
+"""
+
+
+def test_a_tqdm_bar_is_read_as_it_updates_per_rank_with_its_epoch(tmp_path):
+    """Issue 31: the real tqdm (its bar on stderr, rewritten with \\r, no newline until the epoch
+    ends) on 2 ranks: each rank's curve has points within each epoch, not one per epoch, and the
+    step is the global one (epoch 1's 12th batch is step 24)."""
+    code, state = tmp_path / "project", tmp_path / "state"
+    code.mkdir()
+    (code / "train.py").write_text(BAR_SCRIPT)
+    env = {**cli_env(state), "VIRTUAL_ENV": str(make_venv(tmp_path / "venv", with_torch=True))}
+    done = run_cli(["train", "train.py", "--nproc-per-node", "2"], env, code, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    backend = LocalBackend(state)
+    (status,) = backend.list()
+    assert (status.step, status.epoch) == (24, 1) and status.loss is not None
+
+    async def fold() -> MonitorState:
+        monitor = MonitorState()
+        async for batch in backend.metrics(status.run_id, follow=False):
+            monitor.ingest(batch)
+        return monitor
+
+    snap = asyncio.run(fold()).snapshot()
+    assert sorted(r.rank for r in snap.ranks) == [0, 1] and all(r.step == 24 for r in snap.ranks)
+    for rank, (steps, losses) in snap.curves.items():
+        assert list(steps) == sorted(steps) and steps[-1] == 24, rank
+        assert len([s for s in steps if s <= 12]) >= 3, (rank, steps)  # read within the epoch, not at its end
+        assert len(losses) == len(steps)
+
+
 def test_the_ranks_output_is_their_log_and_runs_in_the_code_folder(user_run):
     done, backend, code = user_run
     (status,) = backend.list()

@@ -14,8 +14,9 @@ FORMATS = [
     # (line, loss, step, epoch, accuracy, samples_per_s)
     ("loss: 1.23", 1.23, None, None, None, None),
     ("step 10/500 loss=0.75 12.5 samples/s", 0.75, 10, None, None, 12.5),
-    ("Epoch: [3][120/391]  Time 0.2  Loss 1.2345e+00 (1.3e+00)  Acc@1  57.81 ( 51.2)", 1.2345, 120, 3, 0.5781, None),
-    ("| epoch 002 | 200/ 2983 batches | lr 5.00 | ms/batch 27.3 | loss  7.63 | ppl 2060.2", 7.63, None, 2, None, None),
+    # a batch within an epoch is a global step: epoch 3 (counted from 0) of 391 batches, batch 120
+    ("Epoch: [3][120/391]  Time 0.2  Loss 1.2345e+00 (1.3e+00)  Acc@1  57.81 ( 51.2)", 1.2345, 1293, 3, 0.5781, None),
+    ("| epoch 002 | 200/ 2983 batches | lr 5.00 | ms/batch 27.3 | loss  7.63 | ppl 2060.2", 7.63, 6166, 2, None, None),
     ("train_loss 1.2 iter 40", 1.2, 40, None, None, None),
     ("{'loss': 0.3081, 'learning_rate': 4.9e-05, 'epoch': 1.0}", 0.3081, None, 1, None, None),
     ("Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.318", 0.318, None, 1, None, None),
@@ -38,8 +39,12 @@ def test_every_built_in_text_format_is_recognised(line, loss, step, epoch, accur
 
 def test_lines_without_metrics_and_validation_lines():
     parser = TextMetrics(rank=0)
-    for line in ("starting training", "batch_size 32", "val_loss 2.0", "loading 'loss' module", ""):
+    for line in ("starting training", "batch_size 32", "loading 'loss' module", ""):
         assert parser.feed(line) is None, line
+    for line in ("val_loss 2.0", "test loss: 2.0", "Validation loss: 2.0"):  # held out: a series of its own
+        record = parser.feed(line)
+        assert record is not None and record["event"] == "eval" and record["val_loss"] == 2.0, line
+        assert "loss" not in record, line
     record = parser.feed("epoch 2 val_acc: 0.873")
     assert record is not None and record["event"] == "eval" and record["accuracy"] == pytest.approx(0.873)
     assert record["epoch"] == 2
@@ -140,3 +145,69 @@ def test_the_pytorch_tutorial_and_workshop_lines_give_epoch_and_counted_steps():
     second = parser.feed("[2,     5] loss: 0.470")
     assert (first["epoch"], first["step"], first["loss"]) == (1, 1, 2.335)
     assert (second["epoch"], second["step"], second["loss"]) == (2, 2, 0.47)
+
+
+BAR = "Epoch {e}: {pct:3d}%|##########| {n}/{m} [01:17<00:00, 1.97it/s, v_num=0, train_loss={loss}]"
+
+
+def test_a_progress_bar_is_read_per_update_with_its_epoch_total_rate_and_postfix():
+    """Issue 31: a tqdm bar (Lightning's here) rewrites one line with \\r; each update is a step of
+    the run, its epoch and batch making the global step, its postfix the loss (v_num ignored)."""
+    from torchdeck.backends.textmetrics import updates_in
+
+    parser = TextMetrics(rank=1)
+    epoch0 = "".join("\r" + BAR.format(e=0, pct=n * 5, n=n, m=20, loss=8 - n / 10) for n in range(1, 21))
+    records = [parser.feed(update) for update in updates_in(epoch0 + "\x1b[0m")]
+    assert [r["step"] for r in records] == list(range(1, 21))
+    assert records[-1]["loss"] == pytest.approx(8 - 2.0) and records[-1]["epoch"] == 0
+    assert records[-1]["epoch_steps"] == 20 and records[-1]["steps_per_s"] == pytest.approx(1.97)
+    assert parser.feed(BAR.format(e=2, pct=80, n=16, m=20, loss=1.5))["step"] == 2 * 20 + 16
+    # the validation bar's counter is not the training step
+    assert parser.feed("Validation DataLoader 0:  50%|#####     | 4/8 [00:01<00:01, 3.1it/s]") is None
+    one = TextMetrics(rank=0).feed("Epoch 2: 100%|##########| 32/32 [00:09<00:00,  3.40it/s]")
+    assert one is not None and (one["step"], one["epoch"], one["epoch_steps"], one["loss"]) == (96, 2, 32, None)
+    plain = TextMetrics(rank=0).feed(" 45%|####5     | 450/1000 [00:30<00:37, 14.7it/s, loss=0.52]")
+    assert plain is not None and (plain["step"], plain["total_steps"], plain["loss"]) == (450, 1000, 0.52)
+    slow = TextMetrics(rank=0).feed("train: 3it [00:09,  3.00s/it, train_loss_step=0.9, train_loss_epoch=1.2]")
+    assert slow is not None and slow["loss"] == 0.9 and slow["steps_per_s"] == pytest.approx(1 / 3)
+
+
+def test_many_updates_arriving_together_are_read_spread_and_the_last():
+    from torchdeck.backends.textmetrics import UPDATES_KEPT, updates_in
+
+    line = "".join(f"\r{n}/1000 [00:01<00:01, 9.9it/s, loss={n}]" for n in range(1, 1001))
+    kept = updates_in(line)
+    assert len(kept) == UPDATES_KEPT + 1 and kept[0].startswith("1/1000") and kept[-1].startswith("1000/1000")
+
+
+def test_steps_and_totals_from_the_words_scripts_use():
+    assert TextMetrics(rank=0).feed("Loss: 0.000739 after 409 batches")["step"] == 409
+    parser = TextMetrics(rank=0)
+    assert parser.feed("epoch 1") is None
+    assert parser.feed("| epoch   1 |    20/  310 batches | loss  5.1")["step"] == 20  # epoch 1 counts from 1
+    assert parser.feed("| epoch   2 |    20/  310 batches | loss  4.9")["step"] == 330
+    # a step marker on a line of its own: the closure's loss lines after it are that step's
+    lbfgs = TextMetrics(rank=0)
+    kept = [lbfgs.feed(line) for line in ("STEP: 0", "loss: 1.5", "loss: 1.2", "loss: 1.1", "STEP: 1", "loss: 0.9")]
+    assert [(r["step"], r["loss"]) for r in kept if r] == [(0, 1.5), (1, 0.9)]
+    # "saved at step 100" is no marker: a plain script's loss lines are still counted
+    counted = TextMetrics(rank=0)
+    assert counted.feed("checkpoint saved at step 100") is None
+    assert [counted.feed(f"loss: {x}")["step"] for x in (1.0, 0.9)] == [1, 2]
+
+
+def test_output_rewritten_in_place_is_read_as_it_updates_throttled_and_its_last_state_always():
+    from torchdeck.backends.textmetrics import Rewrites
+
+    now = [0.0]
+    reader = Rewrites(every_s=0.5, clock=lambda: now[0])
+    assert reader.feed(b"starting\n\r 1/10 [00:00, loss=9]") == ["starting", " 1/10 [00:00, loss=9]"]
+    now[0] = 0.1  # within the throttle: the updates are held, not read
+    assert reader.feed(b"\r 2/10 [00:00, loss=8]\r 3/10 [00:00, loss=7]") == []
+    now[0] = 0.7  # nothing new arrives, but the bar's newest state is read once the throttle allows
+    assert reader.idle() == [" 3/10 [00:00, loss=7]"]
+    assert reader.idle() == []  # and only once
+    now[0] = 0.8  # the bar ends its line: its last state is read at once, whatever the throttle
+    assert reader.feed(b"\r10/10 [00:01, loss=1]\r") == []  # a CR last may be half a CRLF: held
+    assert reader.feed(b"\ndone\r\n") == ["10/10 [00:01, loss=1]", "done"]
+    assert reader.feed(b"tail without newline") == [] and reader.close() == ["tail without newline"]
