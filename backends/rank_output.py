@@ -13,6 +13,7 @@ means the built-in text formats. Standard library only, and started per rank."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import select
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from torchdeck.backends.textmetrics import Rewrites, TextMetrics, exception_of
+from torchdeck.backends.textmetrics import Rewrites, TextMetrics, traceback_error
 
 MAX_READ = 1 << 20
 """Bytes of one line held at most: a script that writes gigabytes without a newline is passed
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, forward)
     out = sys.stdout.buffer
     assert child.stdout is not None
-    last: collections.deque[str] = collections.deque(maxlen=20)
+    last: collections.deque[str] = collections.deque(maxlen=200)  # a traceback's lines, for its error
     with open(metrics_path, "ab", buffering=0) as metrics:
 
         def write(record: dict) -> None:
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> int:
             else os.path.basename(command[2] if len(command) > 2 else "")
         )
         write(start_record(rank, world, restart, program))
-        reader, fd = Rewrites(max_line=MAX_READ), child.stdout.fileno()
+        reader, fd, stepped = Rewrites(max_line=MAX_READ), child.stdout.fileno(), False
         while True:
             if select.select([fd], [], [], reader.every_s)[0]:
                 data = os.read(fd, 1 << 16)
@@ -80,6 +81,7 @@ def main(argv: list[str]) -> int:
                 record = parser.feed(line)
                 if record is not None:
                     write(record)
+                    stepped = stepped or record.get("event") == "step"
         for line in reader.close():
             last.append(line.rstrip())
             if (record := parser.feed(line)) is not None:
@@ -88,7 +90,17 @@ def main(argv: list[str]) -> int:
         if code == 0:
             write(parser.record("done"))
         elif code > 0:  # a signal is a stop, not the script's error
-            write({**parser.record("error"), **failure(list(last), code)})
+            error = failure(list(last), code)
+            if stepped is False and error.pop("repeats", "") == "yes" and restart < max_restarts():
+                error["message"] += (
+                    f"; not restarted: it failed before its first step on attempt {restart + 1}, "
+                    "and every attempt would fail the same way"
+                )
+                write({**parser.record("error"), **error})
+                stop_restarts()
+            else:
+                error.pop("repeats", None)
+                write({**parser.record("error"), **error})
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell says
 
 
@@ -114,13 +126,28 @@ def start_record(rank: int, world: int, restart: int, program: str) -> dict:
     }
 
 
+def max_restarts() -> int:
+    try:
+        return int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    except ValueError:
+        return 0
+
+
+def stop_restarts() -> None:
+    """A crash loop: ask torchrun (this process's parent, the rank's agent) to end the run rather than
+    start the group again; it stops the other ranks and exits, and the run ends failed with this
+    rank's error."""
+    with contextlib.suppress(OSError):
+        os.kill(os.getppid(), signal.SIGTERM)
+
+
 def failure(last: list[str], code: int) -> dict[str, str]:
-    """The error a failed script's last lines show: a Python traceback's last line, with a hint
-    for a package the environment lacks; else the last line and the exit status."""
-    for line in reversed(last):
-        error = exception_of(line)
-        if error is not None:
-            return error
+    """The error a failed script's last lines show: a Python traceback's whole message, where it was
+    raised and whether another attempt would meet it (``traceback_error``); else the last line and
+    the exit status."""
+    error = traceback_error(last)
+    if error is not None:
+        return error
     tail = last[-1].strip() if last else "no output"
     return {"message": f"exited with status {code}: {tail[:300]}", "hint": "the rank's log has its output"}
 

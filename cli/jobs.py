@@ -406,11 +406,18 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
     return 0
 
 
-def format_status_table(statuses: list[JobStatus]) -> str:
-    rows: list[tuple[str, ...]] = [("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "REASON")]
+REASON_WIDTH = 60
+"""Characters of a reason in the runs table; ``status RUN`` shows it whole."""
+
+
+def format_status_table(statuses: list[JobStatus], reasons: bool = True) -> str:
+    head = ("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE")
+    rows: list[tuple[str, ...]] = [(*head, "REASON") if reasons else (*head, "")]
     now = time.time()
     # a run's reason and its names come from the run, the cluster or a file: nothing in them drives the terminal
-    rows += [tuple(printable(c) for c in (*status_cells(s, now), s.reason[:60])) for s in statuses]
+    for s in statuses:
+        reason = s.reason if len(s.reason) <= REASON_WIDTH else s.reason[: REASON_WIDTH - 3] + "..."
+        rows.append(tuple(printable(c) for c in (*status_cells(s, now), reason if reasons else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 
@@ -431,7 +438,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
     if args.output == "json":
         print(json.dumps(status.to_dict(), indent=2))
         return 0
-    print(format_status_table([status]))
+    print(format_status_table([status], reasons=False).rstrip())
+    if status.reason:  # whole: the table's column would cut the words that say why
+        print(printable(f"reason: {status.reason}"))
     if status.hint:
         print(printable(f"hint: {status.hint}"))
     return 0

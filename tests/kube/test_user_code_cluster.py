@@ -218,7 +218,7 @@ def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(kube_api, kube_ba
     assert [line.text for line in rank3] == ["epoch 1 step 1/20 loss: 2.20", "epoch 1 step 2/20 loss: 2.00"]
     status = kube_backend.status(run_id)
     assert (status.step, status.epoch, status.loss, status.total_steps) == (2, 1, 1.9, 20)
-    assert status.reason == "rank 0: ModuleNotFoundError: No module named 'wandb'"
+    assert status.reason == "rank 0: ModuleNotFoundError: No module named 'wandb' (at train.py:3)"
     assert "requirements.txt" in status.hint
     errors = [e for e in seen if e.event == "error"]
     assert [(e.rank, e.record["step"]) for e in errors] == [(0, 2)] and errors[0].record["hint"] == status.hint

@@ -178,6 +178,41 @@ def test_a_failing_script_says_why_in_one_line_with_a_hint(tmp_path):
     assert "requirements.txt" in error
 
 
+GPU_SCRIPT = """
+import os
+import torch
+import torch.distributed as dist
+
+rank = int(os.environ["RANK"])
+print(f"attempt {os.environ['TORCHELASTIC_RESTART_COUNT']} on rank {rank}", flush=True)
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl")
+"""
+
+
+def test_a_script_that_needs_a_gpu_fails_at_once_saying_so_and_is_not_restarted(tmp_path):
+    """Issue 31: the error is the same on every attempt (a CPU build of torch has no CUDA), so the
+    group is not restarted three times: one attempt, and the reason names the need, the line that
+    asked and why it was not restarted; the whole reason reaches `status`."""
+    code, state = tmp_path / "project", tmp_path / "state"
+    code.mkdir()
+    (code / "train.py").write_text(GPU_SCRIPT)
+    env = cli_env(state)
+    args = ["train", "train.py", "--nproc-per-node", "2", "--max-restarts", "3", "--python", sys.executable]
+    done = run_cli(args, env, code, timeout=180)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (status,) = LocalBackend(state).list()
+    assert status.state.value == "failed" and status.restarts == 0
+    assert "the script needs a GPU (torch here is a CPU build)" in status.reason
+    assert "(at train.py:8: torch.cuda.set_device(rank))" in status.reason
+    assert "not restarted: it failed before its first step on attempt 1" in status.reason
+    assert "torch.cuda.is_available()" in status.hint
+    logs = [line.text for batch in LocalBackend(state).logs(status.run_id) for line in batch]
+    assert not any("attempt 1 on rank" in line for line in logs)  # never a second attempt
+    shown = run_cli(["status", status.run_id], env, code)
+    assert "not restarted" in shown.stdout + shown.stderr and "train.py:8" in shown.stdout + shown.stderr
+
+
 def test_a_rank_that_aborts_as_it_exits_is_named_with_its_signal_and_last_line(tmp_path):
     """PyTorch's gloo threads can abort a DDP script's exit after its work is done (seen in this
     suite, 1 run in 16 on a loaded host): the reason is that rank, SIGABRT and the C++ runtime's

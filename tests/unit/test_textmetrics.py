@@ -211,3 +211,29 @@ def test_output_rewritten_in_place_is_read_as_it_updates_throttled_and_its_last_
     assert reader.feed(b"\r10/10 [00:01, loss=1]\r") == []  # a CR last may be half a CRLF: held
     assert reader.feed(b"\ndone\r\n") == ["10/10 [00:01, loss=1]", "done"]
     assert reader.feed(b"tail without newline") == [] and reader.close() == ["tail without newline"]
+
+
+def test_a_traceback_gives_its_whole_message_the_line_that_raised_it_and_whether_it_repeats():
+    from torchdeck.backends.textmetrics import traceback_error
+
+    lines = [
+        "starting",
+        "Traceback (most recent call last):",
+        '  File "/home/me/proj/train.py", line 12, in <module>',
+        "    load(path)",
+        '  File "/venv/lib/python3.11/site-packages/torch/serialization.py", line 99, in load',
+        "    raise pickle.UnpicklingError(msg)",
+        "_pickle.UnpicklingError: Weights only load failed.",
+        "Re-running torch.load with weights_only set to False will likely succeed.",
+    ]
+    error = traceback_error(lines)
+    assert error is not None and error["repeats"] == "yes"
+    assert error["message"] == (
+        "_pickle.UnpicklingError: Weights only load failed. Re-running torch.load with weights_only set to "
+        "False will likely succeed. (at train.py:12: load(path))"
+    )
+    gone = traceback_error(["Traceback (most recent call last):", "torch.distributed.DistNetworkError: reset"])
+    assert gone is not None and gone["repeats"] == "no"  # the network: another attempt may get through
+    nccl = traceback_error(["RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!"])
+    assert nccl is not None and nccl["message"].startswith("the script needs a GPU (NCCL needs GPUs")
+    assert traceback_error(["loss 1.0", "all fine"]) is None
