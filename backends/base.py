@@ -59,6 +59,24 @@ def as_test_result(data: dict[str, Any]) -> TestResult:
 
 
 @dataclass
+class RankProgress:
+    """One rank's progress as its metric lines left it (``status`` and ``jobs --output json``)."""
+
+    rank: int
+    step: int = 0
+    epoch: int = 0
+    loss: float | None = None
+    val_loss: float | None = None
+    samples_per_s: float | None = None
+    steps_per_s: float | None = None
+    last_report: float | None = None
+    """When the rank last wrote a metric line (seconds since the epoch)."""
+    state: str = "running"
+    """running, done, or error (with ``error``, its message)."""
+    error: str = ""
+
+
+@dataclass
 class JobStatus:
     """One run as the backend sees it now."""
 
@@ -83,10 +101,16 @@ class JobStatus:
     """The latest eval accuracy (0..1)."""
     location: str = ""
     """Where the run's files live (a folder, a namespace)."""
+    val_loss: float | None = None
+    """The latest validation or test loss (a series of its own, never the training loss)."""
+    ranks: list[RankProgress] = field(default_factory=list)
+    """Each rank's progress, where the backend read it; the run's own step, epoch and loss are the
+    lowest rank's (rank 0's), as the monitor's header shows them."""
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["state"] = self.state.value
+        out["ranks"] = [dict(r.__dict__) for r in self.ranks]
         return out
 
 

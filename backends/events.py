@@ -12,7 +12,7 @@ from typing import Any
 
 from torchdeck.trainer.metrics import SCHEMA_VERSION, parse_line
 
-from .base import JobStatus, MetricEvent
+from .base import JobStatus, MetricEvent, RankProgress
 
 try:  # five times faster than json on metric lines; the monitor ingests tens of thousands a second
     from orjson import loads as _loads
@@ -54,10 +54,10 @@ def parse_metric_line(line: str | bytes) -> MetricEvent | None:
 def fold_progress(status: JobStatus, events: Iterable[MetricEvent]) -> dict[str, Any] | None:
     """Fold one rank's events, oldest first, into ``status``: epochs and total steps from its
     start (and a restart count), epoch, step and loss from its steps and epoch summaries (a text
-    line's ``step 3/20`` brings a total too), accuracy from its evals and its end. Returns the
-    last error record among them (each backend words the reason its own way: where the rank is).
-    The one fold for every backend: the local and cluster copies had drifted (the cluster's read
-    neither epoch summaries nor restart counts)."""
+    line's ``step 3/20`` brings a total too), accuracy and validation loss from its evals and its
+    end. Returns the last error record among them (each backend words the reason its own way:
+    where the rank is). The one fold for every backend: the local and cluster copies had drifted
+    (the cluster's read neither epoch summaries nor restart counts)."""
     error = None
     for event in events:
         r = event.record
@@ -68,14 +68,43 @@ def fold_progress(status: JobStatus, events: Iterable[MetricEvent]) -> dict[str,
         elif event.event in ("step", "epoch"):
             status.step = r.get("step") or status.step
             status.epoch = r.get("epoch") or status.epoch
-            status.loss = r.get("loss") if event.event == "step" else status.loss
+            status.loss = r["loss"] if event.event == "step" and r.get("loss") is not None else status.loss
             status.total_steps = r.get("total_steps") or status.total_steps
             status.epochs = r.get("epochs") or status.epochs
-        elif event.event in ("eval", "done") and r.get("accuracy") is not None:
-            status.accuracy = r["accuracy"]
         elif event.event == "error":
             error = r
+        if event.event in ("eval", "done") and r.get("accuracy") is not None:
+            status.accuracy = r["accuracy"]
+        if r.get("val_loss") is not None:
+            status.val_loss = r["val_loss"]
     return error
+
+
+def fold_ranks(events: Iterable[MetricEvent], ranks: dict[int, RankProgress] | None = None) -> dict[int, RankProgress]:
+    """Each rank's progress from its events, oldest first (added to ``ranks`` where given): its step,
+    epoch, training and validation loss, speed, when it last reported, and how it ended."""
+    ranks = {} if ranks is None else ranks
+    for event in events:
+        r, view = event.record, ranks.get(event.rank)
+        if view is None:
+            view = ranks[event.rank] = RankProgress(event.rank)
+        view.last_report = max(view.last_report or 0.0, event.time) or None
+        if event.event == "start":
+            view.state, view.error = "running", ""
+        elif event.event in ("step", "epoch"):
+            view.step = r.get("step") or view.step
+            view.epoch = r.get("epoch") or view.epoch
+            if event.event == "step":
+                view.loss = r.get("loss") if r.get("loss") is not None else view.loss
+                view.samples_per_s = r.get("samples_per_s") or view.samples_per_s
+                view.steps_per_s = r.get("steps_per_s") or view.steps_per_s
+        elif event.event == "done":
+            view.state = "done"
+        elif event.event == "error":
+            view.state, view.error = "error", str(r.get("message") or "error")
+        if r.get("val_loss") is not None:
+            view.val_loss = r["val_loss"]
+    return ranks
 
 
 def tool_result(output: str) -> dict[str, Any] | None:

@@ -51,7 +51,7 @@ from .base import (
     as_test_result,
 )
 from .errors import BackendError, RunNotFound, SpecError
-from .events import describe_record, fold_progress, parse_metric_line, parse_metric_lines, tool_result
+from .events import describe_record, fold_progress, fold_ranks, parse_metric_line, parse_metric_lines, tool_result
 from .files import write_atomically
 from .gpu import read_gpus
 from .local_launcher import reap_run, run_members, write_json
@@ -81,6 +81,10 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+RANKS_READ = 256
+"""Ranks whose progress ``status`` reads (4 KiB of each one's file); the monitor follows every rank."""
 
 
 class LocalBackend(Backend):
@@ -284,10 +288,9 @@ class LocalBackend(Backend):
         return sorted(out)
 
     def _progress(self, run_dir: Path, status: JobStatus) -> None:
-        """Fill epoch, step, loss and accuracy from the end of the lowest
-        rank's metric file, and the first error any rank reported. Cheap
-        with hundreds of ranks: other ranks' files are only searched for an
-        error line, not parsed."""
+        """Fill epoch, step, loss and accuracy from the end of the lowest rank's metric file, each of
+        the first ``RANKS_READ`` ranks' progress from the end of theirs, and the first error any rank
+        reported. Cheap with thousands of ranks: the files beyond are only searched for an error line."""
         files = sorted(
             (run_dir / "metrics").glob("rank-*.jsonl"),
             key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else 1 << 30,
@@ -297,16 +300,22 @@ class LocalBackend(Backend):
         # the file's first line (its start: epochs, total steps), then its tail
         first = parse_metric_line(first_line(files[0]))
         error = fold_progress(status, [first] if first is not None and first.event == "start" else [])
-        error = fold_progress(status, parse_metric_lines(tail_lines(files[0], 16384))) or error
-        for path in files[1:]:
-            if error is not None:
-                break
+        tail = parse_metric_lines(tail_lines(files[0], 16384))
+        error = fold_progress(status, tail) or error
+        ranks = fold_ranks(tail)
+        for path in files[1 : 1 + RANKS_READ]:  # each rank's last lines: its progress, its error
+            events = parse_metric_lines(tail_lines(path, 4096))
+            fold_ranks(events, ranks)
+            if error is None:
+                error = next((e.record for e in events if e.event == "error"), None)
+        for path in files[1 + RANKS_READ :] if error is None else ():  # beyond: only an error is looked for
             for line in tail_lines(path, 4096):
                 if b'"event":"error"' in line:
                     event = parse_metric_line(line)
                     if event is not None:
                         error = event.record
                         break
+        status.ranks = [ranks[r] for r in sorted(ranks)]
         if error is not None and not status.reason:
             status.reason, status.hint = f"rank {error.get('rank')}: {error.get('message')}", error.get("hint") or ""
 

@@ -9,10 +9,7 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-from .base import (
-    JobState,
-    JobStatus,
-)
+from .base import JobState, JobStatus, RankProgress
 
 STATUS_FILE = "status.json"
 """An ended run's status, kept so that listing runs reads one file each."""
@@ -33,7 +30,8 @@ def kept_status(run_dir: str) -> JobStatus | None:
             kept = json.loads(f.read())
         if kept["run_id"] != os.path.basename(run_dir):
             return None
-        return JobStatus(**{**kept, "state": JobState(kept["state"]), "location": run_dir})
+        ranks = [RankProgress(**r) for r in kept.get("ranks") or []]
+        return JobStatus(**{**kept, "state": JobState(kept["state"]), "location": run_dir, "ranks": ranks})
     except (OSError, ValueError, TypeError, KeyError):
         return None
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdeck.backends.base import JobStatus, MetricEvent
+from torchdeck.backends.base import JobStatus, MetricEvent, NodeMetrics
 
 SILENT_FLOOR_S = 5.0
 """A rank is flagged silent after this long without a line, at least (or
@@ -79,6 +79,8 @@ class RankView:
     loss: float | None = None
     samples_per_s: float | None = None
     """Smoothed (exponential average) images per second."""
+    steps_per_s: float | None = None
+    """Smoothed steps (a progress bar's it/s) per second, where the rank says no samples/s."""
     last_time: float = 0.0
     """Trainer clock (unix s) of its latest line."""
     step_interval: float | None = None
@@ -135,6 +137,10 @@ class MonitorSnapshot:
     errors: list[str]
     gpu_by_host: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     """(rank, GPU utilization %) the ranks report, by the host they run on."""
+    val_losses: list[tuple[int | None, float]] = field(default_factory=list)
+    """(epoch, loss) of the validation or test losses, newest last."""
+    speed_unit: str = "img/s"
+    """What the ranks' speed counts: img/s (the built-in trainer), smp/s, or it/s (a bar's steps)."""
 
     @property
     def fraction(self) -> float:
@@ -156,6 +162,8 @@ class MonitorState:
         self.ranks: dict[int, RankView] = {}
         self.info: dict[str, Any] = {}
         self.evals: dict[int, float] = {}
+        self.val_losses: deque[tuple[int | None, float]] = deque(maxlen=64)
+        """(epoch, loss) of the validation or test losses reported, newest last."""
         self.world_size = 0
         self.epochs: int | None = None
         self.total_steps: int | None = None
@@ -197,6 +205,9 @@ class MonitorState:
                     sps = rec.get("samples_per_s")
                     if sps is not None:
                         view.samples_per_s = sps if view.samples_per_s is None else 0.8 * view.samples_per_s + 0.2 * sps
+                    its = rec.get("steps_per_s")
+                    if its is not None:
+                        view.steps_per_s = its if view.steps_per_s is None else 0.8 * view.steps_per_s + 0.2 * its
                     if not self._progress or step > self._progress[-1][1]:
                         self._progress.append((ev.time, step))
                     if "total_steps" in rec:  # a user script's "step N/M"
@@ -215,7 +226,9 @@ class MonitorState:
                     view.step_time = None
                 elif kind == "epoch":
                     view.epoch = rec.get("epoch") or view.epoch
-                elif kind == "eval":
+                if rec.get("val_loss") is not None:  # validation or test: a series of its own
+                    self.val_losses.append((rec.get("epoch"), rec["val_loss"]))
+                if kind == "eval":
                     acc = rec.get("accuracy")
                     if acc is not None and rec.get("epoch") is not None:
                         self.evals[int(rec["epoch"])] = acc
@@ -274,7 +287,7 @@ class MonitorState:
                         v.step,
                         v.epoch,
                         v.loss,
-                        v.samples_per_s,
+                        v.samples_per_s if v.samples_per_s is not None else v.steps_per_s,
                         max(0.0, now - v.last_time) if v.last_time else 0.0,
                         flag,
                         detail,
@@ -286,8 +299,10 @@ class MonitorState:
                 chosen = [r.rank for r in rows if r.flag in ("slow", "silent", "error")]
                 chosen += [v.rank for v in views if v.rank not in chosen]
             curves = {r: self.ranks[r].loss_curve.points() for r in chosen[:curve_ranks]}
-            step = max((v.step for v in views), default=0)
-            epoch = max((v.epoch for v in views), default=0)
+            # the run's step is the lowest rank's (rank 0's), as `status` and `jobs` say it; the rank
+            # table shows each rank's own
+            lowest = min(views, key=lambda v: v.rank, default=None)
+            step, epoch = (lowest.step, lowest.epoch) if lowest is not None else (0, 0)
             eta = None
             if self.total_steps and len(self._progress) >= 2:
                 (t0, s0), (t1, s1) = self._progress[0], self._progress[-1]
@@ -319,7 +334,18 @@ class MonitorState:
                 done=dict(self.done) if self.done else None,
                 errors=list(self.errors),
                 gpu_by_host=gpu_by_host,
+                val_losses=list(self.val_losses),
+                speed_unit=self._speed_unit(views),
             )
+
+    def _speed_unit(self, views: list[RankView]) -> str:
+        """What the rank table's speed column counts: images for the built-in trainer (its start names
+        its dataset), samples where a script says samples/s, steps where it says only it/s."""
+        if self.info.get("dataset"):
+            return "img/s"
+        if any(v.samples_per_s is not None for v in views) or not any(v.steps_per_s is not None for v in views):
+            return "smp/s"
+        return "it/s"
 
 
 def status_cells(s: JobStatus, now: float) -> tuple[str, ...]:
@@ -370,3 +396,44 @@ def format_duration(seconds: float | None) -> str:
     if seconds >= 60:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds}s"
+
+
+BUSY_PERCENT = 20.0
+"""A rank's process above this much of a core (or a GPU above this utilization) is working, not hung."""
+UNREAD_AFTER_S = 60.0
+"""How long a running job may go without one readable metric line before the monitor says so."""
+READ_FORMATS = (
+    "loss lines (loss: 1.23, loss=1.23), progress bars (tqdm, Lightning, rich), schema-1 JSON (torchdeck.report)"
+)
+
+
+def quiet_words(quiet_s: float, nodes: list[NodeMetrics]) -> tuple[str, bool]:
+    """What to say when no rank has written a metric line for ``quiet_s`` seconds, weighed by what
+    the ranks are doing (the node figures torchdeck measures): (the words, whether it is an alarm).
+    Ranks busy on the CPU or GPU are working through a long step or epoch; idle ranks may be stuck
+    in a collective."""
+    procs = [p.cpu_percent for n in nodes for p in n.processes]
+    gpus = [g.util_percent for n in nodes for g in n.gpus]
+    if not procs and not gpus:
+        return f"no rank has written for {quiet_s:.0f} s (hung collective?)", True
+    seen = []
+    if procs:
+        seen.append(f"{statistics.fmean(procs):.0f}% CPU")
+    if gpus:
+        seen.append(f"{statistics.fmean(gpus):.0f}% GPU")
+    busy = (procs and statistics.fmean(procs) >= BUSY_PERCENT) or (gpus and statistics.fmean(gpus) >= BUSY_PERCENT)
+    if busy:
+        return f"no metric line for {quiet_s:.0f} s; ranks busy at {' and '.join(seen)}", False
+    return f"no metric line for {quiet_s:.0f} s; ranks idle at {' and '.join(seen)} (hung collective?)", True
+
+
+def unread_words(snap: MonitorSnapshot, now: float) -> str | None:
+    """Words for a running job whose output has given no readable metric for ``UNREAD_AFTER_S``:
+    what torchdeck looked for and how to help it; None otherwise."""
+    started = snap.info.get("time") if snap.info else None
+    if snap.step or snap.evals or not isinstance(started, (int, float)) or now - started < UNREAD_AFTER_S:
+        return None
+    return (
+        f"nothing readable after {now - started:.0f} s: torchdeck reads {READ_FORMATS}; "
+        "for another format set metrics.pattern in the spec"
+    )

@@ -35,11 +35,12 @@ from ..base import (
     LogLine,
     MetricEvent,
     NodeMetrics,
+    RankProgress,
     TestResult,
     as_test_result,
 )
 from ..errors import BackendError, RunIdTaken, RunNotFound
-from ..events import describe_record, fold_progress, parse_metric_lines
+from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines
 from ..names import new_run_id
 from ..spec import JobKindName, JobSpec, spec_from_dict, validate
 from ..textmetrics import RankedText
@@ -76,6 +77,8 @@ from .tasks import TaskJobs
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 CRD_CACHE_S = 5.0
 NODE_METRICS_TTL_S = 5.0
+PODS_READ = 16
+"""Pods whose log tails ``status`` reads for each rank's progress (one request each)."""
 
 
 class KubernetesBackend(Backend):
@@ -358,30 +361,34 @@ class KubernetesBackend(Backend):
         return status
 
     def _progress(self, status: JobStatus, namespace: str, pods: list[dict[str, Any]], obj: dict[str, Any]) -> None:
-        """Epoch, step, loss and accuracy from the tail of node 0's log (one small request)."""
+        """Epoch, step, loss and accuracy from the tail of node 0's log (one small request), and each
+        rank's progress from the tails of the first ``PODS_READ`` pods' logs."""
         started = [p for p in pods if has_started(p)]
         ranks = node_ranks(started)
-        first = sorted(started, key=lambda p: max(0, ranks[p["metadata"]["name"]]))[:1]
-        if not first:
-            return
-        try:
-            tail = self.client.request(
-                "GET",
-                api_path("Pod", namespace, first[0]["metadata"]["name"], "log"),
-                query={"tailLines": 200},
-                stream=True,
-                timeout=10,
-            ).data
-        except BackendError:
+        ordered = sorted(started, key=lambda p: max(0, ranks[p["metadata"]["name"]]))[:PODS_READ]
+        if not ordered:
             return
         reader = self.text_reader(obj)
-        if reader is not None:  # the user's code: rank 0's records among node 0's lines
-            batch = [(max(0, ranks[first[0]["metadata"]["name"]]), 0, line) for line in tail.splitlines()]
-            events = [e for e in self._log_lines(batch, 1, 0, reader)[0] if e.rank == 0]
-        else:
-            events = parse_metric_lines(tail.splitlines())
-            lowest = min((e.rank for e in events), default=0)
-            events = [e for e in events if e.rank == lowest]  # the lowest rank, as the local backend reads
+        per_rank: dict[int, RankProgress] = {}
+        events: list[MetricEvent] = []
+        for i, pod in enumerate(ordered):
+            name = pod["metadata"]["name"]
+            try:
+                tail = self.client.request(
+                    "GET", api_path("Pod", namespace, name, "log"), query={"tailLines": 200}, stream=True, timeout=10
+                ).data
+            except BackendError:
+                continue
+            if reader is not None:  # the user's code: its ranks' records among the pod's lines
+                batch = [(max(0, ranks[name]), 0, line) for line in tail.splitlines()]
+                found = self._log_lines(batch, 1, 0, reader)[0]
+            else:
+                found = parse_metric_lines(tail.splitlines())
+            fold_ranks(found, per_rank)
+            if i == 0:
+                lowest = min((e.rank for e in found), default=0)
+                events = [e for e in found if e.rank == lowest]  # the lowest rank, as the local backend reads
+        status.ranks = [per_rank[r] for r in sorted(per_rank)]
         error = fold_progress(status, events)
         if error is not None and (not status.reason or status.state is JobState.FAILED):
             status.reason, status.hint = f"rank 0: {error.get('message')}", error.get("hint") or status.hint

@@ -220,6 +220,13 @@ def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(kube_api, kube_ba
     assert (status.step, status.epoch, status.loss, status.total_steps) == (2, 1, 1.9, 20)
     assert status.reason == "rank 0: ModuleNotFoundError: No module named 'wandb' (at train.py:3)"
     assert "requirements.txt" in status.hint
+    # each rank's progress from both pods' logs: the worker's ranks too
+    assert [(r.rank, r.step, r.loss, r.state) for r in status.ranks] == [
+        (0, 2, 1.9, "error"),
+        (1, 2, 2.0, "running"),
+        (2, 2, 1.9, "running"),
+        (3, 2, 2.0, "running"),
+    ]
     errors = [e for e in seen if e.event == "error"]
     assert [(e.rank, e.record["step"]) for e in errors] == [(0, 2)] and errors[0].record["hint"] == status.hint
 

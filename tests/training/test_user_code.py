@@ -6,6 +6,7 @@ that torchdeck's own environment lacks a package of. Real torchrun over gloo."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import sysconfig
@@ -71,6 +72,14 @@ def test_a_text_printing_ddp_script_runs_in_the_users_venv_with_live_metrics(use
     (status,) = backend.list()
     assert status.run_id.startswith("train-") and status.state.value == "succeeded"  # named after the script
     assert (status.step, status.world_size) == (12, 2)
+    # each rank's progress, in status --output json and jobs --output json alike
+    env = cli_env(backend.state_dir)
+    shown = json.loads(run_cli(["status", status.run_id, "--output", "json"], env, Path.cwd()).stdout)
+    listed = json.loads(run_cli(["jobs", "--output", "json"], env, Path.cwd()).stdout)
+    for ranks in (shown["ranks"], listed[0]["ranks"]):
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert all(r["step"] == 12 and r["samples_per_s"] == 250.0 and r["state"] == "done" for r in ranks)
+        assert all(r["loss"] is not None and r["last_report"] > status.submitted_at for r in ranks)
 
     async def fold() -> MonitorState:
         state = MonitorState()

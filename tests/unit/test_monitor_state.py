@@ -128,3 +128,32 @@ def test_gpu_utilization_the_ranks_report_is_grouped_by_host():
         events.append(ev)
     state.ingest(events)
     assert state.snapshot(now=11.0).gpu_by_host == {"pod-a": [(0, 97.0), (1, 95.0)], "pod-b": [(2, 40.0)]}
+
+
+def test_a_quiet_spell_is_weighed_by_what_the_ranks_are_doing():
+    """Issue 31: a Lightning epoch that reports once at its end is no hang while its ranks work."""
+    from torchdeck.backends.base import GpuMetrics, NodeMetrics, ProcessMetrics
+    from torchdeck.monitor.state import quiet_words
+
+    def node(cpu: list[float], gpu: tuple[float, ...] = ()) -> NodeMetrics:
+        procs = [ProcessMetrics(rank, 100 + rank, c, 500.0) for rank, c in enumerate(cpu)]
+        gpus = [GpuMetrics(i, "A10G", u, 1.0, 2.0) for i, u in enumerate(gpu)]
+        return NodeMetrics("n0", 50.0, 8, 1.0, 2.0, gpus=gpus, processes=procs)
+
+    assert quiet_words(85, [node([98.0, 97.0])]) == ("no metric line for 85 s; ranks busy at 98% CPU", False)
+    words, alarm = quiet_words(85, [node([0.5, 1.0], gpu=(0.0,))])
+    assert alarm and words == "no metric line for 85 s; ranks idle at 1% CPU and 0% GPU (hung collective?)"
+    assert quiet_words(85, [node([2.0], gpu=(95.0,))])[1] is False  # the GPU works while the CPU waits on it
+    assert quiet_words(85, []) == ("no rank has written for 85 s (hung collective?)", True)  # nothing measured
+
+
+def test_a_run_with_nothing_readable_after_a_minute_says_what_torchdeck_looks_for():
+    from torchdeck.monitor.state import unread_words
+
+    state = MonitorState()
+    state.ingest([MetricEvent("start", 0, 1000.0, {"event": "start", "rank": 0, "time": 1000.0})])
+    assert unread_words(state.snapshot(now=1030.0), 1030.0) is None  # not yet a minute
+    said = unread_words(state.snapshot(now=1075.0), 1075.0)
+    assert said is not None and said.startswith("nothing readable after 75 s") and "metrics.pattern" in said
+    state.ingest([MetricEvent("step", 0, 1076.0, {"event": "step", "rank": 0, "step": 1, "loss": 2.0})])
+    assert unread_words(state.snapshot(now=1080.0), 1080.0) is None

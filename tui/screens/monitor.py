@@ -16,9 +16,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from torchdeck.backends.base import Backend, JobState, JobStatus
+from torchdeck.backends.base import Backend, JobState, JobStatus, NodeMetrics
 from torchdeck.monitor.feed import MetricFeed
-from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration
+from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, quiet_words, unread_words
 
 from ..glyphs import STATE_STYLE, bar
 from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged
@@ -61,6 +61,8 @@ class MonitorScreen(DeckScreen[None]):
         self.snap: MonitorSnapshot = MonitorState().snapshot()
         """The newest snapshot of the run's metrics."""
         self.status: JobStatus | None = None
+        self.nodes: list[NodeMetrics] = []
+        """The newest node figures (CPU, GPU, the ranks' processes)."""
         self.frame_times = array("d")
         """When each frame tick began, the last FRAMES_KEPT or more (the benchmark reads the
         intervals). Plain doubles: a float object a frame, each kept for minutes among the
@@ -168,6 +170,7 @@ class MonitorScreen(DeckScreen[None]):
         self._dirty = True
 
     def on_nodes_measured(self, message: NodesMeasured) -> None:
+        self.nodes = message.nodes  # what the ranks are doing weighs a quiet spell (busy, or hung)
         nodes = self.query_one(NodeBars)
         nodes.show(message.nodes, self.size.width, self.snap.gpu_by_host)
 
@@ -218,7 +221,7 @@ class MonitorScreen(DeckScreen[None]):
         snap = self.snap
         self._draw_status(snap)
         self._draw_evals(snap)
-        self.query_one(RankTable).show(snap.ranks)  # only its rows on screen are drawn
+        self.query_one(RankTable).show(snap.ranks, snap.speed_unit)  # only its rows on screen are drawn
         if now - self._chart_at >= CHART_EVERY_S:  # built in a worker thread, drawn when done
             self._chart_at = now
             self.query_one(LossChart).show(snap.curves, len(snap.ranks))
@@ -234,7 +237,7 @@ class MonitorScreen(DeckScreen[None]):
         self._draw_status(snap)
         self._draw_evals(snap)
         self.query_one(LossChart).show(snap.curves, len(snap.ranks))
-        self.query_one(RankTable).show(snap.ranks)
+        self.query_one(RankTable).show(snap.ranks, snap.speed_unit)
 
     def _show(self, selector: str, text: Text) -> None:
         """Update a line only when it reads differently: a repaint costs more than the comparison."""
@@ -267,9 +270,10 @@ class MonitorScreen(DeckScreen[None]):
         if status and status.reason and state is not JobState.RUNNING:
             progress.append(f" {g.warn} {status.reason}", style="bold red" if state is JobState.FAILED else "yellow")
         elif snap.quiet_s is not None:
-            progress.append(
-                f" {g.warn} no rank has written for {snap.quiet_s:.0f} s (hung collective?)", style="bold red"
-            )
+            words, alarm = quiet_words(snap.quiet_s, self.nodes)
+            progress.append(f" {g.warn} {words}", style="bold red" if alarm else "yellow")
+        elif state in (JobState.RUNNING, JobState.PENDING) and (unread := unread_words(snap, time.time())):
+            progress.append(f" {g.warn} {unread}", style="yellow")
         elif snap.silent or snap.stragglers:
             parts = [f"rank {r} silent" for r in snap.silent] + [f"rank {r} slow" for r in snap.stragglers]
             progress.append(
@@ -281,12 +285,18 @@ class MonitorScreen(DeckScreen[None]):
 
     def _draw_evals(self, snap: MonitorSnapshot) -> None:
         text = Text()
-        if not snap.evals:
-            text.append("eval accuracy: after the first epoch", style="dim")
-        else:
+        if snap.evals:
             best_epoch, best = max(snap.evals, key=lambda e: e[1])
             text.append(f"best {best * 100:.1f}% (epoch {best_epoch})\n", style="bold")
             text.append("  ".join(f"{e}:{a * 100:.1f}" for e, a in snap.evals[-12:]))
+        if snap.val_losses:  # a script's validation or test loss: its own series, never the training loss
+            epoch, last = snap.val_losses[-1]
+            low = min(v for _, v in snap.val_losses)
+            text.append(("\n" if snap.evals else "") + f"val loss {last:.4g}", style="bold")
+            text.append((f" (epoch {epoch})" if epoch is not None else "") + f"  best {low:.4g}")
+        if not snap.evals and not snap.val_losses:
+            built_in = bool(snap.info.get("dataset"))
+            text.append("eval accuracy: after the first epoch" if built_in else "no evaluation reported", style="dim")
         self._show("#evals", text)
 
     # -- actions -----------------------------------------------------------------

@@ -47,7 +47,13 @@ def _line(cells: tuple[str, ...]) -> str:
     return " ".join(parts)
 
 
-HEADER = " ".join(name.rjust(width) if name != "flag" else name.ljust(width) for name, width in COLUMNS)
+def header(unit: str = "img/s") -> str:
+    """The header line, with the speed column named for what the run counts (img/s, smp/s, it/s)."""
+    names = [(unit if name == "img/s" else name, width) for name, width in COLUMNS]
+    return " ".join(name.rjust(width) if name != "flag" else name.ljust(width) for name, width in names)
+
+
+HEADER = header()
 
 
 class RankTable(LineStyles, ScrollView, can_focus=True):
@@ -63,6 +69,7 @@ class RankTable(LineStyles, ScrollView, can_focus=True):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._rows: list[tuple[str, ...]] = []
+        self._header = HEADER
         self.virtual_size = Size(WIDTH, 1)
 
     @property
@@ -73,10 +80,12 @@ class RankTable(LineStyles, ScrollView, can_focus=True):
         """The cells of one row, as shown (rank, step, loss, img/s, flag)."""
         return list(self._rows[index])
 
-    def show(self, rows: list[RankRow]) -> None:
+    def show(self, rows: list[RankRow], unit: str = "img/s") -> None:
         cells = [row_cells(row) for row in rows]
-        if cells == self._rows:
+        heading = header(unit)
+        if cells == self._rows and heading == self._header:
             return
+        self._header = heading
         resized = len(cells) != len(self._rows)
         self._rows = cells
         if resized:
@@ -87,7 +96,7 @@ class RankTable(LineStyles, ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         if y == 0:
             style = self.line_style("rank-table--header")
-            return Strip([Segment(HEADER, style)]).extend_cell_length(width, style).crop(0, width)
+            return Strip([Segment(self._header, style)]).extend_cell_length(width, style).crop(0, width)
         index = int(self.scroll_offset.y) + y - 1
         if index >= len(self._rows):
             return Strip.blank(width, self.line_style())
