@@ -51,6 +51,13 @@ def parse_metric_line(line: str | bytes) -> MetricEvent | None:
     return events[0] if events else None
 
 
+def step_after(step: int, record: dict[str, Any]) -> int:
+    """Where a rank is after ``record``: the step it names; a logger file's scalar (read a poll
+    later than the lines around it, at the step its logger counted) never moves it back."""
+    said = record.get("step") or step
+    return max(step, said) if record.get("source") == "logger" else said
+
+
 def fold_progress(status: JobStatus, events: Iterable[MetricEvent]) -> dict[str, Any] | None:
     """Fold one rank's events, oldest first, into ``status``: epochs and total steps from its
     start (and a restart count), epoch, step and loss from its steps and epoch summaries (a text
@@ -66,7 +73,7 @@ def fold_progress(status: JobStatus, events: Iterable[MetricEvent]) -> dict[str,
             status.total_steps = r.get("total_steps") or status.total_steps
             status.restarts = max(status.restarts, r.get("restart_count") or 0)
         elif event.event in ("step", "epoch"):
-            status.step = r.get("step") or status.step
+            status.step = step_after(status.step, r)
             status.epoch = r.get("epoch") or status.epoch
             status.loss = r["loss"] if event.event == "step" and r.get("loss") is not None else status.loss
             status.total_steps = r.get("total_steps") or status.total_steps
@@ -92,7 +99,7 @@ def fold_ranks(events: Iterable[MetricEvent], ranks: dict[int, RankProgress] | N
         if event.event == "start":
             view.state, view.error = "running", ""
         elif event.event in ("step", "epoch"):
-            view.step = r.get("step") or view.step
+            view.step = step_after(view.step, r)
             view.epoch = r.get("epoch") or view.epoch
             if event.event == "step":
                 view.loss = r.get("loss") if r.get("loss") is not None else view.loss

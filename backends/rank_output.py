@@ -23,6 +23,7 @@ import sys
 import time
 
 from torchdeck.backends.textmetrics import Rewrites, TextMetrics, traceback_error
+from torchdeck.trainer.logfiles import LoggerFiles
 
 MAX_READ = 1 << 20
 """Bytes of one line held at most: a script that writes gigabytes without a newline is passed
@@ -66,7 +67,14 @@ def main(argv: list[str]) -> int:
         )
         write(start_record(rank, world, restart, program))
         reader, fd, stepped = Rewrites(max_line=MAX_READ), child.stdout.fileno(), False
+        loggers = logger_files(rank, child.pid)
+        polled = 0.0  # the first look at once: a logger found early keeps the printed loss off its curve
         while True:
+            if time.monotonic() - polled >= LOGGER_POLL_S:
+                polled = 0.0  # the first look at once: a logger found early keeps the printed loss off its curve
+                for logged in loggers.poll():
+                    write(logged)
+                parser.loss_elsewhere = loggers.found_loss
             if select.select([fd], [], [], reader.every_s)[0]:
                 data = os.read(fd, 1 << 16)
                 if not data:
@@ -78,15 +86,17 @@ def main(argv: list[str]) -> int:
                 lines = reader.idle()  # a bar that paused: its newest state
             for line in lines:
                 last.append(line.rstrip())
-                record = parser.feed(line)
-                if record is not None:
-                    write(record)
-                    stepped = stepped or record.get("event") == "step"
+                said = parser.feed(line)
+                if said is not None:
+                    write(said)
+                    stepped = stepped or said.get("event") == "step"
         for line in reader.close():
             last.append(line.rstrip())
-            if (record := parser.feed(line)) is not None:
-                write(record)
+            if (said := parser.feed(line)) is not None:
+                write(said)
         code = child.wait()
+        for logged in loggers.poll():  # what the loggers wrote as they closed
+            write(logged)
         if code == 0:
             write(parser.record("done"))
         elif code > 0:  # a signal is a stop, not the script's error
@@ -124,6 +134,23 @@ def start_record(rank: int, world: int, restart: int, program: str) -> dict:
         "model": program,
         "time": time.time(),
     }
+
+
+LOGGER_POLL_S = 2.0
+"""How often the logger files are looked at: a directory walk and a read of what they gained."""
+
+
+def logger_files(rank: int, pid: int) -> LoggerFiles:
+    """The logger files under the script's folder that this run writes: the TensorBoard files this
+    rank's process writes, and, for the first rank of the first node, the files that name no writer
+    (the ranks share the folder)."""
+    shared = os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("GROUP_RANK", "0") == "0"
+    try:
+        since = float(os.environ.get("TORCHDECK_JOB_STARTED_AT", "") or time.time())
+        tags = json.loads(os.environ.get("TORCHDECK_METRIC_TAGS", "") or "{}")
+    except ValueError:
+        since, tags = time.time(), {}
+    return LoggerFiles(os.getcwd(), since, tags if isinstance(tags, dict) else {}, rank, pid, shared)
 
 
 def max_restarts() -> int:

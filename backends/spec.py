@@ -163,6 +163,9 @@ class MetricsOptions:
     pattern: str | None = None
     """A regular expression with named groups (loss, step, epoch, accuracy, ...) for lines the
     built-in formats do not know; it replaces them."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Which logger scalar (TensorBoard tag, CSV column, MLflow metric) is which, where its name does
+    not say: ``{loss: train/objective, val_loss: holdout/objective, accuracy: holdout/top1}``."""
 
 
 @dataclass
@@ -459,7 +462,22 @@ ENTRYPOINT_CHECKS = {
     "python": _path(optional=True),
     "in_image": _optional(_abs_path),
 }
-METRICS_CHECKS = {"pattern": _optional(_pattern)}
+
+
+def _metric_tags(v: object) -> str | None:
+    from torchdeck.trainer.logfiles import ROLES
+
+    if not isinstance(v, dict) or len(v) > len(ROLES):
+        return f"must be a mapping of {', '.join(ROLES)} to a scalar's name"
+    for role, name in v.items():
+        if role not in ROLES:
+            return f"{role!r:.40} is not one of {', '.join(ROLES)}"
+        if not isinstance(name, str) or not 0 < len(name) <= 200 or not name.isprintable():
+            return f"{role}: a scalar's name is 1-200 printable characters"
+    return None
+
+
+METRICS_CHECKS = {"pattern": _optional(_pattern), "tags": _metric_tags}
 NESTED = {
     "trainer": (TrainerOptions, TRAINER_CHECKS),
     "resources": (Resources, RESOURCE_CHECKS),

@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from torchdeck.trainer.logfiles import metric_role
+
 MAX_LINE = 2000
 """Characters of a line that are looked at: a bound on the work a pattern can do per line."""
 MAX_JSON_LINE = 64 * 1024
@@ -93,6 +95,11 @@ evaluation) belong to that step."""
 BAR_RE = re.compile(r"(?<![\d.])(\d{1,12})(?:/(\d{1,12})|it)\s{0,3}\[([^\[\]]{0,600})\]")
 """A tqdm-style bar's counter and its bracket: ``152/152 [01:17<00:00, 1.97it/s, train_loss=7.86]``
 (or ``35it [00:01, 20.5it/s]`` without a total); Lightning, Hugging Face, timm and rich print it."""
+RICH_BAR_RE = re.compile(r"(?<![\d.])(\d{1,12})/(\d{1,12})\s{1,3}(?:\d{1,3}:)?\d{1,2}:\d\d\s{0,3}\u2022")
+"""Lightning's rich bar: ``Epoch 1/4 ━━━━ 10/10 0:00:01 • 0:00:00 31.2it/s v_num: 0 train_loss: 0.14``;
+its ``Epoch k/M`` counts to the last epoch's index (M is max_epochs - 1)."""
+RICH_PAIR_RE = re.compile(r"(?:^|\s)([A-Za-z_][\w/.-]{0,60}):\s{0,2}" + _NUM + r"(?![\w.])")
+RICH_RATE_RE = re.compile(r"(?<![\d.])(\d{1,9}(?:\.\d{1,6})?)\s?(it/s|s/it)")
 RATE_RE = re.compile(r"^\s{0,3}(\d{1,9}(?:\.\d{1,6})?)\s?(it/s|s/it)\s{0,3}$")
 PAIR_RE = re.compile(r"(?:^|[\s,])([A-Za-z_][\w/.-]{0,60})=\s{0,2}" + _NUM + r"(?![\w.])")
 """A bar's postfix item, ``train_loss=7.860``."""
@@ -100,24 +107,9 @@ HELD_OUT_BAR_RE = re.compile(r"valid|val\b|test|sanity|predict|eval", re.IGNOREC
 """A bar's description that makes it a validation pass, whose counter is not the training step."""
 ANSI_RE = re.compile(r"\x1b(?:\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|[@-Z\\-_])")
 """Colour and cursor codes (rich's and tqdm's bars move the cursor): dropped before reading."""
-IGNORED_KEYS = frozenset({"v_num", "epoch", "step", "global_step", "it", "batch", "lr", "learning_rate"})
 UPDATES_KEPT = 20
 """Updates of a rewritten line read where they arrive together (a bar's epoch, on a cluster): that
 many spread over them, and the last."""
-
-
-def metric_role(key: str) -> str | None:
-    """What a metric's name says it is: ``loss`` (training), ``val_loss`` (validation or test),
-    ``accuracy`` or ``val_accuracy``; None for the rest. Shared by bar postfixes and logger files."""
-    k = key.lower().replace("-", "_").replace("/", "_")
-    if k in IGNORED_KEYS:
-        return None
-    held_out = bool(re.search(r"(?:^|_)(?:val|valid|validation|test|eval|evaluation|dev)(?:_|$)", k))
-    if "loss" in k:
-        return "val_loss" if held_out else "loss"
-    if re.search(r"(?:^|_)(?:acc|accuracy|top1|top_1|acc1|acc@1)(?:_|$)", k):
-        return "val_accuracy" if held_out else "accuracy"
-    return None
 
 
 def _loss_rank(key: str) -> int:
@@ -226,6 +218,8 @@ class TextMetrics:
         """The step the script last marked on a line of its own (None: it marks none)."""
         self.marker_used = False
         self.marker_total: int | None = None
+        self.loss_elsewhere = False
+        """A logger file gives this rank's training loss: its printed losses are not a second curve."""
         self.epoch_base: int | None = None
         """Whether the script counts epochs from 0 or 1 (from the first it names): where a bar restarts
         each epoch, the global step is ``(epoch - base) * steps per epoch + batch``."""
@@ -286,7 +280,7 @@ class TextMetrics:
         if self.world_size:
             record["world_size"] = self.world_size
         if event == "step":
-            record["loss"] = found.get("loss")
+            record["loss"] = None if self.loss_elsewhere else found.get("loss")
             record["samples_per_s"] = found.get("samples_per_s")
             if found.get("steps_per_s") is not None:
                 record["steps_per_s"] = found["steps_per_s"]
@@ -313,8 +307,8 @@ class TextMetrics:
             if per:
                 found["total_steps"] = per
             return int(batch)
-        if self.epoch_base is None:
-            self.epoch_base = 1 if self.epoch == 1 else 0  # "Epoch 1/10" counts from 1; most count from 0
+        if self.epoch_base is None:  # a script that prints "epoch 1" first counts from 1; bars count from 0
+            self.epoch_base = 1 if self.epoch == 1 and not found.get("progress") else 0
         if found.get("epochs"):
             found["total_steps"] = int(found["epochs"]) * int(per)
         return max(0, int(self.epoch) - self.epoch_base) * int(per) + int(batch)
@@ -341,6 +335,9 @@ class TextMetrics:
         bar = BAR_RE.search(text) if "[" in text else None
         if bar:
             self._read_bar(text, bar, found)
+        elif "\u2022" in text and (rich := RICH_BAR_RE.search(text)):
+            bar = rich
+            self._read_rich_bar(text, rich, found)
         if "loss" in lower:
             if "loss" not in found and (loss := _training_loss(text)) is not None:
                 found["loss"] = loss
@@ -393,17 +390,7 @@ class TextMetrics:
             if m := RATE_RE.match(item):
                 rate = float(m.group(1))
                 found["steps_per_s"] = rate if m.group(2) == "it/s" else (1 / rate if rate else None)
-        losses: list[tuple[int, float]] = []
-        for key, value in PAIR_RE.findall(inside):
-            role, number = metric_role(key), _number(value)
-            if role is None or number is None:
-                continue
-            if role == "loss":
-                losses.append((_loss_rank(key), number))
-            elif role in ("val_loss", "val_accuracy"):
-                found.setdefault("accuracy" if role == "val_accuracy" else role, number)
-        if losses and not held_out:
-            found["loss"] = min(losses)[1]
+        _postfix(PAIR_RE.findall(inside), found, held_out)
         if held_out:
             return
         found["progress"] = True
@@ -416,6 +403,52 @@ class TextMetrics:
             found["batch"], found["epoch_steps"] = n, total
         else:
             found["step"], found["total_steps"] = n, total
+
+    def _read_rich_bar(self, text: str, bar: re.Match[str], found: dict[str, Any]) -> None:
+        """Lightning's rich bar, read as its tqdm bar is: the batch within the epoch it names, its
+        rate, and its ``key: value`` metrics."""
+        prefix, rest = text[: bar.start()], text[bar.end() :]
+        held_out = HELD_OUT_BAR_RE.search(prefix) is not None
+        _postfix(RICH_PAIR_RE.findall(rest), found, held_out)
+        if held_out:
+            return
+        if m := RICH_RATE_RE.search(rest):
+            rate = float(m.group(1))
+            found["steps_per_s"] = rate if m.group(2) == "it/s" else (1 / rate if rate else None)
+        found["progress"] = True
+        n, total = int(bar.group(1)), int(bar.group(2))
+        epochs = _rich_epochs(prefix)
+        if epochs:
+            found.update(epochs)
+            found["batch"], found["epoch_steps"] = n, total
+        else:
+            found["step"], found["total_steps"] = n, total
+
+
+def _rich_epochs(text: str) -> dict[str, Any]:
+    m = EPOCH_RE.search(text) if "epoch" in text.lower() else None
+    if m is None:
+        return {}
+    out: dict[str, Any] = {"epoch": float(m.group(1))}
+    if m.group(2):
+        out["epochs"] = int(m.group(2)) + 1  # ``Epoch 1/1``: the last epoch's index
+    return out
+
+
+def _postfix(pairs: list[tuple[str, str]], found: dict[str, Any], held_out: bool) -> None:
+    """A bar's named metrics: the training loss (the step's before an epoch's mean) and the
+    held-out ones, by their names (``v_num`` and the like ignored)."""
+    losses: list[tuple[int, float]] = []
+    for key, value in pairs:
+        role, number = metric_role(key), _number(value)
+        if role is None or number is None:
+            continue
+        if role == "loss":
+            losses.append((_loss_rank(key), number))
+        elif role in ("val_loss", "val_accuracy"):
+            found.setdefault("accuracy" if role == "val_accuracy" else role, number)
+    if losses and not held_out:
+        found["loss"] = min(losses)[1]
 
 
 def _training_loss(text: str) -> float | None:

@@ -94,6 +94,8 @@ class RankView:
     gpu_util: float | None = None
     """GPU utilization (%) the rank itself reports (NVML in the trainer), as of its latest step."""
     loss_curve: Series = field(default_factory=Series)
+    logged_loss: bool = False
+    """A logger file gives this rank's training loss: the curve is the logger's."""
 
 
 @dataclass
@@ -192,13 +194,20 @@ class MonitorState:
                 if kind == "step":
                     step = rec.get("step") or 0
                     loss = rec.get("loss")
-                    if loss is not None:
+                    logged = rec.get("source") == "logger"
+                    if logged and loss is not None and not view.logged_loss:
+                        # a logger file's curve replaces the printed one (a bar's postfix is rounded)
+                        view.logged_loss, view.loss_curve = True, Series(self.curve_points)
+                    if loss is not None and (logged or not view.logged_loss):
                         view.loss_curve.add(step, loss)
                     if view.step_time is not None and step > view.step:
                         gap = (ev.time - view.step_time) / (step - view.step)
                         view.step_interval = gap if view.step_interval is None else 0.8 * view.step_interval + 0.2 * gap
                     view.step_time = ev.time
-                    view.step, view.epoch, view.loss = step, rec.get("epoch") or view.epoch, loss
+                    # a logger's point is read a poll later than the lines around it: the position stays
+                    view.step = max(view.step, step) if logged else step
+                    view.epoch = rec.get("epoch") or view.epoch
+                    view.loss = loss if loss is not None else view.loss
                     view.gpu_util = rec.get("gpu_util")
                     if view.gpu_util is not None:
                         view.host = rec.get("host") or view.host

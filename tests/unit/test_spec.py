@@ -6,7 +6,16 @@ import pytest
 import yaml
 
 from torchdeck.backends.errors import SpecError
-from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, parse_override, save_spec, with_overrides
+from torchdeck.backends.spec import (
+    MODELS,
+    RECIPES,
+    JobSpec,
+    load_spec,
+    parse_override,
+    save_spec,
+    spec_from_dict,
+    with_overrides,
+)
 
 
 def test_defaults_round_trip_through_yaml(tmp_path):
@@ -156,3 +165,16 @@ def test_the_one_spec_updater_keeps_what_it_does_not_change(tmp_path):
     assert written["trainer"]["epochs"] == 7 and written["cluster"]["pvc"] == "shared" and written["image"] == "r/t:1"
     fresh = update_spec_file(tmp_path / "new.yaml", {"image": "r/t:2"})
     assert fresh.image == "r/t:2" and load_spec(tmp_path / "new.yaml").image == "r/t:2"
+
+
+def test_metric_tags_name_known_roles_only():
+    spec = spec_from_dict({"metrics": {"tags": {"loss": "train/objective", "val_loss": "holdout/objective"}}})
+    assert spec.metrics.tags == {"loss": "train/objective", "val_loss": "holdout/objective"}
+    for tags, words in (
+        ({"lossy": "x"}, "'lossy' is not one of loss"),
+        ({"loss": ""}, "1-200 printable"),
+        ("x", "mapping"),
+    ):
+        with pytest.raises(SpecError, match="metrics.tags") as caught:
+            spec_from_dict({"metrics": {"tags": tags}})
+        assert words in str(caught.value)
