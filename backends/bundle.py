@@ -16,10 +16,13 @@ container checks its digest and unpacks it into the pods' working directory
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
 import io
 import os
+import re
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +149,20 @@ class Bundle:
     size: int
     """Bytes of the files, before compression."""
     source: str
+    outputs: tuple[tuple[str, int], ...] = ()
+    """Large model-like files in it (path, bytes): a previous run's outputs, most likely."""
+
+    def outputs_warning(self) -> str | None:
+        """One line naming the large model-like files shipped, with the ignore lines that leave them out."""
+        if not self.outputs:
+            return None
+        named = ", ".join(f"{path} ({size / 2**20:.1f} MiB)" for path, size in self.outputs[:3])
+        more = f" and {len(self.outputs) - 3} more" if len(self.outputs) > 3 else ""
+        patterns = " ".join(sorted({"**/*" + Path(path).suffix for path, _ in self.outputs}))  # any depth
+        return (
+            f"the code bundle holds {named}{more}: outputs of an earlier run? "
+            f"lines {patterns} in .dockerignore leave them out"
+        )
 
     @property
     def configmap(self) -> str:
@@ -202,7 +219,88 @@ def pack(folder: str | Path, limit: int | None = None) -> Bundle:
                 info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
                 tar.addfile(info, io.BytesIO(data))
     data = buffer.getvalue()
-    return Bundle(data, hashlib.sha256(data).hexdigest(), len(files), total, str(root))
+    outputs = tuple(
+        (p.relative_to(root).as_posix(), size)
+        for size, p in sorted(sizes, reverse=True)
+        if size >= OUTPUT_SIZE and p.suffix.lower() in OUTPUT_SUFFIXES
+    )
+    return Bundle(data, hashlib.sha256(data).hexdigest(), len(files), total, str(root), outputs)
+
+
+OUTPUT_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".onnx", ".npz"})
+OUTPUT_SIZE = 1 << 20
+"""A model-like file this large in a code folder is an output, not code: the bundle warns of it."""
+PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
+IMPORT_NAMES = {
+    "scikit-learn": "sklearn", "pillow": "PIL", "pyyaml": "yaml", "opencv-python": "cv2",
+    "opencv-python-headless": "cv2", "beautifulsoup4": "bs4", "python-dateutil": "dateutil",
+    "protobuf": "google", "pytorch-lightning": "pytorch_lightning", "tensorboardx": "tensorboardX",
+}  # fmt: skip
+"""Packages whose import name is not their name on PyPI."""
+
+
+def project_root(start: Path, stop: Path | None = None) -> Path | None:
+    """The project a folder is part of: the nearest folder at or above ``start`` holding a git
+    repository, a ``pyproject.toml``, a ``setup.py`` or a ``setup.cfg``; None below ``stop`` (the
+    home folder) or the file system's root."""
+    stop = (stop or Path.home()).resolve()
+    here = start.resolve()
+    while True:
+        if any((here / marker).exists() for marker in PROJECT_MARKERS):
+            return here
+        if here == stop or here.parent == here:
+            return None
+        here = here.parent
+
+
+def script_imports(script: Path) -> list[str]:
+    """The top-level packages a script imports at its top level or under a top-level ``if`` (``if
+    __name__ == "__main__":``); not those inside functions, nor those inside a ``try`` that may
+    catch their absence. [] where it does not parse."""
+    try:
+        tree = ast.parse(script.read_bytes())
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return []
+    statements = [*tree.body, *(sub for node in tree.body if isinstance(node, ast.If) for sub in node.body)]
+    found: list[str] = []
+    for node in statements:
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [top for top in (name.split(".", 1)[0] for name in names) if top not in found]
+    return found
+
+
+def unresolved_imports(code: Path, script: str, requirements: str | None) -> list[str]:
+    """The entry script's top-level imports that neither the code folder (beside the script or at
+    its root), its requirements file nor the standard library provide: the interpreter or the image
+    must have them."""
+    path = code / script
+    places = [path.parent, code]
+    wanted = set()
+    if requirements:
+        try:
+            text = (code / requirements).read_text(errors="replace")
+        except OSError:
+            text = ""
+        for line in text.splitlines():
+            name = re.split(r"[\s<>=!~;\[@]", line.strip(), maxsplit=1)[0].lower()
+            if name and not name.startswith(("#", "-")):
+                wanted.add(IMPORT_NAMES.get(name, name.replace("-", "_")))
+    missing = []
+    for top in script_imports(path):
+        if top in STDLIB or top.lower() in wanted or top in ("torch", "torchdeck"):
+            continue
+        if any((place / f"{top}.py").is_file() or (place / top / "__init__.py").is_file() for place in places):
+            continue
+        if any((place / top).is_dir() for place in places):  # a namespace package
+            continue
+        missing.append(top)
+    return missing
 
 
 UNPACK = """\

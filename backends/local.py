@@ -144,7 +144,9 @@ class LocalBackend(Backend):
         else:
             e = spec.entrypoint
             python = str(e.python)
-            program = [e.script] if e.script else ["-m", str(e.module)]
+            # the script by its place in the code folder: the ranks run in entrypoint.workdir within it
+            script = e.script if not e.workdir else str(Path(e.code) / e.script) if e.script else None
+            program = [script] if script else ["-m", str(e.module)]
             rank = [self.python, "-m", "torchdeck.backends.rank_output", metrics_file, spec.metrics.pattern or "", "--"]
             rank += [python, "-u", *program, *e.args]
         return [
@@ -200,6 +202,9 @@ class LocalBackend(Backend):
             (run_dir / "metrics").mkdir()
             (run_dir / "spec.yaml").write_text(spec.to_yaml())
             helper = {} if spec.builtin else {"TORCHDECK_USER_PATH": str(report_helper(run_dir))}
+            if spec.entrypoint.workdir and not spec.builtin:  # the project's packages import, as in pods
+                path = [spec.entrypoint.code, spec.env.get("PYTHONPATH", "")]
+                helper["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
             if spec.metrics.tags and not spec.builtin:  # which logger scalar is which (rank_output)
                 helper["TORCHDECK_METRIC_TAGS"] = json.dumps(spec.metrics.tags)
             port = free_port()
@@ -220,7 +225,9 @@ class LocalBackend(Backend):
                     "name": spec.name,
                     "cmd": cmd,
                     "env": env,
-                    "cwd": os.getcwd() if spec.builtin else spec.entrypoint.code,
+                    "cwd": os.getcwd()
+                    if spec.builtin
+                    else str(Path(spec.entrypoint.code) / (spec.entrypoint.workdir or "")),
                     "port": port,
                     "submitted_at": now,
                     "world_size": spec.world_size,

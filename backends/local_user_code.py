@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .bundle import unresolved_imports
 from .errors import BackendError, SpecError
 from .spec import JobSpec
 
@@ -39,6 +40,14 @@ if module:
         print(f"{type(exc).__name__}: {exc}"); sys.exit(4)
     if found is None:
         print(f"no module named {module!r}"); sys.exit(4)
+def absent(name):
+    try:
+        return importlib.util.find_spec(name) is None
+    except Exception:  # it is there, and odd: the script will say what it makes of it
+        return False
+missing = [name for name in sys.argv[2:] if absent(name)]
+if missing:
+    print(", ".join(missing)); sys.exit(5)
 """
 
 
@@ -66,9 +75,18 @@ def check_user_code(spec: JobSpec) -> None:
         raise SpecError(
             "entrypoint.script", f"no script {e.script} in {code}", "check the path (relative to the code folder)"
         )
+    if e.workdir and not (code / e.workdir).is_dir():
+        raise SpecError("entrypoint.workdir", f"no folder {e.workdir} in {code}", "a folder inside the code folder")
+    # the script's imports that neither the code folder nor the standard library holds: the
+    # interpreter must have them (a missing one is one line now, not a traceback in every rank)
+    imports = unresolved_imports(code, e.script, e.requirements) if e.script else []
     try:
         probe = subprocess.run(
-            [python, "-c", PROBE, e.module or ""], cwd=code, capture_output=True, text=True, timeout=120
+            [python, "-c", PROBE, e.module or "", *imports],
+            cwd=code / (e.workdir or ""),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BackendError(
@@ -86,6 +104,12 @@ def check_user_code(spec: JobSpec) -> None:
             "entrypoint.module",
             f"{e.module} does not import with {python} from {code}: {said[0]}",
             "run from the folder that holds the package, or set entrypoint.code to it",
+        )
+    if probe.returncode == 5:
+        raise SpecError(
+            "entrypoint.script",
+            f"{e.script} imports {said[0]}, which {python} cannot import and the code folder does not hold",
+            "install it in that environment (or add it to the code folder); clusters: add it to requirements.txt",
         )
     if probe.returncode != 0:
         raise BackendError(f"{python} failed a check: {said[0]}", "set entrypoint.python to a working interpreter")

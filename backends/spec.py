@@ -154,6 +154,10 @@ class Entrypoint:
     in_image: str | None = None
     """Clusters: the folder in the image that holds the code (``torchdeck image build --code`` sets
     it): no bundle is sent, the pods run what the image holds."""
+    workdir: str | None = None
+    """The folder, within the code folder, that the ranks run in (None: the code folder itself).
+    ``torchdeck train`` roots the code folder at the project a script is part of (a git root, a
+    ``pyproject.toml`` or ``setup.py`` above it) and runs it from where you ran it."""
 
 
 @dataclass
@@ -461,6 +465,7 @@ ENTRYPOINT_CHECKS = {
     "requirements": _optional(_relative_path),
     "python": _path(optional=True),
     "in_image": _optional(_abs_path),
+    "workdir": _optional(_relative_path),
 }
 
 

@@ -137,7 +137,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def entrypoint_fields(script: str | None, module: str | None, script_args: list[str], cwd: Path) -> dict[str, Any]:
     """The entrypoint of ``torchdeck train SCRIPT`` or ``--module M``, as torchrun takes them: the
-    code folder is the current folder (or the script's own folder where it lies outside it)."""
+    code folder is the current folder (or the script's own folder where it lies outside it), or the
+    project it is part of, run from that folder (``entrypoint.workdir``)."""
+    from torchdeck.backends.bundle import project_root
+
     fields: dict[str, Any] = {"entrypoint.code": str(cwd)}
     if script:
         path = (cwd / script).resolve()
@@ -145,6 +148,14 @@ def entrypoint_fields(script: str | None, module: str | None, script_args: list[
             fields["entrypoint.script"] = str(path.relative_to(cwd))
         else:
             fields["entrypoint.code"], fields["entrypoint.script"] = str(path.parent), path.name
+        # a script inside a project (a git root, a pyproject.toml or setup.py above it) ships with it
+        # all, so that its imports of the project's packages resolve in the pods as they do here
+        here = Path(fields["entrypoint.code"])
+        root = project_root(here)
+        if root is not None and root != here and here.is_relative_to(root):
+            fields["entrypoint.code"] = str(root)
+            fields["entrypoint.script"] = str(path.relative_to(root))
+            fields["entrypoint.workdir"] = str(here.relative_to(root))
     if module:
         fields["entrypoint.module"] = module
     if script_args:

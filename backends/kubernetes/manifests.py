@@ -16,6 +16,7 @@ import functools
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
@@ -416,7 +417,8 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         ctx["annotations"] = {PROGRAM_ANNOTATION: spec.program}
         if spec.metrics.pattern:
             ctx["annotations"][PATTERN_ANNOTATION] = spec.metrics.pattern
-        ctx["working_dir"] = code_dir(spec)
+        workdir = spec.entrypoint.workdir
+        ctx["working_dir"] = f"{code_dir(spec)}/{workdir}" if workdir else code_dir(spec)
     if kind == "pytorchjob":
         ctx["container"] = "pytorch"  # the operator finds its container by this name
         ctx["replica_roles"] = (
@@ -527,6 +529,15 @@ def render(
         warnings.append("no cluster.pvc: the data and the checkpoints live in each pod's own folder and go with it")
     if url:
         warnings.append(f"the code bundle goes to {url}: torchdeck train uploads it (kubectl apply alone does not)")
+    if packed is not None and (outputs := packed.outputs_warning()):
+        warnings.append(outputs)
+    e = spec.entrypoint
+    missing = code_bundle.unresolved_imports(Path(e.code), e.script, e.requirements) if packed and e.script else []
+    if missing:
+        warnings.append(
+            f"{e.script} imports {', '.join(missing)}, which the code folder, its requirements and the standard "
+            "library do not hold: unless the image has them, add them to requirements.txt (entrypoint.requirements)"
+        )
     return Rendered(kind, run_id, spec.namespace, objects, warnings, target, packed, url)
 
 

@@ -305,3 +305,36 @@ def _containers(obj):
 
     walk(obj)
     return found
+
+
+CHARGPT = "import torch\nimport wandb\nfrom mingpt.model import GPT\nfrom mingpt.utils import set_seed\n"
+
+
+def test_a_script_inside_a_project_ships_the_project_and_runs_from_its_folder(tmp_path, monkeypatch, capsys):
+    """Issue 31: minGPT's layout (setup.py at the root, the mingpt package beside projects/chargpt,
+    whose script imports it), run from projects/chargpt as its README says: the bundle is rooted at
+    the project, so the import resolves in the pods; the pods run in projects/chargpt; the import
+    the project does not hold (wandb) and the earlier run's model.pt are named before anything is
+    sent."""
+    repo = tmp_path / "minGPT"
+    (repo / "mingpt").mkdir(parents=True)
+    (repo / "setup.py").write_text("from setuptools import setup\nsetup(name='minGPT', packages=['mingpt'])\n")
+    (repo / "mingpt" / "__init__.py").write_text("")
+    (repo / "mingpt" / "model.py").write_text("class GPT: pass\n")
+    (repo / "mingpt" / "utils.py").write_text("def set_seed(s): pass\n")
+    project = repo / "projects" / "chargpt"
+    project.mkdir(parents=True)
+    (project / "chargpt.py").write_text(CHARGPT)
+    (project / "model.pt").write_bytes(b"\0" * (2 << 20))
+    monkeypatch.chdir(project)
+    assert main(["render", "chargpt.py", "--image", "r/t:1"]) == 0
+    out, err = capsys.readouterr()
+    objects = [o for o in __import__("yaml").safe_load_all(out) if o]
+    configmap, job = objects[0], objects[-1]
+    names = tarfile.open(fileobj=io.BytesIO(base64.b64decode(configmap["binaryData"]["code.tar.gz"]))).getnames()
+    assert "mingpt/model.py" in names and "projects/chargpt/chargpt.py" in names
+    ((_, _, workdir),) = [r for r in init_containers(job) if r[0] == "Master"] or init_containers(job)[:1]
+    assert workdir == f"{bundle.CODE_DIR}/projects/chargpt"
+    assert f"{bundle.CODE_DIR}/projects/chargpt/chargpt.py" in str(job)
+    assert "imports wandb, which the code folder" in out + err and "mingpt" not in (out + err).split("imports")[1][:40]
+    assert "projects/chargpt/model.pt (2.0 MiB)" in out + err and "**/*.pt in .dockerignore" in out + err

@@ -249,12 +249,14 @@ def test_a_rank_that_aborts_as_it_exits_is_named_with_its_signal_and_last_line(t
         (["train", "--module", "not_a_module"], "entrypoint.module: not_a_module does not import"),
         (["train", "train.py", "--set", "metrics.pattern=(?P<lr>x)"], "metrics.pattern: has groups"),
         (["train", "train.py", "--python", "NOVENV"], "torch does not import in"),
+        (["train", "needs.py"], "entrypoint.script: needs.py imports not_installed_here, which"),
     ],
 )
 def test_bad_user_code_input_is_one_line_and_starts_nothing(tmp_path, argv, words):
     code, state = tmp_path / "project", tmp_path / "state"
     code.mkdir()
     (code / "train.py").write_text("print('loss 1.0')\n")
+    (code / "needs.py").write_text("import os\nimport torch\nimport not_installed_here\n")
     no_torch = make_venv(tmp_path / "venv", with_torch=False) / "bin" / "python"
     argv = [str(no_torch) if a == "NOVENV" else a for a in argv]
     if "--python" not in argv:
@@ -263,6 +265,30 @@ def test_bad_user_code_input_is_one_line_and_starts_nothing(tmp_path, argv, word
     assert done.returncode in (1, 2) and words in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (state / "runs").exists() or not any((state / "runs").iterdir())
+
+
+def test_a_script_inside_a_project_runs_from_its_folder_with_the_projects_packages(tmp_path):
+    """Issue 31: run from projects/demo of a project whose package is not installed, the script
+    imports it (the project root is on its path, as in the pods) and runs in its own folder."""
+    repo = tmp_path / "repo"
+    (repo / "helpers").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (repo / "helpers" / "__init__.py").write_text("LOSS = 0.5\n")
+    project = repo / "projects" / "demo"
+    project.mkdir(parents=True)
+    (project / "input.txt").write_text("read from the script's own folder\n")
+    (project / "train.py").write_text(
+        "import helpers\nprint(open('input.txt').read().strip(), flush=True)\nprint(f'loss {helpers.LOSS}')\n"
+    )
+    state = tmp_path / "state"
+    done = run_cli(["train", "train.py", "--nproc-per-node", "1", "--python", sys.executable], cli_env(state), project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (status,) = LocalBackend(state).list()
+    assert status.loss == 0.5
+    launch = yaml.safe_load((LocalBackend(state).resolve(status.run_id) / "launch.json").read_text())
+    assert launch["cwd"] == str(project) and launch["env"]["PYTHONPATH"] == str(repo)
+    spec = yaml.safe_load((LocalBackend(state).resolve(status.run_id) / "spec.yaml").read_text())
+    assert spec["entrypoint"]["script"] == "projects/demo/train.py" and spec["entrypoint"]["workdir"] == "projects/demo"
 
 
 def test_init_writes_a_spec_for_a_script_that_train_then_runs(tmp_path):
