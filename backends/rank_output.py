@@ -1,8 +1,10 @@
 """One rank of a user's script on the local backend, between torchrun and the
 script: it runs the script with its stderr joined to its stdout, passes every
 line through unchanged (torchrun writes it to the rank's log), and appends the
-metric records it finds in them (``textmetrics``) to the rank's metric file,
-as the built-in trainer writes its own. Signals reach the script; the script's
+metric records it finds in them (``textmetrics``), and in the logger files the
+script writes (``trainer/logfiles.py``), to the rank's metric file, as the
+built-in trainer writes its own. A rank that fails before its first step with
+an error every attempt would meet stops torchrun's restarts. Signals reach the script; the script's
 exit status is this process's.
 
     python -m torchdeck.backends.rank_output METRICS_FILE PATTERN -- COMMAND...
@@ -22,7 +24,9 @@ import subprocess
 import sys
 import time
 
-from torchdeck.backends.textmetrics import Rewrites, TextMetrics, traceback_error
+from torchdeck.backends.rewrites import Rewrites
+from torchdeck.backends.textmetrics import TextMetrics
+from torchdeck.backends.tracebacks import traceback_error
 from torchdeck.trainer.logfiles import LoggerFiles
 
 MAX_READ = 1 << 20

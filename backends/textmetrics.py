@@ -4,6 +4,11 @@ metric records (``torchdeck.trainer.metrics``), so the monitor, ``jobs``,
 
 - schema-1 JSON lines (the reporting helper, ``torchdeck.report``) pass
   through as they are;
+- progress bars (tqdm's ``N/M [elapsed<left, rate, key=value]``, Lightning's
+  rich ``N/M 0:00:01 • 0:00:02 31.2it/s key: value``) give the step, total,
+  epoch, rate and the postfix's metrics by name; a line rewritten in place is
+  read per update (``rewrites.Rewrites`` as it arrives, ``rewrites.updates_in`` for a pod log's
+  line);
 - text in the common formats is recognised: ``loss: 1.23``, ``loss=1.23``,
   ``Loss 1.2345e+00 (1.3e+00)``, ``| loss  7.63 |``, ``train_loss 1.2``,
   ``'loss': 0.3``, with ``step/iter/batch N[/M]``, ``epoch N[/M]``,
@@ -14,8 +19,10 @@ metric records (``torchdeck.trainer.metrics``), so the monitor, ``jobs``,
   pattern such as ``(a+)+b`` took Python's engine seconds per line, and
   would have stalled the metric reader for every rank.
 
-A line with a loss is a ``step``; a line with an accuracy and no loss is an
-``eval``. Where a line has no step number, a rank's loss lines are counted.
+A line with a loss (or a bar's position) is a ``step``; a line with an accuracy or a held-out loss
+and no training loss is an ``eval``. Where a line has no step number, the script's own step marker
+(``STEP: 3`` on a line of its own) stands, else a rank's loss lines are counted. A traceback's end
+is read by ``tracebacks.traceback_error``.
 Standard library only, but for RE2 where a pattern is given: it runs beside
 the user's code and in the console's metric reader."""
 
@@ -25,10 +32,13 @@ import functools
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from torchdeck.trainer.logfiles import metric_role
+
+from .rewrites import ANSI_RE, updates_in
+from .tracebacks import exception_of, traceback_error
 
 MAX_LINE = 2000
 """Characters of a line that are looked at: a bound on the work a pattern can do per line."""
@@ -105,31 +115,12 @@ PAIR_RE = re.compile(r"(?:^|[\s,])([A-Za-z_][\w/.-]{0,60})=\s{0,2}" + _NUM + r"(
 """A bar's postfix item, ``train_loss=7.860``."""
 HELD_OUT_BAR_RE = re.compile(r"valid|val\b|test|sanity|predict|eval", re.IGNORECASE)
 """A bar's description that makes it a validation pass, whose counter is not the training step."""
-ANSI_RE = re.compile(r"\x1b(?:\[[0-9;?]{0,32}[ -/]{0,4}[@-~]|\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|[@-Z\\-_])")
-"""Colour and cursor codes (rich's and tqdm's bars move the cursor): dropped before reading."""
-UPDATES_KEPT = 20
-"""Updates of a rewritten line read where they arrive together (a bar's epoch, on a cluster): that
-many spread over them, and the last."""
 
 
 def _loss_rank(key: str) -> int:
     """Which training loss a bar's postfix means first: the step's over an epoch's mean."""
     k = key.lower()
     return 0 if k.endswith("_step") or k in ("loss", "train_loss") else 2 if k.endswith("_epoch") else 1
-
-
-def updates_in(line: str) -> list[str]:
-    """The states of a line rewritten in place with ``\r``, in order, colour codes dropped: all of them
-    where few, else ``UPDATES_KEPT`` spread over them and the last."""
-    if "\x1b" in line:
-        line = ANSI_RE.sub("", line)
-    if "\r" not in line:
-        return [line]
-    parts = [part for part in line.split("\r") if part.strip()]
-    if len(parts) <= UPDATES_KEPT + 1:
-        return parts
-    stride = len(parts) / UPDATES_KEPT
-    return [parts[int(i * stride)] for i in range(UPDATES_KEPT)] + [parts[-1]]
 
 
 TUTORIAL_RE = re.compile(r"^\s*\[\s*(\d{1,9})\s*,\s*\d+\s*\]")
@@ -468,144 +459,6 @@ def _per_epoch(text: str) -> bool:
     """Whether a line's ``N/M`` counts within an epoch: ``Epoch: [3][120/391]``, ``20/ 310 batches``."""
     lower = text.lower()
     return EPOCH_BATCH_RE.search(text) is not None or ("batch" in lower and BATCHES_RE.search(text) is not None)
-
-
-class Rewrites:
-    """A rank's raw output, as it arrives, to the lines torchdeck reads: a line ends at a newline; a
-    line rewritten in place with ``\\r`` (a progress bar) is read as it updates, its newest state at
-    most every ``every_s`` seconds (a bar refreshing 10 times a second costs one parse in five), and
-    its last state always. Bytes only: the caller passes the output through unchanged."""
-
-    SEP = re.compile(rb"[\r\n]")
-
-    def __init__(self, every_s: float = 0.5, clock: Callable[[], float] = time.monotonic, max_line: int = 1 << 20):
-        self.every_s, self.clock, self.max_line = every_s, clock, max_line
-        self.buffer = b""
-        self.pending: bytes | None = None
-        """The newest complete state of the line being rewritten, not read yet."""
-        self.in_place = False
-        self.shown = b""
-        self.last_read = float("-inf")
-
-    def feed(self, data: bytes) -> list[str]:
-        """The lines and updates ``data`` completes (with what came before it)."""
-        self.buffer += data
-        out: list[str] = []
-        start = 0
-        while (m := self.SEP.search(self.buffer, start)) is not None:
-            i = m.start()
-            if self.buffer[i : i + 1] == b"\r" and i + 1 == len(self.buffer):
-                break  # a CR last in the chunk may be the first half of a CRLF
-            segment = self.buffer[start:i]
-            newline = self.buffer[i : i + 1] == b"\n" or self.buffer[i + 1 : i + 2] == b"\n"
-            start = i + (2 if self.buffer[i : i + 2] == b"\r\n" else 1)
-            if newline:
-                if segment.strip():
-                    out.append(segment.decode(errors="replace"))
-                self.pending, self.in_place, self.shown = None, False, b""
-            else:
-                if segment.strip():
-                    self.pending = segment
-                self.in_place = True
-        self.buffer = self.buffer[start:]
-        if len(self.buffer) > self.max_line:  # no end in sight: read it as it is
-            out.append(self.buffer.decode(errors="replace"))
-            self.buffer = b""
-        out += self.idle()
-        return out
-
-    def idle(self) -> list[str]:
-        """The newest state of a line being rewritten, where it changed and the throttle allows."""
-        if not self.in_place or self.clock() - self.last_read < self.every_s:
-            return []
-        newest = self.buffer if self.buffer.strip() else self.pending
-        self.pending = None
-        if not newest or newest == self.shown:
-            return []
-        self.shown, self.last_read = newest, self.clock()
-        return [newest.decode(errors="replace")]
-
-    def close(self) -> list[str]:
-        """What is left when the output ends."""
-        rest = self.buffer if self.buffer.strip() else self.pending
-        self.buffer, self.pending = b"", None
-        return [rest.decode(errors="replace")] if rest and rest != self.shown else []
-
-
-MODULE_HINT = (
-    "install the package in the environment that runs the script (locally), or add it to the code folder's "
-    "requirements.txt (entrypoint.requirements) or the image (clusters)"
-)
-
-
-GPU_NEEDED = (
-    (re.compile(r"_cuda_|not compiled with CUDA|CUDA support", re.I), "torch here is a CPU build"),
-    (re.compile(r"NVIDIA driver|No CUDA GPUs|CUDA driver|cuda.{0,40}(?:not available|unavailable)", re.I),
-     "this machine has no GPU"),
-    (re.compile(r"NCCL", re.I), "NCCL needs GPUs, and this machine has none"),
-)  # fmt: skip
-"""What a script that asks for CUDA or NCCL on a machine without them raises, and why, in words."""
-GPU_HINT = (
-    "run it where there are GPUs (a cluster job with resources.gpus), or let it fall back here: "
-    "device = 'cuda' if torch.cuda.is_available() else 'cpu', and init_process_group('gloo') without GPUs"
-)
-TRANSIENT_RE = re.compile(
-    r"Dist(?:Network|Store|Backend)Error|TimeoutError|ConnectionError|Connection reset|BrokenPipe|timed out"
-    r"|Socket Timeout|ECONNRESET|out of memory|ChildFailedError|SignalException",
-    re.IGNORECASE,
-)
-"""Errors that another attempt may not meet (the network, the rendezvous, memory): worth a restart."""
-FRAME_RE = re.compile(r'^\s{1,8}File "([^"]{1,500})", line (\d{1,9}), in ')
-LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>")
-MAX_MESSAGE = 2000
-"""Characters of an exception's message kept (all of a usual one, lines joined)."""
-
-
-def exception_of(line: str) -> dict[str, str] | None:
-    """A Python traceback's last line as an error's message and hint (None: not such a line)."""
-    head = line.split(":", 1)[0].strip()
-    if not head.endswith(("Error", "Exception", "Interrupt")) or " " in head or line[:1].isspace():
-        return None
-    message = line.strip()
-    for pattern, why in GPU_NEEDED:
-        if pattern.search(message):
-            return {"message": f"the script needs a GPU ({why}): {message}", "hint": GPU_HINT, "needs": "gpu"}
-    if head.rsplit(".", 1)[-1] == "ModuleNotFoundError":
-        return {"message": message, "hint": MODULE_HINT}
-    return {"message": message, "hint": "the rank's log has the whole traceback"}
-
-
-def traceback_error(lines: list[str]) -> dict[str, str] | None:
-    """The error the last Python traceback among ``lines`` ends in: its whole message (a message of
-    several lines joined), the line of the user's code that raised it (the last frame outside the
-    installed libraries), and whether another attempt would meet it again (``repeats``). None where
-    the lines hold no traceback's end."""
-    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), default=-1)
-    where, i = "", start + 1
-    while i < len(lines):
-        m = FRAME_RE.match(lines[i])
-        if m is None:
-            if lines[i][:1].isspace() or not lines[i].strip():
-                i += 1
-                continue
-            break
-        path, number = m.group(1), m.group(2)
-        following = lines[i + 1] if i + 1 < len(lines) else ""
-        code = following.strip() if following[:1].isspace() and not FRAME_RE.match(following) else ""
-        if not any(part in path for part in LIBRARY_PATHS):
-            where = f"{path.rsplit('/', 1)[-1]}:{number}" + (f": {code}" if code else "")
-        i += 1
-    heads = [j for j in range(max(start, 0), len(lines)) if exception_of(lines[j]) is not None]
-    if not heads:
-        return None
-    first = heads[-1] if start < 0 else heads[0]
-    rest = [line.strip() for line in lines[first + 1 :] if line.strip() and not line.startswith(("[", "E1", "W1"))]
-    text = " ".join([lines[first].strip(), *rest])[:MAX_MESSAGE]
-    error = exception_of(text) or {"message": text, "hint": ""}
-    if where:
-        error["message"] += f" (at {where})"
-    error["repeats"] = "no" if TRANSIENT_RE.search(text) else "yes"
-    return error
 
 
 RANK_PREFIX_RE = re.compile(rb"^\[(?:rank(\d{1,7})|[A-Za-z_]{0,32}?(\d{1,7}))\]:")

@@ -93,3 +93,29 @@ def test_the_spec_names_a_scalar_its_name_does_not_say(tmp_path: Path) -> None:
     follower = LoggerFiles(str(tmp_path), since=0, tags={"loss": "objective"})
     (tmp_path / "events.out.tfevents.1.host.5.0").write_bytes(scalar_event("objective", 3, 0.25))
     assert [(r["event"], r["loss"]) for r in follower.poll()] == [("step", 0.25)]
+
+
+def test_hugging_faces_trainer_state_gives_its_log_history_and_totals(tmp_path: Path) -> None:
+    """The file Hugging Face's Trainer rewrites at each save (checkpoint-N/trainer_state.json)."""
+    import json
+
+    follower = LoggerFiles(str(tmp_path), since=0)
+    state = tmp_path / "out" / "checkpoint-20" / "trainer_state.json"
+    state.parent.mkdir(parents=True)
+    history = [
+        {"epoch": 0.5, "grad_norm": 1.2, "learning_rate": 4e-05, "loss": 2.31, "step": 10},
+        {"epoch": 1.0, "grad_norm": 0.9, "learning_rate": 3e-05, "loss": 1.87, "step": 20},
+        {"epoch": 1.0, "eval_loss": 1.95, "eval_accuracy": 0.61, "eval_runtime": 3.2, "step": 20},
+    ]
+    state.write_text(json.dumps({"global_step": 20, "max_steps": 80, "num_train_epochs": 4, "log_history": history}))
+    records = follower.poll()
+    assert [(r["event"], r["step"], r.get("loss"), r.get("val_loss"), r.get("accuracy")) for r in records] == [
+        ("step", 10, 2.31, None, None),
+        ("step", 20, 1.87, None, None),
+        ("eval", 20, None, 1.95, 0.61),
+    ]
+    assert all(r["total_steps"] == 80 and r["epochs"] == 4 for r in records)
+    history.append({"epoch": 1.5, "loss": 1.5, "step": 30})
+    state.write_text(json.dumps({"max_steps": 80, "log_history": history}))
+    os.utime(state, (2, 2))
+    assert [(r["step"], r["loss"]) for r in follower.poll()] == [(30, 1.5)]
