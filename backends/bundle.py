@@ -178,9 +178,22 @@ class Bundle:
         return len(self.data) <= CONFIGMAP_LIMIT
 
 
-def pack(folder: str | Path, limit: int | None = None) -> Bundle:
-    """The bundle of ``folder``; SpecError (one line, the largest files named) where the folder is
-    not there or holds more than ``limit`` bytes."""
+RELAY_DIR = ".torchdeck"
+"""Where a bundle carries torchdeck's relay (``trainer/relay.py``) and what it needs: the pods run
+the user's code through it."""
+RELAY_FILES = ("relay.py", "logfiles.py", "rewrites.py")
+
+
+def relay_files() -> dict[str, bytes]:
+    """The relay and its two modules, as the bundle carries them (standard library only)."""
+    here = Path(__file__).resolve().parent.parent / "trainer"
+    return {f"{RELAY_DIR}/{name}": (here / name).read_bytes() for name in RELAY_FILES}
+
+
+def pack(folder: str | Path, limit: int | None = None, extra: dict[str, bytes] | None = None) -> Bundle:
+    """The bundle of ``folder`` (with ``extra`` files, by their path in it: the relay); SpecError
+    (one line, the largest files named) where the folder is not there or holds more than ``limit``
+    bytes."""
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise SpecError("entrypoint.code", f"{root} is not a folder", "set entrypoint.code to your code's folder")
@@ -218,13 +231,17 @@ def pack(folder: str | Path, limit: int | None = None) -> Bundle:
                 info.size, info.mtime = len(data), 0
                 info.mode = 0o755 if os.access(path, os.X_OK) else 0o644
                 tar.addfile(info, io.BytesIO(data))
+            for name, data in sorted((extra or {}).items()):
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = len(data), 0, 0o644
+                tar.addfile(info, io.BytesIO(data))
     data = buffer.getvalue()
     outputs = tuple(
         (p.relative_to(root).as_posix(), size)
         for size, p in sorted(sizes, reverse=True)
         if size >= OUTPUT_SIZE and p.suffix.lower() in OUTPUT_SUFFIXES
     )
-    return Bundle(data, hashlib.sha256(data).hexdigest(), len(files), total, str(root), outputs)
+    return Bundle(data, hashlib.sha256(data).hexdigest(), len(files) + len(extra or {}), total, str(root), outputs)
 
 
 OUTPUT_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".onnx", ".npz"})

@@ -24,10 +24,10 @@ import subprocess
 import sys
 import time
 
-from torchdeck.backends.rewrites import Rewrites
 from torchdeck.backends.textmetrics import TextMetrics
 from torchdeck.backends.tracebacks import traceback_error
 from torchdeck.trainer.logfiles import LoggerFiles
+from torchdeck.trainer.rewrites import Rewrites
 
 MAX_READ = 1 << 20
 """Bytes of one line held at most: a script that writes gigabytes without a newline is passed

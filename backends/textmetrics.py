@@ -36,8 +36,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from torchdeck.trainer.logfiles import metric_role
+from torchdeck.trainer.rewrites import ANSI_RE, updates_in
 
-from .rewrites import ANSI_RE, updates_in
 from .tracebacks import exception_of, traceback_error
 
 MAX_LINE = 2000

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -219,9 +220,11 @@ def program(spec: JobSpec, checkpoint_dir: str) -> list[str]:
     e = spec.entrypoint
     if spec.builtin:
         return ["-m", "torchdeck.trainer", *trainer_arguments(spec, spec.cluster.data_dir, checkpoint_dir)]
-    if e.module:
-        return ["-m", e.module, *e.args]
-    return [f"{code_dir(spec)}/{e.script}", *e.args]
+    run = ["-m", e.module, *e.args] if e.module else [f"{code_dir(spec)}/{e.script}", *e.args]
+    if e.in_image:  # the image's own code: no bundle, so no relay
+        return run
+    # through the relay the bundle carries: a bar's redraws and the loggers' scalars reach the log
+    return [f"{code_bundle.CODE_DIR}/{code_bundle.RELAY_DIR}/relay.py", *run]
 
 
 def user_env(spec: JobSpec) -> list[dict[str, str]]:
@@ -230,10 +233,13 @@ def user_env(spec: JobSpec) -> list[dict[str, str]]:
     path = code_dir(spec)
     if spec.entrypoint.requirements and not spec.entrypoint.in_image:
         path += ":" + code_bundle.DEPS_DIR
-    return [
+    env = [
         {"name": "PYTHONPATH", "value": path},
         {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_PREFIX},
     ]
+    if spec.metrics.tags:  # which logger scalar is which, for the relay
+        env.append({"name": "TORCHDECK_METRIC_TAGS", "value": json.dumps(spec.metrics.tags, sort_keys=True)})
+    return env
 
 
 def bundle_configmap(spec: JobSpec, packed: code_bundle.Bundle) -> dict[str, Any]:
@@ -510,7 +516,7 @@ def render(
     ctx["pod_overrides"] = target.pod_overrides if target else ""
     url, packed = None, None
     if not spec.builtin and not spec.entrypoint.in_image:
-        packed = code_bundle.pack(spec.entrypoint.code)
+        packed = code_bundle.pack(spec.entrypoint.code, extra=code_bundle.relay_files())
         if not packed.fits_configmap:
             url = bundle_url(spec, packed)
         add_bundle(ctx, spec, kind, packed, url)

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import io
 import os
+import struct
 import subprocess
 import sys
 import tarfile
@@ -77,12 +78,20 @@ def test_every_kinds_pods_unpack_the_bundle_into_their_working_directory(tmp_pat
     assert packed is not None and configmap["kind"] == "ConfigMap" and configmap["immutable"] is True
     assert configmap["metadata"]["name"] == packed.configmap and packed.sha256[:20] in packed.configmap
     names = tarfile.open(fileobj=io.BytesIO(base64.b64decode(configmap["binaryData"]["code.tar.gz"]))).getnames()
-    assert names == [".gitignore", "pkg/__init__.py", "requirements.txt", "train.py"]  # data/ and *.ckpt left out
+    relay = [".torchdeck/relay.py", ".torchdeck/logfiles.py", ".torchdeck/rewrites.py"]  # torchdeck's relay
+    assert names == [
+        ".gitignore",
+        "pkg/__init__.py",
+        "requirements.txt",
+        "train.py",
+        *sorted(relay),
+    ]  # no data/, *.ckpt
     assert job["metadata"]["annotations"][PROGRAM_ANNOTATION] == "train.py"
     assert validate_manifests(rendered).problems == []
     text = rendered.to_yaml()
     # torchrun's prefix template, written with the kubelet's escape ($$ for $): the rank sees [rank${rank}]:
     assert "/workspace/code/train.py" in text and "[rank$${rank}]:" in text and "--tee" in text
+    assert "/workspace/code/.torchdeck/relay.py" in text  # the ranks run through the relay
     if kind == "trainjob":  # its CRD keeps no init container of ours: the trainer's command unpacks first
         command = job["spec"]["trainer"]["command"]
         assert command[:2] == ["sh", "-c"] and "cd /workspace/code && exec" in command[2]
@@ -124,7 +133,7 @@ def test_an_unchanged_folder_is_sent_once_and_an_edit_sends_only_the_new_bundle(
     install(kube_backend)
     folder = code_folder(tmp_path)
     kube_backend.submit(user_spec(folder))
-    packed = bundle.pack(folder)
+    packed = bundle.pack(folder, extra=bundle.relay_files())  # as the pods get it
     assert kube_backend.sent == [f"configmap {NS}/{packed.configmap}"]
     stored = kube_backend.client.request("GET", api_path("ConfigMap", NS, packed.configmap))
     assert hashlib.sha256(base64.b64decode(stored["binaryData"]["code.tar.gz"])).hexdigest() == packed.sha256
@@ -132,7 +141,7 @@ def test_an_unchanged_folder_is_sent_once_and_an_edit_sends_only_the_new_bundle(
     assert kube_backend.sent == []  # the cluster has this code: nothing is sent
     (folder / "train.py").write_text(TRAIN + "print('edited')\n")
     kube_backend.submit(user_spec(folder, name="edited"))
-    edited = bundle.pack(folder)
+    edited = bundle.pack(folder, extra=bundle.relay_files())
     assert edited.sha256 != packed.sha256 and kube_backend.sent == [f"configmap {NS}/{edited.configmap}"]
 
 
@@ -146,7 +155,7 @@ def test_a_bundle_over_the_configmap_limit_goes_through_the_bucket(kube_api, kub
         kube_backend.submit(user_spec(folder))
     eks_like = KubernetesBackend(kube_api.kubeconfig, code_bucket="s3://models-demo/team")
     run_id = eks_like.submit(user_spec(folder))
-    packed = bundle.pack(folder)
+    packed = bundle.pack(folder, extra=bundle.relay_files())
     key = f"team/code/{packed.sha256}.tar.gz"
     assert eks_like.sent == [f"s3://models-demo/{key}"]
     assert s3.get_object(Bucket="models-demo", Key=key)["Body"].read() == packed.data
@@ -338,3 +347,60 @@ def test_a_script_inside_a_project_ships_the_project_and_runs_from_its_folder(tm
     assert f"{bundle.CODE_DIR}/projects/chargpt/chargpt.py" in str(job)
     assert "imports wandb, which the code folder" in out + err and "mingpt" not in (out + err).split("imports")[1][:40]
     assert "projects/chargpt/model.pt (2.0 MiB)" in out + err and "**/*.pt in .dockerignore" in out + err
+
+
+RELAYED = r"""
+import os, struct, sys, time
+for n in range(1, 11):  # a bar redrawn in place, as tqdm draws it
+    sys.stdout.write(f"\rEpoch 0: {n * 10:3d}%|##| {n}/10 [00:0{n}<00:00, 5.00it/s, loss={2 - n / 10:.2f}]")
+    sys.stdout.flush()
+    time.sleep(0.15)
+    if n == 5:  # and a TensorBoard scalar, in the file the writer names after its process
+        os.makedirs("runs/x", exist_ok=True)
+        with open(f"runs/x/events.out.tfevents.1.host.{os.getpid()}.0", "wb") as f:
+            f.write(bytes.fromhex(sys.argv[1]))
+print()
+print("done")
+sys.exit(3)
+"""
+
+
+def _event(tag: str, step: int, value: float) -> bytes:
+    value_msg = b"\x0a" + bytes([len(tag)]) + tag.encode() + b"\x15" + struct.pack("<f", value)
+    summary = b"\x0a" + bytes([len(value_msg)]) + value_msg
+    event = b"\x09" + struct.pack("<d", 1.7e9) + b"\x10" + bytes([step]) + b"\x2a" + bytes([len(summary)]) + summary
+    return struct.pack("<Q", len(event)) + b"\0" * 4 + event + b"\0" * 4
+
+
+def test_the_relay_in_a_pod_puts_a_bars_redraws_and_the_loggers_scalars_in_the_log(tmp_path):
+    """Issue 31, on a cluster: the pods run the user's code through the relay the bundle carries.
+    Run here from an unpacked bundle with an interpreter that has no torchdeck (as a user's image
+    may not), it turns the bar's redraws into lines and the TensorBoard scalar into a schema-1 line,
+    which the cluster's log reader reads as rank 1's, live; the script's exit status is the pod's."""
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "train.py").write_text(RELAYED)
+    packed = bundle.pack(folder, extra=bundle.relay_files())
+    pod = tmp_path / "pod"
+    tarfile.open(fileobj=io.BytesIO(packed.data)).extractall(pod, filter="data")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    python = str(tmp_path / "bare" / "bin" / "python")
+    assert subprocess.run([python, "-c", "import torchdeck"], capture_output=True).returncode == 1
+    env = {"PATH": os.environ["PATH"], "RANK": "1", "LOCAL_RANK": "0", "GROUP_RANK": "0"}
+    done = subprocess.run(
+        [python, str(pod / ".torchdeck" / "relay.py"), "train.py", _event("train/loss", 5, 0.25).hex()],
+        cwd=pod, env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr
+    lines = done.stdout.decode().splitlines()
+    bars = [line for line in lines if "/10 [" in line]
+    assert 3 <= len(bars) <= 10 and bars[-1].startswith("Epoch 0: 100%") and "\r" not in done.stdout.decode()
+    assert lines[-1] == "done" or "done" in lines
+    from torchdeck.backends.textmetrics import RankedText
+
+    reader = RankedText(1, 2, None, "train.py")
+    records = [r for line in lines for r in reader.read(0, f"[rank1]:{line}".encode())[2]]
+    steps = [(r["step"], r.get("loss"), r.get("source")) for r in records if r["event"] == "step"]
+    assert (5, 0.25, "logger") in steps  # the logger's point
+    assert [s for s, _, source in steps if source == "text"][-1] == 10  # the bar's states, its last one
+    assert all(r["rank"] == 1 for r in records)

@@ -153,7 +153,7 @@ BAR = "Epoch {e}: {pct:3d}%|##########| {n}/{m} [01:17<00:00, 1.97it/s, v_num=0,
 def test_a_progress_bar_is_read_per_update_with_its_epoch_total_rate_and_postfix():
     """Issue 31: a tqdm bar (Lightning's here) rewrites one line with \\r; each update is a step of
     the run, its epoch and batch making the global step, its postfix the loss (v_num ignored)."""
-    from torchdeck.backends.rewrites import updates_in
+    from torchdeck.trainer.rewrites import updates_in
 
     parser = TextMetrics(rank=1)
     epoch0 = "".join("\r" + BAR.format(e=0, pct=n * 5, n=n, m=20, loss=8 - n / 10) for n in range(1, 21))
@@ -173,7 +173,7 @@ def test_a_progress_bar_is_read_per_update_with_its_epoch_total_rate_and_postfix
 
 
 def test_many_updates_arriving_together_are_read_spread_and_the_last():
-    from torchdeck.backends.rewrites import UPDATES_KEPT, updates_in
+    from torchdeck.trainer.rewrites import UPDATES_KEPT, updates_in
 
     line = "".join(f"\r{n}/1000 [00:01<00:01, 9.9it/s, loss={n}]" for n in range(1, 1001))
     kept = updates_in(line)
@@ -197,7 +197,7 @@ def test_steps_and_totals_from_the_words_scripts_use():
 
 
 def test_output_rewritten_in_place_is_read_as_it_updates_throttled_and_its_last_state_always():
-    from torchdeck.backends.rewrites import Rewrites
+    from torchdeck.trainer.rewrites import Rewrites
 
     now = [0.0]
     reader = Rewrites(every_s=0.5, clock=lambda: now[0])

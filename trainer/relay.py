@@ -1,0 +1,95 @@
+"""``python relay.py PROGRAM [ARGS...]`` (PROGRAM a script, or ``-m MODULE``): one rank of the user's code in a pod, between torchrun and
+the script, as the local backend's rank wrapper is on a laptop. It runs ``python -u PROGRAM ARGS``
+with its stderr joined to its stdout and passes every line through, so that the pod's log is the
+script's output, with two changes that let the console read it live from the log:
+
+- a line rewritten in place (a progress bar's ``\\r`` redraws, which the kubelet would keep as one
+  line until the bar's epoch ends) becomes a line per state, its newest at most twice a second and
+  its last always;
+- the scalars the script writes with its loggers (TensorBoard, Lightning's CSV, MLflow's file store,
+  Hugging Face's trainer state: ``logfiles.py``) become schema-1 JSON lines among its output.
+
+Signals reach the script; the script's exit status is this process's. Standard library only: the
+code bundle carries this file with ``logfiles.py`` and ``rewrites.py`` beside it (``.torchdeck/``),
+for an image that has no torchdeck."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+try:
+    from torchdeck.trainer.logfiles import LoggerFiles
+    from torchdeck.trainer.rewrites import Rewrites
+except ImportError:  # the code bundle's copies, beside this file
+    from logfiles import LoggerFiles  # type: ignore[no-redef]
+    from rewrites import Rewrites  # type: ignore[no-redef]
+
+LOGGER_POLL_S = 2.0
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python relay.py PROGRAM [ARGS...]", file=sys.stderr)
+        return 2
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-u", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    except OSError as exc:
+        print(f"torchdeck: cannot start {argv[0]}: {exc.strerror or exc}", flush=True)
+        return 127
+
+    def forward(signum: int, frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
+    out = sys.stdout.buffer
+    rank = int(os.environ.get("RANK", "0") or 0)
+    shared = os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("GROUP_RANK", "0") == "0"
+    try:
+        tags = json.loads(os.environ.get("TORCHDECK_METRIC_TAGS", "") or "{}")
+    except ValueError:
+        tags = {}
+    loggers = LoggerFiles(os.getcwd(), time.time(), tags if isinstance(tags, dict) else {}, rank, child.pid, shared)
+    reader, polled = Rewrites(), 0.0
+    assert child.stdout is not None
+    fd = child.stdout.fileno()
+
+    def say(lines: list[str]) -> None:
+        if lines:
+            out.write("".join(line.rstrip("\r\n") + "\n" for line in lines).encode(errors="replace"))
+            out.flush()
+
+    def logged() -> None:
+        say([json.dumps(record, separators=(",", ":")) for record in loggers.poll()])
+
+    while True:
+        if time.monotonic() - polled >= LOGGER_POLL_S:
+            polled = time.monotonic()
+            logged()
+        if select.select([fd], [], [], reader.every_s)[0]:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                break
+            say(reader.feed(data))
+        else:
+            say(reader.idle())
+    say(reader.close())
+    code = child.wait()
+    logged()  # what the loggers wrote as they closed
+    return 128 - code if code < 0 else code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
