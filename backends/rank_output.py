@@ -20,13 +20,13 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 
 from torchdeck.backends.textmetrics import TextMetrics
 from torchdeck.backends.tracebacks import traceback_error
 from torchdeck.trainer.logfiles import LoggerFiles
+from torchdeck.trainer.relay import start_rank
 from torchdeck.trainer.rewrites import Rewrites
 
 MAX_READ = 1 << 20
@@ -41,20 +41,9 @@ def main(argv: list[str]) -> int:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "0"))
     metrics_path, pattern, command = argv[0].replace("{rank}", str(rank)), argv[1] or None, argv[3:]
     parser = TextMetrics(rank, world, pattern)
-    try:
-        child = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env()
-        )
-    except OSError as exc:
-        print(f"torchdeck: cannot start {command[0]}: {exc.strerror or exc}", flush=True)
+    child = start_rank(command, child_env())
+    if child is None:
         return 127
-
-    def forward(signum: int, frame: object) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, forward)
     out = sys.stdout.buffer
     assert child.stdout is not None
     last: collections.deque[str] = collections.deque(maxlen=200)  # a traceback's lines, for its error

@@ -33,20 +33,17 @@ except ImportError:  # the code bundle's copies, beside this file
 LOGGER_POLL_S = 2.0
 
 
-def main(argv: list[str]) -> int:
-    if not argv:
-        print("usage: python relay.py PROGRAM [ARGS...]", file=sys.stderr)
-        return 2
+def start_rank(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes] | None:
+    """Start a rank's program with its stderr joined to its stdout (a pipe), the signals this
+    process gets forwarded to it; None, said in one line, where it cannot start. Shared with the
+    local backend's rank wrapper."""
     try:
         child = subprocess.Popen(
-            [sys.executable, "-u", *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
         )
     except OSError as exc:
-        print(f"torchdeck: cannot start {argv[0]}: {exc.strerror or exc}", flush=True)
-        return 127
+        print(f"torchdeck: cannot start {command[0]}: {exc.strerror or exc}", flush=True)
+        return None
 
     def forward(signum: int, frame: object) -> None:
         if child.poll() is None:
@@ -54,6 +51,16 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, forward)
+    return child
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python relay.py PROGRAM [ARGS...]", file=sys.stderr)
+        return 2
+    child = start_rank([sys.executable, "-u", *argv])
+    if child is None:
+        return 127
     out = sys.stdout.buffer
     rank = int(os.environ.get("RANK", "0") or 0)
     shared = os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("GROUP_RANK", "0") == "0"

@@ -132,7 +132,7 @@ async def build_with_kaniko(builder: Builder, image: ImageBuild) -> AsyncIterato
 
     waiting = asyncio.ensure_future(
         asyncio.to_thread(
-            cluster_backend.wait_task,
+            cluster_backend.tasks.wait,
             name,
             plan.namespace,
             builder.timeout_s,

@@ -443,17 +443,6 @@ class KubernetesBackend(Backend):
 
     # -- jobs around training (task jobs: tasks.py) ----------------------------------
 
-    def wait_task(
-        self,
-        name: str,
-        namespace: str,
-        timeout_s: float = 900.0,
-        poll_s: float = 1.0,
-        on_wait: Callable[[str], None] = lambda reason: None,
-    ) -> str:
-        """Wait for a task job to end: ``TaskJobs.wait``."""
-        return self.tasks.wait(name, namespace, timeout_s, poll_s, on_wait)
-
     def prepare_data(
         self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
     ) -> dict[str, Any]:

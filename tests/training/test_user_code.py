@@ -178,7 +178,10 @@ def test_built_in_only_commands_say_so_for_user_code(user_run, tmp_path):
 def test_a_failing_script_says_why_in_one_line_with_a_hint(tmp_path):
     code, state = tmp_path / "project", tmp_path / "state"
     code.mkdir()
-    (code / "train.py").write_text("import torch\nprint('loss 1.0')\nimport notinstalled\n")
+    # imported by name at run time: the check before the start (see needs.py below) cannot see it
+    (code / "train.py").write_text(
+        "import importlib, torch\nprint('loss 1.0')\nimportlib.import_module('notinstalled')\n"
+    )
     env = cli_env(state)
     done = run_cli(["train", "train.py", "--max-restarts", "0", "--python", sys.executable], env, code)
     assert done.returncode == 1
