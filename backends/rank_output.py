@@ -52,6 +52,9 @@ def main(argv: list[str]) -> int:
         def write(record: dict) -> None:
             metrics.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
 
+        def write_all(records: list[dict]) -> None:
+            metrics.write(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records))
+
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         program = (
             " ".join(command[2:4])
@@ -64,25 +67,25 @@ def main(argv: list[str]) -> int:
         polled = 0.0  # the first look at once: a logger found early keeps the printed loss off its curve
         while True:
             if time.monotonic() - polled >= LOGGER_POLL_S:
-                polled = 0.0  # the first look at once: a logger found early keeps the printed loss off its curve
+                polled = time.monotonic()
                 for logged in loggers.poll():
                     write(logged)
                 parser.loss_elsewhere = loggers.found_loss
             if select.select([fd], [], [], reader.every_s)[0]:
-                data = os.read(fd, 1 << 16)
+                time.sleep(GATHER_S)  # let a chatty script's lines gather: one wake-up reads dozens
+                data = os.read(fd, 1 << 20)
                 if not data:
                     break
-                out.write(data)  # the script's bytes, unchanged and at once (a bar's \r included)
+                out.write(data)  # the script's bytes, unchanged (a bar's \r included)
                 out.flush()
                 lines = reader.feed(data)
             else:
                 lines = reader.idle()  # a bar that paused: its newest state
-            for line in lines:
-                last.append(line.rstrip())
-                said = parser.feed(line)
-                if said is not None:
-                    write(said)
-                    stepped = stepped or said.get("event") == "step"
+            found = [r for r in map(parser.feed, lines) if r is not None]
+            last.extend(line.rstrip() for line in lines)
+            if found:
+                write_all(found)
+                stepped = stepped or any(r.get("event") == "step" for r in found)
         for line in reader.close():
             last.append(line.rstrip())
             if (said := parser.feed(line)) is not None:
@@ -129,6 +132,10 @@ def start_record(rank: int, world: int, restart: int, program: str) -> dict:
     }
 
 
+GATHER_S = 0.05
+"""How long output is let gather before it is read: a script printing a line a millisecond costs one
+wake-up per 50 lines, not one per line (what torchdeck's reading costs a training: the benchmark
+benchmarks/user_code_overhead.py)."""
 LOGGER_POLL_S = 2.0
 """How often the logger files are looked at: a directory walk and a read of what they gained."""
 
