@@ -24,9 +24,9 @@ import sys
 import time
 
 try:
-    from torchdeck.trainer.logfiles import LoggerFiles
-    from torchdeck.trainer.rewrites import Rewrites
-except ImportError:  # the code bundle's copies, beside this file
+    from .logfiles import LoggerFiles
+    from .rewrites import Rewrites
+except ImportError:  # run as a file from the code bundle: its copies lie beside it
     from logfiles import LoggerFiles  # type: ignore[no-redef]
     from rewrites import Rewrites  # type: ignore[no-redef]
 

@@ -20,6 +20,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bundle import RELAY_DIR
 from ..errors import SpecError
 from ..files import parse_yaml
 from ..spec import MAX_JOB_NAME, JobKindName, JobSpec, spec_from_dict
@@ -360,7 +361,12 @@ class _Reader:
         others = sorted(k for k in found if k not in dropped)
         if others:
             self.notes.append(f"torchrun's {', '.join('--' + k.replace('_', '-') for k in others)}: left out")
-        return module, argv[i:]
+        rest = argv[i:]
+        if not module and rest[0].endswith(f"/{RELAY_DIR}/relay.py") and len(rest) > 1:
+            rest = rest[1:]  # torchdeck's relay runs the program that follows it
+            if rest[0] == "-m" and len(rest) > 1:
+                return True, rest[1:]
+        return module, rest
 
     # -- where and with what it runs ------------------------------------------------
 
