@@ -7,7 +7,12 @@ the same objects.
 Every pod runs torchrun over ``torchdeck.trainer`` with the spec's CPU,
 memory and GPU requests, a memory-backed /dev/shm, the shared volume, the
 service account, GPU node placement, a restricted security context with a
-writable scratch folder, and labels that find every pod of the job."""
+writable scratch folder, and labels that find every pod of the job.
+
+Why one module of this size (about 620 lines): every kind's context, the user code's bundle and
+relay, the task jobs' manifests and the kubelet's escaping meet in the one ``context`` the
+templates read; the kinds' API facts are ``KIND_INFO`` here, their states ``jobs.py``, the
+operators' releases ``crds.py``, the bundle ``../bundle.py``."""
 
 from __future__ import annotations
 
