@@ -421,7 +421,11 @@ def quiet_words(quiet_s: float, nodes: list[NodeMetrics]) -> tuple[str, bool]:
     the ranks are doing (the node figures torchdeck measures): (the words, whether it is an alarm).
     Ranks busy on the CPU or GPU are working through a long step or epoch; idle ranks may be stuck
     in a collective."""
-    procs = [p.cpu_percent for n in nodes for p in n.processes]
+    by_rank: dict[tuple[str, int], float] = {}  # a rank's processes together (a wrapper and its script)
+    for n in nodes:
+        for p in n.processes:
+            by_rank[(n.name, p.rank)] = by_rank.get((n.name, p.rank), 0.0) + p.cpu_percent
+    procs = list(by_rank.values())
     gpus = [g.util_percent for n in nodes for g in n.gpus]
     if not procs and not gpus:
         return f"no rank has written for {quiet_s:.0f} s (hung collective?)", True

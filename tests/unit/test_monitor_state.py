@@ -141,6 +141,9 @@ def test_a_quiet_spell_is_weighed_by_what_the_ranks_are_doing():
         return NodeMetrics("n0", 50.0, 8, 1.0, 2.0, gpus=gpus, processes=procs)
 
     assert quiet_words(85, [node([98.0, 97.0])]) == ("no metric line for 85 s; ranks busy at 98% CPU", False)
+    wrapped = node([98.0, 97.0])  # each rank's script beside its idle wrapper, as the local backend runs them
+    wrapped.processes += [ProcessMetrics(rank, 200 + rank, 0.0, 14.0) for rank in (0, 1)]
+    assert quiet_words(85, [wrapped]) == ("no metric line for 85 s; ranks busy at 98% CPU", False)
     words, alarm = quiet_words(85, [node([0.5, 1.0], gpu=(0.0,))])
     assert alarm and words == "no metric line for 85 s; ranks idle at 1% CPU and 0% GPU (hung collective?)"
     assert quiet_words(85, [node([2.0], gpu=(95.0,))])[1] is False  # the GPU works while the CPU waits on it

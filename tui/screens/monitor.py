@@ -260,8 +260,9 @@ class MonitorScreen(DeckScreen[None]):
         )
         self._show("#status-line", line)
         progress = Text()
-        progress.append(bar(snap.fraction, 20, g), style="green")
-        progress.append(f" {snap.fraction * 100:3.0f}% ")
+        fraction = 1.0 if state is JobState.SUCCEEDED else snap.fraction  # a run that said no total, done
+        progress.append(bar(fraction, 20, g), style="green")
+        progress.append(f" {fraction * 100:3.0f}% ")
         if snap.info:  # the built-in trainer says all of these; a user script's start only its name
             info = snap.info
             device = "/".join(str(info[k]) for k in ("device", "backend") if info.get(k))
