@@ -88,3 +88,18 @@ def rank_process(run_id: str, rank: int) -> psutil.Process:
 
 def quick_spec_args(data_dir: Path, *extra: str) -> list[str]:
     return ["--data-dir", str(data_dir), "--nproc-per-node", "2", *extra]
+
+
+def monitor_snapshot(backend: LocalBackend, run_id: str):
+    """The monitor's state of an ended run, folded from all its metric files (what the monitor shows)."""
+    import asyncio
+
+    from torchdeck.monitor.state import MonitorState
+
+    async def fold() -> MonitorState:
+        state = MonitorState()
+        async for batch in backend.metrics(run_id, follow=False):
+            state.ingest(batch)
+        return state
+
+    return asyncio.run(fold()).snapshot()

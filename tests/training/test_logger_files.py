@@ -8,15 +8,14 @@ monitor's state give them."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import pytest
-from local_runs import cli_env, run_cli
+from local_runs import cli_env, monitor_snapshot, run_cli
 
 from torchdeck.backends.local import LocalBackend
-from torchdeck.monitor.state import MonitorSnapshot, MonitorState
+from torchdeck.monitor.state import MonitorSnapshot
 
 REPO = Path(__file__).resolve().parents[2]
 USER_PYTHON = REPO / ".venv-user" / "bin" / "python"
@@ -40,13 +39,7 @@ def train(tmp: Path, script: str, python: str, *args: str) -> tuple[LocalBackend
     (status,) = backend.list()
     shown = json.loads(run_cli(["status", status.run_id, "--output", "json"], env, code).stdout)
 
-    async def fold() -> MonitorState:
-        monitor = MonitorState()
-        async for batch in backend.metrics(status.run_id, follow=False):
-            monitor.ingest(batch)
-        return monitor
-
-    return backend, shown, asyncio.run(fold()).snapshot()
+    return backend, shown, monitor_snapshot(backend, status.run_id)
 
 
 SUMMARY_WRITER = """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from local_runs import cli_env, run_cli
+from local_runs import cli_env, monitor_snapshot, run_cli
 
 from torchdeck.backends.local import LocalBackend
 from torchdeck.monitor.state import MonitorState
@@ -81,13 +81,7 @@ def test_a_text_printing_ddp_script_runs_in_the_users_venv_with_live_metrics(use
         assert all(r["step"] == 12 and r["samples_per_s"] == 250.0 and r["state"] == "done" for r in ranks)
         assert all(r["loss"] is not None and r["last_report"] > status.submitted_at for r in ranks)
 
-    async def fold() -> MonitorState:
-        state = MonitorState()
-        async for batch in backend.metrics(status.run_id, follow=False):
-            state.ingest(batch)
-        return state
-
-    snap = asyncio.run(fold()).snapshot()
+    snap = monitor_snapshot(backend, status.run_id)
     assert sorted(r.rank for r in snap.ranks) == [0, 1] and all(r.step == 12 for r in snap.ranks)
     assert all(r.flag == "done" and r.samples_per_s == pytest.approx(250.0) for r in snap.ranks)
     assert {rank: len(steps) for rank, (steps, _) in snap.curves.items()} == {0: 12, 1: 12}  # both ranks' curves
@@ -129,13 +123,7 @@ def test_a_tqdm_bar_is_read_as_it_updates_per_rank_with_its_epoch(tmp_path):
     (status,) = backend.list()
     assert (status.step, status.epoch) == (24, 1) and status.loss is not None
 
-    async def fold() -> MonitorState:
-        monitor = MonitorState()
-        async for batch in backend.metrics(status.run_id, follow=False):
-            monitor.ingest(batch)
-        return monitor
-
-    snap = asyncio.run(fold()).snapshot()
+    snap = monitor_snapshot(backend, status.run_id)
     assert sorted(r.rank for r in snap.ranks) == [0, 1] and all(r.step == 24 for r in snap.ranks)
     for rank, (steps, losses) in snap.curves.items():
         assert list(steps) == sorted(steps) and steps[-1] == 24, rank
