@@ -83,11 +83,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-BAR_ENV = {"COLUMNS": "200", "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "NO_COLOR": "1"}
-"""For user code, whose output goes to a file: rich (Lightning's default bar where it is installed)
-redraws its bar in place as on a terminal (``\r``, no colours), on one line 200 columns wide,
-rather than printing it once at the end wrapped at 80, so the bar is read as it updates, as tqdm's
-is. A spec's env wins."""
 RANKS_READ = 256
 """Ranks whose progress ``status`` reads (4 KiB of each one's file); the monitor follows every rank."""
 
@@ -210,7 +205,6 @@ class LocalBackend(Backend):
             port = free_port()
             now = time.time()
             env = {
-                **({} if spec.builtin else BAR_ENV),
                 **spec.env,
                 "PYTHONUNBUFFERED": "1",
                 "TORCHDECK_JOB_STARTED_AT": repr(now),

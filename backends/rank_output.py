@@ -49,11 +49,11 @@ def main(argv: list[str]) -> int:
     last: collections.deque[str] = collections.deque(maxlen=200)  # a traceback's lines, for its error
     with open(metrics_path, "ab", buffering=0) as metrics:
 
-        def write(record: dict) -> None:
-            metrics.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
-
         def write_all(records: list[dict]) -> None:
             metrics.write(b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records))
+
+        def write(record: dict) -> None:
+            write_all([record])
 
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         program = (
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
         )
         write(start_record(rank, world, restart, program))
         reader, fd, stepped = Rewrites(max_line=MAX_READ), child.stdout.fileno(), False
-        loggers = logger_files(rank, child.pid)
+        loggers = LoggerFiles.for_rank(child.pid)
         polled = 0.0  # the first look at once: a logger found early keeps the printed loss off its curve
         while True:
             if time.monotonic() - polled >= LOGGER_POLL_S:
@@ -138,19 +138,6 @@ wake-up per 50 lines, not one per line (what torchdeck's reading costs a trainin
 benchmarks/user_code_overhead.py)."""
 LOGGER_POLL_S = 2.0
 """How often the logger files are looked at: a directory walk and a read of what they gained."""
-
-
-def logger_files(rank: int, pid: int) -> LoggerFiles:
-    """The logger files under the script's folder that this run writes: the TensorBoard files this
-    rank's process writes, and, for the first rank of the first node, the files that name no writer
-    (the ranks share the folder)."""
-    shared = os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("GROUP_RANK", "0") == "0"
-    try:
-        since = float(os.environ.get("TORCHDECK_JOB_STARTED_AT", "") or time.time())
-        tags = json.loads(os.environ.get("TORCHDECK_METRIC_TAGS", "") or "{}")
-    except ValueError:
-        since, tags = time.time(), {}
-    return LoggerFiles(os.getcwd(), since, tags if isinstance(tags, dict) else {}, rank, pid, shared)
 
 
 def max_restarts() -> int:

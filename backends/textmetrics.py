@@ -384,16 +384,7 @@ class TextMetrics:
         _postfix(PAIR_RE.findall(inside), found, held_out)
         if held_out:
             return
-        found["progress"] = True
-        n, total = int(bar.group(1)), int(bar.group(2)) if bar.group(2) else None
-        m = EPOCH_RE.search(prefix) if "epoch" in prefix.lower() else None
-        if m:
-            found["epoch"] = float(m.group(1))
-            if m.group(2):
-                found["epochs"] = int(m.group(2))
-            found["batch"], found["epoch_steps"] = n, total
-        else:
-            found["step"], found["total_steps"] = n, total
+        _bar_position(found, int(bar.group(1)), int(bar.group(2)) if bar.group(2) else None, _epochs(prefix))
 
     def _read_rich_bar(self, text: str, bar: re.Match[str], found: dict[str, Any]) -> None:
         """Lightning's rich bar, read as its tqdm bar is: the batch within the epoch it names, its
@@ -406,24 +397,29 @@ class TextMetrics:
         if m := RICH_RATE_RE.search(rest):
             rate = float(m.group(1))
             found["steps_per_s"] = rate if m.group(2) == "it/s" else (1 / rate if rate else None)
-        found["progress"] = True
-        n, total = int(bar.group(1)), int(bar.group(2))
-        epochs = _rich_epochs(prefix)
-        if epochs:
-            found.update(epochs)
-            found["batch"], found["epoch_steps"] = n, total
-        else:
-            found["step"], found["total_steps"] = n, total
+        _bar_position(found, int(bar.group(1)), int(bar.group(2)), _epochs(prefix, last_index=True))
 
 
-def _rich_epochs(text: str) -> dict[str, Any]:
-    m = EPOCH_RE.search(text) if "epoch" in text.lower() else None
+def _epochs(prefix: str, last_index: bool = False) -> dict[str, Any]:
+    """The epoch a bar's description names, and the count where it says one (``Epoch 1/4``;
+    ``last_index``: Lightning's rich bar counts to the last epoch's index, so 1/1 is 2 epochs)."""
+    m = EPOCH_RE.search(prefix) if "epoch" in prefix.lower() else None
     if m is None:
         return {}
     out: dict[str, Any] = {"epoch": float(m.group(1))}
     if m.group(2):
-        out["epochs"] = int(m.group(2)) + 1  # ``Epoch 1/1``: the last epoch's index
+        out["epochs"] = int(m.group(2)) + (1 if last_index else 0)
     return out
+
+
+def _bar_position(found: dict[str, Any], n: int, total: int | None, epochs: dict[str, Any]) -> None:
+    """Where a bar is: the batch within the epoch its description names, else the step itself."""
+    found["progress"] = True
+    found.update(epochs)
+    if epochs:
+        found["batch"], found["epoch_steps"] = n, total
+    else:
+        found["step"], found["total_steps"] = n, total
 
 
 def _postfix(pairs: list[tuple[str, str]], found: dict[str, Any], held_out: bool) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdeck.backends.base import JobStatus, MetricEvent, NodeMetrics
+from torchdeck.backends.events import step_after
 
 SILENT_FLOOR_S = 5.0
 """A rank is flagged silent after this long without a line, at least (or
@@ -204,8 +205,7 @@ class MonitorState:
                         gap = (ev.time - view.step_time) / (step - view.step)
                         view.step_interval = gap if view.step_interval is None else 0.8 * view.step_interval + 0.2 * gap
                     view.step_time = ev.time
-                    # a logger's point is read a poll later than the lines around it: the position stays
-                    view.step = max(view.step, step) if logged else step
+                    view.step = step_after(view.step, rec)
                     view.epoch = rec.get("epoch") or view.epoch
                     view.loss = loss if loss is not None else view.loss
                     view.gpu_util = rec.get("gpu_util")

@@ -301,6 +301,22 @@ class LoggerFiles:
             except OSError:
                 continue
 
+    @classmethod
+    def for_rank(cls, pid: int, root: str | None = None) -> LoggerFiles:
+        """The follower for this rank (torchrun's ``RANK``), whose script runs as process ``pid`` in
+        ``root`` (the current folder): its own TensorBoard files, and, for the first rank of the first
+        node, the files that name no writer (the ranks share the folder). ``TORCHDECK_METRIC_TAGS``
+        (the spec's ``metrics.tags``) and ``TORCHDECK_JOB_STARTED_AT`` come from the environment."""
+        env = os.environ
+        shared = env.get("LOCAL_RANK", "0") == "0" and env.get("GROUP_RANK", "0") == "0"
+        try:
+            rank = int(env.get("RANK", "0") or 0)
+            since = float(env.get("TORCHDECK_JOB_STARTED_AT", "") or time.time())
+            tags = json.loads(env.get("TORCHDECK_METRIC_TAGS", "") or "{}")
+        except ValueError:
+            rank, since, tags = 0, time.time(), {}
+        return cls(root or os.getcwd(), since, tags if isinstance(tags, dict) else {}, rank, pid, shared)
+
     def role(self, tag: str) -> str | None:
         for role, name in self.tags.items():
             if tag == name:

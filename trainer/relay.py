@@ -31,15 +31,24 @@ except ImportError:  # run as a file from the code bundle: its copies lie beside
     from rewrites import Rewrites  # type: ignore[no-redef]
 
 LOGGER_POLL_S = 2.0
+BAR_ENV = {"COLUMNS": "200", "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "NO_COLOR": "1"}
+"""A rank's output goes to a pipe: with these, rich (Lightning's default bar where it is installed)
+redraws its bar in place as on a terminal (``\\r``, no colours), on one line 200 columns wide,
+rather than printing it once at the end wrapped at 80, so the bar is read as it updates, as tqdm's
+is. The rank's own environment (a spec's ``env``) wins."""
 
 
 def start_rank(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes] | None:
-    """Start a rank's program with its stderr joined to its stdout (a pipe), the signals this
-    process gets forwarded to it; None, said in one line, where it cannot start. Shared with the
+    """Start a rank's program with its stderr joined to its stdout (a pipe; ``BAR_ENV`` where the
+    environment says nothing else), the signals this process gets forwarded to it; None, said in one line, where it cannot start. Shared with the
     local backend's rank wrapper."""
     try:
         child = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**BAR_ENV, **(os.environ if env is None else env)},
         )
     except OSError as exc:
         print(f"torchdeck: cannot start {command[0]}: {exc.strerror or exc}", flush=True)
@@ -62,13 +71,7 @@ def main(argv: list[str]) -> int:
     if child is None:
         return 127
     out = sys.stdout.buffer
-    rank = int(os.environ.get("RANK", "0") or 0)
-    shared = os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("GROUP_RANK", "0") == "0"
-    try:
-        tags = json.loads(os.environ.get("TORCHDECK_METRIC_TAGS", "") or "{}")
-    except ValueError:
-        tags = {}
-    loggers = LoggerFiles(os.getcwd(), time.time(), tags if isinstance(tags, dict) else {}, rank, child.pid, shared)
+    loggers = LoggerFiles.for_rank(child.pid)
     reader, polled = Rewrites(), 0.0
     assert child.stdout is not None
     fd = child.stdout.fileno()

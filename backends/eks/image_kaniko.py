@@ -157,10 +157,9 @@ async def build_with_kaniko(builder: Builder, image: ImageBuild) -> AsyncIterato
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             message = ((status.get("state") or {}).get("terminated") or {}).get("message") or ""
             digest = (DIGEST.findall(message) or [digest])[-1]
-    uri, _, tag = destination.rpartition(":")
     yield Progress(
         "build",
         f"Kaniko pushed {destination}" + (f" ({digest})" if digest else ""),
         clock(),
-        result=ImageRef(uri, tag, digest),
+        result=ImageRef(builder.uri, tag, digest),
     )
