@@ -15,7 +15,7 @@ this file, not torchdeck's console.
 
 Every rank reports its own curve (the rank is torchrun's RANK). Printing
 ``loss: 1.23`` instead works too: torchdeck reads the common text formats
-(``torchdeck.backends.textmetrics``); this helper says exactly what is meant."""
+(``torchdeck.trainer.textmetrics``); this helper says exactly what is meant."""
 
 from __future__ import annotations
 

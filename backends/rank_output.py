@@ -14,20 +14,17 @@ means the built-in text formats. Standard library only, and started per rank."""
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import json
 import os
 import select
-import signal
 import sys
 import time
 
-from torchdeck.backends.textmetrics import TextMetrics
-from torchdeck.backends.tracebacks import traceback_error
 from torchdeck.trainer.logfiles import LoggerFiles
-from torchdeck.trainer.relay import start_rank
+from torchdeck.trainer.relay import LOGGER_POLL_S, start_rank
 from torchdeck.trainer.rewrites import Rewrites
+from torchdeck.trainer.textmetrics import TextMetrics
+from torchdeck.trainer.tracebacks import FailureWatch, attempt, stop_restarts
 
 MAX_READ = 1 << 20
 """Bytes of one line held at most: a script that writes gigabytes without a newline is passed
@@ -46,7 +43,7 @@ def main(argv: list[str]) -> int:
         return 127
     out = sys.stdout.buffer
     assert child.stdout is not None
-    last: collections.deque[str] = collections.deque(maxlen=200)  # a traceback's lines, for its error
+    watch = FailureWatch()
     with open(metrics_path, "ab", buffering=0) as metrics:
 
         def write_all(records: list[dict]) -> None:
@@ -55,21 +52,22 @@ def main(argv: list[str]) -> int:
         def write(record: dict) -> None:
             write_all([record])
 
-        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        restart, allowed = attempt()
         program = (
             " ".join(command[2:4])
             if command[2:3] == ["-m"]
             else os.path.basename(command[2] if len(command) > 2 else "")
         )
         write(start_record(rank, world, restart, program))
-        reader, fd, stepped = Rewrites(max_line=MAX_READ), child.stdout.fileno(), False
+        reader, fd = Rewrites(max_line=MAX_READ), child.stdout.fileno()
         loggers = LoggerFiles.for_rank(child.pid)
         polled = 0.0  # the first look at once: a logger found early keeps the printed loss off its curve
         while True:
             if time.monotonic() - polled >= LOGGER_POLL_S:
                 polled = time.monotonic()
-                for logged in loggers.poll():
-                    write(logged)
+                logged = loggers.poll()
+                write_all(logged)
+                watch.saw((), logged)
                 parser.loss_elsewhere = loggers.found_loss
             if select.select([fd], [], [], reader.every_s)[0]:
                 time.sleep(GATHER_S)  # let a chatty script's lines gather: one wake-up reads dozens
@@ -82,31 +80,22 @@ def main(argv: list[str]) -> int:
             else:
                 lines = reader.idle()  # a bar that paused: its newest state
             found = [r for r in map(parser.feed, lines) if r is not None]
-            last.extend(line.rstrip() for line in lines)
+            watch.saw(lines, found)
             if found:
                 write_all(found)
-                stepped = stepped or any(r.get("event") == "step" for r in found)
-        for line in reader.close():
-            last.append(line.rstrip())
-            if (said := parser.feed(line)) is not None:
-                write(said)
+        lines = reader.close()
+        found = [r for r in map(parser.feed, lines) if r is not None]
+        watch.saw(lines, found)
+        write_all(found)
         code = child.wait()
-        for logged in loggers.poll():  # what the loggers wrote as they closed
-            write(logged)
+        write_all(loggers.poll())  # what the loggers wrote as they closed
         if code == 0:
             write(parser.record("done"))
         elif code > 0:  # a signal is a stop, not the script's error
-            error = failure(list(last), code)
-            if stepped is False and error.pop("repeats", "") == "yes" and restart < max_restarts():
-                error["message"] += (
-                    f"; not restarted: it failed before its first step on attempt {restart + 1}, "
-                    "and every attempt would fail the same way"
-                )
-                write({**parser.record("error"), **error})
+            error, crash_loop = watch.failed(code, restart, allowed)
+            write({**parser.record("error"), **error})
+            if crash_loop:
                 stop_restarts()
-            else:
-                error.pop("repeats", None)
-                write({**parser.record("error"), **error})
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell says
 
 
@@ -136,35 +125,6 @@ GATHER_S = 0.05
 """How long output is let gather before it is read: a script printing a line a millisecond costs one
 wake-up per 50 lines, not one per line (what torchdeck's reading costs a training: the benchmark
 benchmarks/user_code_overhead.py)."""
-LOGGER_POLL_S = 2.0
-"""How often the logger files are looked at: a directory walk and a read of what they gained."""
-
-
-def max_restarts() -> int:
-    try:
-        return int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
-    except ValueError:
-        return 0
-
-
-def stop_restarts() -> None:
-    """A crash loop: ask torchrun (this process's parent, the rank's agent) to end the run rather than
-    start the group again; it stops the other ranks and exits, and the run ends failed with this
-    rank's error."""
-    with contextlib.suppress(OSError):
-        os.kill(os.getppid(), signal.SIGTERM)
-
-
-def failure(last: list[str], code: int) -> dict[str, str]:
-    """The error a failed script's last lines show: a Python traceback's whole message, where it was
-    raised and whether another attempt would meet it (``traceback_error``); else the last line and
-    the exit status."""
-    error = traceback_error(last)
-    if error is not None:
-        return error
-    tail = last[-1].strip() if last else "no output"
-    return {"message": f"exited with status {code}: {tail[:300]}", "hint": "the rank's log has its output"}
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -162,7 +162,7 @@ class Entrypoint:
 
 @dataclass
 class MetricsOptions:
-    """How torchdeck reads a user script's metrics from its output (``torchdeck.backends.textmetrics``)."""
+    """How torchdeck reads a user script's metrics from its output (``torchdeck.trainer.textmetrics``)."""
 
     pattern: str | None = None
     """A regular expression with named groups (loss, step, epoch, accuracy, ...) for lines the
@@ -452,7 +452,7 @@ def _arguments(v: object) -> str | None:
 
 
 def _pattern(v: object) -> str | None:
-    from .textmetrics import check_pattern
+    from torchdeck.trainer.textmetrics import check_pattern
 
     return check_pattern(v)
 

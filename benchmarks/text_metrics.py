@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
 from host import calibration  # noqa: E402
 
 from torchdeck.backends.events import parse_metric_lines  # noqa: E402
-from torchdeck.backends.textmetrics import RankedText  # noqa: E402
+from torchdeck.trainer.textmetrics import RankedText  # noqa: E402
 
 FORMATS = (
     "epoch {e} step {s}/100000 loss: {l:.4f} 1234 samples/s",

@@ -165,7 +165,9 @@ class MonitorState:
         self.ranks: dict[int, RankView] = {}
         self.info: dict[str, Any] = {}
         self.evals: dict[int, float] = {}
-        self.val_losses: deque[tuple[int | None, float]] = deque(maxlen=64)
+        self.val_losses: dict[object, tuple[int | None, float]] = {}
+        """A run's validation losses by the rank and step each was taken at (a script's printed
+        evaluation and its logger's record of it are one point), the newest 64."""
         """(epoch, loss) of the validation or test losses reported, newest last."""
         self.world_size = 0
         self.epochs: int | None = None
@@ -236,7 +238,11 @@ class MonitorState:
                 elif kind == "epoch":
                     view.epoch = rec.get("epoch") or view.epoch
                 if rec.get("val_loss") is not None:  # validation or test: a series of its own
-                    self.val_losses.append((rec.get("epoch"), rec["val_loss"]))
+                    at = (ev.rank, rec.get("step") or (rec.get("epoch"), len(self.val_losses)))
+                    self.val_losses.pop(at, None)
+                    self.val_losses[at] = (rec.get("epoch"), rec["val_loss"])
+                    if len(self.val_losses) > 64:
+                        del self.val_losses[next(iter(self.val_losses))]
                 if kind == "eval":
                     acc = rec.get("accuracy")
                     if acc is not None and rec.get("epoch") is not None:
@@ -343,7 +349,7 @@ class MonitorState:
                 done=dict(self.done) if self.done else None,
                 errors=list(self.errors),
                 gpu_by_host=gpu_by_host,
-                val_losses=list(self.val_losses),
+                val_losses=list(self.val_losses.values()),
                 speed_unit=self._speed_unit(views),
             )
 

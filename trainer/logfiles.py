@@ -1,10 +1,11 @@
 """Scalars that a training script writes with the usual loggers, read as they are written, with no
 change to the script: TensorBoard event files (``SummaryWriter``, Lightning's TensorBoardLogger,
-Hugging Face), Lightning's ``metrics.csv`` (CSVLogger), MLflow's local file store (``mlruns/``) and
-Hugging Face's ``trainer_state.json``. Each becomes schema-1 metric records (``torchdeck.trainer
+Hugging Face), Lightning's ``metrics.csv`` (CSVLogger), MLflow's local stores (the ``mlruns/``
+files, and ``mlflow.db``, its SQLite default where SQLAlchemy is installed) and Hugging Face's
+``trainer_state.json``. Each becomes schema-1 metric records (``torchdeck.trainer
 .metrics``) on the same per-rank curves as the script's printed lines.
 
-Standard library only: it runs beside the user's code (the local backend's rank wrapper), where
+Standard library only: it runs beside the user's code (the local rank wrapper, the pods' relay), where
 neither the console's dependencies nor TensorBoard's may be installed. TensorBoard's own reader needs
 TensorFlow's protobuf classes and its package (about 30 MB and a second to import); its files are
 TFRecords of ``Event`` messages, a format fixed since 2015, whose few fields read here (wall time,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 import struct
@@ -37,6 +39,8 @@ EVENT_PID_RE = re.compile(r"^events\.out\.tfevents\.\d+\.[^/]*?\.(\d{1,9})\.\d+(
 """``events.out.tfevents.TIME.HOST.PID.N``: TensorBoard names the writing process (torch's and
 TensorFlow's writers alike)."""
 RANK_IN_PATH_RE = re.compile(r"rank[_-]?(\d{1,6})(?!\d)")
+EPOCHS_DONE = "epochs done"
+"""Hugging Face's trainer state's ``epoch``, as read: the epochs done, not the epoch's index."""
 MAX_FILES = 64
 """Logger files followed at most: a folder with thousands of them is not a logger's."""
 MAX_DEPTH = 6
@@ -209,9 +213,12 @@ class _Rewritten:
     """A file a logger writes whole each time (Lightning's metrics.csv, Hugging Face's
     trainer_state.json): read again when it changes, its rows past those already read."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, history: set[tuple[str, int]] | None = None):
         self.path, self.seen, self.stamp = path, 0, (0.0, -1)
         self.totals: dict[str, int] = {}
+        self.history = set() if history is None else history
+        """The (name, step) points read from any of the run's trainer states: each checkpoint's
+        ``checkpoint-N/trainer_state.json`` repeats the history before it."""
 
     def read(self) -> list[tuple[str, int, float, float]]:
         st = os.stat(self.path)
@@ -226,9 +233,16 @@ class _Rewritten:
         for row in new:
             step = _int(row.get("step") if "step" in row else row.get("global_step")) or 0
             when = _float(row.get("time") or row.get("created_at")) or st.st_mtime
+            if "train_runtime" in row:
+                continue  # Hugging Face's figures for the whole run (its mean loss), not a step's
             for key, value in row.items():
                 number = _float(value)
                 if number is not None and key not in ("step", "global_step", "time", "created_at"):
+                    if self.path.endswith(".json"):
+                        key = EPOCHS_DONE if key == "epoch" else key
+                        if (key, step) in self.history:
+                            continue
+                        self.history.add((key, step))
                     out.append((key, step, number, when))
         return out
 
@@ -249,6 +263,40 @@ class _Rewritten:
             return list(csv.DictReader(io.StringIO(text)))
         except csv.Error:
             return []
+
+
+MLFLOW_DB = "mlflow.db"
+"""MLflow's default store since 3.x where SQLAlchemy is installed (``sqlite:///mlflow.db`` in the
+script's folder); ``mlruns/`` otherwise."""
+
+
+class _MlflowDatabase:
+    """MLflow's SQLite store: its ``metrics`` table's rows logged since the run began, read by rowid
+    as they are added (read-only; a write under way is read at the next poll)."""
+
+    def __init__(self, path: str, since: float):
+        self.path, self.since_ms, self.rowid = path, int((since - 1) * 1000), 0
+
+    def read(self) -> list[tuple[str, int, float, float]]:
+        try:
+            import sqlite3
+        except ImportError:  # a Python built without it (rare in images): the store goes unread
+            return []
+        try:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=0.2)
+            try:
+                rows = db.execute(
+                    "SELECT rowid, key, value, step, timestamp FROM metrics"
+                    " WHERE rowid > ? AND timestamp >= ? AND is_nan = 0 ORDER BY rowid LIMIT 10000",
+                    (self.rowid, self.since_ms),
+                ).fetchall()
+            finally:
+                db.close()
+        except sqlite3.Error:  # being written, or not MLflow's yet: the next poll reads it
+            return []
+        if rows:
+            self.rowid = rows[-1][0]
+        return [(str(key), int(step or 0), float(value), int(stamp) / 1000) for _, key, value, step, stamp in rows]
 
 
 def _float(value: object) -> float | None:
@@ -290,6 +338,8 @@ class LoggerFiles:
     """Each rank's epoch, as its logger last gave it."""
     found_loss: bool = False
     """A logger file gave the training loss (the script's printed loss is then not a second curve)."""
+    history: set[tuple[str, int]] = field(default_factory=set)
+    """The points read from Hugging Face's trainer states (``_Rewritten.history``)."""
     before: dict[str, float] = field(default_factory=dict)
     """The logger files there before this follower began, with when each last changed: a previous
     run's or a previous attempt's (their points were read then), followed only once they change."""
@@ -345,7 +395,9 @@ class LoggerFiles:
             elif not self.shared:
                 continue
             elif name in ("metrics.csv", "trainer_state.json"):
-                self.files[path] = _Rewritten(path)
+                self.files[path] = _Rewritten(path, self.history)
+            elif name == MLFLOW_DB:
+                self.files[path] = _MlflowDatabase(path, self.since)
             else:
                 tag = path.split(os.sep + "metrics" + os.sep, 1)[1].replace(os.sep, "/")
                 self.files[path] = _AppendedLines(path, tag)
@@ -358,7 +410,7 @@ class LoggerFiles:
             if depth >= MAX_DEPTH + (2 if "mlruns" in folder else 0):
                 dirs[:] = []
             for name in names:
-                if EVENT_FILE_RE.match(name) or name in ("metrics.csv", "trainer_state.json"):
+                if EVENT_FILE_RE.match(name) or name in ("metrics.csv", "trainer_state.json", MLFLOW_DB):
                     yield os.path.join(folder, name)
                 elif (os.sep + "mlruns" + os.sep) in folder + os.sep and (os.sep + "metrics") in folder:
                     yield os.path.join(folder, name)
@@ -381,8 +433,11 @@ class LoggerFiles:
     ) -> list[dict[str, Any]]:
         by_step: dict[tuple[int, str], dict[str, Any]] = {}
         for tag, step, value, wall in scalars:
-            if tag.lower() == "epoch":
-                self.epochs[rank] = value
+            if tag.lower() in ("epoch", "train/epoch", EPOCHS_DONE):
+                # Lightning logs the epoch's index; Hugging Face the epochs done (0.2, ..., 1.0 as the
+                # first ends, in its trainer state and as ``train/epoch``): the index is one less
+                done = tag.lower() != "epoch"
+                self.epochs[rank] = max(0.0, math.ceil(value) - 1.0) if done else value
                 continue
             role = self.role(tag)
             if role is None or (role == "accuracy" and "train" in tag.lower()):
@@ -396,8 +451,9 @@ class LoggerFiles:
             record["accuracy" if role in ("accuracy", "val_accuracy") else role] = value
             if role == "loss":
                 self.found_loss = True
-            if rank in self.epochs:
-                record["epoch"] = int(self.epochs[rank])
+            if rank in self.epochs:  # epochs done (Hugging Face's 2.0 at the end): the epoch's index
+                epochs = totals.get("epochs")
+                record["epoch"] = min(int(self.epochs[rank]), epochs - 1) if epochs else int(self.epochs[rank])
             for name, total in totals.items():
                 record[name] = total
         return sorted(by_step.values(), key=lambda r: (r["step"], r["event"] != "step"))

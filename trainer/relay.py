@@ -7,11 +7,13 @@ script's output, with two changes that let the console read it live from the log
   line until the bar's epoch ends) becomes a line per state, its newest at most twice a second and
   its last always;
 - the scalars the script writes with its loggers (TensorBoard, Lightning's CSV, MLflow's file store,
-  Hugging Face's trainer state: ``logfiles.py``) become schema-1 JSON lines among its output.
+  Hugging Face's trainer state: ``logfiles.py``) become schema-1 JSON lines among its output;
+- a rank that fails before its first step with an error every attempt would meet ends torchrun's
+  restarts, with a schema-1 error line saying so (``tracebacks.FailureWatch``, as on a laptop).
 
 Signals reach the script; the script's exit status is this process's. Standard library only: the
-code bundle carries this file with ``logfiles.py`` and ``rewrites.py`` beside it (``.torchdeck/``),
-for an image that has no torchdeck."""
+code bundle carries this file with the modules it uses beside it (``.torchdeck/``), for an image that
+has no torchdeck."""
 
 from __future__ import annotations
 
@@ -26,9 +28,13 @@ import time
 try:
     from .logfiles import LoggerFiles
     from .rewrites import Rewrites
+    from .textmetrics import TextMetrics
+    from .tracebacks import FailureWatch, attempt, stop_restarts
 except ImportError:  # run as a file from the code bundle: its copies lie beside it
     from logfiles import LoggerFiles  # type: ignore[no-redef]
     from rewrites import Rewrites  # type: ignore[no-redef]
+    from textmetrics import TextMetrics  # type: ignore[no-redef]
+    from tracebacks import FailureWatch, attempt, stop_restarts  # type: ignore[no-redef]
 
 LOGGER_POLL_S = 2.0
 BAR_ENV = {"COLUMNS": "200", "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "NO_COLOR": "1"}
@@ -73,6 +79,11 @@ def main(argv: list[str]) -> int:
     out = sys.stdout.buffer
     loggers = LoggerFiles.for_rank(child.pid)
     reader, polled = Rewrites(), 0.0
+    rank, watch = int(os.environ.get("RANK", "0") or 0), FailureWatch()
+    try:  # the lines are read only to know whether the rank got to its first step
+        parser: TextMetrics | None = TextMetrics(rank, 0, os.environ.get("TORCHDECK_METRICS_PATTERN") or None)
+    except ImportError:  # a pattern, and no RE2 in the image: steps unknown, so never a crash loop
+        parser = None
     assert child.stdout is not None
     fd = child.stdout.fileno()
 
@@ -80,6 +91,8 @@ def main(argv: list[str]) -> int:
         if lines:
             out.write("".join(line.rstrip("\r\n") + "\n" for line in lines).encode(errors="replace"))
             out.flush()
+            found = [r for r in map(parser.feed, lines) if r is not None] if parser else [{"event": "step"}]
+            watch.saw(lines, found)
 
     def logged() -> None:
         say([json.dumps(record, separators=(",", ":")) for record in loggers.poll()])
@@ -98,6 +111,12 @@ def main(argv: list[str]) -> int:
     say(reader.close())
     code = child.wait()
     logged()  # what the loggers wrote as they closed
+    restart, allowed = attempt()
+    if code > 0:
+        error, crash_loop = watch.failed(code, restart, allowed)
+        if crash_loop:  # said where the console reads the rank, then torchrun is asked to stop
+            say([json.dumps({"schema": 1, "event": "error", "rank": rank, "time": time.time(), **error})])
+            stop_restarts()
     return 128 - code if code < 0 else code
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...trainer.s3url import S3Url
+from ...trainer.textmetrics import RankedText
 from ..base import (
     Backend,
     JobState,
@@ -43,7 +44,6 @@ from ..errors import BackendError, RunIdTaken, RunNotFound
 from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines
 from ..names import new_run_id
 from ..spec import JobKindName, JobSpec, spec_from_dict, validate
-from ..textmetrics import RankedText
 from . import crds
 from .client import ApiError, KubeClient, api_path
 from .diagnosis import Finding, diagnose_pod, job_findings

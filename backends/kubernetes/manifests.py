@@ -244,6 +244,8 @@ def user_env(spec: JobSpec) -> list[dict[str, str]]:
     ]
     if spec.metrics.tags:  # which logger scalar is which, for the relay
         env.append({"name": "TORCHDECK_METRIC_TAGS", "value": json.dumps(spec.metrics.tags, sort_keys=True)})
+    if spec.metrics.pattern:  # how the relay knows a rank got to its first step (a crash loop's test)
+        env.append({"name": "TORCHDECK_METRICS_PATTERN", "value": spec.metrics.pattern})
     return env
 
 

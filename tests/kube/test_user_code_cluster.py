@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import boto3
 import pytest
@@ -78,7 +79,13 @@ def test_every_kinds_pods_unpack_the_bundle_into_their_working_directory(tmp_pat
     assert packed is not None and configmap["kind"] == "ConfigMap" and configmap["immutable"] is True
     assert configmap["metadata"]["name"] == packed.configmap and packed.sha256[:20] in packed.configmap
     names = tarfile.open(fileobj=io.BytesIO(base64.b64decode(configmap["binaryData"]["code.tar.gz"]))).getnames()
-    relay = [".torchdeck/relay.py", ".torchdeck/logfiles.py", ".torchdeck/rewrites.py"]  # torchdeck's relay
+    relay = [
+        ".torchdeck/relay.py",
+        ".torchdeck/logfiles.py",
+        ".torchdeck/rewrites.py",
+        ".torchdeck/textmetrics.py",
+        ".torchdeck/tracebacks.py",
+    ]  # torchdeck's relay, and what it imports
     assert names == [
         ".gitignore",
         "pkg/__init__.py",
@@ -372,20 +379,27 @@ def _event(tag: str, step: int, value: float) -> bytes:
     return struct.pack("<Q", len(event)) + b"\0" * 4 + event + b"\0" * 4
 
 
+def unpacked_in_a_bare_pod(tmp: Path, script: str) -> tuple[Path, str]:
+    """``script`` as train.py in a code bundle with the relay, unpacked as a pod unpacks it, and an
+    interpreter without torchdeck (as a user's image may be)."""
+    folder = tmp / "code"
+    folder.mkdir()
+    (folder / "train.py").write_text(script)
+    packed = bundle.pack(folder, extra=bundle.relay_files())
+    pod = tmp / "pod"
+    tarfile.open(fileobj=io.BytesIO(packed.data)).extractall(pod, filter="data")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "bare")], check=True)
+    python = str(tmp / "bare" / "bin" / "python")
+    assert subprocess.run([python, "-c", "import torchdeck"], capture_output=True).returncode == 1
+    return pod, python
+
+
 def test_the_relay_in_a_pod_puts_a_bars_redraws_and_the_loggers_scalars_in_the_log(tmp_path):
     """Issue 31, on a cluster: the pods run the user's code through the relay the bundle carries.
     Run here from an unpacked bundle with an interpreter that has no torchdeck (as a user's image
     may not), it turns the bar's redraws into lines and the TensorBoard scalar into a schema-1 line,
     which the cluster's log reader reads as rank 1's, live; the script's exit status is the pod's."""
-    folder = tmp_path / "code"
-    folder.mkdir()
-    (folder / "train.py").write_text(RELAYED)
-    packed = bundle.pack(folder, extra=bundle.relay_files())
-    pod = tmp_path / "pod"
-    tarfile.open(fileobj=io.BytesIO(packed.data)).extractall(pod, filter="data")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
-    python = str(tmp_path / "bare" / "bin" / "python")
-    assert subprocess.run([python, "-c", "import torchdeck"], capture_output=True).returncode == 1
+    pod, python = unpacked_in_a_bare_pod(tmp_path, RELAYED)
     env = {"PATH": os.environ["PATH"], "RANK": "1", "LOCAL_RANK": "0", "GROUP_RANK": "0"}
     done = subprocess.run(
         [python, str(pod / ".torchdeck" / "relay.py"), "train.py", _event("train/loss", 5, 0.25).hex()],
@@ -396,7 +410,7 @@ def test_the_relay_in_a_pod_puts_a_bars_redraws_and_the_loggers_scalars_in_the_l
     bars = [line for line in lines if "/10 [" in line]
     assert 3 <= len(bars) <= 10 and bars[-1].startswith("Epoch 0: 100%") and "\r" not in done.stdout.decode()
     assert lines[-1] == "done" or "done" in lines
-    from torchdeck.backends.textmetrics import RankedText
+    from torchdeck.trainer.textmetrics import RankedText
 
     reader = RankedText(1, 2, None, "train.py")
     records = [r for line in lines for r in reader.read(0, f"[rank1]:{line}".encode())[2]]
@@ -404,3 +418,48 @@ def test_the_relay_in_a_pod_puts_a_bars_redraws_and_the_loggers_scalars_in_the_l
     assert (5, 0.25, "logger") in steps  # the logger's point
     assert [s for s, _, source in steps if source == "text"][-1] == 10  # the bar's states, its last one
     assert all(r["rank"] == 1 for r in records)
+
+
+FAILING = r"""
+import sys
+with open("attempts", "a") as f:
+    f.write("x")
+if sys.argv[1] == "after-a-step":
+    print("step 1/10 loss: 2.5", flush=True)
+import missing_module_of_the_user
+"""
+
+
+def test_the_relay_stops_a_crash_loop_under_torchrun_as_the_local_wrapper_does(tmp_path):
+    """Issue 31 (fail fast), on a cluster: a rank in a pod fails before its first step with an error
+    every attempt would meet. Under the real torchrun (``--max-restarts 3``), the relay ends the
+    restarts after one attempt and writes why, as a schema-1 line the cluster's log reader takes as
+    the rank's reason; a rank that fails after a step is restarted as torchrun is told."""
+    pod, python = unpacked_in_a_bare_pod(tmp_path, FAILING)
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    env = {**os.environ, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:", "PYTHONPATH": ""}
+
+    def run(when: str, restarts: int) -> tuple[int, str, int]:
+        (pod / "attempts").unlink(missing_ok=True)
+        done = subprocess.run(
+            [torchrun, "--no-python", "--standalone", "--nproc-per-node", "1", "--max-restarts", str(restarts),
+             "--monitor-interval", "0.1", python, str(pod / ".torchdeck" / "relay.py"), "train.py", when],
+            cwd=pod, env=env, capture_output=True, timeout=120,
+        )  # fmt: skip
+        return done.returncode, done.stdout.decode() + done.stderr.decode(), len((pod / "attempts").read_text())
+
+    from torchdeck.trainer.textmetrics import RankedText
+
+    def last_error(log: str) -> str:  # as the cluster's reader takes the pod's log (torchrun's own lines too)
+        reader = RankedText(1, 1, None, "train.py")
+        records = [r for line in log.splitlines() for r in reader.read(0, line.encode())[2]]
+        return [r["message"] for r in records if r["event"] == "error"][-1]
+
+    code, log, attempts = run("before-a-step", 3)
+    assert code != 0 and attempts == 1, log
+    assert "SignalException" in log  # torchrun's own words as it stops: not taken for the reason
+    assert last_error(log).startswith("ModuleNotFoundError: No module named 'missing_module_of_the_user'")
+    assert "not restarted: it failed before its first step on attempt 1" in last_error(log)
+    code, log, attempts = run("after-a-step", 1)
+    assert code != 0 and attempts == 2 and "not restarted" not in log, log
+    assert "ChildFailedError" in log and last_error(log).startswith("ModuleNotFoundError"), log

@@ -2,7 +2,9 @@
 train``, in a user's own virtual environment holding the real libraries from PyPI (.venv-user,
 made by scripts/user-venv.sh): a Lightning ``Trainer(strategy="ddp")`` on 2 CPU ranks under
 torchrun (its TensorBoard logger and tqdm bar), a ``SummaryWriter``-only script that prints nothing,
-and a script that logs to MLflow's file store and Lightning's CSVLogger. Each run's per-rank
+a script that logs to MLflow's file store and Lightning's CSVLogger, one that logs to MLflow's default
+(SQLite) store, and Hugging Face's ``Trainer`` on 2 ranks (its printed log dicts, its bar, and its
+checkpoints' ``trainer_state.json``). Each run's per-rank
 curves, steps, epochs and validation losses are read back as ``status --output json`` and the
 monitor's state give them."""
 
@@ -161,3 +163,74 @@ def test_mlflow_file_store_and_lightning_csv_metrics_are_read(tmp_path, user_pyt
     assert list(steps) == list(range(1, 13)) and losses[0] == pytest.approx(2.0)
     assert [v for _, v in snap.val_losses] == pytest.approx([1 / 4, 1 / 8, 1 / 12])
     assert shown["accuracy"] == pytest.approx(0.6)
+
+
+MLFLOW_DEFAULT = """
+import mlflow
+
+with mlflow.start_run():  # no tracking URI: MLflow 3's default, sqlite:///mlflow.db here
+    for step in range(1, 9):
+        mlflow.log_metric("loss", 1.0 / step, step=step)
+    mlflow.log_metric("val_loss", 0.2, step=8)
+"""
+
+
+def test_mlflows_default_sqlite_store_is_read(tmp_path, user_python):
+    _, shown, snap = train(tmp_path, MLFLOW_DEFAULT, user_python, "--nproc-per-node", "1")
+    assert (tmp_path / "project" / "mlflow.db").exists()
+    assert shown["state"] == "succeeded" and shown["step"] == 8 and shown["loss"] == pytest.approx(1 / 8)
+    steps, losses = snap.curves[0]
+    assert list(steps) == list(range(1, 9)) and losses[1] == pytest.approx(0.5)
+    assert shown["val_loss"] == pytest.approx(0.2)
+
+
+HUGGING_FACE = """
+import torch
+from torch import nn
+from transformers import Trainer, TrainingArguments
+
+
+class Regressor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 1)
+
+    def forward(self, x, labels=None):
+        out = self.linear(x).squeeze(-1)
+        return {"loss": nn.functional.mse_loss(out, labels), "logits": out}
+
+
+def data(n, seed):
+    xs = torch.randn(n, 8, generator=torch.Generator().manual_seed(seed))
+    return [{"x": x, "labels": x.sum()} for x in xs]
+
+
+args = TrainingArguments(
+    output_dir="out", per_device_train_batch_size=8, num_train_epochs=2, learning_rate=0.05,
+    logging_steps=2, eval_strategy="epoch", save_strategy="epoch", report_to="none",
+    use_cpu=True, ddp_backend="gloo",
+)
+Trainer(model=Regressor(), args=args, train_dataset=data(160, 0), eval_dataset=data(32, 1)).train()
+"""
+
+
+def test_hugging_faces_trainer_on_two_ranks_shows_its_curve_steps_and_evaluations(tmp_path, user_python):
+    """Hugging Face's ``Trainer`` prints its logs as dicts of quoted numbers over its bar (rank 0
+    only), draws its evaluation bar under the training bar, and writes ``trainer_state.json`` into
+    each checkpoint, each repeating the history before it: one curve, each step once, the
+    evaluations as validation losses, the run's mean loss at the end no step of its own."""
+    backend, shown, snap = train(tmp_path, HUGGING_FACE, user_python, "--nproc-per-node", "2")
+    # 160 samples, batch 8, 2 ranks: 10 steps an epoch, 2 epochs, a log every 2 steps
+    assert shown["state"] == "succeeded" and (shown["step"], shown["total_steps"]) == (20, 20)
+    assert (shown["epoch"], shown["epochs"]) == (1, 2)
+    assert len(snap.val_losses) == 2 and [r["rank"] for r in shown["ranks"]] == [0, 1]
+    run_dir = Path(shown["location"])
+    records = [json.loads(line) for line in (run_dir / "metrics" / "rank-0.jsonl").read_text().splitlines()]
+    logged = [r["step"] for r in records if r["event"] == "step" and r.get("source") == "logger"]
+    assert logged == list(range(2, 21, 2))  # checkpoint-10's history and checkpoint-20's, once
+    printed = [r for r in records if r["event"] == "step" and r.get("source") == "text"]
+    assert printed and all(r["total_steps"] == 20 for r in printed)  # never the evaluation bar's 2
+    assert any(r.get("loss") is not None and r["step"] % 2 == 0 for r in printed)  # a dict, at its bar's step
+    assert [r for r in records if r["event"] == "eval" and r.get("source") == "text"]
+    steps, losses = snap.curves[0]
+    assert list(steps) == sorted(set(steps)) and shown["loss"] == pytest.approx(losses[-1])

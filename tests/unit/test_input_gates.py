@@ -1,6 +1,6 @@
 """Issue 29: bad input, round 2. Each kind of input passes one gate, and these tests drive every
 door a kind has through it: files (``backends/files.py``), names and prefixes
-(``backends/names.py``), text a rank writes (``backends/textmetrics.py``), ignore files and the
+(``backends/names.py``), text a rank writes (``trainer/textmetrics.py``), ignore files and the
 bundle's unpacking (``backends/bundle.py``), arguments on their way to the kubelet
 (``manifests.as_written``), and what the CLI prints (``torchdeck/terminal.py``). Each case ends in
 one line and a non-zero exit, or is handled with nothing lost; none is a traceback or a hang."""
@@ -33,11 +33,11 @@ from torchdeck.backends.kubernetes.importing import import_manifest, kubelet_exp
 from torchdeck.backends.kubernetes.manifests import render
 from torchdeck.backends.kubernetes.resolve import check_kubeconfig_files
 from torchdeck.backends.spec import JobSpec, load_spec, with_overrides
-from torchdeck.backends.textmetrics import RankedText, TextMetrics
 from torchdeck.cli.main import main
 from torchdeck.settings import Settings, SettingsError
 from torchdeck.trainer.data import _read_batch
 from torchdeck.trainer.errors import TrainerError
+from torchdeck.trainer.textmetrics import RankedText, TextMetrics
 
 BAD_PREFIXES = ["", "?", "a?", "${aws:username}/", "a/${aws:userid}", "a/../", "../x", "a//b", "/models", "a/*", "*"]
 

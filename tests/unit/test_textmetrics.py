@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from torchdeck.backends.textmetrics import TextMetrics, check_pattern
+from torchdeck.trainer.textmetrics import TextMetrics, check_pattern
 
 FORMATS = [
     # (line, loss, step, epoch, accuracy, samples_per_s)
@@ -18,7 +18,7 @@ FORMATS = [
     ("Epoch: [3][120/391]  Time 0.2  Loss 1.2345e+00 (1.3e+00)  Acc@1  57.81 ( 51.2)", 1.2345, 1293, 3, 0.5781, None),
     ("| epoch 002 | 200/ 2983 batches | lr 5.00 | ms/batch 27.3 | loss  7.63 | ppl 2060.2", 7.63, 6166, 2, None, None),
     ("train_loss 1.2 iter 40", 1.2, 40, None, None, None),
-    ("{'loss': 0.3081, 'learning_rate': 4.9e-05, 'epoch': 1.0}", 0.3081, None, 1, None, None),
+    ("{'loss': 0.3081, 'learning_rate': 4.9e-05, 'epoch': 1.0}", 0.3081, None, 0, None, None),  # 1 epoch done
     ("Train Epoch: 1 [640/60000 (1%)]\tLoss: 0.318", 0.318, None, 1, None, None),
     ("batch 7 | loss 2.5 | accuracy 41%", 2.5, 7, None, 0.41, None),
 ]
@@ -99,7 +99,7 @@ def test_a_pattern_that_backtracks_cannot_stall_the_reader():
     import sys
 
     code = (
-        "from torchdeck.backends.textmetrics import TextMetrics\n"
+        "from torchdeck.trainer.textmetrics import TextMetrics\n"
         "t = TextMetrics(0, 1, r'(?P<loss>(a+)+)b')\n"
         "for _ in range(100): assert t.feed('a' * 5000) is None\n"
         "print(t.feed('a' * 3 + 'b'))\n"
@@ -117,7 +117,7 @@ def test_a_long_line_is_looked_at_only_so_far():
 
 
 def test_pod_log_lines_say_their_rank_by_torchruns_prefix():
-    from torchdeck.backends.textmetrics import RankedText
+    from torchdeck.trainer.textmetrics import RankedText
 
     reader = RankedText(nproc_per_node=2, world_size=4, program="train.py")
     rank, text, records = reader.read(1, b"[rank3]:step 4/9 loss: 0.5", now=1.0)
@@ -214,7 +214,7 @@ def test_output_rewritten_in_place_is_read_as_it_updates_throttled_and_its_last_
 
 
 def test_a_traceback_gives_its_whole_message_the_line_that_raised_it_and_whether_it_repeats():
-    from torchdeck.backends.tracebacks import traceback_error
+    from torchdeck.trainer.tracebacks import traceback_error
 
     lines = [
         "starting",

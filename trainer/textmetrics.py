@@ -24,21 +24,26 @@ and no training loss is an ``eval``. Where a line has no step number, the script
 (``STEP: 3`` on a line of its own) stands, else a rank's loss lines are counted. A traceback's end
 is read by ``tracebacks.traceback_error``.
 Standard library only, but for RE2 where a pattern is given: it runs beside
-the user's code and in the console's metric reader."""
+the user's code (the local rank wrapper, the pods' relay) and in the console's metric reader."""
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from torchdeck.trainer.logfiles import metric_role
-from torchdeck.trainer.rewrites import ANSI_RE, updates_in
-
-from .tracebacks import exception_of, traceback_error
+try:
+    from .logfiles import metric_role
+    from .rewrites import ANSI_RE, updates_in
+    from .tracebacks import AFTERMATH_RE, exception_of, traceback_error
+except ImportError:  # a file of the code bundle's relay (``.torchdeck/``): its copies lie beside it
+    from logfiles import metric_role  # type: ignore[no-redef]
+    from rewrites import ANSI_RE, updates_in  # type: ignore[no-redef]
+    from tracebacks import AFTERMATH_RE, exception_of, traceback_error  # type: ignore[no-redef]
 
 MAX_LINE = 2000
 """Characters of a line that are looked at: a bound on the work a pattern can do per line."""
@@ -123,6 +128,16 @@ def _loss_rank(key: str) -> int:
     return 0 if k.endswith("_step") or k in ("loss", "train_loss") else 2 if k.endswith("_epoch") else 1
 
 
+NESTED_BAR = "\x1b[A"
+"""The cursor-up code a bar drawn under another (tqdm's ``position=1``) ends with, to go back up."""
+QUOTED_NUMBER_RE = re.compile(r"""(['"])""" + _NUM + r"\1")
+"""A number in quotes, as Hugging Face's Trainer (5.x) prints its logs: ``{'loss': '7.132', ...}``."""
+EPOCHS_DONE_RE = re.compile(r"""['"](?:learning_rate|grad_norm|eval_runtime)['"]\s{0,3}:""")
+"""A printed dict of Hugging Face's Trainer, whose ``epoch`` is the epochs done (0.2, ..., 1.0 as the
+first ends), not the epoch's index."""
+RUN_SUMMARY_RE = re.compile(r"""['"]?train_runtime['"]?\s{0,3}[:=]""")
+"""A line of figures for the whole run (Hugging Face's Trainer ends with ``{'train_runtime': 9.8,
+..., 'train_loss': 1.95, 'epoch': 2.0}``: the mean loss over the run, not a step's)."""
 TUTORIAL_RE = re.compile(r"^\s*\[\s*(\d{1,9})\s*,\s*\d+\s*\]")
 """``[1,   200] loss: 2.335`` (PyTorch's CIFAR-10 tutorial and the EKS workshop's script): the epoch,
 then the batch within it (the step is counted)."""
@@ -211,6 +226,11 @@ class TextMetrics:
         self.marker_total: int | None = None
         self.loss_elsewhere = False
         """A logger file gives this rank's training loss: its printed losses are not a second curve."""
+        self.bar_live = False
+        """A progress bar is being drawn: a loss line with no step of its own is the bar's next step's."""
+        self.waiting: dict[str, Any] | None = None
+        """Such a line's figures, until the bar's next position gives their step (``tqdm.write`` prints
+        a log line, as Hugging Face's Trainer does, before the bar redraws at the step it was logged)."""
         self.epoch_base: int | None = None
         """Whether the script counts epochs from 0 or 1 (from the first it names): where a bar restarts
         each epoch, the global step is ``(epoch - base) * steps per epoch + batch``."""
@@ -247,7 +267,15 @@ class TextMetrics:
                 return given
         text = line[:MAX_LINE]
         if "\x1b" in text:
+            nested = NESTED_BAR in text
             text = ANSI_RE.sub("", text)
+            if nested and BAR_RE.search(text):
+                return None  # an inner loop's bar (an evaluation's, under the training bar)
+        logged_dict = text.lstrip().startswith("{")
+        if logged_dict and "'" in text:
+            text = QUOTED_NUMBER_RE.sub(r"\2", text)  # a printed dict's values, as numbers
+        if self.pattern is None and RUN_SUMMARY_RE.search(text):
+            return None  # the whole run's figures (its mean loss), not a step's
         found = self._match_pattern(text) if self.pattern else self._match_builtin(text)
         if found is None:
             return None
@@ -255,6 +283,12 @@ class TextMetrics:
             self.marker, self.marker_used = int(found["marker"]), False
             self.marker_total = found.get("total_steps") or self.marker_total
             return None
+        if self.pattern is None:
+            if logged_dict and found.get("epoch") is not None and EPOCHS_DONE_RE.search(text):
+                found["epoch"] = max(0.0, math.ceil(found["epoch"]) - 1.0)  # epochs done: the index is one less
+            found = self._with_bar(found)
+            if found is None:
+                return None
         if found.get("epoch") is not None:
             self.epoch = found["epoch"]
         event = "step" if "loss" in found or found.get("progress") else "eval"
@@ -285,6 +319,23 @@ class TextMetrics:
         if found.get("epochs"):
             record["epochs"] = int(found["epochs"])
         return record
+
+    def _with_bar(self, found: dict[str, Any]) -> dict[str, Any] | None:
+        """While a bar is drawn, a training loss printed with no step waits for the bar's next
+        position, which carries it (None: it waits)."""
+        if found.get("progress"):
+            self.bar_live = True
+            waiting, self.waiting = self.waiting, None
+            if waiting is not None and found.get("loss") is None:
+                found["loss"] = waiting["loss"]
+            return found
+        stepless = not any(k in found for k in ("step", "batch", "marker"))
+        if self.bar_live and stepless and found.get("loss") is not None:
+            self.waiting = {**(self.waiting or {}), **found}
+            if found.get("epoch") is not None:
+                self.epoch = found["epoch"]
+            return None
+        return found
 
     def _global_step(self, found: dict[str, Any]) -> int | None:
         """The run's step from what the line says: a global step as it is; a batch within an epoch
@@ -473,6 +524,8 @@ class RankedText:
         self.ranks: dict[int, TextMetrics] = {}
         self.tracebacks: dict[int, list[str]] = {}
         """Ranks whose output is inside a Python traceback, with its lines so far (its last is the error)."""
+        self.failed = False
+        """A rank has given its error: torchrun's own traceback that follows is not another reason."""
 
     def read(self, node: int, raw: bytes, now: float | None = None) -> tuple[int, bytes, list[dict[str, Any]]]:
         """(rank, the line without its prefix, its records); node -1 (mpirun's launcher, or
@@ -504,7 +557,9 @@ class RankedText:
                 error = traceback_error(held) or {}
                 error.pop("repeats", None)
                 del self.tracebacks[rank]
-                records.append(parser.record("error", now=now, **error))
+                if not (self.failed and AFTERMATH_RE.match(str(error.get("message", "")))):
+                    records.append(parser.record("error", now=now, **error))
+                    self.failed = True
                 return rank, raw, records
             if len(held) > 400:  # no end in sight: not a traceback torchdeck can read
                 del self.tracebacks[rank]
@@ -514,4 +569,5 @@ class RankedText:
             record = parser.feed(update, now)
             if record is not None:
                 records.append(record)
+                self.failed = self.failed or record.get("event") == "error"
         return rank, raw, records

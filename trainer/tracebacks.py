@@ -1,11 +1,17 @@
 """A failed rank's last words, read from its output: a Python traceback's whole message, the line of
 the user's code that raised it, whether another attempt would meet it again, and what a script that
-asks for CUDA or NCCL where there is none means. Standard library only: it runs in the local rank
-wrapper beside the user's code and in the console's log reader."""
+asks for CUDA or NCCL where there is none means; and (``FailureWatch``) whether a rank's failure is
+a crash loop, to stop torchrun's restarts. Standard library only: it runs in the local rank wrapper
+beside the user's code, in the pods' relay, and in the console's log reader."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import os
 import re
+import signal
+from collections.abc import Iterable, Mapping
 
 MODULE_HINT = (
     "install the package in the environment that runs the script (locally), or add it to the code folder's "
@@ -30,6 +36,9 @@ TRANSIENT_RE = re.compile(
     re.IGNORECASE,
 )
 """Errors that another attempt may not meet (the network, the rendezvous, memory): worth a restart."""
+AFTERMATH_RE = re.compile(r"^torch\.distributed\.elastic\.\S*(?:ChildFailedError|SignalException)\b")
+"""What torchrun's own process raises once a rank failed, or once it was asked to stop: after a rank's
+error, only its aftermath (a pod's log holds both, torchrun's unprefixed, as the first rank's)."""
 FRAME_RE = re.compile(r'^\s{1,8}File "([^"]{1,500})", line (\d{1,9}), in ')
 LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>")
 MAX_MESSAGE = 2000
@@ -81,3 +90,62 @@ def traceback_error(lines: list[str]) -> dict[str, str] | None:
         error["message"] += f" (at {where})"
     error["repeats"] = "no" if TRANSIENT_RE.search(text) else "yes"
     return error
+
+
+class FailureWatch:
+    """One rank's output, watched as it passes for what its failure needs: its last lines and whether
+    it got to its first step. A rank that fails before its first step with an error every attempt
+    would meet (``repeats``) is a crash loop: ``failed`` says so and ``stop_restarts`` ends torchrun's
+    restarts, instead of starting the group again to fail the same way. Shared by the local rank
+    wrapper and the pods' relay, so a laptop and a cluster stop the same loops."""
+
+    def __init__(self) -> None:
+        self.last: collections.deque[str] = collections.deque(maxlen=200)  # a traceback's lines
+        self.stepped = False
+
+    def saw(self, lines: Iterable[str], records: Iterable[Mapping[str, object]] = ()) -> None:
+        """Lines the rank wrote, and the metric records its output and logger files made of them."""
+        self.last.extend(line.rstrip() for line in lines)
+        self.stepped = self.stepped or any(r.get("event") == "step" for r in records)
+
+    def failed(self, code: int, restart: int, max_restarts: int) -> tuple[dict[str, str], bool]:
+        """The error of a rank that exited with status ``code`` > 0 on attempt ``restart`` + 1 (of
+        ``max_restarts`` + 1), and whether it is a crash loop to stop (only where another attempt
+        was still to come)."""
+        error = failure(list(self.last), code)
+        loop = error.pop("repeats", "") == "yes" and not self.stepped and restart < max_restarts
+        if loop:
+            error["message"] += (
+                f"; not restarted: it failed before its first step on attempt {restart + 1}, "
+                "and every attempt would fail the same way"
+            )
+        return error, loop
+
+
+def failure(last: list[str], code: int) -> dict[str, str]:
+    """The error a failed script's last lines show: a Python traceback's whole message, where it was
+    raised and whether another attempt would meet it (``traceback_error``); else the last line and
+    the exit status."""
+    error = traceback_error(last)
+    if error is not None:
+        return error
+    tail = last[-1].strip() if last else "no output"
+    return {"message": f"exited with status {code}: {tail[:300]}", "hint": "the rank's log has its output"}
+
+
+def attempt() -> tuple[int, int]:
+    """This rank's attempt (torchrun's restart count) and the restarts torchrun allows it."""
+    try:
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        allowed = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    except ValueError:
+        return 0, 0
+    return restart, allowed
+
+
+def stop_restarts() -> None:
+    """A crash loop: ask torchrun (this process's parent, the rank's agent) to end the run rather than
+    start the group again; it stops the other ranks and exits, and the run ends failed with this
+    rank's error."""
+    with contextlib.suppress(OSError):
+        os.kill(os.getppid(), signal.SIGTERM)
