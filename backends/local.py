@@ -54,6 +54,7 @@ from .errors import BackendError, RunNotFound, SpecError
 from .events import describe_record, fold_progress, fold_ranks, parse_metric_line, parse_metric_lines, tool_result
 from .files import write_atomically
 from .gpu import read_gpus
+from .local_in_image import code_paths, in_image_command, rank_command
 from .local_launcher import reap_run, run_members, write_json
 from .local_user_code import check_user_code, report_helper, user_python
 from .names import new_run_id
@@ -118,7 +119,7 @@ class LocalBackend(Backend):
             )
         if not spec.builtin:  # the folder and interpreter as the run uses them (and its spec.yaml records)
             code = Path(spec.entrypoint.code).expanduser().resolve()
-            python = user_python(spec, self.python)
+            python = "python" if spec.local_image else user_python(spec, self.python)  # the image's own
             spec = dataclasses.replace(
                 spec, entrypoint=dataclasses.replace(spec.entrypoint, code=str(code), python=python)
             )
@@ -130,6 +131,13 @@ class LocalBackend(Backend):
         ``rank_output`` (which does the same and reads metrics from its lines), both under the
         user's interpreter."""
         metrics_file = str(run_dir / "metrics" / "rank-{rank}.jsonl")
+        if spec.local_image:  # the same torchrun in the image, as a pod runs it (local_in_image)
+            run_dir = run_dir.resolve()  # mounted at the same path: the paths in the command hold there
+            metrics_file = str(run_dir / "metrics" / "rank-{rank}.jsonl")
+            checkpoints = spec.checkpoint_dir or str(run_dir / "checkpoints")
+            data_dir = str(Path(spec.data_dir).expanduser().resolve())
+            inner = rank_command(spec, metrics_file, trainer_arguments(spec, data_dir, checkpoints, metrics_file))
+            return [*self._torchrun(spec, run_dir, port, run_id)[3:], *inner]
         if spec.builtin:
             python = self.python
             args = trainer_arguments(
@@ -144,6 +152,10 @@ class LocalBackend(Backend):
             program = [script] if script else ["-m", str(e.module)]
             rank = [self.python, "-m", "torchdeck.backends.rank_output", metrics_file, spec.metrics.pattern or "", "--"]
             rank += [python, "-u", *program, *e.args]
+        return [*self._torchrun(spec, run_dir, port, run_id, python), *rank]
+
+    def _torchrun(self, spec: JobSpec, run_dir: Path, port: int, run_id: str, python: str = "python") -> list[str]:
+        """``python -m torch.distributed.run`` and its arguments, up to the rank's command."""
         return [
             python,
             "-m",
@@ -165,7 +177,6 @@ class LocalBackend(Backend):
             "--redirects",
             "3",
             "--no-python",
-            *rank,
         ]
 
     def render(self, spec: JobSpec) -> str:
@@ -211,7 +222,12 @@ class LocalBackend(Backend):
                 "TORCHDECK_RUN_ID": run_id,
                 **helper,
             }
+            if spec.local_image and not spec.builtin:  # the code at the pods' path in the image
+                helper["PYTHONPATH"] = code_paths(spec)[0]
             cmd = self._command(spec, run_dir, port, run_id)
+            if spec.local_image:
+                env["PYTHONPATH"] = helper.get("PYTHONPATH", env.get("PYTHONPATH", ""))
+                cmd = in_image_command(spec, run_dir, cmd, env)
             write_json(
                 run_dir / "launch.json",
                 {
@@ -220,7 +236,7 @@ class LocalBackend(Backend):
                     "cmd": cmd,
                     "env": env,
                     "cwd": os.getcwd()
-                    if spec.builtin
+                    if spec.builtin or spec.local_image
                     else str(Path(spec.entrypoint.code) / (spec.entrypoint.workdir or "")),
                     "port": port,
                     "submitted_at": now,

@@ -69,6 +69,17 @@ def check_user_code(spec: JobSpec) -> None:
     e = spec.entrypoint
     python = str(e.python)
     code = Path(e.code)
+    prefix, cwd = [python], code / (e.workdir or "")
+    if spec.local_image:  # the image's python, where the ranks will run, sees what they will see
+        from .local_in_image import code_paths, engine_for_runs
+
+        _, workdir, mounts = code_paths(spec)
+        engine = engine_for_runs()
+        prefix = [engine.binary, "run", "--rm", "--network", "none", "--workdir", workdir, *mounts]
+        prefix += ["--entrypoint", "python", spec.local_image]
+        python, cwd = f"the image {spec.local_image}", Path.cwd()
+        if e.in_image:  # the code is the image's: nothing here to look at
+            return _probe(spec, [*prefix, "-c", PROBE, e.module or ""], python, cwd)
     if not code.is_dir():
         raise SpecError("entrypoint.code", f"no code folder at {code}", "entrypoint.code is relative to the spec file")
     if e.script and not (code / e.script).is_file():
@@ -80,14 +91,15 @@ def check_user_code(spec: JobSpec) -> None:
     # the script's imports that neither the code folder nor the standard library holds: the
     # interpreter must have them (a missing one is one line now, not a traceback in every rank)
     imports = unresolved_imports(code, e.script, e.requirements) if e.script else []
+    _probe(spec, [*prefix, "-c", PROBE, e.module or "", *imports], python, cwd)
+
+
+def _probe(spec: JobSpec, argv: list[str], python: str, cwd: Path) -> None:
+    """Run the probe; one line for what it found missing."""
+    e = spec.entrypoint
+    code = Path(e.code)
     try:
-        probe = subprocess.run(
-            [python, "-c", PROBE, e.module or "", *imports],
-            cwd=code / (e.workdir or ""),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        probe = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BackendError(
             f"cannot run {python}: {getattr(exc, 'strerror', None) or exc}",

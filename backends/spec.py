@@ -198,6 +198,9 @@ class JobSpec:
     """Options for the training program."""
     image: str | None = None
     """Training image for cluster backends (ignored locally)."""
+    local_image: str | None = None
+    """Local backend: run every rank inside this image on this machine's container engine, as the
+    pods run them (``train --in-image IMAGE``; ``backends/local_in_image.py``)."""
     namespace: str = "default"
     """Kubernetes namespace for cluster backends."""
     resources: Resources = field(default_factory=Resources)
@@ -375,6 +378,7 @@ SPEC_CHECKS = {
     "checkpoint_dir": _path(optional=True),
     "model_file": _path(optional=True),
     "image": _image,
+    "local_image": _image,
     "namespace": _name,
     "env": _env,
 }

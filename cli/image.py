@@ -1,6 +1,7 @@
 """``torchdeck image build|push``: the image screen without the screen:
 the training image built (Docker here, else Kaniko in the cluster), pushed
-to ECR, and its digest pinned in the job spec."""
+to ECR, and its digest pinned in the job spec; with ``--no-push``, built and
+tagged on this machine's engine only, with no AWS and no cluster."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .output import Commands, stream
 from .storage import cluster_args
 
 if TYPE_CHECKING:
+    from torchdeck.backends.eks.image_plan import ImagePlan
     from torchdeck.settings import Settings
 
 
@@ -38,7 +40,17 @@ def add_image_parser(sub: Commands) -> None:
             c.add_argument("--builder", default="auto", help="auto (default), docker or kaniko")
             c.add_argument("--bucket", help="Kaniko: where the build context goes (default: the model bucket)")
             c.add_argument("--namespace", default="default", help="Kaniko: where the build job runs")
-            c.add_argument("--no-push", action="store_true", help="docker: build here only")
+            c.add_argument(
+                "--no-push",
+                action="store_true",
+                help="build and tag here only: no AWS, no cluster (then: train --in-image)",
+            )
+            c.add_argument("--torch-index", metavar="URL", help="where pip finds torch (a mirror's or proxy's index)")
+            c.add_argument("--torch-find-links", metavar="URL", help="a find-links page holding torch's wheel")
+            c.add_argument(
+                "--torch-wheels", metavar="DIR", help="a folder here holding torch's wheel (served to the build)"
+            )
+            c.add_argument("--network", help="the build's network: host, none (default: the engine's)")
             c.add_argument(
                 "--code",
                 metavar="DIR",
@@ -47,17 +59,13 @@ def add_image_parser(sub: Commands) -> None:
             c.add_argument("--requirements", metavar="FILE", help="--code: the requirements file in DIR")
 
 
-def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.eks.image import write_image_to_spec
+def image_plan(args: argparse.Namespace, cluster: str, region: str) -> ImagePlan:
     from torchdeck.backends.eks.image_plan import ImagePlan, validate_image
-    from torchdeck.backends.eks.progress import ImageRef
 
-    cloud = open_cloud(settings, args.profile)
-    record = cloud.pick_cluster(args.cluster, args.region)
-    plan = validate_image(
+    return validate_image(
         ImagePlan(
-            record.name,
-            record.region,
+            cluster,
+            region,
             variant="gpu" if args.gpu else "cpu",
             repository=args.repository,
             builder=getattr(args, "builder", "docker"),
@@ -65,14 +73,33 @@ def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
             namespace=getattr(args, "namespace", "default"),
             code=str(Path(args.code).resolve()) if getattr(args, "code", None) else None,
             requirements=getattr(args, "requirements", None),
+            torch_index=getattr(args, "torch_index", None),
+            torch_find_links=getattr(args, "torch_find_links", None),
+            torch_wheels=getattr(args, "torch_wheels", None),
+            network=getattr(args, "network", None),
         )
     )
-    if plan.code and args.image_command == "build" and args.no_push:
-        raise BackendError("--code builds on the pushed training image", "drop --no-push")
+
+
+def cmd_image(args: argparse.Namespace, settings: Settings) -> int:
+    from torchdeck.backends.eks.image import write_image_to_spec
+    from torchdeck.backends.eks.progress import ImageRef
+
+    if args.image_command == "build" and args.no_push:  # this machine's engine only: no AWS, no cluster
+        from torchdeck.backends.local_image import build_local
+
+        plan = image_plan(args, args.cluster or "local", args.region or "")
+        if plan.builder == "kaniko":
+            raise BackendError(
+                "--no-push builds here; Kaniko builds in the cluster and pushes", "drop --builder kaniko"
+            )
+        stream(build_local(plan))
+        return 0
+    cloud = open_cloud(settings, args.profile)
+    record = cloud.pick_cluster(args.cluster, args.region)
+    plan = image_plan(args, record.name, record.region)
     if args.image_command == "build":
-        last = stream(cloud.build_image(plan, push=not args.no_push))
-        if args.no_push:
-            return 0
+        last = stream(cloud.build_image(plan, push=True))
     else:
         last = stream(cloud.push_image(plan))
     if last is None or not isinstance(last.result, ImageRef) or not last.result.digest:

@@ -200,6 +200,7 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
         ("trainer.model", args.model),
         ("cluster.kind", args.kind),
         ("image", args.image),
+        ("local_image", getattr(args, "in_image", None)),
         ("namespace", args.namespace),
     ):
         if value is not None:

@@ -70,6 +70,9 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", help="auto, cpu or cuda")
     g.add_argument("--kind", help="cluster: pytorchjob (default), trainjob, mpijob, job or elasticjob")
     g.add_argument("--image", help="cluster: the training image (registry/repo:tag or @sha256:...)")
+    g.add_argument(
+        "--in-image", metavar="IMAGE", help="local: run every rank inside this image, as the pods do (Docker here)"
+    )
     g.add_argument("--namespace", help="cluster: the Kubernetes namespace")
     g.add_argument(
         "--set",

@@ -30,8 +30,8 @@ def tiny_cifar(tmp_path: Path) -> Path:
 
 pytest_plugins = ["aws_server", "eks_support", "kube_jobs"]
 
-SLOW_FOLDERS = ("training", "package")
-"""Every test in these is slow: real torchrun jobs, a wheel built and installed. The fast lane
+SLOW_FOLDERS = ("training", "package", "image")
+"""Every test in these is slow: real torchrun jobs, a wheel built and installed, a real Docker engine. The fast lane
 (``./scripts/test --fast``, ``-m "not slow"``) leaves them out; ``./scripts/test`` and CI run all."""
 
 

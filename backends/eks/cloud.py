@@ -238,7 +238,7 @@ class EksCloud:
     def push_image(self, plan: ImagePlan) -> AsyncIterator[Progress]:
         from .image_docker import push_image
 
-        return push_image(self.session(plan.region), plan)
+        return push_image(self.session(plan.region), plan, self.record(plan.cluster, plan.region))
 
     # -- models ---------------------------------------------------------------------------
 

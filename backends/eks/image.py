@@ -2,8 +2,9 @@
 pushed to an ECR repository (scan on push, immutable tags), on one of two
 paths that report through the same ``Progress`` events:
 
-- **docker** where a Docker engine answers: ``docker buildx build --push``,
-  logged in to ECR with ``get_authorization_token``. The password goes to
+- **docker** where a container engine answers: ``docker buildx build --push``
+  (the plain ``docker build`` where buildx is missing, or podman's, then a
+  push), logged in to ECR with ``get_authorization_token``. The password goes to
   ``docker login`` on its standard input, into a Docker config folder made
   for this build and removed after it: it is never printed or kept.
 - **kaniko** where none does (a bastion host): the build context is
@@ -30,6 +31,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from ..engine import Engine, find_engine, no_engine_hint
 from ..errors import BackendError
 from .access import ClusterRecord, KubeFactory
 from .ecr import ensure_repository, pushed_digest
@@ -43,7 +45,6 @@ from .image_plan import (
     ImagePlan,
     code_context,
     context_archive,
-    docker_engine,
     image_tag,
     source_root,
     validate_image,
@@ -52,15 +53,12 @@ from .progress import Clock, ImageRef, Progress
 from .session import AwsSession
 
 
-def pick_builder(requested: str) -> tuple[BuilderKind, str | None]:
-    """(builder, docker binary): docker where an engine answers, else kaniko."""
-    docker = docker_engine() if requested in ("auto", "docker") else None
-    if requested == "docker" and docker is None:
-        raise BackendError(
-            "no Docker engine answers here (docker version shows no server)",
-            "start Docker, or build in the cluster: --builder kaniko",
-        )
-    return ("docker", docker) if docker else ("kaniko", None)
+def pick_builder(requested: str) -> tuple[BuilderKind, Engine | None]:
+    """(builder, engine): here where a container engine answers, else kaniko."""
+    engine = find_engine() if requested in ("auto", "docker") else None
+    if requested == "docker" and engine is None:
+        raise BackendError("no container engine answers here (docker version shows no server)", no_engine_hint())
+    return ("docker", engine) if engine else ("kaniko", None)
 
 
 async def build_image(
@@ -81,20 +79,23 @@ async def build_image(
         record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
         record.save()
     kind: BuilderKind
-    kind, found_docker = ("docker", docker) if docker else pick_builder(plan.builder)
+    engine = find_engine(docker) if docker else None
+    kind, engine = ("docker", engine) if engine else pick_builder(plan.builder)
     if kind == "kaniko" and not push:
         raise BackendError("a build in the cluster always pushes", "drop --no-push, or build where Docker runs")
     root = source_root()
     archive = await asyncio.to_thread(context_archive, root)
-    tag = image_tag(archive, plan.variant)
+    tag = image_tag(archive, plan.variant, plan.build_args)
     uri, made = await ensure_repository(aws, record, plan.repository)
     yield Progress(
         "repository",
         f"{'created' if made else 'reusing'} ECR repository {plan.repository} (scan on push, immutable tags)",
         clock(),
     )
-    builder = Builder(aws, plan, record, uri, clock, kind, found_docker, kube, poll_s, timeout_s, push)
-    context = ImageBuild(archive, root, plan.dockerfile, tag, unchanged="the build context has not changed")
+    builder = Builder(aws, plan, record, uri, clock, kind, engine, kube, poll_s, timeout_s, push)
+    context = ImageBuild(
+        archive, root, plan.dockerfile, tag, plan.build_args, unchanged="the build context has not changed"
+    )
     digest = ""
     async for p in build_and_check(builder, context):
         digest = p.result.digest if isinstance(p.result, ImageRef) else digest
@@ -129,14 +130,14 @@ async def build_and_check(builder: Builder, image: ImageBuild) -> AsyncIterator[
     yield Progress(image.phase, f"building {image.dockerfile} as {tag} with {b.kind}", clock())
     with contextlib.ExitStack() as stack:
         if b.kind == "docker":
-            assert b.docker is not None
+            assert b.engine is not None
             root = image.root
             if root is None:  # a context that exists only as its archive
                 root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="torchdeck-context-")))
                 with tarfile.open(fileobj=io.BytesIO(image.archive), mode="r:gz") as tar:
                     tar.extractall(root, filter="data")
             steps = build_with_docker(
-                b.aws, b.docker, root, image.dockerfile, destination, clock, b.push, image.build_args
+                b.aws, b.engine, root, image.dockerfile, destination, clock, b.push, image.build_args, b.plan.network
             )
         else:
             steps = build_with_kaniko(b, image)

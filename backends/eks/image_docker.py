@@ -1,5 +1,6 @@
-"""The docker path of an image build, where a Docker engine answers: ``docker buildx build
---push``, logged in to ECR with ``get_authorization_token``. The password goes to ``docker
+"""The docker path of an image build, where a container engine answers: ``docker buildx build
+--push`` (or the plain builder's or podman's build, then ``push``), logged in to ECR with
+``get_authorization_token``. The password goes to ``docker
 login`` on its standard input, into a Docker config folder made for this build and removed after
 it: it is never printed or kept."""
 
@@ -9,18 +10,23 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..engine import Engine, find_engine, no_engine_hint
 from ..errors import BackendError
-from .ecr import pushed_digest
-from .image_plan import ImagePlan, context_archive, docker_engine, image_tag, source_root
+from .ecr import ensure_repository, pushed_digest
+from .image_plan import ImagePlan, context_archive, image_tag, source_root
 from .progress import Clock, ImageRef, Progress
 from .session import AwsSession, redact
+
+if TYPE_CHECKING:
+    from .access import ClusterRecord
 
 
 class EcrLogin:
@@ -73,10 +79,15 @@ class EcrLogin:
         self.close()
 
 
-async def _stream(argv: list[str], login: EcrLogin, phase: str, clock: Clock, cwd: Path) -> AsyncIterator[Progress]:
+async def stream_command(
+    argv: list[str], login: EcrLogin | None, phase: str, clock: Clock, cwd: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[Progress]:
+    """A build's or push's output as it comes (secrets masked), and BackendError with its last line
+    where it fails. Shared with the local builds (``local_image``), which log in nowhere."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
+        env={**os.environ, **(env or {})},
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -84,59 +95,54 @@ async def _stream(argv: list[str], login: EcrLogin, phase: str, clock: Clock, cw
     tail: list[str] = []
     assert proc.stdout is not None
     async for raw in proc.stdout:
-        line = login.clean(raw.decode(errors="replace").rstrip())
+        line = raw.decode(errors="replace").rstrip()
+        line = login.clean(line) if login else redact(line)
         if line:
             tail = (tail + [line])[-3:]
             yield Progress(phase, line, clock(), "output")
     if await proc.wait() != 0:
+        words = [a for a in argv[1:] if a in ("buildx", "build", "push")]
         raise BackendError(
-            f"{' '.join(argv[3:5])} failed (exit {proc.returncode}): {tail[-1] if tail else ''}",
+            f"{' '.join(words[:2])} failed (exit {proc.returncode}): {tail[-1] if tail else ''}",
             "read the build output above; fix the Dockerfile or the network and build again",
         )
 
 
 async def build_with_docker(
     aws: AwsSession,
-    docker: str,
+    engine: Engine,
     root: Path,
     dockerfile: str,
     destination: str,
     clock: Clock,
     push: bool = True,
     build_args: tuple[str, ...] = (),
+    network: str | None = None,
 ) -> AsyncIterator[Progress]:
-    """docker buildx build (and push); the last event carries the image (``ImageRef``, its digest ''
-    without a push)."""
-    async with EcrLogin(aws, docker) as login:
+    """The build (and push) on ``engine``; the last event carries the image (``ImageRef``, its digest
+    '' without a push)."""
+    async with EcrLogin(aws, engine.binary) as login:
         assert login.folder is not None
         yield Progress("login", f"logged in to {destination.split('/')[0]} (token kept in memory only)", clock())
         metadata = Path(login.folder) / "metadata.json"
-        argv = [
-            docker,
-            "--config",
-            login.folder,
-            "buildx",
-            "build",
-            "--file",
-            dockerfile,
-            "--tag",
-            destination,
-            "--provenance=false",
-            "--metadata-file",
-            str(metadata),
-            "--push" if push else "--load",
-            *[x for arg in build_args for x in ("--build-arg", arg)],
-            ".",
-        ]
-        yield Progress("build", "$ " + " ".join(["docker", *argv[3:]]), clock())
-        async for p in _stream(argv, login, "build", clock, root):
+        argv = engine.build_argv(
+            dockerfile, destination, build_args, network, login.folder, str(metadata), push and engine.kind == "buildx"
+        )
+        yield Progress("build", "$ " + " ".join([Path(argv[0]).name, *argv[3:]]), clock())
+        async for p in stream_command(argv, login, "build", clock, root, engine.env):
             yield p
         digest = ""
-        if push:
+        if push and engine.kind == "buildx":
             try:
                 digest = json.loads(metadata.read_text()).get("containerimage.digest", "")
             except (OSError, ValueError):
                 digest = ""
+        elif push:  # the plain builder and podman build here; the push is its own step
+            async for p in stream_command(
+                [engine.binary, "--config", login.folder, "push", destination], login, "push", clock, root
+            ):
+                digest = match.group(0) if (match := DIGEST_IN_PUSH.search(p.message)) else digest
+                yield p
         uri, _, tag = destination.rpartition(":")
         yield Progress(
             "build",
@@ -146,25 +152,45 @@ async def build_with_docker(
         )
 
 
-async def push_image(aws: AwsSession, plan: ImagePlan, docker: str | None = None) -> AsyncIterator[Progress]:
-    """Push what ``build_image(push=False)`` built here; the last Progress (kind done) carries the
-    image with its digest, as ``build_image``'s does."""
-    docker = docker or docker_engine()
-    if docker is None:
-        raise BackendError(
-            "no Docker engine answers here, so there is no local image to push",
-            "torchdeck image build builds and pushes in the cluster (Kaniko)",
-        )
+DIGEST_IN_PUSH = re.compile(r"sha256:[0-9a-f]{64}")
+"""``docker push`` ends with ``TAG: digest: sha256:... size: N``."""
+
+
+async def push_image(
+    aws: AwsSession, plan: ImagePlan, record: ClusterRecord, docker: str | None = None
+) -> AsyncIterator[Progress]:
+    """Push what ``image build --no-push`` built here (``plan.repository:TAG``, the tag its context
+    names): the ECR repository made where it is not, the image tagged for it and pushed; the last
+    Progress (kind done) carries the image with its digest, as ``build_image``'s does."""
+    engine = find_engine(docker)
+    if engine is None:
+        raise BackendError("no container engine answers here, so there is no local image to push", no_engine_hint())
     clock = Clock()
     root = source_root()
-    tag = image_tag(await asyncio.to_thread(context_archive, root), plan.variant)
-    uri = (await aws.acall("ecr", "describe_repositories", repositoryNames=[plan.repository]))["repositories"][0][
-        "repositoryUri"
-    ]
-    async with EcrLogin(aws, docker) as login:
+    tag = image_tag(await asyncio.to_thread(context_archive, root), plan.variant, plan.build_args)
+    local = f"{plan.repository}:{tag}"
+    found = await asyncio.to_thread(
+        subprocess.run, [engine.binary, "image", "inspect", local], capture_output=True, timeout=60
+    )
+    if found.returncode != 0:
+        raise BackendError(
+            f"no image {local} here (the context has changed since, or it was never built)",
+            "torchdeck image build --no-push (with the same --gpu and --torch-* options), then push",
+        )
+    uri, made = await ensure_repository(aws, record, plan.repository)
+    if made:
+        yield Progress(
+            "repository", f"created ECR repository {plan.repository} (scan on push, immutable tags)", clock()
+        )
+    tagged = await asyncio.to_thread(
+        subprocess.run, [engine.binary, "tag", local, f"{uri}:{tag}"], capture_output=True, text=True, timeout=60
+    )
+    if tagged.returncode != 0:
+        raise BackendError(f"docker tag {local} failed: {tagged.stderr.strip()[:200]}", "")
+    async with EcrLogin(aws, engine.binary) as login:
         assert login.folder is not None
-        argv = [docker, "--config", login.folder, "push", f"{uri}:{tag}"]
-        async for p in _stream(argv, login, "push", clock, root):
+        argv = [engine.binary, "--config", login.folder, "push", f"{uri}:{tag}"]
+        async for p in stream_command(argv, login, "push", clock, root):
             yield p
     digest = await pushed_digest(aws, plan.repository, tag)
     if not digest:

@@ -10,8 +10,6 @@ import io
 import json
 import os
 import re
-import shutil
-import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from ..files import read_text
 from ..names import check_cluster_name, check_code_path, check_namespace
 
 if TYPE_CHECKING:
+    from ..engine import Engine
     from .access import ClusterRecord, KubeFactory
     from .progress import Clock
     from .session import AwsSession
@@ -49,6 +48,8 @@ KANIKO_IMAGE = (
 )
 BUILDER_ACCOUNT = "torchdeck-image-builder"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+URL_RE = re.compile(r"^https?://[^\s\"'$`\\]{1,2000}\Z")
+"""A URL handed to pip in the build: http(s), no spaces, quotes or shell characters."""
 TIMEOUT_S = 60 * 60
 
 
@@ -72,6 +73,22 @@ class ImagePlan:
     """A folder of the user's code to build on top of the training image (``--code``)."""
     requirements: str | None = None
     """Its requirements file, relative to it (default: requirements.txt where there is one)."""
+    torch_index: str | None = None
+    """Where pip finds torch in the build (TORCH_INDEX_URL): a mirror's or proxy's index; default
+    PyTorch's CPU index (cpu) or PyPI (gpu), as the Dockerfiles say."""
+    torch_find_links: str | None = None
+    """A find-links page holding torch's wheel (TORCH_FIND_LINKS), searched beside the index."""
+    torch_wheels: str | None = None
+    """A folder here holding torch's wheel: served to the build (``wheels.serve_wheels``), which then
+    runs on the host's network."""
+    network: str | None = None
+    """The build's network (``--network``: host, none, or the engine's default)."""
+
+    @property
+    def build_args(self) -> tuple[str, ...]:
+        """The Dockerfiles' build arguments this plan sets (none: their defaults)."""
+        args = (f"TORCH_INDEX_URL={self.torch_index}",) if self.torch_index else ()
+        return args + ((f"TORCH_FIND_LINKS={self.torch_find_links}",) if self.torch_find_links else ())
 
     @property
     def dockerfile(self) -> str:
@@ -88,7 +105,7 @@ def code_dockerfile(requirements: str | None) -> str:
     image (BASE, pinned by digest), running as the image's own user."""
     # exec form, its words as JSON: a name with spaces or quotes is one argument, and no shell reads it
     run = json.dumps(["pip", "install", "--no-cache-dir", "-r", f"{CODE_IN_IMAGE}/{requirements}"])
-    install = f"USER root\nRUN {run}\nUSER 1000:1000\n" if requirements else ""
+    install = f"USER 0\nRUN {run}\nUSER 1000:1000\n" if requirements else ""
     return (
         "# Written by torchdeck image build --code: your code on torchdeck's training image.\n"
         "ARG BASE\nFROM ${BASE}\n"
@@ -134,6 +151,21 @@ def validate_image(plan: ImagePlan) -> ImagePlan:
         raise SpecError("--variant", f"must be cpu or gpu, got {plan.variant!r}")
     if plan.builder not in ("auto", "docker", "kaniko"):
         raise SpecError("--builder", f"must be auto, docker or kaniko, got {plan.builder!r}")
+    for flag, url in (("--torch-index", plan.torch_index), ("--torch-find-links", plan.torch_find_links)):
+        if url is not None and not URL_RE.match(url):
+            raise SpecError(
+                flag,
+                f"{url!r} is not an http(s) URL",
+                "e.g. https://pypi.example.com/simple (a folder here: --torch-wheels)",
+            )
+    if plan.torch_wheels is not None:
+        folder = Path(plan.torch_wheels).expanduser()
+        if not folder.is_dir() or not any(folder.glob("torch-*.whl")):
+            raise SpecError("--torch-wheels", f"{plan.torch_wheels} is not a folder holding a torch-*.whl", "")
+        if plan.builder == "kaniko":
+            raise SpecError("--torch-wheels", "a folder here cannot reach a build in the cluster", "use --torch-index")
+    if plan.network is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z", plan.network):
+        raise SpecError("--network", f"{plan.network!r} is not a network name", "host, none, or a network docker knows")
     if (
         not re.match(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*\Z", plan.repository)
         or not 2 <= len(plan.repository) <= 256
@@ -183,8 +215,10 @@ def context_archive(root: Path) -> bytes:
     return buffer.getvalue()
 
 
-def image_tag(archive: bytes, variant: str) -> str:
-    return f"ctx-{hashlib.sha256(archive).hexdigest()[:12]}-{variant}"
+def image_tag(archive: bytes, variant: str, build_args: tuple[str, ...] = ()) -> str:
+    """The context's digest (and the build arguments', where any are set) names the image."""
+    digest = hashlib.sha256(archive + "\n".join(build_args).encode()).hexdigest()[:12]
+    return f"ctx-{digest}-{variant}"
 
 
 @dataclass(frozen=True)
@@ -197,26 +231,15 @@ class BuildContext:
     tags: dict[str, str]
 
 
-def docker_engine(docker: str | None = None) -> str | None:
-    """The docker binary if an engine answers it, else None (no client, or a client without a daemon)."""
-    docker = docker or shutil.which("docker")
-    if not docker:
-        return None
-    try:
-        done = subprocess.run(
-            [docker, "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=15
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return docker if done.returncode == 0 and done.stdout.strip() else None
-
-
 def build_context() -> BuildContext:
+    from ..engine import docker_engine
+
     archive = context_archive(source_root())
     return BuildContext(docker_engine(), len(archive) / 1024, {v: image_tag(archive, v) for v in ("cpu", "gpu")})
 
 
 BuilderKind = Literal["docker", "kaniko"]
+"""The path of a build: here on a container engine (docker, its plain builder, podman), or Kaniko."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +253,7 @@ class Builder:
     uri: str
     clock: Clock
     kind: BuilderKind
-    docker: str | None = None
+    engine: Engine | None = None
     kube: KubeFactory | None = None
     poll_s: float = 2.0
     timeout_s: float = TIMEOUT_S

@@ -159,15 +159,20 @@ def test_a_local_build_is_pushed_later_and_pinned(eks_cluster, tmp_path, standin
     spec = tmp_path / "torchdeck.yaml"
     code, out, err = cli("image", "build", "--cluster", "demo", "--no-push", "--spec", str(spec), state=state)
     assert code == 0, err
-    assert "(not pushed): torchdeck image push" in out and not spec.exists()
-    assert AwsSession(REGION).call("ecr", "describe_images", repositoryName="torchdeck-trainer")["imageDetails"] == []
+    assert "not pushed; run a job in it: torchdeck train --in-image torchdeck-trainer:ctx-" in out
+    assert not spec.exists()
+    ecr = AwsSession(REGION).call("ecr", "describe_repositories")["repositories"]
+    assert ecr == []  # --no-push touched no AWS API: no repository
+    assert [c["config"] for c in docker_calls(standin_docker)] == [None] * len(docker_calls(standin_docker))  # no login
     code, out, err = cli("image", "push", "--cluster", "demo", "--spec", str(spec), state=state)
     assert code == 0, err
     (image,) = AwsSession(REGION).call("ecr", "describe_images", repositoryName="torchdeck-trainer")["imageDetails"]
     assert yaml.safe_load(spec.read_text())["image"].endswith("@" + image["imageDigest"])
     calls = [c for c in docker_calls(standin_docker) if c["config"]]
-    assert [c["argv"][2] for c in calls] == ["login", "buildx", "login", "push"]
-    assert "--load" in calls[1]["argv"] and not any(Path(c["config"]).exists() for c in calls)
+    assert [c["argv"][2] for c in calls] == ["login", "push"]
+    assert not any(Path(c["config"]).exists() for c in calls)
+    built = [c for c in docker_calls(standin_docker) if c["argv"][:2] == ["buildx", "build"]]
+    assert len(built) == 1 and "--load" in built[0]["argv"]
 
 
 def test_without_an_engine_auto_builds_in_the_cluster_and_docker_is_refused(
@@ -176,7 +181,7 @@ def test_without_an_engine_auto_builds_in_the_cluster_and_docker_is_refused(
     monkeypatch.setenv("STANDIN_DOCKER_ENGINE", "0")
     state = eks_cluster.path.parent.parent
     code, _, err = cli("image", "build", "--cluster", "demo", "--builder", "docker", state=state)
-    assert code == 1 and "no Docker engine answers here" in err and "--builder kaniko" in err
+    assert code == 1 and "no container engine answers here" in err and "--builder kaniko" in err
     code, _, err = cli("image", "build", "--cluster", "demo", state=state)  # auto: kaniko, which needs a bucket
     assert code == 1 and "needs a bucket for the build context" in err and err.count("\n") == 1
 

@@ -1,0 +1,136 @@
+"""``torchdeck image build --no-push``: the training image (and ``--code`` on it) built and tagged
+on this machine's container engine, touching no AWS API: no repository, no token, no login. The
+tag is the build context's digest (with the build arguments'), so a build of an unchanged tree
+finds its image and builds nothing. Run a job in it with ``torchdeck train --in-image NAME``.
+
+Torch's wheel from a folder here (``--torch-wheels``) is served to the build over HTTP on
+127.0.0.1 while it runs (the build then uses the host's network): pip finds it there as a
+find-links page, and no wheel is copied into a layer of the image."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import http.server
+import io
+import subprocess
+import tarfile
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from .eks.image_docker import stream_command
+from .eks.image_plan import ImagePlan, code_context, context_archive, image_tag, source_root
+from .eks.progress import Clock, ImageRef, Progress
+from .engine import Engine, find_engine, no_engine_hint
+from .errors import BackendError
+
+
+@contextlib.contextmanager
+def serve_wheels(folder: str | None) -> Iterator[str | None]:
+    """The URL of ``folder`` served read-only on 127.0.0.1 for as long as the block runs (None, and
+    nothing served, without a folder)."""
+    if folder is None:
+        yield None
+        return
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+            pass
+
+    where = str(Path(folder).expanduser().resolve())
+    handler = functools.partial(Quiet, directory=where)
+    # the same folder on the same port each time where it is free: the URL is a build argument,
+    # which the engine's cache keys the torch layer by
+    port = 20000 + int(hashlib.sha256(where.encode()).hexdigest()[:8], 16) % 20000
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def image_id(engine: Engine, name: str) -> str:
+    """The engine's id of the image ``name`` here ('' where it has none)."""
+    done = subprocess.run(
+        [engine.binary, "image", "inspect", "--format", "{{.Id}}", name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+async def _build_here(
+    engine: Engine, root: Path, dockerfile: str, name: str, args: tuple[str, ...], network: str | None, clock: Clock
+) -> AsyncIterator[Progress]:
+    """One image built on ``engine`` from ``root``, unless the engine holds ``name`` already; the last
+    event carries its id."""
+    found = await asyncio.to_thread(image_id, engine, name)
+    if found:
+        yield Progress("build", f"{name} is built here already (nothing it is built from changed)", clock())
+    else:
+        argv = engine.build_argv(dockerfile, name, args, network)
+        yield Progress("build", f"building {dockerfile} as {name} with {engine.words}", clock())
+        yield Progress("build", "$ " + " ".join([Path(argv[0]).name, *argv[1:]]), clock())
+        async for p in stream_command(argv, None, "build", clock, root, engine.env):
+            yield p
+        found = await asyncio.to_thread(image_id, engine, name)
+        if not found:
+            raise BackendError(f"the build ended but the engine has no image {name}", "read the build output above")
+    repository, _, tag = name.rpartition(":")
+    yield Progress("build", f"{name} ({found})", clock(), result=ImageRef(repository, tag, ""))
+
+
+async def build_local(plan: ImagePlan, engine: Engine | None = None) -> AsyncIterator[Progress]:
+    """The training image (and the user's code on it, with ``plan.code``) built here; the last event
+    (kind done) carries the image to run (``ImageRef``: its name, and where the code is)."""
+    clock = Clock()
+    engine = engine or await asyncio.to_thread(find_engine)
+    if engine is None:
+        raise BackendError("no container engine answers here (docker version shows no server)", no_engine_hint())
+    root = source_root()
+    with serve_wheels(plan.torch_wheels) as wheels:
+        if wheels:  # the folder is served on 127.0.0.1: the build reaches it on the host's network
+            plan = dataclasses.replace(plan, torch_find_links=wheels, network=plan.network or "host")
+        archive = await asyncio.to_thread(context_archive, root)
+        args = plan.build_args
+        # the tag names what the image is built from: a served folder's passing URL is not part of it
+        named = tuple(a for a in args if not (wheels and a.startswith("TORCH_FIND_LINKS=")))
+        served = sorted(w.name for w in Path(plan.torch_wheels).expanduser().glob("*.whl")) if plan.torch_wheels else []
+        extra = (f"wheels={served}",) if served else ()
+        base = f"{plan.repository}:{image_tag(archive, plan.variant, named + extra)}"
+        async for p in _build_here(engine, root, plan.dockerfile, base, args, plan.network, clock):
+            yield p
+    code_dir = ""
+    name = base
+    if plan.code:
+        context, dockerfile, code_dir = await asyncio.to_thread(code_context, plan)
+        base_id = await asyncio.to_thread(image_id, engine, base)
+        name = f"{plan.repository}:code-{hashlib.sha256(context + base_id.encode()).hexdigest()[:12]}-{plan.variant}"
+        with tempfile.TemporaryDirectory(prefix="torchdeck-context-") as folder:
+            with tarfile.open(fileobj=io.BytesIO(context), mode="r:gz") as tar:
+                tar.extractall(folder, filter="data")
+            async for p in _build_here(engine, Path(folder), dockerfile, name, (f"BASE={base}",), plan.network, clock):
+                yield p
+    repository, _, tag = name.rpartition(":")
+    where = f" (your code at {code_dir})" if code_dir else ""
+    yield Progress(
+        "done",
+        f"built {name} here{where}, not pushed; run a job in it: torchdeck train --in-image {name}"
+        + (f" --set entrypoint.in_image={code_dir}" if code_dir else ""),
+        clock(),
+        "done",
+        ImageRef(repository, tag, "", code_dir),
+    )
