@@ -242,6 +242,7 @@ class LocalBackend(Backend):
                     "submitted_at": now,
                     "world_size": spec.world_size,
                     "host": socket.gethostname(),
+                    "in_image": spec.local_image,
                 },
             )
             with open(run_dir / "launcher.log", "ab") as log:
@@ -711,7 +712,11 @@ class LocalBackend(Backend):
         if launcher is None:
             return [node]
         with contextlib.suppress(psutil.Error):
-            for proc in launcher.children(recursive=True):
+            in_image = (read_json(run_dir / "launch.json") or {}).get("in_image")
+            # ranks in a container are no children of the launcher (the engine starts them), but
+            # this machine sees them, with the run's id in their environment
+            members = run_members(run_dir.name) if in_image else launcher.children(recursive=True)
+            for proc in members:
                 cached = self._procs.setdefault(proc.pid, proc)
                 try:
                     rank = cached.environ().get("RANK")

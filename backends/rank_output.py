@@ -24,7 +24,7 @@ from torchdeck.trainer.logfiles import LoggerFiles
 from torchdeck.trainer.relay import LOGGER_POLL_S, start_rank
 from torchdeck.trainer.rewrites import Rewrites
 from torchdeck.trainer.textmetrics import TextMetrics
-from torchdeck.trainer.tracebacks import FailureWatch, attempt, stop_restarts
+from torchdeck.trainer.tracebacks import TEARDOWN_NOTE, FailureWatch, attempt, stop_restarts
 
 MAX_READ = 1 << 20
 """Bytes of one line held at most: a script that writes gigabytes without a newline is passed
@@ -89,7 +89,11 @@ def main(argv: list[str]) -> int:
         write_all(found)
         code = child.wait()
         write_all(loggers.poll())  # what the loggers wrote as they closed
-        if code == 0:
+        if code == 0 or watch.aborted_after_its_work(code):
+            if code:  # said in the rank's log, and the rank ends as done
+                out.write(f"torchdeck: {TEARDOWN_NOTE}\n".encode())
+                out.flush()
+                code = 0
             write(parser.record("done"))
         elif code > 0:  # a signal is a stop, not the script's error
             error, crash_loop = watch.failed(code, restart, allowed)

@@ -50,8 +50,8 @@ start() {
     if ! docker image inspect "$base" >/dev/null 2>&1; then
         root="$(mktemp -d /var/tmp/torchdeck-base.XXXXXX)"
         trap 'rm -rf "$root"' EXIT
-        mirror="$(sed -n 's/^URIs: *//p; s/^deb \(http[^ ]*\) .*/\1/p' /etc/apt/sources.list.d/*.sources \
-            /etc/apt/sources.list 2>/dev/null | head -1)"
+        mirror="$( (sed -n 's/^URIs: *//p; s/^deb \(http[^ ]*\) .*/\1/p' /etc/apt/sources.list.d/*.sources \
+            /etc/apt/sources.list 2>/dev/null || true) | head -1)"
         debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,ca-certificates \
             bookworm "$root" "${mirror:-http://deb.debian.org/debian}" >/tmp/torchdeck-debootstrap.log 2>&1 \
             || missing "debootstrap failed (log: /tmp/torchdeck-debootstrap.log)"

@@ -29,12 +29,12 @@ try:
     from .logfiles import LoggerFiles
     from .rewrites import Rewrites
     from .textmetrics import TextMetrics
-    from .tracebacks import FailureWatch, attempt, stop_restarts
+    from .tracebacks import TEARDOWN_NOTE, FailureWatch, attempt, stop_restarts
 except ImportError:  # run as a file from the code bundle: its copies lie beside it
     from logfiles import LoggerFiles  # type: ignore[no-redef]
     from rewrites import Rewrites  # type: ignore[no-redef]
     from textmetrics import TextMetrics  # type: ignore[no-redef]
-    from tracebacks import FailureWatch, attempt, stop_restarts  # type: ignore[no-redef]
+    from tracebacks import TEARDOWN_NOTE, FailureWatch, attempt, stop_restarts  # type: ignore[no-redef]
 
 LOGGER_POLL_S = 2.0
 BAR_ENV = {"COLUMNS": "200", "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "NO_COLOR": "1"}
@@ -112,6 +112,9 @@ def main(argv: list[str]) -> int:
     code = child.wait()
     logged()  # what the loggers wrote as they closed
     restart, allowed = attempt()
+    if watch.aborted_after_its_work(code):
+        say([f"torchdeck: {TEARDOWN_NOTE}"])
+        return 0
     if code > 0:
         error, crash_loop = watch.failed(code, restart, allowed)
         if crash_loop:  # said where the console reads the rank, then torchrun is asked to stop

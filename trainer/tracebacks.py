@@ -39,6 +39,11 @@ TRANSIENT_RE = re.compile(
 AFTERMATH_RE = re.compile(r"^torch\.distributed\.elastic\.\S*(?:ChildFailedError|SignalException)\b")
 """What torchrun's own process raises once a rank failed, or once it was asked to stop: after a rank's
 error, only its aftermath (a pod's log holds both, torchrun's unprefixed, as the first rank's)."""
+TEARDOWN_ABORT = "terminate called without an active exception"
+TEARDOWN_NOTE = (
+    "the script aborted as it exited, after its last step (PyTorch's gloo threads at interpreter exit): "
+    "its work is done, so the rank counts as done"
+)
 FRAME_RE = re.compile(r'^\s{1,8}File "([^"]{1,500})", line (\d{1,9}), in ')
 LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>")
 MAX_MESSAGE = 2000
@@ -102,11 +107,30 @@ class FailureWatch:
     def __init__(self) -> None:
         self.last: collections.deque[str] = collections.deque(maxlen=200)  # a traceback's lines
         self.stepped = False
+        self.step, self.total = 0, 0
 
     def saw(self, lines: Iterable[str], records: Iterable[Mapping[str, object]] = ()) -> None:
         """Lines the rank wrote, and the metric records its output and logger files made of them."""
         self.last.extend(line.rstrip() for line in lines)
-        self.stepped = self.stepped or any(r.get("event") == "step" for r in records)
+        for r in records:
+            if r.get("event") == "step":
+                self.stepped = True
+                step, total = r.get("step"), r.get("total_steps")
+                self.step = max(self.step, step if isinstance(step, int) else 0)
+                self.total = total if isinstance(total, int) and total > 0 else self.total
+
+    def aborted_after_its_work(self, code: int) -> bool:
+        """The rank reached its last step (its own N/N) and then died of SIGABRT with the C++
+        runtime's ``terminate called without an active exception``: PyTorch's gloo threads outliving
+        ``destroy_process_group`` as the interpreter exits (torch 2.x, now and then). The work is
+        done; the run is not failed for it, nor restarted to do it all again."""
+        tail = [line for line in self.last if line.strip()][-3:]
+        return (
+            code == -signal.SIGABRT
+            and self.total > 0
+            and self.step >= self.total
+            and any(TEARDOWN_ABORT in line for line in tail)
+        )
 
     def failed(self, code: int, restart: int, max_restarts: int) -> tuple[dict[str, str], bool]:
         """The error of a rank that exited with status ``code`` > 0 on attempt ``restart`` + 1 (of

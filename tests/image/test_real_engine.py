@@ -19,6 +19,8 @@ import pytest
 from local_runs import cli_env, run_cli
 from trainer_runs import REPO
 
+from torchdeck.backends.local import LocalBackend
+
 ENGINE = REPO / "scripts" / "docker-engine.sh"
 SHARED_DATA = REPO.parent / "shared" / "data" / "cifar10-subset"
 TORCH_VERSION = (REPO / "docker" / "torch-version").read_text().strip()
@@ -62,7 +64,7 @@ def engine(tmp_path_factory):
     assert "Server" not in gone.stdout  # the engine is stopped
 
 
-def cli(env: dict[str, str], *args: str, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
+def cli(env: dict[str, str], *args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
     done = run_cli(list(args), env, cwd, timeout)
     assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -128,6 +130,9 @@ def test_the_built_in_trainer_trains_inside_the_image_and_a_stop_leaves_no_conta
     run_id = last_run(state, "stopped")
     container = f"torchdeck-{run_id}"
     wait_for(lambda: running(env, container), "the run's container to start")
+    # the monitor sees the ranks' processes inside the container, as a local run's
+    backend = LocalBackend(state)
+    wait_for(lambda: [p.rank for p in backend.node_metrics(run_id)[0].processes] == [0, 1], "both ranks' processes")
     cli(env, "stop", run_id)
     wait_for(lambda: not running(env, container), "the container to go")
     assert json.loads(cli(env, "status", "--output", "json", run_id).stdout)["state"] == "cancelled"

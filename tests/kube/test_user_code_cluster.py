@@ -421,9 +421,13 @@ def test_the_relay_in_a_pod_puts_a_bars_redraws_and_the_loggers_scalars_in_the_l
 
 
 FAILING = r"""
-import sys
+import os, sys
 with open("attempts", "a") as f:
     f.write("x")
+if sys.argv[1] == "done-then-abort":  # PyTorch's gloo threads at interpreter exit, after the work
+    print("step 10/10 loss: 0.5", flush=True)
+    print("terminate called without an active exception", file=sys.stderr, flush=True)
+    os.abort()
 if sys.argv[1] == "after-a-step":
     print("step 1/10 loss: 2.5", flush=True)
 import missing_module_of_the_user
@@ -463,3 +467,5 @@ def test_the_relay_stops_a_crash_loop_under_torchrun_as_the_local_wrapper_does(t
     code, log, attempts = run("after-a-step", 1)
     assert code != 0 and attempts == 2 and "not restarted" not in log, log
     assert "ChildFailedError" in log and last_error(log).startswith("ModuleNotFoundError"), log
+    code, log, attempts = run("done-then-abort", 2)  # done, not failed: no second attempt
+    assert code == 0 and attempts == 1 and "aborted as it exited, after its last step" in log, log

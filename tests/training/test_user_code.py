@@ -233,6 +233,27 @@ def test_a_rank_that_aborts_as_it_exits_is_named_with_its_signal_and_last_line(t
     assert "finish()" in error and "To enable traceback" not in error
 
 
+def test_a_rank_that_aborts_as_it_exits_after_its_last_step_is_done_and_not_restarted(tmp_path):
+    """The same abort after the script's own last step (``step 2/2``): the work is done, so the rank
+    is done, the run succeeds, and torchrun does not start it all again (whose second attempt this
+    torch has been seen to hang in)."""
+    code, state = tmp_path / "project", tmp_path / "state"
+    code.mkdir()
+    (code / "train.py").write_text(
+        "import os, sys\nprint('step 1/2 loss 1.0', flush=True)\nprint('step 2/2 loss 0.5', flush=True)\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    print('terminate called without an active exception', file=sys.stderr, flush=True)\n"
+        "    os.abort()\n"
+    )
+    args = ["train", "train.py", "--nproc-per-node", "2", "--max-restarts", "2", "--python", sys.executable]
+    done = run_cli(args, cli_env(state), code)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (status,) = LocalBackend(state).list()
+    assert status.state.value == "succeeded" and status.restarts == 0 and status.step == 2
+    logs = [line.text for batch in LocalBackend(state).logs(status.run_id) for line in batch]
+    assert any("aborted as it exited, after its last step" in line for line in logs)
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
