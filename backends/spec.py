@@ -102,6 +102,9 @@ class ClusterOptions:
 
     kind: JobKindName = "pytorchjob"
     """pytorchjob, trainjob, mpijob, job or elasticjob."""
+    queue: str | None = None
+    """Kueue's LocalQueue in the job's namespace to submit through (a shared cluster's quotas): the
+    job is created suspended with the ``kueue.x-k8s.io/queue-name`` label, and Kueue starts it."""
     pvc: str | None = None
     """PersistentVolumeClaim holding the data and the checkpoints (EFS or FSx), mounted at mount_path."""
     mount_path: str = "/shared"
@@ -329,6 +332,14 @@ def _name_253(v: object) -> str | None:
     return None
 
 
+def _queue_name(v: object) -> str | None:
+    """A LocalQueue's name: an object name that is also a label's value (63 characters at most)."""
+    problem = _name_253(v)
+    if problem is None and isinstance(v, str) and len(v) > 63:
+        return f"must be at most 63 characters (it becomes the kueue.x-k8s.io/queue-name label), got {len(v)}"
+    return problem
+
+
 def _image(v: object) -> str | None:
     if v is None:
         return None
@@ -428,6 +439,7 @@ CLUSTER_CHECKS = {
     "min_nodes": _int_at_least(1, optional=True),
     "max_nodes": _int_at_least(1, optional=True),
     "restart_policy": _choices("OnFailure", "ExitCode"),
+    "queue": _optional(_queue_name),
     "backoff_limit": _int_at_least(0),
     "clean_pod_policy": _choices("None", "Running", "All"),
     "ttl_seconds_after_finished": _int_at_least(0, optional=True),
@@ -598,6 +610,13 @@ def check_kind_fields(spec: JobSpec, kind: JobKindName, source: str = "") -> Non
             "cluster.min_nodes",
             f"{name} has no elastic bounds",
             "use kind pytorchjob (or job) for an elastic job, or drop cluster.min_nodes/max_nodes",
+            source,
+        )
+    if kind == "elasticjob" and c.queue:
+        raise SpecError(
+            "cluster.queue",
+            "Kueue does not queue an ElasticJob (its controller, pytorch/elastic, was archived in 2023)",
+            "submit a pytorchjob (cluster.min_nodes/max_nodes make it elastic) or a trainjob through the queue",
             source,
         )
     if kind == "mpijob" and c.restart_policy == "ExitCode":

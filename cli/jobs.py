@@ -202,6 +202,7 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
         ("image", args.image),
         ("local_image", getattr(args, "in_image", None)),
         ("namespace", args.namespace),
+        ("cluster.queue", getattr(args, "queue", None)),
     ):
         if value is not None:
             overrides[field] = value

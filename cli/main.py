@@ -74,6 +74,7 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
         "--in-image", metavar="IMAGE", help="local: run every rank inside this image, as the pods do (Docker here)"
     )
     g.add_argument("--namespace", help="cluster: the Kubernetes namespace")
+    g.add_argument("--queue", help="cluster: Kueue's LocalQueue to submit through (a shared cluster's quotas)")
     g.add_argument(
         "--set",
         action="append",

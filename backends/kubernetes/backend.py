@@ -71,6 +71,7 @@ from .manifests import (
 )
 from .node_metrics import measure_nodes
 from .preflight import preflight
+from .queues import queue_findings
 from .streams import PodLogFollower, has_started, node_ranks
 from .tasks import TaskJobs
 
@@ -140,6 +141,8 @@ class KubernetesBackend(Backend):
         try:
             found = preflight(self, spec, rendered)
             checks = [f"# preflight: {f}\n" for f in found] or ["# preflight: the cluster can run it\n"]
+            view = queue_findings(self.client, spec)[1] if spec.cluster.queue else None
+            checks += [f"# {view.line()}\n"] if view else []
         except BackendError as exc:
             checks = [f"# preflight not run: {exc}\n"]
         return "".join(checks) + rendered.to_yaml()

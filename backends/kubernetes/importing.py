@@ -25,6 +25,7 @@ from ..errors import SpecError
 from ..files import parse_yaml
 from ..spec import MAX_JOB_NAME, JobKindName, JobSpec, spec_from_dict
 from . import crds
+from .manifests import QUEUE_LABEL
 
 KINDS: dict[str, JobKindName] = {
     "PyTorchJob": "pytorchjob",
@@ -160,6 +161,9 @@ class _Reader:
         if meta.get("namespace"):
             self.data["namespace"] = meta["namespace"]
         cluster = self.data["cluster"]
+        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if queue:  # submitted through Kueue: so is the job torchdeck makes of it
+            cluster["queue"] = queue
         run = spec.get("runPolicy") or spec.get("RunPolicy") or {}
         for key, target in (("backoffLimit", "backoff_limit"), ("cleanPodPolicy", "clean_pod_policy"),
                             ("ttlSecondsAfterFinished", "ttl_seconds_after_finished")):  # fmt: skip

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""
 JOB_LABEL = "torchdeck.dev/job"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+"""Kueue's label naming the LocalQueue a job is submitted to (kubernetes-sigs/kueue)."""
 RDZV_PORT = 29400
 # Images torchdeck itself chooses are pinned by digest: a tag can be moved to other bytes.
 # The etcd digest is the one public manifests pin v3.5.17 to; it was not resolved against quay.io
@@ -395,6 +397,10 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         name=run_id,
         namespace=spec.namespace,
         labels=labels,
+        # the job object's own labels: a queue's name is Kueue's to read there, and only there
+        # (a pod with it would be a pod Kueue queues on its own)
+        job_labels={**labels, QUEUE_LABEL: c.queue} if c.queue else labels,
+        suspend=bool(c.queue),  # Kueue admits it by unsuspending it
         selector={RUN_LABEL: run_id},
         image=spec.image,
         nodes=spec.nodes,
@@ -598,6 +604,7 @@ def render_task(
     ctx = context(spec, name, "job")
     c = spec.cluster
     ctx["labels"] = {**ctx["labels"], TASK_LABEL: task}
+    ctx["job_labels"] = {**ctx["job_labels"], TASK_LABEL: task}
     ctx.update(subdomain=None, ports=[], pod_restart_policy="Never", container=task)
     ctx["env"] = [e for e in ctx["env"] if not e["name"].startswith("PET_")]
     if task == "data-prep":

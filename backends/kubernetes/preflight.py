@@ -1,7 +1,8 @@
 """What would stop a job on this cluster, before anything is created:
 the operator's CRD missing or serving no version torchdeck renders (or one
 that would drop or refuse a field of the job), a missing namespace, claim or
-service account, or no node with the GPUs asked for. Each finding says how
+service account, or no node with the GPUs asked for; for a job submitted
+through Kueue, the queue's own findings (``queues.py``). Each finding says how
 to fix it."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from . import crds
 from .client import ApiError, api_path, quantity
 from .diagnosis import Finding
 from .manifests import KIND_INFO, Rendered
+from .queues import queue_findings
 
 if TYPE_CHECKING:
     from .backend import KubernetesBackend
@@ -72,8 +74,10 @@ def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> lis
                 "create it (for S3 on EKS: eksctl create iamserviceaccount ...), or fix cluster.service_account",
             )
         )
-    if spec.resources.gpus:
+    if spec.resources.gpus and not c.queue:  # a queue's flavours place the job (queues.queue_findings)
         found += gpu_findings(kube, spec)
+    if c.queue:
+        found += queue_findings(kube.client, spec)[0]
     return found
 
 

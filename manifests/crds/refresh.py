@@ -71,6 +71,17 @@ SOURCES = [
         "v0.2.2",
         "kubernetes/config/crd/bases/elastic.pytorch.org_elasticjobs.yaml",
     ),
+    # Kueue (kubernetes-sigs/kueue), for shared clusters that queue jobs: the queues a job names, and
+    # the Workload Kueue makes of it (serving v1beta2, and v1beta1 for older clients)
+    *[
+        (
+            f"{kind}-kueue-v0.19.2.yaml",
+            "kubernetes-sigs/kueue",
+            "v0.19.2",
+            f"config/components/crd/bases/kueue.x-k8s.io_{kind}.yaml",
+        )
+        for kind in ("localqueues", "clusterqueues", "resourceflavors", "workloads")
+    ],
 ]
 
 
@@ -98,11 +109,15 @@ def main() -> int:
         metavar="OWNER/NAME=DIR",
         help="read that repository from a local clone instead of GitHub",
     )
+    parser.add_argument("--only", metavar="REPO", help="refresh that repository's files only (owner/name)")
     args = parser.parse_args()
     clones = dict(item.split("=", 1) for item in args.git)
     OUT.mkdir(parents=True, exist_ok=True)
-    record = {}
+    sources = OUT / "SOURCES.json"
+    record = json.loads(sources.read_text()) if args.only and sources.exists() else {}
     for name, repo, ref, path in SOURCES:
+        if args.only and repo != args.only:
+            continue
         data, commit = from_git(clones[repo], ref, path) if repo in clones else from_github(repo, ref, path)
         (OUT / name).write_bytes(data)
         record[name] = {

@@ -96,6 +96,20 @@ def test_the_cpu_image_builds_with_no_buildx_registry_or_aws_and_an_unchanged_re
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert versions.stdout.strip() == f"{TORCH_VERSION}+cpu", versions.stderr
+    # the image's own command (a pod's default), with no network at all: its rendezvous needs no
+    # name lookup; a short synthetic run after the command's own arguments
+    command = json.loads(
+        subprocess.run(
+            ["docker", "image", "inspect", "--format", "{{json .Config.Cmd}}", cpu_image],
+            env=env, capture_output=True, text=True, timeout=60,
+        ).stdout
+    )  # fmt: skip
+    trained = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", cpu_image, *command,
+         "--dataset", "synthetic", "--max-steps", "2", "--batch-size", "16"],
+        env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert trained.returncode == 0 and '"event":"done"' in trained.stdout, trained.stdout[-500:] + trained.stderr[-500:]
 
 
 def test_the_gpu_dockerfile_builds_with_the_torch_index_as_an_argument(engine):

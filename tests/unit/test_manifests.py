@@ -63,7 +63,12 @@ def test_the_crds_are_the_operators_own_files():
     for name, source in sources.items():
         data = (REPO / "manifests" / "crds" / name).read_bytes()
         assert hashlib.sha256(data).hexdigest() == source["sha256"], name
-        assert source["repository"] in ("kubeflow/trainer", "kubeflow/mpi-operator", "pytorch/elastic")
+        assert source["repository"] in (
+            "kubeflow/trainer",
+            "kubeflow/mpi-operator",
+            "pytorch/elastic",
+            "kubernetes-sigs/kueue",
+        )
         assert re.fullmatch(r"[0-9a-f]{40}", source["commit"])
     for kind, targets in crds.TARGETS.items():
         for target in targets:

@@ -1,0 +1,142 @@
+"""Issue 33, submitting through Kueue's queues, against kmock with Kueue's own CRDs installed
+(kubernetes-sigs/kueue v0.19.2, manifests/crds/): every job kind and the task Jobs are created
+suspended with the queue-name label where each kind's schema has them (checked against the
+operators' real CRDs), the pods never carry the label, and the preflight refuses, in one line with
+the fix, what would keep a job waiting forever: no Kueue, no such LocalQueue (naming the ones
+there), a LocalQueue whose ClusterQueue is missing, a stopped ClusterQueue, one with no quota for
+what the job asks. ``import`` carries the label over; an ElasticJob cannot be queued."""
+
+from __future__ import annotations
+
+import pytest
+from kube_jobs import NS, install, install_crd, make_spec
+
+from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.kubernetes.client import api_path
+from torchdeck.backends.kubernetes.importing import import_manifest
+from torchdeck.backends.kubernetes.jobs import api_of
+from torchdeck.backends.kubernetes.manifests import QUEUE_LABEL, render, render_task
+from torchdeck.backends.kubernetes.queues import queue_findings
+from torchdeck.backends.kubernetes.validation import validate_manifests
+
+KUEUE = "apis/kueue.x-k8s.io/v1beta2"
+QUEUED_KINDS = ("pytorchjob", "trainjob", "mpijob", "job")
+
+
+def with_kueue(kube_backend, local="team-a", cluster="shared-cq", covered=("cpu", "memory"), stop=None):
+    for kind in ("localqueues", "clusterqueues", "resourceflavors", "workloads"):
+        install_crd(kube_backend, f"{kind}-kueue-v0.19.2.yaml")
+    client = kube_backend.client
+    client.request(
+        "POST", f"{KUEUE}/resourceflavors",
+        body={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+    )  # fmt: skip
+    cq_spec = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": list(covered),
+                "flavors": [{"name": "default", "resources": [{"name": r, "nominalQuota": "64"} for r in covered]}],
+            }
+        ],
+    }
+    if stop:
+        cq_spec["stopPolicy"] = stop
+    client.request(
+        "POST", f"{KUEUE}/clusterqueues",
+        body={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cluster},
+              "spec": cq_spec},
+    )  # fmt: skip
+    client.request(
+        "POST", f"{KUEUE}/namespaces/{NS}/localqueues",
+        body={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": local},
+              "spec": {"clusterQueue": cluster}},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", QUEUED_KINDS)
+def test_each_kind_is_submitted_suspended_with_the_queue_label_and_its_pods_without(kube_backend, kind):
+    install(kube_backend)
+    with_kueue(kube_backend)
+    spec = make_spec(cluster={"kind": kind, "queue": "team-a"})
+    rendered = render(spec, "queued-1", kind)
+    assert validate_manifests(rendered).problems == []  # suspend where the operator's own schema has it
+    run_id = kube_backend.submit(spec)
+    main = render(spec, run_id, kind).main
+    stored = kube_backend.client.request("GET", api_path(api_of(main["kind"]), NS, run_id))
+    assert stored["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    held = stored["spec"]["runPolicy"] if kind in ("pytorchjob", "mpijob") else stored["spec"]
+    assert held["suspend"] is True
+    assert QUEUE_LABEL not in str(stored["spec"])  # the pods are the job's: Kueue never queues them apart
+    unqueued = render(make_spec(cluster={"kind": kind}), "plain-1", kind).main
+    assert QUEUE_LABEL not in unqueued["metadata"]["labels"] and "suspend" not in str(unqueued["spec"])
+
+
+def test_the_task_jobs_go_through_the_queue_too() -> None:
+    spec = make_spec(cluster={"queue": "team-a"})
+    for task in ("model-test", "data-prep"):
+        job = render_task(spec, task, f"{task}-1").main
+        assert job["metadata"]["labels"][QUEUE_LABEL] == "team-a" and job["spec"]["suspend"] is True
+
+
+@pytest.mark.parametrize(
+    ("setup", "words", "fix"),
+    [
+        ({"kueue": False}, "Kueue is not installed on this cluster", "kubectl apply --server-side"),
+        ({"local": "team-b"}, "no LocalQueue team-a in namespace training", "the LocalQueues in training: team-b"),
+        ({"cluster_missing": True}, "points at ClusterQueue gone, which does not exist", "admin"),
+        ({"stop": "Hold"}, "ClusterQueue shared-cq is stopped (Hold)", "stopPolicy"),
+        ({"gpus": 1}, "ClusterQueue shared-cq has no quota for nvidia.com/gpu", "nvidia.com/gpu quota"),
+    ],
+)
+def test_the_preflight_refuses_a_queue_the_job_would_wait_in_forever(kube_backend, setup, words, fix):
+    install(kube_backend, gpu_nodes=1)
+    if setup.get("kueue", True):
+        with_kueue(
+            kube_backend,
+            local=setup.get("local", "team-a"),
+            cluster="gone" if setup.get("cluster_missing") else "shared-cq",
+            stop=setup.get("stop"),
+        )
+        if setup.get("cluster_missing"):
+            kube_backend.client.request("DELETE", f"{KUEUE}/clusterqueues/gone")
+    spec = make_spec(cluster={"queue": "team-a"}, resources={"gpus": setup.get("gpus", 0)})
+    with pytest.raises(BackendError) as err:
+        kube_backend.submit(spec)
+    assert words in err.value.message and fix in err.value.hint
+    assert kube_backend.list() == []  # nothing was created
+
+
+def test_the_preflight_says_what_the_queue_draws_on(kube_backend):
+    install(kube_backend)
+    with_kueue(kube_backend)
+    found, view = queue_findings(kube_backend.client, make_spec(cluster={"queue": "team-a"}))
+    assert found == [] and view is not None
+    assert view.line() == "queue team-a: ClusterQueue shared-cq, flavours default (Kueue v1beta2)"
+    shown = kube_backend.render(make_spec(cluster={"queue": "team-a"}))  # train --dry-run
+    assert "# preflight: the cluster can run it\n# queue team-a: ClusterQueue shared-cq, flavours default" in shown
+
+
+def test_import_keeps_the_queue_and_an_elasticjob_cannot_be_queued() -> None:
+    manifest = """
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: bert
+  labels: {kueue.x-k8s.io/queue-name: team-a}
+spec:
+  runPolicy: {suspend: true}
+  pytorchReplicaSpecs:
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: pytorch
+              image: repo/train:1
+              command: [torchrun, --nproc-per-node, "2", train.py]
+"""
+    imported = import_manifest(manifest, "job.yaml")
+    assert imported.spec.cluster.queue == "team-a"
+    with pytest.raises(SpecError, match="Kueue does not queue an ElasticJob"):
+        render(make_spec(cluster={"kind": "elasticjob", "queue": "team-a"}), "e-1", "elasticjob")
