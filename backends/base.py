@@ -21,6 +21,8 @@ class JobState(str, enum.Enum):
 
     PENDING = "pending"
     """Submitted; workers are starting or waiting for resources."""
+    QUEUED = "queued"
+    """Waiting in a queue for admission (Kueue on a shared cluster): nothing of it runs yet."""
     RUNNING = "running"
     """At least one rank is training."""
     SUCCEEDED = "succeeded"
@@ -103,6 +105,10 @@ class JobStatus:
     """Where the run's files live (a folder, a namespace)."""
     val_loss: float | None = None
     """The latest validation or test loss (a series of its own, never the training loss)."""
+    queue: dict[str, Any] | None = None
+    """A job submitted through a queue (Kueue): ``local_queue``, ``cluster_queue``, ``position``
+    (where the cluster's visibility API says it), ``reason`` (Kueue's words while it waits),
+    ``admitted_at`` and ``preempted`` (``queues.QueueWait``)."""
     ranks: list[RankProgress] = field(default_factory=list)
     """Each rank's progress, where the backend read it; the run's own step, epoch and loss are the
     lowest rank's (rank 0's), as the monitor's header shows them."""

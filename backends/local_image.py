@@ -82,7 +82,7 @@ async def _build_here(
         yield Progress("build", f"{name} is built here already (nothing it is built from changed)", clock())
     else:
         argv = engine.build_argv(dockerfile, name, args, network)
-        yield Progress("build", f"building {dockerfile} as {name} with {engine.words}", clock())
+        yield Progress("build", f"building {dockerfile} as {name}", clock())
         yield Progress("build", "$ " + " ".join([Path(argv[0]).name, *argv[1:]]), clock())
         async for p in stream_command(argv, None, "build", clock, root, engine.env):
             yield p
@@ -100,6 +100,7 @@ async def build_local(plan: ImagePlan, engine: Engine | None = None) -> AsyncIte
     engine = engine or await asyncio.to_thread(find_engine)
     if engine is None:
         raise BackendError("no container engine answers here (docker version shows no server)", no_engine_hint())
+    yield Progress("build", f"builds here with {engine.words}; nothing goes to a registry", clock())
     root = source_root()
     with serve_wheels(plan.torch_wheels) as wheels:
         if wheels:  # the folder is served on 127.0.0.1: the build reaches it on the host's network

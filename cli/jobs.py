@@ -454,6 +454,10 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
     print(format_status_table([status], reasons=False).rstrip())
     if status.reason:  # whole: the table's column would cut the words that say why
         print(printable(f"reason: {status.reason}"))
+    queue = status.queue or {}
+    if queue.get("admitted_at"):  # submitted through Kueue, and let through
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queue["admitted_at"]))
+        print(printable(f"queue: admitted from {queue.get('local_queue')} at {when}"))
     if status.hint:
         print(printable(f"hint: {status.hint}"))
     return 0

@@ -10,6 +10,7 @@ from torchdeck.backends.base import JobState
 
 STATE_STYLE = {
     JobState.PENDING: "yellow",
+    JobState.QUEUED: "blue",
     JobState.RUNNING: "bold green",
     JobState.SUCCEEDED: "bold cyan",
     JobState.FAILED: "bold red",

@@ -64,6 +64,7 @@ from .manifests import (
     KIND_INFO,
     PATTERN_ANNOTATION,
     PROGRAM_ANNOTATION,
+    QUEUE_LABEL,
     RUN_LABEL,
     Rendered,
     pod_selector,
@@ -71,7 +72,7 @@ from .manifests import (
 )
 from .node_metrics import measure_nodes
 from .preflight import preflight
-from .queues import queue_findings
+from .queues import queue_findings, queue_wait, suspended, wait_words
 from .streams import PodLogFollower, has_started, node_ranks
 from .tasks import TaskJobs
 
@@ -400,7 +401,11 @@ class KubernetesBackend(Backend):
         meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
         name = meta["name"]
         state, reason = job_state(key, obj, pods)
-        findings = [] if state.is_terminal else self.pod_findings(meta.get("namespace", "default"), pods)
+        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        wait = queue_wait(self.client, obj, queue) if queue and not state.is_terminal else None
+        if wait is not None and suspended(obj):  # Kueue holds it: it waits in the queue, nothing runs
+            state, reason = JobState.QUEUED, wait_words(wait)
+        findings = [] if state.is_terminal or wait else self.pod_findings(meta.get("namespace", "default"), pods)
         findings += job_findings(name, st.get("conditions") or [], (spec.get("runPolicy") or {}).get("backoffLimit"))
         if findings and not reason:
             reason = str(findings[0].where) + ": " + findings[0].problem
@@ -419,6 +424,7 @@ class KubernetesBackend(Backend):
             hint=findings[0].fix if findings else "",
             restarts=restarts,
             location=f"{meta.get('namespace', 'default')}/{KIND_INFO[key].kind}",
+            queue=wait,
         )
 
     def list(self) -> list[JobStatus]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..spec import JobSpec
 from .client import ApiError, api_path
 from .diagnosis import Finding
+from .jobs import timestamp
 
 if TYPE_CHECKING:
     from .client import KubeClient
@@ -109,3 +110,87 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
             )
         )
     return found, view
+
+
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+"""The label Kueue puts on the Workload it makes of a job: the job's uid."""
+
+
+def suspended(obj: dict[str, Any]) -> bool:
+    """Whether the job is held suspended (where each kind keeps it: its run policy, or its spec)."""
+    spec = obj.get("spec") or {}
+    return bool((spec.get("runPolicy") or {}).get("suspend") or spec.get("suspend"))
+
+
+def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in (workload.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind and c.get("status") == "True":
+            return c
+    return None
+
+
+def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> dict[str, Any]:
+    """Where a job submitted through ``queue`` stands with Kueue: its Workload's admission (when, to
+    which ClusterQueue), its eviction (preempted, and why), Kueue's reason while it waits, and its
+    position where the cluster serves Kueue's visibility API. What cannot be read is left out."""
+    meta = obj.get("metadata") or {}
+    ns, uid = meta.get("namespace", "default"), meta.get("uid", "")
+    wait: dict[str, Any] = {"local_queue": queue}
+    version = kueue_version(client)
+    if not version:
+        return wait
+    base = f"apis/{GROUP}/{version}"
+    try:
+        items = client.request(
+            "GET", f"{base}/namespaces/{ns}/workloads", query={"labelSelector": f"{JOB_UID_LABEL}={uid}"}
+        ).get("items", [])
+    except ApiError:
+        return wait
+    mine = [
+        w for w in items if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get("ownerReferences") or [])
+    ]
+    if not (mine or items):
+        wait["reason"] = "waiting for Kueue to take it in (no Workload yet)"
+        return wait
+    workload = (mine or items)[0]
+    status = workload.get("status") or {}
+    wait["cluster_queue"] = (status.get("admission") or {}).get("clusterQueue") or ""
+    if not wait["cluster_queue"]:  # not admitted: the ClusterQueue its LocalQueue draws on
+        try:
+            local = client.request("GET", f"{base}/namespaces/{ns}/localqueues/{queue}")
+            wait["cluster_queue"] = (local.get("spec") or {}).get("clusterQueue") or ""
+        except ApiError:
+            pass
+    admitted = _condition(workload, "Admitted")
+    if admitted is not None and not suspended(obj):
+        wait["admitted_at"] = timestamp(admitted.get("lastTransitionTime"))
+        return wait
+    evicted = _condition(workload, "Evicted")
+    if evicted is not None:
+        wait["preempted"] = evicted.get("reason") == "Preempted"
+        wait["reason"] = f"{'preempted' if wait['preempted'] else 'evicted'} by Kueue: {evicted.get('message', '')}"
+    for c in status.get("conditions") or []:
+        if c.get("type") == "QuotaReserved" and c.get("status") == "False" and c.get("message"):
+            wait["reason"] = (wait.get("reason", "") + "; waits: " if evicted else "") + c["message"]
+    name = (workload.get("metadata") or {}).get("name", "")
+    try:
+        pending = client.request(
+            "GET", f"apis/visibility.{GROUP}/{version}/namespaces/{ns}/localqueues/{queue}/pendingworkloads"
+        ).get("items", [])
+    except ApiError:  # the visibility API is optional (an extension API server): no position then
+        pending = []
+    for item in pending:
+        if (item.get("metadata") or {}).get("name") == name:
+            wait["position"] = item.get("positionInLocalQueue")
+            wait["cluster_position"] = item.get("positionInClusterQueue")
+    return wait
+
+
+def wait_words(wait: dict[str, Any]) -> str:
+    """A queued job's state in words: where it waits, its place, and Kueue's reason."""
+    where = f"queued in {wait['local_queue']}"
+    if wait.get("cluster_queue"):
+        where += f" (ClusterQueue {wait['cluster_queue']})"
+    if wait.get("position") is not None:
+        where += f", position {int(wait['position']) + 1}"
+    return where + (f": {wait['reason']}" if wait.get("reason") else "")

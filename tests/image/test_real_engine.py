@@ -77,10 +77,17 @@ def built_name(output: str) -> str:
 
 @pytest.fixture(scope="module")
 def cpu_image(engine) -> str:
+    """The CPU image, built through the engine's builder in every run: an image this machine holds
+    from an earlier run loses its tag first (its layers stay: the engine's cache)."""
     env, wheels, _ = engine
+    name = built_name(cli(env, "image", "build", "--no-push", "--torch-wheels", str(wheels), *BUILD_FROM_HERE).stdout)
+    untag = ["docker", "rmi", "--no-prune", name]
+    subprocess.run(untag, env=env, capture_output=True, text=True, timeout=120, check=True)
     done = cli(env, "image", "build", "--no-push", "--torch-wheels", str(wheels), *BUILD_FROM_HERE)
     assert "docker (the plain builder: no buildx here)" in done.stdout  # Debian's docker has no buildx
-    return built_name(done.stdout)
+    assert "building docker/Dockerfile.cpu as" in done.stdout and "Successfully tagged" in done.stdout
+    assert built_name(done.stdout) == name
+    return name
 
 
 def test_the_cpu_image_builds_with_no_buildx_registry_or_aws_and_an_unchanged_rebuild_builds_nothing(engine, cpu_image):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from kube_jobs import NS, install, install_crd, make_spec
 
+from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.kubernetes.client import api_path
 from torchdeck.backends.kubernetes.importing import import_manifest
@@ -140,3 +141,86 @@ spec:
     assert imported.spec.cluster.queue == "team-a"
     with pytest.raises(SpecError, match="Kueue does not queue an ElasticJob"):
         render(make_spec(cluster={"kind": "elasticjob", "queue": "team-a"}), "e-1", "elasticjob")
+
+
+def workload(job: dict, conditions: list[dict], admission: dict | None = None) -> dict:
+    """The Workload Kueue makes of a job (v1beta2), with the status Kueue gives it."""
+    meta = job["metadata"]
+    status: dict = {"conditions": conditions}
+    if admission:
+        status["admission"] = admission
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"pytorchjob-{meta['name']}-3f2a1",
+            "namespace": NS,
+            "labels": {"kueue.x-k8s.io/job-uid": meta["uid"]},
+            "ownerReferences": [{"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
+                                 "uid": meta["uid"], "controller": True}],
+        },
+        "spec": {"queueName": "team-a", "podSets": []},
+        "status": status,
+    }  # fmt: skip
+
+
+QUOTA = (
+    "couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in flavor "
+    "a100, 4 more needed"
+)
+
+
+def test_a_queued_job_says_where_it_waits_and_why_until_admitted_and_again_when_preempted(kube_api, kube_backend):
+    """Kueue's Workload for the job, as Kueue would write it: pending on quota (with its place from the
+    visibility API), then admitted (the job unsuspended), then preempted (suspended again)."""
+    install(kube_backend)
+    with_kueue(kube_backend)
+    run_id = kube_backend.submit(make_spec(cluster={"queue": "team-a"}))
+    path = api_path(api_of("PyTorchJob"), NS, run_id)
+    uid = kube_backend.client.request("GET", path)["metadata"].get("uid") or "7d4c0c52-1f7e-4b7c-9b0e-3c1d2e4f5a6b"
+    kube_backend.client.request("PATCH", path, body={"metadata": {"uid": uid}})  # the API server gives one
+    job = kube_backend.client.request("GET", path)
+    # no Workload yet: queued, waiting for Kueue
+    status = kube_backend.status(run_id)
+    assert status.state is JobState.QUEUED and "waiting for Kueue to take it in" in status.reason
+    # pending on quota, third in its queue
+    pending = workload(job, [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA,
+                              "lastTransitionTime": "2026-11-25T01:00:00Z"}])  # fmt: skip
+    kube_backend.client.request("POST", f"{KUEUE}/namespaces/{NS}/workloads", body=pending)
+    kube_api.emulator.visibility[(NS, "team-a")] = [
+        {"metadata": {"name": pending["metadata"]["name"]}, "positionInLocalQueue": 2, "positionInClusterQueue": 5}
+    ]
+    status = kube_backend.status(run_id)
+    assert status.state is JobState.QUEUED
+    assert status.reason == f"queued in team-a (ClusterQueue shared-cq), position 3: {QUOTA}"
+    shown = [s for s in kube_backend.list() if s.run_id == run_id][0]
+    assert shown.state is JobState.QUEUED and shown.to_dict()["queue"]["cluster_position"] == 5  # jobs --output json
+    # admitted: Kueue unsuspends the job; the operator's states follow
+    admitted = workload(
+        job,
+        [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "",
+          "lastTransitionTime": "2026-11-25T01:10:00Z"},
+         {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
+          "lastTransitionTime": "2026-11-25T01:10:00Z"}],
+        {"clusterQueue": "shared-cq", "podSetAssignments": []},
+    )  # fmt: skip
+    name = pending["metadata"]["name"]
+    kube_backend.client.request("PATCH", f"{KUEUE}/namespaces/{NS}/workloads/{name}", body=admitted)
+    kube_backend.client.request("PATCH", path, body={"spec": {"runPolicy": {"suspend": False}}})
+    status = kube_backend.status(run_id)
+    assert status.state is JobState.PENDING and status.queue is not None
+    assert status.queue["admitted_at"] == pytest.approx(1795569000.0)  # 2026-11-25T01:10:00Z
+    # preempted: Kueue evicts it and suspends it again; it waits to be admitted again
+    preempted = workload(
+        job,
+        [{"type": "Evicted", "status": "True", "reason": "Preempted",
+          "message": "Preempted to accommodate a workload (UID: 1a2b) in the ClusterQueue",
+          "lastTransitionTime": "2026-11-25T01:20:00Z"},
+         {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA,
+          "lastTransitionTime": "2026-11-25T01:20:00Z"}],
+    )  # fmt: skip
+    kube_backend.client.request("PATCH", f"{KUEUE}/namespaces/{NS}/workloads/{name}", body=preempted)
+    kube_backend.client.request("PATCH", path, body={"spec": {"runPolicy": {"suspend": True}}})
+    status = kube_backend.status(run_id)
+    assert status.state is JobState.QUEUED and status.queue is not None and status.queue["preempted"] is True
+    assert "preempted by Kueue: Preempted to accommodate a workload" in status.reason and QUOTA in status.reason

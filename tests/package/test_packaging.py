@@ -42,14 +42,15 @@ def test_dockerfile_copies_what_exists_and_runs_the_trainer(name: str) -> None:
             for src in sources:
                 assert (REPO / src).exists(), f"{name} copies {src}, which is not in the repository"
     installs = " ".join(arg for op, arg in steps if op == "RUN" and "pip install" in arg)
-    assert "pip install --no-deps ." in installs and "numpy" in installs  # the trainer's needs only
+    assert "pip install --no-deps /opt/torchdeck/src" in installs and "numpy" in installs  # the trainer's needs only
     for dependency in console_dependencies():
         assert dependency not in installs.replace("--no-deps", ""), f"{name} installs the console's {dependency}"
     version = (REPO / "docker" / "torch-version").read_text().strip()
     assert f"ARG TORCH_VERSION={version}" in (REPO / "docker" / name).read_text()
     assert '"torch==${TORCH_VERSION}"' in installs
-    if "cpu" in name:
-        assert "download.pytorch.org/whl/cpu" in installs  # no CUDA packages in the CPU image
+    assert '--index-url "${TORCH_INDEX_URL}"' in installs  # a mirror's index where the default is out of reach
+    if "cpu" in name:  # no CUDA packages in the CPU image: PyTorch's CPU index by default
+        assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in (REPO / "docker" / name).read_text()
     users = [arg for op, arg in steps if op == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     entry = next(arg for op, arg in steps if op == "ENTRYPOINT")

@@ -18,6 +18,8 @@ closed here in a subclass:
   ``sinceTime`` and ``tailLines`` as the kubelet serves them;
 - the pod proxy (/pods/NAME:PORT/proxy/PATH) answers from ``proxied``, for a
   DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource;
+- Kueue's visibility API (an extension API server on a real cluster) answers a
+  LocalQueue's pending workloads from ``visibility`` (404 where it holds none);
 - only the newest ``KEPT_REQUESTS`` requests are kept. kmock keeps every one,
   and matches each new request to its reactions by scanning them all, so its
   cost per request grows with every request served: about 10 minutes into a
@@ -62,6 +64,9 @@ BUILTIN = {
 NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")
 LOG_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 PROXY_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/proxy(/.*)$")
+VISIBILITY_PATH = re.compile(
+    r"^/apis/visibility\.kueue\.x-k8s\.io/v1beta[12]/namespaces/([^/]+)/localqueues/([^/]+)/pendingworkloads$"
+)
 KEPT_REQUESTS = 256
 
 
@@ -152,6 +157,7 @@ class ClusterEmulator(KubernetesEmulator):
         self.watch_faults: list[tuple[str, int]] = []
         self.watches = 0
         self.proxied: dict[tuple[str, str, str], str] = {}
+        self.visibility: dict[tuple[str, str], list[dict[str, Any]]] = {}
         """(namespace, "pod:port", path) -> what the pod proxy answers (e.g. a DCGM exporter's metrics)."""
 
     # -- resource versions ----------------------------------------------------------
@@ -296,6 +302,11 @@ class ClusterEmulator(KubernetesEmulator):
             if body is None:
                 return _status(503, "ServiceUnavailable", "no endpoints available")
             return aiohttp.web.Response(text=body, content_type="text/plain")
+        if m := VISIBILITY_PATH.match(raw_request.path):
+            pending = self.visibility.get((m.group(1), m.group(2)))
+            if pending is None:
+                return _status(404, "NotFound", "the server could not find the requested resource")
+            return aiohttp.web.json_response({"kind": "PendingWorkloadsSummary", "items": pending})
         if len(self._requests) > 2 * KEPT_REQUESTS:
             del self._requests[:-KEPT_REQUESTS]
         return await super().__call__(raw_request)
