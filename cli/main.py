@@ -68,7 +68,11 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model-file", metavar="PATH", help="a path or s3://bucket/key")
     g.add_argument("--max-restarts", type=int, metavar="N")
     g.add_argument("--device", help="auto, cpu or cuda")
-    g.add_argument("--kind", help="cluster: pytorchjob (default), trainjob, mpijob, job or elasticjob")
+    g.add_argument(
+        "--kind",
+        help="cluster: pytorchjob (default), trainjob, mpijob, job, or elasticjob (legacy: its controller was "
+        "archived in 2023; an elastic pytorchjob does the same)",
+    )
     g.add_argument("--image", help="cluster: the training image (registry/repo:tag or @sha256:...)")
     g.add_argument(
         "--in-image", metavar="IMAGE", help="local: run every rank inside this image, as the pods do (Docker here)"

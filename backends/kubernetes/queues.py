@@ -6,6 +6,7 @@ and that queue's resource flavours. The job itself is rendered suspended with Ku
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,16 +42,29 @@ class QueueView:
         return f"queue {self.local_queue}: ClusterQueue {self.cluster_queue}, flavours {flavors} (Kueue {self.version})"
 
 
-def kueue_version(client: KubeClient) -> str | None:
-    """The newest of Kueue's API versions this cluster serves (None: Kueue is not installed)."""
+VERSION_CACHE_S = 60.0
+"""How long the version Kueue serves is kept: the runs list asks for each queued job every refresh."""
+_versions: dict[tuple[str | None, str | None], tuple[float, str | None]] = {}
+
+
+def kueue_version(client: KubeClient, fresh: bool = False) -> str | None:
+    """The newest of Kueue's API versions this cluster serves (None: Kueue is not installed); what
+    was found is kept VERSION_CACHE_S per client, unless ``fresh`` (the preflight asks anew)."""
+    key = (client.kubeconfig, client.context)  # the cluster, as the client reaches it
+    kept = _versions.get(key)
+    if kept and not fresh and time.monotonic() - kept[0] < VERSION_CACHE_S:
+        return kept[1]
     try:
         crd = client.request("GET", api_path("CustomResourceDefinition", name=f"localqueues.{GROUP}"))
     except ApiError as exc:
         if exc.status != 404:
             raise
-        return None
-    served = {v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")}
-    return next((v for v in VERSIONS if v in served), "")
+        version: str | None = None
+    else:
+        served = {v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")}
+        version = next((v for v in VERSIONS if v in served), "")
+    _versions[key] = (time.monotonic(), version)
+    return version
 
 
 def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], QueueView | None]:
@@ -58,7 +72,7 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
     fix, and what the queue draws on (None where it could not be read)."""
     queue, ns = spec.cluster.queue, spec.namespace
     assert queue is not None
-    version = kueue_version(client)
+    version = kueue_version(client, fresh=True)
     if version is None:
         return [Finding(queue, f"Kueue is not installed on this cluster (no CRD localqueues.{GROUP})", INSTALL)], None
     if not version:

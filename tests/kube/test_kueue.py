@@ -224,3 +224,41 @@ def test_a_queued_job_says_where_it_waits_and_why_until_admitted_and_again_when_
     status = kube_backend.status(run_id)
     assert status.state is JobState.QUEUED and status.queue is not None and status.queue["preempted"] is True
     assert "preempted by Kueue: Preempted to accommodate a workload" in status.reason and QUOTA in status.reason
+
+
+def test_the_monitor_shows_a_queued_job_where_it_waits_and_why(kube_api, kube_backend, tmp_path):
+    import asyncio
+
+    from textual.widgets import Static
+    from tui_support import wait_for
+
+    from torchdeck.backends.kubernetes.backend import KubernetesBackend
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.monitor import MonitorScreen
+
+    install(kube_backend)
+    with_kueue(kube_backend)
+    run_id = kube_backend.submit(make_spec(cluster={"queue": "team-a"}))
+    path = api_path(api_of("PyTorchJob"), NS, run_id)
+    uid = kube_backend.client.request("GET", path)["metadata"].get("uid") or "5e1f0c52-1f7e-4b7c-9b0e-3c1d2e4f5a6b"
+    kube_backend.client.request("PATCH", path, body={"metadata": {"uid": uid}})
+    job = kube_backend.client.request("GET", path)
+    pending = workload(job, [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA}])
+    kube_backend.client.request("POST", f"{KUEUE}/namespaces/{NS}/workloads", body=pending)
+    settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
+
+    async def scenario():
+        app = make_app(settings, KubernetesBackend(kube_api.kubeconfig), run_id)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
+            status_line = app.screen.query_one("#status-line", Static)
+            progress = app.screen.query_one("#progress-line", Static)
+            await wait_for(pilot, lambda: "QUEUED" in str(status_line.render()), what="the queued state")
+            await wait_for(
+                pilot,
+                lambda: "queued in team-a (ClusterQueue shared-cq): couldn't assign flavors" in str(progress.render()),
+                what="where it waits and why",
+            )
+
+    asyncio.run(scenario())
