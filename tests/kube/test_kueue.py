@@ -226,7 +226,9 @@ def test_a_queued_job_says_where_it_waits_and_why_until_admitted_and_again_when_
     assert "preempted by Kueue: Preempted to accommodate a workload" in status.reason and QUOTA in status.reason
 
 
-def test_the_monitor_shows_a_queued_job_where_it_waits_and_why(kube_api, kube_backend, tmp_path):
+def test_the_monitor_shows_a_queued_job_where_it_waits_and_why_then_admitted_then_preempted(
+    kube_api, kube_backend, tmp_path
+):
     import asyncio
 
     from textual.widgets import Static
@@ -259,6 +261,31 @@ def test_the_monitor_shows_a_queued_job_where_it_waits_and_why(kube_api, kube_ba
                 pilot,
                 lambda: "queued in team-a (ClusterQueue shared-cq): couldn't assign flavors" in str(progress.render()),
                 what="where it waits and why",
+            )
+            # admitted: Kueue unsuspends it, and the monitor follows the operator's state
+            name = pending["metadata"]["name"]
+            admitted = [{"type": "Admitted", "status": "True", "reason": "Admitted", "message": ""}]
+            kube_backend.client.request(
+                "PATCH", f"{KUEUE}/namespaces/{NS}/workloads/{name}",
+                body={"status": {"conditions": admitted, "admission": {"clusterQueue": "shared-cq"}}},
+            )  # fmt: skip
+            kube_backend.client.request("PATCH", path, body={"spec": {"runPolicy": {"suspend": False}}})
+            await wait_for(pilot, lambda: "PENDING" in str(status_line.render()), what="the admitted job's state")
+            assert "queued in" not in str(progress.render())
+            # preempted: suspended again, and it says so
+            preempted = [
+                {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to make room"},
+                {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA},
+            ]
+            kube_backend.client.request(
+                "PATCH", f"{KUEUE}/namespaces/{NS}/workloads/{name}", body={"status": {"conditions": preempted}}
+            )
+            kube_backend.client.request("PATCH", path, body={"spec": {"runPolicy": {"suspend": True}}})
+            await wait_for(pilot, lambda: "QUEUED" in str(status_line.render()), what="queued again")
+            await wait_for(
+                pilot,
+                lambda: "preempted by Kueue: Preempted to make room" in str(progress.render()),
+                what="the preemption said",
             )
 
     asyncio.run(scenario())
