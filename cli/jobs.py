@@ -326,7 +326,7 @@ def progress_lines(snap: MonitorSnapshot, max_ranks: int = 8) -> list[str]:
             if row.flag and row.flag != "done"
             else ""
         )
-        lines.append(f"  rank {row.rank:<3} step {row.step:<6} loss {loss:<8} {speed:>6} img/s{flag}")
+        lines.append(f"  rank {row.rank:<3} step {row.step:<6} loss {loss:<8} {speed:>6} {snap.speed_unit}{flag}")
     if len(rows) > max_ranks:
         lines.append(f"  ... and {len(rows) - max_ranks} more ranks")
     return lines

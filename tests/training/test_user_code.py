@@ -70,6 +70,10 @@ def test_a_text_printing_ddp_script_runs_in_the_users_venv_with_live_metrics(use
     assert done.returncode == 0, done.stdout + done.stderr
     assert ": succeeded, accuracy 87.50%" in done.stdout
     (status,) = backend.list()
+    from torchdeck.cli.jobs import progress_lines
+
+    ranks = progress_lines(monitor_snapshot(backend, status.run_id))[1:]  # `train`'s lines on a terminal
+    assert ranks and all(line.endswith("250 smp/s") for line in ranks), ranks  # samples, not images
     assert status.run_id.startswith("train-") and status.state.value == "succeeded"  # named after the script
     assert (status.step, status.world_size) == (12, 2)
     # each rank's progress, in status --output json and jobs --output json alike
