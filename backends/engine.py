@@ -34,6 +34,17 @@ class Engine:
         """What the client's environment needs beside the caller's, for a build."""
         return dict(PLAIN_BUILDER_ENV) if self.kind == "docker" else {}
 
+    def image_id(self, name: str) -> str:
+        """The engine's id of the image ``name`` here ('' where it has none)."""
+        done = subprocess.run(
+            [self.binary, "image", "inspect", "--format", "{{.Id}}", name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        return done.stdout.strip() if done.returncode == 0 else ""
+
     def build_argv(
         self,
         dockerfile: str,

@@ -16,7 +16,6 @@ import functools
 import hashlib
 import http.server
 import io
-import subprocess
 import tarfile
 import tempfile
 import threading
@@ -60,24 +59,12 @@ def serve_wheels(folder: str | None) -> Iterator[str | None]:
         server.server_close()
 
 
-def image_id(engine: Engine, name: str) -> str:
-    """The engine's id of the image ``name`` here ('' where it has none)."""
-    done = subprocess.run(
-        [engine.binary, "image", "inspect", "--format", "{{.Id}}", name],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
 async def _build_here(
     engine: Engine, root: Path, dockerfile: str, name: str, args: tuple[str, ...], network: str | None, clock: Clock
 ) -> AsyncIterator[Progress]:
     """One image built on ``engine`` from ``root``, unless the engine holds ``name`` already; the last
     event carries its id."""
-    found = await asyncio.to_thread(image_id, engine, name)
+    found = await asyncio.to_thread(engine.image_id, name)
     if found:
         yield Progress("build", f"{name} is built here already (nothing it is built from changed)", clock())
     else:
@@ -86,7 +73,7 @@ async def _build_here(
         yield Progress("build", "$ " + " ".join([Path(argv[0]).name, *argv[1:]]), clock())
         async for p in stream_command(argv, None, "build", clock, root, engine.env):
             yield p
-        found = await asyncio.to_thread(image_id, engine, name)
+        found = await asyncio.to_thread(engine.image_id, name)
         if not found:
             raise BackendError(f"the build ended but the engine has no image {name}", "read the build output above")
     repository, _, tag = name.rpartition(":")
@@ -118,7 +105,7 @@ async def build_local(plan: ImagePlan, engine: Engine | None = None) -> AsyncIte
     name = base
     if plan.code:
         context, dockerfile, code_dir = await asyncio.to_thread(code_context, plan)
-        base_id = await asyncio.to_thread(image_id, engine, base)
+        base_id = await asyncio.to_thread(engine.image_id, base)
         name = f"{plan.repository}:code-{hashlib.sha256(context + base_id.encode()).hexdigest()[:12]}-{plan.variant}"
         with tempfile.TemporaryDirectory(prefix="torchdeck-context-") as folder:
             with tarfile.open(fileobj=io.BytesIO(context), mode="r:gz") as tar:

@@ -169,10 +169,7 @@ async def push_image(
     root = source_root()
     tag = image_tag(await asyncio.to_thread(context_archive, root), plan.variant, plan.build_args)
     local = f"{plan.repository}:{tag}"
-    found = await asyncio.to_thread(
-        subprocess.run, [engine.binary, "image", "inspect", local], capture_output=True, timeout=60
-    )
-    if found.returncode != 0:
+    if not await asyncio.to_thread(engine.image_id, local):
         raise BackendError(
             f"no image {local} here (the context has changed since, or it was never built)",
             "torchdeck image build --no-push (with the same --gpu and --torch-* options), then push",
