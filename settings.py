@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .backends.cost import money
 from .backends.errors import SpecError
 from .backends.files import load_yaml
 from .backends.names import LABEL_RE
@@ -60,6 +61,12 @@ class Settings:
     """Namespace cluster commands look in (TORCHDECK_NAMESPACE; default: the context's, else every one)."""
     aws_poll_s: float = 15.0
     """Seconds between asking AWS how a cluster's create or delete stands (TORCHDECK_AWS_POLL_S, 0.01-300)."""
+    local_price_per_hour: float | None = None
+    """What this machine costs an hour, in USD, to price local runs (TORCHDECK_LOCAL_PRICE_PER_HOUR;
+    unset: a local run's cost is unknown, and said so). A spec's node_price_per_hour wins."""
+    node_price_per_hour: float | None = None
+    """What a cluster node costs an hour where its instance type is not in torchdeck's price table
+    (TORCHDECK_NODE_PRICE_PER_HOUR): a cluster outside AWS, say. A spec's node_price_per_hour wins."""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, config_file: Path | None = None) -> Settings:
@@ -122,6 +129,8 @@ class Settings:
                 if not low <= number <= high:
                     raise ValueError
                 return number
+            if name in ("local_price_per_hour", "node_price_per_hour"):
+                return None if value in (None, "") else money(value)
             if name == "ascii":
                 if isinstance(value, bool):
                     return value
@@ -142,6 +151,8 @@ class Settings:
             "straggler_ratio": "a number from 0.05 to 1",
             "aws_poll_s": "a number of seconds from 0.01 to 300",
             "ascii": "1 or 0",
+            "local_price_per_hour": "an amount in USD an hour, such as 0.40",
+            "node_price_per_hour": "an amount in USD an hour, such as 0.40",
             "backend": "local, kubernetes or eks",
             "namespace": "a Kubernetes namespace (lower-case letters, digits and '-')",
         }.get(name, "a valid value")

@@ -22,12 +22,16 @@ def open_backend(name: str, settings: Settings) -> Backend:
     if name == "local":
         from .local import LocalBackend
 
-        return LocalBackend(settings.state_dir)
+        return LocalBackend(settings.state_dir, local_price_per_hour=settings.local_price_per_hour)
     if name == "kubernetes":
         from .kubernetes.backend import KubernetesBackend
 
         return KubernetesBackend(
-            settings.kubeconfig, settings.kube_context, settings.namespace, ledger_dir=settings.state_dir
+            settings.kubeconfig,
+            settings.kube_context,
+            settings.namespace,
+            ledger_dir=settings.state_dir,
+            node_price_per_hour=settings.node_price_per_hour,
         )
     if name == "eks":  # the kubernetes backend on the context of a cluster torchdeck made
         from .eks.access import ClusterRecord
@@ -50,9 +54,18 @@ def open_backend(name: str, settings: Settings) -> Backend:
             kubeconfig, context = records[0].kubeconfig or kubeconfig, records[0].context
         from ..trainer.s3url import S3Url
 
-        storage = next((r.storage for r in records if r.context == context), None)
+        record = next((r for r in records if r.context == context), None)
+        storage = record.storage if record else None
         bucket = str(S3Url(storage.bucket, storage.prefix.rstrip("/"))) if storage and storage.bucket else None
+        from .eks.prices import SpotPrices
+
         return KubernetesBackend(
-            kubeconfig, context, settings.namespace, ledger_dir=settings.state_dir, code_bucket=bucket
+            kubeconfig,
+            context,
+            settings.namespace,
+            ledger_dir=settings.state_dir,
+            code_bucket=bucket,
+            node_price_per_hour=settings.node_price_per_hour,
+            spot_price=SpotPrices(record.region) if record and record.region else None,
         )
     raise BackendError(f"unknown backend {name!r}", f"choose one of: {', '.join(BACKENDS)}")

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
+from .cost import RunCost
 from .errors import BackendError
 from .spec import JobSpec
 
@@ -74,7 +75,7 @@ class RankProgress:
     last_report: float | None = None
     """When the rank last wrote a metric line (seconds since the epoch)."""
     state: str = "running"
-    """running, done, or error (with ``error``, its message)."""
+    """running, done, stopped (asked to, after a snapshot), or error (with ``error``, its message)."""
     error: str = ""
 
 
@@ -112,11 +113,14 @@ class JobStatus:
     ranks: list[RankProgress] = field(default_factory=list)
     """Each rank's progress, where the backend read it; the run's own step, epoch and loss are the
     lowest rank's (rank 0's), as the monitor's header shows them."""
+    cost: RunCost | None = None
+    """What it has cost so far (node-hours times prices, ``backends/cost.py``), with its budget."""
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["state"] = self.state.value
         out["ranks"] = [dict(r.__dict__) for r in self.ranks]
+        out["cost"] = self.cost.to_dict() if self.cost is not None else None
         return out
 
 
@@ -188,6 +192,11 @@ class Backend(abc.ABC):
 
     name: str = ""
 
+    @property
+    def scope(self) -> str:
+        """Which runs this backend sees, in a word: where what is kept of its runs (digests) goes."""
+        return self.name
+
     @abc.abstractmethod
     def render(self, spec: JobSpec) -> str:
         """What submit would do, as text (a command line, manifests), without doing it."""
@@ -249,6 +258,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """A run's spec (as far as the backend keeps it) and where its trained model is."""
+
+    def run_spec(self, run_id: str) -> JobSpec:
+        """The spec the run was started from, as far as the backend keeps it (a comparison's rows)."""
+        return self.model_file_of(run_id)[0]
 
     def resume(self, run_id: str) -> tuple[str, JobSpec]:
         """Start the run that continues ``run_id`` (once, however many consoles ask): its id and spec."""

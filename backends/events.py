@@ -107,6 +107,8 @@ def fold_ranks(events: Iterable[MetricEvent], ranks: dict[int, RankProgress] | N
                 view.steps_per_s = r.get("steps_per_s") or view.steps_per_s
         elif event.event == "done":
             view.state = "done"
+        elif event.event == "stopped":
+            view.state = "stopped"
         elif event.event == "error":
             view.state, view.error = "error", str(r.get("message") or "error")
         if r.get("val_loss") is not None:
@@ -169,6 +171,8 @@ def describe_record(record: dict[str, Any]) -> str:
             f"done: accuracy {_num(None if acc is None else acc * 100, '.2f')}%, best "
             f"{_num(None if best is None else best * 100, '.2f')}%, model {r('model_file')}"
         )
+    if event == "stopped":
+        return f"stopped at step {r('step')} ({r('signal')}): a snapshot for a resume"
     if event == "error":
         hint = r("hint")
         return f"error: {r('message')}" + (f" ({hint})" if hint else "")

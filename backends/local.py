@@ -50,6 +50,7 @@ from .base import (
     TestResult,
     as_test_result,
 )
+from .cost import NodeUse, PriceBook, RunCost, budget_stop_words, dollars, price_run
 from .errors import BackendError, RunNotFound, SpecError
 from .events import describe_record, fold_progress, fold_ranks, parse_metric_line, parse_metric_lines, tool_result
 from .files import write_atomically
@@ -93,8 +94,10 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, state_dir: str | Path, python: str | None = None):
+    def __init__(self, state_dir: str | Path, python: str | None = None, local_price_per_hour: float | None = None):
         self.state_dir = Path(state_dir)
+        self.local_price_per_hour = local_price_per_hour
+        """What this machine costs an hour (the settings'), for runs whose spec names no price."""
         self.runs_dir = self.state_dir / "runs"
         self.python = python or sys.executable
         self._children: dict[int, subprocess.Popen] = {}
@@ -116,6 +119,13 @@ class LocalBackend(Backend):
                 "nodes",
                 f"the local backend runs one node, got {spec.nodes}",
                 "set nodes: 1, or use --backend kubernetes for several machines",
+            )
+        if spec.budget is not None and self._price(spec.node_price_per_hour) is None:
+            raise SpecError(
+                "budget",
+                f"a budget of {dollars(spec.budget)} needs a price for this machine, and none is set",
+                "set node_price_per_hour in the spec, or local_price_per_hour in the settings "
+                "(TORCHDECK_LOCAL_PRICE_PER_HOUR)",
             )
         if not spec.builtin:  # the folder and interpreter as the run uses them (and its spec.yaml records)
             code = Path(spec.entrypoint.code).expanduser().resolve()
@@ -243,6 +253,9 @@ class LocalBackend(Backend):
                     "world_size": spec.world_size,
                     "host": socket.gethostname(),
                     "in_image": spec.local_image,
+                    "node_price_per_hour": spec.node_price_per_hour,
+                    "budget": spec.budget,
+                    "price_per_hour": self._price(spec.node_price_per_hour),
                 },
             )
             with open(run_dir / "launcher.log", "ab") as log:
@@ -411,7 +424,12 @@ class LocalBackend(Backend):
             kept = kept_status(run_dir)
             if kept is not None:
                 self._ended[run_dir] = kept
-        return dataclasses.replace(kept) if kept is not None else None  # a copy: callers may change theirs
+        if kept is None:
+            return None
+        kept = dataclasses.replace(kept)  # a copy: callers may change theirs
+        if kept.cost is not None and kept.cost.amount is None and self.local_price_per_hour is not None:
+            kept.cost = kept.cost.priced(self.local_price_per_hour, "the local_price_per_hour setting")
+        return kept
 
     def _work_out_status(self, run_dir: Path) -> JobStatus:
         launch = read_json(run_dir / "launch.json") or {}
@@ -429,10 +447,16 @@ class LocalBackend(Backend):
         self._progress(run_dir, status)
         done = read_json(run_dir / "exit.json")
         cancelled = (run_dir / "cancel").exists()
+        stopped_why, stopped_hint = "stopped by the user", ""
+        if cancelled:
+            request = read_json(run_dir / "cancel") or {}
+            if request.get("budget"):
+                stopped_why = budget_stop_words(float(request["budget"]), float(request.get("spent") or 0))
+                stopped_hint = f"raise budget in the spec; `torchdeck train --resume {run_dir.name}` continues from its last checkpoint"
         if done is not None:
             status.exit_code, status.finished_at = done.get("exit_code"), done.get("finished_at")
             if cancelled:
-                status.state, status.reason, status.hint = JobState.CANCELLED, "stopped by the user", ""
+                status.state, status.reason, status.hint = JobState.CANCELLED, stopped_why, stopped_hint
             elif status.exit_code == 0:
                 status.state, status.reason, status.hint = JobState.SUCCEEDED, "", ""
             else:
@@ -454,7 +478,7 @@ class LocalBackend(Backend):
                 status.state = JobState.PENDING
                 status.reason = f"starting: {reported} of {status.world_size} ranks have reported"
         elif cancelled:
-            status.state, status.reason = JobState.CANCELLED, "stopped by the user"
+            status.state, status.reason, status.hint = JobState.CANCELLED, stopped_why, stopped_hint
         elif not (run_dir / "pid.json").exists() and time.time() - status.submitted_at < LAUNCHER_START_S:
             status.state, status.reason = JobState.PENDING, "starting its launcher"
         elif not (run_dir / "pid.json").exists():
@@ -465,7 +489,22 @@ class LocalBackend(Backend):
             status.state = JobState.FAILED
             status.reason = "the launcher ended without recording an exit status (killed, or the machine rebooted)"
             status.hint = f"`torchdeck logs {run_dir.name}` shows what the ranks wrote"
+        status.cost = self._cost(launch, status)
         return status
+
+    def _price(self, spec_price: float | None) -> float | None:
+        """This machine's price an hour for a run: its spec's, else the settings'."""
+        return spec_price if spec_price is not None else self.local_price_per_hour
+
+    def _cost(self, launch: dict, status: JobStatus) -> RunCost:
+        """This machine, held from the submit to the exit (waiting for ranks to start counts)."""
+        use = NodeUse(f"this machine ({launch.get('host') or 'local'})", status.submitted_at, status.finished_at)
+        if not status.submitted_at:
+            return RunCost([], launch.get("budget"))
+        if status.finished_at is None and status.state.is_terminal:
+            use.ended_at = status.submitted_at  # ended unrecorded: no time is known to have been held
+        book = PriceBook(launch.get("node_price_per_hour"), self.local_price_per_hour, "local_price_per_hour")
+        return price_run([use], book, launch.get("budget"), running=not status.state.is_terminal)
 
     def status(self, run_id: str) -> JobStatus:
         return self._status_of(self.resolve(run_id))
@@ -659,6 +698,11 @@ class LocalBackend(Backend):
         run_dir = self.resolve(run_id)
         spec = load_spec(run_dir / "spec.yaml")
         return spec, spec.model_file or str(Path(spec.checkpoint_dir or run_dir / "checkpoints") / "model.pt")
+
+    def run_spec(self, run_id: str) -> JobSpec:
+        from .spec import load_spec
+
+        return load_spec(self.resolve(run_id) / "spec.yaml")
 
     def resume(self, run_id: str) -> tuple[str, JobSpec]:
         """Start the run that continues ``run_id``: once. Two consoles resuming the same run at the

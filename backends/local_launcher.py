@@ -49,12 +49,7 @@ def main(argv: list[str]) -> int:
             log.write(f"torchdeck: cannot start torchrun: {exc}\n".encode())
             write_json(run_dir / "exit.json", {"exit_code": 127, "finished_at": time.time(), "signals": received})
             return 127
-        while True:
-            try:
-                code = child.wait()
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-                continue
+        code = wait_within_budget(run_dir, launch, child)
     left = reap_run(os.environ.get("TORCHDECK_RUN_ID", ""))
     write_json(
         run_dir / "exit.json", {"exit_code": code, "finished_at": time.time(), "signals": received, "reaped": left}
@@ -62,12 +57,55 @@ def main(argv: list[str]) -> int:
     from .errors import BackendError
     from .local import LocalBackend
 
+    backend = LocalBackend(run_dir.parent.parent, local_price_per_hour=launch.get("price_per_hour"))
     try:  # the status as it stays, so that listing runs reads one file each
-        LocalBackend(run_dir.parent.parent).record_final_status(run_dir.name)
+        status = backend.record_final_status(run_dir.name)
     except (BackendError, OSError) as exc:  # the run's files say how it ended; status works it out again
         with open(run_dir / "launcher.log", "ab") as log:
             log.write(f"torchdeck: could not record the run's final status: {exc}\n".encode())
+        return 0
+    from .run_digest import DigestStore, digest_of
+
+    try:
+        digest_of(backend, DigestStore(run_dir.parent.parent), status)  # what comparisons read, made once
+    except (BackendError, OSError) as exc:  # a comparison makes it instead
+        with open(run_dir / "launcher.log", "ab") as log:
+            log.write(f"torchdeck: could not digest the run's metrics: {exc}\n".encode())
     return 0
+
+
+BUDGET_STOP_GRACE_S = 60.0
+"""How long torchrun has, once a budget stop is asked, to stop its ranks (they write a snapshot
+first) before it is killed."""
+
+
+def budget_deadline(launch: dict) -> float | None:
+    """When the run's cost reaches its budget: this machine's price an hour is fixed at submit."""
+    budget, per_hour, submitted = launch.get("budget"), launch.get("price_per_hour"), launch.get("submitted_at")
+    if not budget or not per_hour or not submitted:
+        return None
+    return float(submitted) + float(budget) / float(per_hour) * 3600.0
+
+
+def wait_within_budget(run_dir: Path, launch: dict, child: subprocess.Popen) -> int:
+    """Wait for torchrun; past the budget, record why and ask it to stop (SIGTERM: the built-in
+    trainer writes a snapshot, then every rank exits), and kill it if it has not within the grace."""
+    deadline = budget_deadline(launch)
+    while True:
+        timeout = None if deadline is None else max(0.0, deadline - time.time())
+        try:
+            return child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        spent = (time.time() - float(launch["submitted_at"])) / 3600.0 * float(launch["price_per_hour"])
+        request = {"requested_at": time.time(), "budget": launch["budget"], "spent": round(spent, 6)}
+        write_json(run_dir / "cancel", request)
+        child.send_signal(signal.SIGTERM)
+        try:
+            return child.wait(timeout=BUDGET_STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            return child.wait()
 
 
 def record_pid(run_dir: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .base import JobState, JobStatus, RankProgress
+from .cost import RunCost
 
 STATUS_FILE = "status.json"
 """An ended run's status, kept so that listing runs reads one file each."""
@@ -31,7 +32,10 @@ def kept_status(run_dir: str) -> JobStatus | None:
         if kept["run_id"] != os.path.basename(run_dir):
             return None
         ranks = [RankProgress(**r) for r in kept.get("ranks") or []]
-        return JobStatus(**{**kept, "state": JobState(kept["state"]), "location": run_dir, "ranks": ranks})
+        cost = RunCost.from_dict(kept["cost"]) if kept.get("cost") else None
+        return JobStatus(
+            **{**kept, "state": JobState(kept["state"]), "location": run_dir, "ranks": ranks, "cost": cost}
+        )
     except (OSError, ValueError, TypeError, KeyError):
         return None
 

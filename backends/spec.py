@@ -22,6 +22,7 @@ from typing import Any, Literal, get_args
 import yaml
 
 from ..trainer.s3url import S3Url
+from .cost import money
 from .errors import SpecError
 from .files import load_yaml, parse_yaml, replace_text
 from .names import DNS_1035_RE, check_bucket_name, check_code_path, check_s3_prefix
@@ -216,6 +217,12 @@ class JobSpec:
     """What every rank runs (default: the built-in CIFAR-10 trainer)."""
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     """How a user script's metrics are read."""
+    budget: float | None = None
+    """The most this run may cost, in USD (``12.50``, ``"$12.50"``): past it the run is stopped, the
+    built-in trainer with a checkpoint, and its reason says so (``backends/cost.py``)."""
+    node_price_per_hour: float | None = None
+    """What one node of this run costs an hour, where torchdeck's price table does not say or you pay
+    another price: this machine on the local backend, every node on a cluster."""
 
     @property
     def world_size(self) -> int:
@@ -378,6 +385,23 @@ RESOURCE_CHECKS = {
     "gpus": _int_at_least(0),
     "shm_size": _quantity(optional=False),
 }
+MONEY_FIELDS = ("budget", "node_price_per_hour")
+"""Amounts, read by ``cost.money`` (``"$12.50"`` is 12.5); None leaves them unset."""
+
+
+def _money(positive: bool) -> Check:
+    def check(v: object) -> str | None:
+        if v is None:
+            return None
+        try:
+            money(v, positive=positive)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    return check
+
+
 SPEC_CHECKS = {
     "name": _job_name,
     "nodes": _int_at_least(1),
@@ -392,6 +416,8 @@ SPEC_CHECKS = {
     "local_image": _image,
     "namespace": _name,
     "env": _env,
+    "budget": _money(positive=True),
+    "node_price_per_hour": _money(positive=False),
 }
 
 
@@ -557,7 +583,7 @@ def spec_from_dict(data: object, source: str = "") -> JobSpec:
             problem = SPEC_CHECKS[key](value)
             if problem:
                 raise SpecError(key, problem, "", source)
-            values[key] = value
+            values[key] = money(value) if key in MONEY_FIELDS and value is not None else value
     spec = JobSpec(**values)
     _check_together(spec, source)
     return spec

@@ -81,6 +81,7 @@ def dispatch(args: argparse.Namespace) -> int:
             "test": cmd_test,
             "jobs": cmd_jobs,
             "status": cmd_status,
+            "compare": cmd_compare,
             "logs": cmd_logs,
             "stop": cmd_stop,
         }[command](args, settings, backend)
@@ -424,7 +425,7 @@ REASON_WIDTH = 60
 
 
 def format_status_table(statuses: list[JobStatus], reasons: bool = True) -> str:
-    head = ("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE")
+    head = ("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "COST")
     rows: list[tuple[str, ...]] = [(*head, "REASON") if reasons else (*head, "")]
     now = time.time()
     # a run's reason and its names come from the run, the cluster or a file: nothing in them drives the terminal
@@ -458,8 +459,34 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
     if queue.get("admitted_at"):  # submitted through Kueue, and let through
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queue["admitted_at"]))
         print(printable(f"queue: admitted from {queue.get('local_queue')} at {when}"))
+    if status.cost is not None:
+        print(printable(f"cost: {status.cost.words()}"))
     if status.hint:
         print(printable(f"hint: {status.hint}"))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    from torchdeck.backends.run_digest import DigestStore
+    from torchdeck.monitor.compare import Comparison, format_rows, load_run
+
+    if len(args.runs) < 2:
+        return fail("compare needs two runs or more (hint: `torchdeck jobs` lists them)", EXIT_USAGE)
+    store = DigestStore(settings.state_dir)
+    runs = [load_run(backend, store, run_id) for run_id in args.runs]
+    if len({r.status.run_id for r in runs}) < len(runs):
+        return fail("a run is named twice (hint: name each run once; a prefix may match a run named too)", EXIT_USAGE)
+    comparison = Comparison(runs)
+    if args.output == "json":
+        print(json.dumps(comparison.to_json(), indent=2))
+        return 0
+    for run in runs:  # which short name is which run, and how it ended
+        end = f": {run.status.reason}" if run.status.reason else ""
+        print(printable(f"{run.label:<16} {run.status.run_id} ({run.status.backend}, {run.status.state.value}{end})"))
+    print()
+    for line in format_rows(comparison.rows(), [r.label for r in runs]).splitlines():
+        print(printable(line))
+    print("\n* best of the row", file=sys.stderr)
     return 0
 
 

@@ -22,6 +22,7 @@ Kubernetes and on AWS EKS, and shows them live.
                                    your own script on every rank (its text is read as metrics)
   torchdeck import job.yaml        a spec from a PyTorchJob, ElasticJob, MPIJob or Job manifest
   torchdeck jobs                   list the runs
+  torchdeck compare RUN RUN...     runs side by side: losses, what differs in their specs, cost
   torchdeck monitor RUN            watch a run in the console
   torchdeck logs RUN --rank 1 -f   follow one rank's output
   torchdeck stop RUN               stop a run and every process it started
@@ -174,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="one run's state, progress and failure reason")
     p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+
+    p = sub.add_parser(
+        "compare", help="runs side by side: their losses, what differs in their specs, wall time, speed and cost"
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run ids or unique prefixes (two or more)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser("logs", help="print a run's output, every rank or one")

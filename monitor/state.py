@@ -365,7 +365,7 @@ class MonitorState:
 
 def status_cells(s: JobStatus, now: float) -> tuple[str, ...]:
     """A run as one row of the runs table (`torchdeck jobs`, the runs screen): run, state, ranks,
-    epoch, step, loss, accuracy, age."""
+    epoch, step, loss, accuracy, age, cost (``?`` where its price is unknown)."""
     return (
         s.run_id,
         s.state.value,
@@ -375,6 +375,7 @@ def status_cells(s: JobStatus, now: float) -> tuple[str, ...]:
         "-" if s.loss is None else f"{s.loss:.3f}",
         "-" if s.accuracy is None else f"{s.accuracy * 100:.1f}%",
         format_duration(now - s.submitted_at) if s.submitted_at else "-",
+        "-" if s.cost is None else s.cost.cell(),
     )
 
 

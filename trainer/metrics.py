@@ -4,7 +4,7 @@ Schema version 1. Every line carries:
 
 =============  ==============================================================
 ``schema``     1
-``event``      start, step, epoch, eval, checkpoint, resume, done or error
+``event``      start, step, epoch, eval, checkpoint, resume, done, stopped or error
 ``rank``       global rank; ``local_rank`` and ``world_size`` likewise
 ``host``       the host name
 ``time``       unix seconds
@@ -24,6 +24,7 @@ and by event:
 - ``checkpoint``: epoch, step, path, bytes, save_s.
 - ``resume``: epoch, step, path, restart_count, skipped (unreadable newer checkpoints).
 - ``done``: epoch, step, accuracy, best_accuracy, model_file, train_s.
+- ``stopped``: epoch, step, signal, train_s: asked to stop (SIGTERM), after a snapshot.
 - ``error``: message, hint.
 
 The trainer's tools (``torchdeck.trainer.data``, ``.evaluate``, ``.model_file``) end their
@@ -47,7 +48,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 SCHEMA_VERSION = 1
-EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "error")
+EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "stopped", "error")
 
 
 def _clean(value: Any) -> Any:

@@ -35,6 +35,7 @@ from .metrics import MetricsWriter
 from .model_file import save_model
 from .models import MODELS, ModelUnavailable, build_model
 from .recipes import DEFAULT_RECIPE, RECIPES, Recipe, lr_at
+from .stopping import StopRequest
 
 
 @dataclass
@@ -196,8 +197,12 @@ class Trainer:
         test_set: data.ImageSet,
         dataset_name: str,
         job_started_at: float,
+        stop: StopRequest | None = None,
     ):
         self.cfg, self.env, self.placement = cfg, env, placement
+        self.stop = stop or StopRequest()
+        """A stop asked from outside (SIGTERM): honoured at the next step every rank reports."""
+        self.stopped = False
         self.recipe = cfg.recipe
         self.device = placement.device
         self.train_set, self.test_set, self.dataset_name = train_set, test_set, dataset_name
@@ -405,6 +410,9 @@ class Trainer:
                     data_s=round(t1 - t0, 5),
                     **self.gpu.sample(),
                 )
+                if self.stop_agreed():
+                    self.stopped = True
+                    return False
             if (
                 self.ckpt_dir is not None
                 and self.cfg.checkpoint_every
@@ -423,6 +431,17 @@ class Trainer:
             epoch_s=round(epoch_s, 3),
         )
         return True
+
+    def stop_agreed(self) -> bool:
+        """Whether any rank has been asked to stop, agreed by all at a step they all reach (a step
+        they report): each then stops after the same step, and none waits in a collective for a
+        rank that has left."""
+        asked = 1.0 if self.stop.asked else 0.0
+        if self.env.world_size > 1 and dist.is_initialized():
+            flag = torch.tensor([asked], device=self.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            asked = flag.item()
+        return asked > 0
 
     def evaluate(self) -> tuple[float, float, list[float]]:
         """Accuracy, mean loss and per-class accuracy on the test set; each
@@ -467,6 +486,15 @@ class Trainer:
         while self.step < self.total_steps:
             epoch = self.step // self.steps_per_epoch
             finished = self.run_epoch(epoch)
+            if self.stopped:  # asked to stop: the snapshot now, then leave (a resume continues here)
+                self.save_snapshot()
+                summary = {
+                    "epoch": self.epoch_of(self.step),
+                    "step": self.step,
+                    "signal": self.stop.signal_name or "SIGTERM",
+                }
+                self.metrics.emit("stopped", **summary, train_s=round(time.perf_counter() - train_started, 3))
+                return {**summary, "stopped": True}
             accuracy, loss, per_class = self.evaluate()
             self.last_accuracy = accuracy
             self.best_accuracy = max(self.best_accuracy, accuracy)
@@ -594,7 +622,9 @@ def run(cfg: TrainConfig, env: DistEnv) -> dict[str, Any]:
         join_process_group(placement.backend, env)
     try:
         started = _agree_on_start_time(env, ckpt_dir, placement)
-        trainer = Trainer(cfg, env, placement, train_set, test_set, name, started)
+        stop = StopRequest()
+        stop.install()
+        trainer = Trainer(cfg, env, placement, train_set, test_set, name, started, stop)
         summary = trainer.train()
         if dist.is_initialized():
             # No rank leaves while another still uses the group (rank 0 saving the model).

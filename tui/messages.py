@@ -8,6 +8,7 @@ reason holding ``ESC [2J`` once blanked the runs screen)."""
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from textual.message import Message
 
 from torchdeck.backends.base import JobStatus, NodeMetrics, TestResult
 from torchdeck.backends.ledger import Resource
+from torchdeck.monitor.compare import Row
 from torchdeck.terminal import as_shown
 
 if TYPE_CHECKING:  # the EKS types load with the cloud screens, not with the console's first frame
@@ -123,3 +125,24 @@ class LedgerRead(Message):
     resources: list[Resource]
     per_hour: float
     so_far: float
+
+
+@dataclass
+class RunsCompared(Message):
+    """A comparison read or brought up to date (``monitor/compare.py``): its table's rows, headings
+    and curves as the screen draws them."""
+
+    heads: list[str]
+    rows: list[Row]
+    curves: dict[int, tuple[array, array]]
+    legend: dict[int, str]
+    running: int
+    """Runs in it still running (they keep updating)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.heads = [as_shown(h) for h in self.heads]
+        self.rows = [
+            dataclasses.replace(r, name=as_shown(r.name), cells=[as_shown(c) for c in r.cells]) for r in self.rows
+        ]
+        self.legend = {k: as_shown(v) for k, v in self.legend.items()}

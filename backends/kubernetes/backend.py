@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import dataclasses
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -40,12 +42,14 @@ from ..base import (
     TestResult,
     as_test_result,
 )
-from ..errors import BackendError, RunIdTaken, RunNotFound
+from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
+from ..errors import BackendError, RunIdTaken, RunNotFound, SpecError
 from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines
 from ..names import new_run_id
 from ..spec import JobKindName, JobSpec, spec_from_dict, validate
 from . import crds
 from .client import ApiError, KubeClient, api_path
+from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
 from .diagnosis import Finding, diagnose_pod, job_findings
 from .jobs import (
     KIND_BY_NAME,
@@ -66,17 +70,31 @@ from .manifests import (
     PROGRAM_ANNOTATION,
     QUEUE_LABEL,
     RUN_LABEL,
+    SPEC_ANNOTATION,
     Rendered,
     pod_selector,
     render,
 )
 from .node_metrics import measure_nodes
 from .preflight import preflight
-from .queues import queue_findings, queue_wait, suspended, wait_words
+from .queues import queue_findings, queue_wait, suspend_patch, suspended, wait_words
 from .streams import PodLogFollower, has_started, node_ranks
 from .tasks import TaskJobs
 
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
+
+
+def spec_of(obj: dict[str, Any]) -> JobSpec | None:
+    """The spec kept on a job (``SPEC_ANNOTATION``); None where there is none or it does not read."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_ANNOTATION)
+    if not text:
+        return None
+    try:
+        return spec_from_dict(json.loads(text), f"{obj['metadata']['name']}'s {SPEC_ANNOTATION}")
+    except (ValueError, SpecError):
+        return None
+
+
 CRD_CACHE_S = 5.0
 NODE_METRICS_TTL_S = 5.0
 PODS_READ = 16
@@ -97,8 +115,16 @@ class KubernetesBackend(Backend):
         namespace: str | None = None,
         ledger_dir: str | Path | None = None,
         code_bucket: str | None = None,
+        node_price_per_hour: float | None = None,
+        spot_price: SpotPrice | None = None,
     ):
         self.client = KubeClient(kubeconfig, context)
+        self.node_price_per_hour = node_price_per_hour
+        """What a node costs an hour where its instance type is not in the price table (the settings')."""
+        self.spot_price = spot_price
+        """A spot node's price an hour now (the eks backend's, from EC2); None: spot at on-demand."""
+        self.node_book = NodeBook()
+        """The cluster's nodes (their instance types), for what runs cost."""
         """The connection to the cluster: every API request goes through it."""
         self.code_bucket = code_bucket
         """Where a code bundle too large for a ConfigMap goes when the spec says nothing (eks: the
@@ -123,6 +149,10 @@ class KubernetesBackend(Backend):
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection (the client's own pickling)."""
         return {**self.__dict__, "_node_cache": {}, "_crds": {}}
+
+    @property
+    def scope(self) -> str:
+        return f"kubernetes-{self.client.context or 'current-context'}"
 
     @property
     def kubeconfig(self) -> str | None:
@@ -362,7 +392,64 @@ class KubernetesBackend(Backend):
         pods = self.pods(obj["metadata"]["name"], ns)
         status = self._status_of(key, obj, pods)
         self._progress(status, ns, pods, obj)
+        self._priced(key, obj, pods, status)
         return status
+
+    def run_spec(self, run_id: str) -> JobSpec:
+        """The spec the job was made from (its annotation); where it has none (a job made by an older
+        torchdeck, or imported), what the job object itself says."""
+        _, obj = self._job(run_id)
+        return spec_of(obj) or self.model_file_of(run_id)[0]
+
+    def _priced(self, key: JobKindName, obj: dict[str, Any], pods: list[dict[str, Any]], status: JobStatus) -> None:
+        """The run's cost so far (kept on the job once it has ended), and its budget's stop."""
+        kept = read_annotation(obj, COST_ANNOTATION)
+        if kept is not None and status.state.is_terminal:
+            try:
+                status.cost = RunCost.from_dict(kept)
+                return
+            except (ValueError, KeyError, TypeError):
+                pass  # not one torchdeck wrote: priced again from the pods
+        spec = spec_of(obj)
+        ended = status.finished_at if status.state.is_terminal else None
+        uses = node_uses(
+            pods, self.node_book.nodes(self.client), ended or (time.time() if status.state.is_terminal else None)
+        )
+        book = PriceBook(spec.node_price_per_hour if spec else None, self.node_price_per_hour, spot=self.spot_price)
+        status.cost = price_run(uses, book, spec.budget if spec else None, running=not status.state.is_terminal)
+        path = api_path(job_api(key), obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
+        if status.state.is_terminal and uses and kept is None:
+            with contextlib.suppress(BackendError):  # kept when it can be: read again from the pods while they last
+                annotate(self.client, path, COST_ANNOTATION, status.cost.to_dict())
+        share = status.cost.share
+        if not status.state.is_terminal and share is not None and share >= 1.0:
+            self._stop_at_budget(key, obj, status)
+
+    def _stop_at_budget(self, key: JobKindName, obj: dict[str, Any], status: JobStatus) -> None:
+        """Stop a run whose cost reached its budget: suspend its job (the pods get SIGTERM, the built-in
+        trainer writes a snapshot; the job stays, with why), or delete a job that cannot be suspended
+        or that Kueue manages (it would admit it again)."""
+        cost = status.cost
+        assert cost is not None and cost.budget is not None
+        spent = cost.amount or 0.0
+        status.state, status.reason = JobState.CANCELLED, budget_stop_words(cost.budget, spent)
+        status.cost = dataclasses.replace(cost, running=False)
+        patch = suspend_patch(key)
+        labels = obj["metadata"].get("labels") or {}
+        if patch is None or QUEUE_LABEL in labels:
+            self.cancel(status.run_id)
+            status.reason += "; its job was deleted"
+            return
+        path = api_path(job_api(key), obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
+        stopped = {"budget": cost.budget, "spent": round(spent, 6), "at": time.time()}
+        annotations = {
+            STOPPED_ANNOTATION: json.dumps(stopped, sort_keys=True, separators=(",", ":")),
+            COST_ANNOTATION: json.dumps(status.cost.to_dict(), sort_keys=True, separators=(",", ":")),
+        }
+        self.client.request("PATCH", path, body={**patch, "metadata": {"annotations": annotations}})
+        status.hint = (
+            f"raise budget and unsuspend the job to go on from its snapshot, or `torchdeck stop {status.run_id}`"
+        )
 
     def _progress(self, status: JobStatus, namespace: str, pods: list[dict[str, Any]], obj: dict[str, Any]) -> None:
         """Epoch, step, loss and accuracy from the tail of node 0's log (one small request), and each
@@ -405,6 +492,12 @@ class KubernetesBackend(Backend):
         wait = queue_wait(self.client, obj, queue) if queue and not state.is_terminal else None
         if wait is not None and suspended(obj):  # Kueue holds it: it waits in the queue, nothing runs
             state, reason = JobState.QUEUED, wait_words(wait)
+        stopped = read_annotation(obj, STOPPED_ANNOTATION)
+        if stopped is not None and suspended(obj):  # torchdeck suspended it at its budget
+            state, reason = (
+                JobState.CANCELLED,
+                budget_stop_words(float(stopped.get("budget") or 0), float(stopped.get("spent") or 0)),
+            )
         findings = [] if state.is_terminal or wait else self.pod_findings(meta.get("namespace", "default"), pods)
         findings += job_findings(name, st.get("conditions") or [], (spec.get("runPolicy") or {}).get("backoffLimit"))
         if findings and not reason:
@@ -429,11 +522,27 @@ class KubernetesBackend(Backend):
 
     def list(self) -> list[JobStatus]:
         jobs = self._list_jobs(MANAGED)
+        pods = self._pods_by_run({obj["metadata"].get("namespace", "default") for _, obj in jobs})
         out = []
         for key, obj in jobs:
-            self._kinds[obj["metadata"]["name"]] = (key, obj["metadata"].get("namespace", "default"))
-            out.append(self._status_of(key, obj, []))
+            name = obj["metadata"]["name"]
+            self._kinds[name] = (key, obj["metadata"].get("namespace", "default"))
+            status = self._status_of(key, obj, [])
+            self._priced(key, obj, pods.get(name, []), status)
+            out.append(status)
         return sorted(out, key=lambda s: s.submitted_at, reverse=True)
+
+    def _pods_by_run(self, namespaces: set[str]) -> dict[str, builtins.list[dict[str, Any]]]:
+        """Every torchdeck pod of these namespaces, by run (one request each), to price a listing."""
+        found: dict[str, builtins.list[dict[str, Any]]] = {}
+        for namespace in sorted(namespaces):
+            try:
+                items = self.client.request("GET", api_path("Pod", namespace), query={"labelSelector": RUN_LABEL})
+            except BackendError:
+                continue  # not ours to list: those runs' costs say their pods are not known
+            for pod in items.get("items") or []:
+                found.setdefault((pod["metadata"].get("labels") or {}).get(RUN_LABEL, ""), []).append(pod)
+        return found
 
     def cancel(self, run_id: str) -> JobStatus:
         key, obj = self._job(run_id)

@@ -54,6 +54,8 @@ AWS_CLI_IMAGE = (
 PROGRAM_ANNOTATION = "torchdeck.dev/program"
 """On the job object of a run of the user's own code: what its ranks run (the reader parses their text)."""
 PATTERN_ANNOTATION = "torchdeck.dev/metrics-pattern"
+SPEC_ANNOTATION = "torchdeck.dev/spec"
+"""The spec the job was made from (JSON): its budget and price, and what a comparison of runs shows."""
 CODE_LABEL = "torchdeck.dev/code"
 RANK_PREFIX = "[rank${rank}]:"
 """torchrun's per-line prefix for the user's code (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, with
@@ -428,12 +430,12 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         command=["python", "-m", "torch.distributed.run"],
         args=torchrun + trainer,
         container="trainer",
-        annotations={},
+        annotations={SPEC_ANNOTATION: kept_spec(spec)},
         init_containers=[],
         working_dir=None,
     )
     if not spec.builtin:
-        ctx["annotations"] = {PROGRAM_ANNOTATION: spec.program}
+        ctx["annotations"][PROGRAM_ANNOTATION] = spec.program
         if spec.metrics.pattern:
             ctx["annotations"][PATTERN_ANNOTATION] = spec.metrics.pattern
         workdir = spec.entrypoint.workdir
@@ -502,6 +504,17 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         ctx["etcd_image"] = ETCD_IMAGE
         ctx["etcd_labels"] = {"app.kubernetes.io/name": "torchdeck-etcd", RUN_LABEL: run_id}
     return ctx
+
+
+LOCAL_ONLY = ("data_dir", "download", "local_image")
+"""Spec fields that say where things are on the machine that submitted (never on the cluster)."""
+
+
+def kept_spec(spec: JobSpec) -> str:
+    """The spec as the job keeps it (``SPEC_ANNOTATION``): JSON, without the submitting machine's paths."""
+    data = {k: v for k, v in spec.to_dict().items() if k not in LOCAL_ONLY}
+    data["entrypoint"] = {k: v for k, v in data["entrypoint"].items() if k not in ("code", "python")}
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def render(

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..spec import JobSpec
+from ..spec import JobKindName, JobSpec
 from .client import ApiError, api_path
 from .diagnosis import Finding
 from .jobs import timestamp
@@ -134,6 +134,16 @@ def suspended(obj: dict[str, Any]) -> bool:
     """Whether the job is held suspended (where each kind keeps it: its run policy, or its spec)."""
     spec = obj.get("spec") or {}
     return bool((spec.get("runPolicy") or {}).get("suspend") or spec.get("suspend"))
+
+
+def suspend_patch(key: JobKindName) -> dict[str, Any] | None:
+    """The merge patch that suspends a job of kind ``key`` where ``suspended`` reads it (its pods
+    are deleted, the job kept); None for a kind that cannot be suspended (ElasticJob)."""
+    if key in ("pytorchjob", "mpijob"):
+        return {"spec": {"runPolicy": {"suspend": True}}}
+    if key in ("job", "trainjob"):
+        return {"spec": {"suspend": True}}
+    return None
 
 
 def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:

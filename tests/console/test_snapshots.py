@@ -165,6 +165,7 @@ PICTURES = {
     "storage": "test_snapshots/test_screen[120x40-storage].svg",
     "image": "test_snapshots/test_screen[120x40-image].svg",
     "monitor-80x24": "test_console/test_monitor_snapshot_80x24.svg",
+    "compare": "test_compare_screen/test_comparison_picture[120x40].svg",
 }
 """The README's pictures (docs/screens/NAME.svg): copies of the reviewed snapshots, made by
 scripts/screenshots."""

@@ -146,3 +146,21 @@ async def monitor_ready(pilot) -> MonitorScreen:
     await wait_for(pilot, lambda: chart.builds > builds and chart.shown == 2, what="the chart")
     await pilot.pause(0.2)
     return screen
+
+
+COMPARED_RUN = "recorded-1122-050000"
+
+
+def compared_state(tmp_path: Path) -> Path:
+    """The recorded run and a second run made from it, for the comparison screen: a larger batch,
+    its first 60 metric lines of each rank, failed (a comparison takes any state, any length)."""
+    state = recorded_state(tmp_path)
+    first, second = state / "runs" / RECORDED_RUN, state / "runs" / COMPARED_RUN
+    shutil.copytree(first, second)
+    spec = (second / "spec.yaml").read_text().replace("batch_size: null", "batch_size: 256")
+    (second / "spec.yaml").write_text(spec.replace("name: recorded", "name: recorded"))
+    for path in (second / "metrics").glob("rank-*.jsonl"):
+        path.write_text("".join(path.read_text().splitlines(keepends=True)[:60]))
+    exit_file = second / "exit.json"
+    exit_file.write_text(exit_file.read_text().replace('"exit_code": 0', '"exit_code": 1'))
+    return state

@@ -21,7 +21,14 @@ SCREENS: list[tuple[str, str, str]] = [
     (
         "Runs",
         "home",
-        "Every run, with its state. Below the runs: what torchdeck made in the cloud, its cost per hour and so far.",
+        "Every run, with its state and what it cost. `space` marks runs and `x` compares them. Below the "
+        "runs: what torchdeck made in the cloud, its cost per hour and so far.",
+    ),
+    (
+        "Compare",
+        "compare",
+        "Marked runs side by side: their losses overlaid (one line a run, ranks averaged; `r` a line a rank, "
+        "`v` validation losses) and a table of how each did (the best in green) and what differs in their specs.",
     ),
     (
         "Launch",

@@ -14,13 +14,14 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from torchdeck.backends.base import JobState, JobStatus
 from torchdeck.monitor.state import status_cells
+from torchdeck.terminal import as_shown
 
 from ..glyphs import STATE_STYLE
 from ..messages import LedgerRead, RunsListed, RunStopped
 from .base import DeckScreen, shown_path
 from .confirm import ConfirmScreen
 
-COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age")
+COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age", "cost")
 
 
 def _styled(column: int, cell: str, status: JobStatus) -> str | Text:
@@ -34,6 +35,8 @@ class HomeScreen(DeckScreen[None]):
         Binding("enter", "open", "Monitor"),
         Binding("s", "stop", "Stop"),
         Binding("t", "test", "Test"),
+        Binding("space", "mark", "Mark"),
+        Binding("x", "compare", "Compare"),
         Binding("c", "app.cluster", "Cluster"),
         Binding("v", "app.storage", "Storage"),
         Binding("i", "app.image", "Image"),
@@ -45,6 +48,8 @@ class HomeScreen(DeckScreen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.statuses: dict[str, JobStatus] = {}
+        self.marked: list[str] = []
+        """Runs marked (space) for a comparison (x), in the order marked."""
         self._shown: dict[str, tuple[str, ...]] = {}
         """Each row's cells as last drawn, in table order."""
         self._widths: list[int] = []
@@ -134,7 +139,8 @@ class HomeScreen(DeckScreen[None]):
         current = self.selected()
         self.statuses = {s.run_id: s for s in message.statuses}
         now = time.time()
-        shown = {s.run_id: status_cells(s, now) for s in message.statuses}
+        self.marked = [r for r in self.marked if r in self.statuses]
+        shown = {s.run_id: self._cells(s, now) for s in message.statuses}
         widths = [len(name) for name in COLUMNS]
         for cells in shown.values():
             widths = [max(w, len(cell)) for w, cell in zip(widths, cells, strict=True)]
@@ -156,6 +162,44 @@ class HomeScreen(DeckScreen[None]):
                 table.move_cursor(row=table.get_row_index(current))
         self._shown = shown
         self.show_detail()
+
+    def _cells(self, status: JobStatus, now: float) -> tuple[str, ...]:
+        cells = status_cells(status, now)
+        mark = "+ " if status.run_id in self.marked else ""
+        return (mark + cells[0], *cells[1:])
+
+    def action_mark(self) -> None:
+        """Mark the run under the cursor for a comparison, or unmark it."""
+        run_id = self.selected()
+        if run_id is None:
+            return
+        if run_id in self.marked:
+            self.marked.remove(run_id)
+        else:
+            self.marked.append(run_id)
+        table = self.query_one("#runs", DataTable)
+        cells = self._cells(self.statuses[run_id], time.time())
+        if len(cells[0]) > self._widths[0]:  # the mark widens the column: drawn again whole
+            self._shown = {}
+            self.on_runs_listed(RunsListed(list(self.statuses.values())))
+        else:
+            table.update_cell(run_id, COLUMNS[0], cells[0])
+            self._shown[run_id] = cells
+        table.action_cursor_down()
+        self.show_detail()
+
+    def action_compare(self) -> None:
+        """The marked runs side by side (with the one under the cursor where only one is marked)."""
+        runs = list(self.marked)
+        current = self.selected()
+        if len(runs) == 1 and current and current not in runs:
+            runs.append(current)
+        if len(runs) < 2:
+            self.notify("mark two runs or more with space, then press x", severity="warning")
+            return
+        from .compare import CompareScreen
+
+        self.app.push_screen(CompareScreen(runs))
 
     def on_run_stopped(self, message: RunStopped) -> None:
         self.notify(f"{message.status.run_id} {message.status.state.value}", title="stopped")
@@ -213,6 +257,10 @@ class HomeScreen(DeckScreen[None]):
         if s.hint:
             text.append(f"\nhint: {s.hint}", style="dim")
         text.append(f"\n{shown_path(s.location)}", style="dim")
+        if s.cost is not None:
+            text.append(f"\ncost: {as_shown(s.cost.words())}", style="dim")
+        if self.marked:
+            text.append(f"\n{len(self.marked)} marked for a comparison: x compares them", style="bold")
         detail.update(text)
 
     def action_open(self) -> None:

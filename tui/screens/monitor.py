@@ -17,6 +17,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from torchdeck.backends.base import Backend, JobState, JobStatus, NodeMetrics
+from torchdeck.backends.cost import dollars
 from torchdeck.monitor.feed import MetricFeed
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, quiet_words, unread_words
 
@@ -258,6 +259,12 @@ class MonitorScreen(DeckScreen[None]):
             f" epoch {epochs}  step {steps}  ETA {format_duration(snap.eta_s)}  "
             f"restarts {max(snap.restarts, status.restarts if status else 0)}  world {snap.world_size}"
         )
+        cost = status.cost if status else None
+        if cost is not None:  # the running total, and the budget's share where there is one
+            share = cost.share
+            style = "" if share is None else "bold red" if share >= 1 else "yellow" if share >= 0.8 else ""
+            spent = cost.cell() if cost.amount is not None else "? (price unknown)"
+            line.append(f"  cost {spent}" + (f" of {dollars(cost.budget)}" if cost.budget else ""), style=style)
         self._show("#status-line", line)
         progress = Text()
         fraction = 1.0 if state is JobState.SUCCEEDED else snap.fraction  # a run that said no total, done

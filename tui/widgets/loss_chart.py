@@ -57,10 +57,13 @@ def _segments(cells: list[str], colours: list[int]) -> list[Segment]:
     return out
 
 
-def build_chart(curves: Curves, width: int, height: int, marker: str) -> tuple[list[Strip], int]:
+def build_chart(
+    curves: Curves, width: int, height: int, marker: str, names: Mapping[int, str] | None = None
+) -> tuple[list[Strip], int]:
     """The chart as ``height`` lines of ``width`` cells, and how many curves it shows. Loss on
-    the left axis, step along the bottom; a legend in the corner for up to eight ranks.
-    Points that are not finite (a diverged loss) are left out."""
+    the left axis, step along the bottom; a legend in the corner for up to eight curves, each
+    named by ``names`` (a comparison's runs) or as its rank. Points that are not finite (a
+    diverged loss) are left out."""
     braille = marker == "braille"
     room = max(16, 2 * width)  # no more points than there are dots across
     points: list[tuple[int, list[float], list[float]]] = []
@@ -118,7 +121,8 @@ def build_chart(curves: Curves, width: int, height: int, marker: str) -> tuple[l
         cells = [chr(0x2800 + b) if b else " " for b in bits[r]] if braille else ["*" if b else " " for b in bits[r]]
         row_colour = colour[r]
         if legend and r < len(points):
-            key = ("⢕⢕ " if braille else "** ") + f"r{points[r][0]} "  # a blank after: apart from a curve
+            name = names.get(points[r][0], f"r{points[r][0]}") if names else f"r{points[r][0]}"
+            key = ("⢕⢕ " if braille else "** ") + f"{name} "  # a blank after: apart from a curve
             for i, ch in enumerate(key[: max(0, cols - 1)]):
                 cells[1 + i] = ch
                 row_colour[1 + i] = r if i < 2 else -1
@@ -200,6 +204,9 @@ class LossChart(LineStyles, Widget):
         garbage collector frees the worker, and those were 6,400 floats a chart, twice a second."""
         self._chart_strips: list[Strip] | None = None
         self._chart_size: tuple[int, int] = (0, 0)
+        self.labels: dict[int, str] = {}
+        """Names of the curves in the legend (a comparison's runs); empty: ranks, ``r0``..."""
+        self.title = "loss per rank"
 
     def on_mount(self) -> None:
         self.show({}, 0)
@@ -215,7 +222,7 @@ class LossChart(LineStyles, Widget):
         curves, width, height = self._wanted
         if width < 8 or height < 4:
             return
-        strips, drawn = build_chart(curves, width, height, self.glyphs.plot_marker)
+        strips, drawn = build_chart(curves, width, height, self.glyphs.plot_marker, self.labels)
         self.post_message(self.Built(strips, drawn, (width, height)))
 
     def on_loss_chart_built(self, message: Built) -> None:
@@ -227,7 +234,7 @@ class LossChart(LineStyles, Widget):
             more = f" ({self.shown} of {self.total}, picked)"
         elif self.total > self.shown:
             more = f" ({self.shown} of {self.total}; c picks)"
-        self.border_title = f"loss per rank{more}"
+        self.border_title = f"{self.title}{more}"
         self.refresh()
 
     def on_resize(self) -> None:

@@ -1,0 +1,136 @@
+"""Runs compared (``monitor/compare.py``) from their digests (``backends/run_digest.py``): runs of
+different lengths and rank counts, a run still running, a failed run; curves bounded however long
+a run; the digest file read back as it was; what differs in the specs; and money as people write
+it (``backends/cost.py``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from torchdeck.backends.base import JobState, JobStatus, MetricEvent
+from torchdeck.backends.cost import CostLine, NodeUse, PriceBook, RunCost, money, price_run
+from torchdeck.backends.run_digest import MEAN_POINTS, BucketCurve, RunDigest
+from torchdeck.backends.spec import spec_from_dict
+from torchdeck.monitor.compare import ComparedRun, Comparison, argument_pairs, format_rows, labels
+
+
+def steps(rank, count, loss_at, start=1, **extra):
+    return [
+        MetricEvent("step", rank, float(s), {"step": s, "loss": loss_at(s), **extra}) for s in range(start, count + 1)
+    ]
+
+
+def run(run_id, state, ranks, count, loss_at, args=(), cost=None, evals=()):
+    digest = RunDigest(run_id)
+    for r in range(ranks):
+        digest.ingest(steps(r, count, lambda s, r=r: loss_at(s) + 0.01 * r, samples_per_s=100.0))
+    for step, val, acc in evals:
+        digest.ingest([MetricEvent("eval", 0, 0.0, {"step": step, "epoch": 1, "loss": val, "accuracy": acc})])
+    status = JobStatus(run_id, "t", "local", state, ranks, 1000.0, None if state is JobState.RUNNING else 1100.0)
+    status.cost = cost
+    spec = spec_from_dict({"entrypoint": {"script": "train.py", "args": list(args)}, "nproc_per_node": ranks})
+    return ComparedRun(status, spec, digest)
+
+
+def test_runs_of_different_lengths_rank_counts_and_states_compare_where_all_reached():
+    paid = RunCost([CostLine("1 x g5.xlarge", 0.5, 1.0, "table")])
+    fast = run("lr-a", JobState.SUCCEEDED, 2, 300, lambda s: 2.0 / s, ["--lr", "0.1"], paid, [(300, 0.9, 0.8)])
+    slow = run("lr-b", JobState.FAILED, 4, 120, lambda s: 3.0 / s, ["--lr", "0.01"], evals=[(100, 1.5, 0.5)])
+    live = run("lr-c", JobState.RUNNING, 1, 50, lambda s: 2.5 / s, ["--lr=0.05"])
+    comparison = Comparison([fast, slow, live], now=1160.0)
+    assert comparison.common_step == 50
+    rows = {r.name: r for r in comparison.rows()}
+    assert rows["state"].cells == ["succeeded", "failed", "running"]
+    assert rows["ranks"].cells == ["2", "4", "1"] and rows["steps"].cells == ["300", "120", "50"]
+    # at step 50, which all reached, the first learned fastest: its mean loss there is lowest
+    assert rows["loss @ 50"].best == 0 and float(rows["loss @ 50"].cells[0]) == pytest.approx(
+        2.0 / 50 + 0.005, abs=1e-3
+    )
+    assert rows["wall time"].cells == ["1m40s", "1m40s", "2m40s"]  # a running run: until now
+    assert rows["best acc"].cells == ["80.0%", "50.0%", "-"] and rows["best acc"].best == 0
+    assert rows["samples/s"].cells == ["200", "400", "100"]  # the ranks' speeds added up
+    assert rows["args --lr"].cells == ["0.1", "0.01", "0.05"] and rows["args --lr"].spec
+    assert rows["nproc_per_node"].cells == ["2", "4", "1"]
+    assert "name" not in rows and rows["cost"].cells == ["$0.50", "-", "-"]
+    text = format_rows(comparison.rows(), [r.label for r in comparison.runs])
+    assert "differs in the spec:" in text and "0.0450*" in text
+
+    curves, names = comparison.rank_curves(limit=5)
+    assert names == ["a:r0", "b:r0", "c:r0", "a:r1", "b:r1"] and len(curves) == 5
+    json_out = comparison.to_json(points=20)
+    assert json_out["differs"]["args --lr"] == ["0.1", "0.01", "0.05"]
+    assert len(json_out["runs"][0]["curve"]["step"]) <= 20 and json_out["runs"][2]["state"] == "running"
+
+
+def test_a_curve_stays_bounded_and_keeps_its_shape_in_any_order():
+    curve = BucketCurve(cap=100)
+    pairs = [(s, 10.0 / s) for s in range(1, 20001)]
+    for x, y in reversed(pairs):  # order does not matter
+        curve.add(x, y)
+    xs, ys = curve.points()
+    assert len(xs) <= 100 and list(xs) == sorted(xs)
+    assert ys[0] > ys[-1] and math.isclose(
+        sum(y * n for y, n in zip(curve.to_json()["y"], curve.to_json()["n"])), sum(y for _, y in pairs), rel_tol=1e-9
+    )
+
+
+def test_a_digest_reads_back_as_it_was_written():
+    digest = RunDigest("r")
+    for r in range(3):
+        digest.ingest(steps(r, 5000, lambda s: 1.0 / s, steps_per_s=5.0))
+    digest.ingest([MetricEvent("stopped", 0, 0.0, {"step": 5000})])
+    digest.complete = True
+    again = RunDigest.from_bytes(digest.to_bytes())
+    assert again is not None and again.complete and again.stopped
+    assert again.summary() == digest.summary() and len(again.mean) <= MEAN_POINTS
+    assert list(again.mean_curve()[1]) == pytest.approx(list(digest.mean_curve()[1]))
+    assert again.summary()["speed_unit"] == "steps/s"
+    assert RunDigest.from_bytes(b"{not json") is None and RunDigest.from_bytes(b'{"version": 99}') is None
+
+
+def test_what_differs_ignores_the_run_s_own_folder_and_labels_tell_runs_apart():
+    a, b = (
+        run("cifar-1125-0001", JobState.SUCCEEDED, 1, 5, lambda s: 1.0),
+        run("cifar-1125-0002", JobState.SUCCEEDED, 1, 5, lambda s: 1.0),
+    )
+    a.spec.data_dir, b.spec.data_dir = "/state/runs/cifar-1125-0001/data", "/state/runs/cifar-1125-0002/data"
+    assert Comparison([a, b]).differing() == {}
+    assert labels(["cifar-1125-0001", "cifar-1125-0002"]) == ["0001", "0002"]
+    assert argument_pairs(["--lr", "0.1", "--amp", "--wd=-1e-4", "data/", "--m", "-3"]) == {
+        "args --lr": "0.1",
+        "args --amp": "yes",
+        "args --wd": "-1e-4",
+        "args 1": "data/",
+        "args --m": "-3",
+    }
+
+
+@pytest.mark.parametrize(
+    "text, expected", [(12.5, 12.5), ("12.50", 12.5), ("$1,200", 1200.0), ("7 USD", 7.0), ("$0.40", 0.4)]
+)
+def test_money_as_people_write_it(text, expected):
+    assert money(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["lots", -1, float("nan"), True, [5], "$"])
+def test_money_refuses_what_is_not_an_amount(bad):
+    with pytest.raises(ValueError, match="USD"):
+        money(bad)
+
+
+def test_prices_come_from_the_spec_then_the_table_then_the_settings_and_unknown_says_so():
+    use = NodeUse("n1", 0.0, 3600.0, instance_type="m5.large")
+    assert PriceBook().price(use) == (0.096, "on-demand price table")
+    assert PriceBook(override=1.0).price(use)[0] == 1.0
+    spot = NodeUse("n2", 0.0, 3600.0, instance_type="m5.large", capacity="spot")
+    assert PriceBook().price(spot)[1].startswith("spot counted at the on-demand price")
+    odd = NodeUse("n3", 0.0, 7200.0, instance_type="z1.odd", share=0.5)
+    cost = price_run([use, odd], PriceBook(), budget=1.0)
+    assert cost.amount is None and "z1.odd is not in torchdeck's price table" in cost.unknown and cost.cell() == "?"
+    cost = price_run([use, odd], PriceBook(fallback=0.5), budget=1.0)
+    assert cost.amount == pytest.approx(0.096 + 0.5) and cost.share == pytest.approx(0.596)
+    assert RunCost.from_dict(cost.to_dict()).to_dict() == cost.to_dict()
+    unpriced = RunCost([CostLine("1 x this machine", 1.0, None, "no price")], budget=2.0)
+    assert unpriced.priced(0.25, "setting").amount == 0.25
