@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 from rich.text import Text
 from textual import work
@@ -93,6 +94,7 @@ class CompareScreen(DeckScreen[None]):
         comparison = self.comparison
         assert comparison is not None
         with self.fold_lock:
+            comparison.now = time.time()  # a running run's wall time: until now
             self.versions = tuple(r.digest.events for r in comparison.runs)
             rows = comparison.rows()
             if self.view == "ranks":
