@@ -699,11 +699,6 @@ class LocalBackend(Backend):
         spec = load_spec(run_dir / "spec.yaml")
         return spec, spec.model_file or str(Path(spec.checkpoint_dir or run_dir / "checkpoints") / "model.pt")
 
-    def run_spec(self, run_id: str) -> JobSpec:
-        from .spec import load_spec
-
-        return load_spec(self.resolve(run_id) / "spec.yaml")
-
     def resume(self, run_id: str) -> tuple[str, JobSpec]:
         """Start the run that continues ``run_id``: once. Two consoles resuming the same run at the
         same moment make one run; the other is told which (a lock on the run's folder)."""

@@ -91,21 +91,18 @@ def wait_within_budget(run_dir: Path, launch: dict, child: subprocess.Popen) -> 
     """Wait for torchrun; past the budget, record why and ask it to stop (SIGTERM: the built-in
     trainer writes a snapshot, then every rank exits), and kill it if it has not within the grace."""
     deadline = budget_deadline(launch)
-    while True:
-        timeout = None if deadline is None else max(0.0, deadline - time.time())
-        try:
-            return child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        spent = (time.time() - float(launch["submitted_at"])) / 3600.0 * float(launch["price_per_hour"])
-        request = {"requested_at": time.time(), "budget": launch["budget"], "spent": round(spent, 6)}
-        write_json(run_dir / "cancel", request)
-        child.send_signal(signal.SIGTERM)
-        try:
-            return child.wait(timeout=BUDGET_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            return child.wait()
+    try:
+        return child.wait(timeout=None if deadline is None else max(0.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        pass
+    spent = (time.time() - float(launch["submitted_at"])) / 3600.0 * float(launch["price_per_hour"])
+    write_json(run_dir / "cancel", {"requested_at": time.time(), "budget": launch["budget"], "spent": round(spent, 6)})
+    child.send_signal(signal.SIGTERM)
+    try:
+        return child.wait(timeout=BUDGET_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()
 
 
 def record_pid(run_dir: Path) -> None:

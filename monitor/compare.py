@@ -45,14 +45,17 @@ class Row:
     """A spec field that differs (not a result)."""
 
 
-def load_run(backend: Backend, store: DigestStore, run_id: str) -> ComparedRun:
+def load_run(backend: Backend, store: DigestStore, run_id: str, live: bool = False) -> ComparedRun:
     """One run for a comparison: its status (``run_id`` may be a unique prefix), spec and digest
-    (blocking: a worker thread's, or the command's)."""
+    (blocking: a worker thread's, or the command's). With ``live``, a running run's digest starts
+    empty: the caller follows its events into it."""
     status = backend.status(run_id)
     try:
         spec: JobSpec | None = backend.run_spec(status.run_id)
     except BackendError:  # a job that keeps no spec: its figures still compare
         spec = None
+    if live and not status.state.is_terminal:
+        return ComparedRun(status, spec, RunDigest(status.run_id))
     return ComparedRun(status, spec, digest_of(backend, store, status))
 
 

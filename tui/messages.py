@@ -16,12 +16,12 @@ from textual.message import Message
 
 from torchdeck.backends.base import JobStatus, NodeMetrics, TestResult
 from torchdeck.backends.ledger import Resource
-from torchdeck.monitor.compare import Row
 from torchdeck.terminal import as_shown
 
 if TYPE_CHECKING:  # the EKS types load with the cloud screens, not with the console's first frame
     from torchdeck.backends.eks.preflight import Catalogue, PreflightReport
     from torchdeck.backends.eks.progress import Progress
+    from torchdeck.monitor.compare import Row
 
 
 def shown_status(status: JobStatus) -> JobStatus:

@@ -119,13 +119,13 @@ class KubernetesBackend(Backend):
         spot_price: SpotPrice | None = None,
     ):
         self.client = KubeClient(kubeconfig, context)
+        """The connection to the cluster: every API request goes through it."""
         self.node_price_per_hour = node_price_per_hour
         """What a node costs an hour where its instance type is not in the price table (the settings')."""
         self.spot_price = spot_price
         """A spot node's price an hour now (the eks backend's, from EC2); None: spot at on-demand."""
         self.node_book = NodeBook()
         """The cluster's nodes (their instance types), for what runs cost."""
-        """The connection to the cluster: every API request goes through it."""
         self.code_bucket = code_bucket
         """Where a code bundle too large for a ConfigMap goes when the spec says nothing (eks: the
         cluster's model bucket)."""
@@ -420,12 +420,12 @@ class KubernetesBackend(Backend):
         path = api_path(job_api(key), obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
         if status.state.is_terminal and uses and kept is None:
             with contextlib.suppress(BackendError):  # kept when it can be: read again from the pods while they last
-                annotate(self.client, path, COST_ANNOTATION, status.cost.to_dict())
+                annotate(self.client, path, {COST_ANNOTATION: status.cost.to_dict()})
         share = status.cost.share
         if not status.state.is_terminal and share is not None and share >= 1.0:
-            self._stop_at_budget(key, obj, status)
+            self._stop_at_budget(key, path, obj, status)
 
-    def _stop_at_budget(self, key: JobKindName, obj: dict[str, Any], status: JobStatus) -> None:
+    def _stop_at_budget(self, key: JobKindName, path: str, obj: dict[str, Any], status: JobStatus) -> None:
         """Stop a run whose cost reached its budget: suspend its job (the pods get SIGTERM, the built-in
         trainer writes a snapshot; the job stays, with why), or delete a job that cannot be suspended
         or that Kueue manages (it would admit it again)."""
@@ -440,13 +440,8 @@ class KubernetesBackend(Backend):
             self.cancel(status.run_id)
             status.reason += "; its job was deleted"
             return
-        path = api_path(job_api(key), obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
         stopped = {"budget": cost.budget, "spent": round(spent, 6), "at": time.time()}
-        annotations = {
-            STOPPED_ANNOTATION: json.dumps(stopped, sort_keys=True, separators=(",", ":")),
-            COST_ANNOTATION: json.dumps(status.cost.to_dict(), sort_keys=True, separators=(",", ":")),
-        }
-        self.client.request("PATCH", path, body={**patch, "metadata": {"annotations": annotations}})
+        annotate(self.client, path, {STOPPED_ANNOTATION: stopped, COST_ANNOTATION: status.cost.to_dict()}, patch)
         status.hint = (
             f"raise budget and unsuspend the job to go on from its snapshot, or `torchdeck stop {status.run_id}`"
         )

@@ -134,10 +134,13 @@ class NodeBook:
         return {"_read": (0.0, {})}
 
 
-def annotate(client: KubeClient, path: str, key: str, value: dict[str, Any]) -> None:
-    """Keep ``value`` on the job at ``path`` under the annotation ``key`` (a JSON merge patch)."""
-    body = {"metadata": {"annotations": {key: json.dumps(value, sort_keys=True, separators=(",", ":"))}}}
-    client.request("PATCH", path, body=body)
+def annotate(
+    client: KubeClient, path: str, values: dict[str, dict[str, Any]], patch: dict[str, Any] | None = None
+) -> None:
+    """Keep each value on the job at ``path`` as JSON under its annotation, with ``patch`` (a
+    suspension) in the same JSON merge patch."""
+    notes = {key: json.dumps(value, sort_keys=True, separators=(",", ":")) for key, value in values.items()}
+    client.request("PATCH", path, body={**(patch or {}), "metadata": {"annotations": notes}})
 
 
 def read_annotation(obj: dict[str, Any], key: str) -> dict[str, Any] | None:

@@ -15,8 +15,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from torchdeck.backends.errors import BackendError
-from torchdeck.backends.run_digest import DigestStore, RunDigest
+from torchdeck.backends.run_digest import DigestStore
 from torchdeck.monitor.compare import ComparedRun, Comparison, load_run, unique_best
 from torchdeck.monitor.state import CHART_RANKS
 
@@ -63,17 +62,7 @@ class CompareScreen(DeckScreen[None]):
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
     def load(self) -> None:
         backend, store = self.app.backend, DigestStore(self.app.settings.state_dir)
-        runs = []
-        for run_id in self.run_ids:
-            status = backend.status(run_id)
-            if status.state.is_terminal:
-                runs.append(load_run(backend, store, run_id))
-            else:  # followed from its start by a worker of its own, and kept up to date
-                try:
-                    spec = backend.run_spec(status.run_id)
-                except BackendError:  # a spec it cannot read leaves only its rows out
-                    spec = None
-                runs.append(ComparedRun(status, spec, RunDigest(status.run_id)))
+        runs = [load_run(backend, store, run_id, live=True) for run_id in self.run_ids]
         self.comparison = Comparison(runs)
         for run in runs:
             if not run.status.state.is_terminal:
