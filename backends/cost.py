@@ -53,6 +53,12 @@ def dollars(amount: float) -> str:
     return f"${amount:,.2f}"
 
 
+def node_time(hours: float) -> str:
+    """Node-hours as a person reads them: ``2.50 node-h``, or ``11.3 node-min`` for a short run
+    (which would read ``0.00 node-h``)."""
+    return f"{hours:.2f} node-h" if hours >= 0.1 else f"{hours * 60:.1f} node-min"
+
+
 def budget_stop_words(budget: float, spent: float) -> str:
     """Why a run was stopped at its budget, the same on every backend."""
     return f"stopped at its budget: {dollars(spent)} of {dollars(budget)} spent"
@@ -138,7 +144,7 @@ class RunCost:
         if amount is None:
             return f"cost unknown: {self.unknown}"
         held = ", ".join(
-            f"{line.what} {line.node_hours:.2f} node-h at {dollars(line.per_hour or 0)}/h" for line in self.lines
+            f"{line.what} {node_time(line.node_hours)} at ${line.per_hour or 0:.3f}/h" for line in self.lines
         )
         text = f"{dollars(amount)}{' so far' if self.running else ''} ({held})"
         if self.budget:
