@@ -47,9 +47,12 @@ def money(value: object, *, positive: bool = False) -> float:
 
 
 def dollars(amount: float) -> str:
-    """$0.0042, $0.42, $12.50, $1,234.00: enough figures that a small run's cost is not $0.00."""
-    if 0 < amount < 0.01:
-        return f"${amount:.4f}"
+    """$0.0042, $0.017, $0.42, $12.50, $1,234.00: cents, and below a dollar two figures at least, so
+    that a small run's cost is not $0.00, nor $0.02 of a $0.02 budget when it has spent 83% of it."""
+    if 0 < amount < 1:
+        text = f"{amount:.{max(2, 1 - math.floor(math.log10(amount)))}f}"
+        whole, _, cents = text.partition(".")
+        return f"${whole}.{cents[:2]}{cents[2:].rstrip('0')}"  # $0.01, not $0.010
     return f"${amount:,.2f}"
 
 

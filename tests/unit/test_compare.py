@@ -10,7 +10,7 @@ import math
 import pytest
 
 from torchdeck.backends.base import JobState, JobStatus, MetricEvent
-from torchdeck.backends.cost import CostLine, NodeUse, PriceBook, RunCost, money, price_run
+from torchdeck.backends.cost import CostLine, NodeUse, PriceBook, RunCost, dollars, money, price_run
 from torchdeck.backends.run_digest import MEAN_POINTS, BucketCurve, RunDigest
 from torchdeck.backends.spec import spec_from_dict
 from torchdeck.monitor.compare import ComparedRun, Comparison, argument_pairs, format_rows, labels
@@ -134,3 +134,12 @@ def test_prices_come_from_the_spec_then_the_table_then_the_settings_and_unknown_
     assert RunCost.from_dict(cost.to_dict()).to_dict() == cost.to_dict()
     unpriced = RunCost([CostLine("1 x this machine", 1.0, None, "no price")], budget=2.0)
     assert unpriced.priced(0.25, "setting").amount == 0.25
+
+
+@pytest.mark.parametrize(
+    "amount, shown",
+    [(0.0166, "$0.017"), (0.0014, "$0.0014"), (0.096, "$0.096"), (0.5, "$0.50"), (0.01, "$0.01"), (1234, "$1,234.00")],
+)
+def test_an_amount_shows_enough_figures_to_tell_it_from_its_budget(amount, shown):
+    # 83% of a $0.02 budget once read "$0.02 of $0.02"
+    assert dollars(amount) == shown
