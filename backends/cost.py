@@ -41,7 +41,9 @@ def money(value: object, *, positive: bool = False) -> float:
             raise ValueError(f"must be an amount in {CURRENCY} such as 12.50, got {value!r:.40}") from None
     else:
         raise ValueError(f"must be an amount in {CURRENCY} such as 12.50, got {value!r:.40}")
-    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+    if not math.isfinite(number):
+        raise ValueError(f"must be an amount in {CURRENCY} such as 12.50, got {value!r:.40}")
+    if number < 0 or (positive and number == 0):
         raise ValueError(f"must be {'more than' if positive else 'at least'} 0 {CURRENCY}, got {value!r:.40}")
     return number
 
