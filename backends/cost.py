@@ -147,7 +147,7 @@ class RunCost:
         """One line: what it cost, of which budget, on what; or why it is not known."""
         amount = self.amount
         if amount is None:
-            return f"cost unknown: {self.unknown}"
+            return f"unknown: {self.unknown}"  # after "cost: " wherever it is shown
         held = ", ".join(
             f"{line.what} {node_time(line.node_hours)} at ${line.per_hour or 0:.3f}/h" for line in self.lines
         )

@@ -21,14 +21,8 @@ SCREENS: list[tuple[str, str, str]] = [
     (
         "Runs",
         "home",
-        "Every run, with its state and what it cost. `space` marks runs and `x` compares them. Below the "
-        "runs: what torchdeck made in the cloud, its cost per hour and so far.",
-    ),
-    (
-        "Compare",
-        "compare",
-        "Marked runs side by side: their losses overlaid (one line a run, ranks averaged; `r` a line a rank, "
-        "`v` validation losses) and a table of how each did (the best in green) and what differs in their specs.",
+        "Every run, its state and cost; `space` marks runs to compare (`x`). Below: what torchdeck made in the "
+        "cloud, its cost per hour and so far.",
     ),
     (
         "Launch",
@@ -43,6 +37,12 @@ SCREENS: list[tuple[str, str, str]] = [
         "SILENT: no line for several step times; ERROR), eval accuracy per epoch, node gauges, logs. "
         "The chart draws the flagged ranks first, then the lowest, until you choose (`c`, e.g. "
         "`0,8,16-21`).",
+    ),
+    (
+        "Compare",
+        "compare",
+        "Marked runs side by side: their losses overlaid (one line a run, ranks averaged; `r` a line a rank, "
+        "`v` validation losses) and a table of how each did (the best in green) and what differs in their specs.",
     ),
     ("Model test", "model_test", "The trained model on the CIFAR-10 test batch: accuracy per class."),
     (

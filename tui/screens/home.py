@@ -35,8 +35,8 @@ class HomeScreen(DeckScreen[None]):
         Binding("enter", "open", "Monitor"),
         Binding("s", "stop", "Stop"),
         Binding("t", "test", "Test"),
-        Binding("space", "mark", "Mark"),
-        Binding("x", "compare", "Compare"),
+        Binding("space", "mark", "Mark", show=False),  # the footer is full at 80 columns: x says how to mark
+        Binding("x", "compare", "Diff"),  # "Compare" did not fit the footer at 80 columns
         Binding("c", "app.cluster", "Cluster"),
         Binding("v", "app.storage", "Storage"),
         Binding("i", "app.image", "Image"),
@@ -261,6 +261,8 @@ class HomeScreen(DeckScreen[None]):
             text.append(f"\ncost: {as_shown(s.cost.words())}", style="dim")
         if self.marked:
             text.append(f"\n{len(self.marked)} marked for a comparison: x compares them", style="bold")
+        elif len(self.statuses) > 1:
+            text.append("\nspace marks runs to compare side by side (x)", style="dim")
         detail.update(text)
 
     def action_open(self) -> None:
