@@ -149,7 +149,7 @@ class RunCost:
         if amount is None:
             return f"unknown: {self.unknown}"  # after "cost: " wherever it is shown
         held = ", ".join(
-            f"{line.what} {node_time(line.node_hours)} at ${line.per_hour or 0:.3f}/h" for line in self.lines
+            f"{line.what} {node_time(line.node_hours)} at {dollars(line.per_hour or 0)}/h" for line in self.lines
         )
         text = f"{dollars(amount)}{' so far' if self.running else ''} ({held})"
         if self.budget:

@@ -113,15 +113,18 @@ def _number(text: str) -> bool:
 
 def labels(run_ids: list[str], width: int = 16) -> list[str]:
     """Short names that tell the runs apart: their ids without what all share at the start."""
-    if len(run_ids) < 2:
-        return [r[:width] for r in run_ids]
-    first, last = min(run_ids), max(run_ids)
     common = 0
-    while common < min(len(first), len(last)) and first[common] == last[common]:
-        common += 1
-    while common and first[common - 1] not in "-_.":  # cut at a separator, not inside a word
-        common -= 1
-    return [(r[common:] or r)[-width:] for r in run_ids]
+    if len(run_ids) > 1:
+        first, last = min(run_ids), max(run_ids)
+        while common < min(len(first), len(last)) and first[common] == last[common]:
+            common += 1
+        while common and first[common - 1] not in "-_.":  # cut at a separator, not inside a word
+            common -= 1
+
+    def short(text: str) -> str:  # the job's name first, the id's time last: what tells runs apart
+        return text if len(text) <= width else text[: width - 7] + "~" + text[-6:]
+
+    return [short(r[common:] or r) for r in run_ids]
 
 
 def _num(value: float | None, spec: str) -> str:
