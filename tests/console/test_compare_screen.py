@@ -30,7 +30,8 @@ async def compared(pilot, reads: int = 1) -> CompareScreen:
     )
     chart = pilot.app.screen.query_one(LossChart)
     built = chart.builds
-    await wait_for(pilot, lambda: chart.builds > built or chart.shown, what="its chart")
+    # a chart of these curves, drawn at the size the widget has (one built before the layout settled is not shown)
+    await wait_for(pilot, lambda: (chart.builds > built or chart.shown) and chart.drawn, what="its chart")
     await pilot.pause(0.3)
     return pilot.app.screen
 

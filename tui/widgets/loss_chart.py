@@ -237,6 +237,11 @@ class LossChart(LineStyles, Widget):
         self.border_title = f"{self.title}{more}"
         self.refresh()
 
+    @property
+    def drawn(self) -> bool:
+        """Whether a chart is drawn for the widget's size now (after a resize, the old one is not shown)."""
+        return self._chart_strips is not None and self._chart_size == (self.size.width, self.size.height)
+
     def on_resize(self) -> None:
         self.show(self._wanted[0], self.total)
 
