@@ -181,11 +181,11 @@ class Bundle:
 RELAY_DIR = ".torchdeck"
 """Where a bundle carries torchdeck's relay (``trainer/relay.py``) and what it needs: the pods run
 the user's code through it."""
-RELAY_FILES = ("relay.py", "logfiles.py", "rewrites.py", "textmetrics.py", "tracebacks.py")
+RELAY_FILES = ("relay.py", "logfiles.py", "rewrites.py", "textmetrics.py", "tracebacks.py", "exitmark/sitecustomize.py")
 
 
 def relay_files() -> dict[str, bytes]:
-    """The relay and its two modules, as the bundle carries them (standard library only)."""
+    """The relay and the modules it uses, as the bundle carries them (standard library only)."""
     here = Path(__file__).resolve().parent.parent / "trainer"
     return {f"{RELAY_DIR}/{name}": (here / name).read_bytes() for name in RELAY_FILES}
 

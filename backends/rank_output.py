@@ -21,7 +21,7 @@ import sys
 import time
 
 from torchdeck.trainer.logfiles import LoggerFiles
-from torchdeck.trainer.relay import LOGGER_POLL_S, start_rank
+from torchdeck.trainer.relay import LOGGER_POLL_S, ExitMark, start_rank
 from torchdeck.trainer.rewrites import Rewrites
 from torchdeck.trainer.textmetrics import TextMetrics
 from torchdeck.trainer.tracebacks import TEARDOWN_NOTE, FailureWatch, attempt, stop_restarts
@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "0"))
     metrics_path, pattern, command = argv[0].replace("{rank}", str(rank)), argv[1] or None, argv[3:]
     parser = TextMetrics(rank, world, pattern)
-    child = start_rank(command, child_env())
+    mark = ExitMark()
+    child = start_rank(command, child_env(), mark)
     if child is None:
         return 127
     out = sys.stdout.buffer
@@ -89,7 +90,7 @@ def main(argv: list[str]) -> int:
         write_all(found)
         code = child.wait()
         write_all(loggers.poll())  # what the loggers wrote as they closed
-        if code == 0 or watch.aborted_after_its_work(code):
+        if code == 0 or watch.aborted_after_its_work(code, mark.reached()):
             if code:  # said in the rank's log, and the rank ends as done
                 out.write(f"torchdeck: {TEARDOWN_NOTE}\n".encode())
                 out.flush()

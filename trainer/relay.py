@@ -44,21 +44,56 @@ rather than printing it once at the end wrapped at 80, so the bar is read as it 
 is. The rank's own environment (a spec's ``env``) wins."""
 
 
-def start_rank(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes] | None:
+class ExitMark:
+    """Whether a rank's script got as far as the interpreter's exit: ``exitmark/sitecustomize.py``,
+    which the script's python imports as it starts, writes to a pipe from its last atexit handler.
+    A rank that dies of SIGABRT after that (PyTorch's gloo threads tearing down) has done its work,
+    though it may never have printed a step (rank 1 of a Lightning run prints nothing)."""
+
+    FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "exitmark")
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the folder after the script's own ``PYTHONPATH``, and the pipe's end named."""
+        path = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), self.FOLDER) if p)
+        return {**env, "PYTHONPATH": path, "TORCHDECK_EXIT_FD": str(self.write_fd)}
+
+    def reached(self) -> bool:
+        """Read once the script has exited: whether it said so."""
+        try:
+            return os.read(self.read_fd, 16).startswith(b"exit")
+        except BlockingIOError:  # nothing written, and a worker it forked still holds the pipe
+            return False
+        finally:
+            os.close(self.read_fd)
+
+
+def start_rank(
+    command: list[str], env: dict[str, str] | None = None, mark: ExitMark | None = None
+) -> subprocess.Popen[bytes] | None:
     """Start a rank's program with its stderr joined to its stdout (a pipe; ``BAR_ENV`` where the
-    environment says nothing else), the signals this process gets forwarded to it; None, said in one line, where it cannot start. Shared with the
-    local backend's rank wrapper."""
+    environment says nothing else), the signals this process gets forwarded to it, and (``mark``)
+    the pipe that says whether it reached its exit; None, said in one line, where it cannot start.
+    Shared with the local backend's rank wrapper."""
+    env = {**BAR_ENV, **(os.environ if env is None else env)}
     try:
         child = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env={**BAR_ENV, **(os.environ if env is None else env)},
+            env=env if mark is None else mark.env(env),
+            pass_fds=() if mark is None else (mark.write_fd,),
         )
     except OSError as exc:
         print(f"torchdeck: cannot start {command[0]}: {exc.strerror or exc}", flush=True)
         return None
+    finally:
+        if mark is not None:  # the script's copy is its own: at its exit, the pipe has no writer left
+            os.close(mark.write_fd)
 
     def forward(signum: int, frame: object) -> None:
         if child.poll() is None:
@@ -73,7 +108,8 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python relay.py PROGRAM [ARGS...]", file=sys.stderr)
         return 2
-    child = start_rank([sys.executable, "-u", *argv])
+    mark = ExitMark()
+    child = start_rank([sys.executable, "-u", *argv], mark=mark)
     if child is None:
         return 127
     out = sys.stdout.buffer
@@ -112,7 +148,7 @@ def main(argv: list[str]) -> int:
     code = child.wait()
     logged()  # what the loggers wrote as they closed
     restart, allowed = attempt()
-    if watch.aborted_after_its_work(code):
+    if watch.aborted_after_its_work(code, mark.reached()):
         say([f"torchdeck: {TEARDOWN_NOTE}"])
         return 0
     if code > 0:

@@ -40,9 +40,13 @@ AFTERMATH_RE = re.compile(r"^torch\.distributed\.elastic\.\S*(?:ChildFailedError
 """What torchrun's own process raises once a rank failed, or once it was asked to stop: after a rank's
 error, only its aftermath (a pod's log holds both, torchrun's unprefixed, as the first rank's)."""
 TEARDOWN_ABORT = "terminate called without an active exception"
+TRACEBACK_HEAD = "Traceback (most recent call last)"
+TRACEBACK_LOOKBACK = 40
+"""How many of a rank's last lines are looked through for a traceback: one there means the script
+raised, and an abort after it is not the end of finished work."""
 TEARDOWN_NOTE = (
-    "the script aborted as it exited, after its last step (PyTorch's gloo threads at interpreter exit): "
-    "its work is done, so the rank counts as done"
+    "the script aborted as it exited, after its work was done (PyTorch's gloo threads at interpreter exit): "
+    "the rank counts as done"
 )
 FRAME_RE = re.compile(r'^\s{1,8}File "([^"]{1,500})", line (\d{1,9}), in ')
 LIBRARY_PATHS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>")
@@ -69,7 +73,7 @@ def traceback_error(lines: list[str]) -> dict[str, str] | None:
     several lines joined), the line of the user's code that raised it (the last frame outside the
     installed libraries), and whether another attempt would meet it again (``repeats``). None where
     the lines hold no traceback's end."""
-    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), default=-1)
+    start = max((i for i, line in enumerate(lines) if line.startswith(TRACEBACK_HEAD)), default=-1)
     where, i = "", start + 1
     while i < len(lines):
         m = FRAME_RE.match(lines[i])
@@ -119,17 +123,19 @@ class FailureWatch:
                 self.step = max(self.step, step if isinstance(step, int) else 0)
                 self.total = total if isinstance(total, int) and total > 0 else self.total
 
-    def aborted_after_its_work(self, code: int) -> bool:
-        """The rank reached its last step (its own N/N) and then died of SIGABRT with the C++
-        runtime's ``terminate called without an active exception``: PyTorch's gloo threads outliving
-        ``destroy_process_group`` as the interpreter exits (torch 2.x, now and then). The work is
-        done; the run is not failed for it, nor restarted to do it all again."""
-        tail = [line for line in self.last if line.strip()][-3:]
+    def aborted_after_its_work(self, code: int, reached_exit: bool = False) -> bool:
+        """The rank died of SIGABRT with the C++ runtime's ``terminate called without an active
+        exception`` after its work was done: PyTorch's gloo threads outliving the interpreter as it
+        exits (torch 2.x, now and then; a third of the runs of a small DDP script here). Done means
+        the script reached its exit (``reached_exit``: ``relay.ExitMark``; a rank that prints no
+        steps, as Lightning's rank 1, is known only so) or its last step (its own N/N), and raised
+        nothing on the way. Such a rank is not failed, nor restarted to do it all again."""
+        tail = [line for line in self.last if line.strip()]
         return (
             code == -signal.SIGABRT
-            and self.total > 0
-            and self.step >= self.total
-            and any(TEARDOWN_ABORT in line for line in tail)
+            and any(TEARDOWN_ABORT in line for line in tail[-3:])
+            and (reached_exit or 0 < self.total <= self.step)
+            and not any(TRACEBACK_HEAD in line for line in tail[-TRACEBACK_LOOKBACK:])
         )
 
     def failed(self, code: int, restart: int, max_restarts: int) -> tuple[dict[str, str], bool]:

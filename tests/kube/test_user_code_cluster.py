@@ -85,7 +85,8 @@ def test_every_kinds_pods_unpack_the_bundle_into_their_working_directory(tmp_pat
         ".torchdeck/rewrites.py",
         ".torchdeck/textmetrics.py",
         ".torchdeck/tracebacks.py",
-    ]  # torchdeck's relay, and what it imports
+        ".torchdeck/exitmark/sitecustomize.py",
+    ]  # torchdeck's relay, what it imports, and what tells it the script reached its exit
     assert names == [
         ".gitignore",
         "pkg/__init__.py",
@@ -430,6 +431,13 @@ if sys.argv[1] == "done-then-abort":  # PyTorch's gloo threads at interpreter ex
     os.abort()
 if sys.argv[1] == "after-a-step":
     print("step 1/10 loss: 2.5", flush=True)
+if sys.argv[1] == "silent-then-abort-in-teardown":  # Lightning's rank 1: no step printed, and gloo aborts late
+    class GlooThreads:
+        def __del__(self, os=os, sys=sys):
+            print("terminate called without an active exception", file=sys.stderr, flush=True)
+            os.abort()
+    threads = GlooThreads()
+    sys.exit(0)
 import missing_module_of_the_user
 """
 
@@ -468,4 +476,10 @@ def test_the_relay_stops_a_crash_loop_under_torchrun_as_the_local_wrapper_does(t
     assert code != 0 and attempts == 2 and "not restarted" not in log, log
     assert "ChildFailedError" in log and last_error(log).startswith("ModuleNotFoundError"), log
     code, log, attempts = run("done-then-abort", 2)  # done, not failed: no second attempt
-    assert code == 0 and attempts == 1 and "aborted as it exited, after its last step" in log, log
+    assert code == 0 and attempts == 1 and "aborted as it exited, after its work was done" in log, log
+    # the image's own sitecustomize (Debian's, conda's) still runs beside the one the bundle carries
+    site = next((tmp_path / "bare" / "lib").glob("python3*/site-packages"))
+    (site / "sitecustomize.py").write_text("import sys\nopen('theirs-ran', 'a').write(sys.argv[0] + '\\n')\n")
+    code, log, attempts = run("silent-then-abort-in-teardown", 2)  # it reached its exit: done
+    assert code == 0 and attempts == 1 and "aborted as it exited" in log, log
+    assert (pod / "theirs-ran").read_text().split() == [str(pod / ".torchdeck" / "relay.py"), "train.py"]

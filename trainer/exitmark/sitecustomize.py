@@ -1,0 +1,40 @@
+"""torchdeck's, for one rank of the user's code (the only file in its folder, which the rank's
+wrapper puts on the script's ``PYTHONPATH``): it tells the wrapper, through the pipe named by
+``TORCHDECK_EXIT_FD``, that the script reached the interpreter's exit, every line of it run and its
+atexit handlers (the loggers' last writes) done. A rank that then dies of SIGABRT (PyTorch's gloo
+threads as the interpreter tears down) has done its work, whether or not it printed its steps:
+``relay.ExitMark`` and ``tracebacks.FailureWatch``. Then the environment's own ``sitecustomize``,
+which this one shadows, is imported as it would have been. Standard library only."""
+
+import atexit
+import os
+import sys
+
+
+def _chain() -> None:
+    """Import the next ``sitecustomize`` on the path, the one this file hides."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+def _told(fd: int) -> None:
+    try:
+        os.write(fd, b"exit")
+    except OSError:  # the wrapper is gone: nobody to tell
+        pass
+
+
+# popped: a process the script starts (a spawned DataLoader worker) is not the rank
+_fd = os.environ.pop("TORCHDECK_EXIT_FD", "")
+if _fd.isdigit():
+    atexit.register(_told, int(_fd))  # the first registered runs last, after the script's own
+_chain()
