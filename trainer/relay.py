@@ -1,7 +1,7 @@
 """``python relay.py PROGRAM [ARGS...]`` (PROGRAM a script, or ``-m MODULE``): one rank of the user's code in a pod, between torchrun and
 the script, as the local backend's rank wrapper is on a laptop. It runs ``python -u PROGRAM ARGS``
 with its stderr joined to its stdout and passes every line through, so that the pod's log is the
-script's output, with two changes that let the console read it live from the log:
+script's output, with these changes (the first two let the console read it live from the log):
 
 - a line rewritten in place (a progress bar's ``\\r`` redraws, which the kubelet would keep as one
   line until the bar's epoch ends) becomes a line per state, its newest at most twice a second and
@@ -10,6 +10,8 @@ script's output, with two changes that let the console read it live from the log
   Hugging Face's trainer state: ``logfiles.py``) become schema-1 JSON lines among its output;
 - a rank that fails before its first step with an error every attempt would meet ends torchrun's
   restarts, with a schema-1 error line saying so (``tracebacks.FailureWatch``, as on a laptop).
+- a rank that aborts as its interpreter tears down (PyTorch's gloo threads), once the script had
+  reached its exit (``ExitMark``), is done: its exit status is 0, and torchrun restarts nothing.
 
 Signals reach the script; the script's exit status is this process's. Standard library only: the
 code bundle carries this file with the modules it uses beside it (``.torchdeck/``), for an image that
