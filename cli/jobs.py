@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from torchdeck.backends import open_backend
+from torchdeck.backends import BACKENDS, open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.files import read_stdin_text, read_text
@@ -468,13 +468,27 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
 
 def cmd_compare(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     from torchdeck.backends.run_digest import DigestStore
-    from torchdeck.monitor.compare import Comparison, format_rows, load_run
+    from torchdeck.monitor.compare import ComparedRun, Comparison, format_rows, load_run
 
     if len(args.runs) < 2:
         return fail("compare needs two runs or more (hint: `torchdeck jobs` lists them)", EXIT_USAGE)
     store = DigestStore(settings.state_dir)
-    runs = [load_run(backend, store, run_id) for run_id in args.runs]
-    if len({r.status.run_id for r in runs}) < len(runs):
+    opened = {settings.backend: backend}
+
+    def load(ref: str) -> ComparedRun:  # BACKEND:RUN is a run of another backend (a run id never holds a colon)
+        name, colon, run_id = ref.partition(":")
+        if not colon:
+            return load_run(backend, store, ref)
+        if name not in BACKENDS:
+            raise BackendError(
+                f"no backend {name!r} in {ref!r}", f"write BACKEND:RUN, BACKEND one of {', '.join(BACKENDS)}"
+            )
+        if name not in opened:
+            opened[name] = open_backend(name, settings)
+        return load_run(opened[name], store, run_id)
+
+    runs = [load(ref) for ref in args.runs]
+    if len({(r.status.backend, r.status.run_id) for r in runs}) < len(runs):
         return fail("a run is named twice (hint: name each run once; a prefix may match a run named too)", EXIT_USAGE)
     comparison = Comparison(runs)
     if args.output == "json":

@@ -180,7 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "compare", help="runs side by side: their losses, what differs in their specs, wall time, speed and cost"
     )
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run ids or unique prefixes (two or more)")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="run ids or unique prefixes (two or more); BACKEND:RUN for a run of another backend (local:ID, eks:ID)",
+    )
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser("logs", help="print a run's output, every rank or one")

@@ -7,8 +7,10 @@ suspends the job and says why."""
 from __future__ import annotations
 
 import json
+import sys
 
 from kube_jobs import IMAGE, NS, install, make_spec
+from local_runs import cli_env, run_cli
 
 from torchdeck.backends.base import JobState
 from torchdeck.backends.cost import shipped_prices
@@ -16,6 +18,7 @@ from torchdeck.backends.eks.prices import SpotPrices
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.costs import COST_ANNOTATION, STOPPED_ANNOTATION
 from torchdeck.backends.kubernetes.manifests import RUN_LABEL
+from torchdeck.backends.local import LocalBackend
 
 BOUND = "2026-11-22T06:00:00Z"
 ENDED = "2026-11-22T08:00:00Z"  # two hours on the node
@@ -136,3 +139,51 @@ def test_the_budget_suspends_the_job_and_says_why(kube_api):
     later = KubernetesBackend(kube_api.kubeconfig).status(run_id)
     assert later.state is JobState.CANCELLED and later.reason == status.reason
     assert later.cost.budget == 5 and later.cost.share >= 1
+
+
+def test_compare_puts_a_cluster_run_beside_a_laptop_run(kube_api, tmp_path):
+    """Runs of any backend side by side: ``compare ID kubernetes:ID`` reads the first from the default
+    (local) backend and the second from kmock's cluster, each with its own cost; a backend that is
+    not one, and one run named twice, are one line each."""
+    backend = KubernetesBackend(kube_api.kubeconfig)
+    install(backend, cpu_nodes=0)
+    add_node(backend, "od-0", "g4dn.xlarge")
+    cluster_run = backend.submit(make_spec(nodes=1, resources={"gpus": 1}))
+    bound_pod(backend, cluster_run, f"{cluster_run}-master-0", "od-0", phase="Succeeded")
+    backend.client.request(
+        "PATCH",
+        f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{cluster_run}/status",
+        body={"status": {"conditions": [{"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded"}]}},
+    )
+    code = tmp_path / "project"
+    code.mkdir()
+    (code / "train.py").write_text("print('step 1/2 loss 1.0', flush=True)\nprint('step 2/2 loss 0.5', flush=True)\n")
+    env = {
+        **cli_env(tmp_path / "state"),
+        "KUBECONFIG": str(kube_api.kubeconfig),
+        "TORCHDECK_NAMESPACE": NS,
+        "TORCHDECK_LOCAL_PRICE_PER_HOUR": "0.40",
+    }
+    trained = run_cli(["train", "train.py", "--nproc-per-node", "1", "--python", sys.executable], env, code)
+    assert trained.returncode == 0, trained.stderr
+    (laptop,) = LocalBackend(tmp_path / "state").list()
+
+    shown = run_cli(["compare", laptop.run_id, f"kubernetes:{cluster_run}", "--output", "json"], env, code)
+    assert shown.returncode == 0, shown.stderr
+    runs = json.loads(shown.stdout)["runs"]
+    assert [(r["backend"], r["run_id"], r["state"]) for r in runs] == [
+        ("local", laptop.run_id, "succeeded"),
+        ("kubernetes", cluster_run, "succeeded"),
+    ]
+    assert runs[0]["final_loss"] == 0.5 and runs[0]["cost"]["amount"] > 0
+    assert runs[1]["cost"]["amount"] == 2 * shipped_prices()["g4dn.xlarge"]  # two hours on its node
+    table = run_cli(["compare", f"local:{laptop.run_id}", f"kubernetes:{cluster_run}"], env, code)
+    assert f"{cluster_run} (kubernetes, succeeded)" in table.stdout and f"{laptop.run_id} (local" in table.stdout
+
+    for refs, words in (
+        ([laptop.run_id, f"k8s:{cluster_run}"], "no backend 'k8s' in 'k8s:"),
+        ([laptop.run_id, f"local:{laptop.run_id}"], "a run is named twice"),
+    ):
+        bad = run_cli(["compare", *refs], env, code)
+        assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert words in bad.stderr and "Traceback" not in bad.stderr
