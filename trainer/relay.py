@@ -64,9 +64,10 @@ class ExitMark:
         return {**env, "PYTHONPATH": path, "TORCHDECK_EXIT_FD": str(self.write_fd)}
 
     def reached(self) -> bool:
-        """Read once the script has exited: whether it said so."""
+        """Read once the script has exited: whether it said it reached its exit, and not through
+        ``sys.exit`` with a failing status."""
         try:
-            return os.read(self.read_fd, 16).startswith(b"exit")
+            return os.read(self.read_fd, 16) == b"exit"
         except BlockingIOError:  # nothing written, and a worker it forked still holds the pipe
             return False
         finally:

@@ -274,6 +274,8 @@ if os.environ["RANK"] == "1":
     threads = GlooThreads()
     if sys.argv[1:] == ["raise"]:
         raise ValueError("the script's own error")
+    if sys.argv[1:] == ["exit"]:
+        sys.exit(3)  # a failure of its own, said with sys.exit
 """
 
 
@@ -282,7 +284,7 @@ def test_a_silent_rank_that_aborts_in_teardown_after_reaching_its_exit_is_done(t
     after ``fit`` returned; torchrun ran the whole training again, and its next attempts failed or
     hung. The rank's python tells its wrapper that it reached the interpreter's exit (the pipe of
     ``trainer/exitmark/sitecustomize.py``), so such a rank is done and nothing is restarted; one that
-    raised first is still failed for its own error."""
+    raised first, or left through ``sys.exit(3)``, is still failed."""
     code, state = tmp_path / "project", tmp_path / "state"
     code.mkdir()
     (code / "train.py").write_text(TEARDOWN_ABORT_OF_RANK_1)
@@ -300,6 +302,9 @@ def test_a_silent_rank_that_aborts_in_teardown_after_reaching_its_exit_is_done(t
     failed = run_cli([*args, "--", "raise"], env, code)
     assert failed.returncode == 1
     assert "ValueError: the script's own error" in failed.stderr.strip().splitlines()[-1]
+    failed = run_cli([*args, "--", "exit"], env, code)
+    assert failed.returncode == 1
+    assert "rank 1 ended with SIGABRT" in failed.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize(

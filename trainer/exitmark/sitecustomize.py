@@ -1,7 +1,8 @@
 """torchdeck's, for one rank of the user's code (the only file in its folder, which the rank's
 wrapper puts on the script's ``PYTHONPATH``): it tells the wrapper, through the pipe named by
 ``TORCHDECK_EXIT_FD``, that the script reached the interpreter's exit, every line of it run and its
-atexit handlers (the loggers' last writes) done. A rank that then dies of SIGABRT (PyTorch's gloo
+atexit handlers (the loggers' last writes) done, and the status it gave ``sys.exit`` if not 0
+(a ``raise SystemExit(1)`` of its own goes unseen). A rank that then dies of SIGABRT (PyTorch's gloo
 threads as the interpreter tears down) has done its work, whether or not it printed its steps:
 ``relay.ExitMark`` and ``tracebacks.FailureWatch``. Then the environment's own ``sitecustomize``,
 which this one shadows, is imported as it would have been. Standard library only."""
@@ -26,15 +27,26 @@ def _chain() -> None:
     spec.loader.exec_module(module)
 
 
+_status = [0]
+"""The status the script gave ``sys.exit``, where it did: a script that leaves with 1 has not done
+its work, though it reached its exit."""
+
+
 def _told(fd: int) -> None:
     try:
-        os.write(fd, b"exit")
+        os.write(fd, b"exit" if _status[0] == 0 else b"exit %d" % _status[0])
     except OSError:  # the wrapper is gone: nobody to tell
         pass
+
+
+def _exit_noting(status: object = None, _exit=sys.exit) -> None:
+    _status[0] = status if isinstance(status, int) else 0 if status is None else 1  # as Python reads it
+    _exit(status)
 
 
 # popped: a process the script starts (a spawned DataLoader worker) is not the rank
 _fd = os.environ.pop("TORCHDECK_EXIT_FD", "")
 if _fd.isdigit():
     atexit.register(_told, int(_fd))  # the first registered runs last, after the script's own
+    sys.exit = _exit_noting  # type: ignore[assignment]
 _chain()
