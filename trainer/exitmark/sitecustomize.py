@@ -7,6 +7,8 @@ threads as the interpreter tears down) has done its work, whether or not it prin
 ``relay.ExitMark`` and ``tracebacks.FailureWatch``. Then the environment's own ``sitecustomize``,
 which this one shadows, is imported as it would have been. Standard library only."""
 
+from __future__ import annotations
+
 import atexit
 import os
 import sys
@@ -39,9 +41,12 @@ def _told(fd: int) -> None:
         pass
 
 
-def _exit_noting(status: object = None, _exit=sys.exit) -> None:
+_real_exit = sys.exit
+
+
+def _exit_noting(status: str | int | None = None) -> None:
     _status[0] = status if isinstance(status, int) else 0 if status is None else 1  # as Python reads it
-    _exit(status)
+    _real_exit(status)
 
 
 # popped: a process the script starts (a spawned DataLoader worker) is not the rank
