@@ -171,6 +171,11 @@ clock: Callable[[], float] = time.time
 """The clock run ids read: a test pins it to submit twice in one second without sleeping for it."""
 
 
+STAMPED_ID_RE = re.compile(r"^(?P<name>.+)-\d{4}-(?P<time>\d{6}(?:-\d{1,3})?)$")
+"""An id ``new_run_id`` made: the job's name, then the day (MMDD) and the time (HHMMSS, ``-N``
+where one second held several)."""
+
+
 def new_run_id(name: str, taken: Callable[[str], bool], now: float | None = None) -> str:
     """A run's id: its job's name and the UTC time to the second (``demo-1124-190102``), with
     ``-1``, ``-2``... where ``taken`` says an id is in use (two submits in one second). The one

@@ -15,6 +15,7 @@ from typing import Any
 
 from torchdeck.backends.base import Backend, JobStatus
 from torchdeck.backends.errors import BackendError
+from torchdeck.backends.names import STAMPED_ID_RE
 from torchdeck.backends.run_digest import DigestStore, RunDigest, digest_of
 from torchdeck.backends.spec import JobSpec
 
@@ -122,7 +123,12 @@ def labels(run_ids: list[str], width: int = 16) -> list[str]:
             common -= 1
 
     def short(text: str) -> str:  # the job's name first, the id's time last: what tells runs apart
-        return text if len(text) <= width else text[: width - 7] + "~" + text[-6:]
+        if len(text) <= width:
+            return text
+        stamped = STAMPED_ID_RE.match(text)  # the day goes first: name~HHMMSS
+        if stamped:
+            return stamped["name"][: width - len(stamped["time"]) - 1] + "~" + stamped["time"]
+        return text[: width - 7] + "~" + text[-6:]
 
     return [short(r[common:] or r) for r in run_ids]
 

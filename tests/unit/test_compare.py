@@ -98,11 +98,13 @@ def test_what_differs_ignores_the_run_s_own_folder_and_labels_tell_runs_apart():
     a.spec.data_dir, b.spec.data_dir = "/state/runs/cifar-1125-0001/data", "/state/runs/cifar-1125-0002/data"
     assert Comparison([a, b]).differing() == {}
     assert labels(["cifar-1125-0001", "cifar-1125-0002"]) == ["0001", "0002"]
-    # nothing shared at the start: the name first and the id's time last, not the name's tail
-    assert labels(["cifar10-1125-041609", "train-1125-041542"]) == [
-        "cifar10-1~041609",
-        "train-1125-041542"[:9] + "~041542",
-    ]
+    # nothing shared at the start: the job's name and the id's time (the day left out), not the name's tail
+    assert labels(["cifar10-1125-041609", "train-1125-041542"]) == ["cifar10~041609", "train~041542"]
+    assert labels(["resnet50-imagenet-large-1125-041609-2", "x-1125-041542"]) == ["resnet5~041609-2", "x-1125-041542"]
+    assert labels(["a-quite-long-imported-job-name", "short"]) == [
+        "a-quite-l~b-name",
+        "short",
+    ]  # not a run id of ours: its head and tail
     assert argument_pairs(["--lr", "0.1", "--amp", "--wd=-1e-4", "data/", "--m", "-3"]) == {
         "args --lr": "0.1",
         "args --amp": "yes",
