@@ -14,6 +14,7 @@ Where none applies, the cost is unknown and says why: never $0."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -27,20 +28,15 @@ CURRENCY = "USD"
 def money(value: object, *, positive: bool = False) -> float:
     """An amount as a person writes it: ``12.5``, ``"12.50"``, ``"$12.50"``, ``"12.50 USD"``.
     ValueError (with the reason) for anything else: a negative, not finite or not a number."""
-    if isinstance(value, bool):
-        raise ValueError(f"must be an amount in {CURRENCY} such as 12.50, got {value!r}")
-    if isinstance(value, (int, float)):
+    number = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = float(value)
     elif isinstance(value, str):
         text = value.strip()
         text = text[1:] if text.startswith("$") else text
         text = text[: -len(CURRENCY)].rstrip() if text.upper().endswith(CURRENCY) else text
-        try:
+        with contextlib.suppress(ValueError):
             number = float(text.replace(",", ""))
-        except ValueError:
-            raise ValueError(f"must be an amount in {CURRENCY} such as 12.50, got {value!r:.40}") from None
-    else:
-        raise ValueError(f"must be an amount in {CURRENCY} such as 12.50, got {value!r:.40}")
     if not math.isfinite(number):
         raise ValueError(f"must be an amount in {CURRENCY} such as 12.50, got {value!r:.40}")
     if number < 0 or (positive and number == 0):

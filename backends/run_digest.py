@@ -10,10 +10,12 @@ ended, and outlives its pods) and a comparison reads eight small files."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 from array import array
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,12 +86,12 @@ class BucketCurve:
         return len(self.buckets)
 
     def to_json(self) -> dict[str, Any]:
-        keys = sorted(self.buckets)
+        xs, ys = self.points()
         return {
             "width": self.width,
-            "x": [self.buckets[k][0] / self.buckets[k][2] for k in keys],
-            "y": [self.buckets[k][1] / self.buckets[k][2] for k in keys],
-            "n": [int(self.buckets[k][2]) for k in keys],
+            "x": xs.tolist(),
+            "y": ys.tolist(),
+            "n": [int(self.buckets[k][2]) for k in sorted(self.buckets)],
         }
 
     @classmethod
@@ -313,13 +315,23 @@ class DigestStore:
             pass
 
 
-def fold_run(backend: Backend, run_id: str, follow: bool = False) -> RunDigest:
-    """Every metric event the run has written, folded (blocking: call it in a worker thread)."""
-    digest = RunDigest(run_id)
+def fold_run(
+    backend: Backend,
+    run_id: str,
+    digest: RunDigest | None = None,
+    follow: bool = False,
+    lock: AbstractContextManager[Any] | None = None,
+) -> RunDigest:
+    """Every metric event the run has written folded into ``digest`` (a new one where None); with
+    ``follow``, what it writes next too, until it ends, each batch under ``lock`` (a screen reads
+    the digest meanwhile). Blocking: call it in a worker thread."""
+    digest = RunDigest(run_id) if digest is None else digest
+    held = lock if lock is not None else contextlib.nullcontext()
 
     async def read() -> None:
         async for batch in backend.metrics(run_id, follow=follow):
-            digest.ingest(batch)
+            with held:
+                digest.ingest(batch)
 
     asyncio.run(read())
     return digest

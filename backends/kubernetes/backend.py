@@ -23,7 +23,6 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -86,12 +85,12 @@ MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 
 def spec_of(obj: dict[str, Any]) -> JobSpec | None:
     """The spec kept on a job (``SPEC_ANNOTATION``); None where there is none or it does not read."""
-    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_ANNOTATION)
-    if not text:
+    kept = read_annotation(obj, SPEC_ANNOTATION)
+    if kept is None:
         return None
     try:
-        return spec_from_dict(json.loads(text), f"{obj['metadata']['name']}'s {SPEC_ANNOTATION}")
-    except (ValueError, SpecError):
+        return spec_from_dict(kept, f"{obj['metadata']['name']}'s {SPEC_ANNOTATION}")
+    except SpecError:
         return None
 
 

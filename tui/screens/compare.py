@@ -5,7 +5,6 @@ followed in a worker of its own, and the screen redraws once a second at most.""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
@@ -15,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from torchdeck.backends.run_digest import DigestStore
+from torchdeck.backends.run_digest import DigestStore, fold_run
 from torchdeck.monitor.compare import ComparedRun, Comparison, load_run, unique_best
 from torchdeck.monitor.state import CHART_RANKS
 
@@ -71,12 +70,7 @@ class CompareScreen(DeckScreen[None]):
 
     @work(thread=True, group="compare-follow", exit_on_error=False)
     def follow(self, run: ComparedRun) -> None:
-        async def read() -> None:
-            async for batch in self.app.backend.metrics(run.status.run_id, follow=True):
-                with self.fold_lock:
-                    run.digest.ingest(batch)
-
-        asyncio.run(read())
+        fold_run(self.app.backend, run.status.run_id, run.digest, follow=True, lock=self.fold_lock)
 
     def _read(self) -> RunsCompared:
         """The comparison as drawn now (under the lock: followers may be folding into it)."""
