@@ -30,7 +30,8 @@ def money(value: object, *, positive: bool = False) -> float:
     ValueError (with the reason) for anything else: a negative, not finite or not a number."""
     number = math.nan
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
+        with contextlib.suppress(OverflowError):  # an int past any float (a job's JSON annotation has no cap)
+            number = float(value)
     elif isinstance(value, str):
         text = value.strip()
         text = text[1:] if text.startswith("$") else text
