@@ -4,8 +4,9 @@ failure reason, a string from a manifest or a cluster. One sanitiser, two uses:
 - ``as_shown``: the line as a terminal would leave it (escape sequences and control characters
   out, tabs as spaces, only what follows the last carriage return: a progress bar's last state),
   for the console's log pane and for ``torchdeck logs`` on a terminal;
-- ``printable``: control characters escaped (``\\r``, ``\\x1b``), for one-line errors, tables and
-  notes, where the person must see what was in a name or a message;
+- ``printable``: control characters escaped (``\\r``, ``\\x1b``), and the invisible ones that
+  reorder or hide text (bidi overrides, zero-width spaces: ``\\u202e``), for one-line errors,
+  tables and notes, where the person must see what was in a name or a message;
 - ``guarded``: a headless command's stdout and stderr on a terminal, through which every line it
   prints passes ``printable`` but for its newlines (a cluster's event, a node's reason, a ledger's
   name, a rank's failure: any of them may carry an escape sequence). torchdeck's own redraw of a
@@ -24,10 +25,22 @@ from typing import Any, TextIO
 ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.?)", re.DOTALL)
 """A terminal's escape sequences (colours, cursor moves, titles): what a rank's output carries
 from tqdm or a coloured logger, and what must not drive the terminal torchdeck draws on."""
-_DROPPED = {c: None for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]} | {ord("\t"): "    "}
+INVISIBLE = (
+    *range(0x200B, 0x2010),  # zero-width space, non-joiner, joiner; left-to-right and right-to-left marks
+    *range(0x202A, 0x202F),  # bidi embeddings and overrides (U+202E reads a line backwards)
+    *range(0x2060, 0x2065),  # word joiner and invisible operators
+    *range(0x2066, 0x206A),  # bidi isolates
+    0x061C,  # Arabic letter mark
+    0xFEFF,  # zero-width no-break space (a byte-order mark)
+)
+"""Characters that change how a line reads, or hide, without showing themselves: on a bidi terminal
+a reason could read the opposite of what it says. Shown escaped (``\\u202e``) wherever text
+torchdeck did not write reaches a terminal."""
+_SHOWN_INVISIBLE = {c: f"\\u{c:04x}" for c in INVISIBLE}
+_DROPPED = {c: None for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]} | {ord("\t"): "    "} | _SHOWN_INVISIBLE
 # C0 and C1 controls and DEL, shown escaped: a carriage return in a field name or an escape
 # sequence in a pod's traceback must neither split the one error line nor drive the terminal.
-_ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))} | _SHOWN_INVISIBLE
 
 
 def as_shown(text: str) -> str:

@@ -115,6 +115,9 @@ class JobStatus:
     lowest rank's (rank 0's), as the monitor's header shows them."""
     cost: RunCost | None = None
     """What it has cost so far (node-hours times prices, ``backends/cost.py``), with its budget."""
+    warnings: list[str] = field(default_factory=list)
+    """What torchdeck refused or could not read while working the status out, a line each (a pid
+    file that names a process which is not the run's launcher)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)

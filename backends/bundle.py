@@ -181,7 +181,15 @@ class Bundle:
 RELAY_DIR = ".torchdeck"
 """Where a bundle carries torchdeck's relay (``trainer/relay.py``) and what it needs: the pods run
 the user's code through it."""
-RELAY_FILES = ("relay.py", "logfiles.py", "rewrites.py", "textmetrics.py", "tracebacks.py", "exitmark/sitecustomize.py")
+RELAY_FILES = (
+    "relay.py",
+    "logfiles.py",
+    "regular_files.py",
+    "rewrites.py",
+    "textmetrics.py",
+    "tracebacks.py",
+    "exitmark/sitecustomize.py",
+)
 
 
 def relay_files() -> dict[str, bytes]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from math import isfinite
 from typing import Any
 
 from torchdeck.trainer.metrics import SCHEMA_VERSION, parse_line
@@ -18,6 +19,20 @@ try:  # five times faster than json on metric lines; the monitor ingests tens of
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - orjson is a dependency, but a missing wheel must not break the console
     _loads = json.loads  # type: ignore[assignment]
+
+
+NUMBERS = frozenset(
+    {
+        "step", "epoch", "epochs", "total_steps", "steps_per_epoch", "restart_count", "world_size",
+        "loss", "val_loss", "accuracy", "best_accuracy", "lr", "samples_per_s", "steps_per_s",
+        "step_s", "data_s", "epoch_s", "elapsed_s", "train_s", "save_s", "gpu_util", "gpu_mem_mb",
+    }
+)  # fmt: skip
+"""The figures of a schema-1 record that every reader takes as numbers: one of another type in a
+line (a run's own files are written by the user's code) is dropped where the line is read, once."""
+TEXTS = frozenset({"message", "hint", "signal", "path", "model", "model_file", "source"})
+"""Its words, which every reader takes as text."""
+MAX_RANK = 1 << 20
 
 
 def parse_metric_lines(lines: Iterable[bytes]) -> list[MetricEvent]:
@@ -39,8 +54,21 @@ def parse_metric_lines(lines: Iterable[bytes]) -> list[MetricEvent]:
             continue
         if type(record) is dict and record.get("schema") == SCHEMA_VERSION:
             try:
-                append(MetricEvent(record["event"], int(record["rank"]), float(record.get("time") or 0.0), record))
-            except (KeyError, TypeError, ValueError):
+                event = record["event"]
+                if type(event) is not str:
+                    continue
+                for key in NUMBERS.intersection(record):
+                    value = record[key]
+                    if type(value) is not int and (type(value) is not float or not isfinite(value)):
+                        del record[key]  # "step": "x", true, [1], 1e999: that figure unknown, the line kept
+                for key in TEXTS.intersection(record):
+                    if type(record[key]) is not str:
+                        record[key] = str(record[key])[:1000]
+                rank, when = record["rank"], record.get("time") or 0.0
+                if type(rank) is not int or not 0 <= rank < MAX_RANK or type(when) not in (int, float):
+                    continue
+                append(MetricEvent(event, rank, float(when) if isfinite(when) else 0.0, record))
+            except (KeyError, TypeError, ValueError, OverflowError):
                 pass
     return events
 

@@ -21,12 +21,13 @@ import contextlib
 import errno
 import json
 import os
-import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from torchdeck.trainer.regular_files import NotRegularFile, open_regular
 
 from .errors import SpecError, file_problem
 
@@ -46,18 +47,6 @@ def _umask() -> int:
     return mask
 
 
-def _kind_of(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def read_bytes(
     path: str | Path, max_bytes: int = MAX_TEXT_FILE, *, inside: Path | None = None, hint: str = ""
 ) -> bytes:
@@ -73,28 +62,21 @@ def read_bytes(
         if os.path.commonpath([real, root]) != root:
             raise SpecError("", f"is a link out of {inside}", hint or "make it a file of its own", source)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        f = open_regular(path)
     except FileNotFoundError:
         raise
+    except NotRegularFile as exc:
+        raise SpecError("", f"is {exc.kind}, not a file torchdeck reads", hint, source) from None
     except OSError as exc:
         raise SpecError("", f"cannot read it: {exc.strerror or exc}", hint, source) from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SpecError("", f"is {_kind_of(info.st_mode)}, not a file torchdeck reads", hint, source)
-        if info.st_size > max_bytes:
-            raise SpecError("", f"is {info.st_size:,} bytes; at most {max_bytes:,} are read", hint, source)
-        chunks, left = [], max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise SpecError("", f"is {size:,} bytes; at most {max_bytes:,} are read", hint, source)
+            chunks = [f.read(max_bytes + 1)]  # it may grow while read
     except OSError as exc:
         raise SpecError("", f"cannot read it: {exc.strerror or exc}", hint, source) from None
-    finally:
-        os.close(fd)
     data = b"".join(chunks)
     if len(data) > max_bytes:  # it grew while read
         raise SpecError("", f"is over {max_bytes:,} bytes; at most {max_bytes:,} are read", hint, source)

@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 import re
+import secrets
 import shlex
 import signal
 import socket
@@ -38,6 +39,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import psutil
+
+from torchdeck.trainer.metrics import strict_json
 
 from .base import (
     Backend,
@@ -53,16 +56,21 @@ from .base import (
 from .cost import NodeUse, PriceBook, RunCost, budget_stop_words, dollars, price_run
 from .errors import BackendError, RunNotFound, SpecError
 from .events import describe_record, fold_progress, fold_ranks, parse_metric_line, parse_metric_lines, tool_result
-from .files import write_atomically
+from .files import read_bytes, write_atomically
 from .gpu import read_gpus
 from .local_in_image import code_paths, in_image_command, rank_command
 from .local_launcher import reap_run, run_members, write_json
 from .local_user_code import check_user_code, report_helper, user_python
-from .names import new_run_id
-from .run_files import STATUS_FILE, FileTail, first_line, kept_status, read_json, tail_lines
+from .names import check_run_id, new_run_id
+from .run_files import STATUS_FILE, FileTail, first_line, kept_status, tail_lines
+from .run_records import CancelRecord, ExitRecord, LaunchRecord, PidRecord, RunRecordError, read_typed
 from .spec import JobSpec, trainer_arguments, validate
 
 STOP_GRACE_S = 10.0
+PRIVATE = 0o600
+"""The mode of a run's files that hold the spec's ``env`` (tokens, keys): ``spec.yaml``, ``launch.json``."""
+RUN_TOKEN_ENV = "TORCHDECK_RUN_TOKEN"
+"""The launcher's proof of who it is: a random token in its environment and its launch record."""
 LAUNCHER_START_S = 20.0
 """An ended run's status, as it stays: read instead of its logs and metric files."""
 """How long a run may go without its launcher's pid.json (the launcher writes it as it starts, and
@@ -75,7 +83,7 @@ METRICS_BATCH = 2048
 """Events per batch at most: a reader far behind (a console attaching to a
 long run) catches up in steps the screen can draw between."""
 METRICS_READ_BYTES = 64 * 1024
-ATTEMPT_RE = re.compile(r"attempt_(\d+)$")
+ATTEMPT_RE = re.compile(r"attempt_(\d+)\Z")
 
 
 def free_port() -> int:
@@ -216,7 +224,7 @@ class LocalBackend(Backend):
         try:
             run_id, run_dir = self._new_run_dir(spec.name)
             (run_dir / "metrics").mkdir()
-            (run_dir / "spec.yaml").write_text(spec.to_yaml())
+            write_atomically(run_dir / "spec.yaml", spec.to_yaml(), PRIVATE)  # its env may hold tokens
             helper = {} if spec.builtin else {"TORCHDECK_USER_PATH": str(report_helper(run_dir))}
             if spec.entrypoint.workdir and not spec.builtin:  # the project's packages import, as in pods
                 path = [spec.entrypoint.code, spec.env.get("PYTHONPATH", "")]
@@ -238,6 +246,7 @@ class LocalBackend(Backend):
             if spec.local_image:
                 env["PYTHONPATH"] = helper.get("PYTHONPATH", env.get("PYTHONPATH", ""))
                 cmd = in_image_command(spec, run_dir, cmd, env)
+            token = secrets.token_hex(16)
             write_json(
                 run_dir / "launch.json",
                 {
@@ -256,12 +265,14 @@ class LocalBackend(Backend):
                     "node_price_per_hour": spec.node_price_per_hour,
                     "budget": spec.budget,
                     "price_per_hour": self._price(spec.node_price_per_hour),
+                    "token": token,
                 },
+                PRIVATE,
             )
             with open(run_dir / "launcher.log", "ab") as log:
                 child = subprocess.Popen(
                     [self.python, "-m", "torchdeck.backends.local_launcher", str(run_dir)],
-                    env={**os.environ, "TORCHDECK_RUN_ID": run_id},
+                    env={**os.environ, "TORCHDECK_RUN_ID": run_id, RUN_TOKEN_ENV: token},
                     start_new_session=True,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -299,22 +310,60 @@ class LocalBackend(Backend):
 
     def _launcher(self, run_dir: Path) -> psutil.Process | None:
         """The run's launcher process if it is still alive (and is not a
-        different process that reused its pid)."""
-        info = read_json(run_dir / "pid.json")
-        if not info:
-            return None
-        child = self._children.get(info["pid"])
-        if child is not None and child.poll() is not None:
-            return None  # reaped: it ended
+        different process that reused its pid, nor one that pid.json only claims)."""
+        return self._launcher_or_why(run_dir)[0]
+
+    def _launcher_or_why(self, run_dir: Path) -> tuple[psutil.Process | None, str]:
+        """The run's launcher, proved from /proc, not taken from pid.json (a file the run's own code
+        can write): the process leads its group, runs ``local_launcher`` for this folder, and carries
+        this run's id and the token from its launch record in its environment. Else None, and why a
+        live process that pid.json names is not taken ("" where it names none alive)."""
         try:
-            proc = psutil.Process(info["pid"])
-            if info.get("create_time") and abs(proc.create_time() - info["create_time"]) > 1.0:
-                return None
+            info = read_typed(PidRecord, run_dir / "pid.json")
+        except RunRecordError as exc:
+            return None, str(exc)
+        if info is None or info.pid is None or info.pid <= 0:
+            return None, ""
+        child = self._children.get(info.pid)
+        if child is not None and child.poll() is not None:
+            return None, ""  # reaped: it ended
+        try:
+            proc = psutil.Process(info.pid)
+            if info.create_time and abs(proc.create_time() - info.create_time) > 1.0:
+                return None, ""
             if proc.status() == psutil.STATUS_ZOMBIE:
-                return None
-            return proc
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            return None
+                return None, ""
+            why = self._not_launcher_of(proc, run_dir)
+        except psutil.NoSuchProcess:
+            return None, ""
+        except psutil.AccessDenied:
+            why = "whose environment torchdeck may not read"
+        if why:
+            shown = str(info.pid)
+            with contextlib.suppress(psutil.Error):
+                shown += f" ({proc.name()})"
+            refused = (
+                f"pid.json names process {shown}, {why}: torchdeck signals no process it cannot prove is the run's"
+            )
+            return None, refused
+        return proc, ""
+
+    @staticmethod
+    def _not_launcher_of(proc: psutil.Process, run_dir: Path) -> str:
+        """Why ``proc`` is not the launcher of the run in ``run_dir`` ("" where it is)."""
+        try:
+            token = (read_typed(LaunchRecord, run_dir / "launch.json") or LaunchRecord()).token
+        except RunRecordError:
+            token = ""
+        cmd = proc.cmdline()
+        if "torchdeck.backends.local_launcher" not in cmd[1:3] or not cmd[-1:] or Path(cmd[-1]).name != run_dir.name:
+            return "which is not this run's launcher"
+        if os.getpgid(proc.pid) != proc.pid:
+            return "which leads no process group"
+        env = proc.environ()
+        if env.get("TORCHDECK_RUN_ID") != run_dir.name or not token or env.get(RUN_TOKEN_ENV) != token:
+            return "which does not carry this run's id and token"
+        return ""
 
     @staticmethod
     def _attempts(run_dir: Path) -> list[tuple[int, Path]]:
@@ -407,7 +456,7 @@ class LocalBackend(Backend):
         status = self._work_out_status(run_dir)
         if status.state.is_terminal and (run_dir / "exit.json").exists():
             with contextlib.suppress(OSError):  # a reader's copy: the launcher's own write says why it failed
-                write_atomically(run_dir / STATUS_FILE, json.dumps(status.to_dict()))
+                write_atomically(run_dir / STATUS_FILE, strict_json(status.to_dict()))
         return status
 
     def record_final_status(self, run_id: str) -> JobStatus:
@@ -415,7 +464,7 @@ class LocalBackend(Backend):
         as it exits, so listing runs reads one file each); an OSError where it cannot be written."""
         run_dir = self.resolve(run_id)
         status = self._work_out_status(run_dir)
-        write_atomically(run_dir / STATUS_FILE, json.dumps(status.to_dict()))
+        write_atomically(run_dir / STATUS_FILE, strict_json(status.to_dict()))
         return status
 
     def _kept(self, run_dir: str) -> JobStatus | None:
@@ -432,44 +481,47 @@ class LocalBackend(Backend):
         return kept
 
     def _work_out_status(self, run_dir: Path) -> JobStatus:
-        launch = read_json(run_dir / "launch.json") or {}
+        """The run's status from its records, files and processes; RunRecordError where one of its
+        records is there but is not one (``_unreadable`` makes that a row of its own)."""
+        launch = read_typed(LaunchRecord, run_dir / "launch.json") or LaunchRecord()
         status = JobStatus(
             run_id=run_dir.name,
-            name=launch.get("name", run_dir.name),
+            name=launch.name or run_dir.name,
             backend=self.name,
             state=JobState.UNKNOWN,
-            world_size=launch.get("world_size", 0),
-            submitted_at=launch.get("submitted_at", 0.0),
+            world_size=launch.world_size,
+            submitted_at=launch.submitted_at,
             location=str(run_dir),
         )
         attempts = self._attempts(run_dir)
         status.restarts = attempts[-1][0] if attempts else 0
         self._progress(run_dir, status)
-        done = read_json(run_dir / "exit.json")
-        cancelled = (run_dir / "cancel").exists()
+        done = read_typed(ExitRecord, run_dir / "exit.json")
+        request = read_typed(CancelRecord, run_dir / "cancel")
+        cancelled = request is not None
         stopped_why, stopped_hint = "stopped by the user", ""
-        if cancelled:
-            request = read_json(run_dir / "cancel") or {}
-            if request.get("budget"):
-                stopped_why = budget_stop_words(float(request["budget"]), float(request.get("spent") or 0))
-                stopped_hint = f"raise budget in the spec; `torchdeck train --resume {run_dir.name}` continues from its last checkpoint"
+        if request is not None and request.budget:
+            stopped_why = budget_stop_words(request.budget, request.spent or 0.0)
+            stopped_hint = f"raise budget in the spec; `torchdeck train --resume {run_dir.name}` continues from its last checkpoint"
+        launcher, refused = self._launcher_or_why(run_dir) if done is None else (None, "")
         if done is not None:
-            status.exit_code, status.finished_at = done.get("exit_code"), done.get("finished_at")
+            status.exit_code, status.finished_at = done.exit_code, done.finished_at
             if cancelled:
                 status.state, status.reason, status.hint = JobState.CANCELLED, stopped_why, stopped_hint
             elif status.exit_code == 0:
                 status.state, status.reason, status.hint = JobState.SUCCEEDED, "", ""
             else:
                 status.state = JobState.FAILED
-                reaped = done.get("reaped") or 0
-                if reaped and (status.exit_code or 0) < 0:  # torchrun itself was killed
+                if done.reaped and (status.exit_code or 0) < 0:  # torchrun itself was killed
                     reason, _ = self._failure_reason(run_dir, status.exit_code or 1)
-                    status.reason = f"{reason}; the {reaped} processes it left were stopped"
+                    status.reason = f"{reason}; the {done.reaped} processes it left were stopped"
                     status.hint = f"`torchdeck train --resume {run_dir.name}` continues from its last checkpoint"
                 if not status.reason:
                     status.reason, hint = self._failure_reason(run_dir, status.exit_code or 1)
                     status.hint = hint or f"`torchdeck logs {run_dir.name}` shows every rank's output"
-        elif self._launcher(run_dir) is not None:
+        elif launcher is not None or (refused and run_members(run_dir.name)):
+            # its launcher, proved; or, where pid.json names a process that is not it, the processes
+            # that carry the run's id (``stop`` ends those, and signals nothing pid.json names)
             status.reason, status.hint = "", ""
             if status.step > 0:
                 status.state = JobState.RUNNING
@@ -489,27 +541,46 @@ class LocalBackend(Backend):
             status.state = JobState.FAILED
             status.reason = "the launcher ended without recording an exit status (killed, or the machine rebooted)"
             status.hint = f"`torchdeck logs {run_dir.name}` shows what the ranks wrote"
+        if refused:
+            status.warnings.append(refused)
+            if status.state is JobState.FAILED and done is None:
+                status.reason = f"no launcher of this run is running: {refused}"
         status.cost = self._cost(launch, status)
         return status
+
+    def _unreadable(self, run_dir: Path, exc: RunRecordError) -> JobStatus:
+        """A run whose records cannot be read, as one row saying so: every other run still shows."""
+        return JobStatus(
+            run_id=run_dir.name,
+            name=run_dir.name,
+            backend=self.name,
+            state=JobState.UNKNOWN,
+            world_size=0,
+            submitted_at=0.0,
+            location=str(run_dir),
+            reason=f"cannot read the run: {exc}",
+            hint=exc.hint or f"see what is in {run_dir}",
+        )
 
     def _price(self, spec_price: float | None) -> float | None:
         """This machine's price an hour for a run: its spec's, else the settings'."""
         return spec_price if spec_price is not None else self.local_price_per_hour
 
-    def _cost(self, launch: dict, status: JobStatus) -> RunCost:
+    def _cost(self, launch: LaunchRecord, status: JobStatus) -> RunCost:
         """This machine, held from the submit to the exit (waiting for ranks to start counts)."""
-        use = NodeUse(f"this machine ({launch.get('host') or 'local'})", status.submitted_at, status.finished_at)
+        use = NodeUse(f"this machine ({launch.host or 'local'})", status.submitted_at, status.finished_at)
         if not status.submitted_at:
-            return RunCost([], launch.get("budget"))
+            return RunCost([], launch.budget)
         if status.finished_at is None and status.state.is_terminal:
             use.ended_at = status.submitted_at  # ended unrecorded: no time is known to have been held
-        book = PriceBook(launch.get("node_price_per_hour"), self.local_price_per_hour, "local_price_per_hour")
-        return price_run([use], book, launch.get("budget"), running=not status.state.is_terminal)
+        book = PriceBook(launch.node_price_per_hour, self.local_price_per_hour, "local_price_per_hour")
+        return price_run([use], book, launch.budget, running=not status.state.is_terminal)
 
     def status(self, run_id: str) -> JobStatus:
         return self._status_of(self.resolve(run_id))
 
     def list(self) -> list[JobStatus]:
+        """Every run, newest first; a run whose records cannot be read is a row saying so."""
         if not self.runs_dir.exists():
             return []
         statuses = []
@@ -518,8 +589,11 @@ class LocalBackend(Backend):
                 kept = self._kept(entry.path)
                 if kept is not None:
                     statuses.append(kept)
-                elif os.path.exists(os.path.join(entry.path, "launch.json")):
-                    statuses.append(self._status_of(Path(entry.path)))
+                elif os.path.lexists(os.path.join(entry.path, "launch.json")):
+                    try:
+                        statuses.append(self._status_of(Path(entry.path)))
+                    except RunRecordError as exc:
+                        statuses.append(self._unreadable(Path(entry.path), exc))
         return sorted(statuses, key=lambda s: s.submitted_at, reverse=True)
 
     # -- stopping ----------------------------------------------------------------
@@ -550,16 +624,21 @@ class LocalBackend(Backend):
 
     def cancel(self, run_id: str) -> JobStatus:
         run_dir = self.resolve(run_id)
-        status = self._status_of(run_dir)
+        try:
+            status = self._status_of(run_dir)
+        except RunRecordError as exc:  # no record to trust: only the processes that carry its id end
+            reap_run(run_dir.name)
+            unreadable = self._unreadable(run_dir, exc)
+            unreadable.warnings.append("its launcher was not signalled: its records cannot be read")
+            return unreadable
         if status.state.is_terminal:
             if run_members(run_dir.name):  # a launcher no console recorded, or what a crash left
                 reap_run(run_dir.name)
             return status
-        (run_dir / "cancel").write_text(json.dumps({"requested_at": time.time()}))
-        info = read_json(run_dir / "pid.json") or {}
-        proc = self._launcher(run_dir)
+        write_json(run_dir / "cancel", {"requested_at": time.time()})
+        proc, refused = self._launcher_or_why(run_dir)
         if proc is not None:
-            pgid = info["pid"]  # the launcher leads its own session and group
+            pgid = proc.pid  # proved the run's launcher, which leads its own session and group
             if not self._signal_group(pgid, signal.SIGTERM, time.monotonic() + STOP_GRACE_S):
                 if not self._signal_group(pgid, signal.SIGKILL, time.monotonic() + 5.0):
                     raise BackendError(f"some processes of {run_dir.name} did not end", f"see `ps -g {pgid}`")
@@ -569,12 +648,15 @@ class LocalBackend(Backend):
                 run_dir / "exit.json",
                 {"exit_code": -signal.SIGTERM, "finished_at": time.time(), "signals": [int(signal.SIGTERM)]},
             )
-        return self._status_of(run_dir)
+        status = self._status_of(run_dir)
+        if refused and refused not in status.warnings:
+            status.warnings.append(refused)
+        return status
 
     # -- streams -----------------------------------------------------------------
 
     def _is_over(self, run_dir: Path) -> bool:
-        return (run_dir / "exit.json").exists() or self._launcher(run_dir) is None
+        return os.path.lexists(run_dir / "exit.json") or self._launcher(run_dir) is None
 
     def logs(
         self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
@@ -709,7 +791,7 @@ class LocalBackend(Backend):
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not self._status_of(run_dir).state.is_terminal:
                 raise BackendError(f"{run_dir.name} is still running", f"`torchdeck stop {run_dir.name}` first")
-            earlier = (run_dir / "resumed-by").read_text().strip() if (run_dir / "resumed-by").exists() else ""
+            earlier = resumed_by(run_dir)
             if earlier and (self.runs_dir / earlier / "launch.json").exists():
                 if not self._status_of(self.runs_dir / earlier).state.is_terminal:
                     raise BackendError(
@@ -751,7 +833,10 @@ class LocalBackend(Backend):
         if launcher is None:
             return [node]
         with contextlib.suppress(psutil.Error):
-            in_image = (read_json(run_dir / "launch.json") or {}).get("in_image")
+            try:
+                in_image = (read_typed(LaunchRecord, run_dir / "launch.json") or LaunchRecord()).in_image
+            except RunRecordError:
+                in_image = None
             # ranks in a container are no children of the launcher (the engine starts them), but
             # this machine sees them, with the run's id in their environment
             members = run_members(run_dir.name) if in_image else launcher.children(recursive=True)
@@ -778,3 +863,13 @@ class LocalBackend(Backend):
 
 def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def resumed_by(run_dir: Path) -> str:
+    """The run that resumed this one, as its ``resumed-by`` file names it ("" where none, or where
+    the file names no run id)."""
+    try:
+        text = read_bytes(run_dir / "resumed-by", 256).decode(errors="replace").strip()
+        return check_run_id(text) if text else ""
+    except (FileNotFoundError, SpecError):
+        return ""

@@ -12,15 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import hashlib
+import html
 import http.server
 import io
+import os
+import re
+import shutil
 import tarfile
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from .eks.image_docker import stream_command
 from .eks.image_plan import ImagePlan, code_context, context_archive, image_tag, source_root
@@ -28,28 +32,72 @@ from .eks.progress import Clock, ImageRef, Progress
 from .engine import Engine, find_engine, no_engine_hint
 from .errors import BackendError
 
+WHEEL_RE = re.compile(r"torch-[A-Za-z0-9_.+!-]+\.whl\Z")
+"""The files ``serve_wheels`` serves: torch's wheels, by their names in the folder, nothing else."""
+
+
+def served_wheels(folder: str) -> dict[str, Path]:
+    """torch's wheels in ``folder`` by name: regular files whose names are a wheel's, and, where one
+    is a link, one that stays in the folder (nothing else of the machine is served)."""
+    root = Path(folder).expanduser().resolve()
+    found: dict[str, Path] = {}
+    for path in sorted(root.iterdir()):
+        real = path.resolve()
+        if WHEEL_RE.match(path.name) and real.parent == root and real.is_file():
+            found[path.name] = real
+    return found
+
 
 @contextlib.contextmanager
 def serve_wheels(folder: str | None) -> Iterator[str | None]:
-    """The URL of ``folder`` served read-only on 127.0.0.1 for as long as the block runs (None, and
-    nothing served, without a folder)."""
+    """The URL of a find-links page for the torch wheels in ``folder``, served read-only on
+    127.0.0.1 for as long as the block runs (None, and nothing served, without a folder). Only the
+    page and the wheels it names answer: no listing of the folder, no dotfiles, no links out."""
     if folder is None:
         yield None
         return
+    wheels = served_wheels(folder)
+    page = "".join(f'<a href="{quote(name)}">{html.escape(name)}</a>\n' for name in wheels).encode()
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
+    class Wheels(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the base class's name
+            self._answer(True)
+
+        def do_HEAD(self) -> None:  # noqa: N802 - the base class's name
+            self._answer(False)
+
+        def _answer(self, body: bool) -> None:
+            name = unquote(self.path.split("?", 1)[0].lstrip("/"))
+            if name in ("", "index.html"):
+                self._send(200, "text/html", len(page), body and page)
+            elif name in wheels:
+                with open(wheels[name], "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    self._send(200, "application/octet-stream", size, None)
+                    if body:
+                        shutil.copyfileobj(f, self.wfile)
+            else:
+                self._send(404, "text/plain", 0, b"")
+
+        def _send(self, code: int, kind: str, size: int, data: bytes | bool | None) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            if isinstance(data, bytes) and data:
+                self.wfile.write(data)
+
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
             pass
 
     where = str(Path(folder).expanduser().resolve())
-    handler = functools.partial(Quiet, directory=where)
     # the same folder on the same port each time where it is free: the URL is a build argument,
     # which the engine's cache keys the torch layer by
     port = 20000 + int(hashlib.sha256(where.encode()).hexdigest()[:8], 16) % 20000
     try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Wheels)
     except OSError:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Wheels)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

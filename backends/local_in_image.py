@@ -6,8 +6,10 @@ before an hour of cluster time is spent.
 - the image's own ``python`` and torchrun, the pods' working directory: the user's code folder at
   the pods' path (``bundle.CODE_DIR``, its ``workdir`` within it) with the same ``PYTHONPATH``, or
   the image's copy of it (``entrypoint.in_image``, a ``--code`` image);
-- the run folder (logs, metrics, checkpoints), the data folder and the checkpoint folder mounted at
-  the same paths, so that the monitor and every command read the run as a local one;
+- the run folder mounted read-only at its own path, and only what the ranks write in it (logs,
+  metrics, checkpoints) read-write, with the data folder and the checkpoint folder, so that the
+  monitor and every command read the run as a local one; the code a copy (``copy_code``), as a
+  pod's is, so the image's code never writes the user's sources;
 - the host's network with the rendezvous on 127.0.0.1 and ``--local-addr 127.0.0.1``: no name is
   looked up inside the container;
 - the environment passed by name only (``-e NAME``: the values never reach a command line), the
@@ -16,9 +18,10 @@ before an hour of cluster time is spent.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
-from .bundle import CODE_DIR
+from .bundle import CODE_DIR, code_files
 from .engine import Engine, find_engine, no_engine_hint
 from .errors import BackendError
 from .kubernetes.client import quantity
@@ -36,13 +39,34 @@ def engine_for_runs() -> Engine:
     return engine
 
 
-def code_paths(spec: JobSpec) -> tuple[str, str, list[str]]:
-    """(the code folder as the ranks see it, their working directory, the mounts it needs)."""
+def code_paths(spec: JobSpec, copy: Path | None = None) -> tuple[str, str, list[str]]:
+    """(the code folder as the ranks see it, their working directory, the mounts it needs): the
+    user's folder read-only, or ``copy`` of it (``copy_code``) read-write, as a pod has its own."""
     e = spec.entrypoint
     if e.in_image:  # the image's copy (a --code image): nothing of this machine's
         root = e.in_image
         return root, str(Path(root) / (e.workdir or "")), []
-    return CODE_DIR, str(Path(CODE_DIR) / (e.workdir or "")), ["--volume", f"{e.code}:{CODE_DIR}"]
+    mount = f"{copy}:{CODE_DIR}" if copy is not None else f"{e.code}:{CODE_DIR}:ro"
+    return CODE_DIR, str(Path(CODE_DIR) / (e.workdir or "")), ["--volume", mount]
+
+
+def copy_code(code: str, into: Path) -> Path:
+    """The files of the code folder that a pod would get (the bundle's: ignore files honoured, no
+    links), copied into ``into``: the image's code writes its logs beside its script, as in a pod,
+    and cannot touch the user's sources or their ``.git``."""
+    root = Path(code)
+    for path in code_files(root):
+        target = into / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        shutil.copymode(path, target)
+    into.mkdir(parents=True, exist_ok=True)
+    return into
+
+
+RUN_WRITES = ("metrics", "logs")
+"""What ranks in the image write in the run's folder (and its ``checkpoints`` where the spec names
+no other place); the rest of the folder (its records, the launcher's log) is mounted read-only."""
 
 
 def in_image_command(
@@ -52,15 +76,19 @@ def in_image_command(
     rank's command included) in ``spec.local_image``."""
     assert spec.local_image is not None
     engine = engine or engine_for_runs()
-    folders = {str(run_dir.resolve())}
+    run = run_dir.resolve()
+    folders = {str(run / name) for name in RUN_WRITES}
+    if not spec.checkpoint_dir:
+        folders.add(str(run / "checkpoints"))
     if spec.builtin:
         folders.add(str(Path(spec.data_dir).expanduser().resolve()))
         if spec.checkpoint_dir and "://" not in spec.checkpoint_dir:
             folders.add(str(Path(spec.checkpoint_dir).expanduser().resolve()))
         mounts: list[str] = []
-        workdir = str(run_dir.resolve())
+        workdir = str(run)
     else:
-        _, workdir, mounts = code_paths(spec)
+        _, workdir, mounts = code_paths(spec, copy_code(spec.entrypoint.code, run / "code"))
+    mounts += ["--volume", f"{run}:{run}:ro"]  # the records: the image's code reads, never writes them
     for folder in sorted(folders):
         Path(folder).mkdir(parents=True, exist_ok=True)
         mounts += ["--volume", f"{folder}:{folder}"]
@@ -85,6 +113,7 @@ def in_image_command(
         "HOME=/tmp",
         "--entrypoint",
         "torchrun",
+        "--",  # whatever the image is called, it is no option
         spec.local_image,
         "--local-addr",
         "127.0.0.1",

@@ -9,7 +9,6 @@ long enough to record that the run ended."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -17,29 +16,45 @@ import sys
 import time
 from pathlib import Path
 
+from torchdeck.trainer.metrics import strict_json
+
 from .files import write_atomically
+from .run_records import LaunchRecord, RunRecordError, read_typed
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically: a reader never sees half a file."""
-    write_atomically(path, json.dumps(data, indent=1))
+def write_json(path: Path, data: dict, mode: int | None = None) -> None:
+    """Write a run record atomically (a reader never sees half a file), as strict JSON."""
+    write_atomically(path, strict_json(data, indent=1), mode)
 
 
 def main(argv: list[str]) -> int:
     run_dir = Path(argv[0])
-    launch = json.loads((run_dir / "launch.json").read_text())
     record_pid(run_dir)
+    try:
+        launch = read_typed(LaunchRecord, run_dir / "launch.json")
+    except RunRecordError as exc:
+        launch, why = None, str(exc)
+    else:
+        why = (
+            "it has no launch.json" if launch is None else "its launch.json names no command" if not launch.cmd else ""
+        )
+    if launch is None or why:
+        with open(run_dir / "launcher.log", "ab") as log:
+            log.write(f"torchdeck: cannot start the run: {why}\n".encode())
+        write_json(run_dir / "exit.json", {"exit_code": 127, "finished_at": time.time(), "signals": []})
+        return 127
     received: list[int] = []
     # A handler, not SIG_IGN: an ignored signal would stay ignored in torchrun
     # across exec, and torchrun must see the stop request too.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: received.append(signum))
-    env = dict(os.environ, **launch["env"])
+    # the token proves this process the run's launcher (``stop``); torchrun and the ranks need none
+    env = {k: v for k, v in os.environ.items() if k != "TORCHDECK_RUN_TOKEN"} | launch.env
     with open(run_dir / "launcher.log", "ab", buffering=0) as log:
         try:
             child = subprocess.Popen(
-                launch["cmd"],
-                cwd=launch["cwd"],
+                launch.cmd,
+                cwd=launch.cwd or None,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -57,7 +72,7 @@ def main(argv: list[str]) -> int:
     from .errors import BackendError
     from .local import LocalBackend
 
-    backend = LocalBackend(run_dir.parent.parent, local_price_per_hour=launch.get("price_per_hour"))
+    backend = LocalBackend(run_dir.parent.parent, local_price_per_hour=launch.price_per_hour)
     try:  # the status as it stays, so that listing runs reads one file each
         status = backend.record_final_status(run_dir.name)
     except (BackendError, OSError) as exc:  # the run's files say how it ended; status works it out again
@@ -79,15 +94,14 @@ BUDGET_STOP_GRACE_S = 60.0
 first) before it is killed."""
 
 
-def budget_deadline(launch: dict) -> float | None:
+def budget_deadline(launch: LaunchRecord) -> float | None:
     """When the run's cost reaches its budget: this machine's price an hour is fixed at submit."""
-    budget, per_hour, submitted = launch.get("budget"), launch.get("price_per_hour"), launch.get("submitted_at")
-    if not budget or not per_hour or not submitted:
+    if not launch.budget or not launch.price_per_hour or not launch.submitted_at:
         return None
-    return float(submitted) + float(budget) / float(per_hour) * 3600.0
+    return launch.submitted_at + launch.budget / launch.price_per_hour * 3600.0
 
 
-def wait_within_budget(run_dir: Path, launch: dict, child: subprocess.Popen) -> int:
+def wait_within_budget(run_dir: Path, launch: LaunchRecord, child: subprocess.Popen) -> int:
     """Wait for torchrun; past the budget, record why and ask it to stop (SIGTERM: the built-in
     trainer writes a snapshot, then every rank exits), and kill it if it has not within the grace."""
     deadline = budget_deadline(launch)
@@ -95,8 +109,8 @@ def wait_within_budget(run_dir: Path, launch: dict, child: subprocess.Popen) -> 
         return child.wait(timeout=None if deadline is None else max(0.0, deadline - time.time()))
     except subprocess.TimeoutExpired:
         pass
-    spent = (time.time() - float(launch["submitted_at"])) / 3600.0 * float(launch["price_per_hour"])
-    write_json(run_dir / "cancel", {"requested_at": time.time(), "budget": launch["budget"], "spent": round(spent, 6)})
+    spent = (time.time() - launch.submitted_at) / 3600.0 * (launch.price_per_hour or 0.0)
+    write_json(run_dir / "cancel", {"requested_at": time.time(), "budget": launch.budget, "spent": round(spent, 6)})
     child.send_signal(signal.SIGTERM)
     try:
         return child.wait(timeout=BUDGET_STOP_GRACE_S)

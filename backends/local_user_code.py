@@ -76,7 +76,7 @@ def check_user_code(spec: JobSpec) -> None:
         _, workdir, mounts = code_paths(spec)
         engine = engine_for_runs()
         prefix = [engine.binary, "run", "--rm", "--network", "none", "--workdir", workdir, *mounts]
-        prefix += ["--entrypoint", "python", spec.local_image]
+        prefix += ["--entrypoint", "python", "--", spec.local_image]
         python, cwd = f"the image {spec.local_image}", Path.cwd()
         if e.in_image:  # the code is the image's: nothing here to look at
             return _probe(spec, [*prefix, "-c", PROBE, e.module or ""], python, cwd)

@@ -171,7 +171,7 @@ clock: Callable[[], float] = time.time
 """The clock run ids read: a test pins it to submit twice in one second without sleeping for it."""
 
 
-STAMPED_ID_RE = re.compile(r"^(?P<name>.+)-\d{4}-(?P<time>\d{6}(?:-\d{1,3})?)$")
+STAMPED_ID_RE = re.compile(r"^(?P<name>.+)-\d{4}-(?P<time>\d{6}(?:-\d{1,3})?)\Z")
 """An id ``new_run_id`` made: the job's name, then the day (MMDD) and the time (HHMMSS, ``-N``
 where one second held several)."""
 

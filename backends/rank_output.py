@@ -67,6 +67,7 @@ def main(argv: list[str]) -> int:
             if time.monotonic() - polled >= LOGGER_POLL_S:
                 polled = time.monotonic()
                 logged = loggers.poll()
+                out.write(loggers.take_notes())
                 write_all(logged)
                 watch.saw((), logged)
                 parser.loss_elsewhere = loggers.found_loss
@@ -89,7 +90,8 @@ def main(argv: list[str]) -> int:
         watch.saw(lines, found)
         write_all(found)
         code = child.wait()
-        write_all(loggers.poll())  # what the loggers wrote as they closed
+        write_all(loggers.poll(last=True))  # what the loggers wrote as they closed
+        out.write(loggers.take_notes())
         if code == 0 or watch.aborted_after_its_work(code, mark.reached()):
             if code:  # said in the rank's log, and the rank ends as done
                 out.write(f"torchdeck: {TEARDOWN_NOTE}\n".encode())

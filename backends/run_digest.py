@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .files import write_atomically
+from .errors import SpecError
+from .files import read_bytes, write_atomically
 
 if TYPE_CHECKING:
     from .base import Backend, JobStatus, MetricEvent
@@ -283,8 +284,21 @@ class RunDigest:
                     str(unit),
                 )
             return digest
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        except (
+            orjson.JSONDecodeError,
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            OverflowError,
+            RecursionError,
+            ZeroDivisionError,
+        ):
             return None
+
+
+MAX_DIGEST = 64 << 20
+"""Bytes of a kept digest at most: a few hundred points per rank, for thousands of ranks."""
 
 
 class DigestStore:
@@ -301,9 +315,11 @@ class DigestStore:
         return self.state_dir / "digests" / safe / f"{status.run_id}.json"
 
     def read(self, path: Path) -> RunDigest | None:
+        """The digest kept at ``path``; None where there is none, or none readable (it lies in a run's
+        folder, which the run's code can write: a FIFO or ``/dev/zero`` there is passed over)."""
         try:
-            return RunDigest.from_bytes(path.read_bytes())
-        except OSError:
+            return RunDigest.from_bytes(read_bytes(path, MAX_DIGEST))
+        except (OSError, SpecError):
             return None
 
     def write(self, path: Path, digest: RunDigest) -> None:

@@ -1,49 +1,73 @@
-"""A local run's files read back, cheaply and never whole: a JSON file that may be torn or
-missing, the kept status of an ended run, the last lines (or the first) of a log or metric file,
-and a tail that follows a file as it grows."""
+"""A local run's files read back, cheaply, never whole and only where they are regular files (a
+FIFO or a link to ``/dev/zero`` in a run's folder is passed over): the kept status of an ended
+run, the last lines (or the first) of a log or metric file, and a tail that follows a file as it
+grows."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 from pathlib import Path
 from typing import BinaryIO
 
+from torchdeck.trainer.regular_files import open_regular
+
 from .base import JobState, JobStatus, RankProgress
 from .cost import RunCost
+from .run_records import STATUS_BYTES, RunRecordError, read_record
+from .schema import conforms, typed
 
 STATUS_FILE = "status.json"
 """An ended run's status, kept so that listing runs reads one file each."""
 
 
-def read_json(path: Path) -> dict | None:
-    """A JSON file torchdeck wrote into the run's folder, or None where it is missing or torn."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def kept_status(run_dir: str) -> JobStatus | None:
-    """An ended run's status.json, if it is there and whole (else None: work it out again)."""
+    """An ended run's status.json, if it is there and is one (else None: work it out again). Its
+    fields are typed as ``run_records`` types every record: a field of the wrong type is unknown."""
     try:
-        with open(os.path.join(run_dir, STATUS_FILE), "rb") as f:
-            kept = json.loads(f.read())
-        if kept["run_id"] != os.path.basename(run_dir):
-            return None
-        ranks = [RankProgress(**r) for r in kept.get("ranks") or []]
-        cost = RunCost.from_dict(kept["cost"]) if kept.get("cost") else None
-        return JobStatus(
-            **{**kept, "state": JobState(kept["state"]), "location": run_dir, "ranks": ranks, "cost": cost}
-        )
-    except (OSError, ValueError, TypeError, KeyError):
+        kept = read_record(Path(run_dir) / STATUS_FILE, STATUS_BYTES)
+    except RunRecordError:
+        return None  # worked out again, and kept anew over what was there
+    if kept is None or kept.get("run_id") != os.path.basename(run_dir):
         return None
+    try:
+        state = JobState(kept.get("state"))
+    except ValueError:
+        return None
+    rows = kept["ranks"] if isinstance(kept.get("ranks"), list) else []
+    ranks = [typed(RankProgress, r) for r in rows if isinstance(r, dict) and conforms(r.get("rank"), int)]
+    try:
+        cost = RunCost.from_dict(kept["cost"]) if isinstance(kept.get("cost"), dict) else None
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        cost = None
+    defaults = typed(_Required, kept)
+    return typed(
+        JobStatus,
+        kept,
+        state=state,
+        location=run_dir,
+        ranks=ranks,
+        cost=cost,
+        backend="local",
+        name=defaults.name or os.path.basename(run_dir),
+        world_size=defaults.world_size,
+        submitted_at=defaults.submitted_at,
+    )
+
+
+@dataclasses.dataclass
+class _Required:
+    """The fields a kept status must have, with what they are where they are not."""
+
+    name: str = ""
+    world_size: int = 0
+    submitted_at: float = 0.0
 
 
 def tail_lines(path: Path, max_bytes: int = 32768) -> list[bytes]:
     """The last whole lines of a file (at most ``max_bytes`` of them)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - max_bytes))
@@ -59,8 +83,8 @@ def tail_lines(path: Path, max_bytes: int = 32768) -> list[bytes]:
 def first_line(path: Path) -> bytes:
     """A file's first line (a metric file's start record), or b"" where it cannot be read."""
     try:
-        with open(path, "rb") as f:
-            return f.readline()
+        with open_regular(path) as f:
+            return f.readline(1 << 16)
     except OSError:
         return b""
 
@@ -79,7 +103,7 @@ class FileTail:
     def read_lines(self, max_bytes: int = 1 << 20) -> list[bytes]:
         if self.file is None:
             try:
-                self.file = open(self.path, "rb")
+                self.file = open_regular(self.path)
             except OSError:
                 return []
         data = self.file.read(max_bytes)
@@ -87,6 +111,8 @@ class FileTail:
             return []
         lines = (self.partial + data).split(b"\n")
         self.partial = lines.pop()
+        if len(self.partial) > max_bytes:  # no line of a metric file is this long: not one to hold
+            self.partial = b""
         return lines
 
     def close(self) -> None:

@@ -6,12 +6,12 @@ laptop, over SSH and in a CI log."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchdeck.backends.errors import BackendError
+from torchdeck.trainer.metrics import strict_json
 
 from .output import Commands, confirm, say, stream
 
@@ -256,7 +256,7 @@ def cmd_types(args: argparse.Namespace, settings: Settings) -> int:
     catalogue = open_cloud(settings, args.profile).catalogue(args.region, zones)
     kinds = [t for t in catalogue.offered_everywhere() if t.gpus or not args.gpu]
     if args.output == "json":
-        print(json.dumps([{**t.__dict__, "zones": sorted(catalogue.zones_of.get(t.name, ()))} for t in kinds]))
+        print(strict_json([{**t.__dict__, "zones": sorted(catalogue.zones_of.get(t.name, ()))} for t in kinds]))
         return 0
     print(f"{'type':<16}{'vCPUs':>6}{'memory':>9}  {'GPUs':<26}{'EFA':<5}{'$/h':>8}")
     for t in kinds:
@@ -278,7 +278,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     report = open_cloud(settings, args.profile).preflight(plan)
     if args.output == "json":
         print(
-            json.dumps(
+            strict_json(
                 {
                     "ok": report.ok,
                     "account": report.account,
@@ -337,7 +337,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         data = {k: v for k, v in state.__dict__.items() if k != "record"}
         data["nodegroups"] = [g.__dict__ for g in state.nodegroups]
         data["nodes"] = None if state.nodes is None else [n.__dict__ for n in state.nodes]
-        print(json.dumps(data))
+        print(strict_json(data))
         return 0 if state.status != "MISSING" else EXIT_ERROR
     if state.status == "MISSING":
         gone = record is not None and record.state == "deleted"
@@ -391,5 +391,5 @@ def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
-    print(json.dumps(open_cloud(settings, args.profile).token(args.name, args.region)))
+    print(strict_json(open_cloud(settings, args.profile).token(args.name, args.region)))
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import sys
@@ -21,6 +20,7 @@ from torchdeck.backends.spec import MAX_JOB_NAME, JobSpec, load_spec, parse_over
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, status_cells
 from torchdeck.settings import Settings, SettingsError
 from torchdeck.terminal import as_shown, printable
+from torchdeck.trainer.metrics import strict_json
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -251,7 +251,7 @@ def _say(line: str) -> None:
 def cmd_data(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     result = backend.prepare_data(spec_for(args, settings), on_wait=_say, source=args.from_s3)
     if args.output == "json":
-        print(json.dumps(result))
+        print(strict_json(result))
     else:
         print(
             f"CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
@@ -282,7 +282,7 @@ def cmd_test(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
     else:
         spec = spec_for(args, settings)
     result = backend.test_model(spec, model_file, on_wait=_say)
-    print(json.dumps(result) if args.output == "json" else format_test_report(result))
+    print(strict_json(result) if args.output == "json" else format_test_report(result))
     return 0
 
 
@@ -294,7 +294,7 @@ def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) ->
         return 0
     run_id, spec = backend.resume(resume) if resume else (backend.submit(spec), spec)
     if args.detach:
-        print(json.dumps({"run_id": run_id}) if args.output == "json" else run_id)
+        print(strict_json({"run_id": run_id}) if args.output == "json" else run_id)
         return 0
     print(
         f"torchdeck: run {run_id} started ({spec.world_size} ranks); Ctrl-C detaches, the job keeps running",
@@ -398,7 +398,7 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
         status = backend.status(run_id)
     snap = state.snapshot()
     if output == "json":
-        out.write(json.dumps(summary(status, snap), indent=2) + "\n")
+        out.write(strict_json(summary(status, snap), indent=2) + "\n")
     else:
         draw(final=True)
         acc = (
@@ -439,7 +439,7 @@ def format_status_table(statuses: list[JobStatus], reasons: bool = True) -> str:
 def cmd_jobs(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     statuses = backend.list()
     if args.output == "json":
-        print(json.dumps([s.to_dict() for s in statuses], indent=2))
+        print(strict_json([s.to_dict() for s in statuses], indent=2))
     elif not statuses:
         print("no runs yet; `torchdeck train` starts one")
     else:
@@ -450,7 +450,7 @@ def cmd_jobs(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
 def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     status = backend.status(args.run)
     if args.output == "json":
-        print(json.dumps(status.to_dict(), indent=2))
+        print(strict_json(status.to_dict(), indent=2))
         return 0
     print(format_status_table([status], reasons=False).rstrip())
     if status.reason:  # whole: the table's column would cut the words that say why
@@ -463,6 +463,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         print(printable(f"cost: {status.cost.words()}"))
     if status.hint:
         print(printable(f"hint: {status.hint}"))
+    for warning in status.warnings:
+        print(printable(f"warning: {warning}"))
     return 0
 
 
@@ -492,7 +494,7 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, backend: Backend) 
         return fail("a run is named twice (hint: name each run once; a prefix may match a run named too)", EXIT_USAGE)
     comparison = Comparison(runs)
     if args.output == "json":
-        print(json.dumps(comparison.to_json(), indent=2))
+        print(strict_json(comparison.to_json(), indent=2))
         return 0
     for run in runs:  # which short name is which run, and how it ended
         end = f": {run.status.reason}" if run.status.reason else ""
@@ -525,5 +527,8 @@ def cmd_stop(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
         print(f"{status.run_id} already {status.state.value}")
         return 0
     status = backend.cancel(status.run_id)
-    print(f"{status.run_id} {status.state.value}: every process has ended")
+    for warning in status.warnings:  # what stop refused to signal, and why
+        print(f"torchdeck: warning: {warning}", file=sys.stderr)
+    ended = "every process that carries its id has ended" if status.warnings else "every process has ended"
+    print(f"{status.run_id} {status.state.value}: {ended}")
     return 0

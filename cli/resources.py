@@ -5,13 +5,13 @@ ledger) listed with its cost, or torn down in order."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchdeck.backends.errors import BackendError
+from torchdeck.trainer.metrics import strict_json
 from torchdeck.trainer.s3url import S3Url
 
 from .cluster import open_cloud
@@ -108,7 +108,7 @@ def cmd_cleanup(args: argparse.Namespace, settings: Settings) -> int:
     )
     if args.output == "json":
         print(
-            json.dumps(
+            strict_json(
                 [{"action": s.action, "orphan": s.orphan, "why": s.why, **s.resource.to_dict()} for s in steps],
                 indent=2,
             )
@@ -163,7 +163,9 @@ def cmd_resources(args: argparse.Namespace, settings: Settings) -> int:
     found = cloud.resources(live_only=not args.all)
     per_hour, so_far = cloud.costs()
     if args.output == "json":
-        print(json.dumps({"per_hour": per_hour, "so_far": so_far, "resources": [r.to_dict() for r in found]}, indent=2))
+        print(
+            strict_json({"per_hour": per_hour, "so_far": so_far, "resources": [r.to_dict() for r in found]}, indent=2)
+        )
         return 0
     if not found:
         print("torchdeck has made nothing that exists now" + (f" (${so_far:.2f} spent so far)" if so_far else ""))

@@ -5,11 +5,11 @@ its models."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchdeck.backends.errors import BackendError
+from torchdeck.trainer.metrics import strict_json
 
 from .cluster import open_cloud
 from .output import Commands, confirm, stream
@@ -107,7 +107,7 @@ def cmd_storage_status(args: argparse.Namespace, settings: Settings) -> int:
     cloud = open_cloud(settings, args.profile)
     state = cloud.storage_state(cloud.pick_cluster(args.cluster, args.region))
     if args.output == "json":
-        print(json.dumps(state.to_dict(), indent=2))
+        print(strict_json(state.to_dict(), indent=2))
     else:
         if state.empty:
             print(f"no storage for cluster {state.cluster}")

@@ -34,8 +34,13 @@ if ! "$vpy" -c 'import torch' 2>/dev/null; then
     if [ "$(uname -s)" = "Linux" ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
         # Linux without an NVIDIA GPU: PyTorch's CPU build (a local "+cpu"
         # version), from the configured sources or else PyTorch's CPU index.
+        # Where neither is reachable (a proxy that passes PyPI alone), PyPI's own build: it carries
+        # CUDA's libraries (several GB) and runs on the CPU all the same.
         "$vpy" -m pip install -q "torch==$torch_version+cpu" >>"$log" 2>&1 \
-            || pip install -q "torch==$torch_version+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+            || "$vpy" -m pip install -q --timeout 20 --retries 0 "torch==$torch_version+cpu" \
+                --extra-index-url https://download.pytorch.org/whl/cpu >>"$log" 2>&1 \
+            || { echo "torchdeck: no CPU build of torch $torch_version is reachable; installing PyPI's (several GB, once)" >&2
+                 pip install -q "torch==$torch_version"; }
     else
         # macOS wheels are CPU/MPS builds; Linux with a GPU gets the CUDA build.
         pip install -q "torch==$torch_version"

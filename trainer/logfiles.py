@@ -18,6 +18,7 @@ do not say."""
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -29,6 +30,11 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+try:
+    from .regular_files import open_regular, read_at_most
+except ImportError:  # run from the code bundle (the relay): its copy lies beside this file
+    from regular_files import open_regular, read_at_most  # type: ignore[no-redef]
 
 ROLES = ("loss", "val_loss", "accuracy", "val_accuracy")
 IGNORED = frozenset({"v_num", "epoch", "step", "global_step", "it", "batch", "lr", "learning_rate", "hp_metric"})
@@ -44,6 +50,10 @@ EPOCHS_DONE = "epochs done"
 MAX_FILES = 64
 """Logger files followed at most: a folder with thousands of them is not a logger's."""
 MAX_DEPTH = 6
+MAX_WALK = 2000
+"""Folders listed in one walk at most: a logger writes within a few levels of the script."""
+WALK_SHARE = 100.0
+MAX_SCAN_S = 30.0
 MAX_RECORD = 16 << 20
 """An event file's record longer than this is not a scalar's: the reader skips what it cannot hold."""
 
@@ -163,15 +173,12 @@ class _EventFile:
 
     def read(self) -> list[tuple[str, int, float, float]]:
         out: list[tuple[str, int, float, float]] = []
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
+        data = read_at_most(self.path, READ_PER_POLL, self.offset)
         i = 0
         while len(data) - i >= 12:
             (length,) = struct.unpack("<Q", data[i : i + 8])
             if length > MAX_RECORD:
-                self.offset = os.path.getsize(self.path)  # not a file this reader can follow
-                return out
+                raise TooLarge(f"{self.path}: a record of {length:,} bytes is no scalar's: not followed")
             end = i + 12 + length + 4
             if end > len(data):
                 break
@@ -194,10 +201,10 @@ class _AppendedLines:
         self.path, self.tag, self.offset = path, tag, 0
 
     def read(self) -> list[tuple[str, int, float, float]]:
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
+        data = read_at_most(self.path, READ_PER_POLL, self.offset)
         end = data.rfind(b"\n") + 1
+        if not end and len(data) == READ_PER_POLL:
+            raise TooLarge(f"{self.path}: a line of over {READ_PER_POLL:,} bytes is no metric's: not followed")
         self.offset += end
         out = []
         for line in data[:end].decode(errors="replace").splitlines():
@@ -215,6 +222,8 @@ class _Rewritten:
 
     def __init__(self, path: str, history: set[tuple[str, int]] | None = None):
         self.path, self.seen, self.stamp = path, 0, (0.0, -1)
+        self.resume_at: int | None = None
+        """Where the trainer state's next history entry starts, once one was read."""
         self.totals: dict[str, int] = {}
         self.history = set() if history is None else history
         """The (name, step) points read from any of the run's trainer states: each checkpoint's
@@ -225,10 +234,15 @@ class _Rewritten:
         if (st.st_mtime, st.st_size) == self.stamp:
             return []
         self.stamp = (st.st_mtime, st.st_size)
-        with open(self.path, encoding="utf-8", errors="replace") as f:
-            text = f.read(8 << 20)
-        rows = self._rows(text)
-        new, self.seen = rows[self.seen :], max(self.seen, len(rows))
+        if self.path.endswith(".json"):
+            new = self._new_history()
+        else:
+            if st.st_size > MAX_REWRITTEN:
+                raise TooLarge(
+                    f"{self.path} is {st.st_size:,} bytes, over the {MAX_REWRITTEN:,} read whole: not followed"
+                )
+            rows = self._rows(read_at_most(self.path, MAX_REWRITTEN).decode(errors="replace"))
+            new, self.seen = rows[self.seen :], max(self.seen, len(rows))
         out: list[tuple[str, int, float, float]] = []
         for row in new:
             step = _int(row.get("step") if "step" in row else row.get("global_step")) or 0
@@ -247,22 +261,108 @@ class _Rewritten:
         return out
 
     def _rows(self, text: str) -> list[dict[str, Any]]:
-        if self.path.endswith(".json"):
-            try:
-                state = json.loads(text)
-            except ValueError:
-                return []  # written as it is read: the next change reads it whole
-            if not isinstance(state, dict):
-                return []
-            for key, name in (("max_steps", "total_steps"), ("num_train_epochs", "epochs")):
-                if isinstance(state.get(key), (int, float)) and state[key] > 0:
-                    self.totals[name] = int(state[key])
-            history = state.get("log_history")
-            return [r for r in history if isinstance(r, dict)] if isinstance(history, list) else []
         try:
             return list(csv.DictReader(io.StringIO(text)))
         except csv.Error:
             return []
+
+    def _new_history(self) -> list[dict[str, Any]]:
+        """The entries of a trainer state's ``log_history`` past those read, parsed one at a time
+        from where the last read stopped (the file is rewritten whole, its history only grows, so
+        the bytes before stay where they were): a 20 MB state costs what its new entries cost."""
+        with open_regular(self.path) as f:
+            start = self.resume_at or _history_start(f)
+            if start is None:
+                return []  # written as it is read, or no history yet: the next change reads it
+            entries, end = _entries_from(f, start)
+            tail = _tail(f)
+        for key, name in (("max_steps", "total_steps"), ("num_train_epochs", "epochs")):
+            found = re.search(rb'"%s":\s*(\d+(?:\.\d+)?)' % key.encode(), tail)
+            if found and float(found.group(1)) > 0:
+                self.totals[name] = int(float(found.group(1)))
+        if end is None and self.resume_at is not None:  # not the history's next entry there: read anew
+            self.resume_at = None
+            return self._new_history()
+        self.resume_at = end
+        return [e for e in entries if isinstance(e, dict)]
+
+
+HISTORY_KEY_RE = re.compile(rb'"log_history"\s*:\s*\[')
+CHUNK = 1 << 20
+MAX_ENTRY = 1 << 20
+"""Bytes of one logged entry of a trainer state at most: a logged step is a few hundred."""
+MAX_REWRITTEN = 8 << 20
+"""Bytes of a CSV read whole each time it changes (Lightning rewrites it): past it, a note."""
+READ_PER_POLL = 16 << 20
+"""Bytes of an appended file read in one poll: a reader far behind catches up in steps."""
+
+
+def _history_start(f: Any) -> int | None:
+    """Where the first entry of the ``log_history`` array starts, from the file's head."""
+    head = b""
+    while len(head) < 64 * CHUNK:
+        chunk = f.read(CHUNK)
+        if not chunk:
+            break
+        head += chunk
+        found = HISTORY_KEY_RE.search(head)
+        if found:
+            return found.end()
+    return None
+
+
+def _entries_from(f: Any, offset: int) -> tuple[list[Any], int | None]:
+    """The history's entries from ``offset`` (just past ``[`` or past the last entry read), and the
+    offset after the last whole one; None for it where the bytes there are not the history's. An
+    entry too deep for the parser, or past ``MAX_ENTRY``, is ``TooLarge``."""
+    decoder, utf8 = json.JSONDecoder(), codecs.getincrementaldecoder("utf-8")("replace")
+    f.seek(offset)
+    text, base, last, eof = "", offset, 0, False
+    entries: list[Any] = []
+    while True:
+        i, n = last, len(text)
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i < n:
+            if text[i] == "]":
+                return entries, base + len(text[:last].encode())
+            if text[i] != "{":
+                return entries, None
+            try:
+                value, last = decoder.raw_decode(text, i)
+                entries.append(value)
+                continue
+            except RecursionError:
+                raise TooLarge(f"{f.name}: a history entry nested too deep to read: not followed") from None
+            except ValueError:  # not whole yet: read on
+                if n - i > MAX_ENTRY:
+                    raise TooLarge(f"{f.name}: a history entry of over {MAX_ENTRY:,} bytes: not followed") from None
+        if eof:  # the file ends inside the history: being written, read on at the next change
+            return entries, base + len(text[:last].encode())
+        chunk = f.read(CHUNK)
+        eof = not chunk
+        base, text, last = base + len(text[:last].encode()), text[last:], 0
+        text += utf8.decode(chunk, final=eof)
+
+
+def _tail(f: Any, size: int = 1 << 16) -> bytes:
+    f.seek(0, os.SEEK_END)
+    end = f.tell()
+    f.seek(max(0, end - size))
+    return f.read(size)
+
+
+class TooLarge(ValueError):
+    """A logger file this reader will not follow (a record, line or entry past its bounds)."""
+
+
+SQL_DEADLINE_S = 1.0
+"""How long one read of MLflow's store may run: its rows since the last poll take milliseconds."""
+
+
+def quote_uri(path: str) -> str:
+    """A path as SQLite's ``file:`` URI holds it (``?`` and ``#`` in a folder's name are no query)."""
+    return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
 
 
 MLFLOW_DB = "mlflow.db"
@@ -282,9 +382,19 @@ class _MlflowDatabase:
             import sqlite3
         except ImportError:  # a Python built without it (rare in images): the store goes unread
             return []
+        with open_regular(self.path):  # a FIFO or a device is no database: not handed to SQLite
+            pass
+        deadline = time.monotonic() + SQL_DEADLINE_S
         try:
-            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=0.2)
+            # read-only, and no lock taken (immutable): the script's writes never wait for this reader
+            db = sqlite3.connect(f"file:{quote_uri(self.path)}?mode=ro&immutable=1", uri=True, timeout=0.2)
             try:
+                # a real deadline (the timeout above only bounds waiting for a lock): a ``metrics`` that
+                # is a view over an endless query is interrupted, and the store not followed
+                db.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
+                kind = db.execute("SELECT type FROM sqlite_master WHERE name = 'metrics'").fetchone()
+                if kind is not None and kind[0] != "table":
+                    raise TooLarge(f"{self.path}: its metrics is a {kind[0]}, not MLflow's table: not followed")
                 rows = db.execute(
                     "SELECT rowid, key, value, step, timestamp FROM metrics"
                     " WHERE rowid > ? AND timestamp >= ? AND is_nan = 0 ORDER BY rowid LIMIT 10000",
@@ -292,11 +402,20 @@ class _MlflowDatabase:
                 ).fetchall()
             finally:
                 db.close()
-        except sqlite3.Error:  # being written, or not MLflow's yet: the next poll reads it
+        except sqlite3.OperationalError as exc:
+            if "interrupted" in str(exc):
+                raise TooLarge(f"{self.path}: a read ran past {SQL_DEADLINE_S:g} s: not followed") from None
+            return []  # being written, or not MLflow's yet: the next poll reads it
+        except sqlite3.Error:
             return []
         if rows:
             self.rowid = rows[-1][0]
-        return [(str(key), int(step or 0), float(value), int(stamp) / 1000) for _, key, value, step, stamp in rows]
+        out = []
+        for _, key, value, step, stamp in rows:
+            number, at, when = _float(value), _int(step), _float(stamp)
+            if number is not None:
+                out.append((str(key), at or 0, number, (when or 0.0) / 1000))
+        return out
 
 
 def _float(value: object) -> float | None:
@@ -340,6 +459,13 @@ class LoggerFiles:
     """A logger file gave the training loss (the script's printed loss is then not a second curve)."""
     history: set[tuple[str, int]] = field(default_factory=set)
     """The points read from Hugging Face's trainer states (``_Rewritten.history``)."""
+    notes: list[str] = field(default_factory=list)
+    """Lines for the rank's log: a logger file left unfollowed, and why (the wrapper prints them)."""
+    scanned: float = 0.0
+    scan_every: float = 0.0
+    """The folder is walked again after this long: a hundred times what the last walk took (to
+    ``MAX_SCAN_S``), so a project's folder is walked at every poll and a run started in ``$HOME``
+    spends at most a hundredth of a core walking it."""
     before: dict[str, float] = field(default_factory=dict)
     """The logger files there before this follower began, with when each last changed: a previous
     run's or a previous attempt's (their points were read then), followed only once they change."""
@@ -373,8 +499,13 @@ class LoggerFiles:
                 return role
         return metric_role(tag)
 
-    def scan(self) -> None:
-        """Find logger files new since the start (cheap: a few directory listings)."""
+    def scan(self, now: float | None = None, *, whole: bool = False) -> None:
+        """Find logger files new since the start: a few directory listings, at most ``MAX_WALK``, and
+        not at every poll once a walk has found nothing new (``whole``: now, whatever the last found)."""
+        now = time.monotonic() if now is None else now
+        if not whole and now - self.scanned < self.scan_every:
+            return
+        self.scanned, began = now, time.monotonic()
         for path in self._candidates():
             if path in self.files or len(self.files) >= MAX_FILES:
                 continue
@@ -402,9 +533,18 @@ class LoggerFiles:
                 tag = path.split(os.sep + "metrics" + os.sep, 1)[1].replace(os.sep, "/")
                 self.files[path] = _AppendedLines(path, tag)
 
+        self.scan_every = min(MAX_SCAN_S, WALK_SHARE * (time.monotonic() - began))
+
+    def take_notes(self) -> bytes:
+        """The notes not yet said, as lines for the rank's log (its wrapper writes them there)."""
+        said, self.notes[:] = "".join(f"{note}\n" for note in self.notes), []
+        return said.encode(errors="replace")
+
     def _candidates(self) -> Iterator[str]:
         root_depth = self.root.rstrip(os.sep).count(os.sep)
-        for folder, dirs, names in os.walk(self.root):
+        for walked, (folder, dirs, names) in enumerate(os.walk(self.root)):
+            if walked >= MAX_WALK:
+                return
             depth = folder.count(os.sep) - root_depth
             dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules")]
             if depth >= MAX_DEPTH + (2 if "mlruns" in folder else 0):
@@ -415,14 +555,23 @@ class LoggerFiles:
                 elif (os.sep + "mlruns" + os.sep) in folder + os.sep and (os.sep + "metrics") in folder:
                     yield os.path.join(folder, name)
 
-    def poll(self, now: float | None = None) -> list[dict[str, Any]]:
-        """The records the followed files' new scalars make, oldest first."""
-        self.scan()
+    def poll(self, now: float | None = None, *, last: bool = False) -> list[dict[str, Any]]:
+        """The records the followed files' new scalars make, oldest first. A file that cannot be read
+        now (gone, being written) is read at the next poll; one that no reader here can follow (a
+        FIFO, an entry nested 200,000 deep, a query that never ends: anything it raises) is left,
+        with one line in ``notes`` saying why, and the others still followed. ``last``: the script has
+        ended, and the folder is walked once more for what its loggers wrote as they closed."""
+        self.scan(now, whole=last)
         records: list[dict[str, Any]] = []
         for path, reader in list(self.files.items()):
             try:
                 scalars = reader.read()
-            except OSError:
+            except FileNotFoundError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - beside the user's code, nothing may stop the wrapper
+                self.files[path] = _Left()
+                why = str(exc) if isinstance(exc, (TooLarge, OSError)) else f"{type(exc).__name__}: {exc}"
+                self.notes.append(f"torchdeck: not following {path}: {why[:300]}"[:400])
                 continue
             rank = int(m.group(1)) if (m := RANK_IN_PATH_RE.search(path[len(self.root) :])) else self.rank
             records += self._records(scalars, rank, getattr(reader, "totals", {}))
@@ -439,6 +588,8 @@ class LoggerFiles:
                 done = tag.lower() != "epoch"
                 self.epochs[rank] = max(0.0, math.ceil(value) - 1.0) if done else value
                 continue
+            if not math.isfinite(value):
+                continue  # a diverged loss: JSON has no NaN, and the curve's gap says it
             role = self.role(tag)
             if role is None or (role == "accuracy" and "train" in tag.lower()):
                 continue  # a training accuracy is no evaluation
@@ -457,3 +608,10 @@ class LoggerFiles:
             for name, total in totals.items():
                 record[name] = total
         return sorted(by_step.values(), key=lambda r: (r["step"], r["event"] != "step"))
+
+
+class _Left:
+    """A logger file no longer followed (``LoggerFiles.notes`` says why)."""
+
+    def read(self) -> list[tuple[str, int, float, float]]:
+        return []

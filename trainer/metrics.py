@@ -51,11 +51,22 @@ SCHEMA_VERSION = 1
 EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "stopped", "error")
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no NaN or infinity: a diverged loss is written as null."""
+def finite(value: Any) -> Any:
+    """``value`` with every float that is not finite (NaN, infinity), at any depth, as None: JSON has
+    no such numbers, and a diverged loss is written as null."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
     return value
+
+
+def strict_json(value: Any, **options: Any) -> str:
+    """``json.dumps`` whose text every JSON parser takes (jq, a browser's): non-finite numbers are
+    null. Every JSON torchdeck prints or writes for another program goes through it."""
+    return json.dumps(finite(value), allow_nan=False, **options)
 
 
 class MetricsWriter:
@@ -97,8 +108,8 @@ class MetricsWriter:
             "time": round(now, 3),
             "elapsed_s": round(now - self.job_started_at, 3),
         }
-        record.update({k: _clean(v) for k, v in fields.items()})
-        line = json.dumps(record, separators=(",", ":")) + "\n"
+        record.update(fields)
+        line = strict_json(record, separators=(",", ":")) + "\n"
         self.stream.write(line)
         self.stream.flush()
         if self._fd is not None:
@@ -136,4 +147,4 @@ def tool_line(tool: str, result: dict[str, Any] | None = None, error: Any = None
                   "message": getattr(error, "message", str(error)), "hint": getattr(error, "hint", None) or ""}  # fmt: skip
     else:
         record = {"schema": SCHEMA_VERSION, "event": "result", "tool": tool, "result": result or {}}
-    return json.dumps(record, separators=(",", ":"))
+    return strict_json(record, separators=(",", ":"))

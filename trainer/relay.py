@@ -59,8 +59,10 @@ class ExitMark:
         os.set_blocking(self.read_fd, False)
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` with the folder after the script's own ``PYTHONPATH``, and the pipe's end named."""
-        path = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), self.FOLDER) if p)
+        """``env`` with the folder first on ``PYTHONPATH`` (so no ``sitecustomize`` of the script's own
+        path, coverage's or a project's, hides the mark: the mark imports that one in turn), and the
+        pipe's end named."""
+        path = os.pathsep.join(p for p in (self.FOLDER, env.get("PYTHONPATH", "")) if p)
         return {**env, "PYTHONPATH": path, "TORCHDECK_EXIT_FD": str(self.write_fd)}
 
     def reached(self) -> bool:
@@ -133,8 +135,10 @@ def main(argv: list[str]) -> int:
             found = [r for r in map(parser.feed, lines) if r is not None] if parser else [{"event": "step"}]
             watch.saw(lines, found)
 
-    def logged() -> None:
-        say([json.dumps(record, separators=(",", ":")) for record in loggers.poll()])
+    def logged(last: bool = False) -> None:
+        records = loggers.poll(last=last)
+        out.write(loggers.take_notes())
+        say([json.dumps(record, separators=(",", ":")) for record in records])
 
     while True:
         if time.monotonic() - polled >= LOGGER_POLL_S:
@@ -149,7 +153,7 @@ def main(argv: list[str]) -> int:
             say(reader.idle())
     say(reader.close())
     code = child.wait()
-    logged()  # what the loggers wrote as they closed
+    logged(last=True)  # what the loggers wrote as they closed
     restart, allowed = attempt()
     if watch.aborted_after_its_work(code, mark.reached()):
         say([f"torchdeck: {TEARDOWN_NOTE}"])

@@ -45,6 +45,7 @@ from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
 from ..errors import BackendError, RunIdTaken, RunNotFound, SpecError
 from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines
 from ..names import new_run_id
+from ..schema import number
 from ..spec import JobKindName, JobSpec, spec_from_dict, validate
 from . import crds
 from .client import ApiError, KubeClient, api_path
@@ -490,7 +491,7 @@ class KubernetesBackend(Backend):
         if stopped is not None and suspended(obj):  # torchdeck suspended it at its budget
             state, reason = (
                 JobState.CANCELLED,
-                budget_stop_words(float(stopped.get("budget") or 0), float(stopped.get("spent") or 0)),
+                budget_stop_words(number(stopped.get("budget")) or 0.0, number(stopped.get("spent")) or 0.0),
             )
         findings = [] if state.is_terminal or wait else self.pod_findings(meta.get("namespace", "default"), pods)
         findings += job_findings(name, st.get("conditions") or [], (spec.get("runPolicy") or {}).get("backoffLimit"))

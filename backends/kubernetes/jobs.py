@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from ..base import JobState
+from ..schema import count
 from ..spec import JobKindName
 from .client import KINDS, ApiKind
 from .manifests import KIND_INFO
@@ -71,10 +72,10 @@ def world_size(key: JobKindName, obj: dict[str, Any]) -> int:
 def nproc_per_node(obj: dict[str, Any]) -> int:
     """Ranks per pod, read back from the job (so any machine can reattach)."""
     spec = obj.get("spec") or {}
-    if spec.get("nprocPerNode"):
-        return int(spec["nprocPerNode"])
-    if (spec.get("trainer") or {}).get("numProcPerNode"):
-        return int(spec["trainer"]["numProcPerNode"])
+    for value in (spec.get("nprocPerNode"), (spec.get("trainer") or {}).get("numProcPerNode")):
+        ranks = count(int(value) if isinstance(value, str) and value.isdigit() else value)
+        if ranks:  # "auto", "gpu": the ranks per pod are not known here
+            return ranks
     nproc = argument(obj, "--nproc-per-node")
     return int(nproc) if nproc and nproc.isdigit() else 1
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..schema import count
 from ..spec import JobKindName, JobSpec
 from .client import ApiError, api_path
 from .diagnosis import Finding
@@ -205,8 +206,8 @@ def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> dict[str,
         pending = []
     for item in pending:
         if (item.get("metadata") or {}).get("name") == name:
-            wait["position"] = item.get("positionInLocalQueue")
-            wait["cluster_position"] = item.get("positionInClusterQueue")
+            wait["position"] = count(item.get("positionInLocalQueue"))  # "3rd", 1e400, [1]: unknown
+            wait["cluster_position"] = count(item.get("positionInClusterQueue"))
     return wait
 
 
@@ -216,5 +217,5 @@ def wait_words(wait: dict[str, Any]) -> str:
     if wait.get("cluster_queue"):
         where += f" (ClusterQueue {wait['cluster_queue']})"
     if wait.get("position") is not None:
-        where += f", position {int(wait['position']) + 1}"
+        where += f", position {wait['position'] + 1}"
     return where + (f": {wait['reason']}" if wait.get("reason") else "")

@@ -82,6 +82,7 @@ def test_every_kinds_pods_unpack_the_bundle_into_their_working_directory(tmp_pat
     relay = [
         ".torchdeck/relay.py",
         ".torchdeck/logfiles.py",
+        ".torchdeck/regular_files.py",
         ".torchdeck/rewrites.py",
         ".torchdeck/textmetrics.py",
         ".torchdeck/tracebacks.py",

@@ -80,7 +80,17 @@ def test_trainer_needs_only_torch_and_numpy_at_import() -> None:
     optional = set().union(*imports("trainer").values()) - STDLIB - {"torch", "numpy", "__future__"}
     # and the relay's own modules, which it imports by their file names when it runs from a code
     # bundle (trainer/relay.py: its modules lie beside it there)
-    assert optional <= {"boto3", "torchvision", "pynvml", "logfiles", "rewrites", "textmetrics", "tracebacks", "re2"}
+    assert optional <= {
+        "boto3",
+        "torchvision",
+        "pynvml",
+        "logfiles",
+        "regular_files",
+        "rewrites",
+        "textmetrics",
+        "tracebacks",
+        "re2",
+    }
 
 
 def test_cli_help_loads_no_heavy_library() -> None:

@@ -1,8 +1,10 @@
 """torchdeck's, for one rank of the user's code (the only file in its folder, which the rank's
-wrapper puts on the script's ``PYTHONPATH``): it tells the wrapper, through the pipe named by
+wrapper puts first on the script's ``PYTHONPATH``, so that it runs before any other): it tells the wrapper, through the pipe named by
 ``TORCHDECK_EXIT_FD``, that the script reached the interpreter's exit, every line of it run and its
 atexit handlers (the loggers' last writes) done, and the status it gave ``sys.exit`` if not 0
-(a ``raise SystemExit(1)`` of its own goes unseen). A rank that then dies of SIGABRT (PyTorch's gloo
+(a ``raise SystemExit(1)`` of its own goes unseen). Only the rank's own process says so: a
+process it forks closes its copy of the pipe and, should it reach the atexit handler, is not the
+rank (its pid is checked). A rank that then dies of SIGABRT (PyTorch's gloo
 threads as the interpreter tears down) has done its work, whether or not it printed its steps:
 ``relay.ExitMark`` and ``tracebacks.FailureWatch``. Then the environment's own ``sitecustomize``,
 which this one shadows, is imported as it would have been. Standard library only."""
@@ -34,10 +36,25 @@ _status = [0]
 its work, though it reached its exit."""
 
 
+_rank_pid = os.getpid()
+"""The rank's own process: only it says that the rank reached its exit. A child it forks (a
+helper, a data worker that ends normally) inherits the atexit handler but is not the rank."""
+
+
 def _told(fd: int) -> None:
+    if os.getpid() != _rank_pid:
+        return
     try:
         os.write(fd, b"exit" if _status[0] == 0 else b"exit %d" % _status[0])
     except OSError:  # the wrapper is gone: nobody to tell
+        pass
+
+
+def _forked(fd: int) -> None:
+    """In a forked child: its copy of the pipe is closed, so no code of the child can write the mark."""
+    try:
+        os.close(fd)
+    except OSError:
         pass
 
 
@@ -54,4 +71,6 @@ _fd = os.environ.pop("TORCHDECK_EXIT_FD", "")
 if _fd.isdigit():
     atexit.register(_told, int(_fd))  # the first registered runs last, after the script's own
     sys.exit = _exit_noting  # type: ignore[assignment]
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _forked(int(_fd)))
 _chain()
