@@ -523,12 +523,12 @@ def cmd_logs(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
 
 def cmd_stop(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     status = backend.status(args.run)
+    for warning in status.warnings:  # what stop refuses to signal, and why
+        print(f"torchdeck: warning: {warning}", file=sys.stderr)
     if status.state.is_terminal:
         print(f"{status.run_id} already {status.state.value}")
         return 0
     status = backend.cancel(status.run_id)
-    for warning in status.warnings:  # what stop refused to signal, and why
-        print(f"torchdeck: warning: {warning}", file=sys.stderr)
     ended = "every process that carries its id has ended" if status.warnings else "every process has ended"
     print(f"{status.run_id} {status.state.value}: {ended}")
     return 0

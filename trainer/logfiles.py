@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 try:
-    from .regular_files import open_regular, read_at_most
+    from .regular_files import NotRegularFile, open_regular, read_at_most
 except ImportError:  # run from the code bundle (the relay): its copy lies beside this file
-    from regular_files import open_regular, read_at_most  # type: ignore[no-redef]
+    from regular_files import NotRegularFile, open_regular, read_at_most  # type: ignore[no-redef]
 
 ROLES = ("loss", "val_loss", "accuracy", "val_accuracy")
 IGNORED = frozenset({"v_num", "epoch", "step", "global_step", "it", "batch", "lr", "learning_rate", "hp_metric"})
@@ -178,7 +178,7 @@ class _EventFile:
         while len(data) - i >= 12:
             (length,) = struct.unpack("<Q", data[i : i + 8])
             if length > MAX_RECORD:
-                raise TooLarge(f"{self.path}: a record of {length:,} bytes is no scalar's: not followed")
+                raise TooLarge(f"a record of {length:,} bytes is no scalar's")
             end = i + 12 + length + 4
             if end > len(data):
                 break
@@ -204,7 +204,7 @@ class _AppendedLines:
         data = read_at_most(self.path, READ_PER_POLL, self.offset)
         end = data.rfind(b"\n") + 1
         if not end and len(data) == READ_PER_POLL:
-            raise TooLarge(f"{self.path}: a line of over {READ_PER_POLL:,} bytes is no metric's: not followed")
+            raise TooLarge(f"a line of over {READ_PER_POLL:,} bytes is no metric's")
         self.offset += end
         out = []
         for line in data[:end].decode(errors="replace").splitlines():
@@ -238,9 +238,7 @@ class _Rewritten:
             new = self._new_history()
         else:
             if st.st_size > MAX_REWRITTEN:
-                raise TooLarge(
-                    f"{self.path} is {st.st_size:,} bytes, over the {MAX_REWRITTEN:,} read whole: not followed"
-                )
+                raise TooLarge(f"it is {st.st_size:,} bytes, over the {MAX_REWRITTEN:,} read whole at each change")
             rows = self._rows(read_at_most(self.path, MAX_REWRITTEN).decode(errors="replace"))
             new, self.seen = rows[self.seen :], max(self.seen, len(rows))
         out: list[tuple[str, int, float, float]] = []
@@ -333,10 +331,10 @@ def _entries_from(f: Any, offset: int) -> tuple[list[Any], int | None]:
                 entries.append(value)
                 continue
             except RecursionError:
-                raise TooLarge(f"{f.name}: a history entry nested too deep to read: not followed") from None
+                raise TooLarge("a history entry nested too deep to read") from None
             except ValueError:  # not whole yet: read on
                 if n - i > MAX_ENTRY:
-                    raise TooLarge(f"{f.name}: a history entry of over {MAX_ENTRY:,} bytes: not followed") from None
+                    raise TooLarge(f"a history entry of over {MAX_ENTRY:,} bytes") from None
         if eof:  # the file ends inside the history: being written, read on at the next change
             return entries, base + len(text[:last].encode())
         chunk = f.read(CHUNK)
@@ -394,7 +392,7 @@ class _MlflowDatabase:
                 db.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
                 kind = db.execute("SELECT type FROM sqlite_master WHERE name = 'metrics'").fetchone()
                 if kind is not None and kind[0] != "table":
-                    raise TooLarge(f"{self.path}: its metrics is a {kind[0]}, not MLflow's table: not followed")
+                    raise TooLarge(f"its metrics is a {kind[0]}, not MLflow's table")
                 rows = db.execute(
                     "SELECT rowid, key, value, step, timestamp FROM metrics"
                     " WHERE rowid > ? AND timestamp >= ? AND is_nan = 0 ORDER BY rowid LIMIT 10000",
@@ -404,7 +402,7 @@ class _MlflowDatabase:
                 db.close()
         except sqlite3.OperationalError as exc:
             if "interrupted" in str(exc):
-                raise TooLarge(f"{self.path}: a read ran past {SQL_DEADLINE_S:g} s: not followed") from None
+                raise TooLarge(f"a read of it ran past {SQL_DEADLINE_S:g} s") from None
             return []  # being written, or not MLflow's yet: the next poll reads it
         except sqlite3.Error:
             return []
@@ -570,7 +568,15 @@ class LoggerFiles:
                 continue
             except Exception as exc:  # noqa: BLE001 - beside the user's code, nothing may stop the wrapper
                 self.files[path] = _Left()
-                why = str(exc) if isinstance(exc, (TooLarge, OSError)) else f"{type(exc).__name__}: {exc}"
+                why = (
+                    f"it is {exc.kind}"
+                    if isinstance(exc, NotRegularFile)
+                    else exc.strerror or str(exc)
+                    if isinstance(exc, OSError)
+                    else str(exc)
+                    if isinstance(exc, TooLarge)
+                    else f"{type(exc).__name__}: {exc}"
+                )
                 self.notes.append(f"torchdeck: not following {path}: {why[:300]}"[:400])
                 continue
             rank = int(m.group(1)) if (m := RANK_IN_PATH_RE.search(path[len(self.root) :])) else self.rank

@@ -455,3 +455,44 @@ def test_a_runs_own_escape_sequences_never_reach_the_consoles_terminal(tmp_path)
     assert (
         "\x1b" not in step.progress.message and "\x9b" not in step.progress.message and "boom" in step.progress.message
     )
+
+
+def test_the_runs_screen_shows_every_run_beside_one_whose_folder_cannot_be_read(tmp_path):
+    """Issue 40 rows 1 and 2, the console's door: a run whose launch.json is a FIFO kept the runs screen
+    on "reading runs..." for ever, and one whose launch.json is ``[1]`` made it say only "runs failed
+    AttributeError". Each is now a row saying why, and the other runs show beside it."""
+    import json
+    import os
+    import time as clock
+
+    from torchdeck.backends.local import LocalBackend
+
+    runs = tmp_path / "state" / "runs"
+    for run_id, launch in (("fifo-1125-000000", None), ("list-1125-000001", [1]), ("fine-1125-000002", {})):
+        (runs / run_id).mkdir(parents=True)
+        if launch is None:
+            os.mkfifo(runs / run_id / "launch.json")
+        else:
+            (runs / run_id / "launch.json").write_text(json.dumps(launch))
+    (runs / "fine-1125-000002" / "status.json").write_text(json.dumps({
+        "run_id": "fine-1125-000002", "name": "fine", "backend": "local", "state": "succeeded", "world_size": 2,
+        "submitted_at": clock.time()}))  # fmt: skip
+
+    async def scenario():
+        app = make_app(settings_for(tmp_path / "state"), LocalBackend(tmp_path / "state"))
+        async with app.run_test(size=(120, 30)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
+            await pilot.pause(0.3)
+            table = app.screen.query_one("#runs", DataTable)
+            rows = {str(table.get_row_at(i)[0]): table.get_row_at(i) for i in range(table.row_count)}
+            assert set(rows) == {"fifo-1125-000000", "list-1125-000001", "fine-1125-000002"}
+            assert str(rows["fine-1125-000002"][1]) == "succeeded"
+            said = []
+            for _ in range(table.row_count):  # each row's detail says what it is, or why it cannot be read
+                said.append(text_of(app.screen.query_one("#detail", Static)))
+                await pilot.press("down")
+                await pilot.pause(0.1)
+            assert any("launch.json" in d and "FIFO" in d for d in said), said
+            assert any("launch.json" in d and "not a run record" in d for d in said), said
+
+    run(scenario())

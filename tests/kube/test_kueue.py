@@ -193,6 +193,15 @@ def test_a_queued_job_says_where_it_waits_and_why_until_admitted_and_again_when_
     status = kube_backend.status(run_id)
     assert status.state is JobState.QUEUED
     assert status.reason == f"queued in team-a (ClusterQueue shared-cq), position 3: {QUOTA}"
+    for odd in ("3rd", [1], 2.5, True, -1, 10**40):  # issue 40 row 12: a position of the wrong type is unknown
+        kube_api.emulator.visibility[(NS, "team-a")] = [
+            {"metadata": {"name": pending["metadata"]["name"]}, "positionInLocalQueue": odd}
+        ]
+        status = kube_backend.status(run_id)
+        assert status.reason == f"queued in team-a (ClusterQueue shared-cq): {QUOTA}", odd
+    kube_api.emulator.visibility[(NS, "team-a")] = [
+        {"metadata": {"name": pending["metadata"]["name"]}, "positionInLocalQueue": 2, "positionInClusterQueue": 5}
+    ]
     shown = [s for s in kube_backend.list() if s.run_id == run_id][0]
     assert shown.state is JobState.QUEUED and shown.to_dict()["queue"]["cluster_position"] == 5  # jobs --output json
     # admitted: Kueue unsuspends the job; the operator's states follow

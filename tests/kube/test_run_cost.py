@@ -140,6 +140,14 @@ def test_the_budget_suspends_the_job_and_says_why(kube_api):
     assert later.state is JobState.CANCELLED and later.reason == status.reason
     assert later.cost.budget == 5 and later.cost.share >= 1
 
+    # issue 40 row 12: the annotation is the job's, which anyone with edit rights writes; figures of
+    # the wrong type are unknown, never a traceback out of status
+    path = f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}"
+    for odd in ('{"budget": "abc", "spent": [1]}', '{"budget": 1e400}', "[1]", "not json"):
+        backend.client.request("PATCH", path, body={"metadata": {"annotations": {STOPPED_ANNOTATION: odd}}})
+        shown = KubernetesBackend(kube_api.kubeconfig).status(run_id)
+        assert shown.state is JobState.CANCELLED and "\n" not in shown.reason, odd
+
 
 def test_compare_puts_a_cluster_run_beside_a_laptop_run(kube_api, tmp_path):
     """Runs of any backend side by side: ``compare ID kubernetes:ID`` reads the first from the default
