@@ -10,6 +10,9 @@ python="${PYTHON:-python3}"
 venv=".venv"
 # One PyTorch release for setup, CI and both training images: docker/torch-version.
 torch_version="${TORCHDECK_TORCH_VERSION:-$(cat docker/torch-version)}"
+# Where PyPI's torch (and what it needs) is kept once fetched, outside the work tree: a fresh clone,
+# and CI's, installs from it without fetching several GB again.
+wheels="${TORCHDECK_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/torchdeck/wheels}/torch-$torch_version"
 
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
     echo "torchdeck needs Python 3.10 or newer; set PYTHON=/path/to/python3.x" >&2
@@ -39,8 +42,12 @@ if ! "$vpy" -c 'import torch' 2>/dev/null; then
         "$vpy" -m pip install -q "torch==$torch_version+cpu" >>"$log" 2>&1 \
             || "$vpy" -m pip install -q --timeout 20 --retries 0 "torch==$torch_version+cpu" \
                 --extra-index-url https://download.pytorch.org/whl/cpu >>"$log" 2>&1 \
-            || { echo "torchdeck: no CPU build of torch $torch_version is reachable; installing PyPI's (several GB, once)" >&2
-                 pip install -q "torch==$torch_version"; }
+            || { echo "torchdeck: no CPU build of torch $torch_version is reachable; installing PyPI's from $wheels" >&2
+                 # fetched once into a folder outside the work tree (several GB), every later venv from it
+                 { ls "$wheels"/torch-"$torch_version"-*.whl >/dev/null 2>&1 \
+                   && "$vpy" -m pip install -q --no-index --find-links "$wheels" "torch==$torch_version" >>"$log" 2>&1; } \
+                 || { pip download -q -d "$wheels" "torch==$torch_version" \
+                      && pip install -q --no-index --find-links "$wheels" "torch==$torch_version"; }; }
     else
         # macOS wheels are CPU/MPS builds; Linux with a GPU gets the CUDA build.
         pip install -q "torch==$torch_version"
