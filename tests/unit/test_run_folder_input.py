@@ -36,6 +36,7 @@ from torchdeck.backends.spec import spec_from_dict, validate
 from torchdeck.cli.main import main
 from torchdeck.terminal import as_shown, printable
 from torchdeck.trainer.logfiles import LoggerFiles
+from torchdeck.tui.messages import RunsListed
 
 GOOD = "good-1125-000000"
 BAD = "bad-1125-000001"
@@ -108,9 +109,17 @@ json_values = st.recursive(
 records = st.dictionaries(st.sampled_from(FIELDS), json_values) | json_values
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(name=st.sampled_from(RECORDS), value=records)
-def test_any_json_in_any_run_record_is_a_row_never_a_traceback(tmp_path_factory, name: str, value: Any) -> None:
+def test_any_json_in_any_run_record_is_a_row_never_a_traceback(tmp_path_factory, capsys, name: str, value: Any) -> None:
+    """Through what ``jobs`` and the console's runs screen read (``list``, then the screen's message),
+    ``status`` and ``compare``."""
     state = tmp_path_factory.mktemp("state")
     planted(state, GOOD)
     bad = planted(state, BAD)
@@ -129,6 +138,10 @@ def test_any_json_in_any_run_record_is_a_row_never_a_traceback(tmp_path_factory,
         assert "\n" not in str(exc) and name in str(exc)
     else:
         assert shown.run_id == BAD and isinstance(shown.reason, str) and isinstance(shown.world_size, int)
+    listed = RunsListed(list(rows.values()))  # what the console's runs screen is handed
+    assert {s.run_id for s in listed.statuses} == {GOOD, BAD}
+    code, out, err = cli(state, capsys, "compare", GOOD, BAD, "--output", "json")
+    assert "Traceback" not in err and (code == 0 and len(strict(out)["runs"]) == 2 or len(err.splitlines()) == 1), err
 
 
 @pytest.mark.parametrize("name", RECORDS)
