@@ -321,7 +321,7 @@ class LocalBackend(Backend):
         try:
             info = read_typed(PidRecord, run_dir / "pid.json")
         except RunRecordError as exc:
-            return None, str(exc)
+            return None, exc.message
         if info is None or info.pid is None or info.pid <= 0:
             return None, ""
         child = self._children.get(info.pid)
@@ -558,7 +558,7 @@ class LocalBackend(Backend):
             world_size=0,
             submitted_at=0.0,
             location=str(run_dir),
-            reason=f"cannot read the run: {exc}",
+            reason=f"cannot read the run: {exc.message}",
             hint=exc.hint or f"see what is in {run_dir}",
         )
 
