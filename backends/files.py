@@ -191,7 +191,7 @@ def parse_json(text: str | bytes, source: str = "", *, max_bytes: int = MAX_TEXT
     """JSON a user or a cluster handed in, bounded as ``parse_yaml``; SpecError naming ``source``."""
     if len(text) > max_bytes:
         raise SpecError("", f"is {len(text):,} bytes; at most {max_bytes:,} are read", "", source)
-    depth = _depth(text if isinstance(text, str) else text.decode(errors="replace"))
+    depth = json_depth(text if isinstance(text, str) else text.decode(errors="replace"))
     if depth > MAX_DEPTH:
         raise SpecError("", f"nested more than {MAX_DEPTH} levels deep", "", source)
     try:
@@ -200,7 +200,7 @@ def parse_json(text: str | bytes, source: str = "", *, max_bytes: int = MAX_TEXT
         raise SpecError("", f"not valid JSON: {str(exc).splitlines()[0][:200]}", "", source) from None
 
 
-def _depth(text: str) -> int:
+def json_depth(text: str) -> int:
     """The deepest nesting of brackets outside strings (linear; JSON's own parser recurses)."""
     deepest = level = 0
     in_string = escaped = False

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import SpecError
-from .files import MAX_DEPTH, MAX_DIGITS, read_bytes
+from .files import MAX_DEPTH, MAX_DIGITS, json_depth, read_bytes
 from .schema import typed
 
 RECORD_BYTES = 1 << 20
@@ -47,7 +47,7 @@ def parse_record(data: bytes | str, source: str) -> dict[str, Any]:
     """A record's JSON object. Non-finite numbers (``NaN``, ``1e999``) and integers past
     ``MAX_DIGITS`` digits read as null: the field is unknown, the rest of the record stands."""
     text = data.decode(errors="replace") if isinstance(data, bytes) else data
-    if _depth_over(text, MAX_DEPTH):
+    if json_depth(text) > MAX_DEPTH:
         raise RunRecordError("", f"nested more than {MAX_DEPTH} levels deep", "", source)
     try:
         value = json.loads(text, parse_float=_finite, parse_int=_bounded_int, parse_constant=lambda name: None)
@@ -56,28 +56,6 @@ def parse_record(data: bytes | str, source: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise RunRecordError("", f"not a run record: JSON {type(value).__name__} where an object belongs", "", source)
     return value
-
-
-def _depth_over(text: str, limit: int) -> bool:
-    level = 0
-    in_string = escaped = False
-    for c in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "[{":
-            level += 1
-            if level > limit:
-                return True
-        elif c in "]}":
-            level -= 1
-    return False
 
 
 def read_record(path: Path, max_bytes: int = RECORD_BYTES) -> dict[str, Any] | None:

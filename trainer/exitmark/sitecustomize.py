@@ -1,13 +1,14 @@
 """torchdeck's, for one rank of the user's code (the only file in its folder, which the rank's
-wrapper puts first on the script's ``PYTHONPATH``, so that it runs before any other): it tells the wrapper, through the pipe named by
-``TORCHDECK_EXIT_FD``, that the script reached the interpreter's exit, every line of it run and its
-atexit handlers (the loggers' last writes) done, and the status it gave ``sys.exit`` if not 0
-(a ``raise SystemExit(1)`` of its own goes unseen). Only the rank's own process says so: a
-process it forks closes its copy of the pipe and, should it reach the atexit handler, is not the
-rank (its pid is checked). A rank that then dies of SIGABRT (PyTorch's gloo
-threads as the interpreter tears down) has done its work, whether or not it printed its steps:
-``relay.ExitMark`` and ``tracebacks.FailureWatch``. Then the environment's own ``sitecustomize``,
-which this one shadows, is imported as it would have been. Standard library only."""
+wrapper puts first on the script's ``PYTHONPATH``, so that it runs before any other): it tells the
+wrapper, through the pipe named by ``TORCHDECK_EXIT_FD``, that the script reached the interpreter's
+exit, every line of it run and its atexit handlers (the loggers' last writes) done, and the status
+it gave ``sys.exit`` if not 0 (a ``raise SystemExit(1)`` of its own goes unseen). Only the rank's
+own process says so: a process it forks closes its copy of the pipe and, should it reach the
+atexit handler, is not the rank (its pid is checked). A rank that then dies of SIGABRT (PyTorch's
+gloo threads as the interpreter tears down) has done its work, whether or not it printed its
+steps: ``relay.ExitMark`` and ``tracebacks.FailureWatch``. Then the environment's own
+``sitecustomize``, which this one shadows, is imported as it would have been. Standard library
+only."""
 
 from __future__ import annotations
 
