@@ -13,7 +13,7 @@ python="$(.venv/bin/python -c 'import sys, os; print(os.path.realpath(sys._base_
 "$python" -m venv "$venv"
 site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 .venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/torch_from_dot_venv.pth"
-torch_version="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')"  # fails here, before any pip
+torch_version="$("$venv/bin/python" -c 'import torch, importlib.metadata as m; print(m.version("torch"))')"  # fails here, before any pip (the wheel's version: PyPI's build says 2.13.0+cu130 at run time)
 log="$venv/setup.log"
 echo "torchdeck: setting up $venv (the user-code tests' libraries; log in $log)" >&2
 echo "torch==$torch_version" >"$venv/constraints.txt"
