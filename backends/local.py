@@ -577,7 +577,13 @@ class LocalBackend(Backend):
         return price_run([use], book, launch.budget, running=not status.state.is_terminal)
 
     def status(self, run_id: str) -> JobStatus:
-        return self._status_of(self.resolve(run_id))
+        """The run's status; one whose records cannot be read is a status saying so (as ``list``
+        shows it), so that ``status``, ``compare`` and the monitor show it beside the others."""
+        run_dir = self.resolve(run_id)
+        try:
+            return self._status_of(run_dir)
+        except RunRecordError as exc:
+            return self._unreadable(run_dir, exc)
 
     def list(self) -> list[JobStatus]:
         """Every run, newest first; a run whose records cannot be read is a row saying so."""

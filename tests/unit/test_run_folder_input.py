@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from torchdeck.backends.base import JobState
 from torchdeck.backends.engine import Engine
-from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.errors import SpecError
 from torchdeck.backends.events import parse_metric_lines
 from torchdeck.backends.local import LocalBackend
 from torchdeck.backends.local_image import serve_wheels
@@ -132,16 +132,13 @@ def test_any_json_in_any_run_record_is_a_row_never_a_traceback(tmp_path_factory,
         for number in (status.submitted_at, status.loss, status.finished_at):
             assert number is None or math.isfinite(number)
         strict(json.dumps(status.to_dict(), allow_nan=True).replace("NaN", "null"))  # fields typed
-    try:
-        shown = backend.status(BAD)
-    except BackendError as exc:  # a record that is no record: one line naming the file
-        assert "\n" not in str(exc) and name in str(exc)
-    else:
-        assert shown.run_id == BAD and isinstance(shown.reason, str) and isinstance(shown.world_size, int)
+    shown = backend.status(BAD)  # a record that is no record: a status saying so, naming the file
+    assert shown.run_id == BAD and isinstance(shown.reason, str) and isinstance(shown.world_size, int)
+    assert shown.state is not JobState.UNKNOWN or (name in shown.reason and "\n" not in shown.reason)
     listed = RunsListed(list(rows.values()))  # what the console's runs screen is handed
     assert {s.run_id for s in listed.statuses} == {GOOD, BAD}
     code, out, err = cli(state, capsys, "compare", GOOD, BAD, "--output", "json")
-    assert "Traceback" not in err and (code == 0 and len(strict(out)["runs"]) == 2 or len(err.splitlines()) == 1), err
+    assert code == 0 and [r["run_id"] for r in strict(out)["runs"]] == [GOOD, BAD], err
 
 
 @pytest.mark.parametrize("name", RECORDS)
@@ -162,9 +159,9 @@ def test_a_poisoned_record_is_one_row_in_jobs_status_and_compare(tmp_path, capsy
     code, out, err = cli(state, capsys, "jobs", "--output", "json")
     assert code == 0 and {r["run_id"] for r in strict(out)} == {GOOD, BAD}, err
     code, out, err = cli(state, capsys, "status", BAD, "--output", "json")
-    assert "Traceback" not in err and (code == 0 and strict(out)["run_id"] == BAD or len(err.splitlines()) == 1), err
+    assert code == 0 and strict(out)["run_id"] == BAD, err
     code, out, err = cli(state, capsys, "compare", GOOD, BAD, "--output", "json")
-    assert "Traceback" not in err and (code == 0 and len(strict(out)["runs"]) == 2 or len(err.splitlines()) == 1), err
+    assert code == 0 and [r["run_id"] for r in strict(out)["runs"]] == [GOOD, BAD], err
 
 
 def make_fifo(path: Path) -> None:
@@ -202,10 +199,8 @@ def test_a_run_file_that_is_no_file_is_passed_over_never_read(tmp_path, capsys, 
     kind(bad / name)
     for argv in (["jobs"], ["jobs", "--output", "json"], ["status", BAD], ["compare", GOOD, BAD, "--output", "json"]):
         code, out, err = cli(state, capsys, *argv, limit=30)
-        assert "Traceback" not in err and "MemoryError" not in err, (argv, err)
-        assert code == 0 or len(err.splitlines()) == 1, (argv, err)
-        if argv[0] == "jobs":
-            assert GOOD in out and BAD in out, (argv, out)
+        assert code == 0 and "Traceback" not in err and "MemoryError" not in err, (argv, err)
+        assert BAD in out and (GOOD in out or argv[0] == "status"), (argv, out)
 
 
 def test_non_finite_numbers_in_a_kept_status_print_as_null(tmp_path, capsys) -> None:
