@@ -4,7 +4,9 @@ words, and never outlive the console that started it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -47,27 +49,35 @@ def test_feed_failure_arrives_as_one_line(tmp_path):
     assert "no-such-run" in err.value.message and "\n" not in str(err.value)
 
 
-def live_run(state, pid: int) -> str:
-    """A run folder whose launcher is ``pid`` (alive), so the stream never ends by itself."""
+def live_run(state) -> tuple[str, subprocess.Popen]:
+    """A run whose launcher is alive (the real one, started as a submit starts it, running a sleep
+    for torchrun), so the stream never ends by itself: torchdeck takes a process for a run's launcher
+    only where /proc proves it (issue 40), never because a pid file names it."""
     run_dir = state / "runs" / "live-1"
     (run_dir / "metrics").mkdir(parents=True)
     (run_dir / "launch.json").write_text(
         json.dumps(
-            {
-                "run_id": "live-1",
-                "name": "live",
-                "cmd": [],
-                "env": {},
-                "cwd": "/",
-                "port": 0,
-                "submitted_at": time.time(),
-                "world_size": 1,
-            }
+            {"run_id": "live-1", "name": "live", "cmd": ["sleep", "120"], "env": {}, "cwd": "/", "port": 0,
+             "submitted_at": time.time(), "world_size": 1, "token": "live-token"}
         )
-    )
-    (run_dir / "pid.json").write_text(json.dumps({"pid": pid, "create_time": psutil.Process(pid).create_time()}))
+    )  # fmt: skip
     (run_dir / "spec.yaml").write_text("name: live\n")
-    return "live-1"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "torchdeck.backends.local_launcher", str(run_dir)],
+        env={**os.environ, "TORCHDECK_RUN_ID": "live-1", "TORCHDECK_RUN_TOKEN": "live-token"},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while not LocalBackend(state).status("live-1").reason.startswith("starting: 0 of 1"):  # its pid.json, proved
+        assert time.monotonic() < deadline and launcher.poll() is None, "the launcher did not start"
+        time.sleep(0.05)
+    return "live-1", launcher
+
+
+def stop_launcher(launcher: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait()
 
 
 def reader_processes(parent_pid: int | None = None) -> list[psutil.Process]:
@@ -81,9 +91,8 @@ def reader_processes(parent_pid: int | None = None) -> list[psutil.Process]:
 
 @pytest.mark.slow
 def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    run_id, launcher = live_run(tmp_path)
     try:
-        run_id = live_run(tmp_path, sleeper.pid)
         # closed by its owner: the child goes at once
         feed = MetricFeed(LocalBackend(tmp_path), run_id)
         assert next(s for s in feed.snapshots(wait_s=0.1) if s is not None).events == 0
@@ -117,17 +126,15 @@ def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
         gone, alive = psutil.wait_procs(readers, timeout=5)
         assert not alive, "the metric reader outlived the console"
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        stop_launcher(launcher)
 
 
 def test_the_console_picks_which_ranks_the_reader_sends_curves_for(tmp_path):
     """Issue 17: with more ranks than the chart can tell apart, the user names the ranks; the
     reader (a child) sends their curves from the next snapshot on, and the automatic choice again
     when the pick is emptied."""
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    run_id, launcher = live_run(tmp_path)
     try:
-        run_id = live_run(tmp_path, sleeper.pid)
         for rank in range(12):
             lines = [
                 {"schema": 1, "event": "step", "rank": rank, "world_size": 12, "step": s, "loss": 1.0 / s, "time": s}
@@ -150,8 +157,7 @@ def test_the_console_picks_which_ranks_the_reader_sends_curves_for(tmp_path):
             feed.pick([])
             curves_become(feed, set(range(8)))
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        stop_launcher(launcher)
 
 
 @pytest.mark.parametrize(
