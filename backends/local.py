@@ -111,12 +111,14 @@ class LocalBackend(Backend):
         self._children: dict[int, subprocess.Popen] = {}
         self._procs: dict[int, psutil.Process] = {}
         self._ended: dict[str, JobStatus] = {}
+        self._proved: dict[str, psutil.Process] = {}
+        """Each running run's launcher, once proved from /proc (``_launcher_or_why``)."""
         """Ended runs' statuses as read from their status.json, which does not change: a console
         that lists thousands of runs every 2 s reads each once."""
 
     def __getstate__(self) -> dict:
         """A copy for another process: its caches of this process's children stay here."""
-        return {**self.__dict__, "_children": {}, "_procs": {}, "_ended": {}}
+        return {**self.__dict__, "_children": {}, "_procs": {}, "_ended": {}, "_proved": {}}
 
     # -- rendering and submitting -------------------------------------------------
 
@@ -317,7 +319,15 @@ class LocalBackend(Backend):
         """The run's launcher, proved from /proc, not taken from pid.json (a file the run's own code
         can write): the process leads its group, runs ``local_launcher`` for this folder, and carries
         this run's id and the token from its launch record in its environment. Else None, and why a
-        live process that pid.json names is not taken ("" where it names none alive)."""
+        live process that pid.json names is not taken ("" where it names none alive). A launcher once
+        proved stays proved while it runs (psutil tells a reused pid apart): the monitor asks often."""
+        proved = self._proved.get(str(run_dir))
+        if proved is not None:
+            with contextlib.suppress(psutil.Error):
+                if proved.is_running() and proved.status() != psutil.STATUS_ZOMBIE:
+                    return proved, ""
+            del self._proved[str(run_dir)]
+            return None, ""  # it ended
         try:
             info = read_typed(PidRecord, run_dir / "pid.json")
         except RunRecordError as exc:
@@ -346,6 +356,7 @@ class LocalBackend(Backend):
                 f"pid.json names process {shown}, {why}: torchdeck signals no process it cannot prove is the run's"
             )
             return None, refused
+        self._proved[str(run_dir)] = proc
         return proc, ""
 
     @staticmethod
