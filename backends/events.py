@@ -32,6 +32,9 @@ NUMBERS = frozenset(
 line (a run's own files are written by the user's code) is dropped where the line is read, once."""
 TEXTS = frozenset({"message", "hint", "signal", "path", "model", "model_file", "source"})
 """Its words, which every reader takes as text."""
+FIGURES = frozenset({int, float})
+"""What a figure may be (a bool's type is bool, so ``true`` is none). orjson reads neither NaN nor
+an infinity (``1e999`` is no JSON it takes: the line is skipped)."""
 MAX_RANK = 1 << 20
 
 
@@ -57,13 +60,15 @@ def parse_metric_lines(lines: Iterable[bytes]) -> list[MetricEvent]:
                 event = record["event"]
                 if type(event) is not str:
                     continue
-                for key in NUMBERS.intersection(record):
-                    value = record[key]
-                    if type(value) is not int and (type(value) is not float or not isfinite(value)):
-                        del record[key]  # "step": "x", true, [1], 1e999: that figure unknown, the line kept
-                for key in TEXTS.intersection(record):
-                    if type(record[key]) is not str:
-                        record[key] = str(record[key])[:1000]
+                figures = NUMBERS.intersection(record)
+                if not FIGURES.issuperset(map(type, map(record.__getitem__, figures))):  # rare: look closer
+                    for key in figures:  # "step": "x", true, [1]: that figure unknown, the line kept
+                        if type(record[key]) not in FIGURES:
+                            del record[key]
+                words = TEXTS.intersection(record)
+                if words and not all(type(record[k]) is str for k in words):
+                    for key in words:
+                        record[key] = record[key] if type(record[key]) is str else str(record[key])[:1000]
                 rank, when = record["rank"], record.get("time") or 0.0
                 if type(rank) is not int or not 0 <= rank < MAX_RANK or type(when) not in (int, float):
                     continue

@@ -28,6 +28,9 @@ import psutil
 from console_procs import console_processes
 from host import calibration
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+from local_runs import end_launcher, live_launcher  # noqa: E402 - the tests' own run helpers
+
 
 def writer(run_dir: str, ranks: int, rate: float, total: int, ready) -> None:
     """Append step lines round-robin over the ranks at ``rate`` lines/s."""
@@ -198,13 +201,17 @@ def main() -> int:
         proc = mp.Process(target=writer, args=(str(state / "runs" / "bench-ingest"), a.ranks, a.rate, a.points, ready))
         (state / "runs" / "bench-ingest" / "metrics").mkdir(parents=True)
         proc.start()
-        run_id = make_run_meta(state, a.ranks, proc.pid)
+        run_id = "bench-ingest"
+        launcher = live_launcher(state, run_id, a.ranks)  # the run stays live while the writer writes
         ready.wait(30)
         warm_s = a.warm_minutes * 60 if a.minutes else 0.0
         if a.minutes:
             print(calibration(), flush=True)
             print(f"soak: {a.ranks} ranks at {a.rate:,.0f} lines/s for {a.minutes:g} min", flush=True)
-        result = asyncio.run(measure(state, run_id, a.points, a.refresh_hz, warm_s))
+        try:
+            result = asyncio.run(measure(state, run_id, a.points, a.refresh_hz, warm_s))
+        finally:
+            end_launcher(launcher)
         proc.join(timeout=60)
     result.update(ranks=a.ranks, writer_rate=a.rate, refresh_hz=a.refresh_hz)
     result["host"] = calibration()
@@ -238,27 +245,6 @@ def main() -> int:
             )
             print(f"  RSS each minute (MB): {' '.join(str(mb) for mb in result['rss_samples_mb'])}")
     return 0
-
-
-def make_run_meta(state: Path, ranks: int, pid: int) -> str:
-    run_dir = state / "runs" / "bench-ingest"
-    (run_dir / "launch.json").write_text(
-        json.dumps(
-            {
-                "run_id": "bench-ingest",
-                "name": "bench",
-                "cmd": [],
-                "env": {},
-                "cwd": "/",
-                "port": 0,
-                "submitted_at": time.time(),
-                "world_size": ranks,
-            }
-        )
-    )
-    (run_dir / "pid.json").write_text(json.dumps({"pid": pid, "create_time": psutil.Process(pid).create_time()}))
-    (run_dir / "spec.yaml").write_text("name: bench\n")
-    return "bench-ingest"
 
 
 if __name__ == "__main__":

@@ -4,9 +4,7 @@ words, and never outlive the console that started it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +13,7 @@ import time
 
 import psutil
 import pytest
+from local_runs import end_launcher, live_launcher
 from tui_support import RECORDED, RECORDED_RUN, FixedNodesBackend, recorded_state
 
 from torchdeck.backends.errors import BackendError
@@ -49,37 +48,6 @@ def test_feed_failure_arrives_as_one_line(tmp_path):
     assert "no-such-run" in err.value.message and "\n" not in str(err.value)
 
 
-def live_run(state) -> tuple[str, subprocess.Popen]:
-    """A run whose launcher is alive (the real one, started as a submit starts it, running a sleep
-    for torchrun), so the stream never ends by itself: torchdeck takes a process for a run's launcher
-    only where /proc proves it (issue 40), never because a pid file names it."""
-    run_dir = state / "runs" / "live-1"
-    (run_dir / "metrics").mkdir(parents=True)
-    (run_dir / "launch.json").write_text(
-        json.dumps(
-            {"run_id": "live-1", "name": "live", "cmd": ["sleep", "120"], "env": {}, "cwd": "/", "port": 0,
-             "submitted_at": time.time(), "world_size": 1, "token": "live-token"}
-        )
-    )  # fmt: skip
-    (run_dir / "spec.yaml").write_text("name: live\n")
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "torchdeck.backends.local_launcher", str(run_dir)],
-        env={**os.environ, "TORCHDECK_RUN_ID": "live-1", "TORCHDECK_RUN_TOKEN": "live-token"},
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 30
-    while not LocalBackend(state).status("live-1").reason.startswith("starting: 0 of 1"):  # its pid.json, proved
-        assert time.monotonic() < deadline and launcher.poll() is None, "the launcher did not start"
-        time.sleep(0.05)
-    return "live-1", launcher
-
-
-def stop_launcher(launcher: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(launcher.pid, signal.SIGKILL)
-    launcher.wait()
-
-
 def reader_processes(parent_pid: int | None = None) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline", "ppid"]):
@@ -91,7 +59,7 @@ def reader_processes(parent_pid: int | None = None) -> list[psutil.Process]:
 
 @pytest.mark.slow
 def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
-    run_id, launcher = live_run(tmp_path)
+    run_id, launcher = "live-1", live_launcher(tmp_path, "live-1")
     try:
         # closed by its owner: the child goes at once
         feed = MetricFeed(LocalBackend(tmp_path), run_id)
@@ -126,14 +94,14 @@ def test_reader_ends_with_the_feed_and_with_a_killed_console(tmp_path):
         gone, alive = psutil.wait_procs(readers, timeout=5)
         assert not alive, "the metric reader outlived the console"
     finally:
-        stop_launcher(launcher)
+        end_launcher(launcher)
 
 
 def test_the_console_picks_which_ranks_the_reader_sends_curves_for(tmp_path):
     """Issue 17: with more ranks than the chart can tell apart, the user names the ranks; the
     reader (a child) sends their curves from the next snapshot on, and the automatic choice again
     when the pick is emptied."""
-    run_id, launcher = live_run(tmp_path)
+    run_id, launcher = "live-1", live_launcher(tmp_path, "live-1")
     try:
         for rank in range(12):
             lines = [
@@ -157,7 +125,7 @@ def test_the_console_picks_which_ranks_the_reader_sends_curves_for(tmp_path):
             feed.pick([])
             curves_become(feed, set(range(8)))
     finally:
-        stop_launcher(launcher)
+        end_launcher(launcher)
 
 
 @pytest.mark.parametrize(

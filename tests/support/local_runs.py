@@ -103,3 +103,44 @@ def monitor_snapshot(backend: LocalBackend, run_id: str):
         return state
 
     return asyncio.run(fold()).snapshot()
+
+
+def live_launcher(state: Path, run_id: str, world_size: int = 1) -> subprocess.Popen:
+    """A run folder whose launcher is alive: the real one, started as a submit starts it, with
+    ``sleep`` for torchrun, so a stream of the run never ends by itself. torchdeck takes a process
+    for a run's launcher only where /proc proves it (issue 40), never because a pid file names it;
+    end it with ``end_launcher``."""
+    import json
+    import os
+
+    run_dir = state / "runs" / run_id
+    (run_dir / "metrics").mkdir(parents=True, exist_ok=True)
+    (run_dir / "launch.json").write_text(
+        json.dumps(
+            {"run_id": run_id, "name": run_id.split("-")[0], "cmd": ["sleep", "86400"], "env": {}, "cwd": "/",
+             "port": 0, "submitted_at": time.time(), "world_size": world_size, "token": f"{run_id}-token"}
+        )
+    )  # fmt: skip
+    (run_dir / "spec.yaml").write_text(f"name: {run_id.split('-')[0]}\n")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "torchdeck.backends.local_launcher", str(run_dir)],
+        env={**os.environ, "TORCHDECK_RUN_ID": run_id, "TORCHDECK_RUN_TOKEN": f"{run_id}-token"},
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while LocalBackend(state).status(run_id).reason == "starting its launcher":  # until its pid.json is proved
+        assert time.monotonic() < deadline and launcher.poll() is None, "the launcher did not start"
+        time.sleep(0.05)
+    assert not LocalBackend(state).status(run_id).state.is_terminal, "the launcher was not taken for the run's"
+    return launcher
+
+
+def end_launcher(launcher: subprocess.Popen) -> None:
+    """Kill a ``live_launcher`` and what it started (its session)."""
+    import contextlib
+    import os
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait()
