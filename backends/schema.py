@@ -6,6 +6,7 @@ or the field is unknown (its default, or None). Never a traceback, and never a g
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -18,21 +19,21 @@ R = TypeVar("R")
 def conforms(value: Any, kind: Any) -> bool:
     """Whether ``value`` (from JSON) is of ``kind``: int, float, str, bool, ``X | None``, ``list[X]``,
     ``dict[str, X]``, ``Any``. A bool is no number, a float no int, and no number is infinite."""
+    if kind is str:  # the plain kinds first: a listing of thousands of runs asks this for every field
+        return type(value) is str
+    if kind is int:
+        return type(value) is int
+    if kind is float:
+        return (type(value) is float or type(value) is int) and math.isfinite(value)
+    if kind is bool:
+        return type(value) is bool
     if kind is Any:
         return True
+    if kind is type(None):
+        return value is None
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
         return any(conforms(value, k) for k in typing.get_args(kind))
-    if kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if kind is str:
-        return isinstance(value, str)
     if origin is list:
         (item,) = typing.get_args(kind) or (Any,)
         return isinstance(value, list) and all(conforms(v, item) for v in value)
@@ -42,17 +43,24 @@ def conforms(value: Any, kind: Any) -> bool:
     return False
 
 
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """A dataclass's fields: (name, type, whether a number in it is kept as a float), resolved once
+    (``get_type_hints`` evaluates every annotation: a listing of 2,000 runs called it 2,000 times)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name], hints[f.name] in (float, float | None)) for f in dataclasses.fields(cls))
+
+
 def typed(cls: type[R], data: Mapping[str, Any], **given: Any) -> R:
     """An instance of the dataclass ``cls`` from ``data``: each field that is there and of its declared
     type, else its default (``given`` fills fields that ``data`` does not decide)."""
-    hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in given:
-            values[f.name] = given[f.name]
-        elif f.name in data and conforms(data[f.name], hints[f.name]):
-            value = data[f.name]
-            values[f.name] = float(value) if hints[f.name] in (float, float | None) and value is not None else value
+    for name, kind, as_float in _fields(cls):  # type: ignore[arg-type]
+        if name in given:
+            values[name] = given[name]
+        elif name in data and conforms(data[name], kind):
+            value = data[name]
+            values[name] = float(value) if as_float and value is not None else value
     return cls(**values)
 
 
