@@ -3,9 +3,11 @@ on this machine's container engine, touching no AWS API: no repository, no token
 tag is the build context's digest (with the build arguments'), so a build of an unchanged tree
 finds its image and builds nothing. Run a job in it with ``torchdeck train --in-image NAME``.
 
-Torch's wheel from a folder here (``--torch-wheels``) is served to the build over HTTP on
-127.0.0.1 while it runs (the build then uses the host's network): pip finds it there as a
-find-links page, and no wheel is copied into a layer of the image."""
+A wheel folder here (``--torch-wheels``: torch and what the image installs beside it, as
+``pip download`` fills one) is served to the build over HTTP on 127.0.0.1 while it runs (the build
+then uses the host's network, and reaches nothing but that page): pip finds every package there as a
+find-links page and asks no index (``PIP_NO_INDEX``), and no wheel is copied into a layer of the
+image."""
 
 from __future__ import annotations
 
@@ -32,13 +34,13 @@ from .eks.progress import Clock, ImageRef, Progress
 from .engine import Engine, find_engine, no_engine_hint
 from .errors import BackendError
 
-WHEEL_RE = re.compile(r"torch-[A-Za-z0-9_.+!-]+\.whl\Z")
-"""The files ``serve_wheels`` serves: torch's wheels, by their names in the folder, nothing else."""
+WHEEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+!-]*\.whl\Z")
+"""The files ``serve_wheels`` serves: wheels, by their names in the folder, nothing else."""
 
 
 def served_wheels(folder: str) -> dict[str, Path]:
-    """torch's wheels in ``folder`` by name: regular files whose names are a wheel's, and, where one
-    is a link, one that stays in the folder (nothing else of the machine is served)."""
+    """The wheels in ``folder`` by name: regular files whose names are a wheel's, and, where one is a
+    link, one that stays in the folder (nothing else of the machine is served)."""
     root = Path(folder).expanduser().resolve()
     found: dict[str, Path] = {}
     for path in sorted(root.iterdir()):
@@ -50,7 +52,7 @@ def served_wheels(folder: str) -> dict[str, Path]:
 
 @contextlib.contextmanager
 def serve_wheels(folder: str | None) -> Iterator[str | None]:
-    """The URL of a find-links page for the torch wheels in ``folder``, served read-only on
+    """The URL of a find-links page for the wheels in ``folder``, served read-only on
     127.0.0.1 for as long as the block runs (None, and nothing served, without a folder). Only the
     page and the wheels it names answer: no listing of the folder, no dotfiles, no links out."""
     if folder is None:
@@ -141,25 +143,31 @@ async def build_local(plan: ImagePlan, engine: Engine | None = None) -> AsyncIte
         if wheels:  # the folder is served on 127.0.0.1: the build reaches it on the host's network
             plan = dataclasses.replace(plan, torch_find_links=wheels, network=plan.network or "host")
         archive = await asyncio.to_thread(context_archive, root)
-        args = plan.build_args
+        # from a folder, every pip install in the builds (the code's requirements too) takes its wheels
+        # and asks no index
+        from_folder = (f"PIP_FIND_LINKS={wheels}", "PIP_NO_INDEX=1") if wheels else ()
+        args = plan.build_args + from_folder
         # the tag names what the image is built from: a served folder's passing URL is not part of it
-        named = tuple(a for a in args if not (wheels and a.startswith("TORCH_FIND_LINKS=")))
+        named = tuple(a for a in args if not (wheels and a.startswith(("TORCH_FIND_LINKS=", "PIP_FIND_LINKS="))))
         served = sorted(w.name for w in Path(plan.torch_wheels).expanduser().glob("*.whl")) if plan.torch_wheels else []
         extra = (f"wheels={served}",) if served else ()
         base = f"{plan.repository}:{image_tag(archive, plan.variant, named + extra)}"
         async for p in _build_here(engine, root, plan.dockerfile, base, args, plan.network, clock):
             yield p
-    code_dir = ""
-    name = base
-    if plan.code:
-        context, dockerfile, code_dir = await asyncio.to_thread(code_context, plan)
-        base_id = await asyncio.to_thread(engine.image_id, base)
-        name = f"{plan.repository}:code-{hashlib.sha256(context + base_id.encode()).hexdigest()[:12]}-{plan.variant}"
-        with tempfile.TemporaryDirectory(prefix="torchdeck-context-") as folder:
-            with tarfile.open(fileobj=io.BytesIO(context), mode="r:gz") as tar:
-                tar.extractall(folder, filter="data")
-            async for p in _build_here(engine, Path(folder), dockerfile, name, (f"BASE={base}",), plan.network, clock):
-                yield p
+        code_dir = ""
+        name = base
+        if plan.code:
+            context, dockerfile, code_dir = await asyncio.to_thread(code_context, plan)
+            base_id = await asyncio.to_thread(engine.image_id, base)
+            name = (
+                f"{plan.repository}:code-{hashlib.sha256(context + base_id.encode()).hexdigest()[:12]}-{plan.variant}"
+            )
+            with tempfile.TemporaryDirectory(prefix="torchdeck-context-") as folder:
+                with tarfile.open(fileobj=io.BytesIO(context), mode="r:gz") as tar:
+                    tar.extractall(folder, filter="data")
+                code_args = (f"BASE={base}", *from_folder)
+                async for p in _build_here(engine, Path(folder), dockerfile, name, code_args, plan.network, clock):
+                    yield p
     repository, _, tag = name.rpartition(":")
     where = f" (your code at {code_dir})" if code_dir else ""
     yield Progress(

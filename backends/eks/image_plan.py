@@ -79,8 +79,9 @@ class ImagePlan:
     torch_find_links: str | None = None
     """A find-links page holding torch's wheel (TORCH_FIND_LINKS), searched beside the index."""
     torch_wheels: str | None = None
-    """A folder here holding torch's wheel: served to the build (``wheels.serve_wheels``), which then
-    runs on the host's network."""
+    """A wheel folder here holding torch and what the image installs beside it (numpy, setuptools,
+    wheel): served to the build (``local_image.serve_wheels``), which then runs on the host's network
+    and takes every package from it."""
     network: str | None = None
     """The build's network (``--network``: host, none, or the engine's default)."""
 
@@ -94,6 +95,11 @@ class ImagePlan:
     def dockerfile(self) -> str:
         return f"docker/Dockerfile.{self.variant}"
 
+
+WHEELS_NEEDED = ("torch", "numpy", "setuptools", "wheel")
+"""What the Dockerfiles install from a ``--torch-wheels`` folder, which is then pip's only source:
+torch, numpy beside it, and torchdeck's own build backend (pyproject.toml's build-system); the GPU
+image nvidia-ml-py as well."""
 
 CODE_IN_IMAGE = "/opt/code"
 """Where ``--code`` puts the user's code in the image (the spec's entrypoint.in_image)."""
@@ -109,6 +115,8 @@ def code_dockerfile(requirements: str | None) -> str:
     return (
         "# Written by torchdeck image build --code: your code on torchdeck's training image.\n"
         "ARG BASE\nFROM ${BASE}\n"
+        # a wheel folder served to the build (--torch-wheels) is pip's one source for the requirements
+        "ARG PIP_FIND_LINKS\nARG PIP_NO_INDEX\n"
         f"COPY --chown=1000:1000 . {CODE_IN_IMAGE}\n{install}WORKDIR {CODE_IN_IMAGE}\n"
     )
 
@@ -162,6 +170,14 @@ def validate_image(plan: ImagePlan) -> ImagePlan:
         folder = Path(plan.torch_wheels).expanduser()
         if not folder.is_dir() or not any(folder.glob("torch-*.whl")):
             raise SpecError("--torch-wheels", f"{plan.torch_wheels} is not a folder holding a torch-*.whl", "")
+        needed = WHEELS_NEEDED + (("nvidia_ml_py",) if plan.variant == "gpu" else ())
+        lacking = [name for name in needed if not any(folder.glob(f"{name}-*.whl"))]
+        if lacking:
+            raise SpecError(
+                "--torch-wheels",
+                f"{plan.torch_wheels} holds no wheel of {', '.join(lacking)} (the build takes every package from it)",
+                f"fill it once: pip download --dest {plan.torch_wheels} {' '.join(n.replace('_', '-') for n in lacking)}",
+            )
         if plan.builder == "kaniko":
             raise SpecError("--torch-wheels", "a folder here cannot reach a build in the cluster", "use --torch-index")
     if plan.network is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z", plan.network):

@@ -31,24 +31,33 @@ NO_AWS = {
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 BUILD_FROM_HERE = ("--torch-index", "https://pypi.org/simple")
-"""torch's CPU wheel comes from this machine's folder (``--torch-wheels``); PyPI, through the proxy,
-has the rest (PyTorch's own index is unreachable here, as behind many companies' proxies)."""
+"""The index the build would ask were it not given a folder: with ``--torch-wheels`` every package
+comes from this machine's folder and no index is asked (the build reaches nothing but 127.0.0.1)."""
 
 
 def torch_wheels() -> Path | None:
-    """The folder holding this machine's torch CPU wheel (pip's find-links here)."""
-    folders = os.environ.get("PIP_FIND_LINKS", "").split() + ["/opt/wheels"]
-    for folder in map(Path, folders):
-        if any(folder.glob(f"torch-{TORCH_VERSION}*cpu*.whl")):
-            return folder
+    """The wheel folder the images are built from: the one ``scripts/test`` fills once, outside the
+    work tree (torch, as setup installs it here, and what the image installs beside it)."""
+    default = Path.home() / ".cache" / "torchdeck" / "wheels" / f"torch-{TORCH_VERSION}"
+    for folder in (os.environ.get("TORCHDECK_IMAGE_WHEELS"), default):
+        if folder and any(Path(folder).glob(f"torch-{TORCH_VERSION}[-+]*.whl")):
+            return Path(folder)
     return None
+
+
+def is_wheel_version(version: str, wheels: Path) -> bool:
+    """Whether ``version`` (torch.__version__ in the image) is the folder's wheel: 2.13.0+cpu from
+    PyTorch's CPU build, 2.13.0+cu130 from PyPI's (whose file name says 2.13.0)."""
+    (wheel,) = wheels.glob(f"torch-{TORCH_VERSION}[-+]*.whl")
+    named = wheel.name.split("-")[1]
+    return version == named if "+" in named else version.partition("+")[0] == named
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     wheels = torch_wheels()
     if wheels is None:
-        pytest.skip(f"no torch {TORCH_VERSION} CPU wheel in a find-links folder here, to build the image from")
+        pytest.skip(f"no torch {TORCH_VERSION} wheel folder here (scripts/test fills one) to build the image from")
     started = time.monotonic()
     done = subprocess.run([str(ENGINE), "start"], capture_output=True, text=True, timeout=600)
     if done.returncode == 3:
@@ -102,7 +111,7 @@ def test_the_cpu_image_builds_with_no_buildx_registry_or_aws_and_an_unchanged_re
          "import torch, numpy, torchdeck.trainer; print(torch.__version__)"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert versions.stdout.strip() == f"{TORCH_VERSION}+cpu", versions.stderr
+    assert is_wheel_version(versions.stdout.strip(), wheels), versions.stdout + versions.stderr
     # the image's own command (a pod's default), with no network at all: its rendezvous needs no
     # name lookup; a short synthetic run after the command's own arguments
     command = json.loads(

@@ -52,6 +52,16 @@ def test_the_torch_source_is_checked_and_names_the_image(tmp_path) -> None:
     with pytest.raises(SpecError, match="--torch-wheels"):
         plan(torch_wheels=str(tmp_path))  # no torch wheel in it
     (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    # the folder is the build's only source (no index): what the image installs beside torch is named
+    with pytest.raises(SpecError, match="holds no wheel of numpy, setuptools, wheel") as lacking:
+        plan(torch_wheels=str(tmp_path))
+    assert f"pip download --dest {tmp_path} numpy setuptools wheel" in lacking.value.hint
+    for name in ("numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl", "setuptools-84.2.1-py3-none-any.whl",
+                 "wheel-0.48.0-py3-none-any.whl"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"")
+    assert plan(torch_wheels=str(tmp_path)).torch_wheels == str(tmp_path)
+    with pytest.raises(SpecError, match="nvidia-ml-py"):
+        plan(torch_wheels=str(tmp_path), variant="gpu")  # the GPU image installs NVML's bindings too
     with pytest.raises(SpecError, match="--torch-wheels"):
         plan(torch_wheels=str(tmp_path), builder="kaniko")  # a folder here cannot reach the cluster
     with pytest.raises(SpecError, match="--network"):

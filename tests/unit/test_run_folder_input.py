@@ -404,13 +404,16 @@ os.abort()  # the rank itself dies at step 1, far from its exit
 # -- images --------------------------------------------------------------------------------------
 
 
-def test_the_wheel_server_serves_torchs_wheels_and_nothing_else(tmp_path) -> None:
+def test_the_wheel_server_serves_the_folders_wheels_and_nothing_else(tmp_path) -> None:
     """Issue 40 row 10: ``--torch-wheels DIR`` was a plain directory handler: a listing, dotfiles,
-    any file, and whatever a link in the folder pointed at."""
+    any file, and whatever a link in the folder pointed at. (Issue 41: every wheel of the folder is
+    served, torch's dependencies too, since the build then asks no index.)"""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     wheel = wheels / "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(b"PK wheel")
+    numpy = wheels / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl"
+    numpy.write_bytes(b"PK numpy")
     (wheels / ".netrc").write_text("machine x password y")
     (wheels / "notes.txt").write_text("private")
     (wheels / "torch-9.9.9-py3-none-any.whl").symlink_to("/etc/passwd")
@@ -420,6 +423,7 @@ def test_the_wheel_server_serves_torchs_wheels_and_nothing_else(tmp_path) -> Non
         page = urllib.request.urlopen(url, timeout=10).read().decode()
         assert wheel.name in page and ".netrc" not in page and "notes" not in page and "9.9.9" not in page
         assert urllib.request.urlopen(url + wheel.name, timeout=10).read() == b"PK wheel"
+        assert numpy.name in page and urllib.request.urlopen(url + numpy.name, timeout=10).read() == b"PK numpy"
         for path in (".netrc", "notes.txt", "torch-9.9.9-py3-none-any.whl", "../outside.whl", "%2e%2e/outside.whl",
                      "sub/", "index.html/.netrc"):  # fmt: skip
             with pytest.raises(urllib.error.HTTPError) as refused:
