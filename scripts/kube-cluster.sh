@@ -1,0 +1,586 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes cluster for the end-to-end tests (tests/cluster/), as the users' EKS
+# runs it: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, a kubelet on containerd and
+# runc with the CNI bridge plugin, kube-proxy, CoreDNS, metrics-server registered as the
+# metrics.k8s.io APIService and the Kubeflow Training Operator (PyTorchJob) with its own CRDs and
+# validating webhook. Every program is built here from its upstream Go module at the version pinned
+# below, once, into a cache outside the work tree ($TORCHDECK_CLUSTER_CACHE, by default
+# ~/.cache/torchdeck/cluster, one folder per program and version); later starts take seconds.
+#
+#   start       build what is missing, start the cluster, print KUBECONFIG=... (idempotent)
+#   stop        stop it and remove everything it made outside the cache (idempotent)
+#   status      one line per component; exit 0 when all run
+#   kubeconfig  print the path of the host's kubeconfig (the API server on 127.0.0.1:$TORCHDECK_KUBE_PORT)
+#   load IMAGE  copy a Docker image (`docker save`) into the node's containerd, as kind loads images
+#   kubectl ARGS  kubectl against the cluster, from the host
+#   ctr ARGS    the node's containerd (namespace k8s.io), e.g. `ctr images ls`
+#   build       only build (or find) the programs
+#
+# Network: every component and every pod lives in the network namespace torchdeck-kube, which has a
+# bridge (10.244.0.1/24) and no route out. The host reaches the API server only through a forwarder
+# listening on 127.0.0.1. A stop restores the global sysctls the kubelet changes and removes the
+# mounts, cgroups, fixed paths and the namespace. Anything missing prints one line starting
+# "torchdeck: no cluster:" and exits 3.
+set -euo pipefail
+
+KUBERNETES=v1.34.4 # EKS supports 1.33-1.35; 1.34's kubelet still runs on cgroup v1 without an opt-out
+CONTAINERD=v2.2.9  # supports Kubernetes 1.34 (containerd's support matrix), cgroup v1 included
+RUNC=v1.3.6
+CNI_PLUGINS=v1.9.1
+COREDNS=v1.12.4 # the CoreDNS EKS ships as its 1.34 add-on
+METRICS_SERVER=v0.8.0
+TRAINING_OPERATOR=v1.9.4 # Kubeflow Training Operator: PyTorchJob, the newest 1.9 (the release EKS users run)
+
+here="$(cd "$(dirname "$0")" && pwd)"
+cache="${TORCHDECK_CLUSTER_CACHE:-$HOME/.cache/torchdeck/cluster}"
+state=/var/lib/torchdeck-kube
+ns=torchdeck-kube
+node=torchdeck-node
+node_ip=10.244.0.1
+pod_cidr=10.244.0.0/24
+service_cidr=10.96.0.0/16
+port="${TORCHDECK_KUBE_PORT:-16443}"
+pause_image=torchdeck.local/pause:3.10
+# the Training Operator's init container (it waits with sh and nslookup until the master's name
+# resolves; upstream's default is alpine from Docker Hub, which no registry here serves)
+init_image=torchdeck.local/busybox:1.35
+fixed_paths=(/var/log/pods /var/log/containers /var/lib/cni /run/containerd /run/nri /var/lib/kubelet /etc/kubernetes)
+sysctls=(vm.overcommit_memory kernel.panic kernel.panic_on_oops)
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+
+missing() { echo "torchdeck: no cluster: $*" >&2; exit 3; }
+say() { echo "kube-cluster: $*" >&2; }
+
+bin() { echo "$cache/$1-$2/bin"; }
+kube_bin="$(bin kubernetes "$KUBERNETES")"
+containerd_bin="$(bin containerd "$CONTAINERD")"
+runc_bin="$(bin runc "$RUNC")"
+cni_bin="$(bin cni-plugins "$CNI_PLUGINS")"
+coredns_bin="$(bin coredns "$COREDNS")"
+metrics_bin="$(bin metrics-server "$METRICS_SERVER")"
+operator_bin="$(bin training-operator "$TRAINING_OPERATOR")"
+pause_bin="$(bin pause 3.10)"
+kube="$kube_bin/kube"
+ctr=("$containerd_bin/ctr" --address "$state/containerd/containerd.sock" -n k8s.io)
+kubectl() { "$kube" kubectl --kubeconfig "$state/kubeconfig" "$@"; } # through the forwarder on 127.0.0.1
+in_ns() { nsenter --net="/run/netns/$ns" "$@"; }
+
+# ---- build ----------------------------------------------------------------------------------------
+
+# go_install DIR MODULE@VERSION PACKAGE... [-- GO FLAGS]: the module's own go.mod and go.sum, as
+# `go install` takes them; one folder per program and version, written only when the build succeeds.
+go_install() {
+    local dir="$1" version="$2"
+    shift 2
+    [ -d "$dir" ] && return 0
+    local flags=() packages=()
+    while [ $# -gt 0 ]; do
+        if [ "$1" = -- ]; then shift; flags=("$@"); break; fi
+        packages+=("$1@$version"); shift
+    done
+    say "building ${packages[*]} (once; cached in $dir)"
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+    local started=$SECONDS
+    mkdir -p "$(dirname "$dir")"
+    GOBIN="$dir.tmp" go install -trimpath "${flags[@]}" "${packages[@]}" >"$dir.log" 2>&1 \
+        || missing "could not build ${packages[*]} (log: $dir.log)"
+    echo $((SECONDS - started)) >"$dir.tmp/build-seconds"
+    mv "$dir.tmp" "$dir"
+}
+
+build_kubernetes() {
+    [ -x "$kube" ] && return 0
+    say "building Kubernetes $KUBERNETES and etcd as one program (once, 15-25 minutes on 2 cores; cached in $kube_bin)"
+    local minor="${KUBERNETES#v1.}" flags="-s -w" package
+    minor="${minor%%.*}"
+    for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        flags+=" -X $package.gitVersion=$KUBERNETES -X $package.gitMajor=1 -X $package.gitMinor=$minor"
+        flags+=" -X $package.gitTreeState=clean -X $package.buildDate=1970-01-01T00:00:00Z"
+    done
+    mkdir -p "$kube_bin.tmp"
+    local started=$SECONDS
+    (cd "$here/cluster/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$flags" -o "$kube_bin.tmp/kube" .) \
+        >"$kube_bin.log" 2>&1 || missing "could not build Kubernetes (log: $kube_bin.log)"
+    echo $((SECONDS - started)) >"$kube_bin.tmp/build-seconds"
+    rm -rf "$kube_bin" && mv "$kube_bin.tmp" "$kube_bin"
+}
+
+build_pause() {
+    [ -x "$pause_bin/pause" ] && return 0
+    mkdir -p "$pause_bin.tmp"
+    gcc -Os -static -o "$pause_bin.tmp/pause" "$here/cluster/pause.c" 2>"$pause_bin.log" \
+        || missing "could not build the pause program (log: $pause_bin.log)"
+    rm -rf "$pause_bin" && mv "$pause_bin.tmp" "$pause_bin"
+}
+
+build() {
+    command -v go >/dev/null || missing "no Go toolchain (the programs are built from their Go modules)"
+    command -v gcc >/dev/null || missing "no gcc (runc and the pause program need it)"
+    packages iptables:iptables conntrack:conntrack pkg-config:pkg-config /usr/include/seccomp.h:libseccomp-dev \
+        /bin/busybox:busybox-static
+    mkdir -p "$cache"
+    build_pause
+    CGO_ENABLED=0 go_install "$containerd_bin" "$CONTAINERD" github.com/containerd/containerd/v2/cmd/containerd \
+        github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr \
+        -- -tags no_btrfs,no_devmapper,no_zfs -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD"
+    # runc with seccomp (pods ask for the RuntimeDefault profile): cgo and Debian's libseccomp-dev
+    CGO_ENABLED=1 go_install "$runc_bin" "$RUNC" github.com/opencontainers/runc \
+        -- -tags seccomp -ldflags "-s -w -X main.version=${RUNC#v}"
+    CGO_ENABLED=0 go_install "$cni_bin" "$CNI_PLUGINS" github.com/containernetworking/plugins/plugins/main/bridge \
+        github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local \
+        github.com/containernetworking/plugins/plugins/meta/portmap -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$coredns_bin" "$COREDNS" github.com/coredns/coredns -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$metrics_bin" "$METRICS_SERVER" sigs.k8s.io/metrics-server/cmd/metrics-server -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$operator_bin" "$TRAINING_OPERATOR" \
+        github.com/kubeflow/training-operator/cmd/training-operator.v1 -- -ldflags "-s -w"
+    build_kubernetes
+}
+
+packages() { # packages TOOL_OR_FILE:PACKAGE...: install Debian's packages for what is missing
+    local want=() pair
+    for pair in "$@"; do
+        if [[ "${pair%%:*}" == /* ]]; then [ -e "${pair%%:*}" ] && continue
+        else command -v "${pair%%:*}" >/dev/null && continue; fi
+        want+=("${pair#*:}")
+    done
+    [ ${#want[@]} = 0 ] && return 0
+    command -v apt-get >/dev/null || missing "no apt-get to install ${want[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >/tmp/torchdeck-apt.log 2>&1 \
+        || { apt-get update -q >>/tmp/torchdeck-apt.log 2>&1 \
+             && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >>/tmp/torchdeck-apt.log 2>&1; } \
+        || missing "apt-get could not install ${want[*]} (log: /tmp/torchdeck-apt.log)"
+}
+
+module_dir() { go mod download -json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'; }
+
+# ---- start ----------------------------------------------------------------------------------------
+
+# run NAME COMMAND...: a component inside the namespace (the host's mount namespace), in a session of
+# its own, its output in $state/logs/NAME.log, its pid in $state/pids/NAME.
+run() {
+    local name="$1"
+    shift
+    setsid nsenter --net="/run/netns/$ns" "$@" >"$state/logs/$name.log" 2>&1 </dev/null &
+    echo $! >"$state/pids/$name"
+}
+
+running() { [ -f "$state/pids/$1" ] && kill -0 "$(cat "$state/pids/$1")" 2>/dev/null; }
+
+wait_for() { # wait_for SECONDS WHAT COMMAND...
+    local seconds="$1" what="$2" deadline
+    shift 2
+    deadline=$((SECONDS + seconds))
+    until "$@" >/dev/null 2>&1; do
+        [ $SECONDS -lt $deadline ] || missing "$what did not come up in ${seconds} s (logs: $state/logs)"
+        sleep 0.3
+    done
+}
+
+remember_host() { # what a stop must put back: the sysctls the kubelet sets and which fixed paths existed
+    local name path
+    : >"$state/before"
+    for name in "${sysctls[@]}"; do echo "sysctl $name $(sysctl -n "$name")" >>"$state/before"; done
+    for path in "${fixed_paths[@]}"; do [ -e "$path" ] && echo "existed $path" >>"$state/before"; done
+    return 0
+}
+
+make_namespace() {
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link add cni0 type bridge
+    ip -n "$ns" addr add "$node_ip/24" dev cni0
+    ip -n "$ns" link set cni0 up
+    in_ns sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 2>/dev/null \
+        || in_ns sysctl -qw net.ipv4.ip_forward=1
+}
+
+make_pki() {
+    local pki="$state/pki"
+    # kubeadm's certificate and kubeconfig phases, told the version (else it asks dl.k8s.io), inside
+    # the namespace (no route out)
+    in_ns "$kube" kubeadm init phase certs all --cert-dir "$pki" --apiserver-advertise-address "$node_ip" \
+        --apiserver-cert-extra-sans "127.0.0.1,localhost,$node" --service-cidr "$service_cidr" \
+        --kubernetes-version "$KUBERNETES" >/dev/null
+    in_ns "$kube" kubeadm init phase kubeconfig all --cert-dir "$pki" --kubeconfig-dir "$pki" \
+        --apiserver-advertise-address "$node_ip" --node-name "$node" --kubernetes-version "$KUBERNETES" >/dev/null
+    sed "s#server: https://.*#server: https://127.0.0.1:$port#" "$pki/super-admin.conf" >"$state/kubeconfig"
+    sed -i 's/kubernetes-super-admin@kubernetes/torchdeck-kube/; s/name: kubernetes$/name: torchdeck-kube/; s/cluster: kubernetes$/cluster: torchdeck-kube/' "$state/kubeconfig"
+    chmod 600 "$state/kubeconfig"
+}
+
+start_control_plane() {
+    local pki="$state/pki"
+    run etcd "$kube" etcd --name "$node" --data-dir "$state/etcd" --listen-client-urls http://127.0.0.1:2379 \
+        --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
+        --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster "$node=http://127.0.0.1:2380" \
+        --listen-metrics-urls http://127.0.0.1:2381 --quota-backend-bytes 2147483648
+    run kube-apiserver "$kube" kube-apiserver --etcd-servers http://127.0.0.1:2379 \
+        --advertise-address "$node_ip" --bind-address 0.0.0.0 --secure-port 6443 \
+        --service-cluster-ip-range "$service_cidr" --allow-privileged=true \
+        --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+        --client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+        --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
+        --kubelet-preferred-address-types InternalIP \
+        --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+        --service-account-issuer https://kubernetes.default.svc.cluster.local \
+        --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
+        --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+        --requestheader-extra-headers-prefix X-Remote-Extra- --requestheader-group-headers X-Remote-Group \
+        --requestheader-username-headers X-Remote-User --enable-aggregator-routing=true \
+        --profiling=false --event-ttl 2h
+    # the forwarder's listening socket is the host's 127.0.0.1:$port, handed in as descriptor 3
+    python3 - "$state" "$port" "$ns" "$kube" "$node_ip" <<'EOF'
+import os, socket, subprocess, sys
+state, port, ns, kube, node_ip = sys.argv[1:]
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    listener.bind(("127.0.0.1", int(port)))
+except OSError as error:
+    sys.exit(f"torchdeck: no cluster: 127.0.0.1:{port} is taken ({error.strerror}); set TORCHDECK_KUBE_PORT")
+listener.listen(128)
+
+
+def as_descriptor_3():
+    os.setsid()
+    if listener.fileno() != 3:
+        os.dup2(listener.fileno(), 3)
+    os.set_inheritable(3, True)
+
+
+with open(f"{state}/logs/forward.log", "wb") as log:
+    child = subprocess.Popen(
+        ["nsenter", f"--net=/run/netns/{ns}", kube, "forward", f"{node_ip}:6443"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=as_descriptor_3, close_fds=False,
+    )
+with open(f"{state}/pids/forward", "w") as pid:
+    pid.write(f"{child.pid}\n")
+EOF
+    wait_for 60 "the API server" kubectl get --raw /readyz
+    # what kubeadm's init binds: the API server's kubelet client may use the kubelet's API (logs,
+    # exec, metrics), and admin.conf's group is cluster-admin
+    kubectl create clusterrolebinding kubeadm:apiserver-kubelet-client --clusterrole system:kubelet-api-admin \
+        --user kube-apiserver-kubelet-client >/dev/null
+    kubectl create clusterrolebinding kubeadm:cluster-admins --clusterrole cluster-admin \
+        --group kubeadm:cluster-admins >/dev/null
+    run kube-controller-manager "$kube" kube-controller-manager --kubeconfig "$pki/controller-manager.conf" \
+        --authentication-kubeconfig "$pki/controller-manager.conf" --authorization-kubeconfig "$pki/controller-manager.conf" \
+        --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
+        --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+        --root-ca-file "$pki/ca.crt" --service-account-private-key-file "$pki/sa.key" \
+        --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --service-cluster-ip-range "$service_cidr" \
+        --controllers '*,bootstrapsigner,tokencleaner' --profiling=false
+    run kube-scheduler "$kube" kube-scheduler --kubeconfig "$pki/scheduler.conf" \
+        --authentication-kubeconfig "$pki/scheduler.conf" --authorization-kubeconfig "$pki/scheduler.conf" \
+        --bind-address 127.0.0.1 --leader-elect=false --profiling=false
+}
+
+start_node() {
+    local conf="$state/node"
+    mkdir -p "$conf/cni" "$state/containerd" "$state/kubelet" "$state/pod-logs" "$cache/containerd-root"
+    cat >"$conf/cni/10-bridge.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "torchdeck", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$state/cni-ipam", "ranges": [[{"subnet": "$pod_cidr", "gateway": "$node_ip"}]],
+            "routes": [{"dst": "$pod_cidr"}, {"dst": "$service_cidr"}]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+EOF
+    cat >"$conf/containerd.toml" <<EOF
+version = 3
+root = "$cache/containerd-root"
+state = "$state/containerd/state"
+[grpc]
+  address = "$state/containerd/containerd.sock"
+[ttrpc]
+  address = "$state/containerd/containerd.sock.ttrpc"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'overlayfs'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = '$pause_image'
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_cdi = false
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+    BinaryName = '$runc_bin/runc'
+    Root = '$state/containerd/runc'
+    SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['$cni_bin']
+    conf_dir = '$conf/cni'
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = '127.0.0.1'
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+EOF
+    PATH="$containerd_bin:$runc_bin:$PATH" run containerd "$containerd_bin/containerd" --config "$conf/containerd.toml"
+    wait_for 30 containerd "${ctr[@]}" version
+    # the two small images, packed and imported at every start (a second or less; a changed one retags)
+    python3 "$here/cluster/pack_image.py" "$pause_image" /pause "$pause_bin/pause=/pause" \
+        | "${ctr[@]}" images import - >/dev/null 2>&1
+    python3 "$here/cluster/pack_image.py" "$init_image" /bin/sh /bin/busybox=/bin/busybox \
+            /bin/sh-\>busybox /bin/nslookup-\>busybox /bin/seq-\>busybox /bin/sleep-\>busybox /bin/echo-\>busybox /bin/sed-\>busybox \
+        | "${ctr[@]}" images import - >/dev/null 2>&1
+    cat >"$conf/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $state/pki/ca.crt}
+authorization: {mode: Webhook}
+cgroupDriver: cgroupfs
+failSwapOn: false
+protectKernelDefaults: false
+makeIPTablesUtilChains: false
+containerRuntimeEndpoint: unix://$state/containerd/containerd.sock
+podLogsDir: $state/pod-logs
+clusterDomain: cluster.local
+clusterDNS: [$node_ip]
+resolvConf: $conf/resolv.conf
+address: $node_ip
+healthzBindAddress: 127.0.0.1
+readOnlyPort: 0
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+imageMinimumGCAge: 87600h
+serializeImagePulls: false
+localStorageCapacityIsolation: false
+EOF
+    echo "nameserver $node_ip" >"$conf/resolv.conf"
+    run kubelet "$kube" kubelet --config "$conf/kubelet.yaml" --kubeconfig "$state/pki/kubelet.conf" \
+        --root-dir "$state/kubelet" --cert-dir "$state/kubelet-pki" --node-ip "$node_ip" --hostname-override "$node"
+    cat >"$conf/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $state/pki/super-admin.conf}
+mode: iptables
+clusterCIDR: $pod_cidr
+hostnameOverride: $node
+bindAddress: 127.0.0.1
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+    run kube-proxy "$kube" kube-proxy --config "$conf/kube-proxy.yaml"
+    wait_for 90 "the node" node_ready
+}
+
+node_ready() { [ "$(kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+
+start_addons() {
+    local pki="$state/pki" conf="$state/node" crds metrics
+    # CoreDNS out of the cluster, answering for cluster.local on the node's address (pods' resolver)
+    cat >"$conf/Corefile" <<EOF
+.:53 {
+    bind $node_ip
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $pki/super-admin.conf
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 5
+}
+EOF
+    run coredns "$coredns_bin/coredns" -conf "$conf/Corefile"
+    # metrics-server out of the cluster, reached by the API server's aggregator through a Service
+    # without a selector whose endpoint is the node's address: its own APIService and RBAC objects
+    metrics="$(module_dir "sigs.k8s.io/metrics-server@$METRICS_SERVER")/manifests/base"
+    run metrics-server "$metrics_bin/metrics-server" --kubeconfig "$pki/super-admin.conf" \
+        --authentication-kubeconfig "$pki/super-admin.conf" --authorization-kubeconfig "$pki/super-admin.conf" \
+        --bind-address "$node_ip" --secure-port 4443 --cert-dir "$state/metrics-server" \
+        --kubelet-insecure-tls --kubelet-preferred-address-types InternalIP --metric-resolution 15s
+    kubectl apply -f "$metrics/rbac.yaml" -f "$metrics/apiservice.yaml" >/dev/null
+    outside_service kube-system metrics-server 443 4443
+    # the Training Operator out of the cluster: its CRDs and validating webhook from its own module; its
+    # webhook certificates in a /tmp of its own (it writes them to a fixed path there)
+    crds="$(module_dir "github.com/kubeflow/training-operator@$TRAINING_OPERATOR")/manifests/base"
+    kubectl create namespace kubeflow >/dev/null
+    kubectl apply --server-side -k "$crds/crds/" >/dev/null
+    kubectl -n kubeflow create secret generic training-operator-webhook-cert >/dev/null
+    outside_service kubeflow training-operator 443 9443
+    python3 - "$crds/webhook/manifests.yaml" <<'EOF' | kubectl apply -f - >/dev/null
+import sys
+text = open(sys.argv[1]).read()
+# what the operator's kustomization does to its webhook: name it as the operator expects, point it at
+# the operator's Service
+text = text.replace("name: validating-webhook-configuration", "name: validator.training-operator.kubeflow.org")
+text = text.replace("name: webhook-service", "name: training-operator").replace("namespace: system", "namespace: kubeflow")
+print(text)
+EOF
+    mkdir -p "$state/operator-tmp"
+    # the operator's own init container (wait until the master's name resolves), with one change: the
+    # name asked is the master's full name in the pod's namespace. Debian's static busybox nslookup
+    # fails when any search domain answers NXDOMAIN (as svc.cluster.local rightly does), where the
+    # Alpine busybox of upstream's default image does not.
+    cat >"$conf/pytorch-init-container.yaml" <<'EOF'
+- name: init-pytorch
+  image: {{.InitContainerImage}}
+  imagePullPolicy: IfNotPresent
+  resources:
+    limits:
+      cpu: 100m
+      memory: 20Mi
+    requests:
+      cpu: 50m
+      memory: 10Mi
+  command: ['sh', '-c', 'domain=$(sed -n "s/^search \([^ ]*\).*/\1/p" /etc/resolv.conf); err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}.$domain.; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
+EOF
+    run training-operator unshare --mount --propagation private sh -c \
+        "mount --bind '$state/operator-tmp' /tmp && exec env MY_POD_NAMESPACE=kubeflow KUBECONFIG='$pki/super-admin.conf' \
+         '$operator_bin/training-operator.v1' --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 \
+         --pytorch-init-container-image '$init_image' --pytorch-init-container-template-file '$conf/pytorch-init-container.yaml'"
+    # in a cluster the kubelet mounts the certificate Secret the operator fills where it reads its
+    # certificates; out of one, this does: the operator waits for those files before it starts
+    wait_for 60 "the Training Operator's webhook certificate" webhook_certificate
+    local certs="$state/operator-tmp/k8s-webhook-server/serving-certs" key
+    mkdir -p "$certs"
+    for key in ca.crt tls.crt tls.key; do
+        kubectl -n kubeflow get secret training-operator-webhook-cert -o "jsonpath={.data.${key//./\\.}}" \
+            | base64 -d >"$certs/$key"
+    done
+    wait_for 60 "metrics.k8s.io" api_available v1beta1.metrics.k8s.io
+    wait_for 60 "the Training Operator" operator_ready
+}
+
+outside_service() { # outside_service NAMESPACE NAME PORT TARGET_PORT: a Service whose endpoint is the node
+    # (v1 Endpoints, which the API server's aggregator and webhooks resolve; the controller mirrors them
+    # into EndpointSlices)
+    kubectl apply -f - 2>&1 >/dev/null <<EOF | grep -v "v1 Endpoints is deprecated" >&2 || true
+apiVersion: v1
+kind: Service
+metadata: {name: $2, namespace: $1}
+spec: {ports: [{name: https, port: $3, targetPort: $4}]}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: $2, namespace: $1}
+subsets: [{addresses: [{ip: $node_ip}], ports: [{name: https, port: $4}]}]
+EOF
+}
+
+api_available() { [ "$(kubectl get apiservice "$1" -o 'jsonpath={.status.conditions[?(@.type=="Available")].status}')" = True ]; }
+webhook_certificate() { [ -n "$(kubectl -n kubeflow get secret training-operator-webhook-cert -o 'jsonpath={.data.tls\.key}')" ]; }
+operator_ready() { in_ns curl -fsS http://127.0.0.1:8081/readyz; }
+
+start() {
+    [ "$(uname -s)" = Linux ] || missing "not Linux"
+    [ "$(id -u)" = 0 ] || missing "not root (the kubelet and containerd need it)"
+    if status >/dev/null 2>&1; then
+        echo "KUBECONFIG=$state/kubeconfig"
+        return 0
+    fi
+    stop
+    build
+    local started=$SECONDS
+    mkdir -p "$state/logs" "$state/pids"
+    chmod 700 "$state"
+    remember_host
+    make_namespace
+    make_pki
+    start_control_plane
+    start_node
+    start_addons
+    cp -r "$state/logs/." "$cache/last-logs/" 2>/dev/null || true
+    say "up in $((SECONDS - started)) s: Kubernetes $KUBERNETES, containerd $CONTAINERD, Training Operator $TRAINING_OPERATOR"
+    echo "KUBECONFIG=$state/kubeconfig"
+}
+
+components=(etcd kube-apiserver forward kube-controller-manager kube-scheduler containerd kubelet kube-proxy
+    coredns metrics-server training-operator)
+
+status() {
+    local name down=0
+    [ -d "$state/pids" ] || { echo "stopped"; return 1; }
+    for name in "${components[@]}"; do
+        if running "$name"; then echo "$name running"; else echo "$name down"; down=1; fi
+    done
+    return $down
+}
+
+# ---- stop -----------------------------------------------------------------------------------------
+
+end() { # end NAME...: SIGTERM, then SIGKILL after 15 s (the API server drains for ~8 s)
+    local name pid pids=()
+    for name in "$@"; do
+        [ -f "$state/pids/$name" ] || continue
+        pid="$(cat "$state/pids/$name")"
+        kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+        pids+=("$pid")
+    done
+    for _ in $(seq 150); do
+        local alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ $alive = 0 ] && break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
+}
+
+cgroups() { # the cgroups pods and containerd made, deepest first, in every v1 hierarchy
+    find /sys/fs/cgroup -mindepth 2 -type d \( -path '*/kubepods*' -o -path '*/k8s.io*' \) 2>/dev/null \
+        | awk '{print length($0) " " $0}' | sort -rn | cut -d' ' -f2-
+}
+
+our_mounts() { # mount points under the state folder, the containerd root or the fixed paths, deepest first
+    awk '{print $5}' /proc/self/mountinfo | grep -E "^($state|$cache/containerd-root|/run/containerd|/var/lib/kubelet|/tmp/k8s-webhook-server)(/|$)" \
+        | awk '{print length($0) " " $0}' | sort -rn | cut -d' ' -f2- || true
+}
+
+stop() {
+    [ "$(id -u)" = 0 ] || missing "not root"
+    end training-operator metrics-server coredns kube-proxy kube-scheduler kube-controller-manager kubelet forward
+    # every process left in a pod's cgroup (the containers), then the shims, then containerd
+    local pid mount group name value
+    for _ in 1 2 3; do
+        for pid in $(cat $(cgroups | sed 's#$#/cgroup.procs#') 2>/dev/null | sort -u); do kill -KILL "$pid" 2>/dev/null || true; done
+        for pid in $(pgrep -f "^$containerd_bin/containerd-shim-runc-v2" || true); do kill -KILL "$pid" 2>/dev/null || true; done
+        sleep 0.2
+    done
+    end containerd kube-apiserver etcd
+    for mount in $(our_mounts); do umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true; done
+    for group in $(cgroups); do rmdir "$group" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+    if [ -f "$state/before" ]; then
+        while read -r kind name value; do
+            case "$kind" in
+                sysctl) sysctl -qw "$name=$value" ;;
+            esac
+        done <"$state/before"
+        for path in "${fixed_paths[@]}"; do
+            grep -qx "existed $path" "$state/before" || rm -rf "$path"
+        done
+    fi
+    if [ -d "$state/logs" ]; then rm -rf "$cache/last-logs" && cp -r "$state/logs" "$cache/last-logs"; fi
+    rm -rf "$state"
+}
+
+load() { # load IMAGE: docker save | ctr import, skipped where containerd holds that image already
+    [ -n "${1:-}" ] || { echo "usage: $0 load IMAGE" >&2; exit 2; }
+    local id ref="$1"
+    id="$(docker image inspect --format '{{.Id}}' "$1")" || missing "docker has no image $1"
+    # containerd names it as docker's reference does in full, and keeps docker's image id as a name too
+    case "$ref" in */*) ;; *) ref="library/$ref" ;; esac
+    case "${ref%%/*}" in *.*|*:*|localhost) ;; *) ref="docker.io/$ref" ;; esac
+    local named by_id
+    named="$("${ctr[@]}" images ls "name==$ref" 2>/dev/null | awk 'NR > 1 {print $3}')"
+    by_id="$("${ctr[@]}" images ls "name==$id" 2>/dev/null | awk 'NR > 1 {print $3}')"
+    [ -n "$named" ] && [ "$named" = "$by_id" ] && return 0
+    # layers containerd holds already are not written or unpacked again
+    docker save "$1" | "${ctr[@]}" images import - 2>&1 >/dev/null | grep -v DEPRECATION >&2 || true
+    [ -n "$("${ctr[@]}" images ls -q "name==$ref" 2>/dev/null)" ] || missing "containerd did not take $1"
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    status) status ;;
+    kubeconfig) [ -f "$state/kubeconfig" ] && echo "$state/kubeconfig" || missing "not started" ;;
+    load) shift; load "$@" ;;
+    ctr) shift; exec "${ctr[@]}" "$@" ;;
+    kubectl) shift; [ -f "$state/kubeconfig" ] || missing "not started"; exec "$kube" kubectl --kubeconfig "$state/kubeconfig" "$@" ;;
+    build) build ;;
+    *) echo "usage: $0 start|stop|status|kubeconfig|load IMAGE|kubectl ARGS|ctr ARGS|build" >&2; exit 2 ;;
+esac
