@@ -28,10 +28,11 @@ def tiny_cifar(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-pytest_plugins = ["aws_server", "eks_support", "kube_jobs"]
+pytest_plugins = ["aws_server", "eks_support", "kube_jobs", "real_cluster"]
 
-SLOW_FOLDERS = ("training", "package", "image")
-"""Every test in these is slow: real torchrun jobs, a wheel built and installed, a real Docker engine. The fast lane
+SLOW_FOLDERS = ("training", "package", "image", "cluster")
+"""Every test in these is slow: real torchrun jobs, a wheel built and installed, a real Docker engine, a real
+Kubernetes cluster. The fast lane
 (``./scripts/test --fast``, ``-m "not slow"``) leaves them out; ``./scripts/test`` and CI run all."""
 
 

@@ -1,0 +1,249 @@
+"""Issue 41: torchdeck against a real Kubernetes cluster (``scripts/kube-cluster.sh``): a real
+kube-scheduler places the pods, a real kubelet runs them on containerd, the Kubeflow Training
+Operator (v1.9, out of the cluster, its own CRDs and webhook) makes the PyTorchJob's pods, Services
+and environment, CoreDNS resolves the master's name, metrics-server measures the node. Every run
+goes through the CLI as a user types it, and the console is driven as a user drives it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from real_cluster import CLAIM, NAMESPACE
+
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
+
+TRAIN = ("--namespace", NAMESPACE, "--set", f"cluster.pvc={CLAIM}", "--nproc-per-node", "1")
+SMALL = ("--set", "resources.cpu=500m", "--set", "resources.memory=1500Mi", "--set", "resources.shm_size=256Mi")
+"""Two pods of this fit the node's two cores beside the control plane."""
+
+
+def wait(condition, what: str, timeout: float = 600, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def status_of(torchdeck, run_id: str) -> dict:
+    done = torchdeck("status", "--output", "json", run_id)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def launched(torchdeck, *args: str, cwd: Path | None = None) -> str:
+    done = torchdeck("train", "--detach", *args, **({"cwd": cwd} if cwd else {}))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def ended(torchdeck, run_id: str, timeout: float = 900) -> dict:
+    return wait(lambda: (s := status_of(torchdeck, run_id))["state"] in ("succeeded", "failed", "cancelled") and s,
+                f"run {run_id} to end", timeout, every=3)  # fmt: skip
+
+
+def objects_of(real_cluster, run_id: str) -> list[str]:
+    found = []
+    for kind in ("pods", "services", "configmaps", "pytorchjobs.kubeflow.org"):
+        listed = real_cluster.get(kind, "-n", NAMESPACE, "-l", f"torchdeck.dev/run={run_id}")
+        found += [f"{kind}/{item['metadata']['name']}" for item in listed["items"]]
+    return found
+
+
+def test_a_pytorchjob_of_two_real_pods_trains_on_the_claim_and_reports_both_ranks(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-steps", "12",
+                      "--batch-size", "32", "--name", "builtin")  # fmt: skip
+    # the operator's pods, placed by the real scheduler, with the operator's environment and Service
+    pods = wait(lambda: (p := real_cluster.get("pods", "-n", NAMESPACE, "-l", f"torchdeck.dev/run={run_id}")["items"])
+                and len(p) == 2 and p, "the operator's two pods", 120)  # fmt: skip
+    assert sorted(p["metadata"]["labels"]["training.kubeflow.org/replica-type"] for p in pods) == ["master", "worker"]
+    master = next(p for p in pods if p["metadata"]["labels"]["training.kubeflow.org/replica-type"] == "master")
+    env = {e["name"]: e.get("value") for e in master["spec"]["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] == f"{run_id}-master-0" and env["PET_NNODES"] == "2" and env["WORLD_SIZE"] == "2"
+    services = real_cluster.get("services", "-n", NAMESPACE)["items"]
+    assert f"{run_id}-master-0" in [s["metadata"]["name"] for s in services]
+    final = ended(on_cluster, run_id)
+    assert final["state"] == "succeeded", final
+    assert sorted(r["rank"] for r in final["ranks"]) == [0, 1] and all(r["step"] == 12 for r in final["ranks"])
+    assert all(r["loss"] is not None for r in final["ranks"])
+    # the snapshot and the model went to the claim (the folder here behind it), under the job's name
+    kept = volume / "runs" / "builtin"
+    assert (kept / "ckpt-00000012.pt").is_file() and (kept / "model.pt").is_file()
+    logs = on_cluster("logs", run_id, "--rank", "1")
+    assert logs.returncode == 0 and '"event":"done"' in logs.stdout.replace(" ", "")
+
+
+def test_the_console_monitors_a_real_pytorchjob_with_node_cpu_from_metrics_server_and_stop_leaves_nothing(
+    real_cluster, trainer_image, volume, on_cluster, tmp_path
+):
+    from textual.widgets import Static
+    from tui_support import wait_for
+
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.monitor import MonitorScreen
+
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--epochs", "50",
+                      "--batch-size", "32", "--name", "watched")  # fmt: skip
+    backend = KubernetesBackend(str(real_cluster.kubeconfig))
+    # node CPU as metrics-server measures it (its first figures come a resolution after the pods start)
+    node = wait(lambda: [n for n in backend.node_metrics(run_id) if n.cpu_percent is not None],
+                "metrics-server's figures for the node", 180, every=3)[0]  # fmt: skip
+    assert node.name == "torchdeck-node" and 0 < node.cpu_percent <= 100 and node.mem_used_mb > 0
+    settings = Settings(backend="kubernetes", state_dir=tmp_path / "console-state", refresh_hz=4)
+
+    async def scenario():
+        app = make_app(settings, backend, run_id)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
+            screen = app.screen
+            table = screen.query_one("#ranks")
+            await wait_for(pilot, lambda: table.row_count == 2, what="both ranks' rows", timeout=300)
+            await wait_for(
+                pilot,
+                lambda: all(int(table.get_row_at(i)[1] or 0) >= 3 for i in range(2)),
+                what="both ranks past step 3",
+                timeout=300,
+            )
+            line = str(screen.query_one("#status-line", Static).render())
+            assert run_id in line and "RUNNING" in line and "world 2" in line
+            nodes = str(screen.query_one("#nodes", Static).render())
+            assert "torchdeck-node" in nodes and "cpu" in nodes.lower()
+
+    asyncio.run(scenario())
+    stopped = on_cluster("stop", run_id)
+    assert stopped.returncode == 0, stopped.stderr
+    wait(lambda: not objects_of(real_cluster, run_id), "every object of the run to go", 120)
+    gone = on_cluster("status", run_id)  # a stop deletes the job with its pods, as kubectl delete does
+    assert gone.returncode == 1 and f"no run '{run_id}'" in gone.stderr, gone.stderr
+    cleanup = on_cluster("cleanup")
+    assert cleanup.returncode == 0 and run_id not in cleanup.stdout, cleanup.stdout
+
+
+USER_SCRIPT = """\
+import os, time
+import torch
+import torch.distributed as dist
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+writer = SummaryWriter(os.path.join(os.environ.get("TB_DIR", "tb"), f"rank{rank}"))
+steps = 16
+for step in tqdm(range(1, steps + 1), total=steps, desc=f"rank {rank}", mininterval=0):
+    loss = torch.tensor(2.0 / step)
+    dist.all_reduce(loss)
+    writer.add_scalar("train/loss", loss.item() / dist.get_world_size(), step)
+    writer.flush()
+    time.sleep(0.2)
+writer.close()
+dist.destroy_process_group()
+"""
+
+
+def test_a_users_script_from_the_code_bundle_prints_a_tqdm_bar_and_writes_tensorboard(
+    real_cluster, user_image, volume, on_cluster, tmp_path
+):
+    code = tmp_path / "project"
+    code.mkdir()
+    (code / "train.py").write_text(USER_SCRIPT)
+    run_id = launched(on_cluster, "train.py", "--image", user_image, *TRAIN, *SMALL, "--nodes", "2",
+                      "--set", "env.TB_DIR=/tmp/tb", cwd=code)  # fmt: skip
+    # the code went as a ConfigMap (no bucket here), named by its digest, unpacked by an init container
+    pods = wait(lambda: real_cluster.get("pods", "-n", NAMESPACE, "-l", f"torchdeck.dev/run={run_id}")["items"],
+                "the pods", 120)  # fmt: skip
+    (bundle,) = {v["configMap"]["name"] for p in pods for v in p["spec"]["volumes"] if "configMap" in v}
+    assert real_cluster.get("configmap", "-n", NAMESPACE, bundle)["immutable"] is True
+    final = ended(on_cluster, run_id)
+    assert final["state"] == "succeeded", final
+    ranks = {r["rank"]: r for r in final["ranks"]}
+    assert sorted(ranks) == [0, 1] and all(r["step"] == 16 for r in ranks.values()), final["ranks"]
+    assert final["total_steps"] == 16
+
+
+def test_a_rank_pod_deleted_mid_run_is_restarted_by_the_operator_and_resumes_from_its_checkpoint(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-steps", "24",
+                      "--batch-size", "32", "--set", "trainer.checkpoint_every=3", "--name", "restarted")  # fmt: skip
+    wait(lambda: (s := status_of(on_cluster, run_id))["step"] >= 6 and s, "step 6", 600, every=2)
+    worker = f"{run_id}-worker-0"
+    real_cluster.kubectl("delete", "pod", "-n", NAMESPACE, worker, "--wait=false")
+    final = ended(on_cluster, run_id)
+    assert final["state"] == "succeeded", final
+    assert final["restarts"] >= 1, final
+    logs = on_cluster("logs", run_id).stdout
+    assert "resum" in logs.lower(), logs[-2000:]
+
+
+def test_a_job_asking_for_more_cpu_than_the_node_has_says_the_schedulers_reason(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, "--set", "resources.cpu=64", "--name", "toobig")
+    status = wait(lambda: "Insufficient cpu" in (s := status_of(on_cluster, run_id))["reason"] and s,
+                  "the scheduler's reason", 120, every=2)  # fmt: skip
+    assert status["state"] == "pending" and "0/1 nodes are available" in status["reason"]
+    shown = on_cluster("status", run_id)
+    assert "Insufficient cpu" in shown.stdout
+    assert on_cluster("stop", run_id).returncode == 0
+
+
+def test_an_image_not_on_the_node_with_pull_policy_never_is_said_in_plain_words(real_cluster, volume, on_cluster):
+    image = "torchdeck.local/absent:1"
+    run_id = launched(on_cluster, "--image", image, *TRAIN, *SMALL, "--set", "cluster.image_pull_policy=Never",
+                      "--name", "absent")  # fmt: skip
+    status = wait(lambda: "imagePullPolicy: Never" in (s := status_of(on_cluster, run_id))["reason"] and s,
+                  "the reason for the missing image", 120, every=2)  # fmt: skip
+    assert f"the image {image} is not on torchdeck-node" in status["reason"]
+    assert on_cluster("stop", run_id).returncode == 0
+
+
+def test_the_console_in_a_real_terminal_lists_and_monitors_a_real_pytorchjob(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    """`torchdeck --backend kubernetes` as a user starts it on a bastion, in tmux: the runs screen
+    lists the cluster's run, the monitor follows both pods' ranks, and its stop key ends the job."""
+    import subprocess
+    import sys
+
+    from trainer_runs import REPO
+
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--epochs", "50",
+                      "--batch-size", "32", "--name", "terminal")  # fmt: skip
+    server = f"torchdeck-e2e-{time.monotonic_ns()}"
+    tmux = ["tmux", "-L", server]
+    session = "runs"
+    exports = " ".join(f"{k}={v!r}" for k, v in on_cluster.env.items()
+                       if k.startswith(("TORCHDECK_", "PATH", "HOME", "KUBECONFIG", "AWS_")))  # fmt: skip
+
+    def screen() -> str:
+        return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+
+    def console(*args: str) -> None:
+        command = f"cd {REPO} && env {exports} {sys.executable} -m torchdeck --backend kubernetes {' '.join(args)}"
+        subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "110", "-y", "30", command], check=True)
+
+    try:
+        console()
+        shown = wait(lambda: run_id in (s := screen()) and s, "the run on the runs screen", 60, every=0.3)
+        assert "kubernetes" in shown
+        subprocess.run([*tmux, "kill-session", "-t", session], check=False)
+        session = "monitor"
+        console("--ascii", "monitor", run_id)
+        wait(lambda: "RUNNING" in (s := screen()) and " r1 " in s and s, "both ranks in the monitor", 300, every=0.5)
+        subprocess.run([*tmux, "send-keys", "-t", session, "s"], check=True)
+        wait(lambda: "Stop " in screen(), "the stop question", 30, every=0.2)
+        subprocess.run([*tmux, "send-keys", "-t", session, "y"], check=True)
+        wait(lambda: "CANCELLED" in screen(), "the run cancelled", 120, every=0.5)
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
+    wait(lambda: not objects_of(real_cluster, run_id), "every object of the run to go", 120)

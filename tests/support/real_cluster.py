@@ -1,0 +1,202 @@
+"""A real single-node Kubernetes cluster for the end-to-end tests: ``scripts/kube-cluster.sh`` builds
+(once, cached outside the work tree) and starts etcd, the control plane, a kubelet on containerd and
+runc, kube-proxy, CoreDNS, metrics-server and the Kubeflow Training Operator in a network namespace
+with no route out; the trainer image is built by the real Docker engine from the wheel folder
+``scripts/test`` fills and loaded into the node's containerd, as Kubeflow's own e2e tests load images
+into kind. The session stops the cluster at its end and checks that nothing is left behind.
+
+Where the machine cannot run a cluster (not root, no Go) the tests skip saying why, except where
+``TORCHDECK_E2E_REQUIRED`` is set (CI): there a cluster that does not start fails them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from local_runs import cli_env, run_cli
+from trainer_runs import REPO
+
+SCRIPT = REPO / "scripts" / "kube-cluster.sh"
+ENGINE = REPO / "scripts" / "docker-engine.sh"
+SHARED_DATA = Path(os.environ.get("TORCHDECK_TEST_DATA", REPO.parent / "shared" / "data" / "cifar10-subset"))
+NAMESPACE = "e2e"
+CLAIM = "shared"
+NO_AWS = {
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # any AWS call fails at once
+    "AWS_ACCESS_KEY_ID": "none",
+    "AWS_SECRET_ACCESS_KEY": "none",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def unavailable(why: str) -> None:
+    if os.environ.get("TORCHDECK_E2E_REQUIRED"):
+        pytest.fail(f"the real cluster is required here (TORCHDECK_E2E_REQUIRED) and {why}")
+    pytest.skip(why)
+
+
+def host_state() -> dict[str, object]:
+    """What a stopped cluster must leave as it found it."""
+    sysctls = {name: Path("/proc/sys", name.replace(".", "/")).read_text().strip()
+               for name in ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops")}  # fmt: skip
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return {
+        "sysctls": sysctls,
+        "namespaces": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
+        "mounts": sorted(m for m in mounts if m.startswith(("/var/lib/torchdeck-kube", "/var/lib/kubelet", "/run/containerd"))),
+        "paths": sorted(p for p in ("/var/lib/torchdeck-kube", "/var/log/pods", "/var/log/containers", "/var/lib/cni",
+                               "/run/containerd", "/run/nri", "/var/lib/kubelet", "/etc/kubernetes") if os.path.exists(p)),
+    }  # fmt: skip
+
+
+@dataclass
+class Cluster:
+    kubeconfig: Path
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:  # noqa: A002
+        done = subprocess.run([str(SCRIPT), "kubectl", *args], input=input, capture_output=True, text=True, timeout=120)
+        if check:
+            assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    def get(self, *args: str) -> dict:
+        return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[Cluster]:
+    if os.geteuid() != 0 or shutil.which("go") is None:
+        unavailable("a real cluster needs root and Go here (it is built from the upstream Go modules)")
+    # a cluster someone started before the session stays up after it (a developer's, between runs);
+    # one the session starts, it stops, and checks that nothing is left behind
+    was_running = subprocess.run([str(SCRIPT), "status"], capture_output=True).returncode == 0
+    before = host_state()
+    started = time.monotonic()
+    done = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=3600)
+    if done.returncode == 3:
+        unavailable(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(f"cluster up in {time.monotonic() - started:.1f} s")
+    kubeconfig = Path(done.stdout.strip().rpartition("KUBECONFIG=")[2])
+    cluster = Cluster(kubeconfig)
+    try:
+        yield cluster
+    finally:
+        if not was_running:
+            stopped = subprocess.run([str(SCRIPT), "stop"], capture_output=True, text=True, timeout=300)
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            after = host_state()
+            assert after == before, (before, after)
+            leftover = subprocess.run(["pgrep", "-f", ".cache/torchdeck/cluster/"], capture_output=True, text=True)
+            assert leftover.stdout == "", leftover.stdout
+
+
+def wheel_folder() -> str:
+    """The wheel folder the images are built from (``scripts/test`` fills it, outside the work tree)."""
+    version = (REPO / "docker" / "torch-version").read_text().strip()
+    return os.environ.get("TORCHDECK_IMAGE_WHEELS") or str(
+        Path.home() / ".cache" / "torchdeck" / "wheels" / f"torch-{version}"
+    )
+
+
+def built_and_loaded(env: dict[str, str], *args: str) -> str:
+    """``torchdeck image build --no-push ARGS`` from the wheel folder, then the image loaded into the
+    node's containerd (an unchanged tree builds nothing; an image the node holds is not loaded again)."""
+    started = time.monotonic()
+    built = run_cli(["image", "build", "--no-push", "--torch-wheels", wheel_folder(), *args], env, REPO, timeout=1800)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr
+    (line,) = [line for line in built.stdout.splitlines() if "torchdeck train --in-image" in line]
+    name = line.split("--in-image ", 1)[1].split()[0]
+    loaded = subprocess.run([str(SCRIPT), "load", name], capture_output=True, text=True, timeout=1800,
+                            env={**os.environ, "DOCKER_HOST": env["DOCKER_HOST"]})  # fmt: skip
+    assert loaded.returncode == 0, loaded.stdout + loaded.stderr
+    print(f"image {name} built and loaded in {time.monotonic() - started:.1f} s")
+    return name
+
+
+@pytest.fixture(scope="session")
+def image_env(real_cluster: Cluster, tmp_path_factory) -> dict[str, str]:
+    """The CLI's environment for image builds on the real Docker engine (started here)."""
+    engine = subprocess.run([str(ENGINE), "start"], capture_output=True, text=True, timeout=900)
+    if engine.returncode == 3:
+        unavailable(engine.stderr.strip().splitlines()[-1])
+    assert engine.returncode == 0, engine.stdout + engine.stderr
+    host = engine.stdout.strip().rpartition("DOCKER_HOST=")[2]
+    return {**cli_env(tmp_path_factory.mktemp("image-state")), **NO_AWS, "DOCKER_HOST": host}
+
+
+@pytest.fixture(scope="session")
+def trainer_image(image_env: dict[str, str]) -> str:
+    """The CPU training image, built by the real Docker engine and loaded into the node's containerd."""
+    return built_and_loaded(image_env)
+
+
+@pytest.fixture(scope="session")
+def user_image(image_env: dict[str, str], trainer_image: str, tmp_path_factory) -> str:
+    """A user's own image: the training image with their requirements (tqdm, TensorBoard) from the
+    wheel folder (``image build --code``); their code still goes to the pods as the bundle."""
+    code = tmp_path_factory.mktemp("requirements")
+    (code / "requirements.txt").write_text("tqdm\ntensorboard\n")
+    return built_and_loaded(image_env, "--code", str(code))
+
+
+@pytest.fixture(scope="session")
+def volume(real_cluster: Cluster) -> Iterator[Path]:
+    """A folder here as the claim ``shared`` in namespace e2e (a hostPath PersistentVolume): the
+    CIFAR-10 subset at data/, the runs' checkpoints beside it, as EFS holds them on EKS."""
+    if not (SHARED_DATA / "cifar-10-batches-py" / "test_batch").is_file():
+        unavailable(f"the real CIFAR-10 subset is not at {SHARED_DATA}")
+    root = Path(tempfile.mkdtemp(prefix="torchdeck-e2e-", dir="/var/tmp"))
+    shutil.copytree(SHARED_DATA / "cifar-10-batches-py", root / "data" / "cifar-10-batches-py")
+    (root / "runs").mkdir()
+    for path in (root, root / "runs", root / "data"):
+        path.chmod(0o777)  # the pods run as uid 1000
+    real_cluster.kubectl("create", "namespace", NAMESPACE)
+    real_cluster.kubectl("apply", "-f", "-", input=f"""
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: torchdeck-e2e}}
+spec:
+  capacity: {{storage: 5Gi}}
+  accessModes: [ReadWriteMany]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  hostPath: {{path: {root}, type: Directory}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {CLAIM}, namespace: {NAMESPACE}}}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: ""
+  volumeName: torchdeck-e2e
+  resources: {{requests: {{storage: 5Gi}}}}
+""")  # fmt: skip
+    deadline = time.monotonic() + 60  # the PersistentVolume controller binds it on its next pass
+    while real_cluster.get("pvc", "-n", NAMESPACE, CLAIM)["status"].get("phase") != "Bound":
+        assert time.monotonic() < deadline, real_cluster.kubectl("describe", "pvc", "-n", NAMESPACE, CLAIM).stdout
+        time.sleep(0.5)
+    yield root
+    real_cluster.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s", check=False)
+    real_cluster.kubectl("delete", "pv", "torchdeck-e2e", "--timeout=60s", check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def on_cluster(real_cluster: Cluster, volume: Path, tmp_path: Path):
+    """``torchdeck --backend kubernetes ARGS`` against the real cluster, with a state folder of its own."""
+    env = {**cli_env(tmp_path / "state"), **NO_AWS, "KUBECONFIG": str(real_cluster.kubeconfig), "HOME": str(tmp_path)}
+
+    def torchdeck(*args: str, timeout: float = 120, cwd: Path = REPO) -> subprocess.CompletedProcess:
+        return run_cli(["--backend", "kubernetes", *args], env, cwd, timeout)
+
+    torchdeck.env = env  # type: ignore[attr-defined]
+    return torchdeck
