@@ -119,6 +119,9 @@ class ClusterOptions:
     """Snapshots inside the pods (default: <mount_path>/runs/<job name>)."""
     service_account: str | None = None
     """Service account of the pods (an IRSA role for S3 on EKS)."""
+    image_pull_policy: str | None = None
+    """Always, IfNotPresent or Never (default: Kubernetes' own, IfNotPresent for a tagged image). Never
+    runs only an image already on the node, as on kind or a node loaded by hand."""
     node_selector: dict[str, str] = field(default_factory=dict)
     """Node labels the pods must match, e.g. {eks.amazonaws.com/nodegroup: gpu}."""
     gpu_toleration: bool = True
@@ -463,6 +466,7 @@ CLUSTER_CHECKS = {
     "data_dir": _abs_path,
     "checkpoint_dir": _optional(_abs_path),
     "service_account": _optional(_name_253),
+    "image_pull_policy": _optional(_choices("Always", "IfNotPresent", "Never")),
     "node_selector": _labels,
     "gpu_toleration": _is_bool,
     "min_nodes": _int_at_least(1, optional=True),

@@ -167,6 +167,15 @@ def diagnose_pod(
         image = cs.get("image") or ""
         if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
             found.append(_image_pull(name, image, message))
+        elif reason == "ErrImageNeverPull":
+            node = (pod.get("spec") or {}).get("nodeName") or "its node"
+            found.append(
+                Finding(
+                    name,
+                    f"the image {image} is not on {node}, and the pod may not pull it (imagePullPolicy: Never)",
+                    "load the image onto the node, or set cluster.image_pull_policy: IfNotPresent to pull it",
+                )
+            )
         elif reason == "CrashLoopBackOff":
             last = (cs.get("lastState") or {}).get("terminated") or {}
             if last.get("reason") == "OOMKilled" or last.get("exitCode") == 137:

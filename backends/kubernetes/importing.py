@@ -387,6 +387,8 @@ class _Reader:
             resources["gpus"] = int(gpus)
         if pod.get("serviceAccountName"):
             cluster["service_account"] = pod["serviceAccountName"]
+        if container.get("imagePullPolicy") in ("Always", "IfNotPresent", "Never"):
+            cluster["image_pull_policy"] = container["imagePullPolicy"]
         if pod.get("nodeSelector"):
             cluster["node_selector"] = {str(k): str(v) for k, v in pod["nodeSelector"].items()}
         for t in pod.get("tolerations") or []:

@@ -417,6 +417,7 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         restart_policy=c.restart_policy,
         pod_restart_policy="OnFailure" if c.restart_policy == "OnFailure" else "Never",
         service_account=c.service_account,
+        image_pull_policy=c.image_pull_policy,
         node_selector=c.node_selector,
         tolerations=tolerations,
         subdomain=None,
@@ -442,6 +443,9 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         ctx["working_dir"] = f"{code_dir(spec)}/{workdir}" if workdir else code_dir(spec)
     if kind == "pytorchjob":
         ctx["container"] = "pytorch"  # the operator finds its container by this name
+        # the replica's restartPolicy is the one the operator applies; one in the pod template it
+        # overwrites, with a warning event on the job (SetPodTemplateRestartPolicy), seen on a real one
+        ctx["pod_restart_policy"] = None
         ctx["replica_roles"] = (
             [("Worker", spec.nodes)]
             if elastic

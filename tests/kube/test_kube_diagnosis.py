@@ -57,6 +57,12 @@ def unschedulable(message):
             "GPU nodegroup",
         ),
         ("0/2 nodes are available: 2 Insufficient cpu.", "not enough free CPU", "resources.cpu"),
+        (  # as Kubernetes 1.34's scheduler words it (seen on the real cluster, tests/cluster)
+            "0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, preemption: 0/1 nodes are "
+            "available: 1 Preemption is not helpful for scheduling.",
+            "not enough free CPU",
+            "resources.cpu",
+        ),
         (
             "0/2 nodes are available: 1 Insufficient memory, 1 node(s) had untolerated taint "
             "{node-role.kubernetes.io/control-plane: }.",
@@ -211,3 +217,22 @@ def test_job_conditions_restarting_and_failed_after_backoff():
     restarting, failed = job_findings("cifar10", conditions, backoff_limit=3)
     assert "1 Worker replica(s) failed" in restarting.problem
     assert failed.problem.startswith("failed after 3 restarts: PyTorchJob cifar10 has failed")
+
+
+def test_an_image_the_node_lacks_under_pull_policy_never_is_said_in_plain_words():
+    """The kubelet's ErrImageNeverPull, as the real cluster's kubelet (1.34) words it."""
+    image = "torchdeck.local/absent:1"
+    p = pod(
+        phase="Pending",
+        image=image,
+        waiting={
+            "reason": "ErrImageNeverPull",
+            "message": f'Container image "{image}" is not present with pull policy of Never',
+        },
+    )
+    p.setdefault("spec", {})["nodeName"] = "torchdeck-node"
+    (finding,) = diagnose_pod(p)
+    assert finding.problem == (
+        f"the image {image} is not on torchdeck-node, and the pod may not pull it (imagePullPolicy: Never)"
+    )
+    assert "cluster.image_pull_policy: IfNotPresent" in finding.fix
