@@ -3,7 +3,9 @@
 runc, kube-proxy, CoreDNS, metrics-server and the Kubeflow Training Operator in a network namespace
 with no route out; the trainer image is built by the real Docker engine from the wheel folder
 ``scripts/test`` fills and loaded into the node's containerd, as Kubeflow's own e2e tests load images
-into kind. The session stops the cluster at its end and checks that nothing is left behind.
+into kind. The fixtures live as long as a test module: the cluster is stopped when its module ends
+(the rest of the suite does not share the machine with it), and the stop is checked to leave nothing
+behind.
 
 Where the machine cannot run a cluster (not root, no Go) the tests skip saying why, except where
 ``TORCHDECK_E2E_REQUIRED`` is set (CI): there a cluster that does not start fails them."""
@@ -71,7 +73,7 @@ class Cluster:
         return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or shutil.which("go") is None:
         unavailable("a real cluster needs root and Go here (it is built from the upstream Go modules)")
@@ -122,7 +124,7 @@ def built_and_loaded(env: dict[str, str], *args: str) -> str:
     return name
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def image_env(real_cluster: Cluster, tmp_path_factory) -> dict[str, str]:
     """The CLI's environment for image builds on the real Docker engine (started here)."""
     engine = subprocess.run([str(ENGINE), "start"], capture_output=True, text=True, timeout=900)
@@ -133,13 +135,13 @@ def image_env(real_cluster: Cluster, tmp_path_factory) -> dict[str, str]:
     return {**cli_env(tmp_path_factory.mktemp("image-state")), **NO_AWS, "DOCKER_HOST": host}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def trainer_image(image_env: dict[str, str]) -> str:
     """The CPU training image, built by the real Docker engine and loaded into the node's containerd."""
     return built_and_loaded(image_env)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def user_image(image_env: dict[str, str], trainer_image: str, tmp_path_factory) -> str:
     """A user's own image: the training image with their requirements (tqdm, TensorBoard) from the
     wheel folder (``image build --code``); their code still goes to the pods as the bundle."""
@@ -148,7 +150,7 @@ def user_image(image_env: dict[str, str], trainer_image: str, tmp_path_factory) 
     return built_and_loaded(image_env, "--code", str(code))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def volume(real_cluster: Cluster) -> Iterator[Path]:
     """A folder here as the claim ``shared`` in namespace e2e (a hostPath PersistentVolume): the
     CIFAR-10 subset at data/, the runs' checkpoints beside it, as EFS holds them on EKS."""
