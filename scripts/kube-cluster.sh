@@ -52,7 +52,9 @@ missing() { echo "torchdeck: no cluster: $*" >&2; exit 3; }
 say() { echo "kube-cluster: $*" >&2; }
 
 bin() { echo "$cache/$1-$2/bin"; }
-kube_bin="$(bin kubernetes "$KUBERNETES")"
+# the multi-call program is ours too: its folder is keyed by its source as well as the version
+kube_bin="$(bin kubernetes "$KUBERNETES-$(cat "$here"/cluster/kube/go.mod "$here"/cluster/kube/go.sum "$here"/cluster/kube/*.go \
+    | sha256sum | cut -c1-12)")"
 containerd_bin="$(bin containerd "$CONTAINERD")"
 runc_bin="$(bin runc "$RUNC")"
 cni_bin="$(bin cni-plugins "$CNI_PLUGINS")"
@@ -316,9 +318,9 @@ EOF
     PATH="$containerd_bin:$runc_bin:$PATH" run containerd "$containerd_bin/containerd" --config "$conf/containerd.toml"
     wait_for 30 containerd "${ctr[@]}" version
     # the two small images, packed and imported at every start (a second or less; a changed one retags)
-    python3 "$here/cluster/pack_image.py" "$pause_image" /pause "$pause_bin/pause=/pause" \
+    python3 "$here/cluster/pack-image" "$pause_image" /pause "$pause_bin/pause=/pause" \
         | "${ctr[@]}" images import - >/dev/null 2>&1
-    python3 "$here/cluster/pack_image.py" "$init_image" /bin/sh /bin/busybox=/bin/busybox \
+    python3 "$here/cluster/pack-image" "$init_image" /bin/sh /bin/busybox=/bin/busybox \
             /bin/sh-\>busybox /bin/nslookup-\>busybox /bin/seq-\>busybox /bin/sleep-\>busybox /bin/echo-\>busybox /bin/sed-\>busybox \
         | "${ctr[@]}" images import - >/dev/null 2>&1
     cat >"$conf/kubelet.yaml" <<EOF
