@@ -149,7 +149,7 @@ async def build_local(plan: ImagePlan, engine: Engine | None = None) -> AsyncIte
         args = plan.build_args + from_folder
         # the tag names what the image is built from: a served folder's passing URL is not part of it
         named = tuple(a for a in args if not (wheels and a.startswith(("TORCH_FIND_LINKS=", "PIP_FIND_LINKS="))))
-        served = sorted(w.name for w in Path(plan.torch_wheels).expanduser().glob("*.whl")) if plan.torch_wheels else []
+        served = sorted(served_wheels(plan.torch_wheels)) if plan.torch_wheels else []  # the wheels the page lists
         extra = (f"wheels={served}",) if served else ()
         base = f"{plan.repository}:{image_tag(archive, plan.variant, named + extra)}"
         async for p in _build_here(engine, root, plan.dockerfile, base, args, plan.network, clock):
