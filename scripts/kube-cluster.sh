@@ -2,8 +2,10 @@
 # A real single-node Kubernetes cluster for the end-to-end tests (tests/cluster/), as the users' EKS
 # runs it: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, a kubelet on containerd and
 # runc with the CNI bridge plugin, kube-proxy, CoreDNS, metrics-server registered as the
-# metrics.k8s.io APIService and the Kubeflow Training Operator (PyTorchJob) with its own CRDs and
-# validating webhook. Every program is built here from its upstream Go module at the version pinned
+# metrics.k8s.io APIService, the Kubeflow Training Operator (PyTorchJob), Kubeflow Trainer v2
+# (TrainJob, with its TrainJobStatus gate and torch runtime) on JobSet, the MPI Operator (MPIJob
+# v2beta1) and Kueue (with its visibility API), each with its own CRDs and webhooks (served with
+# certificates from a CA this script makes). Every program is built here from its upstream Go module at the version pinned
 # below, once, into a cache outside the work tree ($TORCHDECK_CLUSTER_CACHE, by default
 # ~/.cache/torchdeck/cluster, one folder per program and version); later starts take seconds.
 #
@@ -30,6 +32,10 @@ CNI_PLUGINS=v1.9.1
 COREDNS=v1.12.4 # the CoreDNS EKS ships as its 1.34 add-on
 METRICS_SERVER=v0.8.0
 TRAINING_OPERATOR=v1.9.4 # Kubeflow Training Operator: PyTorchJob, the newest 1.9 (the release EKS users run)
+TRAINER=v2.3.0     # Kubeflow Trainer v2 (TrainJob): the newest release the module proxy serves
+JOBSET=v0.12.0     # JobSet, the version Trainer v2.3.0 and Kueue v0.19.2 are built against
+MPI_OPERATOR=v0.8.2 # MPI Operator (v2beta1 MPIJob): the newest release the module proxy serves
+KUEUE=v0.19.2      # Kueue: the newest release the module proxy serves
 
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${TORCHDECK_CLUSTER_CACHE:-$HOME/.cache/torchdeck/cluster}"
@@ -44,7 +50,7 @@ pause_image=torchdeck.local/pause:3.10
 # the Training Operator's init container (it waits with sh and nslookup until the master's name
 # resolves; upstream's default is alpine from Docker Hub, which no registry here serves)
 init_image=torchdeck.local/busybox:1.35
-fixed_paths=(/var/log/pods /var/log/containers /var/lib/cni /run/containerd /run/nri /var/lib/kubelet /etc/kubernetes)
+fixed_paths=(/var/log/pods /var/log/containers /var/lib/cni /run/containerd /run/nri /var/lib/kubelet /etc/kubernetes /etc/kueue /visibility)
 sysctls=(vm.overcommit_memory kernel.panic kernel.panic_on_oops)
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
@@ -61,6 +67,10 @@ cni_bin="$(bin cni-plugins "$CNI_PLUGINS")"
 coredns_bin="$(bin coredns "$COREDNS")"
 metrics_bin="$(bin metrics-server "$METRICS_SERVER")"
 operator_bin="$(bin training-operator "$TRAINING_OPERATOR")"
+trainer_bin="$(bin trainer "$TRAINER")"
+jobset_bin="$(bin jobset "$JOBSET")"
+mpi_bin="$(bin mpi-operator "$MPI_OPERATOR")"
+kueue_bin="$(bin kueue "$KUEUE")"
 pause_bin="$(bin pause 3.10)"
 kube="$kube_bin/kube"
 ctr=("$containerd_bin/ctr" --address "$state/containerd/containerd.sock" -n k8s.io)
@@ -69,23 +79,25 @@ in_ns() { nsenter --net="/run/netns/$ns" "$@"; }
 
 # ---- build ----------------------------------------------------------------------------------------
 
-# go_install DIR MODULE@VERSION PACKAGE... [-- GO FLAGS]: the module's own go.mod and go.sum, as
-# `go install` takes them; one folder per program and version, written only when the build succeeds.
+# go_install DIR MODULE VERSION PACKAGE... [-- GO FLAGS]: build the module's packages (paths relative to
+# the module, e.g. ./cmd/x) in the module's own folder with its own go.mod and go.sum, as a release
+# builds it (`go install MODULE@VERSION` would also ask the proxy for the module's version list, which
+# it does not list for every module); one folder per program and version, written only on success.
 go_install() {
-    local dir="$1" version="$2"
-    shift 2
+    local dir="$1" module="$2" version="$3"
+    shift 3
     [ -d "$dir" ] && return 0
-    local flags=() packages=()
+    local flags=() packages=() source
     while [ $# -gt 0 ]; do
         if [ "$1" = -- ]; then shift; flags=("$@"); break; fi
-        packages+=("$1@$version"); shift
+        packages+=("$1"); shift
     done
-    say "building ${packages[*]} (once; cached in $dir)"
+    say "building $module@$version ${packages[*]} (once; cached in $dir)"
     rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
     local started=$SECONDS
-    mkdir -p "$(dirname "$dir")"
-    GOBIN="$dir.tmp" go install -trimpath "${flags[@]}" "${packages[@]}" >"$dir.log" 2>&1 \
-        || missing "could not build ${packages[*]} (log: $dir.log)"
+    source="$(module_dir "$module@$version" 2>"$dir.log")" || missing "could not download $module@$version (log: $dir.log)"
+    (cd "$source" && GOFLAGS=-mod=readonly go build -trimpath -o "$dir.tmp/" "${flags[@]}" "${packages[@]}") >>"$dir.log" 2>&1 \
+        || missing "could not build $module@$version (log: $dir.log)"
     echo $((SECONDS - started)) >"$dir.tmp/build-seconds"
     mv "$dir.tmp" "$dir"
 }
@@ -122,19 +134,21 @@ build() {
         /bin/busybox:busybox-static
     mkdir -p "$cache"
     build_pause
-    CGO_ENABLED=0 go_install "$containerd_bin" "$CONTAINERD" github.com/containerd/containerd/v2/cmd/containerd \
-        github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr \
+    CGO_ENABLED=0 go_install "$containerd_bin" github.com/containerd/containerd/v2 "$CONTAINERD" ./cmd/containerd \
+        ./cmd/containerd-shim-runc-v2 ./cmd/ctr \
         -- -tags no_btrfs,no_devmapper,no_zfs -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD"
     # runc with seccomp (pods ask for the RuntimeDefault profile): cgo and Debian's libseccomp-dev
-    CGO_ENABLED=1 go_install "$runc_bin" "$RUNC" github.com/opencontainers/runc \
-        -- -tags seccomp -ldflags "-s -w -X main.version=${RUNC#v}"
-    CGO_ENABLED=0 go_install "$cni_bin" "$CNI_PLUGINS" github.com/containernetworking/plugins/plugins/main/bridge \
-        github.com/containernetworking/plugins/plugins/main/loopback github.com/containernetworking/plugins/plugins/ipam/host-local \
-        github.com/containernetworking/plugins/plugins/meta/portmap -- -ldflags "-s -w"
-    CGO_ENABLED=0 go_install "$coredns_bin" "$COREDNS" github.com/coredns/coredns -- -ldflags "-s -w"
-    CGO_ENABLED=0 go_install "$metrics_bin" "$METRICS_SERVER" sigs.k8s.io/metrics-server/cmd/metrics-server -- -ldflags "-s -w"
-    CGO_ENABLED=0 go_install "$operator_bin" "$TRAINING_OPERATOR" \
-        github.com/kubeflow/training-operator/cmd/training-operator.v1 -- -ldflags "-s -w"
+    CGO_ENABLED=1 go_install "$runc_bin" github.com/opencontainers/runc "$RUNC" . -- -tags seccomp -ldflags "-s -w -X main.version=${RUNC#v}"
+    CGO_ENABLED=0 go_install "$cni_bin" github.com/containernetworking/plugins "$CNI_PLUGINS" ./plugins/main/bridge \
+        ./plugins/main/loopback ./plugins/ipam/host-local ./plugins/meta/portmap -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$coredns_bin" github.com/coredns/coredns "$COREDNS" . -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$metrics_bin" sigs.k8s.io/metrics-server "$METRICS_SERVER" ./cmd/metrics-server -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$operator_bin" github.com/kubeflow/training-operator "$TRAINING_OPERATOR" \
+        ./cmd/training-operator.v1 -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$jobset_bin" sigs.k8s.io/jobset "$JOBSET" . -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$trainer_bin" github.com/kubeflow/trainer/v2 "$TRAINER" ./cmd/trainer-controller-manager -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$mpi_bin" github.com/kubeflow/mpi-operator "$MPI_OPERATOR" ./cmd/mpi-operator -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$kueue_bin" sigs.k8s.io/kueue "$KUEUE" ./cmd/kueue -- -ldflags "-s -w"
     build_kubernetes
 }
 
@@ -192,6 +206,9 @@ make_namespace() {
     ip -n "$ns" link add cni0 type bridge
     ip -n "$ns" addr add "$node_ip/24" dev cni0
     ip -n "$ns" link set cni0 up
+    # the node itself reaches Services (kube-proxy's DNAT in OUTPUT), as a controller in a pod would:
+    # a route for the service range, inside the namespace (still no route out)
+    ip -n "$ns" route add "$service_cidr" dev cni0 src "$node_ip"
     in_ns sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 2>/dev/null \
         || in_ns sysctl -qw net.ipv4.ip_forward=1
 }
@@ -400,7 +417,8 @@ EOF
     # webhook certificates in a /tmp of its own (it writes them to a fixed path there)
     crds="$(module_dir "github.com/kubeflow/training-operator@$TRAINING_OPERATOR")/manifests/base"
     kubectl create namespace kubeflow >/dev/null
-    kubectl apply --server-side -k "$crds/crds/" >/dev/null
+    # its PyTorchJob CRD only: mpijobs.kubeflow.org is the MPI Operator's (v2beta1), as Kubeflow installs them together
+    kubectl apply --server-side -f "$crds/crds/kubeflow.org_pytorchjobs.yaml" >/dev/null
     kubectl -n kubeflow create secret generic training-operator-webhook-cert >/dev/null
     outside_service kubeflow training-operator 443 9443
     python3 - "$crds/webhook/manifests.yaml" <<'EOF' | kubectl apply -f - >/dev/null
@@ -432,7 +450,8 @@ EOF
 EOF
     run training-operator unshare --mount --propagation private sh -c \
         "mount --bind '$state/operator-tmp' /tmp && exec env MY_POD_NAMESPACE=kubeflow KUBECONFIG='$pki/super-admin.conf' \
-         '$operator_bin/training-operator.v1' --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 \
+         '$operator_bin/training-operator.v1' --metrics-bind-address 127.0.0.1:8088 --health-probe-bind-address 127.0.0.1:8081 \
+         --enable-scheme pytorchjob \
          --pytorch-init-container-image '$init_image' --pytorch-init-container-template-file '$conf/pytorch-init-container.yaml'"
     # in a cluster the kubelet mounts the certificate Secret the operator fills where it reads its
     # certificates; out of one, this does: the operator waits for those files before it starts
@@ -445,6 +464,185 @@ EOF
     done
     wait_for 60 "metrics.k8s.io" api_available v1beta1.metrics.k8s.io
     wait_for 60 "the Training Operator" operator_ready
+}
+
+# ---- the other controllers: JobSet, Kubeflow Trainer v2, the MPI Operator, Kueue ------------------
+# Each runs out of the cluster with the super-admin kubeconfig, its CRDs and webhook configurations
+# from its own module. Their webhooks are served on the node's address with certificates from a CA
+# this script makes (the controllers' own certificate rotation is off), reached through a Service
+# whose endpoint is the node, as the Training Operator's.
+
+make_webhook_ca() {
+    local dir="$state/pki/webhooks"
+    mkdir -p "$dir"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=torchdeck-webhook-ca" \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+}
+
+serving_certs() { # serving_certs NAME NAMESPACE: a certificate for the Service NAME.NAMESPACE.svc in a
+    # folder mounted as that controller's /tmp (controller-runtime reads
+    # /tmp/k8s-webhook-server/serving-certs/tls.{crt,key}); prints the folder
+    local ca="$state/pki/webhooks" tmp="$state/$1-tmp"
+    local dir="$tmp/k8s-webhook-server/serving-certs"
+    mkdir -p "$dir"
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$1.$2.svc" -keyout "$dir/tls.key" -out "$dir/tls.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:%s.%s.svc,DNS:%s.%s.svc.cluster.local,IP:%s\n' "$1" "$2" "$1" "$2" "$node_ip" >"$dir/ext"
+    openssl x509 -req -in "$dir/tls.csr" -CA "$ca/ca.crt" -CAkey "$ca/ca.key" -CAcreateserial -days 30 \
+        -extfile "$dir/ext" -out "$dir/tls.crt" 2>/dev/null
+    cp "$ca/ca.crt" "$dir/ca.crt"
+    echo "$tmp"
+}
+
+webhooks() { # webhooks NAMESPACE SERVICE NAME_PREFIX FILE_OR_KUSTOMIZATION: the module's webhook
+    # configurations, pointed at SERVICE in NAMESPACE and trusting the script's CA
+    local source="$4"
+    { if [ -d "$source" ]; then kubectl kustomize "$source"; else cat "$source"; fi; } | python3 -c '
+import base64, sys, yaml
+namespace, service, prefix, ca = sys.argv[1:5]
+bundle = base64.b64encode(open(ca, "rb").read()).decode()
+out = []
+for doc in yaml.safe_load_all(sys.stdin):
+    if not doc or not doc.get("kind", "").endswith("WebhookConfiguration"):
+        continue
+    name = doc["metadata"]["name"]
+    doc["metadata"] = {"name": name if name.startswith(prefix) else prefix + name}
+    for hook in doc.get("webhooks", []):
+        hook["clientConfig"]["caBundle"] = bundle
+        hook["clientConfig"]["service"].update(name=service, namespace=namespace)
+    out.append(doc)
+print(yaml.safe_dump_all(out))
+' "$1" "$2" "$3" "$state/pki/webhooks/ca.crt" | kubectl apply -f - >/dev/null
+}
+
+run_with_certs() { # run_with_certs NAME TMP COMMAND...: run NAME with TMP mounted as its own /tmp
+    local name="$1" tmp="$2"
+    shift 2
+    run "$name" unshare --mount --propagation private sh -c "mount --bind '$tmp' /tmp && exec \"\$@\"" sh "$@"
+}
+
+run_as_pod() { # run_as_pod NAME TMP NAMESPACE SERVICE_ACCOUNT COMMAND...: as run_with_certs, and what
+    # the kubelet gives a pod: the service account's token, namespace and CA in
+    # /var/run/secrets/kubernetes.io/serviceaccount, and the cluster's DNS in /etc/resolv.conf
+    local name="$1" tmp="$2" namespace="$3" account="$4" sa="$state/$1-serviceaccount"
+    shift 4
+    mkdir -p "$sa"
+    kubectl -n "$namespace" create serviceaccount "$account" >/dev/null
+    kubectl -n "$namespace" create token "$account" --duration 720h >"$sa/token"
+    echo -n "$namespace" >"$sa/namespace"
+    cp "$state/pki/ca.crt" "$sa/ca.crt"
+    printf 'nameserver %s\nsearch %s.svc.cluster.local svc.cluster.local cluster.local\n' "$node_ip" "$namespace" >"$sa/resolv.conf"
+    run "$name" unshare --mount --propagation private sh -c "mount --bind '$tmp' /tmp && mount -t tmpfs tmpfs /run \
+        && mkdir -p /run/secrets/kubernetes.io/serviceaccount && mount --bind '$sa' /run/secrets/kubernetes.io/serviceaccount \
+        && mount --bind '$sa/resolv.conf' /etc/resolv.conf && exec \"\$@\"" sh "$@"
+}
+
+crd_established() { [ "$(kubectl get crd "$1" -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ]; }
+mpi_leading() { running mpi-operator && [ -n "$(kubectl -n mpi-operator get lease -o 'jsonpath={.items[*].spec.holderIdentity}')" ]; }
+healthy() { in_ns curl -fsS "http://127.0.0.1:$1/readyz" >/dev/null; }
+
+start_controllers() {
+    local pki="$state/pki" conf="$state/node" tmp tmp2 dir trainer_dir
+    make_webhook_ca
+    # JobSet: Trainer v2 makes one per TrainJob
+    dir="$(module_dir "sigs.k8s.io/jobset@$JOBSET")/config/components"
+    kubectl create namespace jobset-system >/dev/null
+    kubectl apply --server-side -k "$dir/crd" >/dev/null
+    outside_service jobset-system jobset-webhook-service 443 9444
+    webhooks jobset-system jobset-webhook-service jobset- "$dir/webhook/manifests.yaml"
+    cat >"$conf/jobset.yaml" <<EOF
+apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+webhook: {port: 9444}
+health: {healthProbeBindAddress: "127.0.0.1:8084"}
+metrics: {bindAddress: "0"}
+EOF
+    tmp="$(serving_certs jobset-webhook-service jobset-system)"
+    run_with_certs jobset "$tmp" env KUBECONFIG="$pki/super-admin.conf" "$jobset_bin/jobset" --config "$conf/jobset.yaml" \
+        --zap-devel=false
+    # Kubeflow Trainer v2 with the TrainJobStatus gate: its status server (port 10443) behind the
+    # Service and certificate of its webhooks, as upstream deploys it, and the Secret it reads the CA from
+    trainer_dir="$(module_dir "github.com/kubeflow/trainer/v2@$TRAINER")/manifests/base"
+    kubectl create namespace kubeflow-system >/dev/null
+    kubectl apply --server-side -k "$trainer_dir/crds" >/dev/null
+    tmp="$(serving_certs kubeflow-trainer-controller-manager kubeflow-system)"
+    kubectl -n kubeflow-system create secret generic kubeflow-trainer-webhook-cert \
+        --from-file="$tmp/k8s-webhook-server/serving-certs/ca.crt" --from-file="$tmp/k8s-webhook-server/serving-certs/tls.crt" \
+        --from-file="$tmp/k8s-webhook-server/serving-certs/tls.key" >/dev/null
+    kubectl apply -f - 2>&1 >/dev/null <<EOF | grep -v "v1 Endpoints is deprecated" >&2 || true
+apiVersion: v1
+kind: Service
+metadata: {name: kubeflow-trainer-controller-manager, namespace: kubeflow-system}
+spec: {ports: [{name: webhook, port: 443, targetPort: 9445}, {name: status-server, port: 10443, targetPort: 10443}]}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: kubeflow-trainer-controller-manager, namespace: kubeflow-system}
+subsets: [{addresses: [{ip: $node_ip}], ports: [{name: webhook, port: 9445}, {name: status-server, port: 10443}]}]
+EOF
+    webhooks kubeflow-system kubeflow-trainer-controller-manager "" "$trainer_dir/webhook"
+    cat >"$conf/trainer.yaml" <<EOF
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+health: {healthProbeBindAddress: "127.0.0.1:8085", readinessEndpointName: readyz, livenessEndpointName: healthz}
+metrics: {bindAddress: "0"}
+webhook: {port: 9445}
+leaderElection: {leaderElect: false}
+certManagement: {enable: false, webhookServiceName: kubeflow-trainer-controller-manager, webhookSecretName: kubeflow-trainer-webhook-cert}
+statusServer: {port: 10443}
+featureGates: {TrainJobStatus: true}
+EOF
+    # (its status server reads the cluster's token issuer from its own service account token)
+    run_as_pod trainer "$tmp" kubeflow-system kubeflow-trainer-controller-manager \
+        env KUBECONFIG="$pki/super-admin.conf" "$trainer_bin/trainer-controller-manager" \
+        --config "$conf/trainer.yaml"
+    # the MPI Operator (v2beta1): no webhook; it elects a leader in its lock namespace and serves its
+    # health check on :8080 (fixed)
+    dir="$(module_dir "github.com/kubeflow/mpi-operator@$MPI_OPERATOR")"
+    kubectl create namespace mpi-operator >/dev/null
+    kubectl apply --server-side -f "$dir/manifests/base/kubeflow.org_mpijobs.yaml" >/dev/null
+    # (it exits at once where the CRD is not served yet)
+    wait_for 30 "the MPIJob CRD" crd_established mpijobs.kubeflow.org
+    run mpi-operator "$mpi_bin/mpi-operator" --kubeConfig "$pki/super-admin.conf" --lock-namespace mpi-operator \
+        --monitoring-port 0 --kube-api-qps 50 --kube-api-burst 100
+    # Kueue with the integrations torchdeck submits, and its visibility API (pending positions)
+    dir="$(module_dir "sigs.k8s.io/kueue@$KUEUE")/config/components"
+    kubectl create namespace kueue-system >/dev/null
+    kubectl apply --server-side -k "$dir/crd" >/dev/null
+    outside_service kueue-system kueue-webhook-service 443 9446
+    outside_service kueue-system visibility-server 443 8082
+    webhooks kueue-system kueue-webhook-service kueue- "$dir/webhook/manifests.yaml"
+    kubectl apply -f "$dir/visibility/apiservice_v1beta2.yaml" -f "$dir/visibility/apiservice_v1beta1.yaml" >/dev/null
+    cat >"$conf/kueue.yaml" <<EOF
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+health: {healthProbeBindAddress: "127.0.0.1:8086"}
+metrics: {bindAddress: "0"}
+webhook: {port: 9446}
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+integrations:
+  frameworks: [batch/job, kubeflow.org/pytorchjob, kubeflow.org/mpijob, jobset.x-k8s.io/jobset, trainer.kubeflow.org/trainjob]
+EOF
+    tmp="$(serving_certs kueue-webhook-service kueue-system)"
+    # with its certificate rotation off, Kueue reads its metrics server's certificate from a fixed path
+    mkdir -p /etc/kueue/metrics/certs
+    # and its visibility server's (the APIService skips verifying it, as upstream's does)
+    mkdir -p /visibility
+    tmp2="$(serving_certs visibility-server kueue-system)"
+    cp "$tmp2"/k8s-webhook-server/serving-certs/tls.* /visibility/
+    cp "$tmp"/k8s-webhook-server/serving-certs/tls.* /etc/kueue/metrics/certs/
+    # (--kubeconfig, not KUBECONFIG: its visibility server delegates authentication to the cluster through it)
+    run_with_certs kueue "$tmp" "$kueue_bin/kueue" --config "$conf/kueue.yaml" --kubeconfig "$pki/super-admin.conf"
+    wait_for 60 "JobSet" healthy 8084
+    wait_for 60 "Kubeflow Trainer" healthy 8085
+    wait_for 60 "Kueue" healthy 8086
+    wait_for 60 "the MPI Operator" mpi_leading
+    wait_for 60 "Kueue's visibility API" api_available v1beta2.visibility.kueue.x-k8s.io
+    # the Trainer's torch runtime, as its manifests/base/runtimes install it (once its webhook answers)
+    kubectl apply --server-side -f "$trainer_dir/runtimes/torch_distributed.yaml" >/dev/null
 }
 
 outside_service() { # outside_service NAMESPACE NAME PORT TARGET_PORT: a Service whose endpoint is the node
@@ -485,13 +683,14 @@ start() {
     start_control_plane
     start_node
     start_addons
+    start_controllers
     cp -r "$state/logs/." "$cache/last-logs/" 2>/dev/null || true
-    say "up in $((SECONDS - started)) s: Kubernetes $KUBERNETES, containerd $CONTAINERD, Training Operator $TRAINING_OPERATOR"
+    say "up in $((SECONDS - started)) s: Kubernetes $KUBERNETES, containerd $CONTAINERD, Training Operator $TRAINING_OPERATOR, JobSet $JOBSET, Trainer $TRAINER, MPI Operator $MPI_OPERATOR, Kueue $KUEUE"
     echo "KUBECONFIG=$state/kubeconfig"
 }
 
 components=(etcd kube-apiserver forward kube-controller-manager kube-scheduler containerd kubelet kube-proxy
-    coredns metrics-server training-operator)
+    coredns metrics-server training-operator jobset trainer mpi-operator kueue)
 
 status() {
     local name down=0
@@ -533,7 +732,7 @@ our_mounts() { # mount points under the state folder, the containerd root or the
 
 stop() {
     [ "$(id -u)" = 0 ] || missing "not root"
-    end training-operator metrics-server coredns kube-proxy kube-scheduler kube-controller-manager kubelet forward
+    end kueue mpi-operator trainer jobset training-operator metrics-server coredns kube-proxy kube-scheduler kube-controller-manager kubelet forward
     # every process left in a pod's cgroup (the containers), then the shims, then containerd
     local pid mount group name value
     for _ in 1 2 3; do

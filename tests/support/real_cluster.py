@@ -1,6 +1,7 @@
 """A real single-node Kubernetes cluster for the end-to-end tests: ``scripts/kube-cluster.sh`` builds
 (once, cached outside the work tree) and starts etcd, the control plane, a kubelet on containerd and
-runc, kube-proxy, CoreDNS, metrics-server and the Kubeflow Training Operator in a network namespace
+runc, kube-proxy, CoreDNS, metrics-server, the Kubeflow Training Operator, Kubeflow Trainer v2 with
+JobSet, the MPI Operator and Kueue in a network namespace
 with no route out; the trainer image is built by the real Docker engine from the wheel folder
 ``scripts/test`` fills and loaded into the node's containerd, as Kubeflow's own e2e tests load images
 into kind. The fixtures live as long as a test module: the cluster is stopped when its module ends
@@ -55,7 +56,8 @@ def host_state() -> dict[str, object]:
         "namespaces": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
         "mounts": sorted(m for m in mounts if m.startswith(("/var/lib/torchdeck-kube", "/var/lib/kubelet", "/run/containerd"))),
         "paths": sorted(p for p in ("/var/lib/torchdeck-kube", "/var/log/pods", "/var/log/containers", "/var/lib/cni",
-                               "/run/containerd", "/run/nri", "/var/lib/kubelet", "/etc/kubernetes") if os.path.exists(p)),
+                               "/run/containerd", "/run/nri", "/var/lib/kubelet", "/etc/kubernetes", "/etc/kueue",
+                               "/visibility") if os.path.exists(p)),
     }  # fmt: skip
 
 
@@ -202,3 +204,38 @@ def on_cluster(real_cluster: Cluster, volume: Path, tmp_path: Path):
 
     torchdeck.env = env  # type: ignore[attr-defined]
     return torchdeck
+
+
+# -- what the end-to-end tests share ---------------------------------------------------------------
+
+TRAIN = ("--namespace", NAMESPACE, "--set", f"cluster.pvc={CLAIM}", "--nproc-per-node", "1")
+SMALL = ("--set", "resources.cpu=500m", "--set", "resources.memory=1500Mi", "--set", "resources.shm_size=256Mi")
+"""Two pods of this fit the node's two cores beside the control plane."""
+
+
+def wait(condition, what: str, timeout: float = 600, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def status_of(torchdeck, run_id: str) -> dict:
+    done = torchdeck("status", "--output", "json", run_id)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def launched(torchdeck, *args: str, cwd: Path | None = None) -> str:
+    done = torchdeck("train", "--detach", *args, **({"cwd": cwd} if cwd else {}))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def ended(torchdeck, run_id: str, timeout: float = 900) -> dict:
+    return wait(lambda: (s := status_of(torchdeck, run_id))["state"] in ("succeeded", "failed", "cancelled") and s,
+                f"run {run_id} to end", timeout, every=3)  # fmt: skip
