@@ -110,6 +110,9 @@ class JobStatus:
     """A job submitted through a queue (Kueue): ``local_queue``, ``cluster_queue``, ``position``
     (where the cluster's visibility API says it), ``reason`` (Kueue's words while it waits),
     ``admitted_at`` and ``preempted`` (``queues.QueueWait``)."""
+    trainer_status: dict[str, Any] | None = None
+    """A TrainJob's ``status.trainerStatus`` as Kubeflow Trainer keeps it (``progressPercentage``,
+    ``estimatedRemainingSeconds``, ``metrics``, ``lastUpdatedTime``), where the controller has one."""
     ranks: list[RankProgress] = field(default_factory=list)
     """Each rank's progress, where the backend read it; the run's own step, epoch and loss are the
     lowest rank's (rank 0's), as the monitor's header shows them."""
@@ -219,6 +222,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def cancel(self, run_id: str) -> JobStatus:
         """Stop the run and everything it started; returns the final status."""
+
+    def discard(self, run_id: str) -> builtins.list[str]:
+        """Remove what a run that has ended keeps on its backend (on a cluster: its job object, pods,
+        Services), as ``stop`` does for a running one; what was removed, in words. A local run's
+        folder is its record and is kept: nothing of it runs or bills."""
+        return []
 
     @abc.abstractmethod
     def logs(

@@ -109,6 +109,9 @@ class ClusterOptions:
     queue: str | None = None
     """Kueue's LocalQueue in the job's namespace to submit through (a shared cluster's quotas): the
     job is created suspended with the ``kueue.x-k8s.io/queue-name`` label, and Kueue starts it."""
+    priority_class: str | None = None
+    """Kueue's WorkloadPriorityClass for a queued job (the ``kueue.x-k8s.io/priority-class`` label):
+    a higher one may preempt lower ones in its ClusterQueue, which resume from their checkpoints."""
     pvc: str | None = None
     """PersistentVolumeClaim holding the data and the checkpoints (EFS or FSx), mounted at mount_path."""
     mount_path: str = "/shared"
@@ -345,12 +348,20 @@ def _name_253(v: object) -> str | None:
     return None
 
 
-def _queue_name(v: object) -> str | None:
-    """A LocalQueue's name: an object name that is also a label's value (63 characters at most)."""
-    problem = _name_253(v)
-    if problem is None and isinstance(v, str) and len(v) > 63:
-        return f"must be at most 63 characters (it becomes the kueue.x-k8s.io/queue-name label), got {len(v)}"
-    return problem
+def _label_named(label: str) -> Callable[[object], str | None]:
+    """An object's name that is also the value of ``label`` (63 characters at most)."""
+
+    def check(v: object) -> str | None:
+        problem = _name_253(v)
+        if problem is None and isinstance(v, str) and len(v) > 63:
+            return f"must be at most 63 characters (it becomes the {label} label), got {len(v)}"
+        return problem
+
+    return check
+
+
+_queue_name = _label_named("kueue.x-k8s.io/queue-name")
+"""A LocalQueue's name."""
 
 
 def _image(v: object) -> str | None:
@@ -473,6 +484,7 @@ CLUSTER_CHECKS = {
     "max_nodes": _int_at_least(1, optional=True),
     "restart_policy": _choices("OnFailure", "ExitCode"),
     "queue": _optional(_queue_name),
+    "priority_class": _optional(_label_named("kueue.x-k8s.io/priority-class")),
     "backoff_limit": _int_at_least(0),
     "clean_pod_policy": _choices("None", "Running", "All"),
     "ttl_seconds_after_finished": _int_at_least(0, optional=True),
@@ -643,6 +655,13 @@ def check_kind_fields(spec: JobSpec, kind: JobKindName, source: str = "") -> Non
             "cluster.min_nodes",
             f"{name} has no elastic bounds",
             "use kind pytorchjob (or job) for an elastic job, or drop cluster.min_nodes/max_nodes",
+            source,
+        )
+    if c.priority_class and not c.queue:
+        raise SpecError(
+            "cluster.priority_class",
+            "a priority class is Kueue's, and the job is not submitted through a queue",
+            "add --queue LOCALQUEUE, or drop cluster.priority_class",
             source,
         )
     if kind == "elasticjob" and c.queue:

@@ -447,6 +447,19 @@ def cmd_jobs(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
     return 0
 
 
+def trainer_status_words(trainer: dict) -> str:
+    """A TrainJob's ``status.trainerStatus`` in a line: 100% done, 0 s left, step=10 loss=0.52."""
+    parts = []
+    if trainer.get("progressPercentage") is not None:
+        parts.append(f"{trainer['progressPercentage']}% done")
+    if trainer.get("estimatedRemainingSeconds") is not None:
+        parts.append(f"{trainer['estimatedRemainingSeconds']} s left")
+    metrics = " ".join(f"{m.get('name')}={m.get('value')}" for m in trainer.get("metrics") or [])
+    return ", ".join(parts + ([metrics] if metrics else [])) + (
+        f" (updated {trainer['lastUpdatedTime']})" if trainer.get("lastUpdatedTime") else ""
+    )
+
+
 def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     status = backend.status(args.run)
     if args.output == "json":
@@ -459,6 +472,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
     if queue.get("admitted_at"):  # submitted through Kueue, and let through
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queue["admitted_at"]))
         print(printable(f"queue: admitted from {queue.get('local_queue')} at {when}"))
+    if status.trainer_status:  # what Kubeflow Trainer's own status says (its UI shows the same)
+        print(printable(f"trainer status: {trainer_status_words(status.trainer_status)}"))
     if status.cost is not None:
         print(printable(f"cost: {status.cost.words()}"))
     if status.hint:
@@ -525,8 +540,10 @@ def cmd_stop(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
     status = backend.status(args.run)
     for warning in status.warnings:  # what stop refuses to signal, and why
         print(f"torchdeck: warning: {warning}", file=sys.stderr)
-    if status.state.is_terminal:
-        print(f"{status.run_id} already {status.state.value}")
+    if status.state.is_terminal:  # what it keeps on a cluster (its job, pods, logs) goes, as kubectl delete does
+        removed = backend.discard(status.run_id)
+        gone = f"; deleted {', '.join(removed)} (its pods and logs go with it)" if removed else ""
+        print(f"{status.run_id} already {status.state.value}{gone}")
         return 0
     status = backend.cancel(status.run_id)
     ended = "every process that carries its id has ended" if status.warnings else "every process has ended"

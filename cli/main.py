@@ -71,8 +71,10 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", help="auto, cpu or cuda")
     g.add_argument(
         "--kind",
-        help="cluster: pytorchjob (default), trainjob, mpijob, job, or elasticjob (legacy: its controller was "
-        "archived in 2023; an elastic pytorchjob does the same)",
+        help="cluster: pytorchjob (default), trainjob, mpijob, job, or elasticjob. Run for real: pytorchjob "
+        "(Training Operator v1.9.4), trainjob (Trainer v2.3.0, JobSet v0.12.0), job, and each through Kueue "
+        "v0.19.2; mpijob is rendered for MPI Operator v0.8.2 (needs OpenMPI and sshd in the image); elasticjob "
+        "is render-only (its controller was archived in 2023; an elastic pytorchjob does the same)",
     )
     g.add_argument("--image", help="cluster: the training image (registry/repo:tag or @sha256:...)")
     g.add_argument(
@@ -198,7 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="the output as the ranks wrote it, escape sequences and all (the default on a pipe or file)",
     )
 
-    p = sub.add_parser("stop", help="stop a run and every process it started")
+    p = sub.add_parser(
+        "stop", help="stop a run and every process it started (a cluster run that ended: delete what it keeps)"
+    )
     p.add_argument("run", help="run id or a unique prefix")
 
     p = sub.add_parser("monitor", help="open the console's monitor on a run")

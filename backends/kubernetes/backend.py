@@ -179,7 +179,8 @@ class KubernetesBackend(Backend):
         return "".join(checks) + rendered.to_yaml()
 
     def crd(self, kind: JobKindName) -> dict[str, Any] | None:
-        """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed). One
+        """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed; empty: the
+        kubeconfig may not read CRDs, as a namespace's user of a shared cluster often may not). One
         found is kept CRD_CACHE_S (it is hundreds of kB, and a submit wants it for the render and
         the preflight); "not installed" is asked again, so an operator installed a moment ago counts."""
         cached = self._crds.get(kind)
@@ -191,6 +192,8 @@ class KubernetesBackend(Backend):
                 "GET", api_path("CustomResourceDefinition", name=f"{info.plural}.{info.group}")
             )
         except ApiError as exc:
+            if exc.status == 403:
+                return {}
             if exc.status != 404:
                 raise
             return None
@@ -513,6 +516,7 @@ class KubernetesBackend(Backend):
             restarts=restarts,
             location=f"{meta.get('namespace', 'default')}/{KIND_INFO[key].kind}",
             queue=wait,
+            trainer_status=st.get("trainerStatus") if key == "trainjob" else None,
         )
 
     def list(self) -> list[JobStatus]:
@@ -541,18 +545,30 @@ class KubernetesBackend(Backend):
 
     def cancel(self, run_id: str) -> JobStatus:
         key, obj = self._job(run_id)
+        self._delete_run(key, obj)
+        status = self._status_of(key, obj, [])
+        status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
+        return status
+
+    def discard(self, run_id: str) -> builtins.list[str]:
+        key, obj = self._job(run_id)
+        return self._delete_run(key, obj)
+
+    def _delete_run(self, key: JobKindName, obj: dict[str, Any]) -> builtins.list[str]:
+        """Delete the job object (its controller's objects and pods go with it, by their owner) and
+        what torchdeck made beside it; what was deleted, as ``kind/name``."""
         name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         self.client.request("DELETE", api_path(job_api(key), ns, name), body=body)
         self._forget(api_path(job_api(key), ns, name))
+        deleted = [f"{KIND_INFO[key].kind}/{name}"]
         for kind in ("Service", "Deployment", "NetworkPolicy"):  # the plain Job's service, the ElasticJob's etcd
             selector = {"labelSelector": f"{RUN_LABEL}={name}"}
             for item in self.client.request("GET", api_path(kind, ns), query=selector).get("items", []):
                 self.client.request("DELETE", api_path(kind, ns, item["metadata"]["name"]), body=body)
                 self._forget(api_path(kind, ns, item["metadata"]["name"]))
-        status = self._status_of(key, obj, [])
-        status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
-        return status
+                deleted.append(f"{kind}/{item['metadata']['name']}")
+        return deleted
 
     # -- jobs around training (task jobs: tasks.py) ----------------------------------
 

@@ -42,6 +42,8 @@ RUN_LABEL = "torchdeck.dev/run"
 JOB_LABEL = "torchdeck.dev/job"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """Kueue's label naming the LocalQueue a job is submitted to (kubernetes-sigs/kueue)."""
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+"""Kueue's label naming a queued job's WorkloadPriorityClass."""
 RDZV_PORT = 29400
 # Images torchdeck itself chooses are pinned by digest: a tag can be moved to other bytes.
 # The etcd digest is the one public manifests pin v3.5.17 to; it was not resolved against quay.io
@@ -401,7 +403,11 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         labels=labels,
         # the job object's own labels: a queue's name is Kueue's to read there, and only there
         # (a pod with it would be a pod Kueue queues on its own)
-        job_labels={**labels, QUEUE_LABEL: c.queue} if c.queue else labels,
+        job_labels=(
+            {**labels, QUEUE_LABEL: c.queue, **({PRIORITY_LABEL: c.priority_class} if c.priority_class else {})}
+            if c.queue
+            else labels
+        ),
         suspend=bool(c.queue),  # Kueue admits it by unsuspending it
         selector={RUN_LABEL: run_id},
         image=spec.image,

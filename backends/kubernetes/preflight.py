@@ -1,5 +1,6 @@
 """What would stop a job on this cluster, before anything is created:
-the operator's CRD missing or serving no version torchdeck renders (or one
+a verb the kubeconfig's identity may not use on what the job makes or reads
+(``access.py``), the operator's CRD missing or serving no version torchdeck renders (or one
 that would drop or refuse a field of the job), a missing namespace, claim or
 service account, or no node with the GPUs asked for; for a job submitted
 through Kueue, the queue's own findings (``queues.py``). Each finding says how
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BackendError
 from ..spec import JobSpec
 from . import crds
+from .access import access_findings
 from .client import ApiError, api_path, quantity
 from .diagnosis import Finding
 from .manifests import KIND_INFO, Rendered
@@ -23,7 +25,9 @@ if TYPE_CHECKING:
 
 def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> list[Finding]:
     """What would stop the job on this cluster, each with its fix."""
-    found: list[Finding] = []
+    found = access_findings(kube.client, rendered)
+    if found:  # what the rest would read may be refused too: the access says it first
+        return found
     info = KIND_INFO[rendered.kind]
     ns = spec.namespace
     if info.group != "batch":
@@ -37,7 +41,7 @@ def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> lis
                     f"install {info.operator}: {info.install}, or use --kind job (needs nothing)",
                 )
             )
-        else:
+        elif definition:  # (empty: this kubeconfig may not read CRDs; the create says what is wrong)
             found += served_findings(rendered, definition)
     if not kube.client.exists(api_path("Namespace", name=ns)):
         found.append(Finding(ns, f"namespace {ns} does not exist", f"kubectl create namespace {ns}"))

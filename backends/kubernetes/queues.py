@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..schema import count
 from ..spec import JobKindName, JobSpec
-from .client import ApiError, api_path
+from .client import ApiError, api_path, quantity
 from .diagnosis import Finding
 from .jobs import timestamp
 
@@ -124,7 +124,61 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
                 f"submit to a queue with {', '.join(missing)} quota, or ask your cluster's admin to add it",
             )
         )
+    found += quota_findings(spec, view, cq_spec)
     return found, view
+
+
+def job_requests(spec: JobSpec) -> dict[str, float]:
+    """What the whole job asks of a queue's quota: every pod's requests (an MPIJob's launcher too)."""
+    pods = spec.nodes
+    asked = {
+        "cpu": quantity(spec.resources.cpu) * pods if spec.resources.cpu else 0.0,
+        "memory": quantity(spec.resources.memory) * pods if spec.resources.memory else 0.0,
+        "nvidia.com/gpu": float(spec.resources.gpus * pods),
+    }
+    if spec.cluster.kind == "mpijob":  # manifests.context's launcher resources
+        asked["cpu"] += 0.25 if asked["cpu"] else 0.0
+        asked["memory"] += 256 * 2**20 if asked["memory"] else 0.0
+    return {name: value for name, value in asked.items() if value}
+
+
+def quota_findings(spec: JobSpec, view: QueueView, cq_spec: dict[str, Any]) -> list[Finding]:
+    """A job that asks more than its ClusterQueue can ever admit: more than any flavour's nominal
+    quota plus what it may borrow. A queue in a cohort that may borrow without a limit is not judged
+    (what the cohort lends is not the queue's to say)."""
+    cohort = cq_spec.get("cohortName") or cq_spec.get("cohort")
+    most: dict[str, float] = {}
+    for group in cq_spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                name = resource.get("name", "")
+                limit = resource.get("borrowingLimit")
+                if cohort and limit is None:
+                    most[name] = float("inf")
+                    continue
+                can = quantity(resource.get("nominalQuota", 0)) + (quantity(limit) if cohort and limit else 0.0)
+                most[name] = max(most.get(name, 0.0), can)
+    found = []
+    for name, value in job_requests(spec).items():
+        if name in most and value > most[name]:
+            found.append(
+                Finding(
+                    spec.cluster.queue or "",
+                    f"the job asks {shown(name, value)} in all, more than ClusterQueue {view.cluster_queue} "
+                    f"can ever admit ({shown(name, most[name])}): it would wait forever",
+                    "ask for less (--nodes, resources.*), or submit to a queue with more quota",
+                )
+            )
+    return found
+
+
+def shown(resource: str, value: float) -> str:
+    """A quantity of a resource as a person reads it: 1.5 cpu, 3.0 GiB memory, 2 nvidia.com/gpu."""
+    if resource == "memory":
+        return f"{value / 2**30:.1f} GiB memory"
+    if resource == "cpu":
+        return f"{value:g} cpu"
+    return f"{value:g} {resource}"
 
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"

@@ -242,6 +242,15 @@ def test_list_and_cancel_remove_every_object_of_the_run(kube_backend):
         kube_backend.status("nothing-like-it")
 
 
+def test_stop_of_a_run_that_ended_deletes_what_it_keeps_on_the_cluster(kube_backend):
+    install(kube_backend)
+    run_id = kube_backend.submit(make_spec())
+    set_conditions(kube_backend, run_id, "Succeeded")
+    assert kube_backend.status(run_id).state is JobState.SUCCEEDED
+    assert kube_backend.discard(run_id) == [f"PyTorchJob/{run_id}"]
+    assert kube_backend.list() == []
+
+
 def test_logs_and_metrics_follow_every_pod_across_a_restart(kube_api, kube_backend):
     install(kube_backend)
     run_id = kube_backend.submit(make_spec())

@@ -24,7 +24,9 @@ KUEUE = "apis/kueue.x-k8s.io/v1beta2"
 QUEUED_KINDS = ("pytorchjob", "trainjob", "mpijob", "job")
 
 
-def with_kueue(kube_backend, local="team-a", cluster="shared-cq", covered=("cpu", "memory"), stop=None):
+def with_kueue(
+    kube_backend, local="team-a", cluster="shared-cq", covered=("cpu", "memory"), stop=None, quota="64", cohort=None
+):
     for kind in ("localqueues", "clusterqueues", "resourceflavors", "workloads"):
         install_crd(kube_backend, f"{kind}-kueue-v0.19.2.yaml")
     client = kube_backend.client
@@ -37,12 +39,14 @@ def with_kueue(kube_backend, local="team-a", cluster="shared-cq", covered=("cpu"
         "resourceGroups": [
             {
                 "coveredResources": list(covered),
-                "flavors": [{"name": "default", "resources": [{"name": r, "nominalQuota": "64"} for r in covered]}],
+                "flavors": [{"name": "default", "resources": [{"name": r, "nominalQuota": quota} for r in covered]}],
             }
         ],
     }
     if stop:
         cq_spec["stopPolicy"] = stop
+    if cohort:
+        cq_spec["cohortName"] = cohort
     client.request(
         "POST", f"{KUEUE}/clusterqueues",
         body={"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cluster},
@@ -106,6 +110,40 @@ def test_the_preflight_refuses_a_queue_the_job_would_wait_in_forever(kube_backen
         kube_backend.submit(spec)
     assert words in err.value.message and fix in err.value.hint
     assert kube_backend.list() == []  # nothing was created
+
+
+@pytest.mark.parametrize(
+    ("resources", "words"),
+    [
+        ({"cpu": "3"}, "the job asks 6 cpu in all, more than ClusterQueue shared-cq can ever admit (4 cpu)"),
+        ({"memory": "3Gi"}, "the job asks 6.0 GiB memory in all, more than ClusterQueue shared-cq can ever admit"),
+    ],
+)
+def test_a_job_larger_than_its_queues_whole_quota_is_refused_with_the_quota(kube_backend, resources, words):
+    install(kube_backend)
+    with_kueue(kube_backend, quota={"cpu": "4", "memory": "4Gi"}[next(iter(resources))])
+    with pytest.raises(BackendError) as err:
+        kube_backend.submit(make_spec(cluster={"queue": "team-a"}, resources=resources))
+    assert words in err.value.message and "ask for less" in err.value.hint
+    assert kube_backend.list() == []
+    # what fits (two pods of 2 cpu in a quota of 4) is not refused; nor is a queue that may borrow
+    # from its cohort without a limit (what the cohort lends is not its to say)
+    assert queue_findings(kube_backend.client, make_spec(cluster={"queue": "team-a"}, resources={"cpu": "2"}))[0] == []
+
+
+def test_a_queue_in_a_cohort_that_may_borrow_without_limit_is_not_judged_on_its_own_quota(kube_backend):
+    install(kube_backend)
+    with_kueue(kube_backend, quota="1", cohort="everyone")
+    spec = make_spec(cluster={"queue": "team-a"}, resources={"cpu": "3"})
+    assert queue_findings(kube_backend.client, spec)[0] == []
+
+
+def test_a_priority_class_goes_on_the_job_object_as_kueues_label_and_needs_a_queue() -> None:
+    job = render(make_spec(cluster={"queue": "team-a", "priority_class": "urgent"}), "cifar10-1").main
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "urgent"
+    with pytest.raises(SpecError) as err:
+        render(make_spec(cluster={"priority_class": "urgent"}), "cifar10-1")
+    assert err.value.field == "cluster.priority_class" and "--queue" in err.value.hint
 
 
 def test_the_preflight_says_what_the_queue_draws_on(kube_backend):
