@@ -183,6 +183,7 @@ RELAY_DIR = ".torchdeck"
 the user's code through it."""
 RELAY_FILES = (
     "relay.py",
+    "kubeflow_status.py",
     "logfiles.py",
     "regular_files.py",
     "rewrites.py",

@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from .kubeflow_status import TrainerStatus
+
 SCHEMA_VERSION = 1
 EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "stopped", "error")
 
@@ -85,6 +87,7 @@ class MetricsWriter:
         self.host = socket.gethostname()
         self.job_started_at = job_started_at if job_started_at is not None else time.time()
         self.stream = stream if stream is not None else sys.stdout
+        self.status = TrainerStatus(rank=rank)  # Kubeflow Trainer's own progress, where it asks for it
         self._fd: int | None = None
         if metrics_file:
             path = metrics_file.replace("{rank}", str(rank))
@@ -114,9 +117,11 @@ class MetricsWriter:
         self.stream.flush()
         if self._fd is not None:
             os.write(self._fd, line.encode())
+        self.status.feed(record)
         return record
 
     def close(self) -> None:
+        self.status.close()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

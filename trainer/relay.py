@@ -10,6 +10,8 @@ script's output, with these changes (the first two let the console read it live 
   Hugging Face's trainer state: ``logfiles.py``) become schema-1 JSON lines among its output;
 - a rank that fails before its first step with an error every attempt would meet ends torchrun's
   restarts, with a schema-1 error line saying so (``tracebacks.FailureWatch``, as on a laptop).
+- where Kubeflow Trainer gives the pod its status server, rank 0 posts the progress read there
+  (``kubeflow_status.py``), so the TrainJob's own status shows it;
 - a rank that aborts as its interpreter tears down (PyTorch's gloo threads), once the script had
   reached its exit (``ExitMark``), is done: its exit status is 0, and torchrun restarts nothing.
 
@@ -28,11 +30,13 @@ import sys
 import time
 
 try:
+    from .kubeflow_status import TrainerStatus
     from .logfiles import LoggerFiles
     from .rewrites import Rewrites
     from .textmetrics import TextMetrics
     from .tracebacks import TEARDOWN_NOTE, FailureWatch, attempt, stop_restarts
 except ImportError:  # run as a file from the code bundle: its copies lie beside it
+    from kubeflow_status import TrainerStatus  # type: ignore[no-redef]
     from logfiles import LoggerFiles  # type: ignore[no-redef]
     from rewrites import Rewrites  # type: ignore[no-redef]
     from textmetrics import TextMetrics  # type: ignore[no-redef]
@@ -121,6 +125,7 @@ def main(argv: list[str]) -> int:
     loggers = LoggerFiles.for_rank(child.pid)
     reader, polled = Rewrites(), 0.0
     rank, watch = int(os.environ.get("RANK", "0") or 0), FailureWatch()
+    status = TrainerStatus(rank=rank)  # Kubeflow Trainer's own progress, where the pod was given its server
     try:  # the lines are read only to know whether the rank got to its first step
         parser: TextMetrics | None = TextMetrics(rank, 0, os.environ.get("TORCHDECK_METRICS_PATTERN") or None)
     except ImportError:  # a pattern, and no RE2 in the image: steps unknown, so never a crash loop
@@ -134,6 +139,8 @@ def main(argv: list[str]) -> int:
             out.flush()
             found = [r for r in map(parser.feed, lines) if r is not None] if parser else [{"event": "step"}]
             watch.saw(lines, found)
+            for record in found:
+                status.feed(record)
 
     def logged(last: bool = False) -> None:
         records = loggers.poll(last=last)
@@ -154,6 +161,7 @@ def main(argv: list[str]) -> int:
     say(reader.close())
     code = child.wait()
     logged(last=True)  # what the loggers wrote as they closed
+    status.close()
     restart, allowed = attempt()
     if watch.aborted_after_its_work(code, mark.reached()):
         say([f"torchdeck: {TEARDOWN_NOTE}"])

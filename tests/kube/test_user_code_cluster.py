@@ -81,6 +81,7 @@ def test_every_kinds_pods_unpack_the_bundle_into_their_working_directory(tmp_pat
     names = tarfile.open(fileobj=io.BytesIO(base64.b64decode(configmap["binaryData"]["code.tar.gz"]))).getnames()
     relay = [
         ".torchdeck/relay.py",
+        ".torchdeck/kubeflow_status.py",
         ".torchdeck/logfiles.py",
         ".torchdeck/regular_files.py",
         ".torchdeck/rewrites.py",

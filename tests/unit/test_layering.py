@@ -84,6 +84,7 @@ def test_trainer_needs_only_torch_and_numpy_at_import() -> None:
         "boto3",
         "torchvision",
         "pynvml",
+        "kubeflow_status",
         "logfiles",
         "regular_files",
         "rewrites",
