@@ -7,45 +7,11 @@ goes through the CLI as a user types it, and the console is driven as a user dri
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from pathlib import Path
 
-from real_cluster import CLAIM, NAMESPACE
+from real_cluster import NAMESPACE, SMALL, TRAIN, ended, launched, status_of, wait
 
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
-
-TRAIN = ("--namespace", NAMESPACE, "--set", f"cluster.pvc={CLAIM}", "--nproc-per-node", "1")
-SMALL = ("--set", "resources.cpu=500m", "--set", "resources.memory=1500Mi", "--set", "resources.shm_size=256Mi")
-"""Two pods of this fit the node's two cores beside the control plane."""
-
-
-def wait(condition, what: str, timeout: float = 600, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
-def status_of(torchdeck, run_id: str) -> dict:
-    done = torchdeck("status", "--output", "json", run_id)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def launched(torchdeck, *args: str, cwd: Path | None = None) -> str:
-    done = torchdeck("train", "--detach", *args, **({"cwd": cwd} if cwd else {}))
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout.strip().splitlines()[-1]
-
-
-def ended(torchdeck, run_id: str, timeout: float = 900) -> dict:
-    return wait(lambda: (s := status_of(torchdeck, run_id))["state"] in ("succeeded", "failed", "cancelled") and s,
-                f"run {run_id} to end", timeout, every=3)  # fmt: skip
 
 
 def objects_of(real_cluster, run_id: str) -> list[str]:

@@ -1,0 +1,206 @@
+"""Issue 42: every job kind and queue torchdeck targets, run for real on the cluster of
+``scripts/kube-cluster.sh``: a TrainJob through Kubeflow Trainer v2 and JobSet (with the Trainer's
+own progress status), an indexed Job with its headless Service, jobs queued, admitted and preempted
+by Kueue, and a kubeconfig whose role lacks a verb, refused before anything is made. Every run goes
+through the CLI as a user types it."""
+
+from __future__ import annotations
+
+import time
+
+import yaml
+from real_cluster import NAMESPACE, SMALL, TRAIN, ended, launched, status_of, wait
+
+JOB_KINDS = ("pods", "services", "configmaps", "jobs.batch", "jobsets.jobset.x-k8s.io",
+             "trainjobs.trainer.kubeflow.org", "pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org",
+             "workloads.kueue.x-k8s.io")  # fmt: skip
+
+
+def objects_of(real_cluster, run_id: str) -> list[str]:
+    """Everything in the namespace that belongs to the run: its objects by their label, and what
+    the controllers made for them (JobSet's Jobs, Kueue's Workloads) by their owners."""
+    found = []
+    for kind in JOB_KINDS:
+        for item in real_cluster.get(kind, "-n", NAMESPACE)["items"]:
+            meta = item["metadata"]
+            if (meta.get("labels") or {}).get("torchdeck.dev/run") == run_id or meta["name"].startswith(run_id):
+                found.append(f"{kind}/{meta['name']}")
+    return found
+
+
+def stopped_leaves_nothing(real_cluster, on_cluster, run_id: str) -> None:
+    done = on_cluster("stop", run_id)
+    assert done.returncode == 0, done.stdout + done.stderr
+    deadline = time.monotonic() + 180
+    while left := objects_of(real_cluster, run_id):
+        assert time.monotonic() < deadline, f"left 180 s after stop: {left}"
+        time.sleep(2)
+
+
+def test_a_trainjob_of_two_nodes_trains_through_the_real_trainer_and_jobset_and_reports_to_the_trainers_status(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    run_id = launched(on_cluster, "--kind", "trainjob", "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2",
+                      "--max-steps", "10", "--batch-size", "32", "--name", "trainjob")  # fmt: skip
+    # the Trainer made a JobSet of it, and JobSet the pods, with the torch runtime's environment
+    jobset = wait(lambda: real_cluster.kubectl("get", "jobset", "-n", NAMESPACE, run_id, check=False).returncode == 0,
+                  "the Trainer's JobSet", 120)  # fmt: skip
+    assert jobset
+    pods = wait(lambda: (p := real_cluster.get("pods", "-n", NAMESPACE, "-l", f"jobset.sigs.k8s.io/jobset-name={run_id}")["items"])
+                and len(p) == 2 and p, "JobSet's two pods", 180)  # fmt: skip
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["PET_NNODES"] == "2" and "KUBEFLOW_TRAINER_SERVER_URL" in env, sorted(env)
+    final = ended(on_cluster, run_id)
+    assert final["state"] == "succeeded", final
+    assert sorted(r["rank"] for r in final["ranks"]) == [0, 1] and all(r["step"] == 10 for r in final["ranks"])
+    # the progress torchdeck read is the progress the Trainer's own status shows
+    trainjob = real_cluster.get("trainjob", "-n", NAMESPACE, run_id)
+    progress = trainjob["status"]["trainerStatus"]
+    assert progress["progressPercentage"] == 100, progress
+    metrics = {m["name"]: m["value"] for m in progress["metrics"]}
+    assert metrics["step"] == "10" and "loss" in metrics, metrics
+    assert final["trainer_status"]["progressPercentage"] == 100, final.get("trainer_status")
+    stopped_leaves_nothing(real_cluster, on_cluster, run_id)
+
+
+def test_an_indexed_job_of_two_pods_trains_with_its_headless_service(real_cluster, trainer_image, volume, on_cluster):
+    run_id = launched(on_cluster, "--kind", "job", "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2",
+                      "--max-steps", "8", "--batch-size", "32", "--name", "indexed")  # fmt: skip
+    service = real_cluster.get("service", "-n", NAMESPACE, run_id)
+    assert service["spec"]["clusterIP"] == "None"
+    final = ended(on_cluster, run_id)
+    assert final["state"] == "succeeded", final
+    assert sorted(r["rank"] for r in final["ranks"]) == [0, 1] and all(r["step"] == 8 for r in final["ranks"])
+    stopped_leaves_nothing(real_cluster, on_cluster, run_id)
+
+
+QUEUES = f"""
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {{name: e2e-flavor}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {{name: e2e-cluster-queue}}
+spec:
+  namespaceSelector: {{}}
+  preemption: {{withinClusterQueue: LowerPriority}}
+  resourceGroups:
+    - coveredResources: [cpu, memory]
+      flavors:
+        - name: e2e-flavor
+          resources:
+            - {{name: cpu, nominalQuota: "1"}}
+            - {{name: memory, nominalQuota: 4Gi}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {{name: e2e-queue, namespace: {NAMESPACE}}}
+spec: {{clusterQueue: e2e-cluster-queue}}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {{name: e2e-low}}
+value: 100
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {{name: e2e-high}}
+value: 1000
+"""
+"""A ClusterQueue with quota for one job of two 500m pods at a time, and two priorities."""
+
+
+def test_kueue_queues_admits_preempts_and_refuses_what_can_never_fit(real_cluster, trainer_image, volume, on_cluster):
+    real_cluster.kubectl("apply", "-f", "-", input=QUEUES)
+    queued = (*TRAIN, *SMALL, "--nodes", "2", "--image", trainer_image, "--queue", "e2e-queue", "--batch-size", "32")
+    try:
+        # a job that asks more than the queue can ever admit is refused before anything is made
+        refused = on_cluster("train", "--detach", *queued, "--set", "resources.cpu=2", "--name", "huge")
+        assert refused.returncode != 0
+        assert "4 cpu in all, more than ClusterQueue e2e-cluster-queue can ever admit (1 cpu)" in refused.stderr
+        assert not real_cluster.get("pytorchjobs", "-n", NAMESPACE)["items"]
+        # a low-priority job runs, checkpointing; a high-priority one takes its quota
+        low = launched(on_cluster, *queued, "--max-steps", "150", "--set", "trainer.checkpoint_every=5",
+                       "--set", "cluster.priority_class=e2e-low", "--name", "low")  # fmt: skip
+        wait(lambda: status_of(on_cluster, low)["step"] >= 10, "the low-priority job past step 10", 600, every=2)
+        high = launched(on_cluster, *queued, "--max-steps", "6", "--set", "cluster.priority_class=e2e-high",
+                        "--name", "high")  # fmt: skip
+        preempted = wait(lambda: (s := status_of(on_cluster, low))["state"] == "queued" and s["queue"].get("preempted")
+                         and s, "Kueue to preempt the low-priority job", 180, every=2)  # fmt: skip
+        assert "preempted by Kueue" in preempted["reason"], preempted
+        shown = on_cluster("status", low)
+        assert "preempted by Kueue" in shown.stdout, shown.stdout
+        # a third job waits its turn, and says where and why
+        later = launched(on_cluster, *queued, "--max-steps", "4", "--name", "later")
+        waiting = wait(lambda: (s := status_of(on_cluster, later))["state"] == "queued" and s["queue"].get("reason")
+                       and s["queue"].get("position") is not None and s, "the third job's place in the queue", 120)  # fmt: skip
+        assert waiting["queue"]["local_queue"] == "e2e-queue", waiting
+        assert waiting["queue"]["cluster_queue"] == "e2e-cluster-queue", waiting
+        assert "queued in e2e-queue (ClusterQueue e2e-cluster-queue), position" in waiting["reason"], waiting
+        # the high one ends; the low one is admitted again and resumes from its checkpoint; then the third
+        assert ended(on_cluster, high)["state"] == "succeeded"
+        final = ended(on_cluster, low)
+        assert final["state"] == "succeeded" and final["step"] == 150, final
+        assert "resum" in on_cluster("logs", low).stdout.lower()
+        assert ended(on_cluster, later)["state"] == "succeeded"
+    finally:
+        real_cluster.kubectl("delete", "pytorchjobs", "--all", "-n", NAMESPACE, "--wait=false", check=False)
+        real_cluster.kubectl("delete", "-f", "-", "--wait=false", input=QUEUES, check=False)
+
+
+ROLE = f"""
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: limited, namespace: {NAMESPACE}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: limited, namespace: {NAMESPACE}}}
+rules:
+  - apiGroups: [""]
+    resources: [pods, pods/log, services, configmaps, events, persistentvolumeclaims, serviceaccounts]
+    verbs: [get, list, watch, create, delete]
+  - apiGroups: [kubeflow.org]
+    resources: [pytorchjobs]
+    verbs: [get, list, watch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: limited, namespace: {NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: limited}}
+subjects: [{{kind: ServiceAccount, name: limited, namespace: {NAMESPACE}}}]
+"""
+"""A role that may do everything torchdeck does with a PyTorchJob but create one."""
+
+
+def test_a_role_without_a_verb_torchdeck_needs_is_named_before_anything_is_made(
+    real_cluster, trainer_image, volume, on_cluster, tmp_path
+):
+    real_cluster.kubectl("apply", "-f", "-", input=ROLE)
+    token = real_cluster.kubectl("create", "token", "limited", "-n", NAMESPACE).stdout.strip()
+    admin = yaml.safe_load(real_cluster.kubeconfig.read_text())
+    limited = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": "limited", "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": "limited",
+                "context": {"cluster": admin["clusters"][0]["name"], "user": "limited", "namespace": NAMESPACE},
+            }
+        ],  # fmt: skip
+        "current-context": "limited",
+    }
+    path = tmp_path / "limited.kubeconfig"
+    path.write_text(yaml.safe_dump(limited))
+    on_cluster.env["KUBECONFIG"] = str(path)
+    done = on_cluster("train", "--detach", "--image", trainer_image, *TRAIN, *SMALL, "--name", "limited")
+    assert done.returncode != 0
+    first = done.stderr.strip().splitlines()[0]
+    assert "may not create pytorchjobs.kubeflow.org in namespace e2e" in first, done.stderr
+    assert "system:serviceaccount:e2e:limited" in first, first
+    assert not real_cluster.get("pytorchjobs,services,configmaps", "-n", NAMESPACE, "-l", "torchdeck.dev/job=limited")[
+        "items"
+    ]
