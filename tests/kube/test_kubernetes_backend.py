@@ -242,6 +242,23 @@ def test_list_and_cancel_remove_every_object_of_the_run(kube_backend):
         kube_backend.status("nothing-like-it")
 
 
+def test_status_reads_the_trainers_own_progress_back_from_a_trainjob(kube_backend):
+    """Kubeflow Trainer v2.3.0's CRD keeps status.trainerStatus (what rank 0 posted to its server)."""
+    install(kube_backend, kinds=("job",))
+    install_crd(kube_backend, "trainjob-trainer-v2.3.0.yaml")
+    run_id = kube_backend.submit(make_spec(cluster={"kind": "trainjob"}))
+    assert kube_backend.status(run_id).trainer_status is None  # nothing posted yet
+    posted = {"progressPercentage": 40, "estimatedRemainingSeconds": 12, "lastUpdatedTime": "2026-11-26T05:18:10Z",
+              "metrics": [{"name": "step", "value": "4"}, {"name": "loss", "value": "1.2"}]}  # fmt: skip
+    kube_backend.client.request(
+        "PATCH",
+        f"apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{run_id}/status",
+        body={"status": {"trainerStatus": posted}},
+    )
+    status = kube_backend.status(run_id)
+    assert status.trainer_status == posted and status.to_dict()["trainer_status"] == posted
+
+
 def test_stop_of_a_run_that_ended_deletes_what_it_keeps_on_the_cluster(kube_backend):
     install(kube_backend)
     run_id = kube_backend.submit(make_spec())

@@ -158,12 +158,12 @@ def volume(real_cluster: Cluster) -> Iterator[Path]:
     CIFAR-10 subset at data/, the runs' checkpoints beside it, as EFS holds them on EKS."""
     if not (SHARED_DATA / "cifar-10-batches-py" / "test_batch").is_file():
         unavailable(f"the real CIFAR-10 subset is not at {SHARED_DATA}")
+    real_cluster.kubectl("create", "namespace", NAMESPACE)  # first: where it is refused, no folder is left
     root = Path(tempfile.mkdtemp(prefix="torchdeck-e2e-", dir="/var/tmp"))
     shutil.copytree(SHARED_DATA / "cifar-10-batches-py", root / "data" / "cifar-10-batches-py")
     (root / "runs").mkdir()
     for path in (root, root / "runs", root / "data"):
         path.chmod(0o777)  # the pods run as uid 1000
-    real_cluster.kubectl("create", "namespace", NAMESPACE)
     real_cluster.kubectl("apply", "-f", "-", input=f"""
 apiVersion: v1
 kind: PersistentVolume

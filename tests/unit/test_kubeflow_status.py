@@ -100,3 +100,10 @@ def test_a_refusing_server_is_said_once_and_training_goes_on(tmp_path: Path, cap
     status.feed({"event": "done"})
     status.close()
     assert capsys.readouterr().err.count("status server did not take the progress") == 1
+
+
+def test_status_prints_the_trainers_own_line() -> None:
+    from torchdeck.cli.jobs import trainer_status_words
+
+    line = trainer_status_words(status_body(10, 10, 0, {"loss": 0.52}, now=0.0)["trainerStatus"])
+    assert line == "100% done, 0 s left, step=10 loss=0.52 (updated 1970-01-01T00:00:00Z)"
