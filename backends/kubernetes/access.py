@@ -1,6 +1,7 @@
 """What the identity in the kubeconfig may do, asked before a job is made: one SelfSubjectAccessReview
 per verb torchdeck uses on each resource of the job (create what it applies; get, list and delete the
-job and what it made, for status and stop; read the pods, their logs and the events, for the monitor).
+job, and list and delete the Services it made beside it, for status and stop; read the pods, their
+logs and the events, for the monitor).
 The review is the API server's own authoritative answer (RBAC, and EKS's access-entry webhook alike),
 unlike a rules review, which a webhook authoriser leaves incomplete."""
 
@@ -18,8 +19,12 @@ if TYPE_CHECKING:
 
 REVIEWS = "apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 WHO = "apis/authentication.k8s.io/v1/selfsubjectreviews"
-OBJECT_VERBS = ("create", "get", "list", "delete")
-"""On every kind a job is made of: apply it, find it (status, run-id checks), and stop it."""
+JOB_VERBS = ("create", "get", "list", "delete")
+"""On the job object: apply it, find it (status, run-id checks), and stop it."""
+BESIDE_VERBS = {"Service": ("create", "list", "delete"), "Deployment": ("create", "list", "delete"),
+                "NetworkPolicy": ("create", "list", "delete")}  # fmt: skip
+"""On what torchdeck makes beside the job: apply it, and (``stop``) find and delete it by the run's
+label; anything else (the code bundle's ConfigMap, immutable and named by its digest) is only made."""
 READ = (("get", "pods", ""), ("list", "pods", ""), ("get", "pods", "log"), ("list", "events", ""))
 """What the monitor and ``logs`` read in the job's namespace."""
 
@@ -40,10 +45,11 @@ def asked(rendered: Rendered) -> list[tuple[str, str, str, str]]:
     meets them (the job object first), without repeats."""
     needed: list[tuple[str, str, str, str]] = []
     kinds = [rendered.main["kind"]] + [o["kind"] for o in rendered.objects[:-1]]
-    for kind in dict.fromkeys(kinds):
+    for i, kind in enumerate(kinds):
         api = api_of(kind)
         api = KINDS[api] if isinstance(api, str) else api
-        needed += [(verb, group_of(api), api.plural, "") for verb in OBJECT_VERBS]
+        verbs = JOB_VERBS if i == 0 else BESIDE_VERBS.get(kind, ("create",))
+        needed += [(verb, group_of(api), api.plural, "") for verb in verbs]
     needed += [(verb, "", resource, sub) for verb, resource, sub in READ]
     return list(dict.fromkeys(needed))
 

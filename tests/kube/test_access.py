@@ -16,6 +16,8 @@ def test_the_accesses_asked_cover_what_the_job_makes_and_what_the_monitor_reads(
     needed = {(verb, resource_name(group, resource, sub)) for verb, group, resource, sub in asked(rendered)}
     assert {("create", "jobs.batch"), ("delete", "jobs.batch"), ("create", "services")} <= needed
     assert {("get", "pods/log"), ("list", "events"), ("list", "pods")} <= needed
+    # only what torchdeck does: the Service beside the job is made, listed and deleted by stop, never read
+    assert {("list", "services"), ("delete", "services")} <= needed and ("get", "services") not in needed
     first = asked(render(make_spec(), "cifar10-1"))[0]
     assert (first[0], resource_name(*first[1:])) == ("create", "pytorchjobs.kubeflow.org")  # the job object first
 
