@@ -82,6 +82,8 @@ class KindInfo:
     warning: str = ""
 
 
+MPI_LAUNCHER_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
+"""An MPIJob's launcher pod (mpirun only): what it asks besides the workers (a queue's quota counts it)."""
 MPI_SSH_DIR = "/home/trainer/.ssh"
 """Where the MPI Operator mounts the SSH keys: the home of the images' uid-1000
 user (the operator's default, /root/.ssh, is not that user's)."""
@@ -489,10 +491,9 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
             run_id,
             *trainer,
         ]
-        launcher_resources = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
         rdzv_ports = [{"name": "rdzv", "containerPort": RDZV_PORT}]
         ctx["mpi_roles"] = [
-            ("Launcher", 1, "launcher", ["mpirun"], launch, launcher_resources, [], False),
+            ("Launcher", 1, "launcher", ["mpirun"], launch, MPI_LAUNCHER_RESOURCES, [], False),
             ("Worker", spec.nodes, "worker", ["/usr/sbin/sshd", "-De"], [], resources_, rdzv_ports, True),
         ]
         ctx["ssh_auth_mount_path"] = MPI_SSH_DIR

@@ -15,6 +15,7 @@ from ..spec import JobKindName, JobSpec
 from .client import ApiError, api_path, quantity
 from .diagnosis import Finding
 from .jobs import timestamp
+from .manifests import MPI_LAUNCHER_RESOURCES
 
 if TYPE_CHECKING:
     from .client import KubeClient
@@ -136,9 +137,10 @@ def job_requests(spec: JobSpec) -> dict[str, float]:
         "memory": quantity(spec.resources.memory) * pods if spec.resources.memory else 0.0,
         "nvidia.com/gpu": float(spec.resources.gpus * pods),
     }
-    if spec.cluster.kind == "mpijob":  # manifests.context's launcher resources
-        asked["cpu"] += 0.25 if asked["cpu"] else 0.0
-        asked["memory"] += 256 * 2**20 if asked["memory"] else 0.0
+    if spec.cluster.kind == "mpijob":  # the launcher pod asks too
+        launcher = MPI_LAUNCHER_RESOURCES["requests"]
+        asked = {name: value + quantity(launcher[name]) if value and name in launcher else value
+                 for name, value in asked.items()}  # fmt: skip
     return {name: value for name, value in asked.items() if value}
 
 

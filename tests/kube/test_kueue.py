@@ -131,6 +131,17 @@ def test_a_job_larger_than_its_queues_whole_quota_is_refused_with_the_quota(kube
     assert queue_findings(kube_backend.client, make_spec(cluster={"queue": "team-a"}, resources={"cpu": "2"}))[0] == []
 
 
+def test_an_mpijobs_launcher_counts_against_the_quota_as_the_manifest_asks_it() -> None:
+    from torchdeck.backends.kubernetes.queues import job_requests
+
+    workers = job_requests(make_spec(resources={"cpu": "2", "memory": "1Gi"}))
+    mpi = job_requests(make_spec(cluster={"kind": "mpijob"}, resources={"cpu": "2", "memory": "1Gi"}))
+    launcher = render(make_spec(cluster={"kind": "mpijob"}), "cifar10-1").main["spec"]["mpiReplicaSpecs"]["Launcher"]
+    asks = launcher["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert asks == {"cpu": "250m", "memory": "256Mi"}
+    assert mpi == {"cpu": workers["cpu"] + 0.25, "memory": workers["memory"] + 256 * 2**20}
+
+
 def test_a_queue_in_a_cohort_that_may_borrow_without_limit_is_not_judged_on_its_own_quota(kube_backend):
     install(kube_backend)
     with_kueue(kube_backend, quota="1", cohort="everyone")
