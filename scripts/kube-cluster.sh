@@ -412,7 +412,7 @@ EOF
         --bind-address "$node_ip" --secure-port 4443 --cert-dir "$state/metrics-server" \
         --kubelet-insecure-tls --kubelet-preferred-address-types InternalIP --metric-resolution 15s
     kubectl apply -f "$metrics/rbac.yaml" -f "$metrics/apiservice.yaml" >/dev/null
-    outside_service kube-system metrics-server 443 4443
+    outside_service kube-system metrics-server 443:4443
     # the Training Operator out of the cluster: its CRDs and validating webhook from its own module; its
     # webhook certificates in a /tmp of its own (it writes them to a fixed path there)
     crds="$(module_dir "github.com/kubeflow/training-operator@$TRAINING_OPERATOR")/manifests/base"
@@ -420,7 +420,7 @@ EOF
     # its PyTorchJob CRD only: mpijobs.kubeflow.org is the MPI Operator's (v2beta1), as Kubeflow installs them together
     kubectl apply --server-side -f "$crds/crds/kubeflow.org_pytorchjobs.yaml" >/dev/null
     kubectl -n kubeflow create secret generic training-operator-webhook-cert >/dev/null
-    outside_service kubeflow training-operator 443 9443
+    outside_service kubeflow training-operator 443:9443
     python3 - "$crds/webhook/manifests.yaml" <<'EOF' | kubectl apply -f - >/dev/null
 import sys
 text = open(sys.argv[1]).read()
@@ -547,7 +547,7 @@ start_controllers() {
     dir="$(module_dir "sigs.k8s.io/jobset@$JOBSET")/config/components"
     kubectl create namespace jobset-system >/dev/null
     kubectl apply --server-side -k "$dir/crd" >/dev/null
-    outside_service jobset-system jobset-webhook-service 443 9444
+    outside_service jobset-system jobset-webhook-service 443:9444
     webhooks jobset-system jobset-webhook-service jobset- "$dir/webhook/manifests.yaml"
     cat >"$conf/jobset.yaml" <<EOF
 apiVersion: config.jobset.x-k8s.io/v1alpha1
@@ -570,17 +570,7 @@ EOF
     kubectl -n kubeflow-system create secret generic kubeflow-trainer-webhook-cert \
         --from-file="$tmp/k8s-webhook-server/serving-certs/ca.crt" --from-file="$tmp/k8s-webhook-server/serving-certs/tls.crt" \
         --from-file="$tmp/k8s-webhook-server/serving-certs/tls.key" >/dev/null
-    kubectl apply -f - 2>&1 >/dev/null <<EOF | grep -v "v1 Endpoints is deprecated" >&2 || true
-apiVersion: v1
-kind: Service
-metadata: {name: kubeflow-trainer-controller-manager, namespace: kubeflow-system}
-spec: {ports: [{name: webhook, port: 443, targetPort: 9445}, {name: status-server, port: 10443, targetPort: 10443}]}
----
-apiVersion: v1
-kind: Endpoints
-metadata: {name: kubeflow-trainer-controller-manager, namespace: kubeflow-system}
-subsets: [{addresses: [{ip: $node_ip}], ports: [{name: webhook, port: 9445}, {name: status-server, port: 10443}]}]
-EOF
+    outside_service kubeflow-system kubeflow-trainer-controller-manager 443:9445 10443:10443
     webhooks kubeflow-system kubeflow-trainer-controller-manager "" "$trainer_dir/webhook"
     cat >"$conf/trainer.yaml" <<EOF
 apiVersion: config.trainer.kubeflow.org/v1alpha1
@@ -610,8 +600,8 @@ EOF
     dir="$(module_dir "sigs.k8s.io/kueue@$KUEUE")/config/components"
     kubectl create namespace kueue-system >/dev/null
     kubectl apply --server-side -k "$dir/crd" >/dev/null
-    outside_service kueue-system kueue-webhook-service 443 9446
-    outside_service kueue-system visibility-server 443 8082
+    outside_service kueue-system kueue-webhook-service 443:9446
+    outside_service kueue-system visibility-server 443:8082
     webhooks kueue-system kueue-webhook-service kueue- "$dir/webhook/manifests.yaml"
     kubectl apply -f "$dir/visibility/apiservice_v1beta2.yaml" -f "$dir/visibility/apiservice_v1beta1.yaml" >/dev/null
     cat >"$conf/kueue.yaml" <<EOF
@@ -645,19 +635,25 @@ EOF
     kubectl apply --server-side -f "$trainer_dir/runtimes/torch_distributed.yaml" >/dev/null
 }
 
-outside_service() { # outside_service NAMESPACE NAME PORT TARGET_PORT: a Service whose endpoint is the node
-    # (v1 Endpoints, which the API server's aggregator and webhooks resolve; the controller mirrors them
-    # into EndpointSlices)
+outside_service() { # outside_service NAMESPACE NAME PORT:TARGET_PORT...: a Service whose endpoint is
+    # the node (v1 Endpoints, which the API server's aggregator and webhooks resolve; the controller
+    # mirrors them into EndpointSlices), one port per pair
+    local namespace="$1" name="$2" pair service_ports="" endpoint_ports=""
+    shift 2
+    for pair in "$@"; do
+        service_ports+="{name: p${pair#*:}, port: ${pair%:*}, targetPort: ${pair#*:}}, "
+        endpoint_ports+="{name: p${pair#*:}, port: ${pair#*:}}, "
+    done
     kubectl apply -f - 2>&1 >/dev/null <<EOF | grep -v "v1 Endpoints is deprecated" >&2 || true
 apiVersion: v1
 kind: Service
-metadata: {name: $2, namespace: $1}
-spec: {ports: [{name: https, port: $3, targetPort: $4}]}
+metadata: {name: $name, namespace: $namespace}
+spec: {ports: [${service_ports%, }]}
 ---
 apiVersion: v1
 kind: Endpoints
-metadata: {name: $2, namespace: $1}
-subsets: [{addresses: [{ip: $node_ip}], ports: [{name: https, port: $4}]}]
+metadata: {name: $name, namespace: $namespace}
+subsets: [{addresses: [{ip: $node_ip}], ports: [${endpoint_ports%, }]}]
 EOF
 }
 
