@@ -146,7 +146,10 @@ async def build_local(plan: ImagePlan, engine: Engine | None = None) -> AsyncIte
         # from a folder, every pip install in the builds (the code's requirements too) takes its wheels
         # and asks no index
         from_folder = (f"PIP_FIND_LINKS={wheels}", "PIP_NO_INDEX=1") if wheels else ()
-        args = plan.build_args + from_folder
+        # pip asks no index then: the torch index would only key the engine's cache of the torch layer
+        # (one more copy of torch, several GB, in the engine and in every node it is loaded into)
+        asked = tuple(a for a in plan.build_args if not (wheels and a.startswith("TORCH_INDEX_URL=")))
+        args = asked + from_folder
         # the tag names what the image is built from: a served folder's passing URL is not part of it
         named = tuple(a for a in args if not (wheels and a.startswith(("TORCH_FIND_LINKS=", "PIP_FIND_LINKS="))))
         served = sorted(served_wheels(plan.torch_wheels)) if plan.torch_wheels else []  # the wheels the page lists

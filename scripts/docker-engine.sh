@@ -6,13 +6,15 @@
 # from Debian's mirror with debootstrap: the one stand-in left, for the registry this machine cannot
 # reach (Debian's python3 with pip, this machine's CA certificates, `python` on the PATH, pip free to
 # install into it as in the official image). It prints the DOCKER_HOST to use. `stop` stops the
-# engine; the packages and the engine's data (the base image, the build cache) stay for the next run.
+# engine; the packages and the engine's data (the base image, the build cache, the 12 newest torchdeck-trainer
+# images: `start` removes older ones) stay for the next run.
 # Anything missing prints one line starting "torchdeck: no engine:" and exits 3.
 set -euo pipefail
 sock=/run/torchdeck-docker.sock
 data=/var/lib/torchdeck-docker
 pidfile=/run/torchdeck-docker.pid
 base=python:3.11.10-slim-bookworm
+keep=12
 export DOCKER_HOST="unix://$sock"
 missing() { echo "torchdeck: no engine: $*" >&2; exit 3; }
 
@@ -61,6 +63,9 @@ start() {
         rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/usr/share/doc "$root"/usr/share/man
         tar -C "$root" -c . | docker import --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$base" >/dev/null
     fi
+    # the newest images torchdeck built stay for the next run; older ones go (a torch layer is GBs)
+    docker images --format '{{.Repository}}:{{.Tag}}' torchdeck-trainer | tail -n +$((keep + 1)) \
+        | xargs -r docker rmi >/dev/null 2>&1 || true
     echo "DOCKER_HOST=$DOCKER_HOST"
 }
 

@@ -129,6 +129,8 @@ build_pause() {
 
 build() {
     command -v go >/dev/null || missing "no Go toolchain (the programs are built from their Go modules)"
+    # Go's build cache of these programs (GBs) serves only this build: the programs are kept, it is not
+    export GOCACHE="$cache/go-build"
     command -v gcc >/dev/null || missing "no gcc (runc and the pause program need it)"
     packages iptables:iptables conntrack:conntrack pkg-config:pkg-config /usr/include/seccomp.h:libseccomp-dev \
         /bin/busybox:busybox-static
@@ -150,6 +152,7 @@ build() {
     CGO_ENABLED=0 go_install "$mpi_bin" github.com/kubeflow/mpi-operator "$MPI_OPERATOR" ./cmd/mpi-operator -- -ldflags "-s -w"
     CGO_ENABLED=0 go_install "$kueue_bin" sigs.k8s.io/kueue "$KUEUE" ./cmd/kueue -- -ldflags "-s -w"
     build_kubernetes
+    rm -rf "$GOCACHE"
 }
 
 packages() { # packages TOOL_OR_FILE:PACKAGE...: install Debian's packages for what is missing
@@ -764,10 +767,30 @@ load() { # load IMAGE: docker save | ctr import, skipped where containerd holds 
     local named by_id
     named="$("${ctr[@]}" images ls "name==$ref" 2>/dev/null | awk 'NR > 1 {print $3}')"
     by_id="$("${ctr[@]}" images ls "name==$id" 2>/dev/null | awk 'NR > 1 {print $3}')"
-    [ -n "$named" ] && [ "$named" = "$by_id" ] && return 0
-    # layers containerd holds already are not written or unpacked again
-    docker save "$1" | "${ctr[@]}" images import - 2>&1 >/dev/null | grep -v DEPRECATION >&2 || true
-    [ -n "$("${ctr[@]}" images ls -q "name==$ref" 2>/dev/null)" ] || missing "containerd did not take $1"
+    if [ -z "$named" ] || [ "$named" != "$by_id" ]; then
+        # layers containerd holds already are not written or unpacked again
+        docker save "$1" | "${ctr[@]}" images import - 2>&1 >/dev/null | grep -v DEPRECATION >&2 || true
+        [ -n "$("${ctr[@]}" images ls -q "name==$ref" 2>/dev/null)" ] || missing "containerd did not take $1"
+    fi
+    prune "${ref%:*}"
+}
+
+prune() { # prune REPOSITORY: the node keeps no image of REPOSITORY that docker no longer holds (its
+    # layers, several GB each, go with the last name that holds them); docker's id names go with them
+    local name digest short
+    local -A kept=() gone=()
+    while read -r name digest; do
+        short="${name#docker.io/}"
+        short="${short#library/}"
+        if docker image inspect "$short" >/dev/null 2>&1; then kept[$digest]=1; else
+            gone[$digest]=1
+            "${ctr[@]}" images rm "$name" >/dev/null 2>&1 || true
+        fi
+    done < <("${ctr[@]}" images ls 2>/dev/null | awk -v r="$1:" 'NR > 1 && index($1, r) == 1 {print $1, $3}')
+    while read -r name digest; do
+        [ -n "${gone[$digest]:-}" ] && [ -z "${kept[$digest]:-}" ] && { "${ctr[@]}" images rm "$name" >/dev/null 2>&1 || true; }
+    done < <("${ctr[@]}" images ls 2>/dev/null | awk 'NR > 1 && $1 ~ /^sha256:/ {print $1, $3}')
+    return 0
 }
 
 case "${1:-}" in

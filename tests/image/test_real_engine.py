@@ -106,6 +106,9 @@ def test_the_cpu_image_builds_with_no_buildx_registry_or_aws_and_an_unchanged_re
     again = cli(env, "image", "build", "--no-push", "--torch-wheels", str(wheels), *BUILD_FROM_HERE)
     print(f"unchanged rebuild: {time.monotonic() - started:.2f} s")
     assert f"{cpu_image} is built here already" in again.stdout and built_name(again.stdout) == cpu_image
+    # from a folder no index is asked: naming none (or another) is the same image, not one more torch
+    plain = cli(env, "image", "build", "--no-push", "--torch-wheels", str(wheels))
+    assert f"{cpu_image} is built here already" in plain.stdout, plain.stdout[-800:]
     versions = subprocess.run(
         ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", cpu_image, "-c",
          "import torch, numpy, torchdeck.trainer; print(torch.__version__)"],
