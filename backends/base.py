@@ -14,7 +14,7 @@ from typing import Any, TypedDict, cast
 
 from .cost import RunCost
 from .errors import BackendError
-from .spec import JobSpec
+from .spec import JobKindName, JobSpec
 
 
 class JobState(str, enum.Enum):
@@ -228,6 +228,21 @@ class Backend(abc.ABC):
         Services), as ``stop`` does for a running one; what was removed, in words. A local run's
         folder is its record and is kept: nothing of it runs or bills."""
         return []
+
+    def adopt(
+        self,
+        kind: JobKindName,
+        name: str,
+        namespace: str | None = None,
+        keep: Callable[[JobSpec], None] = lambda spec: None,
+    ) -> tuple[JobSpec, builtins.list[str], str]:
+        """Follow a job made elsewhere as a run of its own (``torchdeck import KIND/NAME``): the spec
+        read from it (``keep`` gets it before the job is changed), a note for each thing the spec
+        could not carry, and the run's id. Only a cluster's backend has such jobs."""
+        raise BackendError(
+            f"the {self.name} backend has no jobs made elsewhere to follow",
+            f"a job in a cluster: torchdeck --backend kubernetes import {kind}/{name}",
+        )
 
     @abc.abstractmethod
     def logs(

@@ -16,7 +16,15 @@ from torchdeck.backends import BACKENDS, open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.files import read_stdin_text, read_text
-from torchdeck.backends.spec import MAX_JOB_NAME, JobSpec, load_spec, parse_override, save_spec, with_overrides
+from torchdeck.backends.spec import (
+    MAX_JOB_NAME,
+    JobKindName,
+    JobSpec,
+    load_spec,
+    parse_override,
+    save_spec,
+    with_overrides,
+)
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, status_cells
 from torchdeck.settings import Settings, SettingsError
 from torchdeck.terminal import as_shown, printable
@@ -46,7 +54,7 @@ def dispatch(args: argparse.Namespace) -> int:
         if command == "render":
             return cmd_render(args, settings)
         if command == "import":
-            return cmd_import(args)
+            return cmd_import(args, settings)
         if command == "cluster":
             from .cluster import dispatch_cluster
 
@@ -113,27 +121,56 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
+def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     from torchdeck.backends.kubernetes.importing import import_manifest
 
     path = Path(args.output)
     if os.path.lexists(path) and not args.force:
         return fail(f"{path} exists; pass --force to overwrite it, or -o another path")
-    hint = "a manifest is a YAML file (kubectl get pytorchjob NAME -o yaml)"
-    try:
-        text = read_stdin_text(hint) if args.file == "-" else read_text(args.file, hint=hint)
-    except FileNotFoundError:
-        return fail(f"{args.file}: no such file")
-    found = import_manifest(text, "standard input" if args.file == "-" else args.file)
-    save_spec(found.spec, path, replace=args.force)
-    e = found.spec.entrypoint
+    live = live_job(args.file)
+    if live is not None:  # a job in the cluster: read there, then followed as a run of its own
+        backend = open_backend(settings.backend if settings.backend != "local" else "kubernetes", settings)
+        spec, notes, run_id = backend.adopt(
+            *live, args.namespace, lambda read: save_spec(read, path, replace=args.force)
+        )
+    else:
+        hint = "a manifest is a YAML file (kubectl get pytorchjob NAME -o yaml), or KIND/NAME of a job in the cluster"
+        try:
+            text = read_stdin_text(hint) if args.file == "-" else read_text(args.file, hint=hint)
+        except FileNotFoundError:
+            return fail(f"{args.file}: no such file (a job in the cluster: pytorchjob/NAME, mpijob/NAME or job/NAME)")
+        found = import_manifest(text, "standard input" if args.file == "-" else args.file)
+        spec, notes = found.spec, found.notes
+        save_spec(spec, path, replace=args.force)
+    e = spec.entrypoint
     where = f" in the image at {e.in_image}" if e.in_image else ""
-    print(printable(f"wrote {path}: {found.spec.program}{where}, {found.spec.nodes} node(s) x "
-                    f"{found.spec.nproc_per_node}, kind {found.spec.cluster.kind}"))  # fmt: skip
-    for note in found.notes:  # the manifest's strings: nothing in them drives the terminal
+    print(printable(f"wrote {path}: {spec.program}{where}, {spec.nodes} node(s) x "
+                    f"{spec.nproc_per_node}, kind {spec.cluster.kind}"))  # fmt: skip
+    for note in notes:  # the manifest's strings: nothing in them drives the terminal
         print(printable(f"  note: {note}"))
+    if live is not None:
+        print(f"following {live[1]} as run {run_id}: torchdeck --backend kubernetes status {run_id} (or logs, "
+              "monitor, stop), as any run of its own")  # fmt: skip
+        return 0
     print(f"next: torchdeck render {path} (check it), then torchdeck --backend kubernetes train {path}")
     return 0
+
+
+LIVE_KINDS: dict[str, JobKindName] = {"pytorchjob": "pytorchjob", "mpijob": "mpijob", "job": "job"}
+"""The kinds ``torchdeck import KIND/NAME`` reads from a cluster (kubectl's names for them, plural
+and with their group too: pytorchjobs.kubeflow.org, jobs.batch)."""
+
+
+def live_job(word: str) -> tuple[JobKindName, str] | None:
+    """``KIND/NAME`` (as kubectl names a job) where no file of that name exists; None: a file."""
+    if os.path.lexists(word) or word.count("/") != 1:
+        return None
+    kind, name = word.split("/")
+    key = LIVE_KINDS.get(kind.lower().split(".", 1)[0].removesuffix("s"))
+    if key is None:
+        raise SpecError("", f"{word}: no such file, and {kind} is not a kind torchdeck imports from a cluster",
+                        "pytorchjob/NAME, mpijob/NAME or job/NAME; a manifest file by its path")  # fmt: skip
+    return key, name
 
 
 def entrypoint_fields(script: str | None, module: str | None, script_args: list[str], cwd: Path) -> dict[str, Any]:

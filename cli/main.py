@@ -124,8 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--script", metavar="PY", help="a spec that runs this script (arguments for it after --)")
     p.add_argument("--module", metavar="M", help="a spec that runs python -m M")
 
-    p = sub.add_parser("import", help="write a job spec from a PyTorchJob, ElasticJob, MPIJob or indexed Job manifest")
-    p.add_argument("file", help="the manifest (YAML; - reads standard input)")
+    p = sub.add_parser(
+        "import",
+        help="write a job spec from a PyTorchJob, ElasticJob, MPIJob or indexed Job manifest; "
+        "KIND/NAME: from that job in the cluster, which torchdeck then follows as a run of its own",
+    )
+    p.add_argument(
+        "file",
+        help="the manifest (YAML; - reads standard input), or a job in the cluster: pytorchjob/NAME, mpijob/NAME, job/NAME",
+    )
+    p.add_argument("--namespace", help="KIND/NAME: the job's namespace (default: the context's)")
     p.add_argument("-o", "--output", default="torchdeck.yaml", metavar="PATH", help="the spec to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing spec")
 

@@ -51,6 +51,7 @@ from . import crds
 from .client import ApiError, KubeClient, api_path
 from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
 from .diagnosis import Finding, diagnose_pod, job_findings
+from .importing import import_job
 from .jobs import (
     KIND_BY_NAME,
     api_of,
@@ -66,12 +67,15 @@ from .jobs import (
 from .manifests import (
     CODE_LABEL,
     KIND_INFO,
+    OWN_POD_LABELS,
     PATTERN_ANNOTATION,
+    PODS_ANNOTATION,
     PROGRAM_ANNOTATION,
     QUEUE_LABEL,
     RUN_LABEL,
     SPEC_ANNOTATION,
     Rendered,
+    kept_spec,
     pod_selector,
     render,
 )
@@ -334,7 +338,9 @@ class KubernetesBackend(Backend):
         if known:
             key, ns = known
             try:
-                return key, self.client.request("GET", api_path(job_api(key), ns, run_id))
+                obj = self.client.request("GET", api_path(job_api(key), ns, run_id))
+                self._selectors[run_id] = pod_selector(obj)
+                return key, obj
             except ApiError as exc:
                 if exc.status != 404:
                     raise
@@ -553,6 +559,52 @@ class KubernetesBackend(Backend):
     def discard(self, run_id: str) -> builtins.list[str]:
         key, obj = self._job(run_id)
         return self._delete_run(key, obj)
+
+    def adopt(
+        self,
+        key: JobKindName,
+        name: str,
+        namespace: str | None = None,
+        keep: Callable[[JobSpec], None] = lambda spec: None,
+    ) -> tuple[JobSpec, builtins.list[str], str]:
+        """Follow a job made elsewhere (``kubectl apply`` of an operator's example) as a run of its own
+        name: read it as ``torchdeck import`` reads a manifest, ``keep`` the spec read (its file), then
+        label the job as torchdeck labels its own, with its pods' selector and that spec.
+        Nothing changes where it cannot be read or its name is another run's."""
+        info = KIND_INFO[key]
+        ns = namespace or self.namespace or self.client.context_namespace or "default"
+        path = api_path(job_api(key), ns, name)
+        try:
+            obj = self.client.request("GET", path)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise RunNotFound(
+                f"no {info.kind} {name} in namespace {ns} of this cluster",
+                f"kubectl get {info.plural} -n {ns} lists them; --namespace picks another",
+            ) from None
+        labels = obj["metadata"].get("labels") or {}
+        if labels.get(RUN_LABEL):
+            raise BackendError(
+                f"{info.kind} {ns}/{name} is torchdeck's run {labels[RUN_LABEL]} already",
+                f"torchdeck --backend kubernetes status {labels[RUN_LABEL]}",
+            )
+        found = import_job(obj, f"{info.kind} {ns}/{name}")
+        if self._run_taken(name):
+            raise BackendError(
+                f"another torchdeck run in this cluster is called {name} (run ids name runs cluster-wide)",
+                "stop or delete that run first: torchdeck --backend kubernetes jobs lists them",
+            )
+        keep(found.spec)
+        notes = {SPEC_ANNOTATION: kept_spec(found.spec), PODS_ANNOTATION: f"{OWN_POD_LABELS[key]}={name}"}
+        if not found.spec.builtin:  # the user's code: its ranks' lines are read as torchdeck's own
+            notes[PROGRAM_ANNOTATION] = found.spec.program
+        label = {RUN_LABEL: name, MANAGED.split("=")[0]: "torchdeck"}
+        self.client.request("PATCH", path, body={"metadata": {"labels": label, "annotations": notes}})
+        self._note(path)
+        self._kinds[name] = (key, ns)
+        self._selectors[name] = notes[PODS_ANNOTATION]
+        return found.spec, found.notes, name
 
     def _delete_run(self, key: JobKindName, obj: dict[str, Any]) -> builtins.list[str]:
         """Delete the job object (its controller's objects and pods go with it, by their owner) and

@@ -95,6 +95,14 @@ def import_manifest(text: str, source: str = "") -> Imported:
     job = jobs[0]
     notes = [f"{d.get('kind')} {(d.get('metadata') or {}).get('name', '')}: not imported (torchdeck makes what "
              "a job needs)" for d in documents if d is not job]  # fmt: skip
+    return import_job(job, source, notes)
+
+
+def import_job(job: dict[str, Any], source: str, notes: list[str] | None = None) -> Imported:
+    """The job spec for one job object (a manifest's, or one read from the cluster)."""
+    notes = [] if notes is None else notes
+    if job.get("kind") not in KINDS:
+        raise SpecError("", f"is a {job.get('kind')}, which torchdeck does not import", "", source)
     _check_shape(job, source)
     reader = _Reader(job, source, notes)
     try:

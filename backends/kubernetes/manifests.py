@@ -138,10 +138,27 @@ KIND_INFO: dict[JobKindName, KindInfo] = {
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
+PODS_ANNOTATION = "torchdeck.dev/pods"
+"""On a job torchdeck did not make (``torchdeck import KIND/NAME``): the selector of its pods,
+which carry its operator's labels and not the run label."""
+OWN_POD_LABELS: dict[JobKindName, str] = {
+    "pytorchjob": "training.kubeflow.org/job-name",
+    "mpijob": "training.kubeflow.org/job-name",
+    "job": "batch.kubernetes.io/job-name",
+    "trainjob": JOBSET_NAME_LABEL,
+}
+"""The label each kind's controller puts on the job's pods, with the job's name (seen on the real
+Training Operator v1.9.4, MPI Operator v0.8.2, Kubernetes 1.34 and JobSet v0.12.0)."""
+
+
 def pod_selector(job: dict[str, Any]) -> str:
-    """The label selector that finds a job object's pods: the run label, except on a TrainJob for
-    Trainer v2.0, which cannot label its pods (they carry their JobSet's name)."""
+    """The label selector that finds a job object's pods: the run label, except on a job torchdeck
+    did not make (its controller's label), and on a TrainJob for Trainer v2.0, which cannot label
+    its pods (they carry their JobSet's name)."""
     name = job["metadata"]["name"]
+    adopted = ((job.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION)
+    if adopted:
+        return str(adopted)
     if job.get("kind") == "TrainJob" and "podSpecOverrides" in (job.get("spec") or {}):
         return f"{JOBSET_NAME_LABEL}={name}"
     return f"{RUN_LABEL}={name}"

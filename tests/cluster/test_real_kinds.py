@@ -1,15 +1,21 @@
 """Issue 42: every job kind and queue torchdeck targets, run for real on the cluster of
 ``scripts/kube-cluster.sh``: a TrainJob through Kubeflow Trainer v2 and JobSet (with the Trainer's
 own progress status), an indexed Job with its headless Service, jobs queued, admitted and preempted
-by Kueue, and a kubeconfig whose role lacks a verb, refused before anything is made. Every run goes
-through the CLI as a user types it."""
+by Kueue, a kubeconfig whose role lacks a verb, refused before anything is made, and a PyTorchJob made with
+kubectl from Kubeflow's own example, imported and followed. Every run goes through the CLI as a user
+types it."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 import time
+from pathlib import Path
 
 import yaml
 from real_cluster import NAMESPACE, SMALL, TRAIN, ended, launched, status_of, wait
+from trainer_runs import REPO
 
 JOB_KINDS = ("pods", "services", "configmaps", "jobs.batch", "jobsets.jobset.x-k8s.io",
              "trainjobs.trainer.kubeflow.org", "pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org",
@@ -204,3 +210,47 @@ def test_a_role_without_a_verb_torchdeck_needs_is_named_before_anything_is_made(
     assert not real_cluster.get("pytorchjobs,services,configmaps", "-n", NAMESPACE, "-l", "torchdeck.dev/job=limited")[
         "items"
     ]
+
+
+def kubeflow_example(path: str) -> dict:
+    """A file of the Training Operator's own module, at the release the cluster runs, as Go fetched it."""
+    script = (REPO / "scripts" / "kube-cluster.sh").read_text()
+    (version,) = re.findall(r"^TRAINING_OPERATOR=(v[0-9.]+)", script, re.M)
+    found = subprocess.run(["go", "mod", "download", "-json", f"github.com/kubeflow/training-operator@{version}"],
+                           capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
+    return yaml.safe_load((Path(json.loads(found.stdout)["Dir"]) / path).read_text())
+
+
+def test_a_pytorchjob_made_with_kubectl_from_kubeflows_example_is_imported_and_followed_as_a_run(
+    real_cluster, trainer_image, on_cluster, tmp_path
+):
+    job = kubeflow_example("examples/pytorch/simple.yaml")
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    # as the example is, but for what this machine cannot have: its image (no registry here: ours, loaded
+    # into the node) and the script in that image (python3 SCRIPT --epochs=1: our trainer, the same way)
+    for role in job["spec"]["pytorchReplicaSpecs"].values():
+        container = role["template"]["spec"]["containers"][0]
+        assert container["command"][:1] == ["python3"] and container["command"][-1] == "--epochs=1"
+        container.update(image=trainer_image, imagePullPolicy="IfNotPresent")
+        container["command"] = ["python3", "-m", "torchdeck.trainer", "--dataset", "synthetic", "--epochs=1",
+                                "--max-steps", "30", "--batch-size", "16"]  # fmt: skip
+    real_cluster.kubectl("delete", "pytorchjob", "-n", namespace, name, "--ignore-not-found", "--wait")
+    real_cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(job))
+    spec = tmp_path / "imported.yaml"
+    done = on_cluster("import", f"pytorchjob/{name}", "--namespace", namespace, "-o", str(spec))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"following {name} as run {name}" in done.stdout and "2 node(s)" in done.stdout, done.stdout
+    assert yaml.safe_load(spec.read_text())["cluster"]["kind"] == "pytorchjob"
+    listed = on_cluster("jobs")
+    assert name in listed.stdout, listed.stdout
+    final = ended(on_cluster, name, 600)
+    assert final["state"] == "succeeded", final
+    assert sorted(r["rank"] for r in final["ranks"]) == [0, 1] and all(r["step"] == 30 for r in final["ranks"])
+    logs = on_cluster("logs", name)
+    assert '"rank":0' in logs.stdout and '"rank":1' in logs.stdout, logs.stdout[-1000:]
+    again = on_cluster("import", f"pytorchjob/{name}", "--namespace", namespace, "-o", str(tmp_path / "again.yaml"))
+    assert again.returncode != 0 and f"is torchdeck's run {name} already" in again.stderr, again.stderr
+    assert on_cluster("stop", name).returncode == 0
+    wait(lambda: not real_cluster.get("pytorchjobs,pods", "-n", namespace, "-l",
+                                      f"training.kubeflow.org/job-name={name}")["items"],  # fmt: skip
+         "the imported job and its pods to go", 180)  # fmt: skip

@@ -12,8 +12,10 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 from kube_cluster import start_cluster, stop_cluster
 from kube_jobs import (
     IMAGE,
@@ -38,6 +40,8 @@ from torchdeck.backends.kubernetes.manifests import RUN_LABEL, render
 from torchdeck.backends.kubernetes.streams import PodWatcher
 from torchdeck.backends.spec import KINDS
 from torchdeck.trainer.metrics import tool_line
+
+IMPORTS = Path(__file__).parent.parent / "data" / "imports"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -266,6 +270,43 @@ def test_stop_of_a_run_that_ended_deletes_what_it_keeps_on_the_cluster(kube_back
     assert kube_backend.status(run_id).state is JobState.SUCCEEDED
     assert kube_backend.discard(run_id) == [f"PyTorchJob/{run_id}"]
     assert kube_backend.list() == []
+
+
+def test_a_job_made_with_kubectl_is_adopted_and_followed_as_a_run_of_its_own(kube_api, kube_backend):
+    """The Training Operator's own example (tests/data/imports/SOURCES.json), created as kubectl does,
+    with pods as the operator labels them (job-name, not the run label)."""
+    install(kube_backend)
+    job = yaml.safe_load((IMPORTS / "pytorchjob-simple.yaml").read_text())
+    job["metadata"]["namespace"] = NS
+    kube_backend.client.request("POST", api_path(api_of("PyTorchJob"), NS), body=job)
+    assert kube_backend.list() == []  # not torchdeck's: not listed
+    own = "training.kubeflow.org/job-name"
+    make_pod(kube_backend, "pytorch-simple", "pytorch-simple-master-0", "master", own=own)
+    make_pod(kube_backend, "pytorch-simple", "pytorch-simple-worker-0", "worker", own=own)
+    kube_api.call(kube_api.emulator.script_log, NS, "pytorch-simple-master-0", ["starting", metric_line(0, 7, 1.5)])
+    for pod in ("pytorch-simple-master-0", "pytorch-simple-worker-0"):
+        set_phase(kube_backend, pod, "Running")
+    set_conditions(kube_backend, "pytorch-simple", "Created", "Running")
+    with pytest.raises(RunNotFound, match="no PyTorchJob pytorch-simplex in namespace"):
+        kube_backend.adopt("pytorchjob", "pytorch-simplex", NS)
+    kept: list[object] = []
+    spec, notes, run_id = kube_backend.adopt("pytorchjob", "pytorch-simple", NS, kept.append)
+    assert run_id == "pytorch-simple" and kept == [spec] and spec.nodes == 2 and notes
+    stored = kube_backend.client.request("GET", api_path(api_of("PyTorchJob"), NS, run_id))
+    assert stored["metadata"]["labels"][RUN_LABEL] == run_id and stored["spec"] == job["spec"]  # only labelled
+    fresh = KubernetesBackend(kube_backend.kubeconfig, namespace=NS)  # another console finds it as its own
+    assert [s.run_id for s in fresh.list()] == [run_id]
+    status = fresh.status(run_id)
+    assert status.state is JobState.RUNNING and status.world_size == 2 and status.step == 7
+    assert [p["metadata"]["name"] for p in fresh.pods(run_id, NS)] == [
+        "pytorch-simple-master-0",
+        "pytorch-simple-worker-0",
+    ]
+    assert fresh.run_spec(run_id).entrypoint.script == "mnist.py"
+    with pytest.raises(BackendError, match="is torchdeck's run pytorch-simple already"):
+        fresh.adopt("pytorchjob", "pytorch-simple", NS)
+    assert fresh.cancel(run_id).state is JobState.CANCELLED
+    assert fresh.list() == []
 
 
 def test_logs_and_metrics_follow_every_pod_across_a_restart(kube_api, kube_backend):

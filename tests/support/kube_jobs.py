@@ -86,8 +86,11 @@ def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, 
             kube_backend.client.request("POST", "api/v1/nodes", body=body)
 
 
-def make_pod(kube_backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0"):
-    """A pod as the training operator creates it and the kubelet reports it."""
+def make_pod(
+    kube_backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0", own=None
+):
+    """A pod as the training operator creates it and the kubelet reports it (``own``: the label its
+    operator gives it, for a job torchdeck did not make, in place of the run label)."""
     state = (
         {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
         if phase == "Running"
@@ -103,7 +106,7 @@ def make_pod(kube_backend, run_id, name, replica_type="worker", index=0, phase="
         "metadata": {
             "name": name,
             "labels": {
-                RUN_LABEL: run_id,
+                (own or RUN_LABEL): run_id,
                 "training.kubeflow.org/replica-type": replica_type,
                 "training.kubeflow.org/replica-index": str(index),
             },
