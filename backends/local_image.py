@@ -35,17 +35,22 @@ from .engine import Engine, find_engine, no_engine_hint
 from .errors import BackendError
 
 WHEEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+!-]*\.whl\Z")
-"""The files ``serve_wheels`` serves: wheels, by their names in the folder, nothing else."""
+"""The files ``serve_wheels`` serves: wheels, by their names in the folder, and Debian's packages
+(``DEB_RE``) with their index, nothing else."""
+DEB_RE = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.+~%-]*\.deb|Packages)\Z")
+"""Debian's packages and their ``Packages`` index (``scripts/fetch-debs.sh``): apt's one source in an
+``--mpi`` build from a folder (``docker/mpi/install.sh``)."""
 
 
-def served_wheels(folder: str) -> dict[str, Path]:
-    """The wheels in ``folder`` by name: regular files whose names are a wheel's, and, where one is a
-    link, one that stays in the folder (nothing else of the machine is served)."""
+def served_wheels(folder: str, names: re.Pattern[str] = WHEEL_RE) -> dict[str, Path]:
+    """The wheels in ``folder`` by name (``names``: Debian's packages), regular files whose names
+    are a wheel's, and, where one is a link, one that stays in the folder (nothing else of the
+    machine is served)."""
     root = Path(folder).expanduser().resolve()
     found: dict[str, Path] = {}
     for path in sorted(root.iterdir()):
         real = path.resolve()
-        if WHEEL_RE.match(path.name) and real.parent == root and real.is_file():
+        if names.match(path.name) and real.parent == root and real.is_file():
             found[path.name] = real
     return found
 
@@ -60,6 +65,7 @@ def serve_wheels(folder: str | None) -> Iterator[str | None]:
         return
     wheels = served_wheels(folder)
     page = "".join(f'<a href="{quote(name)}">{html.escape(name)}</a>\n' for name in wheels).encode()
+    files = {**served_wheels(folder, DEB_RE), **wheels}  # what pip's page lists, and apt's index
 
     class Wheels(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the base class's name
@@ -69,11 +75,11 @@ def serve_wheels(folder: str | None) -> Iterator[str | None]:
             self._answer(False)
 
         def _answer(self, body: bool) -> None:
-            name = unquote(self.path.split("?", 1)[0].lstrip("/"))
+            name = unquote(self.path.split("?", 1)[0].lstrip("/")).removeprefix("./")  # apt's flat "./NAME"
             if name in ("", "index.html"):
                 self._send(200, "text/html", len(page), body and page)
-            elif name in wheels:
-                with open(wheels[name], "rb") as f:
+            elif name in files:
+                with open(files[name], "rb") as f:
                     size = os.fstat(f.fileno()).st_size
                     self._send(200, "application/octet-stream", size, None)
                     if body:
@@ -153,8 +159,10 @@ async def build_local(plan: ImagePlan, engine: Engine | None = None) -> AsyncIte
         # the tag names what the image is built from: a served folder's passing URL is not part of it
         named = tuple(a for a in args if not (wheels and a.startswith(("TORCH_FIND_LINKS=", "PIP_FIND_LINKS="))))
         served = sorted(served_wheels(plan.torch_wheels)) if plan.torch_wheels else []  # the wheels the page lists
+        if plan.torch_wheels and plan.mpi:  # and the Debian packages apt takes
+            served += sorted(served_wheels(plan.torch_wheels, DEB_RE))
         extra = (f"wheels={served}",) if served else ()
-        base = f"{plan.repository}:{image_tag(archive, plan.variant, named + extra)}"
+        base = f"{plan.repository}:{image_tag(archive, plan.flavour, named + extra)}"
         async for p in _build_here(engine, root, plan.dockerfile, base, args, plan.network, clock):
             yield p
         code_dir = ""
@@ -163,7 +171,7 @@ async def build_local(plan: ImagePlan, engine: Engine | None = None) -> AsyncIte
             context, dockerfile, code_dir = await asyncio.to_thread(code_context, plan)
             base_id = await asyncio.to_thread(engine.image_id, base)
             name = (
-                f"{plan.repository}:code-{hashlib.sha256(context + base_id.encode()).hexdigest()[:12]}-{plan.variant}"
+                f"{plan.repository}:code-{hashlib.sha256(context + base_id.encode()).hexdigest()[:12]}-{plan.flavour}"
             )
             with tempfile.TemporaryDirectory(prefix="torchdeck-context-") as folder:
                 with tarfile.open(fileobj=io.BytesIO(context), mode="r:gz") as tar:

@@ -30,6 +30,9 @@ def add_image_parser(sub: Commands) -> None:
         c = isub.add_parser(name, help=text)
         cluster_args(c)
         c.add_argument("--gpu", action="store_true", help="the GPU image (default: CPU)")
+        c.add_argument(
+            "--mpi", action="store_true", help="with OpenMPI and an SSH server, for --kind mpijob (the MPI Operator)"
+        )
         c.add_argument("--repository", default="torchdeck-trainer", help="the ECR repository")
         c.add_argument(
             "--spec",
@@ -48,7 +51,9 @@ def add_image_parser(sub: Commands) -> None:
             c.add_argument("--torch-index", metavar="URL", help="where pip finds torch (a mirror's or proxy's index)")
             c.add_argument("--torch-find-links", metavar="URL", help="a find-links page holding torch's wheel")
             c.add_argument(
-                "--torch-wheels", metavar="DIR", help="a folder here holding torch's wheel (served to the build)"
+                "--torch-wheels",
+                metavar="DIR",
+                help="a folder here holding torch's wheel (and, for --mpi, Debian's packages): served to the build",
             )
             c.add_argument("--network", help="the build's network: host, none (default: the engine's)")
             c.add_argument(
@@ -77,6 +82,7 @@ def image_plan(args: argparse.Namespace, cluster: str, region: str) -> ImagePlan
             torch_find_links=getattr(args, "torch_find_links", None),
             torch_wheels=getattr(args, "torch_wheels", None),
             network=getattr(args, "network", None),
+            mpi=args.mpi,
         )
     )
 

@@ -72,9 +72,9 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--kind",
         help="cluster: pytorchjob (default), trainjob, mpijob, job, or elasticjob. Run for real: pytorchjob "
-        "(Training Operator v1.9.4), trainjob (Trainer v2.3.0, JobSet v0.12.0), job, and each through Kueue "
-        "v0.19.2; mpijob is rendered for MPI Operator v0.8.2 (needs OpenMPI and sshd in the image); elasticjob "
-        "is render-only (its controller was archived in 2023; an elastic pytorchjob does the same)",
+        "(Training Operator v1.9.4), trainjob (Trainer v2.3.0, JobSet v0.12.0), mpijob (MPI Operator v0.8.2, "
+        "in an image build --mpi image), job, and each through Kueue v0.19.2; elasticjob is render-only (its "
+        "controller was archived in 2023; an elastic pytorchjob does the same)",
     )
     g.add_argument("--image", help="cluster: the training image (registry/repo:tag or @sha256:...)")
     g.add_argument(

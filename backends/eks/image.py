@@ -85,7 +85,7 @@ async def build_image(
         raise BackendError("a build in the cluster always pushes", "drop --no-push, or build where Docker runs")
     root = source_root()
     archive = await asyncio.to_thread(context_archive, root)
-    tag = image_tag(archive, plan.variant, plan.build_args)
+    tag = image_tag(archive, plan.flavour, plan.build_args)
     uri, made = await ensure_repository(aws, record, plan.repository)
     yield Progress(
         "repository",
@@ -167,7 +167,7 @@ async def build_code(builder: Builder, base: str) -> AsyncIterator[Progress]:
     the digest of its context and base, pushed; the last event carries it (``ImageRef.code_dir``)."""
     plan, uri = builder.plan, builder.uri
     archive, dockerfile, workdir = await asyncio.to_thread(code_context, plan)
-    tag = f"code-{hashlib.sha256(archive + base.encode()).hexdigest()[:12]}-{plan.variant}"
+    tag = f"code-{hashlib.sha256(archive + base.encode()).hexdigest()[:12]}-{plan.flavour}"
     context = ImageBuild(
         archive, None, dockerfile, tag, (f"BASE={base}",), "code", "the code and the base have not changed"
     )

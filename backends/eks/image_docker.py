@@ -167,7 +167,7 @@ async def push_image(
         raise BackendError("no container engine answers here, so there is no local image to push", no_engine_hint())
     clock = Clock()
     root = source_root()
-    tag = image_tag(await asyncio.to_thread(context_archive, root), plan.variant, plan.build_args)
+    tag = image_tag(await asyncio.to_thread(context_archive, root), plan.flavour, plan.build_args)
     local = f"{plan.repository}:{tag}"
     if not await asyncio.to_thread(engine.image_id, local):
         raise BackendError(

@@ -84,12 +84,21 @@ class ImagePlan:
     and takes every package from it."""
     network: str | None = None
     """The build's network (``--network``: host, none, or the engine's default)."""
+    mpi: bool = False
+    """``--mpi``: with OpenMPI and an SSH server run by the image's user, for MPIJobs
+    (``docker/mpi/install.sh``)."""
 
     @property
     def build_args(self) -> tuple[str, ...]:
         """The Dockerfiles' build arguments this plan sets (none: their defaults)."""
-        args = (f"TORCH_INDEX_URL={self.torch_index}",) if self.torch_index else ()
+        args: tuple[str, ...] = (f"TORCH_INDEX_URL={self.torch_index}",) if self.torch_index else ()
+        args += ("MPI=1",) if self.mpi else ()
         return args + ((f"TORCH_FIND_LINKS={self.torch_find_links}",) if self.torch_find_links else ())
+
+    @property
+    def flavour(self) -> str:
+        """What the image's tag ends with: its variant, and -mpi with ``--mpi``."""
+        return f"{self.variant}-mpi" if self.mpi else self.variant
 
     @property
     def dockerfile(self) -> str:
@@ -101,6 +110,8 @@ WHEELS_NEEDED = ("torch", "numpy", "setuptools", "wheel")
 torch, numpy beside it, and torchdeck's own build backend (pyproject.toml's build-system); the GPU
 image nvidia-ml-py as well."""
 
+MPI_PACKAGES = "openmpi-bin openssh-server openssh-client"
+"""What ``--mpi`` installs from Debian (``docker/mpi/install.sh`` says the same)."""
 CODE_IN_IMAGE = "/opt/code"
 """Where ``--code`` puts the user's code in the image (the spec's entrypoint.in_image)."""
 CODE_DOCKERFILE = "Dockerfile.torchdeck"
@@ -180,6 +191,12 @@ def validate_image(plan: ImagePlan) -> ImagePlan:
             )
         if plan.builder == "kaniko":
             raise SpecError("--torch-wheels", "a folder here cannot reach a build in the cluster", "use --torch-index")
+        if plan.mpi and not ((folder / "Packages").is_file() and any(folder.glob("openmpi-bin_*.deb"))):
+            raise SpecError(
+                "--torch-wheels",
+                f"{plan.torch_wheels} holds no Debian packages for --mpi (the build takes every package from it)",
+                f"fill it once: scripts/fetch-debs.sh {plan.torch_wheels} {MPI_PACKAGES}",
+            )
     if plan.network is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z", plan.network):
         raise SpecError("--network", f"{plan.network!r} is not a network name", "host, none, or a network docker knows")
     if (

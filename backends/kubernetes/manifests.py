@@ -87,6 +87,9 @@ MPI_LAUNCHER_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limit
 MPI_SSH_DIR = "/home/trainer/.ssh"
 """Where the MPI Operator mounts the SSH keys: the home of the images' uid-1000
 user (the operator's default, /root/.ssh, is not that user's)."""
+MPI_SSHD = ["/usr/sbin/sshd", "-De", "-f", "/etc/ssh/sshd_config.torchdeck"]
+"""An MPIJob worker's command: the SSH server of ``torchdeck image build --mpi``, run by the image's
+user (docker/mpi/sshd_config)."""
 KIND_INFO: dict[JobKindName, KindInfo] = {
     "pytorchjob": KindInfo(
         "kubeflow.org",
@@ -115,7 +118,7 @@ KIND_INFO: dict[JobKindName, KindInfo] = {
         "kubectl apply --server-side -f https://raw.githubusercontent.com/kubeflow/mpi-operator/"
         "v0.8.2/deploy/v2beta1/mpi-operator.yaml",
         "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000 with its keys "
-        f"in {MPI_SSH_DIR}; torchdeck's own images have neither (use pytorchjob or job with them)",
+        f"in {MPI_SSH_DIR}, as torchdeck image build --mpi makes it",
     ),
     "job": KindInfo("batch", "v1", "jobs", "Job", "nothing (built into Kubernetes)", ""),
     "elasticjob": KindInfo(
@@ -511,7 +514,7 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         rdzv_ports = [{"name": "rdzv", "containerPort": RDZV_PORT}]
         ctx["mpi_roles"] = [
             ("Launcher", 1, "launcher", ["mpirun"], launch, MPI_LAUNCHER_RESOURCES, [], False),
-            ("Worker", spec.nodes, "worker", ["/usr/sbin/sshd", "-De"], [], resources_, rdzv_ports, True),
+            ("Worker", spec.nodes, "worker", MPI_SSHD, [], resources_, rdzv_ports, True),
         ]
         ctx["ssh_auth_mount_path"] = MPI_SSH_DIR
     elif kind == "job":

@@ -1,9 +1,9 @@
 """Issue 42: every job kind and queue torchdeck targets, run for real on the cluster of
 ``scripts/kube-cluster.sh``: a TrainJob through Kubeflow Trainer v2 and JobSet (with the Trainer's
-own progress status), an indexed Job with its headless Service, jobs queued, admitted and preempted
-by Kueue, a kubeconfig whose role lacks a verb, refused before anything is made, and a PyTorchJob made with
-kubectl from Kubeflow's own example, imported and followed. Every run goes through the CLI as a user
-types it."""
+own progress status), an MPIJob through the MPI Operator, an indexed Job with its headless Service,
+jobs queued, admitted and preempted by Kueue, a kubeconfig whose role lacks a verb, refused before
+anything is made, and a PyTorchJob made with kubectl from Kubeflow's own example, imported and
+followed. Every run goes through the CLI as a user types it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import yaml
 from real_cluster import NAMESPACE, SMALL, TRAIN, ended, launched, status_of, wait
 from trainer_runs import REPO
 
-JOB_KINDS = ("pods", "services", "configmaps", "jobs.batch", "jobsets.jobset.x-k8s.io",
+JOB_KINDS = ("pods", "services", "configmaps", "secrets", "jobs.batch", "jobsets.jobset.x-k8s.io",
              "trainjobs.trainer.kubeflow.org", "pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org",
              "workloads.kueue.x-k8s.io")  # fmt: skip
 
@@ -77,6 +77,22 @@ def test_an_indexed_job_of_two_pods_trains_with_its_headless_service(real_cluste
     final = ended(on_cluster, run_id)
     assert final["state"] == "succeeded", final
     assert sorted(r["rank"] for r in final["ranks"]) == [0, 1] and all(r["step"] == 8 for r in final["ranks"])
+    stopped_leaves_nothing(real_cluster, on_cluster, run_id)
+
+
+def test_an_mpijob_of_two_workers_trains_through_the_real_mpi_operator(real_cluster, trainer_image, volume, on_cluster):
+    """mpirun on the launcher reaches each worker's SSH server (run by the image's user, with the keys
+    the operator mounts) and starts torchrun there; the two meet on worker 0."""
+    run_id = launched(on_cluster, "--kind", "mpijob", "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2",
+                      "--max-steps", "8", "--batch-size", "32", "--name", "mpijob")  # fmt: skip
+    job = real_cluster.get("mpijob", "-n", NAMESPACE, run_id)
+    assert job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    final = ended(on_cluster, run_id)
+    assert final["state"] == "succeeded", final
+    assert sorted(r["rank"] for r in final["ranks"]) == [0, 1] and all(r["step"] == 8 for r in final["ranks"])
+    logs = on_cluster("logs", run_id).stdout  # the launcher's mpirun carries both ranks' lines
+    assert "[rank 0] epoch 1 step 8" in logs and "[rank 1] epoch 1 step 8" in logs, logs[-1500:]
+    assert logs.count("Accepted publickey for trainer") == 2, logs[-1500:]  # each worker's sshd, as uid 1000
     stopped_leaves_nothing(real_cluster, on_cluster, run_id)
 
 

@@ -139,8 +139,10 @@ def image_env(real_cluster: Cluster, tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def trainer_image(image_env: dict[str, str]) -> str:
-    """The CPU training image, built by the real Docker engine and loaded into the node's containerd."""
-    return built_and_loaded(image_env)
+    """The CPU training image with OpenMPI and its SSH server (``image build --mpi``, Debian's packages
+    from the wheel folder), built by the real Docker engine and loaded into the node's containerd: one
+    image for every kind, the MPIJob's too, since each load of its 5 GB takes minutes."""
+    return built_and_loaded(image_env, "--mpi")
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +151,7 @@ def user_image(image_env: dict[str, str], trainer_image: str, tmp_path_factory) 
     wheel folder (``image build --code``); their code still goes to the pods as the bundle."""
     code = tmp_path_factory.mktemp("requirements")
     (code / "requirements.txt").write_text("tqdm\ntensorboard\n")
-    return built_and_loaded(image_env, "--code", str(code))
+    return built_and_loaded(image_env, "--mpi", "--code", str(code))
 
 
 @pytest.fixture(scope="module")

@@ -72,6 +72,14 @@ def test_the_torch_source_is_checked_and_names_the_image(tmp_path) -> None:
         "TORCH_FIND_LINKS=https://files.example.com/w/",
     )
     assert plan().build_args == ()
+    # --mpi: one more argument and its own tag; from a folder, Debian's packages must be in it too
+    with pytest.raises(SpecError, match="no Debian packages for --mpi") as no_debs:
+        plan(torch_wheels=str(tmp_path), mpi=True)
+    assert f"scripts/fetch-debs.sh {tmp_path} openmpi-bin openssh-server openssh-client" in no_debs.value.hint
+    (tmp_path / "openmpi-bin_4.1.4-3+b1_amd64.deb").write_bytes(b"")
+    (tmp_path / "Packages").write_text("Package: openmpi-bin\n")
+    mpi = plan(torch_wheels=str(tmp_path), mpi=True)
+    assert mpi.build_args == ("MPI=1",) and mpi.flavour == "cpu-mpi" and plan(variant="gpu").flavour == "gpu"
     assert image_tag(b"ctx", "cpu") == image_tag(b"ctx", "cpu", ())  # no arguments: the tag as before
     assert image_tag(b"ctx", "cpu", given.build_args) != image_tag(b"ctx", "cpu")
 

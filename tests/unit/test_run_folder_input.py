@@ -425,10 +425,22 @@ def test_the_wheel_server_serves_the_folders_wheels_and_nothing_else(tmp_path) -
         assert urllib.request.urlopen(url + wheel.name, timeout=10).read() == b"PK wheel"
         assert numpy.name in page and urllib.request.urlopen(url + numpy.name, timeout=10).read() == b"PK numpy"
         for path in (".netrc", "notes.txt", "torch-9.9.9-py3-none-any.whl", "../outside.whl", "%2e%2e/outside.whl",
-                     "sub/", "index.html/.netrc"):  # fmt: skip
+                     "sub/", "index.html/.netrc", "./notes.txt", "../outside.deb"):  # fmt: skip
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(url + path, timeout=10)
             assert refused.value.code == 404, path
+    # Debian's packages (an --mpi build's) and their index, as apt asks a flat repository for them:
+    # "./NAME", an epoch's colon as apt-get download names the file (%3a), quoted once more
+    deb = wheels / "openssh-client_1%3a9.2p1-2+deb12u10_amd64.deb"
+    deb.write_bytes(b"!<arch> deb")
+    (wheels / "Packages").write_text("Package: openssh-client\n")
+    (tmp_path / "outside.deb").write_text("out")
+    with serve_wheels(str(wheels)) as url:
+        assert url is not None
+        assert deb.name not in urllib.request.urlopen(url, timeout=10).read().decode()  # pip's page: wheels
+        assert urllib.request.urlopen(url + "./Packages", timeout=10).read() == b"Package: openssh-client\n"
+        asked = url + "./openssh-client_1%253a9.2p1-2%2bdeb12u10_amd64.deb"
+        assert urllib.request.urlopen(asked, timeout=10).read() == b"!<arch> deb"
 
 
 def test_in_image_mounts_the_run_folder_read_only_and_the_code_as_a_copy(tmp_path) -> None:
