@@ -168,7 +168,8 @@ def test_wheel_holds_every_module_stylesheet_and_template(wheel: Path) -> None:
         "torchdeck/manifests/pytorchjob.yaml.j2",
     } <= wanted  # the walk sees them
     assert sorted(wanted - names) == []
-    for expected in ("torchdeck/docker/Dockerfile.cpu", "torchdeck/docker/Dockerfile.gpu", "torchdeck/py.typed"):
+    for expected in ("torchdeck/docker/Dockerfile.cpu", "torchdeck/docker/Dockerfile.gpu", "torchdeck/py.typed",
+                     "torchdeck/docker/mpi/install.sh", "torchdeck/docker/mpi/sshd_config"):  # fmt: skip
         assert expected in names
     assert not [n for n in names if n.startswith(tuple(f"torchdeck/{d}/" for d in NOT_PACKAGED))]
     metadata = next(n for n in names if n.endswith("METADATA"))
