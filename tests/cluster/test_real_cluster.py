@@ -139,7 +139,9 @@ def test_a_users_script_from_the_code_bundle_prints_a_tqdm_bar_and_writes_tensor
 def test_a_rank_pod_deleted_mid_run_is_restarted_by_the_operator_and_resumes_from_its_checkpoint(
     real_cluster, trainer_image, volume, on_cluster
 ):
-    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-steps", "24",
+    # long enough that the pod goes mid-run: a run of 24 steps (10 a second here) had ended once
+    # before its deleted pod stopped, and nothing was restarted
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-steps", "240",
                       "--batch-size", "32", "--set", "trainer.checkpoint_every=3", "--name", "restarted")  # fmt: skip
     wait(lambda: (s := status_of(on_cluster, run_id))["step"] >= 6 and s, "step 6", 600, every=2)
     worker = f"{run_id}-worker-0"
