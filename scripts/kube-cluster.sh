@@ -757,22 +757,29 @@ stop() {
     rm -rf "$state"
 }
 
-load() { # load IMAGE: docker save | ctr import, skipped where containerd holds that image already
-    [ -n "${1:-}" ] || { echo "usage: $0 load IMAGE" >&2; exit 2; }
-    local id ref="$1"
-    id="$(docker image inspect --format '{{.Id}}' "$1")" || missing "docker has no image $1"
-    # containerd names it as docker's reference does in full, and keeps docker's image id as a name too
-    case "$ref" in */*) ;; *) ref="library/$ref" ;; esac
-    case "${ref%%/*}" in *.*|*:*|localhost) ;; *) ref="docker.io/$ref" ;; esac
-    local named by_id
-    named="$("${ctr[@]}" images ls "name==$ref" 2>/dev/null | awk 'NR > 1 {print $3}')"
-    by_id="$("${ctr[@]}" images ls "name==$id" 2>/dev/null | awk 'NR > 1 {print $3}')"
-    if [ -z "$named" ] || [ "$named" != "$by_id" ]; then
-        # layers containerd holds already are not written or unpacked again
-        docker save "$1" | "${ctr[@]}" images import - 2>&1 >/dev/null | grep -v DEPRECATION >&2 || true
-        [ -n "$("${ctr[@]}" images ls -q "name==$ref" 2>/dev/null)" ] || missing "containerd did not take $1"
+load() { # load IMAGE...: docker save | ctr import of those containerd does not hold yet, in one archive
+    [ $# -gt 0 ] || { echo "usage: $0 load IMAGE..." >&2; exit 2; }
+    local image id ref named by_id refs=() absent=()
+    for image in "$@"; do
+        id="$(docker image inspect --format '{{.Id}}' "$image")" || missing "docker has no image $image"
+        # containerd names it as docker's reference does in full, and keeps docker's image id as a name too
+        ref="$image"
+        case "$ref" in */*) ;; *) ref="library/$ref" ;; esac
+        case "${ref%%/*}" in *.*|*:*|localhost) ;; *) ref="docker.io/$ref" ;; esac
+        refs+=("$ref")
+        named="$("${ctr[@]}" images ls "name==$ref" 2>/dev/null | awk 'NR > 1 {print $3}')"
+        by_id="$("${ctr[@]}" images ls "name==$id" 2>/dev/null | awk 'NR > 1 {print $3}')"
+        [ -n "$named" ] && [ "$named" = "$by_id" ] || absent+=("$image")
+    done
+    if [ ${#absent[@]} -gt 0 ]; then
+        # one archive holds a layer the images share once (torch, GBs); layers containerd holds already
+        # are not written or unpacked again
+        docker save "${absent[@]}" | "${ctr[@]}" images import - 2>&1 >/dev/null | grep -v DEPRECATION >&2 || true
     fi
-    prune "${ref%:*}"
+    for ref in "${refs[@]}"; do
+        [ -n "$("${ctr[@]}" images ls -q "name==$ref" 2>/dev/null)" ] || missing "containerd did not take $ref"
+        prune "${ref%:*}"
+    done
 }
 
 prune() { # prune REPOSITORY: the node keeps no image of REPOSITORY that docker no longer holds (its
@@ -802,5 +809,5 @@ case "${1:-}" in
     ctr) shift; exec "${ctr[@]}" "$@" ;;
     kubectl) shift; [ -f "$state/kubeconfig" ] || missing "not started"; exec "$kube" kubectl --kubeconfig "$state/kubeconfig" "$@" ;;
     build) build ;;
-    *) echo "usage: $0 start|stop|status|kubeconfig|load IMAGE|kubectl ARGS|ctr ARGS|build" >&2; exit 2 ;;
+    *) echo "usage: $0 start|stop|status|kubeconfig|load IMAGE...|kubectl ARGS|ctr ARGS|build" >&2; exit 2 ;;
 esac

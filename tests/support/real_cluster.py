@@ -111,19 +111,20 @@ def wheel_folder() -> str:
     )
 
 
-def built_and_loaded(env: dict[str, str], *args: str) -> str:
-    """``torchdeck image build --no-push ARGS`` from the wheel folder, then the image loaded into the
-    node's containerd (an unchanged tree builds nothing; an image the node holds is not loaded again)."""
-    started = time.monotonic()
-    built = run_cli(["image", "build", "--no-push", "--torch-wheels", wheel_folder(), *args], env, REPO, timeout=1800)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr
-    (line,) = [line for line in built.stdout.splitlines() if "torchdeck train --in-image" in line]
-    name = line.split("--in-image ", 1)[1].split()[0]
-    loaded = subprocess.run([str(SCRIPT), "load", name], capture_output=True, text=True, timeout=1800,
-                            env={**os.environ, "DOCKER_HOST": env["DOCKER_HOST"]})  # fmt: skip
-    assert loaded.returncode == 0, loaded.stdout + loaded.stderr
-    print(f"image {name} built and loaded in {time.monotonic() - started:.1f} s")
-    return name
+def built(env: dict[str, str], *args: str) -> str:
+    """``torchdeck image build --no-push ARGS`` from the wheel folder (an unchanged tree builds nothing)."""
+    done = run_cli(["image", "build", "--no-push", "--torch-wheels", wheel_folder(), *args], env, REPO, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "torchdeck train --in-image" in line]
+    return line.split("--in-image ", 1)[1].split()[0]
+
+
+def loaded(env: dict[str, str], *names: str) -> None:
+    """The images loaded into the node's containerd in one archive (a layer they share goes once; an
+    image the node holds is not loaded again)."""
+    done = subprocess.run([str(SCRIPT), "load", *names], capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "DOCKER_HOST": env["DOCKER_HOST"]})  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -138,20 +139,29 @@ def image_env(real_cluster: Cluster, tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def trainer_image(image_env: dict[str, str]) -> str:
-    """The CPU training image with OpenMPI and its SSH server (``image build --mpi``, Debian's packages
-    from the wheel folder), built by the real Docker engine and loaded into the node's containerd: one
-    image for every kind, the MPIJob's too, since each load of its 5 GB takes minutes."""
-    return built_and_loaded(image_env, "--mpi")
+def images(image_env: dict[str, str], tmp_path_factory) -> tuple[str, str]:
+    """Built by the real Docker engine and loaded into the node's containerd together (each 5 GB
+    archive took minutes to load): the CPU training image with OpenMPI and its SSH server
+    (``image build --mpi``, Debian's packages from the wheel folder), one image for every kind, the
+    MPIJob's too; and a user's own image on it, with their requirements (tqdm, TensorBoard) from the
+    wheel folder (``image build --code``; their code still goes to the pods as the bundle)."""
+    started = time.monotonic()
+    code = tmp_path_factory.mktemp("requirements")
+    (code / "requirements.txt").write_text("tqdm\ntensorboard\n")
+    names = built(image_env, "--mpi"), built(image_env, "--mpi", "--code", str(code))
+    loaded(image_env, *names)
+    print(f"images {', '.join(names)} built and loaded in {time.monotonic() - started:.1f} s")
+    return names
 
 
 @pytest.fixture(scope="module")
-def user_image(image_env: dict[str, str], trainer_image: str, tmp_path_factory) -> str:
-    """A user's own image: the training image with their requirements (tqdm, TensorBoard) from the
-    wheel folder (``image build --code``); their code still goes to the pods as the bundle."""
-    code = tmp_path_factory.mktemp("requirements")
-    (code / "requirements.txt").write_text("tqdm\ntensorboard\n")
-    return built_and_loaded(image_env, "--mpi", "--code", str(code))
+def trainer_image(images: tuple[str, str]) -> str:
+    return images[0]
+
+
+@pytest.fixture(scope="module")
+def user_image(images: tuple[str, str]) -> str:
+    return images[1]
 
 
 @pytest.fixture(scope="module")
