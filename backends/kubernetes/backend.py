@@ -78,6 +78,7 @@ from .manifests import (
     kept_spec,
     pod_selector,
     render,
+    run_labels,
 )
 from .node_metrics import measure_nodes
 from .preflight import preflight
@@ -599,8 +600,8 @@ class KubernetesBackend(Backend):
         notes = {SPEC_ANNOTATION: kept_spec(found.spec), PODS_ANNOTATION: f"{OWN_POD_LABELS[key]}={name}"}
         if not found.spec.builtin:  # the user's code: its ranks' lines are read as torchdeck's own
             notes[PROGRAM_ANNOTATION] = found.spec.program
-        label = {RUN_LABEL: name, MANAGED.split("=")[0]: "torchdeck"}
-        self.client.request("PATCH", path, body={"metadata": {"labels": label, "annotations": notes}})
+        ours = run_labels(name, found.spec.name)
+        self.client.request("PATCH", path, body={"metadata": {"labels": ours, "annotations": notes}})
         self._note(path)
         self._kinds[name] = (key, ns)
         self._selectors[name] = notes[PODS_ANNOTATION]

@@ -373,16 +373,21 @@ def add_bundle(
     ctx["init_containers"] = init
 
 
+def run_labels(run_id: str, job_name: str) -> dict[str, str]:
+    """The labels of a run's job and pods (and of a job ``torchdeck import KIND/NAME`` adopts)."""
+    return {
+        "app.kubernetes.io/name": "torchdeck",
+        "app.kubernetes.io/managed-by": "torchdeck",
+        RUN_LABEL: run_id,
+        JOB_LABEL: job_name,
+    }
+
+
 def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
     """Everything the templates need, worked out once."""
     c = spec.cluster
     r = spec.resources
-    labels = {
-        "app.kubernetes.io/name": "torchdeck",
-        "app.kubernetes.io/managed-by": "torchdeck",
-        RUN_LABEL: run_id,
-        JOB_LABEL: spec.name,
-    }
+    labels = run_labels(run_id, spec.name)
     checkpoint_dir = c.checkpoint_dir or f"{c.mount_path.rstrip('/')}/runs/{spec.name}"
     trainer = program(spec, checkpoint_dir)
     requests: dict[str, str] = {}
