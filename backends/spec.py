@@ -6,43 +6,57 @@ Loading validates every field and names the bad one
 unknown keys are errors with a "did you mean" hint, so a typo never silently
 falls back to a default.
 
-Why one module of this size: the spec's dataclasses and the check of each of their fields belong
-together (a field and its check side by side); reading and writing the file is ``files.py``."""
+Each field is declared once: its type, default, ``Option`` (label, help, example, choices, check,
+flag: ``spec_options.py``) and docstring side by side. Adding a field is that one declaration;
+the checks, the command line's flags, the launch form and ``init``'s template follow from it
+(``spec_options()``). Reading and writing the file is ``files.py``."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
 
-from ..trainer.s3url import S3Url
 from .cost import money
 from .errors import SpecError
 from .files import load_yaml, parse_yaml, replace_text
-from .names import DNS_1035_RE, check_bucket_name, check_code_path, check_s3_prefix
-from .names import SUBDOMAIN_RE as DNS_SUBDOMAIN_RE
+from .spec_options import (
+    Option,
+    Widget,
+    abs_path,
+    arguments_check,
+    as_arguments,
+    choices,
+    env_check,
+    image_check,
+    int_at_least,
+    is_bool,
+    job_name,
+    label_named,
+    labels_check,
+    metric_tags,
+    module_check,
+    money_check,
+    name_253,
+    name_check,
+    option,
+    optional_check,
+    path_check,
+    pattern_check,
+    quantity_check,
+    quantity_text,
+    queue_name,
+    relative_path,
+    s3_prefix,
+    widget_of,
+)
 
 DEFAULT_SPEC_FILE = "torchdeck.yaml"
-NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?\Z")
-"""Names of objects a run makes (and so job names, which start them): a letter first, as Service
-names, the PyTorchJob webhook and TrainJob's CEL rule demand."""
-MAX_JOB_NAME = 40
-LABEL_KEY_RE = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
-LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
-IMAGE_RE = re.compile(
-    r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
-    r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?\Z"
-)
-"""An image reference as the engines take one: a registry host that starts and ends with a letter or
-digit (``--privileged/x`` is an option, not a host), anchored at the very end (``\\Z``: ``$`` would
-let a trailing newline through)."""
-QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?\Z")
 # The trainer's recipes and models, by name; the trainer itself (which
 # imports torch) is not loaded to validate a spec. tests/unit/test_spec.py checks
 # these against the trainer's own argument parser.
@@ -55,27 +69,54 @@ class TrainerOptions:
     """Options passed to ``python -m torchdeck.trainer``; None means the
     recipe's value."""
 
-    recipe: str = "fast"
+    recipe: str = option(
+        "fast", **choices(*RECIPES), help="the built-in trainer's hyper-parameters", label="Recipe", flag="--recipe"
+    )
     """Hyper-parameter set: fast (default) or seed."""
-    model: str | None = None
+    model: str | None = option(
+        None,
+        **choices(*MODELS, optional=True),
+        help="the built-in trainer's network",
+        label="Model",
+        example="the recipe's",
+        flag="--model",
+    )
     """Network: resnet-fast, seed-cnn or resnet18 (default: the recipe's)."""
-    epochs: int | None = None
+    epochs: int | None = option(
+        None,
+        check=int_at_least(1, optional=True),
+        help="epochs to train",
+        label="Epochs",
+        example="empty: the recipe's",
+        flag="--epochs",
+    )
     """Epochs to train (default: the recipe's)."""
-    batch_size: int | None = None
+    batch_size: int | None = option(
+        None, check=int_at_least(1, optional=True), help="images per rank per step", flag="--batch-size"
+    )
     """Images per rank per step (default: the recipe's)."""
-    max_steps: int | None = None
+    max_steps: int | None = option(
+        None,
+        check=int_at_least(1, optional=True),
+        help="stop after N optimiser steps",
+        label="Max steps",
+        example="empty: no limit",
+        flag="--max-steps",
+    )
     """Stop after this many optimiser steps, job-wide."""
-    dataset: str = "cifar10"
+    dataset: str = option("cifar10", **choices("cifar10", "synthetic"), help="cifar10, or synthetic images")
     """cifar10 from data_dir, or synthetic images of the same shape."""
-    precision: str | None = None
+    precision: str | None = option(
+        None, **choices("auto", "fp32", "bf16", "fp16", optional=True), help="number format of the training"
+    )
     """auto, fp32, bf16 or fp16 (default: the recipe's)."""
-    seed: int = 0
+    seed: int = option(0, check=int_at_least(0), help="random seed")
     """Random seed."""
-    checkpoint_every: int = 0
+    checkpoint_every: int = option(0, check=int_at_least(0), help="also snapshot every N optimiser steps")
     """Also snapshot every N optimiser steps (always at each epoch's end)."""
-    keep_checkpoints: int = 3
+    keep_checkpoints: int = option(3, check=int_at_least(0), help="keep the newest K snapshots")
     """Keep the newest K snapshots."""
-    log_every: int = 1
+    log_every: int = option(1, check=int_at_least(1), help="a step metric line every N steps")
     """Write a step metric line every N steps."""
 
 
@@ -83,13 +124,39 @@ class TrainerOptions:
 class Resources:
     """What each worker (pod) asks the cluster for; ignored by the local backend."""
 
-    cpu: str | None = None
+    cpu: str | None = option(
+        None,
+        check=quantity_check(optional=True),
+        help="CPU request per worker",
+        label="CPU per worker",
+        example="4 or 3500m (empty: none)",
+        where="cluster",
+        coerce=quantity_text,
+    )
     """CPU request per worker, a Kubernetes quantity such as "4" or "3500m"."""
-    memory: str | None = None
+    memory: str | None = option(
+        None,
+        check=quantity_check(optional=True),
+        help="memory request per worker",
+        label="Memory per worker",
+        example="8Gi (empty: none)",
+        where="cluster",
+        coerce=quantity_text,
+    )
     """Memory request per worker, e.g. "8Gi"."""
-    gpus: int = 0
+    gpus: int = option(
+        0,
+        check=int_at_least(0),
+        help="GPUs per worker",
+        label="GPUs per worker",
+        example="0",
+        flag="--gpus",
+        where="cluster",
+    )
     """nvidia.com/gpu per worker."""
-    shm_size: str = "1Gi"
+    shm_size: str = option(
+        "1Gi", check=quantity_check(optional=False), help="size of /dev/shm", where="cluster", coerce=quantity_text
+    )
     """Size of /dev/shm (a memory-backed volume in a pod)."""
 
 
@@ -104,46 +171,121 @@ KINDS: tuple[JobKindName, ...] = get_args(JobKindName)
 class ClusterOptions:
     """How the job runs on a Kubernetes cluster; ignored by the local backend."""
 
-    kind: JobKindName = "pytorchjob"
+    kind: JobKindName = option(
+        "pytorchjob",
+        **choices(*KINDS),
+        help="cluster: how the job goes on the cluster: pytorchjob (default), trainjob, mpijob, job, or "
+        "elasticjob (render-only; docs/KUBERNETES.md says which operator release each was run with)",
+        label="Job kind",
+        flag="--kind",
+        where="cluster",
+    )
     """pytorchjob, trainjob, mpijob, job or elasticjob."""
-    queue: str | None = None
+    queue: str | None = option(
+        None,
+        check=optional_check(queue_name),
+        help="cluster: Kueue's LocalQueue to submit through (a shared cluster's quotas)",
+        label="Kueue queue",
+        example="empty: straight to the cluster",
+        flag="--queue",
+        where="cluster",
+    )
     """Kueue's LocalQueue in the job's namespace to submit through (a shared cluster's quotas): the
     job is created suspended with the ``kueue.x-k8s.io/queue-name`` label, and Kueue starts it."""
-    priority_class: str | None = None
+    priority_class: str | None = option(
+        None,
+        check=optional_check(label_named("kueue.x-k8s.io/priority-class")),
+        help="Kueue's WorkloadPriorityClass for a queued job",
+        label="Queue priority",
+        example="empty: the queue's default",
+        where="cluster",
+    )
     """Kueue's WorkloadPriorityClass for a queued job (the ``kueue.x-k8s.io/priority-class`` label):
     a higher one may preempt lower ones in its ClusterQueue, which resume from their checkpoints."""
-    pvc: str | None = None
+    pvc: str | None = option(
+        None,
+        check=optional_check(name_253),
+        help="the PersistentVolumeClaim with the data and checkpoints (torchdeck storage create makes one)",
+        label="Shared volume",
+        example="PVC name (empty: none)",
+        where="cluster",
+    )
     """PersistentVolumeClaim holding the data and the checkpoints (EFS or FSx), mounted at mount_path."""
-    mount_path: str = "/shared"
+    mount_path: str = option("/shared", check=abs_path, help="where the claim is mounted in every pod", where="cluster")
     """Where the claim is mounted in every pod."""
-    data_dir: str = "/shared/data"
+    data_dir: str = option(
+        "/shared/data",
+        check=abs_path,
+        help="the folder holding cifar-10-batches-py/ in the pods",
+        label="Data in the pods",
+        example="/shared/data",
+        where="cluster",
+    )
     """Folder holding cifar-10-batches-py/ inside the pods."""
-    checkpoint_dir: str | None = None
+    checkpoint_dir: str | None = option(
+        None, check=optional_check(abs_path), help="snapshots in the pods", where="cluster"
+    )
     """Snapshots inside the pods (default: <mount_path>/runs/<job name>)."""
-    service_account: str | None = None
+    service_account: str | None = option(
+        None,
+        check=optional_check(name_253),
+        help="the pods' service account (an IRSA role for S3 on EKS)",
+        label="Service account",
+        example="empty: the namespace's default",
+        where="cluster",
+    )
     """Service account of the pods (an IRSA role for S3 on EKS)."""
-    image_pull_policy: str | None = None
+    image_pull_policy: str | None = option(
+        None,
+        **choices("Always", "IfNotPresent", "Never", optional=True),
+        help="when the node pulls the image (Never: only an image already on the node)",
+        where="cluster",
+    )
     """Always, IfNotPresent or Never (default: Kubernetes' own, IfNotPresent for a tagged image). Never
     runs only an image already on the node, as on kind or a node loaded by hand."""
-    node_selector: dict[str, str] = field(default_factory=dict)
+    node_selector: dict[str, str] = option(
+        factory=dict,
+        check=labels_check,
+        help="node labels the pods must match",
+        label="Node selector",
+        example="eks.amazonaws.com/nodegroup=gpu",
+        where="cluster",
+    )
     """Node labels the pods must match, e.g. {eks.amazonaws.com/nodegroup: gpu}."""
-    gpu_toleration: bool = True
+    gpu_toleration: bool = option(True, check=is_bool, help="tolerate the nvidia.com/gpu taint", where="cluster")
     """Tolerate the nvidia.com/gpu taint GPU nodes carry (only when gpus > 0)."""
-    min_nodes: int | None = None
+    min_nodes: int | None = option(
+        None, check=int_at_least(1, optional=True), help="elastic: the fewest nodes", where="cluster"
+    )
     """Elastic: run with as few as this many nodes (set with max_nodes)."""
-    max_nodes: int | None = None
+    max_nodes: int | None = option(
+        None, check=int_at_least(1, optional=True), help="elastic: the most nodes", where="cluster"
+    )
     """Elastic: and as many as this."""
-    restart_policy: str = "OnFailure"
+    restart_policy: str = option(
+        "OnFailure", **choices("OnFailure", "ExitCode"), help="when a pod restarts", where="cluster"
+    )
     """OnFailure, or ExitCode (restart on retryable exit codes only)."""
-    backoff_limit: int = 3
+    backoff_limit: int = option(3, check=int_at_least(0), help="pod restarts before the job fails", where="cluster")
     """Pod restarts before the whole job is failed."""
-    clean_pod_policy: str = "None"
+    clean_pod_policy: str = option(
+        "None", **choices("None", "Running", "All"), help="which pods go when the job ends", where="cluster"
+    )
     """Which pods to delete when the job ends: None (keep them for their logs), Running or All."""
-    ttl_seconds_after_finished: int | None = 86400
+    ttl_seconds_after_finished: int | None = option(
+        86400, check=int_at_least(0, optional=True), help="delete the finished job after this long", where="cluster"
+    )
     """Delete the finished job object after this long (None: keep it)."""
-    runtime: str = "torch-distributed"
+    runtime: str = option(
+        "torch-distributed", check=name_253, help="TrainJob: the ClusterTrainingRuntime", where="cluster"
+    )
     """TrainJob only: the ClusterTrainingRuntime to run against."""
-    code_bucket: str | None = None
+    code_bucket: str | None = option(
+        None,
+        check=optional_check(s3_prefix),
+        help="where a code bundle too large for a ConfigMap goes (s3://BUCKET/PREFIX)",
+        where="cluster",
+    )
     """Your code: where a code bundle too large for a ConfigMap goes, s3://BUCKET/PREFIX, which the
     pods' service account can read (eks: the cluster's model bucket when unset)."""
 
@@ -152,22 +294,69 @@ class ClusterOptions:
 class Entrypoint:
     """What every rank runs: the built-in trainer (neither script nor module), a script or a module."""
 
-    script: str | None = None
+    script: str | None = option(
+        None,
+        check=optional_check(relative_path),
+        help="your script, in the code folder (empty: the built-in CIFAR-10 trainer)",
+        label="Script",
+        example="train.py (empty: built-in trainer)",
+    )
     """A Python script, relative to the code folder (torchrun's ``train.py``)."""
-    module: str | None = None
+    module: str | None = option(
+        None,
+        check=optional_check(module_check),
+        help="run python -m M on every rank (arguments for it after --)",
+        label="or module",
+        example="mypkg.train",
+        flag="--module",
+    )
     """A module to run with ``python -m`` from the code folder."""
-    args: list[str] = field(default_factory=list)
+    args: list[str] = option(
+        factory=list,
+        check=arguments_check,
+        convert=as_arguments,
+        help="its arguments, as on a command line",
+        label="Arguments",
+        example="--epochs 3 --lr 0.1",
+    )
     """The script's or module's own arguments."""
-    code: str = "."
+    code: str = option(
+        ".",
+        check=path_check(optional=False),
+        help="the code folder (shipped with the job to a cluster)",
+        label="Code folder",
+        example=".",
+        local_path=True,
+    )
     """The code folder shipped with the job; relative paths are taken from the spec file's folder."""
-    requirements: str | None = None
+    requirements: str | None = option(
+        None,
+        check=optional_check(relative_path),
+        help="a requirements file in the code folder, installed in the pods first",
+        label="Requirements",
+        example="requirements.txt (empty: none)",
+        where="cluster",
+    )
     """A requirements file in the code folder, installed before the ranks start (clusters)."""
-    python: str | None = None
+    python: str | None = option(
+        None,
+        check=path_check(optional=True),
+        help="local: the interpreter for your code (default: the active venv's)",
+        flag="--python",
+        where="local",
+    )
     """Local backend: the interpreter that runs the code (default: the active virtual environment's)."""
-    in_image: str | None = None
+    in_image: str | None = option(
+        None,
+        check=optional_check(abs_path),
+        help="the folder in the image that holds the code (image build --code sets it)",
+        where="cluster",
+    )
     """Clusters: the folder in the image that holds the code (``torchdeck image build --code`` sets
     it): no bundle is sent, the pods run what the image holds."""
-    workdir: str | None = None
+    workdir: str | None = option(
+        None, check=optional_check(relative_path), help="the folder, within the code folder, the ranks run in"
+    )
     """The folder, within the code folder, that the ranks run in (None: the code folder itself).
     ``torchdeck train`` roots the code folder at the project a script is part of (a git root, a
     ``pyproject.toml`` or ``setup.py`` above it) and runs it from where you ran it."""
@@ -177,10 +366,18 @@ class Entrypoint:
 class MetricsOptions:
     """How torchdeck reads a user script's metrics from its output (``torchdeck.trainer.textmetrics``)."""
 
-    pattern: str | None = None
+    pattern: str | None = option(
+        None,
+        check=optional_check(pattern_check),
+        help="a regex with (?P<loss>...) for your script's lines (empty: the common text formats)",
+        label="Metrics pattern",
+        example="empty: the common formats",
+    )
     """A regular expression with named groups (loss, step, epoch, accuracy, ...) for lines the
     built-in formats do not know; it replaces them."""
-    tags: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = option(
+        factory=dict, check=metric_tags, help="which logger scalar is which (loss, val_loss, accuracy)"
+    )
     """Which logger scalar (TensorBoard tag, CSV column, MLflow metric) is which, where its name does
     not say: ``{loss: train/objective, val_loss: holdout/objective, accuracy: holdout/top1}``."""
 
@@ -189,36 +386,125 @@ class MetricsOptions:
 class JobSpec:
     """One distributed training job."""
 
-    name: str = "cifar10"
+    name: str = option(
+        "cifar10",
+        check=job_name,
+        help="job name",
+        label="Job name",
+        example="cifar10-ddp",
+        flag="--name",
+    )
     """Job name: lower-case letters, digits and '-', at most 40 characters."""
-    nodes: int = 1
+    nodes: int = option(
+        1,
+        check=int_at_least(1),
+        help="nodes (the local backend runs one)",
+        label="Nodes",
+        example="2",
+        flag="--nodes",
+        where="cluster",
+    )
     """Machines (pods) taking part; the local backend runs one."""
-    nproc_per_node: int = 2
+    nproc_per_node: int = option(
+        2,
+        check=int_at_least(1),
+        help="ranks on each node (one per GPU)",
+        label="Ranks per node",
+        example="2",
+        flag="--nproc-per-node",
+    )
     """Ranks (processes) per node."""
-    max_restarts: int = 3
+    max_restarts: int = option(
+        3,
+        check=int_at_least(0),
+        help="restarts of a failed job before it fails",
+        label="Max restarts",
+        example="0",
+        flag="--max-restarts",
+    )
     """How many times torchrun restarts the workers after a failure."""
-    device: str = "auto"
+    device: str = option(
+        "auto",
+        **choices("auto", "cpu", "cuda"),
+        help="auto: CUDA where there is a GPU, else the CPU",
+        label="Device",
+        flag="--device",
+    )
     """auto (CUDA where present), cpu or cuda."""
-    data_dir: str = "data"
+    data_dir: str = option(
+        "data",
+        check=path_check(optional=False),
+        help="folder holding cifar-10-batches-py/",
+        label="Data folder",
+        example="./data",
+        flag="--data-dir",
+        where="local",
+        local_path=True,
+    )
     """Folder holding cifar-10-batches-py/; relative paths are taken from the spec file's folder."""
-    download: bool = False
+    download: bool = option(
+        False,
+        check=is_bool,
+        help="fetch CIFAR-10 into the data folder if absent",
+        label="Download data",
+        example="if absent",
+        flag="--download",
+    )
     """Fetch the official CIFAR-10 archive into data_dir if it is absent."""
-    checkpoint_dir: str | None = None
+    checkpoint_dir: str | None = option(
+        None, check=path_check(optional=True), help="where snapshots go", flag="--checkpoint-dir", local_path=True
+    )
     """Where snapshots go (default: the run's own folder, or the shared volume on a cluster)."""
-    model_file: str | None = None
+    model_file: str | None = option(
+        None,
+        check=path_check(optional=True),
+        help="where the trained model goes: a path or s3://bucket/key",
+        flag="--model-file",
+        local_path=True,
+    )
     """Where the trained model goes: a path or s3://bucket/key (default: model.pt in checkpoint_dir)."""
     trainer: TrainerOptions = field(default_factory=TrainerOptions)
     """Options for the training program."""
-    image: str | None = None
+    image: str | None = option(
+        None,
+        check=image_check,
+        help="cluster: the training image (registry/repo:tag or @sha256:...)",
+        label="Image",
+        example="registry/repo:tag (image build makes one)",
+        flag="--image",
+        where="cluster",
+    )
     """Training image for cluster backends (ignored locally)."""
-    local_image: str | None = None
+    local_image: str | None = option(
+        None,
+        check=image_check,
+        help="local: run every rank inside this image, as the pods do (Docker here)",
+        label="Run in image",
+        example="empty: on this machine",
+        flag="--in-image",
+        where="local",
+    )
     """Local backend: run every rank inside this image on this machine's container engine, as the
     pods run them (``train --in-image IMAGE``; ``backends/local_in_image.py``)."""
-    namespace: str = "default"
+    namespace: str = option(
+        "default",
+        check=name_check,
+        help="cluster: the Kubernetes namespace",
+        label="Namespace",
+        example="default",
+        flag="--namespace",
+        where="cluster",
+    )
     """Kubernetes namespace for cluster backends."""
     resources: Resources = field(default_factory=Resources)
     """Per-worker resources for cluster backends."""
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = option(
+        factory=dict,
+        check=env_check,
+        help="extra environment variables for every rank",
+        label="Environment",
+        example="NCCL_DEBUG=INFO",
+    )
     """Extra environment variables for every rank."""
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
     """How the job runs on a Kubernetes cluster."""
@@ -226,10 +512,19 @@ class JobSpec:
     """What every rank runs (default: the built-in CIFAR-10 trainer)."""
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     """How a user script's metrics are read."""
-    budget: float | None = None
+    budget: float | None = option(
+        None,
+        check=money_check(positive=True),
+        help="the most this run may cost, in USD (stopped past it)",
+        label="Budget (USD)",
+        example="empty: no limit",
+        convert=money,
+    )
     """The most this run may cost, in USD (``12.50``, ``"$12.50"``): past it the run is stopped, the
     built-in trainer with a checkpoint, and its reason says so (``backends/cost.py``)."""
-    node_price_per_hour: float | None = None
+    node_price_per_hour: float | None = option(
+        None, check=money_check(positive=False), help="what one node costs an hour, in USD", convert=money
+    )
     """What one node of this run costs an hour, where torchdeck's price table does not say or you pay
     another price: this machine on the local backend, every node on a cluster."""
 
@@ -264,293 +559,84 @@ class JobSpec:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-Check = Callable[[object], "str | None"]
-"""A field's check: why a value is wrong, or None."""
-
-
-def _choices(*values: str | None) -> Check:
-    def check(v: object) -> str | None:
-        if v not in values:
-            shown = ", ".join(x for x in values if x is not None)
-            return f"must be one of {shown}, got {v!r}"
-        return None
-
-    return check
-
-
-def _int_at_least(low: int, optional: bool = False) -> Check:
-    def check(v: object) -> str | None:
-        if v is None and optional:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            return f"must be an integer >= {low}, got {v!r}"
-        return None
-
-    return check
-
-
-def _is_bool(v: object) -> str | None:
-    return None if isinstance(v, bool) else f"must be true or false, got {v!r}"
-
-
-def _path(optional: bool) -> Check:
-    def check(v: object) -> str | None:
-        if v is None and optional:
-            return None
-        if not isinstance(v, str) or not v.strip():
-            return f"must be a path, got {v!r}"
-        return None
-
-    return check
-
-
-def quantity_text(v: object) -> Any:
-    """A number where a Kubernetes quantity goes (cpu: 90, memory: 1.5) as the quantity's text,
-    as the API server takes it; anything else unchanged, for the check to judge."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return v
-    return str(v) if isinstance(v, int) or not v.is_integer() else str(int(v))
-
-
-def _quantity(optional: bool) -> Check:
-    def check(v: object) -> str | None:
-        if v is None and optional:
-            return None
-        if not isinstance(v, str) or not QUANTITY_RE.match(v):
-            return f'must be a Kubernetes quantity such as "4", "500m" or "8Gi", got {v!r}'
-        return None
-
-    return check
-
-
-def _name(v: object) -> str | None:
-    if not isinstance(v, str) or not NAME_RE.match(v):
-        return f"must be 1-40 lower-case letters, digits or '-', starting and ending with a letter or digit, got {v!r}"
-    return None
-
-
-def _job_name(v: object) -> str | None:
-    if not isinstance(v, str) or len(v) > MAX_JOB_NAME or not DNS_1035_RE.match(v):
-        return (
-            f"must be 1-40 lower-case letters, digits or '-', starting with a letter and ending with a "
-            f"letter or digit (Kubernetes' DNS-1035 names), got {v!r:.60}"
-        )
-    return None
-
-
-def _name_253(v: object) -> str | None:
-    """A DNS subdomain name (RFC 1123): what Kubernetes takes for most object names."""
-    if not isinstance(v, str) or len(v) > 253 or not DNS_SUBDOMAIN_RE.match(v):
-        return (
-            f"must be a DNS-1123 name (lower-case letters, digits, '-' and '.', starting and ending "
-            f"with a letter or digit), got {v!r}"
-        )
-    return None
-
-
-def _label_named(label: str) -> Callable[[object], str | None]:
-    """An object's name that is also the value of ``label`` (63 characters at most)."""
-
-    def check(v: object) -> str | None:
-        problem = _name_253(v)
-        if problem is None and isinstance(v, str) and len(v) > 63:
-            return f"must be at most 63 characters (it becomes the {label} label), got {len(v)}"
-        return problem
-
-    return check
-
-
-_queue_name = _label_named("kueue.x-k8s.io/queue-name")
-"""A LocalQueue's name."""
-
-
-def _image(v: object) -> str | None:
-    if v is None:
-        return None
-    if not isinstance(v, str) or not IMAGE_RE.match(v):
-        return (
-            f"must be an image reference such as registry/repo:tag or repo@sha256:<64 hex>, got {v!r} "
-            f"(lower-case repository, no spaces or scheme)"
-        )
-    return None
-
-
-def _env(v: object) -> str | None:
-    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
-        return 'must map names to string values (quote numbers: "1")'
-    bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", k)]
-    return f"{bad[0]!r} is not a valid variable name" if bad else None
-
-
-TRAINER_CHECKS = {
-    "recipe": _choices(*RECIPES),
-    "model": _choices(None, *MODELS),
-    "epochs": _int_at_least(1, optional=True),
-    "batch_size": _int_at_least(1, optional=True),
-    "max_steps": _int_at_least(1, optional=True),
-    "dataset": _choices("cifar10", "synthetic"),
-    "precision": _choices(None, "auto", "fp32", "bf16", "fp16"),
-    "seed": _int_at_least(0),
-    "checkpoint_every": _int_at_least(0),
-    "keep_checkpoints": _int_at_least(0),
-    "log_every": _int_at_least(1),
+NESTED: dict[str, type] = {
+    "trainer": TrainerOptions,
+    "resources": Resources,
+    "cluster": ClusterOptions,
+    "entrypoint": Entrypoint,
+    "metrics": MetricsOptions,
 }
-QUANTITY_FIELDS = ("cpu", "memory", "shm_size")
-RESOURCE_CHECKS = {
-    "cpu": _quantity(optional=True),
-    "memory": _quantity(optional=True),
-    "gpus": _int_at_least(0),
-    "shm_size": _quantity(optional=False),
+"""The spec's sections, each a dataclass of options of its own."""
+
+
+@dataclass(frozen=True)
+class SpecOption:
+    """One field of the spec with its ``Option``: what the flag, the form and the template read."""
+
+    path: str
+    """Dotted, as ``--set`` and the form name it: ``trainer.epochs``."""
+    option: Option
+    widget: Widget
+    default: Any
+    optional: bool
+    """None is a value it takes (empty in the form)."""
+
+    @property
+    def name(self) -> str:
+        """The field's own name (``epochs``): the command line's ``dest`` for its flag."""
+        return self.path.rpartition(".")[2]
+
+
+def _options_of(cls: type, prefix: str) -> dict[str, SpecOption]:
+    out: dict[str, SpecOption] = {}
+    for f in dataclasses.fields(cls):
+        opt = f.metadata.get("option")
+        if opt is None:
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        type_text = str(f.type)
+        out[f.name] = SpecOption(prefix + f.name, opt, widget_of(opt, type_text), default, "None" in type_text)
+    return out
+
+
+OPTIONS: dict[str, dict[str, SpecOption]] = {
+    "": _options_of(JobSpec, ""),
+    **{section: _options_of(cls, section + ".") for section, cls in NESTED.items()},
 }
-MONEY_FIELDS = ("budget", "node_price_per_hour")
-"""Amounts, read by ``cost.money`` (``"$12.50"`` is 12.5); None leaves them unset."""
+"""Every option by section ("" for the top level), then by field name."""
 
 
-def _money(positive: bool) -> Check:
-    def check(v: object) -> str | None:
-        if v is None:
-            return None
-        try:
-            money(v, positive=positive)
-        except ValueError as exc:
-            return str(exc)
-        return None
-
-    return check
+def spec_options() -> Iterator[SpecOption]:
+    """Every option of the spec, in the order the file lists them."""
+    for name in (f.name for f in dataclasses.fields(JobSpec)):
+        if name in NESTED:
+            yield from OPTIONS[name].values()
+        else:
+            yield OPTIONS[""][name]
 
 
-SPEC_CHECKS = {
-    "name": _job_name,
-    "nodes": _int_at_least(1),
-    "nproc_per_node": _int_at_least(1),
-    "max_restarts": _int_at_least(0),
-    "device": _choices("auto", "cpu", "cuda"),
-    "data_dir": _path(optional=False),
-    "download": _is_bool,
-    "checkpoint_dir": _path(optional=True),
-    "model_file": _path(optional=True),
-    "image": _image,
-    "local_image": _image,
-    "namespace": _name,
-    "env": _env,
-    "budget": _money(positive=True),
-    "node_price_per_hour": _money(positive=False),
-}
+def option_at(path: str) -> SpecOption:
+    """The option at a dotted path (KeyError where there is none)."""
+    section, _, name = path.rpartition(".")
+    return OPTIONS[section][name]
 
 
-def _labels(v: object) -> str | None:
-    if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
-        return "must map label names to string values"
-    for key, value in v.items():
-        if not LABEL_KEY_RE.match(key):
-            return f"{key!r} is not a valid label name"
-        if not LABEL_VALUE_RE.match(value):
-            return f"{value!r} is not a valid label value (63 characters at most: letters, digits, '-', '_', '.')"
-    return None
+def _empty(opt: SpecOption, value: Any) -> Any:
+    """A mapping or a list written as nothing (``env:``) is an empty one."""
+    if value is None and opt.widget in ("map", "args"):
+        return {} if opt.widget == "map" else []
+    return value
 
 
-def _abs_path(v: object) -> str | None:
-    return None if isinstance(v, str) and v.startswith("/") else f"must be an absolute path in the pod, got {v!r}"
-
-
-def _s3_prefix(v: object) -> str | None:
-    try:
-        location = S3Url.parse(v)
-    except ValueError:
-        return f"must be s3://BUCKET or s3://BUCKET/PREFIX, got {v!r:.80}"
-    try:
-        check_bucket_name(location.bucket, "bucket")
-        check_s3_prefix(location.key, "prefix", empty_ok=True)
-    except SpecError as exc:
-        return f"must be s3://BUCKET or s3://BUCKET/PREFIX: {exc.reason}"
-    return None
-
-
-def _optional(check: Check) -> Check:
-    return lambda v: None if v is None else check(v)
-
-
-CLUSTER_CHECKS = {
-    "kind": _choices(*KINDS),
-    "pvc": _optional(_name_253),
-    "mount_path": _abs_path,
-    "data_dir": _abs_path,
-    "checkpoint_dir": _optional(_abs_path),
-    "service_account": _optional(_name_253),
-    "image_pull_policy": _optional(_choices("Always", "IfNotPresent", "Never")),
-    "node_selector": _labels,
-    "gpu_toleration": _is_bool,
-    "min_nodes": _int_at_least(1, optional=True),
-    "max_nodes": _int_at_least(1, optional=True),
-    "restart_policy": _choices("OnFailure", "ExitCode"),
-    "queue": _optional(_queue_name),
-    "priority_class": _optional(_label_named("kueue.x-k8s.io/priority-class")),
-    "backoff_limit": _int_at_least(0),
-    "clean_pod_policy": _choices("None", "Running", "All"),
-    "ttl_seconds_after_finished": _int_at_least(0, optional=True),
-    "runtime": _name_253,
-    "code_bucket": _optional(_s3_prefix),
-}
-
-
-def _relative_path(v: object) -> str | None:
-    try:
-        check_code_path(v, "")
-    except SpecError as exc:
-        return exc.reason
-    return None
-
-
-def _module(v: object) -> str | None:
-    ok = isinstance(v, str) and all(part.isidentifier() for part in v.split("."))
-    return None if ok else f"must be a dotted module name such as mypkg.train, got {v!r}"
-
-
-def _arguments(v: object) -> str | None:
-    if not isinstance(v, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in v):
-        return "must be a list of arguments, e.g. [--lr, '0.1']"
-    return None
-
-
-def _pattern(v: object) -> str | None:
-    from torchdeck.trainer.textmetrics import check_pattern
-
-    return check_pattern(v)
-
-
-ENTRYPOINT_CHECKS = {
-    "script": _optional(_relative_path),
-    "module": _optional(_module),
-    "args": _arguments,
-    "code": _path(optional=False),
-    "requirements": _optional(_relative_path),
-    "python": _path(optional=True),
-    "in_image": _optional(_abs_path),
-    "workdir": _optional(_relative_path),
-}
-
-
-def _metric_tags(v: object) -> str | None:
-    from torchdeck.trainer.logfiles import ROLES
-
-    if not isinstance(v, dict) or len(v) > len(ROLES):
-        return f"must be a mapping of {', '.join(ROLES)} to a scalar's name"
-    for role, name in v.items():
-        if role not in ROLES:
-            return f"{role!r:.40} is not one of {', '.join(ROLES)}"
-        if not isinstance(name, str) or not 0 < len(name) <= 200 or not name.isprintable():
-            return f"{role}: a scalar's name is 1-200 printable characters"
-    return None
-
-
-METRICS_CHECKS = {"pattern": _optional(_pattern), "tags": _metric_tags}
-NESTED = {
-    "trainer": (TrainerOptions, TRAINER_CHECKS),
-    "resources": (Resources, RESOURCE_CHECKS),
-    "cluster": (ClusterOptions, CLUSTER_CHECKS),
-    "entrypoint": (Entrypoint, ENTRYPOINT_CHECKS),
-    "metrics": (MetricsOptions, METRICS_CHECKS),
-}
+def _read(opt: SpecOption, value: Any, where: str, source: str) -> Any:
+    """One field's value through its option: coerced, checked (a SpecError naming it), converted."""
+    o = opt.option
+    if o.coerce is not None:
+        value = o.coerce(value)
+    problem = o.check(value)
+    if problem:
+        raise SpecError(where, problem, "", source)
+    return o.convert(value) if o.convert is not None and value is not None else value
 
 
 def _check_keys(data: Mapping[str, Any], known: list[str], prefix: str, source: str) -> None:
@@ -577,32 +663,19 @@ def spec_from_dict(data: object, source: str = "") -> JobSpec:
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in NESTED:
-            cls, checks = NESTED[key]
             if value is None:
                 value = {}
             if not isinstance(value, dict):
                 raise SpecError(key, f"must be a mapping, got {value!r}", "", source)
-            if key == "cluster" and "node_selector" in value and value["node_selector"] is None:
-                value = {**value, "node_selector": {}}
-            _check_keys(value, list(checks), f"{key}.", source)
-            if key == "resources":
-                value = {k: quantity_text(v) if k in QUANTITY_FIELDS else v for k, v in value.items()}
-            if key == "entrypoint" and value.get("args") is None:
-                value = {**value, "args": []}
-            for sub, subvalue in value.items():
-                problem = checks[sub](subvalue)
-                if problem:
-                    raise SpecError(f"{key}.{sub}", problem, "", source)
-            if key == "entrypoint":
-                value = {**value, "args": [str(a) for a in value["args"]]}
-            values[key] = cls(**value)
+            section = OPTIONS[key]
+            _check_keys(value, list(section), f"{key}.", source)
+            read = {
+                sub: _read(section[sub], _empty(section[sub], v), f"{key}.{sub}", source) for sub, v in value.items()
+            }
+            values[key] = NESTED[key](**read)
         else:
-            if key == "env" and value is None:
-                value = {}
-            problem = SPEC_CHECKS[key](value)
-            if problem:
-                raise SpecError(key, problem, "", source)
-            values[key] = money(value) if key in MONEY_FIELDS and value is not None else value
+            top = OPTIONS[""][key]
+            values[key] = _read(top, _empty(top, value), key, source)
     spec = JobSpec(**values)
     _check_together(spec, source)
     return spec
@@ -730,10 +803,41 @@ def update_spec_file(path: str | Path, changes: Mapping[str, Any]) -> JobSpec:
 
 
 def save_spec(spec: JobSpec, path: str | Path, *, replace: bool = True) -> None:
-    """Write a spec as YAML (validated first, so a bad spec never reaches disk); ``replace=False``:
-    only where nothing is at ``path`` yet (FileExistsError), a dangling link included."""
+    """Write a spec as YAML (validated first, so a bad spec never reaches disk), each field with its
+    help as a comment (``spec_template``); ``replace=False``: only where nothing is at ``path`` yet
+    (FileExistsError), a dangling link included."""
     validate(spec)
-    replace_text(Path(path), spec.to_yaml(), replace=replace)
+    replace_text(Path(path), spec_template(spec), replace=replace)
+
+
+def _flow(value: Any) -> str:
+    """A value on one line, as YAML reads it back (``[--lr, '0.1']``, ``{}``, ``null``)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip()
+    text = text.removesuffix("\n...").removesuffix("...").strip()
+    if "\n" in text:  # a value that spans lines: double-quoted, its line breaks escaped
+        text = yaml.safe_dump(value, default_flow_style=True, default_style='"', width=1 << 16).strip()
+    return text
+
+
+def spec_template(spec: JobSpec) -> str:
+    """The spec as YAML, every field on its own line with its option's help as a comment: the file
+    ``init`` writes, made from the same declarations as the flags and the form."""
+    data = spec.to_dict()
+    lines = ["# A torchdeck job spec: `torchdeck train` runs it (docs/SPEC.md has every field)."]
+
+    def line(indent: str, name: str, value: Any, opt: SpecOption) -> str:
+        where = {"local": "local: ", "cluster": "cluster: "}.get(opt.option.where, "")
+        text = opt.option.help
+        text = text if text.startswith(where.strip()) else where + text
+        return f"{indent}{name}: {_flow(value)}  # {text}"
+
+    for f in dataclasses.fields(JobSpec):
+        if f.name in NESTED:
+            lines.append(f"{f.name}:")
+            lines += [line("  ", sub, data[f.name][sub], opt) for sub, opt in OPTIONS[f.name].items()]
+        else:
+            lines.append(line("", f.name, data[f.name], OPTIONS[""][f.name]))
+    return "\n".join(lines) + "\n"
 
 
 def parse_override(text: str) -> tuple[str, Any]:

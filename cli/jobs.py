@@ -17,14 +17,15 @@ from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.files import read_stdin_text, read_text
 from torchdeck.backends.spec import (
-    MAX_JOB_NAME,
     JobKindName,
     JobSpec,
     load_spec,
     parse_override,
     save_spec,
+    spec_options,
     with_overrides,
 )
+from torchdeck.backends.spec_options import MAX_JOB_NAME
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, status_cells
 from torchdeck.settings import Settings, SettingsError
 from torchdeck.terminal import as_shown, printable
@@ -222,35 +223,13 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
         overrides["name"] = job_name_for(Path(script).stem if script else str(module).rsplit(".", 1)[-1])
     elif getattr(args, "script_args", []):
         overrides["entrypoint.args"] = list(args.script_args)
-    if getattr(args, "python", None):
-        overrides["entrypoint.python"] = args.python
-    for field, value in (
-        ("name", args.name),
-        ("nodes", args.nodes),
-        ("nproc_per_node", args.nproc_per_node),
-        ("max_restarts", args.max_restarts),
-        ("device", args.device),
-        ("download", args.download),
-        ("trainer.epochs", args.epochs),
-        ("trainer.max_steps", args.max_steps),
-        ("trainer.batch_size", args.batch_size),
-        ("trainer.recipe", args.recipe),
-        ("trainer.model", args.model),
-        ("cluster.kind", args.kind),
-        ("image", args.image),
-        ("local_image", getattr(args, "in_image", None)),
-        ("namespace", args.namespace),
-        ("cluster.queue", getattr(args, "queue", None)),
-    ):
-        if value is not None:
-            overrides[field] = value
-    for field, value in (
-        ("data_dir", args.data_dir),
-        ("checkpoint_dir", args.checkpoint_dir),
-        ("model_file", args.model_file),
-    ):
-        if value is not None:
-            overrides[field] = value if "://" in value else str(Path(value).expanduser().resolve())
+    for opt in spec_options():  # each flag is its field's (backends/spec.py declares both)
+        value = getattr(args, opt.name, None) if opt.option.flag else None
+        if value is None or opt.path == "entrypoint.module":  # a module came in with the entrypoint above
+            continue
+        if opt.option.local_path and "://" not in value:
+            value = str(Path(value).expanduser().resolve())
+        overrides[opt.path] = value
     for item in args.set:
         key, value = parse_override(item)
         overrides[key] = value

@@ -51,37 +51,28 @@ def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
         help="job spec file (default: $TORCHDECK_SPEC or ./torchdeck.yaml if present), or a script "
         "(train.py: every rank runs it; arguments for it after --)",
     )
-    g = p.add_argument_group("your code (instead of the built-in trainer)")
-    g.add_argument("--module", metavar="M", help="run python -m M on every rank (arguments for it after --)")
-    g.add_argument("--python", metavar="PATH", help="local: the interpreter for your code (default: the active venv's)")
-    g = p.add_argument_group("overrides (on top of the spec)")
-    g.add_argument("--name", help="job name")
-    g.add_argument("--nproc-per-node", type=int, metavar="N", help="ranks on each node")
-    g.add_argument("--nodes", type=int, metavar="N", help="nodes (the local backend runs one)")
-    g.add_argument("--epochs", type=int, metavar="N")
-    g.add_argument("--max-steps", type=int, metavar="N", help="stop after N optimiser steps")
-    g.add_argument("--batch-size", type=int, metavar="N", help="images per rank per step")
-    g.add_argument("--recipe", help="fast or seed")
-    g.add_argument("--model", help="resnet-fast, seed-cnn or resnet18")
-    g.add_argument("--data-dir", metavar="DIR", help="folder holding cifar-10-batches-py/")
-    g.add_argument("--download", action="store_const", const=True, help="fetch CIFAR-10 into --data-dir if absent")
-    g.add_argument("--checkpoint-dir", metavar="DIR")
-    g.add_argument("--model-file", metavar="PATH", help="a path or s3://bucket/key")
-    g.add_argument("--max-restarts", type=int, metavar="N")
-    g.add_argument("--device", help="auto, cpu or cuda")
-    g.add_argument(
-        "--kind",
-        help="cluster: pytorchjob (default), trainjob, mpijob, job, or elasticjob. Run for real: pytorchjob "
-        "(Training Operator v1.9.4), trainjob (Trainer v2.3.0, JobSet v0.12.0), mpijob (MPI Operator v0.8.2, "
-        "in an image build --mpi image), job, and each through Kueue v0.19.2; elasticjob is render-only (its "
-        "controller was archived in 2023; an elastic pytorchjob does the same)",
-    )
-    g.add_argument("--image", help="cluster: the training image (registry/repo:tag or @sha256:...)")
-    g.add_argument(
-        "--in-image", metavar="IMAGE", help="local: run every rank inside this image, as the pods do (Docker here)"
-    )
-    g.add_argument("--namespace", help="cluster: the Kubernetes namespace")
-    g.add_argument("--queue", help="cluster: Kueue's LocalQueue to submit through (a shared cluster's quotas)")
+    from torchdeck.backends.spec import spec_options
+
+    code = p.add_argument_group("your code (instead of the built-in trainer)")
+    overrides = p.add_argument_group("overrides (on top of the spec)")
+    for opt in spec_options():  # every flag is declared once, with its field (backends/spec.py)
+        o = opt.option
+        if not o.flag:
+            continue
+        group = code if opt.path.startswith("entrypoint.") else overrides
+        if opt.widget == "bool":
+            group.add_argument(o.flag, dest=opt.name, action="store_const", const=True, help=o.help)
+        else:
+            metavar = "N" if opt.widget == "int" else o.flag.rpartition("-")[2].upper()  # --data-dir DIR
+            help_text = o.help + (f" ({', '.join(o.choices)})" if o.choices and "," not in o.help else "")
+            group.add_argument(
+                o.flag,
+                dest=opt.name,
+                type=int if opt.widget == "int" else str,
+                metavar=metavar,
+                help=help_text,
+            )
+    g = overrides
     g.add_argument(
         "--set",
         action="append",

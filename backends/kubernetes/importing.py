@@ -23,7 +23,8 @@ from typing import Any
 from ..bundle import RELAY_DIR
 from ..errors import SpecError
 from ..files import parse_yaml
-from ..spec import MAX_JOB_NAME, JobKindName, JobSpec, spec_from_dict
+from ..spec import JobKindName, JobSpec, spec_from_dict
+from ..spec_options import MAX_JOB_NAME
 from . import crds
 from .manifests import QUEUE_LABEL
 

@@ -11,13 +11,14 @@ import pytest
 from textual.widgets import DataTable, Footer, Input
 from tui_support import SnapshotBackend, fixed_context_cloud, recorded_state, screen_lines, settings_for, wait_for
 
+from torchdeck.backends.spec import spec_options
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.cluster import ClusterScreen
 from torchdeck.tui.screens.form import FormScreen
 from torchdeck.tui.screens.help import SCREENS, help_text, key_text, screen_bindings
 from torchdeck.tui.screens.home import HomeScreen
 from torchdeck.tui.screens.image import ImageScreen
-from torchdeck.tui.screens.launch import LaunchScreen
+from torchdeck.tui.screens.launch import LaunchScreen, form_options
 from torchdeck.tui.screens.monitor import MonitorScreen
 from torchdeck.tui.screens.storage import StorageScreen
 
@@ -84,26 +85,46 @@ def test_every_empty_input_shows_an_example_and_the_focused_field_says_what_it_w
                 assert inputs and all(i.placeholder for i in inputs), screen_type.__name__
                 assert all(i.compact for i in inputs)
                 focused = app.focused
-                field = next(f for f in screen.FORM if focused is not None and focused.id == f"f-{f.id}")
+                field = next(f for f in screen.fields if focused is not None and focused.id == f"f-{f.id}")
                 assert str(screen.query_one("#field-help").render()) == (field.help or field.label)
                 await pilot.press("escape")
 
     asyncio.run(scenario())
 
 
-def test_at_80x24_the_launch_form_shows_every_field_without_scrolling(tmp_path, monkeypatch):
+def test_at_80x24_every_field_of_the_launch_form_comes_into_sight_as_it_takes_focus(tmp_path, monkeypatch):
     async def scenario():
         app = console(tmp_path, monkeypatch)
         async with app.run_test(size=(80, 24)) as pilot:
             screen = await open_screen(pilot, "n", LaunchScreen)
             form = screen.query_one("#form")
-            assert form.max_scroll_y == 0
             rows = list(screen.query(".field"))
-            assert len(rows) == len(screen.FORM) == 15
-            assert all(row.region.height == 1 and row.region.bottom <= 24 - 1 for row in rows)
+            assert len(rows) == len(screen.fields) == len(form_options("local"))
+            seen = set()
+            for _ in range(len(rows)):
+                focused = app.focused
+                assert focused is not None and focused.id and focused.id.startswith("f-")
+                seen.add(focused.id)
+                row = screen.query_one(f"#row-{focused.id[2:]}")
+                assert form.region.y <= row.region.y and row.region.bottom <= form.region.bottom, focused.id
+                await pilot.press("tab")
+                await pilot.pause()
+            assert seen == {f"f-{f.id}" for f in screen.fields}
             assert screen.query_one("#buttons").region.bottom <= 24 - 1  # above the footer
 
     asyncio.run(scenario())
+
+
+def test_the_form_holds_each_field_that_applies_to_the_backend_and_no_other() -> None:
+    local = {o.path for o in form_options("local")}
+    cluster = {o.path for o in form_options("kubernetes")}
+    assert {"image", "namespace", "cluster.kind", "cluster.queue", "nodes", "resources.gpus", "cluster.pvc"} <= cluster
+    assert not {"image", "namespace", "cluster.kind", "cluster.queue", "nodes"} & local
+    assert {"local_image", "data_dir", "entrypoint.python"} & local == {"local_image", "data_dir"}
+    assert {"entrypoint.code", "entrypoint.script", "trainer.epochs", "name"} <= local & cluster
+    assert form_options("eks") == form_options("kubernetes")
+    # a label is what puts a field on the form: every option with one is on a backend's form
+    assert {o.path for o in spec_options() if o.option.label} == local | cluster
 
 
 @pytest.mark.parametrize("key", ["c", "v", "i"])

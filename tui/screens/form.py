@@ -68,6 +68,8 @@ class FormScreen(DeckScreen[ResultT]):
 
     def __init__(self) -> None:
         super().__init__()
+        self.fields: list[Field] = list(self.FORM)
+        """The form's lines: ``FORM``, or what a screen makes of its own (the launch form's per backend)."""
         self.touched: set[str] = set()
         self.tried = False
         """A submit was tried: every field's error shows."""
@@ -80,7 +82,7 @@ class FormScreen(DeckScreen[ResultT]):
                     widget.update(text)
 
     def form_ids(self) -> set[str]:
-        return {f.id for f in self.FORM}
+        return {f.id for f in self.fields}
 
     def _field_of(self, node: DOMNode | None) -> str | None:
         ident = (node.id or "") if node is not None else ""
@@ -92,7 +94,7 @@ class FormScreen(DeckScreen[ResultT]):
         """These errors (field id -> text; every other field is right), each under its field
         if it has been touched or a submit was tried."""
         self.errors = dict(errors)
-        for field in self.FORM:
+        for field in self.fields:
             text = self.errors.get(field.id, "") if (self.tried or field.id in self.touched) else ""
             line = self.query_one(f"#e-{field.id}", Static)
             line.update(text)
@@ -118,7 +120,7 @@ class FormScreen(DeckScreen[ResultT]):
         field = self._field_of(event.widget)
         if field is None and event.widget.parent is not None:  # a Select's own parts
             field = self._field_of(event.widget.parent)
-        line = next((f.help or f.label for f in self.FORM if f.id == field), "")
+        line = next((f.help or f.label for f in self.fields if f.id == field), "")
         self.query_one("#field-help", Static).update(line)
 
     def on_descendant_blur(self, event: events.DescendantBlur) -> None:

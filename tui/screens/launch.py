@@ -16,43 +16,20 @@ from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Select, Static
 
 from torchdeck.backends.errors import SpecError
-from torchdeck.backends.spec import MODELS, RECIPES, JobSpec, load_spec, save_spec, with_overrides
+from torchdeck.backends.spec import JobSpec, SpecOption, load_spec, save_spec, spec_options, with_overrides
 
 from ..messages import JobSubmitted
 from .base import shown_path
 from .form import Field, FormScreen, field_rows, reason_text
 
-# spec field, kind, label, example (the placeholder), help (the line under the form while it has focus)
-FIELDS: list[tuple[str, str, str, str, str]] = [
-    ("name", "text", "Job name", "cifar10-ddp", "The run's name: lower-case letters, digits and '-'"),
-    (
-        "entrypoint.script",
-        "text?",
-        "Script",
-        "train.py (empty: built-in trainer)",
-        "Your script, in the code folder (empty: the built-in CIFAR-10 trainer)",
-    ),
-    ("entrypoint.module", "text?", "or module", "mypkg.train", "Or your module, run as python -m"),
-    ("entrypoint.args", "args", "Arguments", "--epochs 3 --lr 0.1", "Its arguments, as on a command line"),
-    ("entrypoint.code", "text", "Code folder", ".", "The code folder (shipped with the job to a cluster)"),
-    (
-        "metrics.pattern",
-        "text?",
-        "Metrics pattern",
-        "empty: the common formats",
-        "A regex with (?P<loss>...) for your script's lines (empty: the common text formats)",
-    ),
-    ("nproc_per_node", "int", "Ranks per node", "2", "Processes per node (one per GPU)"),
-    ("trainer.epochs", "int?", "Epochs", "empty: the recipe's", "Epochs to train"),
-    ("trainer.max_steps", "int?", "Max steps", "empty: no limit", "Stop after this many"),
-    ("trainer.recipe", "recipe", "Recipe", "", "The built-in trainer's recipe"),
-    ("trainer.model", "model", "Model", "", "The built-in trainer's model"),
-    ("data_dir", "text", "Data folder", "./data", "The data folder (holds cifar-10-batches-py/)"),
-    ("download", "bool", "Download data", "", "Download CIFAR-10 into the data folder if absent"),
-    ("max_restarts", "int", "Max restarts", "0", "Restarts of a failed job before it fails"),
-    ("device", "device", "Device", "", "auto: CUDA where there is a GPU, else the CPU"),
-]
-SELECTS = ("recipe", "model", "device")
+
+def form_options(backend: str) -> list[SpecOption]:
+    """The spec fields the form shows on ``backend``: every field with a label that means something
+    there (``Option.where``), the job's name first, then what runs, then the rest in the spec's
+    order. Nothing is listed here: a field with a label is on the form."""
+    shown = [o for o in spec_options() if o.option.label and o.option.applies_to(backend)]
+    first = {"name": 0, "entrypoint": 1, "metrics": 1}
+    return sorted(shown, key=lambda o: first.get(o.path.partition(".")[0] if "." in o.path else o.path, 2))
 
 
 def _line_id(field: str) -> str:
@@ -64,9 +41,32 @@ def _dom_id(field: str) -> str:
     return "f-" + _line_id(field)
 
 
+def _widget(opt: SpecOption) -> Widget:
+    o, dom = opt.option, _dom_id(opt.path)
+    if opt.widget == "bool":
+        return Checkbox(o.example, id=dom)
+    if opt.widget == "choice":
+        blank = [(o.example or "default", "")] if opt.optional else []
+        return Select(blank + [(c, c) for c in o.choices], allow_blank=False, id=dom)
+    return Input(id=dom, restrict=r"[0-9]*" if opt.widget == "int" else None)
+
+
+def _map_text(value: dict[str, str]) -> str:
+    return " ".join(shlex.quote(f"{k}={v}") for k, v in value.items())
+
+
+def _read_map(path: str, text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in shlex.split(text):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SpecError(path, f"{item!r:.40} is not KEY=VALUE", "e.g. eks.amazonaws.com/nodegroup=gpu")
+        out[key] = value
+    return out
+
+
 class LaunchScreen(FormScreen[None]):
     CSS_PATH = "launch.tcss"
-    FORM = [Field(_line_id(field), label, example, hint) for field, _, label, example, hint in FIELDS]
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", priority=True),
         Binding("ctrl+s", "save", "Save spec", priority=True),
@@ -79,24 +79,15 @@ class LaunchScreen(FormScreen[None]):
         self.spec_file = spec_file
         self.base = JobSpec()
         self.loaded_from: str = ""
+        self.options: list[SpecOption] = []
 
     def compose(self) -> ComposeResult:
+        self.options = form_options(self.app.backend.name)
+        self.fields = [Field(_line_id(o.path), o.option.label, o.option.example, o.option.help) for o in self.options]
         yield Static(id="launch-title")
-        widgets: dict[str, Widget] = {}
-        for field, kind, *_ in FIELDS:
-            dom, line = _dom_id(field), _line_id(field)
-            if kind == "bool":
-                widgets[line] = Checkbox("if absent", id=dom)
-            elif kind == "recipe":
-                widgets[line] = Select([(r, r) for r in RECIPES], allow_blank=False, id=dom)
-            elif kind == "model":
-                widgets[line] = Select([("the recipe's", "")] + [(m, m) for m in MODELS], allow_blank=False, id=dom)
-            elif kind == "device":
-                widgets[line] = Select([(d, d) for d in ("auto", "cpu", "cuda")], allow_blank=False, id=dom)
-            else:
-                widgets[line] = Input(id=dom, restrict=r"[0-9]*" if kind.startswith("int") else None)
+        widgets = {_line_id(o.path): _widget(o) for o in self.options}
         with VerticalScroll(id="form", classes="form"):
-            yield from field_rows(self.FORM, widgets)
+            yield from field_rows(self.fields, widgets)
         yield Static(id="field-help")
         yield Static(id="form-error")
         with Horizontal(id="buttons"):
@@ -121,42 +112,46 @@ class LaunchScreen(FormScreen[None]):
 
     def fill(self, spec: JobSpec) -> None:
         data = spec.to_dict()
-        for field, kind, *_ in FIELDS:
+        for opt in self.options:
             value: Any = data
-            for part in field.split("."):
+            for part in opt.path.split("."):
                 value = value[part]
-            dom = f"#{_dom_id(field)}"
-            if kind == "bool":
+            dom = f"#{_dom_id(opt.path)}"
+            if opt.widget == "bool":
                 self.query_one(dom, Checkbox).value = bool(value)
-            elif kind in SELECTS:
+            elif opt.widget == "choice":
                 self.query_one(dom, Select).value = value or ""
-            elif kind == "args":
+            elif opt.widget == "args":
                 self.query_one(dom, Input).value = shlex.join(value)
+            elif opt.widget == "map":
+                self.query_one(dom, Input).value = _map_text(value)
             else:
                 self.query_one(dom, Input).value = "" if value is None else str(value)
 
     def form_values(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for field, kind, *_ in FIELDS:
-            dom = f"#{_dom_id(field)}"
-            if kind == "bool":
-                out[field] = self.query_one(dom, Checkbox).value
-            elif kind in SELECTS:  # none may be blank
-                choice = str(self.query_one(dom, Select).value)
-                out[field] = (choice or None) if kind == "model" else choice
-            elif kind == "args":
-                text = self.query_one(dom, Input).value
-                try:
-                    out[field] = shlex.split(text)
-                except ValueError as exc:
-                    raise SpecError(field, f"cannot be read as arguments: {exc}", "close the quote") from None
-            elif kind == "text?":
-                out[field] = self.query_one(dom, Input).value.strip() or None
-            else:
-                text = self.query_one(dom, Input).value.strip()
-                out[field] = (
-                    text if not kind.startswith("int") else int(text) if text else None if kind == "int?" else ""
-                )
+        for opt in self.options:
+            dom, path = f"#{_dom_id(opt.path)}", opt.path
+            if opt.widget == "bool":
+                out[path] = self.query_one(dom, Checkbox).value
+                continue
+            if opt.widget == "choice":  # none may be blank; an optional one's first entry is ""
+                out[path] = str(self.query_one(dom, Select).value) or None
+                continue
+            text = self.query_one(dom, Input).value.strip()
+            try:
+                if opt.widget == "args":
+                    out[path] = shlex.split(text)
+                elif opt.widget == "map":
+                    out[path] = _read_map(path, text)
+                elif not text:
+                    out[path] = None if opt.optional else ""
+                else:
+                    out[path] = int(text) if opt.widget == "int" else text
+            except ValueError as exc:
+                raise SpecError(path, f"cannot be read: {exc}", "close the quote") from None
+            if opt.option.local_path and isinstance(out[path], str) and out[path] and "://" not in out[path]:
+                out[path] = str(Path(out[path]).expanduser().resolve())
         return out
 
     def build_spec(self) -> JobSpec | None:
@@ -164,7 +159,6 @@ class LaunchScreen(FormScreen[None]):
         does not validate."""
         try:
             spec = with_overrides(self.base, self.form_values())
-            spec.entrypoint.code = str(Path(spec.entrypoint.code).expanduser().resolve())
         except SpecError as exc:
             line = _line_id(exc.field)
             if line in self.form_ids():
@@ -176,8 +170,6 @@ class LaunchScreen(FormScreen[None]):
             return None
         self.show_errors({})
         self.form_error("")
-        if spec.data_dir and "://" not in spec.data_dir:
-            spec.data_dir = str(Path(spec.data_dir).expanduser().resolve())
         return spec
 
     def submitted_spec(self) -> JobSpec | None:
