@@ -60,6 +60,11 @@ def printable(text: str) -> str:
 _ESCAPED_LINES = {c: v for c, v in _ESCAPED.items() if c != ord("\n")}
 
 
+def printable_lines(text: str) -> str:
+    """``text`` with every control character but the newline escaped: several lines on a terminal."""
+    return text.translate(_ESCAPED_LINES)
+
+
 class EscapingWriter:
     """A text stream that writes to ``terminal`` with every control character but the newline
     escaped; anything else (flush, isatty, fileno) is the terminal's."""
@@ -68,7 +73,7 @@ class EscapingWriter:
         self.terminal = terminal
 
     def write(self, text: str) -> int:
-        self.terminal.write(text.translate(_ESCAPED_LINES))
+        self.terminal.write(printable_lines(text))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:

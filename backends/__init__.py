@@ -24,6 +24,7 @@ def open_backend(name: str, settings: Settings) -> Backend:
 
         return LocalBackend(settings.state_dir, local_price_per_hour=settings.local_price_per_hour)
     if name == "kubernetes":
+        from .eks.code_store import S3CodeStore
         from .kubernetes.backend import KubernetesBackend
 
         return KubernetesBackend(
@@ -32,6 +33,7 @@ def open_backend(name: str, settings: Settings) -> Backend:
             settings.namespace,
             ledger_dir=settings.state_dir,
             node_price_per_hour=settings.node_price_per_hour,
+            code_store=S3CodeStore(),  # a spec's own cluster.code_bucket (s3://) on any cluster
         )
     if name == "eks":  # the kubernetes backend on the context of a cluster torchdeck made
         from .eks.access import ClusterRecord
@@ -57,6 +59,7 @@ def open_backend(name: str, settings: Settings) -> Backend:
         record = next((r for r in records if r.context == context), None)
         storage = record.storage if record else None
         bucket = str(S3Url(storage.bucket, storage.prefix.rstrip("/"))) if storage and storage.bucket else None
+        from .eks.code_store import S3CodeStore
         from .eks.prices import SpotPrices
 
         return KubernetesBackend(
@@ -67,5 +70,6 @@ def open_backend(name: str, settings: Settings) -> Backend:
             code_bucket=bucket,
             node_price_per_hour=settings.node_price_per_hour,
             spot_price=SpotPrices(record.region) if record and record.region else None,
+            code_store=S3CodeStore(),
         )
     raise BackendError(f"unknown backend {name!r}", f"choose one of: {', '.join(BACKENDS)}")

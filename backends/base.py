@@ -8,12 +8,13 @@ from __future__ import annotations
 import abc
 import builtins
 import enum
+import shlex
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
 from .cost import RunCost
-from .errors import BackendError
+from .errors import BackendError, RunIdTaken
 from .spec import JobKindName, JobSpec
 
 
@@ -189,6 +190,59 @@ class NodeMetrics:
     the GPU utilization the ranks report on the right node."""
 
 
+@dataclass
+class Plan:
+    """What a submit will do, made before it does it (``Backend.plan``): the user reads it
+    (``train --dry-run``, ``render``, the launch form's preview) and ``Backend.submit`` applies
+    exactly it; tests compare what reached the API server or the launcher with it. (TorchX's
+    ``submit_dryrun`` and ``schedule``.)"""
+
+    backend: str
+    run_id: str
+    spec: JobSpec
+    """The spec as the backend will run it (its checks applied, paths made absolute)."""
+    objects: builtins.list[dict[str, Any]] = field(default_factory=builtins.list)
+    """Clusters: the objects to create, in order."""
+    command: builtins.list[str] = field(default_factory=builtins.list)
+    """Local: the command the run's launcher starts."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Local: the environment it adds (``TORCHDECK_JOB_STARTED_AT`` is the submit's time, added then)."""
+    cwd: str = ""
+    """Local: the folder it starts in."""
+    target: str = ""
+    """Clusters: the operator release the objects are written for (empty: built-in kinds)."""
+    code: str = ""
+    """Where the user's code goes, in words (``configmap NS/NAME``, ``s3://...``; empty: none sent)."""
+    findings: builtins.list[str] = field(default_factory=builtins.list)
+    """What stops it, found before anything is made (``submit`` refuses a plan with any)."""
+    notes: builtins.list[str] = field(default_factory=builtins.list)
+    """What the user should know and that stops nothing (a queue's state, a check not run)."""
+    fix: str = ""
+    """The first finding's fix."""
+    payload: Any = field(default=None, repr=False, compare=False)
+    """What the backend needs to apply it that the user does not read (a code bundle's bytes)."""
+
+    def text(self) -> str:
+        """The plan as the user reads it: comments, then the objects as YAML or the command line."""
+        lines = [f"# plan: run {self.run_id} on the {self.backend} backend"]
+        lines += [f"# preflight: {f}" for f in self.findings]
+        if self.objects and not self.findings:
+            lines.append("# preflight: the cluster can run it")
+        lines += [f"# {n}" for n in self.notes]
+        if self.target:
+            lines.append(f"# written for {self.target}")
+        if self.code:
+            lines.append(f"# your code goes to {self.code}")
+        head = "\n".join(lines) + "\n"
+        if self.objects:
+            import yaml
+
+            return head + yaml.safe_dump_all(self.objects, sort_keys=False, width=120)
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        where = f"# in {self.cwd}\n" if self.cwd else ""
+        return head + where + (env + " " if env else "") + shlex.join(self.command) + "\n"
+
+
 class Backend(abc.ABC):
     """Where jobs run. Every method may raise BackendError.
 
@@ -204,12 +258,25 @@ class Backend(abc.ABC):
         return self.name
 
     @abc.abstractmethod
-    def render(self, spec: JobSpec) -> str:
-        """What submit would do, as text (a command line, manifests), without doing it."""
+    def plan(self, spec: JobSpec) -> Plan:
+        """What submitting ``spec`` would do, found out without doing it (a run id free now, the
+        objects or command, what the preflight finds)."""
 
     @abc.abstractmethod
-    def submit(self, spec: JobSpec) -> str:
-        """Start the job; returns its run id at once."""
+    def apply(self, plan: Plan) -> str:
+        """Do exactly what ``plan`` says; its run id. RunIdTaken where another submit took the id
+        since the plan was made (nothing of it was made); BackendError where the plan has findings."""
+
+    def submit(self, spec: JobSpec | Plan) -> str:
+        """Start the job (a spec: planned now; a plan: exactly it); returns its run id at once."""
+        if isinstance(spec, Plan):
+            return self.apply(spec)
+        for _ in range(5):
+            try:
+                return self.apply(self.plan(spec))
+            except RunIdTaken:
+                continue  # another console took this id between the plan and the create: plan again
+        raise BackendError(f"no free run id for {spec.name!r}: five were taken as they were tried", "submit again")
 
     @abc.abstractmethod
     def status(self, run_id: str) -> JobStatus:

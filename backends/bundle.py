@@ -26,7 +26,7 @@ import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import SpecError
 from .files import read_text
@@ -137,6 +137,17 @@ def code_files(root: Path) -> list[Path]:
                 continue
             found.append(path)
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+class CodeStore(Protocol):
+    """Where a code bundle too large for a ConfigMap goes (an object store, by URL), handed to the
+    kubernetes backend by whoever opens it: S3 (``eks/code_store.py``) for an s3:// bucket. The
+    backend itself imports no cloud SDK."""
+
+    def put(self, url: str, data: bytes) -> bool:
+        """Store ``data`` at ``url`` unless it is there already (its key is its digest); whether it
+        was sent. BackendError, with a hint, where it cannot be."""
+        ...
 
 
 @dataclass(frozen=True)

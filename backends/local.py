@@ -29,7 +29,6 @@ import json
 import os
 import re
 import secrets
-import shlex
 import signal
 import socket
 import subprocess
@@ -49,21 +48,22 @@ from .base import (
     LogLine,
     MetricEvent,
     NodeMetrics,
+    Plan,
     ProcessMetrics,
     TestResult,
     as_test_result,
 )
 from .cost import NodeUse, PriceBook, RunCost, budget_stop_words, dollars, price_run
-from .errors import BackendError, RunNotFound, SpecError
+from .errors import BackendError, RunIdTaken, RunNotFound, SpecError
 from .events import describe_record, fold_progress, fold_ranks, parse_metric_line, parse_metric_lines, tool_result
 from .files import read_bytes, write_atomically
 from .gpu import read_gpus
 from .local_in_image import code_paths, in_image_command, rank_command
-from .local_launcher import reap_run, run_members, write_json
-from .local_user_code import check_user_code, report_helper, user_python
+from .local_user_code import check_user_code, report_helper, report_helper_path, user_python
 from .names import check_run_id, new_run_id
 from .run_files import STATUS_FILE, FileTail, first_line, kept_status, tail_lines
-from .run_records import CancelRecord, ExitRecord, LaunchRecord, PidRecord, RunRecordError, read_typed
+from .run_members import reap_run, run_members
+from .run_records import CancelRecord, ExitRecord, LaunchRecord, PidRecord, RunRecordError, read_typed, write_json
 from .spec import JobSpec, trainer_arguments, validate
 
 STOP_GRACE_S = 10.0
@@ -199,78 +199,73 @@ class LocalBackend(Backend):
             "--no-python",
         ]
 
-    def render(self, spec: JobSpec) -> str:
-        spec = self._check(spec)
-        run_dir = self.runs_dir / f"{spec.name}-<id>"
-        cmd = self._command(spec, run_dir, 29500, f"{spec.name}-<id>")
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
-        return f"# runs in {run_dir} (port chosen at submit)\n" + (env + " " if env else "") + shlex.join(cmd) + "\n"
-
-    def _new_run_dir(self, name: str) -> tuple[str, Path]:
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
-
-        def taken(run_id: str) -> bool:  # claiming the folder is the check: two submits never share one
-            try:
-                (self.runs_dir / run_id).mkdir()
-            except FileExistsError:
-                return True
-            return False
-
-        run_id = new_run_id(name, taken)
-        return run_id, self.runs_dir / run_id
-
-    def submit(self, spec: JobSpec) -> str:
+    def plan(self, spec: JobSpec) -> Plan:
+        """The run's id (free now: ``apply`` claims its folder), the command its launcher starts and
+        that command's environment and folder."""
         spec = self._check(spec)
         if not spec.builtin:
             check_user_code(spec)
+        run_id = new_run_id(spec.name, lambda candidate: (self.runs_dir / candidate).exists())
+        run_dir = self.runs_dir / run_id
+        helper = {} if spec.builtin else {"TORCHDECK_USER_PATH": str(report_helper_path(run_dir))}
+        if spec.entrypoint.workdir and not spec.builtin:  # the project's packages import, as in pods
+            path = [spec.entrypoint.code, spec.env.get("PYTHONPATH", "")]
+            helper["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+        if spec.metrics.tags and not spec.builtin:  # which logger scalar is which (rank_output)
+            helper["TORCHDECK_METRIC_TAGS"] = json.dumps(spec.metrics.tags)
+        port = free_port()
+        env = {**spec.env, "PYTHONUNBUFFERED": "1", "TORCHDECK_RUN_ID": run_id, **helper}
+        if spec.local_image and not spec.builtin:  # the code at the pods' path in the image
+            helper["PYTHONPATH"] = code_paths(spec)[0]
+        cmd = self._command(spec, run_dir, port, run_id)
+        if spec.local_image:
+            env["PYTHONPATH"] = helper.get("PYTHONPATH", env.get("PYTHONPATH", ""))
+            cmd = in_image_command(spec, run_dir, cmd, env)
+        cwd = (
+            os.getcwd()
+            if spec.builtin or spec.local_image
+            else str(Path(spec.entrypoint.code) / (spec.entrypoint.workdir or ""))
+        )
+        launch = LaunchRecord(
+            run_id=run_id,
+            name=spec.name,
+            cmd=cmd,
+            env=env,
+            cwd=cwd,
+            port=port,
+            world_size=spec.world_size,
+            host=socket.gethostname(),
+            in_image=spec.local_image,
+            node_price_per_hour=spec.node_price_per_hour,
+            budget=spec.budget,
+            price_per_hour=self._price(spec.node_price_per_hour),
+        )
+        notes = [f"runs in {run_dir} (torchrun's rendezvous on 127.0.0.1:{port})"]
+        return Plan("local", run_id, spec, command=cmd, env=env, cwd=cwd, notes=notes, payload=launch)
+
+    def apply(self, plan: Plan) -> str:
+        """Claim the plan's run folder, write its records and start its launcher with the plan's command."""
+        launch = plan.payload
+        if not isinstance(launch, LaunchRecord) or plan.backend != self.name:
+            raise BackendError("this plan was not made by the local backend", "make it with plan(spec)")
+        spec, run_id = plan.spec, plan.run_id
         try:
-            run_id, run_dir = self._new_run_dir(spec.name)
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+            run_dir = self.runs_dir / run_id
+            try:  # claiming the folder is the check: two submits never share one
+                run_dir.mkdir()
+            except FileExistsError:
+                raise RunIdTaken(f"run {run_id} was started since the plan was made", "plan again") from None
             (run_dir / "metrics").mkdir()
             write_atomically(run_dir / "spec.yaml", spec.to_yaml(), PRIVATE)  # its env may hold tokens
-            helper = {} if spec.builtin else {"TORCHDECK_USER_PATH": str(report_helper(run_dir))}
-            if spec.entrypoint.workdir and not spec.builtin:  # the project's packages import, as in pods
-                path = [spec.entrypoint.code, spec.env.get("PYTHONPATH", "")]
-                helper["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
-            if spec.metrics.tags and not spec.builtin:  # which logger scalar is which (rank_output)
-                helper["TORCHDECK_METRIC_TAGS"] = json.dumps(spec.metrics.tags)
-            port = free_port()
+            if not spec.builtin:
+                report_helper(run_dir)
             now = time.time()
-            env = {
-                **spec.env,
-                "PYTHONUNBUFFERED": "1",
-                "TORCHDECK_JOB_STARTED_AT": repr(now),
-                "TORCHDECK_RUN_ID": run_id,
-                **helper,
-            }
-            if spec.local_image and not spec.builtin:  # the code at the pods' path in the image
-                helper["PYTHONPATH"] = code_paths(spec)[0]
-            cmd = self._command(spec, run_dir, port, run_id)
-            if spec.local_image:
-                env["PYTHONPATH"] = helper.get("PYTHONPATH", env.get("PYTHONPATH", ""))
-                cmd = in_image_command(spec, run_dir, cmd, env)
             token = secrets.token_hex(16)
-            write_json(
-                run_dir / "launch.json",
-                {
-                    "run_id": run_id,
-                    "name": spec.name,
-                    "cmd": cmd,
-                    "env": env,
-                    "cwd": os.getcwd()
-                    if spec.builtin or spec.local_image
-                    else str(Path(spec.entrypoint.code) / (spec.entrypoint.workdir or "")),
-                    "port": port,
-                    "submitted_at": now,
-                    "world_size": spec.world_size,
-                    "host": socket.gethostname(),
-                    "in_image": spec.local_image,
-                    "node_price_per_hour": spec.node_price_per_hour,
-                    "budget": spec.budget,
-                    "price_per_hour": self._price(spec.node_price_per_hour),
-                    "token": token,
-                },
-                PRIVATE,
+            record = dataclasses.replace(
+                launch, env={**plan.env, "TORCHDECK_JOB_STARTED_AT": repr(now)}, submitted_at=now, token=token
             )
+            write_json(run_dir / "launch.json", dataclasses.asdict(record), PRIVATE)
             with open(run_dir / "launcher.log", "ab") as log:
                 child = subprocess.Popen(
                     [self.python, "-m", "torchdeck.backends.local_launcher", str(run_dir)],

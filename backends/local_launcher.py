@@ -8,7 +8,6 @@ long enough to record that the run ended."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -16,15 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from torchdeck.trainer.metrics import strict_json
-
-from .files import write_atomically
-from .run_records import LaunchRecord, RunRecordError, read_typed
-
-
-def write_json(path: Path, data: dict, mode: int | None = None) -> None:
-    """Write a run record atomically (a reader never sees half a file), as strict JSON."""
-    write_atomically(path, strict_json(data, indent=1), mode)
+from .run_members import reap_run
+from .run_records import LaunchRecord, RunRecordError, read_typed, write_json
 
 
 def main(argv: list[str]) -> int:
@@ -125,43 +117,6 @@ def record_pid(run_dir: Path) -> None:
     import psutil
 
     write_json(run_dir / "pid.json", {"pid": os.getpid(), "create_time": psutil.Process().create_time()})
-
-
-def run_members(run_id: str) -> list:
-    """Every live process of the run but this one. torchrun starts each rank in a session of its
-    own, so the run's process group does not hold them; they all carry TORCHDECK_RUN_ID."""
-    import psutil
-
-    me, found = os.getpid(), []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if (
-                proc.pid != me
-                and proc.info["status"] != psutil.STATUS_ZOMBIE
-                and proc.environ().get("TORCHDECK_RUN_ID") == run_id
-            ):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def reap_run(run_id: str, grace_s: float = 5.0) -> int:
-    """End what torchrun left running: a SIGKILLed torchrun cannot stop its ranks, which would
-    train on, unwatched, holding the GPU and the rendezvous port. TERM, then KILL after
-    ``grace_s``; returns how many were left."""
-    import psutil
-
-    left = run_members(run_id) if run_id else []
-    for proc in left:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(left, timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
-    return len(left)
 
 
 if __name__ == "__main__":

@@ -51,12 +51,17 @@ if missing:
 """
 
 
+def report_helper_path(run_dir: Path) -> Path:
+    """Where ``report_helper`` puts its folder in a run's folder."""
+    return run_dir / "pylib"
+
+
 def report_helper(run_dir: Path) -> Path:
     """A folder holding ``torchdeck.report`` alone (the standard-library reporting helper), so a
     script in an environment without torchdeck can import it, and nothing else of torchdeck's."""
     import torchdeck
 
-    folder = run_dir / "pylib"
+    folder = report_helper_path(run_dir)
     (folder / "torchdeck").mkdir(parents=True, exist_ok=True)
     (folder / "torchdeck" / "__init__.py").write_text(f'__version__ = "{torchdeck.__version__}"\n')
     shutil.copyfile(Path(torchdeck.__file__).with_name("report.py"), folder / "torchdeck" / "report.py")

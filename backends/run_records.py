@@ -18,8 +18,9 @@ import math
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..trainer.metrics import strict_json
 from .errors import SpecError
-from .files import MAX_DIGITS, read_bytes
+from .files import MAX_DIGITS, read_bytes, write_atomically
 from .schema import typed
 
 RECORD_BYTES = 1 << 20
@@ -127,3 +128,8 @@ def read_typed(cls: type[R], path: Path) -> R | None:
     """The record at ``path`` as ``cls`` (None where there is none); RunRecordError where unreadable."""
     data = read_record(path)
     return None if data is None else typed(cls, data)
+
+
+def write_json(path: Path, data: dict, mode: int | None = None) -> None:
+    """Write a run record atomically (a reader never sees half a file), as strict JSON."""
+    write_atomically(path, strict_json(data, indent=1), mode)

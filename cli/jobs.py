@@ -237,10 +237,12 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
 
 
 def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.kubernetes.manifests import render
+    from torchdeck.backends.kubernetes.manifests import render, rendered_plan
 
     spec = spec_for(args, settings)
     rendered = render(spec, args.run_id or spec.name)
+    offline = "preflight not run: render reads no cluster (train --backend kubernetes --dry-run checks one)"
+    plan = rendered_plan("kubernetes", spec, rendered, notes=[offline])
     if args.validate:
         from torchdeck.backends.kubernetes.validation import validate_manifests
 
@@ -256,7 +258,7 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
                 f"torchdeck: {checked.cel_unchecked} CEL rule(s) not checked here (pip install cel-python)",
                 file=sys.stderr,
             )
-    print(rendered.to_yaml(), end="")
+    print(plan.text(), end="")
     return 0
 
 
@@ -305,8 +307,8 @@ def cmd_test(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
 def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     resume = getattr(args, "resume", None)
     spec = backend.resume_spec(resume) if resume else spec_for(args, settings)
-    if args.dry_run:
-        print(backend.render(spec), end="")
+    if args.dry_run:  # the plan that a submit applies, as it would apply it
+        print(backend.plan(spec).text(), end="")
         return 0
     run_id, spec = backend.resume(resume) if resume else (backend.submit(spec), spec)
     if args.detach:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from torchdeck.backends.base import JobStatus, NodeMetrics, TestResult
+from torchdeck.backends.base import JobStatus, NodeMetrics, Plan, TestResult
 from torchdeck.backends.ledger import Resource
 from torchdeck.terminal import as_shown
 
@@ -43,6 +43,13 @@ class RunsListed(Message):
 @dataclass
 class JobSubmitted(Message):
     run_id: str
+
+
+@dataclass
+class PlanMade(Message):
+    """What a launch would apply (the launch form's preview); its text is escaped where it is drawn."""
+
+    plan: Plan
 
 
 @dataclass

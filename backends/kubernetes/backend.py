@@ -37,10 +37,12 @@ from ..base import (
     LogLine,
     MetricEvent,
     NodeMetrics,
+    Plan,
     RankProgress,
     TestResult,
     as_test_result,
 )
+from ..bundle import CodeStore
 from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
 from ..errors import BackendError, RunIdTaken, RunNotFound, SpecError
 from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines
@@ -50,24 +52,21 @@ from ..spec import JobKindName, JobSpec, spec_from_dict, validate
 from . import crds
 from .client import ApiError, KubeClient, api_path
 from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
-from .diagnosis import Finding, diagnose_pod, job_findings
+from .diagnosis import Finding, job_findings, pod_findings
 from .importing import import_job
 from .jobs import (
-    KIND_BY_NAME,
     api_of,
     argument,
     first_pod_spec,
-    job_api,
     job_state,
     nproc_per_node,
     timestamp,
     walk_volumes,
     world_size,
 )
+from .kinds import JOB_KINDS, KEY_BY_KIND
 from .manifests import (
     CODE_LABEL,
-    KIND_INFO,
-    OWN_POD_LABELS,
     PATTERN_ANNOTATION,
     PODS_ANNOTATION,
     PROGRAM_ANNOTATION,
@@ -78,11 +77,12 @@ from .manifests import (
     kept_spec,
     pod_selector,
     render,
+    rendered_plan,
     run_labels,
 )
 from .node_metrics import measure_nodes
 from .preflight import preflight
-from .queues import queue_findings, queue_wait, suspend_patch, suspended, wait_words
+from .queues import queue_findings, queue_wait, suspended, wait_words
 from .streams import PodLogFollower, has_started, node_ranks
 from .tasks import TaskJobs
 
@@ -122,6 +122,7 @@ class KubernetesBackend(Backend):
         code_bucket: str | None = None,
         node_price_per_hour: float | None = None,
         spot_price: SpotPrice | None = None,
+        code_store: CodeStore | None = None,
     ):
         self.client = KubeClient(kubeconfig, context)
         """The connection to the cluster: every API request goes through it."""
@@ -131,6 +132,8 @@ class KubernetesBackend(Backend):
         """A spot node's price an hour now (the eks backend's, from EC2); None: spot at on-demand."""
         self.node_book = NodeBook()
         """The cluster's nodes (their instance types), for what runs cost."""
+        self.code_store = code_store
+        """Where code bundles too large for a ConfigMap go (``bundle.CodeStore``: S3)."""
         self.code_bucket = code_bucket
         """Where a code bundle too large for a ConfigMap goes when the spec says nothing (eks: the
         cluster's model bucket)."""
@@ -148,7 +151,7 @@ class KubernetesBackend(Backend):
         """run id -> its pods' label selector, learned with the kind."""
         self._crds: dict[str, tuple[float, dict[str, Any]]] = {}
         """kind -> (when read, the cluster's CRD)."""
-        self.tasks = TaskJobs(self)
+        self.tasks = TaskJobs(self.client, self.apply_rendered)
         """The one-pod jobs around training: data prepare, model copy, model test."""
 
     def __getstate__(self) -> dict:
@@ -166,22 +169,34 @@ class KubernetesBackend(Backend):
 
     # -- rendering and submitting ---------------------------------------------------
 
-    def render(self, spec: JobSpec) -> str:
-        """The manifests, and what the preflight finds on the cluster (as comments), for --dry-run."""
+    def plan(self, spec: JobSpec) -> Plan:
+        """The objects a submit creates (for the operator release the cluster serves), under a run id
+        free on the cluster now, with what the preflight finds; where the cluster cannot be reached
+        the objects are still planned, and a note says the preflight was not run."""
         spec = self.with_code_bucket(validate(spec))
         try:
             target = self.served_target(spec.cluster.kind)
         except BackendError:  # unreachable, or serves no version we render: the preflight below says which
             target = None
-        rendered = render(spec, new_run_id(spec.name, lambda _: False), target=target)
+        notes: builtins.list[str] = []
         try:
-            found = preflight(self, spec, rendered)
-            checks = [f"# preflight: {f}\n" for f in found] or ["# preflight: the cluster can run it\n"]
-            view = queue_findings(self.client, spec)[1] if spec.cluster.queue else None
-            checks += [f"# {view.line()}\n"] if view else []
+            run_id = new_run_id(spec.name, self._run_taken)
         except BackendError as exc:
-            checks = [f"# preflight not run: {exc}\n"]
-        return "".join(checks) + rendered.to_yaml()
+            run_id, unreachable = new_run_id(spec.name, lambda _: False), str(exc)
+        else:
+            unreachable = ""
+        rendered = render(spec, run_id, target=target)
+        found: builtins.list[Finding] = []
+        if unreachable:
+            notes.append(f"preflight not run: {unreachable}")
+        else:
+            try:
+                found = preflight(self.client, spec, rendered, self.crd(rendered.kind))
+                view = queue_findings(self.client, spec)[1] if spec.cluster.queue else None
+                notes += [view.line()] if view else []
+            except BackendError as exc:
+                notes.append(f"preflight not run: {exc}")
+        return rendered_plan(self.name, spec, rendered, found, notes)
 
     def crd(self, kind: JobKindName) -> dict[str, Any] | None:
         """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed; empty: the
@@ -191,11 +206,9 @@ class KubernetesBackend(Backend):
         cached = self._crds.get(kind)
         if cached and time.monotonic() - cached[0] < CRD_CACHE_S:
             return cached[1]
-        info = KIND_INFO[kind]
+        info = JOB_KINDS[kind]
         try:
-            definition = self.client.request(
-                "GET", api_path("CustomResourceDefinition", name=f"{info.plural}.{info.group}")
-            )
+            definition = self.client.request("GET", api_path("CustomResourceDefinition", name=info.crd_name))
         except ApiError as exc:
             if exc.status == 403:
                 return {}
@@ -208,7 +221,7 @@ class KubernetesBackend(Backend):
     def served_target(self, kind: JobKindName) -> crds.Target | None:
         """The operator release to render ``kind`` for, read from the cluster's CRD (the newest
         supported where the CRD is not there to read); BackendError where it serves none we render."""
-        if KIND_INFO[kind].group == "batch":
+        if JOB_KINDS[kind].builtin:
             return None
         definition = self.crd(kind)
         return crds.for_cluster(kind, definition) if definition else crds.latest(kind)
@@ -219,35 +232,38 @@ class KubernetesBackend(Backend):
             return spec
         return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, code_bucket=self.code_bucket))
 
-    def submit(self, spec: JobSpec) -> str:
-        spec = self.with_code_bucket(validate(spec))
-        target = self.served_target(spec.cluster.kind)
+    def apply(self, plan: Plan) -> str:
+        """Send the plan's code bundle where it goes and create the plan's objects, in order."""
+        rendered = plan.payload
+        if not isinstance(rendered, Rendered) or plan.backend != self.name:
+            raise BackendError(f"this plan was not made by the {self.name} backend", "make it with plan(spec)")
+        if plan.findings:
+            more = f" (and {len(plan.findings) - 1} more: torchdeck train --dry-run lists them)"
+            raise BackendError(plan.findings[0] + (more if len(plan.findings) > 1 else ""), plan.fix)
         self.sent = []
-        for _ in range(5):
-            run_id = new_run_id(spec.name, self._run_taken)
-            rendered = render(spec, run_id, target=target)
-            if rendered.bundle is not None and rendered.bundle_url:
-                self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
-            try:
-                self.apply_rendered(spec, rendered, spec)
-            except RunIdTaken:
-                continue  # another console took this id between the check and the create: the next one
-            self._kinds[run_id] = (rendered.kind, spec.namespace)
-            self._selectors[run_id] = pod_selector(rendered.main)
-            return run_id
-        raise BackendError(f"no free run id for {spec.name!r}: five were taken as they were tried", "submit again")
+        if rendered.bundle is not None and rendered.bundle_url:
+            self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
+        self.create(plan.spec, rendered)
+        self._kinds[plan.run_id] = (rendered.kind, plan.spec.namespace)
+        self._selectors[plan.run_id] = pod_selector(rendered.main)
+        return plan.run_id
 
     def _run_taken(self, run_id: str) -> bool:
         """Whether a job of any kind, in any namespace, carries this run id (ids name runs cluster-wide)."""
         return bool(self._list_jobs(f"{RUN_LABEL}={run_id}"))
 
     def apply_rendered(self, spec: JobSpec, rendered: Rendered, checked: JobSpec) -> None:
-        """Preflight ``checked``, then create the objects in order; the first problem stops it in one line.
-        RunIdTaken where the first object named for the run exists already (nothing of it was made)."""
-        problems = preflight(self, checked, rendered)
+        """Preflight ``checked``, then create the objects in order (a task job: data prepare, model
+        test); the first problem stops it in one line."""
+        problems = preflight(self.client, checked, rendered, self.crd(rendered.kind))
         if problems:
             more = f" (and {len(problems) - 1} more: torchdeck train --dry-run lists them)" if len(problems) > 1 else ""
             raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
+        self.create(spec, rendered)
+
+    def create(self, spec: JobSpec, rendered: Rendered) -> None:
+        """Create the objects in order. RunIdTaken where the first object named for the run exists
+        already (nothing of it was made)."""
         made = False
         for obj in rendered.objects:
             bundle = obj["kind"] == "ConfigMap" and CODE_LABEL in obj["metadata"]["labels"]
@@ -265,22 +281,14 @@ class KubernetesBackend(Backend):
             self._note(api_path(api_of(obj["kind"]), spec.namespace, obj["metadata"]["name"]))
 
     def _upload_bundle(self, data: bytes, url: str) -> None:
-        """Put a code bundle where its URL says, unless it is there already (its key is its digest)."""
-        from ..eks.session import AwsError, AwsSession
-
-        location = S3Url.parse(url)
-        bucket, key = location.bucket, location.key
-        aws = AwsSession(None)
-        try:
-            if aws.find("s3", "head_object", Bucket=bucket, Key=key) is not None:
-                return
-            aws.call("s3", "put_object", Bucket=bucket, Key=key, Body=data, ServerSideEncryption="AES256")
-        except AwsError as exc:
+        """Put a code bundle where its URL says, through the store this backend was handed."""
+        if self.code_store is None:
             raise BackendError(
-                f"cannot send the code bundle to {url}: {exc}",
-                "check cluster.code_bucket and that your AWS identity may write there",
-            ) from None
-        self.sent.append(url)
+                f"the code bundle goes to {url}, and this backend was opened without a store for it",
+                "open it with open_backend (which hands it the S3 store), or drop cluster.code_bucket",
+            )
+        if self.code_store.put(url, data):
+            self.sent.append(url)
 
     # -- the ledger -------------------------------------------------------------------
 
@@ -316,11 +324,11 @@ class KubernetesBackend(Backend):
     def _list_jobs(self, selector: str) -> list[tuple[JobKindName, dict[str, Any]]]:
         """Every torchdeck job object matching ``selector``, of every installed kind."""
         found: list[tuple[JobKindName, dict[str, Any]]] = []
-        for key in KIND_INFO:
+        for key in JOB_KINDS:
             namespace = self.namespace
             items = None
             while items is None:
-                path = api_path(job_api(key), namespace)
+                path = api_path(JOB_KINDS[key].api, namespace)
                 try:
                     items = self.client.request("GET", path, query={"labelSelector": selector}).get("items", [])
                 except ApiError as exc:
@@ -339,7 +347,7 @@ class KubernetesBackend(Backend):
         if known:
             key, ns = known
             try:
-                obj = self.client.request("GET", api_path(job_api(key), ns, run_id))
+                obj = self.client.request("GET", api_path(JOB_KINDS[key].api, ns, run_id))
                 self._selectors[run_id] = pod_selector(obj)
                 return key, obj
             except ApiError as exc:
@@ -368,31 +376,12 @@ class KubernetesBackend(Backend):
         """The label selector of a run's pods (the run label, or what its job's release gives them)."""
         return self._selectors.get(run_id) or f"{RUN_LABEL}={run_id}"
 
-    def pods(self, run_id: str, namespace: str) -> list[dict[str, Any]]:
-        return self.client.request(
-            "GET", api_path("Pod", namespace), query={"labelSelector": self.pod_selector(run_id)}
-        ).get("items", [])
+    def pods(self, run_id: str, namespace: str) -> builtins.list[dict[str, Any]]:
+        return self.client.pods(namespace, self.pod_selector(run_id))
 
-    def pod_findings(self, namespace: str, pods: list[dict[str, Any]]) -> list[Finding]:
-        """What is wrong with these pods; the scheduler's events are read for Pending ones only."""
-        return [
-            f
-            for pod in pods
-            for f in diagnose_pod(
-                pod,
-                self._events(namespace, pod["metadata"]["name"])
-                if (pod.get("status") or {}).get("phase") == "Pending"
-                else (),
-            )
-        ]
-
-    def _events(self, namespace: str, pod: str) -> list[dict[str, Any]]:
-        try:
-            return self.client.request(
-                "GET", api_path("Event", namespace), query={"fieldSelector": f"involvedObject.name={pod}"}
-            ).get("items", [])
-        except BackendError:
-            return []
+    def pod_findings(self, namespace: str, pods: builtins.list[dict[str, Any]]) -> builtins.list[Finding]:
+        """What is wrong with these pods (``diagnosis.pod_findings``)."""
+        return pod_findings(self.client, namespace, pods)
 
     # -- state ----------------------------------------------------------------------
 
@@ -427,7 +416,7 @@ class KubernetesBackend(Backend):
         )
         book = PriceBook(spec.node_price_per_hour if spec else None, self.node_price_per_hour, spot=self.spot_price)
         status.cost = price_run(uses, book, spec.budget if spec else None, running=not status.state.is_terminal)
-        path = api_path(job_api(key), obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
+        path = api_path(JOB_KINDS[key].api, obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
         if status.state.is_terminal and uses and kept is None:
             with contextlib.suppress(BackendError):  # kept when it can be: read again from the pods while they last
                 annotate(self.client, path, {COST_ANNOTATION: status.cost.to_dict()})
@@ -444,7 +433,7 @@ class KubernetesBackend(Backend):
         spent = cost.amount or 0.0
         status.state, status.reason = JobState.CANCELLED, budget_stop_words(cost.budget, spent)
         status.cost = dataclasses.replace(cost, running=False)
-        patch = suspend_patch(key)
+        patch = JOB_KINDS[key].suspend_patch()
         labels = obj["metadata"].get("labels") or {}
         if patch is None or QUEUE_LABEL in labels:
             self.cancel(status.run_id)
@@ -521,7 +510,7 @@ class KubernetesBackend(Backend):
             reason=reason,
             hint=findings[0].fix if findings else "",
             restarts=restarts,
-            location=f"{meta.get('namespace', 'default')}/{KIND_INFO[key].kind}",
+            location=f"{meta.get('namespace', 'default')}/{JOB_KINDS[key].kind}",
             queue=wait,
             trainer_status=st.get("trainerStatus") if key == "trainjob" else None,
         )
@@ -572,9 +561,9 @@ class KubernetesBackend(Backend):
         name: read it as ``torchdeck import`` reads a manifest, ``keep`` the spec read (its file), then
         label the job as torchdeck labels its own, with its pods' selector and that spec.
         Nothing changes where it cannot be read or its name is another run's."""
-        info = KIND_INFO[key]
+        info = JOB_KINDS[key]
         ns = namespace or self.namespace or self.client.context_namespace or "default"
-        path = api_path(job_api(key), ns, name)
+        path = api_path(JOB_KINDS[key].api, ns, name)
         try:
             obj = self.client.request("GET", path)
         except ApiError as exc:
@@ -597,7 +586,7 @@ class KubernetesBackend(Backend):
                 "stop or delete that run first: torchdeck --backend kubernetes jobs lists them",
             )
         keep(found.spec)
-        notes = {SPEC_ANNOTATION: kept_spec(found.spec), PODS_ANNOTATION: f"{OWN_POD_LABELS[key]}={name}"}
+        notes = {SPEC_ANNOTATION: kept_spec(found.spec), PODS_ANNOTATION: f"{JOB_KINDS[key].pod_label}={name}"}
         if not found.spec.builtin:  # the user's code: its ranks' lines are read as torchdeck's own
             notes[PROGRAM_ANNOTATION] = found.spec.program
         ours = run_labels(name, found.spec.name)
@@ -612,9 +601,9 @@ class KubernetesBackend(Backend):
         what torchdeck made beside it; what was deleted, as ``kind/name``."""
         name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        self.client.request("DELETE", api_path(job_api(key), ns, name), body=body)
-        self._forget(api_path(job_api(key), ns, name))
-        deleted = [f"{KIND_INFO[key].kind}/{name}"]
+        self.client.request("DELETE", api_path(JOB_KINDS[key].api, ns, name), body=body)
+        self._forget(api_path(JOB_KINDS[key].api, ns, name))
+        deleted = [f"{JOB_KINDS[key].kind}/{name}"]
         for kind in ("Service", "Deployment", "NetworkPolicy"):  # the plain Job's service, the ElasticJob's etcd
             selector = {"labelSelector": f"{RUN_LABEL}={name}"}
             for item in self.client.request("GET", api_path(kind, ns), query=selector).get("items", []):
@@ -684,7 +673,7 @@ class KubernetesBackend(Backend):
                 "node_selector": pod.get("nodeSelector") or {},
             },
         }
-        spec = spec_from_dict(spec_data, f"{KIND_INFO[key].kind}/{obj['metadata']['name']}")
+        spec = spec_from_dict(spec_data, f"{JOB_KINDS[key].kind}/{obj['metadata']['name']}")
         checkpoint_dir = arg("--checkpoint-dir")
         model_file = arg("--model-file") or (f"{checkpoint_dir}/model.pt" if checkpoint_dir else None)
         if model_file is None:
@@ -736,7 +725,7 @@ class KubernetesBackend(Backend):
         notes = (obj.get("metadata") or {}).get("annotations") or {}
         if PROGRAM_ANNOTATION not in notes:
             return None
-        kind = KIND_BY_NAME.get(str(obj.get("kind", "")))
+        kind = KEY_BY_KIND.get(str(obj.get("kind", "")))
         return RankedText(
             nproc_per_node(obj),
             world_size(kind, obj) if kind else nproc_per_node(obj),
@@ -749,7 +738,7 @@ class KubernetesBackend(Backend):
     ) -> Iterator[builtins.list[LogLine]]:
         name, ns, obj = self._namespace_of(run_id)
         nproc = nproc_per_node(obj)
-        follower = PodLogFollower(self, name, ns, follow=follow)
+        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow)
         follower.start()
         reader = self.text_reader(obj)
         try:
@@ -769,7 +758,7 @@ class KubernetesBackend(Backend):
         """Every pod's log once, as metric events and log lines together."""
         name, ns, obj = await asyncio.to_thread(self._namespace_of, run_id)
         nproc = nproc_per_node(obj)
-        follower = PodLogFollower(self, name, ns, follow=True)
+        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=True)
         follower.start()
         reader = self.text_reader(obj)
         try:
@@ -786,7 +775,7 @@ class KubernetesBackend(Backend):
         self, run_id: str, follow: bool = True, poll_s: float = 0.1
     ) -> AsyncIterator[builtins.list[MetricEvent]]:
         name, ns, obj = await asyncio.to_thread(self._namespace_of, run_id)
-        follower = PodLogFollower(self, name, ns, follow=follow)
+        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow)
         follower.start()
         reader = self.text_reader(obj)
         nproc = nproc_per_node(obj)

@@ -11,6 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import BackendError
+from .client import KubeClient, api_path
+
 RDZV_PATTERNS = (
     (
         re.compile(r"RendezvousTimeoutError|rendezvous.*tim(ed|e) ?out|The node .* has failed to join", re.I),
@@ -273,3 +276,27 @@ def job_findings(name: str, conditions: Iterable[dict[str, Any]], backoff_limit:
                 )
             )
     return found
+
+
+def pod_findings(client: KubeClient, namespace: str, pods: list[dict[str, Any]]) -> list[Finding]:
+    """What is wrong with these pods; the scheduler's events are read for Pending ones only."""
+    return [
+        f
+        for pod in pods
+        for f in diagnose_pod(
+            pod,
+            pod_events(client, namespace, pod["metadata"]["name"])
+            if (pod.get("status") or {}).get("phase") == "Pending"
+            else (),
+        )
+    ]
+
+
+def pod_events(client: KubeClient, namespace: str, pod: str) -> list[dict[str, Any]]:
+    """The events about one pod (none where they cannot be read)."""
+    try:
+        return client.request(
+            "GET", api_path("Event", namespace), query={"fieldSelector": f"involvedObject.name={pod}"}
+        ).get("items", [])
+    except BackendError:
+        return []

@@ -13,20 +13,12 @@ from ..base import JobState
 from ..schema import count
 from ..spec import JobKindName
 from .client import KINDS, ApiKind
-from .manifests import KIND_INFO
-
-KIND_BY_NAME = {info.kind: key for key, info in KIND_INFO.items()}
-
-
-def job_api(kind_key: JobKindName) -> ApiKind:
-    """Where the API server keeps a training job kind (``KIND_INFO``'s key)."""
-    info = KIND_INFO[kind_key]
-    return ApiKind.of_group(info.group, info.version, info.plural)
+from .kinds import JOB_KINDS, KEY_BY_KIND
 
 
 def api_of(kind: str) -> str | ApiKind:
     """A rendered object's kind as ``api_path`` takes it: a built-in's name, or a job kind's ApiKind."""
-    return kind if kind in KINDS else job_api(KIND_BY_NAME[kind])
+    return kind if kind in KINDS else JOB_KINDS[KEY_BY_KIND[kind]].api
 
 
 def timestamp(text: str | None) -> float | None:

@@ -11,7 +11,7 @@ writable scratch folder, and labels that find every pod of the job.
 
 Why one module of this size (about 620 lines): every kind's context, the user code's bundle and
 relay, the task jobs' manifests and the kubelet's escaping meet in the one ``context`` the
-templates read; the kinds' API facts are ``KIND_INFO`` here, their states ``jobs.py``, the
+templates read; the kinds' API facts are ``kinds.JOB_KINDS``, their states ``jobs.py``, the
 operators' releases ``crds.py``, the bundle ``../bundle.py``."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import base64
 import functools
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,10 +30,13 @@ import yaml
 
 from ...trainer.s3url import S3Url
 from .. import bundle as code_bundle
+from ..base import Plan
 from ..errors import SpecError
 from ..names import check_run_id
 from ..spec import KINDS, JobKindName, JobSpec, check_kind_fields, trainer_arguments, validate
 from . import crds
+from .diagnosis import Finding
+from .kinds import JOB_KINDS, JOBSET_NAME_LABEL, MPI_SSH_DIR
 
 if TYPE_CHECKING:
     import jinja2
@@ -68,90 +72,16 @@ RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
 to name pods, and a pod's hostname is at most 63 characters."""
 
 
-@dataclass(frozen=True)
-class KindInfo:
-    """What a kind is on the API server, and what it needs there."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    operator: str
-    """What to install when its CRD is missing."""
-    install: str
-    warning: str = ""
-
-
 MPI_LAUNCHER_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
 """An MPIJob's launcher pod (mpirun only): what it asks besides the workers (a queue's quota counts it)."""
-MPI_SSH_DIR = "/home/trainer/.ssh"
-"""Where the MPI Operator mounts the SSH keys: the home of the images' uid-1000
-user (the operator's default, /root/.ssh, is not that user's)."""
 MPI_SSHD = ["/usr/sbin/sshd", "-De", "-f", "/etc/ssh/sshd_config.torchdeck"]
 """An MPIJob worker's command: the SSH server of ``torchdeck image build --mpi``, run by the image's
 user (docker/mpi/sshd_config)."""
-KIND_INFO: dict[JobKindName, KindInfo] = {
-    "pytorchjob": KindInfo(
-        "kubeflow.org",
-        "v1",
-        "pytorchjobs",
-        "PyTorchJob",
-        "the Kubeflow Training Operator v1",
-        'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=v1.9.4"',
-    ),
-    "trainjob": KindInfo(
-        "trainer.kubeflow.org",
-        "v1alpha1",
-        "trainjobs",
-        "TrainJob",
-        "Kubeflow Trainer v2",
-        'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/'
-        'manifests/overlays/manager?ref=v2.3.0", then the same with overlays/runtimes',
-        "TrainJob: the pods' security context comes from the ClusterTrainingRuntime, not from torchdeck",
-    ),
-    "mpijob": KindInfo(
-        "kubeflow.org",
-        "v2beta1",
-        "mpijobs",
-        "MPIJob",
-        "the Kubeflow MPI Operator",
-        "kubectl apply --server-side -f https://raw.githubusercontent.com/kubeflow/mpi-operator/"
-        "v0.8.2/deploy/v2beta1/mpi-operator.yaml",
-        "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000 with its keys "
-        f"in {MPI_SSH_DIR}, as torchdeck image build --mpi makes it",
-    ),
-    "job": KindInfo("batch", "v1", "jobs", "Job", "nothing (built into Kubernetes)", ""),
-    "elasticjob": KindInfo(
-        "elastic.pytorch.org",
-        "v1alpha1",
-        "elasticjobs",
-        "ElasticJob",
-        "the TorchElastic controller (v0.2.2, 2022, unmaintained)",
-        "none works on Kubernetes 1.22 or later: its CRD is apiextensions.k8s.io/v1beta1, "
-        "which 1.22 removed; use --kind pytorchjob with cluster.min_nodes and "
-        "cluster.max_nodes (the same elastic job), or --kind job",
-        "ElasticJob: the TorchElastic controller's CRD is apiextensions.k8s.io/v1beta1, which "
-        "Kubernetes removed in 1.22 (EKS's oldest supported release is newer), so it installs on "
-        "no current cluster; torchdeck submits it only where the cluster already serves it. "
-        "The same elastic job: --kind pytorchjob with cluster.min_nodes and cluster.max_nodes",
-    ),
-}
-
-
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
 PODS_ANNOTATION = "torchdeck.dev/pods"
 """On a job torchdeck did not make (``torchdeck import KIND/NAME``): the selector of its pods,
 which carry its operator's labels and not the run label."""
-OWN_POD_LABELS: dict[JobKindName, str] = {
-    "pytorchjob": "training.kubeflow.org/job-name",
-    "mpijob": "training.kubeflow.org/job-name",
-    "job": "batch.kubernetes.io/job-name",
-    "trainjob": JOBSET_NAME_LABEL,
-}
-"""The label each kind's controller puts on the job's pods, with the job's name (seen on the real
-Training Operator v1.9.4, MPI Operator v0.8.2, Kubernetes 1.34 and JobSet v0.12.0)."""
 
 
 def pod_selector(job: dict[str, Any]) -> str:
@@ -191,6 +121,32 @@ class Rendered:
     def to_yaml(self) -> str:
         header = "".join(f"# warning: {w}\n" for w in self.warnings)
         return header + yaml.safe_dump_all(self.objects, sort_keys=False, width=120)
+
+
+def rendered_plan(
+    backend: str,
+    spec: JobSpec,
+    rendered: Rendered,
+    findings: Sequence[Finding] = (),
+    notes: Sequence[str] = (),
+) -> Plan:
+    """A cluster's plan from its rendered objects: what ``train --dry-run`` and ``render`` print and
+    ``KubernetesBackend.apply`` creates."""
+    code = ""
+    if rendered.bundle is not None:
+        code = rendered.bundle_url or f"configmap {rendered.namespace}/{rendered.bundle.configmap}"
+    return Plan(
+        backend,
+        rendered.name,
+        spec,
+        objects=rendered.objects,
+        target=rendered.target.release if rendered.target is not None else "",
+        code=code,
+        findings=[f"{f.where}: {f.problem}" for f in findings],
+        fix=findings[0].fix if findings else "",
+        notes=[*(f"warning: {w}" for w in rendered.warnings), *notes],
+        payload=rendered,
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -586,7 +542,7 @@ def render(
     objects = as_written([o for o in yaml.safe_load_all(text) if o])
     if packed is not None and url is None:
         objects.insert(0, bundle_configmap(spec, packed))
-    info = KIND_INFO[kind]
+    info = JOB_KINDS[kind]
     warnings = [info.warning] if info.warning else []
     if target and target.pod_overrides == "podSpecOverrides":
         warnings.append(

@@ -8,48 +8,46 @@ to fix it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import BackendError
 from ..spec import JobSpec
 from . import crds
 from .access import access_findings
-from .client import ApiError, api_path, quantity
+from .client import ApiError, KubeClient, api_path, quantity
 from .diagnosis import Finding
-from .manifests import KIND_INFO, Rendered
+from .kinds import JOB_KINDS
+from .manifests import Rendered
 from .queues import queue_findings
 
-if TYPE_CHECKING:
-    from .backend import KubernetesBackend
 
-
-def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> list[Finding]:
-    """What would stop the job on this cluster, each with its fix."""
-    found = access_findings(kube.client, rendered)
+def preflight(client: KubeClient, spec: JobSpec, rendered: Rendered, crd: dict[str, Any] | None) -> list[Finding]:
+    """What would stop the job on this cluster, each with its fix. ``crd``: the cluster's definition
+    of the job's kind (None: not installed; empty: this kubeconfig may not read it)."""
+    found = access_findings(client, rendered)
     if found:  # what the rest would read may be refused too: the access says it first
         return found
-    info = KIND_INFO[rendered.kind]
+    info = JOB_KINDS[rendered.kind]
     ns = spec.namespace
-    if info.group != "batch":
-        crd = f"{info.plural}.{info.group}"
-        definition = kube.crd(rendered.kind)
+    if not info.builtin:
+        definition = crd
         if definition is None:
             found.append(
                 Finding(
                     rendered.kind,
-                    f"{info.kind} is not installed on this cluster (no CRD {crd})",
+                    f"{info.kind} is not installed on this cluster (no CRD {info.crd_name})",
                     f"install {info.operator}: {info.install}, or use --kind job (needs nothing)",
                 )
             )
         elif definition:  # (empty: this kubeconfig may not read CRDs; the create says what is wrong)
             found += served_findings(rendered, definition)
-    if not kube.client.exists(api_path("Namespace", name=ns)):
+    if not client.exists(api_path("Namespace", name=ns)):
         found.append(Finding(ns, f"namespace {ns} does not exist", f"kubectl create namespace {ns}"))
         return found
     c = spec.cluster
     if c.pvc:
         try:
-            pvc = kube.client.request("GET", api_path("PersistentVolumeClaim", ns, c.pvc))
+            pvc = client.request("GET", api_path("PersistentVolumeClaim", ns, c.pvc))
             phase = (pvc.get("status") or {}).get("phase")
             if phase != "Bound":
                 found.append(
@@ -70,7 +68,7 @@ def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> lis
                     "create it (torchdeck storage create), or fix cluster.pvc",
                 )
             )
-    if c.service_account and not kube.client.exists(api_path("ServiceAccount", ns, c.service_account)):
+    if c.service_account and not client.exists(api_path("ServiceAccount", ns, c.service_account)):
         found.append(
             Finding(
                 c.service_account,
@@ -79,16 +77,16 @@ def preflight(kube: KubernetesBackend, spec: JobSpec, rendered: Rendered) -> lis
             )
         )
     if spec.resources.gpus and not c.queue:  # a queue's flavours place the job (queues.queue_findings)
-        found += gpu_findings(kube, spec)
+        found += gpu_findings(client, spec)
     if c.queue:
-        found += queue_findings(kube.client, spec)[0]
+        found += queue_findings(client, spec)[0]
     return found
 
 
 def served_findings(rendered: Rendered, definition: dict[str, Any]) -> list[Finding]:
     """What the cluster's own CRD says of the rendered job: a version it does not serve, a field
     it would drop, a value it refuses."""
-    info = KIND_INFO[rendered.kind]
+    info = JOB_KINDS[rendered.kind]
     try:
         crds.for_cluster(rendered.kind, definition)
     except BackendError as exc:
@@ -113,11 +111,11 @@ def served_findings(rendered: Rendered, definition: dict[str, Any]) -> list[Find
     )
 
 
-def gpu_findings(kube: KubernetesBackend, spec: JobSpec) -> list[Finding]:
+def gpu_findings(client: KubeClient, spec: JobSpec) -> list[Finding]:
     """No node that matches the job's node selector has the GPUs it asks for."""
     wanted = spec.resources.gpus
     selector = spec.cluster.node_selector
-    nodes = kube.client.request("GET", api_path("Node")).get("items", [])
+    nodes = client.request("GET", api_path("Node")).get("items", [])
     matching = [n for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
     with_gpus = [
         n

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..schema import count
-from ..spec import JobKindName, JobSpec
+from ..spec import JobSpec
 from .client import ApiError, api_path, quantity
 from .diagnosis import Finding
 from .jobs import timestamp
+from .kinds import job_kind_of
 from .manifests import MPI_LAUNCHER_RESOURCES
 
 if TYPE_CHECKING:
@@ -188,19 +189,9 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
 def suspended(obj: dict[str, Any]) -> bool:
-    """Whether the job is held suspended (where each kind keeps it: its run policy, or its spec)."""
-    spec = obj.get("spec") or {}
-    return bool((spec.get("runPolicy") or {}).get("suspend") or spec.get("suspend"))
-
-
-def suspend_patch(key: JobKindName) -> dict[str, Any] | None:
-    """The merge patch that suspends a job of kind ``key`` where ``suspended`` reads it (its pods
-    are deleted, the job kept); None for a kind that cannot be suspended (ElasticJob)."""
-    if key in ("pytorchjob", "mpijob"):
-        return {"spec": {"runPolicy": {"suspend": True}}}
-    if key in ("job", "trainjob"):
-        return {"spec": {"suspend": True}}
-    return None
+    """Whether the job is held suspended, where its kind keeps the flag (``JobKind.suspend_at``)."""
+    kind = job_kind_of(obj)
+    return kind.is_suspended(obj) if kind is not None else False
 
 
 def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,104 @@ def check_kubeconfig_files(kubeconfig: str | None) -> None:
             raise BackendError(f"cannot use the kubeconfig: {exc.message}", exc.hint) from None
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A kubeconfig context as the official client resolved it: what a GET needs (the server, its
+    TLS files, the bearer token). Reads go through urllib3, the client's own transport, with
+    these, so that a process that only reads (the console watching a run, its metric reader)
+    never loads the client: importing it costs 57 MB a process. A 401 (a token that expired: EKS's
+    last 15 minutes) resolves the kubeconfig again, which runs its credential command again."""
+
+    host: str
+    headers: tuple[tuple[str, str], ...]
+    verify: bool
+    ca_file: str | None
+    cert_file: str | None
+    key_file: str | None
+    proxy: str | None
+    server_name: str | None
+
+    @classmethod
+    def of(cls, cfg: Any) -> Resolved:
+        """From the official client's Configuration (its token refreshed if it had expired)."""
+        auth = cfg.auth_settings().get("BearerToken")
+        return cls(
+            host=cfg.host.rstrip("/"),
+            headers=(("authorization", auth["value"]),) if auth and auth.get("value") else (),
+            verify=bool(cfg.verify_ssl),
+            ca_file=cfg.ssl_ca_cert,
+            cert_file=cfg.cert_file,
+            key_file=cfg.key_file,
+            proxy=cfg.proxy,
+            server_name=cfg.tls_server_name,
+        )
+
+    @classmethod
+    def load(cls, kubeconfig: str | None, context: str | None) -> tuple[Resolved, str | None]:
+        """Resolved by the official client in a child process (``resolve.py``), and the context's
+        namespace. The TLS material it names is written to files of this process's own (0600,
+        removed at exit)."""
+        import atexit
+        import shutil
+        import subprocess
+        import sys
+        import tempfile
+
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "torchdeck.backends.kubernetes.resolve"],
+                input=json.dumps({"kubeconfig": kubeconfig, "context": context}),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            answer = json.loads(done.stdout)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            last = (getattr(exc, "stderr", None) or "").strip().splitlines()
+            raise BackendError(
+                f"cannot read the kubeconfig: {last[-1] if last else exc}"[:300],
+                "check that `kubectl config view` works here",
+            ) from None
+        if "error" in answer:
+            raise BackendError(answer["error"], KUBECONFIG_HINT)
+        fields = answer["resolved"]
+        folder = None
+        for name, text in answer["pems"].items():
+            if text:
+                if folder is None:
+                    folder = tempfile.mkdtemp(prefix="torchdeck-kube-")
+                    atexit.register(shutil.rmtree, folder, True)
+                path = Path(folder) / f"{name}.pem"
+                path.touch(mode=0o600)
+                path.write_text(text)
+                fields[name] = str(path)
+        fields["headers"] = tuple(tuple(pair) for pair in fields["headers"])
+        return cls(**fields), answer.get("namespace")
+
+    def pool(self) -> Any:
+        import ssl
+
+        import urllib3
+
+        args: dict[str, Any] = {
+            "num_pools": 4,
+            "maxsize": 512,
+            "cert_reqs": ssl.CERT_REQUIRED if self.verify else ssl.CERT_NONE,
+            "ca_certs": self.ca_file,
+            "cert_file": self.cert_file,
+            "key_file": self.key_file,
+            "retries": False,
+        }
+        if self.server_name:
+            args["server_hostname"] = self.server_name
+        if self.proxy:
+            return urllib3.ProxyManager(proxy_url=self.proxy, **args)
+        return urllib3.PoolManager(**args)
+
+
 def resolve(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
     """``Resolved``'s fields, the TLS files' contents (the client writes inline certificate data
     to temporary files that go with this process) and the namespace; or the error, in one line."""
-    from .client import Resolved
-
     try:
         cfg, namespace = load_config(kubeconfig, context)
     except BackendError as exc:

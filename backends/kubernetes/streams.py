@@ -27,13 +27,10 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import BackendError
-from .client import ApiError, Unreachable, api_path
-
-if TYPE_CHECKING:
-    from .backend import KubernetesBackend
+from .client import ApiError, KubeClient, Unreachable, api_path
 
 MAX_RETRIES = 8
 """Failed watch connections in a row before the watcher gives up."""
@@ -76,13 +73,14 @@ class PodWatcher:
 
     def __init__(
         self,
-        backend: KubernetesBackend,
-        run_id: str,
+        client: KubeClient,
+        selector: str,
         namespace: str,
         on_change: Callable[[dict[str, dict[str, Any]]], None],
         on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None,
     ):
-        self.backend, self.run_id, self.namespace = backend, run_id, namespace
+        self.client, self.selector, self.namespace = client, selector, namespace
+        """The connection, and the label selector of the run's pods (``pod_selector``)."""
         self.on_change, self.on_retry = on_change, on_retry
         self.pods: dict[str, dict[str, Any]] = {}
         self.relists = 0
@@ -99,16 +97,16 @@ class PodWatcher:
         failures = 0
         rv = None
         path = api_path("Pod", self.namespace)
-        selector = self.backend.pod_selector(self.run_id)
+        selector = self.selector
         while not self._stop.is_set():
             try:
                 if rv is None:
-                    listing = self.backend.client.request("GET", path, query={"labelSelector": selector})
+                    listing = self.client.request("GET", path, query={"labelSelector": selector})
                     self.pods = {p["metadata"]["name"]: p for p in listing.get("items", [])}
                     rv = (listing.get("metadata") or {}).get("resourceVersion")
                     self.relists += 1
                     self.on_change(dict(self.pods))
-                self._response = self.backend.client.request(
+                self._response = self.client.request(
                     "GET",
                     path,
                     query={
@@ -365,13 +363,13 @@ class PodLogFollower:
     woke for every line. A stream whose body is not chunked is read on a thread of its own, as
     before."""
 
-    def __init__(self, backend: KubernetesBackend, run_id: str, namespace: str, follow: bool = True):
-        self.backend, self.run_id, self.namespace, self.follow = backend, run_id, namespace, follow
+    def __init__(self, client: KubeClient, selector: str, run_id: str, namespace: str, follow: bool = True):
+        self.client, self.run_id, self.namespace, self.follow = client, run_id, namespace, follow
         self.queue: queue.SimpleQueue[tuple[int, int, list[bytes]]] = queue.SimpleQueue()
         self._streams: dict[tuple[str, int], LogStream] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self.watcher = PodWatcher(backend, run_id, namespace, self._pods_changed, self._retrying)
+        self.watcher = PodWatcher(client, selector, namespace, self._pods_changed, self._retrying)
         self._watch_thread: threading.Thread | None = None
         self._openers = ThreadPoolExecutor(OPENERS, thread_name_prefix=f"logs-{run_id}")
         self._selector = selectors.DefaultSelector()
@@ -390,7 +388,8 @@ class PodLogFollower:
             self._watch_thread = threading.Thread(target=self.watcher.run, name=f"watch-{self.run_id}", daemon=True)
             self._watch_thread.start()
         else:
-            pods = self.backend.pods(self.run_id, self.namespace)
+            path = api_path("Pod", self.namespace)
+            pods = self.client.request("GET", path, query={"labelSelector": self.watcher.selector}).get("items", [])
             self._pods_changed({p["metadata"]["name"]: p for p in pods})
 
     def _retrying(self, attempt: int, wait: float, why: str) -> None:
@@ -437,7 +436,7 @@ class PodLogFollower:
             "previous": "true" if stream.previous else None,
         }
         try:
-            response = self.backend.client.request(
+            response = self.client.request(
                 "GET", api_path("Pod", self.namespace, stream.pod, "log"), query=query, stream=True, timeout=None
             )
         except Exception as exc:  # the API's errors; urllib3's and the socket's

@@ -8,27 +8,27 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..base import JobState
 from ..errors import BackendError
 from ..events import tool_result
 from ..names import new_run_id
 from ..spec import JobSpec, validate
-from .client import ApiError, api_path
-from .diagnosis import diagnose_pod
+from .client import ApiError, KubeClient, api_path
+from .diagnosis import diagnose_pod, pod_findings
 from .jobs import job_state
-from .manifests import TaskKind, render_task
-
-if TYPE_CHECKING:
-    from .backend import KubernetesBackend
+from .manifests import RUN_LABEL, Rendered, TaskKind, render_task
 
 
 class TaskJobs:
-    """A backend's task jobs: ``run`` starts one, waits for it and returns its result."""
+    """A backend's task jobs: ``run`` starts one, waits for it and returns its result. It holds
+    the connection and the one way the backend creates objects (preflight first), not the backend."""
 
-    def __init__(self, backend: KubernetesBackend) -> None:
-        self.backend = backend
+    def __init__(self, client: KubeClient, apply: Callable[[JobSpec, Rendered, JobSpec], None]) -> None:
+        self.client = client
+        self.apply = apply
+        """Preflight the third argument's spec, then create the rendered objects (``apply_rendered``)."""
 
     def start(
         self, spec: JobSpec, task: TaskKind, model_file: str | None = None, source: str | None = None
@@ -45,12 +45,12 @@ class TaskJobs:
                 spec, resources=dataclasses.replace(spec.resources, gpus=0)
             )
         )
-        self.backend.apply_rendered(spec, rendered, checked)
+        self.apply(spec, rendered, checked)
         return name, spec.namespace
 
     def _exists(self, namespace: str, name: str) -> bool:
         try:
-            self.backend.client.request("GET", api_path("Job", namespace, name))
+            self.client.request("GET", api_path("Job", namespace, name))
         except ApiError as exc:
             if exc.status == 404:
                 return False
@@ -70,12 +70,12 @@ class TaskJobs:
         path = api_path("Job", namespace, name)
         deadline = time.monotonic() + timeout_s
         while True:
-            job = self.backend.client.request("GET", path)
-            pods = self.backend.pods(name, namespace)
+            job = self.client.request("GET", path)
+            pods = self.client.pods(namespace, f"{RUN_LABEL}={name}")
             state, reason = job_state("job", job, pods)
             if state.is_terminal:
                 break
-            findings = self.backend.pod_findings(namespace, pods)
+            findings = pod_findings(self.client, namespace, pods)
             on_wait(str(findings[0]) if findings else f"{name}: {self._last_line(namespace, pods) or state.value}")
             if time.monotonic() > deadline:
                 first = findings[0] if findings else None
@@ -88,7 +88,7 @@ class TaskJobs:
         output = ""
         for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
             try:
-                output = self.backend.client.request(
+                output = self.client.request(
                     "GET", api_path("Pod", namespace, pod["metadata"]["name"], "log"), stream=True
                 ).data.decode(errors="replace")
             except BackendError:
@@ -110,7 +110,7 @@ class TaskJobs:
                 continue
             try:
                 tail = (
-                    self.backend.client.request(
+                    self.client.request(
                         "GET",
                         api_path("Pod", namespace, pod["metadata"]["name"], "log"),
                         query={"tailLines": 1},

@@ -202,7 +202,7 @@ def test_sixty_four_pods_logs_are_read_in_full_by_a_few_threads(kube_api):
         kube_api.call(kube_api.emulator.script_log, NS, name, [f"pod {i} line {n}" for n in range(lines)], rate=40)
         make_pod(kube_backend, run_id, name, "worker", i)
     before = threading.active_count()
-    follower = PodLogFollower(kube_backend, run_id, NS, follow=True)
+    follower = PodLogFollower(kube_backend.client, kube_backend.pod_selector(run_id), run_id, NS, follow=True)
     follower.start()
     got: dict[int, list[str]] = {}
     most, done, finished = 0, False, False

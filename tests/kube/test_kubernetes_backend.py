@@ -104,8 +104,8 @@ def test_a_cluster_serving_another_version_is_told_which_are_supported(kube_back
     assert "serves v1; torchdeck renders v2beta1 (Kubeflow MPI Operator v0.8.2)" in err.value.message
     assert "MPI Operator" in err.value.hint
     assert kube_backend.list() == []
-    text = kube_backend.render(make_spec(cluster={"kind": "mpijob"}))
-    assert text.startswith("# preflight: mpijob: this cluster's mpijobs.kubeflow.org serves v1;")
+    text = kube_backend.plan(make_spec(cluster={"kind": "mpijob"})).text()
+    assert "\n# preflight: mpijob: this cluster's mpijobs.kubeflow.org serves v1;" in text
 
 
 def test_elasticjob_is_submitted_only_where_the_cluster_serves_it(kube_backend):
@@ -347,7 +347,13 @@ def test_pod_watch_relists_on_410_and_resumes_after_a_cut(kube_api, kube_backend
     kube_api.call(em.fail_next_watch, "gone")
     kube_api.call(em.fail_next_watch, "cut", 1)
     retries: list = []
-    watcher = PodWatcher(kube_backend, run_id, NS, lambda pods: None, lambda n, wait, why: retries.append(n))
+    watcher = PodWatcher(
+        kube_backend.client,
+        kube_backend.pod_selector(run_id),
+        NS,
+        lambda pods: None,
+        lambda n, wait, why: retries.append(n),
+    )
     thread = threading.Thread(target=watcher.run, daemon=True)
     thread.start()
     for i in range(3):
@@ -373,7 +379,13 @@ def test_watch_gives_up_after_repeated_failures_with_a_clear_message(tmp_path, m
     stop_cluster(running, thread)  # the cluster goes away
     monkeypatch.setattr("torchdeck.backends.kubernetes.streams.MAX_RETRIES", 2)
     retries: list = []
-    watcher = PodWatcher(kube_backend, "r", NS, lambda pods: None, lambda n, wait, why: retries.append((n, wait)))
+    watcher = PodWatcher(
+        kube_backend.client,
+        kube_backend.pod_selector("r"),
+        NS,
+        lambda pods: None,
+        lambda n, wait, why: retries.append((n, wait)),
+    )
     watcher.run()  # returns: it gave up
     assert retries == [(1, 0.5), (2, 1.0), (3, 0.0)]
     assert "lost the cluster connection: 2 retries failed" in watcher.error.message

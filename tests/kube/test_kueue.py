@@ -163,7 +163,7 @@ def test_the_preflight_says_what_the_queue_draws_on(kube_backend):
     found, view = queue_findings(kube_backend.client, make_spec(cluster={"queue": "team-a"}))
     assert found == [] and view is not None
     assert view.line() == "queue team-a: ClusterQueue shared-cq, flavours default (Kueue v1beta2)"
-    shown = kube_backend.render(make_spec(cluster={"queue": "team-a"}))  # train --dry-run
+    shown = kube_backend.plan(make_spec(cluster={"queue": "team-a"})).text()  # train --dry-run
     assert "# preflight: the cluster can run it\n# queue team-a: ClusterQueue shared-cq, flavours default" in shown
 
 

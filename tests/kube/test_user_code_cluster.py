@@ -22,6 +22,7 @@ import pytest
 from kube_jobs import NS, install, make_spec, run_two_pods
 
 from torchdeck.backends import bundle
+from torchdeck.backends.eks.code_store import S3CodeStore
 from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.client import api_path
@@ -163,11 +164,13 @@ def test_a_bundle_over_the_configmap_limit_goes_through_the_bucket(kube_api, kub
     folder = code_folder(tmp_path, **{"weights.bin": os.urandom(1_200_000)})  # random: gzip keeps it over 1 MiB
     with pytest.raises(SpecError, match="cluster.code_bucket: .* over the 700 KiB a ConfigMap carries"):
         kube_backend.submit(user_spec(folder))
-    eks_like = KubernetesBackend(kube_api.kubeconfig, code_bucket="s3://models-demo/team")
-    run_id = eks_like.submit(user_spec(folder))
+    eks_like = KubernetesBackend(kube_api.kubeconfig, code_bucket="s3://models-demo/team", code_store=S3CodeStore())
+    plan = eks_like.plan(user_spec(folder))
     packed = bundle.pack(folder, extra=bundle.relay_files())
     key = f"team/code/{packed.sha256}.tar.gz"
-    assert eks_like.sent == [f"s3://models-demo/{key}"]
+    assert plan.code == f"s3://models-demo/{key}" and f"# your code goes to s3://models-demo/{key}" in plan.text()
+    run_id = eks_like.submit(plan)  # the plan shown is what is sent: this bundle, to this key
+    assert run_id == plan.run_id and eks_like.sent == [plan.code]
     assert s3.get_object(Bucket="models-demo", Key=key)["Body"].read() == packed.data
     job = eks_like.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}")
     pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
@@ -252,7 +255,9 @@ def test_text_lines_in_the_pod_logs_become_every_ranks_metrics(kube_api, kube_ba
 
 @pytest.mark.slow
 def test_the_bucket_must_take_the_bundle(kube_api, tmp_path, aws_env):
-    kube_backend = KubernetesBackend(kube_api.kubeconfig, code_bucket="s3://no-such-bucket-here")
+    kube_backend = KubernetesBackend(
+        kube_api.kubeconfig, code_bucket="s3://no-such-bucket-here", code_store=S3CodeStore()
+    )
     install(kube_backend)
     folder = code_folder(tmp_path, **{"weights.bin": os.urandom(1_200_000)})
     with pytest.raises(BackendError, match="cannot send the code bundle to s3://no-such-bucket-here/torchdeck/code/"):

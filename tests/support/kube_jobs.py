@@ -14,7 +14,8 @@ from kube_cluster import running_cluster
 
 from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
-from torchdeck.backends.kubernetes.manifests import KIND_INFO, RUN_LABEL
+from torchdeck.backends.kubernetes.kinds import JOB_KINDS
+from torchdeck.backends.kubernetes.manifests import RUN_LABEL
 from torchdeck.backends.spec import KINDS, spec_from_dict
 
 NS = "training"
@@ -59,7 +60,7 @@ def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, 
     """What a prepared cluster has: the operators' CRDs (their newest supported releases), the
     claim, the service account, nodes."""
     for kind in kinds:
-        if KIND_INFO[kind].group != "batch":
+        if not JOB_KINDS[kind].builtin:
             install_crd(kube_backend, crds.latest(kind).crd_file)
     kube_backend.client.request(
         "POST",

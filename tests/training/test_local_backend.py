@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,15 +16,15 @@ from local_runs import cli_env, finished, quick_spec_args, rank_process, run_pro
 from trainer_runs import REPO
 
 from torchdeck.backends.base import JobState
-from torchdeck.backends.errors import RunNotFound, SpecError
+from torchdeck.backends.errors import RunIdTaken, RunNotFound, SpecError
 from torchdeck.backends.local import LocalBackend
-from torchdeck.backends.spec import JobSpec, TrainerOptions
+from torchdeck.backends.spec import Entrypoint, JobSpec, TrainerOptions
 from torchdeck.monitor.state import MonitorState
 
 
 def test_render_is_the_torchrun_command_and_starts_nothing(tmp_path):
     backend = LocalBackend(tmp_path / "state")
-    text = backend.render(JobSpec(nproc_per_node=3, max_restarts=2, trainer=TrainerOptions(epochs=5)))
+    text = backend.plan(JobSpec(nproc_per_node=3, max_restarts=2, trainer=TrainerOptions(epochs=5))).text()
     assert "torch.distributed.run" in text and "--nproc-per-node 3" in text and "--max-restarts 2" in text
     assert "--rdzv-backend c10d" in text and "--epochs 5" in text
     assert not (tmp_path / "state").exists()
@@ -266,3 +267,22 @@ def test_the_launcher_says_when_it_cannot_record_a_runs_final_status(tmp_path):
     log = (run_dir / "launcher.log").read_text()
     assert "could not record the run's final status" in log and "status.json" in log
     assert LocalBackend(tmp_path / "state").status("demo-1124-000000").state.is_terminal
+
+
+def test_what_the_launcher_starts_is_the_plan_shown(tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("import os\nprint(f\"step 1/1 loss: 1.0 rank {os.environ['RANK']}\")\n")
+    backend = LocalBackend(tmp_path / "state")
+    entry = Entrypoint(script="train.py", code=str(code), python=sys.executable)
+    plan = backend.plan(JobSpec(name="planned", entrypoint=entry))
+    text = plan.text()
+    assert f"# plan: run {plan.run_id} on the local backend" in text and shlex.join(plan.command) in text
+    assert not (tmp_path / "state" / "runs" / plan.run_id).exists()  # a plan starts nothing
+    assert backend.submit(plan) == plan.run_id
+    launch = json.loads((tmp_path / "state" / "runs" / plan.run_id / "launch.json").read_text())
+    assert launch["cmd"] == plan.command and launch["cwd"] == plan.cwd and launch["run_id"] == plan.run_id
+    assert {k: v for k, v in launch["env"].items() if k != "TORCHDECK_JOB_STARTED_AT"} == plan.env
+    assert finished(backend, plan.run_id).state == JobState.SUCCEEDED
+    with pytest.raises(RunIdTaken):  # a plan is applied once: its run id is taken now
+        backend.submit(plan)

@@ -14,7 +14,7 @@ import yaml
 
 from torchdeck.backends.eks.access import ClusterRecord, context_name, write_context
 from torchdeck.backends.files import replace_text, write_atomically
-from torchdeck.backends.local_launcher import write_json
+from torchdeck.backends.run_records import write_json
 
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
 

@@ -206,6 +206,47 @@ def test_no_import_cycle_outside_the_apps_screens() -> None:
     assert kept == [], kept[:3]
 
 
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    cycles = []
+    for start in graph:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                nxt = nxt if nxt in graph else nxt.rsplit(".", 1)[0]  # `from pkg import name`
+                if nxt == start and len(path) > 1:
+                    cycles.append(path)
+                elif nxt not in path and len(path) < 8:
+                    stack.append((nxt, [*path, nxt]))
+    return cycles
+
+
+def test_backends_have_no_import_cycle_even_through_imports_inside_functions() -> None:
+    """Issue 43: an import inside a function (or under TYPE_CHECKING) that closes a cycle hides a
+    helper that reaches back into what calls it (preflight, streams and tasks took the whole
+    KubernetesBackend); backends/ has none, and the kubernetes backend imports nothing of AWS."""
+    modules = {module_of(path) for path in (REPO / "backends").rglob("*.py")}
+    graph = {
+        module_of(REPO / file): {
+            target
+            for m, names in found
+            if m.startswith("torchdeck.backends")
+            for target in ([f"{m}.{n}" for n in names if f"{m}.{n}" in modules] or [m])  # `from .. import bundle`
+        }
+        for file, found in imported("backends").items()
+    }
+    cycles = {tuple(sorted(c)) for c in find_cycles(graph)}
+    print("\n".join(" -> ".join(c) for c in sorted(cycles)))
+    assert find_cycles(graph) == [], find_cycles(graph)[:3]
+    aws = {
+        file: sorted(
+            m for m, _ in found if m.startswith("torchdeck.backends.eks") or m.split(".")[0] in ("boto3", "botocore")
+        )
+        for file, found in imported("backends/kubernetes").items()
+    }
+    assert {f: m for f, m in aws.items() if m} == {}
+
+
 def imported_file(path) -> list[tuple[str, list[str]]]:
     """The top-level imports of one root module (settings, report, terminal), as ``imported`` gives them."""
     tree = ast.parse(path.read_text(), filename=str(path))

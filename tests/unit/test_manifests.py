@@ -17,7 +17,8 @@ from trainer_runs import REPO
 
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.kubernetes import crds
-from torchdeck.backends.kubernetes.manifests import KIND_INFO, MPI_SSH_DIR, RUN_LABEL, pod_selector, render
+from torchdeck.backends.kubernetes.kinds import JOB_KINDS, MPI_SSH_DIR
+from torchdeck.backends.kubernetes.manifests import RUN_LABEL, pod_selector, render
 from torchdeck.backends.kubernetes.validation import validate_manifests
 from torchdeck.backends.spec import KINDS, load_spec, spec_from_dict, with_overrides
 from torchdeck.cli.main import main
@@ -75,8 +76,8 @@ def test_the_crds_are_the_operators_own_files():
             definition = crds.crd(target.crd_file)
             assert definition["kind"] == "CustomResourceDefinition"
             assert target.version in crds.served_versions(definition)
-            # the API paths (KIND_INFO) and what is rendered name what the CRD serves
-            info = KIND_INFO[kind]
+            # the API paths (JOB_KINDS) and what is rendered name what the CRD serves
+            info = JOB_KINDS[kind]
             assert (info.group, info.plural, info.kind, info.version) == (
                 definition["spec"]["group"],
                 definition["spec"]["names"]["plural"],

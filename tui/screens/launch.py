@@ -15,12 +15,14 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Select, Static
 
+from torchdeck.backends.base import Plan
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.spec import JobSpec, SpecOption, load_spec, save_spec, spec_options, with_overrides
 
-from ..messages import JobSubmitted
+from ..messages import JobSubmitted, PlanMade
 from .base import shown_path
 from .form import Field, FormScreen, field_rows, reason_text
+from .plan import PlanScreen
 
 
 def form_options(backend: str) -> list[SpecOption]:
@@ -69,6 +71,7 @@ class LaunchScreen(FormScreen[None]):
     CSS_PATH = "launch.tcss"
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", priority=True),
+        Binding("ctrl+r", "preview", "Review the plan", priority=True),
         Binding("ctrl+s", "save", "Save spec", priority=True),
         Binding("escape", "app.pop_screen", "Back"),
         Binding("question_mark", "app.help", "Help", show=False),
@@ -92,6 +95,7 @@ class LaunchScreen(FormScreen[None]):
         yield Static(id="form-error")
         with Horizontal(id="buttons"):
             yield Button("Launch ^l", id="launch", variant="success", compact=True)
+            yield Button("Plan ^r", id="preview", compact=True)
             yield Button("Save spec ^s", id="save", compact=True)
             yield Button("Back esc", id="back", compact=True)
         yield self.app.footer()
@@ -193,6 +197,8 @@ class LaunchScreen(FormScreen[None]):
             self.action_launch()
         elif event.button.id == "save":
             self.action_save()
+        elif event.button.id == "preview":
+            self.action_preview()
         else:
             self.app.pop_screen()
 
@@ -213,8 +219,31 @@ class LaunchScreen(FormScreen[None]):
             return
         self.notify(f"saved {self.spec_file}")
 
+    def action_preview(self) -> None:
+        spec = self.submitted_spec()
+        if spec is not None:
+            self.form_error("planning...")
+            self.make_plan(spec)
+
     @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
-    def submit(self, spec: JobSpec) -> None:
+    def make_plan(self, spec: JobSpec) -> None:
+        """The plan a launch would apply (the cluster's preflight included): shown, then launched as is."""
+        self.post_message(PlanMade(self.app.backend.plan(spec)))
+
+    def on_plan_made(self, message: PlanMade) -> None:
+        self.form_error("")
+        plan = message.plan
+
+        def answered(launch: bool | None) -> None:
+            if launch:
+                self.query_one("#launch", Button).disabled = True
+                self.submit(plan)
+
+        self.app.push_screen(PlanScreen(plan), answered)
+
+    @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
+    def submit(self, spec: JobSpec | Plan) -> None:
+        """Launch a spec (planned now) or the plan the preview showed, exactly."""
         self.post_message(JobSubmitted(self.app.backend.submit(spec)))
 
     def worker_failed(self, group: str, text: str) -> None:
