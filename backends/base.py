@@ -81,6 +81,22 @@ class RankProgress:
 
 
 @dataclass
+class QueueWait:
+    """Where a job submitted through a queue (Kueue) stands with it (``kubernetes/queues.queue_wait``)."""
+
+    local_queue: str
+    cluster_queue: str = ""
+    """The ClusterQueue it was admitted to, or that its LocalQueue draws on."""
+    reason: str = ""
+    """Kueue's words while it waits (no quota, preempted by whom)."""
+    position: int | None = None
+    """Its place in its LocalQueue, from 0, where the cluster serves Kueue's visibility API."""
+    cluster_position: int | None = None
+    admitted_at: float | None = None
+    preempted: bool = False
+
+
+@dataclass
 class JobStatus:
     """One run as the backend sees it now."""
 
@@ -107,10 +123,8 @@ class JobStatus:
     """Where the run's files live (a folder, a namespace)."""
     val_loss: float | None = None
     """The latest validation or test loss (a series of its own, never the training loss)."""
-    queue: dict[str, Any] | None = None
-    """A job submitted through a queue (Kueue): ``local_queue``, ``cluster_queue``, ``position``
-    (where the cluster's visibility API says it), ``reason`` (Kueue's words while it waits),
-    ``admitted_at`` and ``preempted`` (``queues.QueueWait``)."""
+    queue: QueueWait | None = None
+    """A job submitted through a queue (Kueue): where it stands with it."""
     trainer_status: dict[str, Any] | None = None
     """A TrainJob's ``status.trainerStatus`` as Kubeflow Trainer keeps it (``progressPercentage``,
     ``estimatedRemainingSeconds``, ``metrics``, ``lastUpdatedTime``), where the controller has one."""
@@ -128,6 +142,7 @@ class JobStatus:
         out["state"] = self.state.value
         out["ranks"] = [dict(r.__dict__) for r in self.ranks]
         out["cost"] = self.cost.to_dict() if self.cost is not None else None
+        out["queue"] = dict(self.queue.__dict__) if self.queue is not None else None
         return out
 
 

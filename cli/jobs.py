@@ -486,10 +486,10 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
     print(format_status_table([status], reasons=False).rstrip())
     if status.reason:  # whole: the table's column would cut the words that say why
         print(printable(f"reason: {status.reason}"))
-    queue = status.queue or {}
-    if queue.get("admitted_at"):  # submitted through Kueue, and let through
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queue["admitted_at"]))
-        print(printable(f"queue: admitted from {queue.get('local_queue')} at {when}"))
+    queue = status.queue
+    if queue is not None and queue.admitted_at:  # submitted through Kueue, and let through
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queue.admitted_at))
+        print(printable(f"queue: admitted from {queue.local_queue} at {when}"))
     if status.trainer_status:  # what Kubeflow Trainer's own status says (its UI shows the same)
         print(printable(f"trainer status: {trainer_status_words(status.trainer_status)}"))
     if status.cost is not None:

@@ -492,7 +492,9 @@ class KubernetesBackend(Backend):
                 JobState.CANCELLED,
                 budget_stop_words(number(stopped.get("budget")) or 0.0, number(stopped.get("spent")) or 0.0),
             )
-        findings = [] if state.is_terminal or wait else self.pod_findings(meta.get("namespace", "default"), pods)
+        findings = (
+            [] if state.is_terminal or wait is not None else self.pod_findings(meta.get("namespace", "default"), pods)
+        )
         findings += job_findings(name, st.get("conditions") or [], (spec.get("runPolicy") or {}).get("backoffLimit"))
         if findings and not reason:
             reason = str(findings[0].where) + ": " + findings[0].problem

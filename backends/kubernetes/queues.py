@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..base import QueueWait
 from ..schema import count
 from ..spec import JobSpec
 from .client import ApiError, api_path, quantity
@@ -201,13 +202,13 @@ def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
-def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> dict[str, Any]:
+def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> QueueWait:
     """Where a job submitted through ``queue`` stands with Kueue: its Workload's admission (when, to
     which ClusterQueue), its eviction (preempted, and why), Kueue's reason while it waits, and its
     position where the cluster serves Kueue's visibility API. What cannot be read is left out."""
     meta = obj.get("metadata") or {}
     ns, uid = meta.get("namespace", "default"), meta.get("uid", "")
-    wait: dict[str, Any] = {"local_queue": queue}
+    wait = QueueWait(queue)
     version = kueue_version(client)
     if not version:
         return wait
@@ -222,28 +223,28 @@ def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> dict[str,
         w for w in items if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get("ownerReferences") or [])
     ]
     if not (mine or items):
-        wait["reason"] = "waiting for Kueue to take it in (no Workload yet)"
+        wait.reason = "waiting for Kueue to take it in (no Workload yet)"
         return wait
     workload = (mine or items)[0]
     status = workload.get("status") or {}
-    wait["cluster_queue"] = (status.get("admission") or {}).get("clusterQueue") or ""
-    if not wait["cluster_queue"]:  # not admitted: the ClusterQueue its LocalQueue draws on
+    wait.cluster_queue = (status.get("admission") or {}).get("clusterQueue") or ""
+    if not wait.cluster_queue:  # not admitted: the ClusterQueue its LocalQueue draws on
         try:
             local = client.request("GET", f"{base}/namespaces/{ns}/localqueues/{queue}")
-            wait["cluster_queue"] = (local.get("spec") or {}).get("clusterQueue") or ""
+            wait.cluster_queue = (local.get("spec") or {}).get("clusterQueue") or ""
         except ApiError:
             pass
     admitted = _condition(workload, "Admitted")
     if admitted is not None and not suspended(obj):
-        wait["admitted_at"] = timestamp(admitted.get("lastTransitionTime"))
+        wait.admitted_at = timestamp(admitted.get("lastTransitionTime"))
         return wait
     evicted = _condition(workload, "Evicted")
     if evicted is not None:
-        wait["preempted"] = evicted.get("reason") == "Preempted"
-        wait["reason"] = f"{'preempted' if wait['preempted'] else 'evicted'} by Kueue: {evicted.get('message', '')}"
+        wait.preempted = evicted.get("reason") == "Preempted"
+        wait.reason = f"{'preempted' if wait.preempted else 'evicted'} by Kueue: {evicted.get('message', '')}"
     for c in status.get("conditions") or []:
         if c.get("type") == "QuotaReserved" and c.get("status") == "False" and c.get("message"):
-            wait["reason"] = (wait.get("reason", "") + "; waits: " if evicted else "") + c["message"]
+            wait.reason = (wait.reason + "; waits: " if evicted else "") + c["message"]
     name = (workload.get("metadata") or {}).get("name", "")
     try:
         pending = client.request(
@@ -253,16 +254,16 @@ def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> dict[str,
         pending = []
     for item in pending:
         if (item.get("metadata") or {}).get("name") == name:
-            wait["position"] = count(item.get("positionInLocalQueue"))  # "3rd", 1e400, [1]: unknown
-            wait["cluster_position"] = count(item.get("positionInClusterQueue"))
+            wait.position = count(item.get("positionInLocalQueue"))  # "3rd", 1e400, [1]: unknown
+            wait.cluster_position = count(item.get("positionInClusterQueue"))
     return wait
 
 
-def wait_words(wait: dict[str, Any]) -> str:
+def wait_words(wait: QueueWait) -> str:
     """A queued job's state in words: where it waits, its place, and Kueue's reason."""
-    where = f"queued in {wait['local_queue']}"
-    if wait.get("cluster_queue"):
-        where += f" (ClusterQueue {wait['cluster_queue']})"
-    if wait.get("position") is not None:
-        where += f", position {wait['position'] + 1}"
-    return where + (f": {wait['reason']}" if wait.get("reason") else "")
+    where = f"queued in {wait.local_queue}"
+    if wait.cluster_queue:
+        where += f" (ClusterQueue {wait.cluster_queue})"
+    if wait.position is not None:
+        where += f", position {wait.position + 1}"
+    return where + (f": {wait.reason}" if wait.reason else "")

@@ -267,7 +267,7 @@ def test_a_queued_job_says_where_it_waits_and_why_until_admitted_and_again_when_
     kube_backend.client.request("PATCH", path, body={"spec": {"runPolicy": {"suspend": False}}})
     status = kube_backend.status(run_id)
     assert status.state is JobState.PENDING and status.queue is not None
-    assert status.queue["admitted_at"] == pytest.approx(1795569000.0)  # 2026-11-25T01:10:00Z
+    assert status.queue.admitted_at == pytest.approx(1795569000.0)  # 2026-11-25T01:10:00Z
     # preempted: Kueue evicts it and suspends it again; it waits to be admitted again
     preempted = workload(
         job,
@@ -280,7 +280,7 @@ def test_a_queued_job_says_where_it_waits_and_why_until_admitted_and_again_when_
     kube_backend.client.request("PATCH", f"{KUEUE}/namespaces/{NS}/workloads/{name}", body=preempted)
     kube_backend.client.request("PATCH", path, body={"spec": {"runPolicy": {"suspend": True}}})
     status = kube_backend.status(run_id)
-    assert status.state is JobState.QUEUED and status.queue is not None and status.queue["preempted"] is True
+    assert status.state is JobState.QUEUED and status.queue is not None and status.queue.preempted is True
     assert "preempted by Kueue: Preempted to accommodate a workload" in status.reason and QUOTA in status.reason
 
 
