@@ -11,11 +11,13 @@ import enum
 import shlex
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from .cost import RunCost
 from .errors import BackendError, RunIdTaken
-from .spec import JobKindName, JobSpec
+
+if TYPE_CHECKING:  # the spec's module is read when a job is planned, not for a listing
+    from .spec import JobKindName, JobSpec
 
 
 class JobState(str, enum.Enum):

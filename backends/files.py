@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from torchdeck.trainer.regular_files import NotRegularFile, open_regular
 
@@ -105,63 +103,73 @@ def read_stdin_text(hint: str = "", max_bytes: int = MAX_TEXT_FILE) -> str:
         raise SpecError("", "is not text (UTF-8)", hint, "standard input") from None
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """safe_load without anchors and aliases (a few hundred bytes of aliases expand to
+@functools.cache
+def bounded_loader() -> Any:
+    """The YAML loader every reader uses (made on first use: the console's first frame imports no
+    YAML): safe_load without anchors and aliases (a few hundred bytes of aliases expand to
     gigabytes), nested at most MAX_DEPTH deep, with numbers of a sane size."""
+    import yaml
 
-    depth = 0
+    class _BoundedLoader(yaml.SafeLoader):
+        """safe_load without anchors and aliases (a few hundred bytes of aliases expand to
+        gigabytes), nested at most MAX_DEPTH deep, with numbers of a sane size."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, "YAML aliases (*name) are not taken here: write the value out", event.start_mark
-            )
-        self.depth += 1
-        try:
-            if self.depth > MAX_DEPTH:
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
                 raise yaml.composer.ComposerError(
-                    None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark
+                    None, None, "YAML aliases (*name) are not taken here: write the value out", event.start_mark
                 )
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
+            self.depth += 1
+            try:
+                if self.depth > MAX_DEPTH:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
 
-    def construct_yaml_int(self, node: Any) -> Any:
-        _check_number(self, node)
-        return super().construct_yaml_int(node)
+        def construct_yaml_int(self, node: Any) -> Any:
+            _check_number(self, node)
+            return super().construct_yaml_int(node)
 
-    def construct_yaml_float(self, node: Any) -> Any:
-        _check_number(self, node)
-        value = super().construct_yaml_float(node)
-        if value != value or value in (float("inf"), float("-inf")):
+        def construct_yaml_float(self, node: Any) -> Any:
+            _check_number(self, node)
+            value = super().construct_yaml_float(node)
+            if value != value or value in (float("inf"), float("-inf")):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{node.value!r} is not a finite number", node.start_mark
+                )
+            return value
+
+    def _check_number(loader: yaml.SafeLoader, node: Any) -> None:
+        digits = sum(c.isdigit() for c in str(node.value))
+        if digits > MAX_DIGITS:
             raise yaml.constructor.ConstructorError(
-                None, None, f"{node.value!r} is not a finite number", node.start_mark
+                None, None, f"a number of {digits} digits (at most {MAX_DIGITS})", node.start_mark
             )
-        return value
 
+    _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+    _BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
-def _check_number(loader: yaml.SafeLoader, node: Any) -> None:
-    digits = sum(c.isdigit() for c in str(node.value))
-    if digits > MAX_DIGITS:
-        raise yaml.constructor.ConstructorError(
-            None, None, f"a number of {digits} digits (at most {MAX_DIGITS})", node.start_mark
-        )
-
-
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
-_BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
+    return _BoundedLoader
 
 
 def parse_yaml(text: str, source: str = "", *, all_documents: bool = False, max_bytes: int = MAX_TEXT_FILE) -> Any:
     """YAML a user or a cluster handed in (a spec, a manifest, a plan, settings, a kubeconfig, a
     ``--set`` value), read through the bounded loader; SpecError in one line naming ``source``."""
+    import yaml
+
     if len(text) > max_bytes:
         raise SpecError("", f"is {len(text):,} characters; at most {max_bytes:,} are read", "", source)
+    loader = bounded_loader()
     try:
         if all_documents:
-            return list(yaml.load_all(text, Loader=_BoundedLoader))  # noqa: S506 (a SafeLoader)
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader)
+            return list(yaml.load_all(text, Loader=loader))  # noqa: S506 (a SafeLoader)
+        return yaml.load(text, Loader=loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise SpecError(
             "", f"not valid YAML: {file_problem(exc)}", "check the indentation and quoting", source
@@ -251,6 +259,8 @@ def write_atomically(
                 mode = target.stat().st_mode & 0o7777 if not target.is_symlink() else 0o666 & ~_umask()
             except FileNotFoundError:
                 mode = 0o666 & ~_umask()
+        import tempfile  # a write's, not a read's: the console's first frame writes nothing
+
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:

@@ -36,6 +36,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -58,13 +59,14 @@ from .errors import BackendError, RunIdTaken, RunNotFound, SpecError
 from .events import describe_record, fold_progress, fold_ranks, parse_metric_line, parse_metric_lines, tool_result
 from .files import read_bytes, write_atomically
 from .gpu import read_gpus
-from .local_in_image import code_paths, in_image_command, rank_command
-from .local_user_code import check_user_code, report_helper, report_helper_path, user_python
 from .names import check_run_id, new_run_id
 from .run_files import STATUS_FILE, FileTail, first_line, kept_status, tail_lines
 from .run_members import reap_run, run_members
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
+
 from .run_records import CancelRecord, ExitRecord, LaunchRecord, PidRecord, RunRecordError, read_typed, write_json
-from .spec import JobSpec, trainer_arguments, validate
 
 STOP_GRACE_S = 10.0
 PRIVATE = 0o600
@@ -123,6 +125,10 @@ class LocalBackend(Backend):
     # -- rendering and submitting -------------------------------------------------
 
     def _check(self, spec: JobSpec) -> JobSpec:
+        # what plans and starts a run is read when one is planned: the console's first frame lists runs
+        from .local_user_code import user_python
+        from .spec import validate
+
         spec = validate(spec)
         if spec.nodes != 1:
             raise SpecError(
@@ -150,6 +156,9 @@ class LocalBackend(Backend):
         joins its stdout in one file, in the order it was written), or the user's code through
         ``rank_output`` (which does the same and reads metrics from its lines), both under the
         user's interpreter."""
+        from .local_in_image import rank_command
+        from .spec import trainer_arguments
+
         metrics_file = str(run_dir / "metrics" / "rank-{rank}.jsonl")
         if spec.local_image:  # the same torchrun in the image, as a pod runs it (local_in_image)
             run_dir = run_dir.resolve()  # mounted at the same path: the paths in the command hold there
@@ -202,6 +211,9 @@ class LocalBackend(Backend):
     def plan(self, spec: JobSpec) -> Plan:
         """The run's id (free now: ``apply`` claims its folder), the command its launcher starts and
         that command's environment and folder."""
+        from .local_in_image import code_paths, in_image_command
+        from .local_user_code import check_user_code, report_helper_path
+
         spec = self._check(spec)
         if not spec.builtin:
             check_user_code(spec)
@@ -259,6 +271,8 @@ class LocalBackend(Backend):
             (run_dir / "metrics").mkdir()
             write_atomically(run_dir / "spec.yaml", spec.to_yaml(), PRIVATE)  # its env may hold tokens
             if not spec.builtin:
+                from .local_user_code import report_helper
+
                 report_helper(run_dir)
             now = time.time()
             token = secrets.token_hex(16)

@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
 from .cost import money
 from .errors import SpecError
 from .files import load_yaml, parse_yaml, replace_text
@@ -556,6 +554,8 @@ class JobSpec:
         return dataclasses.asdict(self)
 
     def to_yaml(self) -> str:
+        import yaml
+
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
@@ -812,6 +812,8 @@ def save_spec(spec: JobSpec, path: str | Path, *, replace: bool = True) -> None:
 
 def _flow(value: Any) -> str:
     """A value on one line, as YAML reads it back (``[--lr, '0.1']``, ``{}``, ``null``)."""
+    import yaml
+
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 16).strip()
     text = text.removesuffix("\n...").removesuffix("...").strip()
     if "\n" in text:  # a value that spans lines: double-quoted, its line breaks escaped

@@ -4,6 +4,13 @@ starting the process to its home screen being on the terminal, median of 5).
 Targets (issue 17, on a 2-core host): --help < 0.1 s, first frame median < 0.5 s.
 
     .venv/bin/python benchmarks/startup.py
+    .venv/bin/python benchmarks/startup.py --against 51b7883 [--pairs 9] [--load 2]
+
+``--against REV`` measures the first frame of this tree and of commit REV side by side on this
+host, alternating (A, B, A, B...), and prints both medians and their ratio (issue 43's target:
+this tree at most 0.8x of 51b7883). REV runs from a ``git worktree`` under the temporary folder,
+imported through PYTHONPATH ahead of the editable install. ``--load N`` keeps N busy processes
+running throughout (a loaded host).
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ def help_time() -> float:
     return time.perf_counter() - t
 
 
-def first_frame_time(state: str) -> float:
+def first_frame_time(state: str, pythonpath: str = "") -> float:
     session = f"bench-{os.getpid()}-{time.monotonic_ns()}"
     tmux = ["tmux", "-L", session]
-    cmd = f"env TORCHDECK_STATE_DIR={state} {' '.join(TORCHDECK)}"
+    path = f"PYTHONPATH={pythonpath} " if pythonpath else ""
+    # as a user's console starts: with its bytecode cached (a shell may set PYTHONDONTWRITEBYTECODE)
+    cmd = f"env -u PYTHONDONTWRITEBYTECODE {path}TORCHDECK_STATE_DIR={state} {' '.join(TORCHDECK)}"
     t = time.perf_counter()
     subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd], check=True)
     try:
@@ -44,9 +53,56 @@ def first_frame_time(state: str) -> float:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
+def checkout(rev: str, where: Path) -> str:
+    """REV's tree as an importable ``torchdeck`` (a PYTHONPATH entry), from a git worktree."""
+    tree = where / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], check=True, capture_output=True)
+    (where / "path").mkdir()
+    (where / "path" / "torchdeck").symlink_to(tree)
+    return str(where / "path")
+
+
+def busy() -> None:
+    while True:
+        pass
+
+
+def side_by_side(rev: str, pairs: int, load: int) -> None:
+    import multiprocessing
+
+    workers = [multiprocessing.Process(target=busy, daemon=True) for _ in range(load)]
+    for w in workers:
+        w.start()
+    with tempfile.TemporaryDirectory() as tmp:
+        other = checkout(rev, Path(tmp))
+        try:
+            with tempfile.TemporaryDirectory() as state:
+                first_frame_time(state)  # both warm: bytecode written, files in the page cache
+                first_frame_time(state, other)
+                mine, theirs = [], []
+                for _ in range(pairs):
+                    mine.append(first_frame_time(state))
+                    theirs.append(first_frame_time(state, other))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")], capture_output=True)
+            for w in workers:
+                w.terminate()
+    a, b = statistics.median(mine), statistics.median(theirs)
+    print(
+        f"first frame, this tree  median {a:.3f} s  ({', '.join(f'{x:.2f}' for x in mine)})\n"
+        f"first frame, {rev:<10}  median {b:.3f} s  ({', '.join(f'{x:.2f}' for x in theirs)})\n"
+        f"ratio {a / b:.2f} (tmux 80x24, {pairs} pairs alternating, {load} busy process(es) beside them)"
+    )
+
+
 def main() -> int:
     print(calibration(), flush=True)
     os.chdir(Path(__file__).resolve().parent.parent)
+    if "--against" in sys.argv:
+        args = sys.argv[1:]
+        value = lambda flag, default: args[args.index(flag) + 1] if flag in args else default  # noqa: E731
+        side_by_side(value("--against", ""), int(value("--pairs", "9")), int(value("--load", "0")))
+        return 0
     helps = [help_time() for _ in range(10)]
     with tempfile.TemporaryDirectory() as state:
         frames = [first_frame_time(state) for _ in range(5)]

@@ -31,25 +31,14 @@ from torchdeck.settings import Settings, SettingsError
 from torchdeck.terminal import as_shown, printable
 from torchdeck.trainer.metrics import strict_json
 
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-
-
-def fail(message: str, code: int = EXIT_ERROR) -> int:
-    print(f"torchdeck: error: {printable(message)}", file=sys.stderr)
-    return code
+from .console import settings_of
+from .output import EXIT_ERROR, EXIT_USAGE, fail
 
 
 def dispatch(args: argparse.Namespace) -> int:
     try:
-        settings = Settings.load()
-        if args.backend:
-            settings = settings.with_value("backend", args.backend, "--backend")
-        if getattr(args, "context", None):
-            settings = settings.with_value("kube_context", args.context, "--context")
-        if args.ascii:
-            settings = settings.with_value("ascii", True, "--ascii")
-        command = args.command or "console"
+        settings = settings_of(args)
+        command = args.command
         if command == "init":
             return cmd_init(args)
         if command == "render":
@@ -72,17 +61,6 @@ def dispatch(args: argparse.Namespace) -> int:
             from .resources import dispatch_resources
 
             return dispatch_resources(args, settings)
-        if command in ("console", "monitor"):
-            backend = open_backend(settings.backend, settings)
-            run_id = None
-            if command == "monitor":
-                # a unique prefix becomes the run's id; a bad one is a one-line error before the screen opens
-                run_id = backend.status(args.run).run_id
-            from torchdeck.tui.app import make_app
-
-            app = make_app(settings, backend, monitor_run=run_id)
-            app.run()
-            return app.return_code or 0
         backend = open_backend(settings.backend, settings)
         return {
             "train": cmd_train,

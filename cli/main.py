@@ -5,6 +5,7 @@ only when they run, so that ``torchdeck --help`` stays fast."""
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -44,13 +45,15 @@ Kubernetes and on AWS EKS, and shows them live.
 """
 
 
-def _add_spec_overrides(p: argparse.ArgumentParser) -> None:
+def _add_spec_overrides(p: argparse.ArgumentParser, spec_flags: bool = True) -> None:
     p.add_argument(
         "spec",
         nargs="?",
         help="job spec file (default: $TORCHDECK_SPEC or ./torchdeck.yaml if present), or a script "
         "(train.py: every rank runs it; arguments for it after --)",
     )
+    if not spec_flags:  # a command line without a spec's command: the spec's module is not read
+        return
     from torchdeck.backends.spec import spec_options
 
     code = p.add_argument_group("your code (instead of the built-in trainer)")
@@ -98,7 +101,9 @@ class CommandParser(argparse.ArgumentParser):
         _add_global_options(self, default=argparse.SUPPRESS)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
+    """The parser; without ``spec_flags`` the spec commands lack their flags (the console starts
+    without reading the spec's module: ``main`` asks for them where a spec command is named)."""
     parser = argparse.ArgumentParser(
         prog="torchdeck",
         description=OVERVIEW,
@@ -129,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing spec")
 
     p = sub.add_parser("train", help="launch a job and show its progress (the launch form, headless)")
-    _add_spec_overrides(p)
+    _add_spec_overrides(p, spec_flags)
     p.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
     p.add_argument("--detach", action="store_true", help="print the run id and return at once")
     p.add_argument(
@@ -138,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", choices=("text", "json"), default="text", help="json: print the final summary as JSON")
 
     p = sub.add_parser("render", help="print a job's Kubernetes manifests (for kubectl apply -f - or GitOps)")
-    _add_spec_overrides(p)
+    _add_spec_overrides(p, spec_flags)
     p.add_argument("--run-id", metavar="ID", help="the object name (default: the job name)")
     p.add_argument(
         "--validate",
@@ -152,12 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         "prepare",
         help="the official archive (md5 checked) or a copy from S3, onto the data folder or the shared volume",
     )
-    _add_spec_overrides(p)
+    _add_spec_overrides(p, spec_flags)
     p.add_argument("--from-s3", metavar="S3_URL", help="copy from this prefix (the archive or cifar-10-batches-py/)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser("test", help="evaluate a trained model: accuracy per class (the model test job on a cluster)")
-    _add_spec_overrides(p)
+    _add_spec_overrides(p, spec_flags)
     p.add_argument("--run", metavar="RUN", help="test this run's saved model (where and how that run was set up)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
@@ -211,9 +216,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SPEC_COMMANDS = {"train", "render", "data", "test"}
+"""The commands that take the spec's flags (``_add_spec_overrides``)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    # Start-up allocates a great many objects that live as long as the process (the modules of
+    # Textual, Rich and torchdeck): the cyclic collector would walk them again and again (about
+    # 50 ms of the console's first frame here). It is off until the console has drawn (the app
+    # freezes what start-up made, then turns it back on), or until a headless command has parsed.
+    gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        gc.enable()  # (a no-op after the console turned it on; in-process callers get it back)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(spec_flags=bool(SPEC_COMMANDS & set(argv)))
     script_args: list[str] = []
     if "--" in argv:  # what follows is the user's script's own (torchdeck train train.py -- --lr 0.1)
         cut = argv.index("--")
@@ -223,11 +244,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(f"torchdeck {__version__}")
         return 0
-    from . import jobs as headless
-
     if (args.command or "console") in ("console", "monitor"):  # the console draws the terminal itself
-        return headless.dispatch(args)
+        from .console import run_console
+
+        return run_console(args)
+    gc.enable()
     from torchdeck.terminal import guarded
+
+    from . import jobs as headless
 
     with guarded():  # nothing a run, a cluster or a file wrote drives the terminal
         return headless.dispatch(args)

@@ -13,6 +13,16 @@ from typing import TYPE_CHECKING, TypeAlias
 from torchdeck.backends.errors import BackendError
 from torchdeck.terminal import printable
 
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> int:
+    """One line to stderr, the error's words made safe for the terminal; the exit code."""
+    print(f"torchdeck: error: {printable(message)}", file=sys.stderr)
+    return code
+
+
 Commands: TypeAlias = "argparse._SubParsersAction[CommandParser]"
 """The ``torchdeck`` parser's sub-commands, as each command module adds its own to them."""
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -154,6 +152,9 @@ class TrainerStatus:
                 print(f"torchdeck: Kubeflow Trainer's status server did not take the progress: {exc}", file=sys.stderr)
 
     def post(self, body: dict[str, Any]) -> None:
+        import ssl  # here: torchdeck's console reads this module's parser, and draws before HTTP loads
+        import urllib.request
+
         with open(self.token, encoding="utf-8") as f:
             token = f.read().strip()
         context = ssl.create_default_context(cafile=self.ca or None)

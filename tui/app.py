@@ -145,6 +145,7 @@ class TorchdeckApp(App):
         if not gc.get_freeze_count():
             gc.freeze()
         self.push_screen(HomeScreen())
+        self.call_after_refresh(gc.enable)  # off since start-up (cli/main.py), on once the first frame is drawn
         if self.monitor_run:
             self.open_monitor(self.monitor_run)
 

@@ -150,7 +150,7 @@ def test_cli_opens_the_console_and_draws_nothing_else():
     for path, found in imported("cli", top_level_only=True).items():
         assert not [m for m, _ in found if m.startswith("torchdeck.tui")], path
     opening = {path for path, found in imported("cli").items() if any(m.startswith("torchdeck.tui") for m, _ in found)}
-    assert opening == {"cli/jobs.py"}
+    assert opening == {"cli/console.py"}
 
 
 def test_front_ends_reach_aws_and_kubernetes_through_the_front_objects():
