@@ -656,7 +656,7 @@ def spec_from_dict(data: object, source: str = "") -> JobSpec:
         raise SpecError(
             "",
             f"a job spec is a mapping of fields, got {type(data).__name__}",
-            "see the README's torchdeck.yaml example",
+            "docs/SPEC.md lists every field; torchdeck init writes them all",
             source,
         )
     _check_keys(data, [f.name for f in dataclasses.fields(JobSpec)], "", source)
@@ -819,6 +819,24 @@ def _flow(value: Any) -> str:
     if "\n" in text:  # a value that spans lines: double-quoted, its line breaks escaped
         text = yaml.safe_dump(value, default_flow_style=True, default_style='"', width=1 << 16).strip()
     return text
+
+
+REFERENCE_BEGIN = "<!-- the fields: made from their declarations by `torchdeck init --reference`; a test checks it -->"
+REFERENCE_END = "<!-- end of the fields -->"
+
+
+def spec_reference() -> str:
+    """Every field of the spec as a Markdown table (field, flag, where it applies, default, what it
+    is): docs/SPEC.md holds it, made from the same declarations as the flags and the form."""
+    where = {"all": "every backend", "local": "local", "cluster": "clusters"}
+    rows = ["| field | flag | applies to | default | what it is |", "|---|---|---|---|---|"]
+    for opt in spec_options():
+        o = opt.option
+        choices = f" ({', '.join(o.choices)})" if o.choices and "," not in o.help else ""
+        text = (o.help + choices).replace("|", "\\|")
+        flag = f"`{o.flag}`" if o.flag else ""
+        rows.append(f"| `{opt.path}` | {flag} | {where[o.where]} | `{_flow(opt.default)}` | {text} |")
+    return "\n".join([REFERENCE_BEGIN, *rows, REFERENCE_END])
 
 
 def spec_template(spec: JobSpec) -> str:

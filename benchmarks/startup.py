@@ -4,13 +4,15 @@ starting the process to its home screen being on the terminal, median of 5).
 Targets (issue 17, on a 2-core host): --help < 0.1 s, first frame median < 0.5 s.
 
     .venv/bin/python benchmarks/startup.py
-    .venv/bin/python benchmarks/startup.py --against 51b7883 [--pairs 9] [--load 2]
+    .venv/bin/python benchmarks/startup.py --against 51b7883 [--pairs 9] [--load 2] [--no-bytecode]
 
 ``--against REV`` measures the first frame of this tree and of commit REV side by side on this
 host, alternating (A, B, A, B...), and prints both medians and their ratio (issue 43's target:
 this tree at most 0.8x of 51b7883). REV runs from a ``git worktree`` under the temporary folder,
 imported through PYTHONPATH ahead of the editable install. ``--load N`` keeps N busy processes
-running throughout (a loaded host).
+running throughout (a loaded host). ``--no-bytecode`` compiles every module from source at each
+start (``PYTHONDONTWRITEBYTECODE`` set in a checkout, as issue 43's figures were taken); by
+default the bytecode is cached, as an installed torchdeck has it.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ def help_time() -> float:
     return time.perf_counter() - t
 
 
-def first_frame_time(state: str, pythonpath: str = "") -> float:
+def first_frame_time(state: str, pythonpath: str = "", bytecode: bool = True) -> float:
     session = f"bench-{os.getpid()}-{time.monotonic_ns()}"
     tmux = ["tmux", "-L", session]
     path = f"PYTHONPATH={pythonpath} " if pythonpath else ""
-    # as a user's console starts: with its bytecode cached (a shell may set PYTHONDONTWRITEBYTECODE)
-    cmd = f"env -u PYTHONDONTWRITEBYTECODE {path}TORCHDECK_STATE_DIR={state} {' '.join(TORCHDECK)}"
+    # as an installed console starts: with its bytecode cached (a shell may set PYTHONDONTWRITEBYTECODE);
+    # --no-bytecode: every module compiled from source at each start, as from a checkout with it set
+    cache = "-u PYTHONDONTWRITEBYTECODE" if bytecode else "PYTHONDONTWRITEBYTECODE=1"
+    cmd = f"env {cache} {path}TORCHDECK_STATE_DIR={state} {' '.join(TORCHDECK)}"
     t = time.perf_counter()
     subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd], check=True)
     try:
@@ -62,12 +66,22 @@ def checkout(rev: str, where: Path) -> str:
     return str(where / "path")
 
 
+def drop_bytecode(tree: Path) -> None:
+    """Remove a tree's own __pycache__ folders (not its virtual environments'): with
+    PYTHONDONTWRITEBYTECODE its modules are then compiled at every start, Textual's are not."""
+    import shutil
+
+    for cache in tree.rglob("__pycache__"):
+        if not any(part.startswith((".venv", ".git")) for part in cache.relative_to(tree).parts):
+            shutil.rmtree(cache, ignore_errors=True)
+
+
 def busy() -> None:
     while True:
         pass
 
 
-def side_by_side(rev: str, pairs: int, load: int) -> None:
+def side_by_side(rev: str, pairs: int, load: int, bytecode: bool = True) -> None:
     import multiprocessing
 
     workers = [multiprocessing.Process(target=busy, daemon=True) for _ in range(load)]
@@ -79,10 +93,13 @@ def side_by_side(rev: str, pairs: int, load: int) -> None:
             with tempfile.TemporaryDirectory() as state:
                 first_frame_time(state)  # both warm: bytecode written, files in the page cache
                 first_frame_time(state, other)
+                if not bytecode:
+                    drop_bytecode(Path.cwd())
+                    drop_bytecode(Path(tmp) / "tree")
                 mine, theirs = [], []
                 for _ in range(pairs):
-                    mine.append(first_frame_time(state))
-                    theirs.append(first_frame_time(state, other))
+                    mine.append(first_frame_time(state, bytecode=bytecode))
+                    theirs.append(first_frame_time(state, other, bytecode=bytecode))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(Path(tmp) / "tree")], capture_output=True)
             for w in workers:
@@ -91,7 +108,8 @@ def side_by_side(rev: str, pairs: int, load: int) -> None:
     print(
         f"first frame, this tree  median {a:.3f} s  ({', '.join(f'{x:.2f}' for x in mine)})\n"
         f"first frame, {rev:<10}  median {b:.3f} s  ({', '.join(f'{x:.2f}' for x in theirs)})\n"
-        f"ratio {a / b:.2f} (tmux 80x24, {pairs} pairs alternating, {load} busy process(es) beside them)"
+        f"ratio {a / b:.2f} (tmux 80x24, {pairs} pairs alternating, {load} busy process(es) beside them, "
+        f"{'bytecode cached' if bytecode else 'no bytecode: every module compiled at start'})"
     )
 
 
@@ -101,7 +119,9 @@ def main() -> int:
     if "--against" in sys.argv:
         args = sys.argv[1:]
         value = lambda flag, default: args[args.index(flag) + 1] if flag in args else default  # noqa: E731
-        side_by_side(value("--against", ""), int(value("--pairs", "9")), int(value("--load", "0")))
+        side_by_side(
+            value("--against", ""), int(value("--pairs", "9")), int(value("--load", "0")), "--no-bytecode" not in args
+        )
         return 0
     helps = [help_time() for _ in range(10)]
     with tempfile.TemporaryDirectory() as state:

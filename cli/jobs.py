@@ -23,6 +23,7 @@ from torchdeck.backends.spec import (
     parse_override,
     save_spec,
     spec_options,
+    spec_reference,
     with_overrides,
 )
 from torchdeck.backends.spec_options import MAX_JOB_NAME
@@ -85,6 +86,9 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    if args.reference:
+        print(spec_reference())
+        return 0
     path = Path(args.path)
     if os.path.lexists(path) and not args.force:  # a link, dangling or not, is something there
         return fail(f"{path} exists; pass --force to overwrite it")

@@ -119,6 +119,9 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.add_argument("--script", metavar="PY", help="a spec that runs this script (arguments for it after --)")
     p.add_argument("--module", metavar="M", help="a spec that runs python -m M")
+    p.add_argument(
+        "--reference", action="store_true", help="print every field as a Markdown table (docs/SPEC.md), write nothing"
+    )
 
     p = sub.add_parser(
         "import",
@@ -232,8 +235,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.enable()  # (a no-op after the console turned it on; in-process callers get it back)
 
 
+def console_only(argv: list[str]) -> bool:
+    """Whether the command line opens the console and asks nothing else (``torchdeck``,
+    ``torchdeck --backend kubernetes``): then no command's parser is built."""
+    words = iter(argv)
+    for word in words:
+        if word in ("--backend", "--context"):
+            next(words, None)
+        elif not word.startswith("--") or word in ("--help", "--version"):
+            return False
+    return True
+
+
+def console_parser() -> argparse.ArgumentParser:
+    """The console's command line: the global options alone."""
+    parser = argparse.ArgumentParser(prog="torchdeck", add_help=False)
+    _add_global_options(parser)
+    return parser
+
+
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if console_only(argv):  # the first frame waits for no command's module
+        args = console_parser().parse_args(argv)
+        args.command, args.script_args = None, []
+        from .console import run_console
+
+        return run_console(args)
     parser = build_parser(spec_flags=bool(SPEC_COMMANDS & set(argv)))
     script_args: list[str] = []
     if "--" in argv:  # what follows is the user's script's own (torchdeck train train.py -- --lr 0.1)

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from eks_support import REGION, cli, make_plan
 from local_runs import run_cli
+from shims import path_with
 from trainer_runs import REPO
 
 from torchdeck.backends.eks.access import ClusterRecord, eks_token
@@ -556,10 +557,7 @@ def test_the_command_line_life_of_a_cluster_leaks_no_credential(tmp_path, aws_en
 
 @pytest.mark.slow
 def test_the_eksctl_path_streams_its_output_and_the_stack_events(tmp_path, aws_env, moto_gaps, kube):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "eksctl").write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
-    (bin_dir / "eksctl").chmod(0o755)
+    bin_dir = path_with(tmp_path / "bin", {"eksctl": [sys.executable, str(STANDIN)]})
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:/usr/bin:/bin",

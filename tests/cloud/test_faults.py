@@ -3,7 +3,7 @@ Others live beside the code they break: a watch cut and resumed
 (test_kubernetes_backend.py), a killed rank restarting from its checkpoint
 (test_distributed.py, test_local_backend.py), an interrupted create and cleanup
 resuming (test_eks_cluster.py, test_cloud_lifecycle.py), the ledger lost
-(test_cloud_lifecycle.py). README: 'Reliability'."""
+(test_cloud_lifecycle.py). docs/RELIABILITY.md."""
 
 from __future__ import annotations
 

@@ -167,14 +167,15 @@ PICTURES = {
     "monitor-80x24": "test_console/test_monitor_snapshot_80x24.svg",
     "compare": "test_compare_screen/test_comparison_picture[120x40].svg",
 }
-"""The README's pictures (docs/screens/NAME.svg): copies of the reviewed snapshots, made by
+"""The pictures of the README and the guides (docs/screens/NAME.svg): copies of the reviewed snapshots, made by
 scripts/screenshots."""
 
 
 def test_the_readme_pictures_are_the_reviewed_snapshots():
     docs = Path(__file__).parent.parent.parent / "docs" / "screens"
-    readme = (Path(__file__).parent.parent.parent / "README.md").read_text()
+    root = Path(__file__).parent.parent.parent
+    pages = (root / "README.md").read_text() + "".join(p.read_text() for p in (root / "docs").glob("*.md"))
     for name, snapshot in PICTURES.items():
         picture = docs / f"{name}.svg"
         assert picture.read_bytes() == (SNAPSHOTS / snapshot).read_bytes(), f"run scripts/screenshots ({name})"
-        assert f"docs/screens/{name}.svg" in readme
+        assert f"screens/{name}.svg" in pages, f"no page shows {name}.svg"

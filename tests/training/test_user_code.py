@@ -380,7 +380,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 @pytest.mark.parametrize("script", ["train_report.py", "train_text.py"])
 def test_the_examples_run_unmodified_in_a_venv_without_torchdeck(tmp_path, script):
-    """examples/ddp as the README runs them: the helper one imports ``torchdeck.report`` from an
+    """examples/ddp as the README and docs/YOUR-CODE.md run them: the helper one imports ``torchdeck.report`` from an
     environment that has torch and no torchdeck (torchdeck puts the helper alone on its path)."""
     venv = make_venv(tmp_path / "venv", with_torch=True)
     env = {**cli_env(tmp_path / "state"), "VIRTUAL_ENV": str(venv)}

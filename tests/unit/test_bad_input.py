@@ -5,7 +5,7 @@ and a non-zero exit: never a traceback, never a hang (each example is one call
 that returns), never a file written outside the folder the test gives torchdeck.
 
 The runs are derandomized (the same examples each run, so CI is repeatable);
-``EXAMPLES`` sums what is tried, and the README's reliability table reports it."""
+``EXAMPLES`` sums what is tried, and docs/RELIABILITY.md's table reports it."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from torchdeck.settings import Settings, SettingsError
 pytestmark = pytest.mark.slow  # the fast lane (./scripts/test --fast) leaves these out
 
 EXAMPLES = {"spec files": 300, "--set values": 300, "names": 400, "file contents": 300, "imports": 200}
-"""Examples per property (README: 'Bad input, systematically')."""
+"""Examples per property (docs/RELIABILITY.md)."""
 
 PROFILE: dict[str, Any] = dict(derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 

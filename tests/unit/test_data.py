@@ -41,7 +41,7 @@ def test_loader_reads_the_real_subset(cifar_dir: Path) -> None:
     test = data.load_cifar10(cifar_dir, train=False)
     assert len(train) == 5085 and len(test) == 1017
     counts = torch.bincount(train.labels, minlength=10)
-    assert counts.min() > 400 and counts.max() < 620  # balanced, as the README says
+    assert counts.min() > 400 and counts.max() < 620  # balanced, as ../shared/data's README says
 
 
 def test_loader_errors_are_one_line(tmp_path: Path) -> None:
