@@ -234,15 +234,18 @@ class Plan:
     """What stops it, found before anything is made (``submit`` refuses a plan with any)."""
     notes: builtins.list[str] = field(default_factory=builtins.list)
     """What the user should know and that stops nothing (a queue's state, a check not run)."""
-    fix: str = ""
-    """The first finding's fix."""
+    fixes: builtins.list[str] = field(default_factory=builtins.list)
+    """Each finding's fix, in the same order."""
     payload: Any = field(default=None, repr=False, compare=False)
     """What the backend needs to apply it that the user does not read (a code bundle's bytes)."""
 
     def text(self) -> str:
         """The plan as the user reads it: comments, then the objects as YAML or the command line."""
         lines = [f"# plan: run {self.run_id} on the {self.backend} backend"]
-        lines += [f"# preflight: {f}" for f in self.findings]
+        lines += [
+            f"# preflight: {f}" + (f" (fix: {fix})" if fix else "")
+            for f, fix in zip(self.findings, self.fixes + [""] * len(self.findings), strict=False)
+        ]
         if self.objects and not self.findings:
             lines.append("# preflight: the cluster can run it")
         lines += [f"# {n}" for n in self.notes]

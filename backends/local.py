@@ -99,6 +99,10 @@ RANKS_READ = 256
 """Ranks whose progress ``status`` reads (4 KiB of each one's file); the monitor follows every rank."""
 
 
+STARTED_AT_ENV = "TORCHDECK_JOB_STARTED_AT"
+"""When the run was submitted, for its ranks: the one variable a plan leaves to the submit."""
+
+
 class LocalBackend(Backend):
     """Jobs as torchrun process groups on this machine."""
 
@@ -232,7 +236,8 @@ class LocalBackend(Backend):
         cmd = self._command(spec, run_dir, port, run_id)
         if spec.local_image:
             env["PYTHONPATH"] = helper.get("PYTHONPATH", env.get("PYTHONPATH", ""))
-            cmd = in_image_command(spec, run_dir, cmd, env)
+            # the container takes the launcher's variables by name: the start time's too, set at submit
+            cmd = in_image_command(spec, run_dir, cmd, {**env, STARTED_AT_ENV: ""})
         cwd = (
             os.getcwd()
             if spec.builtin or spec.local_image
@@ -274,10 +279,14 @@ class LocalBackend(Backend):
                 from .local_user_code import report_helper
 
                 report_helper(run_dir)
+            if spec.local_image:
+                from .local_in_image import prepare_in_image
+
+                prepare_in_image(spec, run_dir)
             now = time.time()
             token = secrets.token_hex(16)
             record = dataclasses.replace(
-                launch, env={**plan.env, "TORCHDECK_JOB_STARTED_AT": repr(now)}, submitted_at=now, token=token
+                launch, env={**plan.env, STARTED_AT_ENV: repr(now)}, submitted_at=now, token=token
             )
             write_json(run_dir / "launch.json", dataclasses.asdict(record), PRIVATE)
             with open(run_dir / "launcher.log", "ab") as log:

@@ -69,13 +69,8 @@ RUN_WRITES = ("metrics", "logs")
 no other place); the rest of the folder (its records, the launcher's log) is mounted read-only."""
 
 
-def in_image_command(
-    spec: JobSpec, run_dir: Path, torchrun: list[str], env: dict[str, str], engine: Engine | None = None
-) -> list[str]:
-    """``docker run`` of ``torchrun`` (the arguments after ``python -m torch.distributed.run``, the
-    rank's command included) in ``spec.local_image``."""
-    assert spec.local_image is not None
-    engine = engine or engine_for_runs()
+def writable_folders(spec: JobSpec, run_dir: Path) -> list[str]:
+    """The folders the ranks in the image write (mounted read-write), in order."""
     run = run_dir.resolve()
     folders = {str(run / name) for name in RUN_WRITES}
     if not spec.checkpoint_dir:
@@ -84,13 +79,34 @@ def in_image_command(
         folders.add(str(Path(spec.data_dir).expanduser().resolve()))
         if spec.checkpoint_dir and "://" not in spec.checkpoint_dir:
             folders.add(str(Path(spec.checkpoint_dir).expanduser().resolve()))
+    return sorted(folders)
+
+
+def prepare_in_image(spec: JobSpec, run_dir: Path) -> None:
+    """What ``in_image_command``'s mounts need on this machine, made when the run starts (a plan
+    makes nothing): the folders the ranks write, and the copy of the code folder (``copy_code``)."""
+    for folder in writable_folders(spec, run_dir):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    if not spec.builtin:
+        copy_code(spec.entrypoint.code, run_dir.resolve() / "code")
+
+
+def in_image_command(
+    spec: JobSpec, run_dir: Path, torchrun: list[str], env: dict[str, str], engine: Engine | None = None
+) -> list[str]:
+    """``docker run`` of ``torchrun`` (the arguments after ``python -m torch.distributed.run``, the
+    rank's command included) in ``spec.local_image``; nothing is made (``prepare_in_image`` makes
+    what its mounts need)."""
+    assert spec.local_image is not None
+    engine = engine or engine_for_runs()
+    run = run_dir.resolve()
+    if spec.builtin:
         mounts: list[str] = []
         workdir = str(run)
     else:
-        _, workdir, mounts = code_paths(spec, copy_code(spec.entrypoint.code, run / "code"))
+        _, workdir, mounts = code_paths(spec, run / "code")
     mounts += ["--volume", f"{run}:{run}:ro"]  # the records: the image's code reads, never writes them
-    for folder in sorted(folders):
-        Path(folder).mkdir(parents=True, exist_ok=True)
+    for folder in writable_folders(spec, run_dir):
         mounts += ["--volume", f"{folder}:{folder}"]
     shm = int(quantity(spec.resources.shm_size)) or 1 << 30
     return [

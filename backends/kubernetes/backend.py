@@ -239,7 +239,7 @@ class KubernetesBackend(Backend):
             raise BackendError(f"this plan was not made by the {self.name} backend", "make it with plan(spec)")
         if plan.findings:
             more = f" (and {len(plan.findings) - 1} more: torchdeck train --dry-run lists them)"
-            raise BackendError(plan.findings[0] + (more if len(plan.findings) > 1 else ""), plan.fix)
+            raise BackendError(plan.findings[0] + (more if len(plan.findings) > 1 else ""), plan.fixes[0])
         self.sent = []
         if rendered.bundle is not None and rendered.bundle_url:
             self._upload_bundle(rendered.bundle.data, rendered.bundle_url)

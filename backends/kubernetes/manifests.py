@@ -143,7 +143,7 @@ def rendered_plan(
         target=rendered.target.release if rendered.target is not None else "",
         code=code,
         findings=[f"{f.where}: {f.problem}" for f in findings],
-        fix=findings[0].fix if findings else "",
+        fixes=[f.fix for f in findings],
         notes=[*(f"warning: {w}" for w in rendered.warnings), *notes],
         payload=rendered,
     )

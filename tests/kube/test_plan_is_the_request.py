@@ -59,7 +59,8 @@ def test_a_plan_with_findings_is_refused_whole_and_makes_nothing(kube_backend) -
     assert plan.findings and "service account torchdeck-s3 does not exist" in plan.findings[0]
     with pytest.raises(BackendError) as err:
         kube_backend.submit(plan)
-    assert err.value.message == plan.findings[0] and err.value.hint == plan.fix
+    assert err.value.message == plan.findings[0] and err.value.hint == plan.fixes[0]
+    assert f"# preflight: {plan.findings[0]} (fix: {plan.fixes[0]})" in plan.text()
     assert kube_backend.list() == []
 
 

@@ -31,7 +31,7 @@ from torchdeck.backends.errors import SpecError
 from torchdeck.backends.events import parse_metric_lines
 from torchdeck.backends.local import LocalBackend
 from torchdeck.backends.local_image import serve_wheels
-from torchdeck.backends.local_in_image import in_image_command
+from torchdeck.backends.local_in_image import in_image_command, prepare_in_image
 from torchdeck.backends.spec import spec_from_dict, validate
 from torchdeck.cli.main import main
 from torchdeck.terminal import as_shown, printable
@@ -458,6 +458,8 @@ def test_in_image_mounts_the_run_folder_read_only_and_the_code_as_a_copy(tmp_pat
         )
     )
     argv = in_image_command(spec, run, ["--nproc-per-node", "1"], {"A": "1"}, Engine("docker", "docker"))
+    assert not (run / "code").exists()  # the command is a plan: the run's start makes what it mounts
+    prepare_in_image(spec, run)
     image = argv.index("registry/t:1")
     assert argv[image - 1] == "--"
     mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
