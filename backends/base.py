@@ -242,10 +242,8 @@ class Plan:
     def text(self) -> str:
         """The plan as the user reads it: comments, then the objects as YAML or the command line."""
         lines = [f"# plan: run {self.run_id} on the {self.backend} backend"]
-        lines += [
-            f"# preflight: {f}" + (f" (fix: {fix})" if fix else "")
-            for f, fix in zip(self.findings, self.fixes + [""] * len(self.findings), strict=False)
-        ]
+        fixes = self.fixes + [""] * (len(self.findings) - len(self.fixes))
+        lines += [f"# preflight: {f}" + (f" (fix: {fix})" if fix else "") for f, fix in zip(self.findings, fixes)]
         if self.objects and not self.findings:
             lines.append("# preflight: the cluster can run it")
         lines += [f"# {n}" for n in self.notes]

@@ -31,7 +31,7 @@ def form_options(backend: str) -> list[SpecOption]:
     order. Nothing is listed here: a field with a label is on the form."""
     shown = [o for o in spec_options() if o.option.label and o.option.applies_to(backend)]
     first = {"name": 0, "entrypoint": 1, "metrics": 1}
-    return sorted(shown, key=lambda o: first.get(o.path.partition(".")[0] if "." in o.path else o.path, 2))
+    return sorted(shown, key=lambda o: first.get(o.path.split(".")[0], 2))
 
 
 def _line_id(field: str) -> str:
