@@ -459,12 +459,8 @@ EOF
     # in a cluster the kubelet mounts the certificate Secret the operator fills where it reads its
     # certificates; out of one, this does: the operator waits for those files before it starts
     wait_for 60 "the Training Operator's webhook certificate" webhook_certificate
-    local certs="$state/operator-tmp/k8s-webhook-server/serving-certs" key
-    mkdir -p "$certs"
-    for key in ca.crt tls.crt tls.key; do
-        kubectl -n kubeflow get secret training-operator-webhook-cert -o "jsonpath={.data.${key//./\\.}}" \
-            | base64 -d >"$certs/$key"
-    done
+    wait_for 60 "the Training Operator's certificate files" copy_webhook_certificate \
+        "$state/operator-tmp/k8s-webhook-server/serving-certs"
     wait_for 60 "metrics.k8s.io" api_available v1beta1.metrics.k8s.io
     wait_for 60 "the Training Operator" operator_ready
 }
@@ -662,6 +658,30 @@ EOF
 
 api_available() { [ "$(kubectl get apiservice "$1" -o 'jsonpath={.status.conditions[?(@.type=="Available")].status}')" = True ]; }
 webhook_certificate() { [ -n "$(kubectl -n kubeflow get secret training-operator-webhook-cert -o 'jsonpath={.data.tls\.key}')" ]; }
+
+copy_webhook_certificate() { # copy_webhook_certificate DIR: the Secret's three files from one read of it,
+    # each written whole (a rename) and tls.crt last: the operator starts its webhook server as soon as
+    # tls.crt exists, and its rotator may still rewrite the Secret (two reconciles race), so the copy
+    # succeeds only when the Secret, read again, still holds what was copied
+    local dir="$1" before after
+    mkdir -p "$dir"
+    before="$(kubectl -n kubeflow get secret training-operator-webhook-cert -o json)" || return 1
+    python3 - "$dir" "$before" <<'EOF' || return 1
+import base64, json, os, sys
+folder, secret = sys.argv[1], json.loads(sys.argv[2])
+data = secret.get("data") or {}
+if not all(data.get(key) for key in ("ca.crt", "tls.key", "tls.crt")):
+    sys.exit(1)
+for key in ("ca.crt", "tls.key", "tls.crt"):
+    path = os.path.join(folder, key)
+    with open(path + ".new", "wb") as file:
+        file.write(base64.b64decode(data[key]))
+    os.replace(path + ".new", path)
+EOF
+    sleep 1
+    after="$(kubectl -n kubeflow get secret training-operator-webhook-cert -o 'jsonpath={.metadata.resourceVersion}')" || return 1
+    [ "$after" = "$(printf '%s' "$before" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata"]["resourceVersion"])')" ]
+}
 operator_ready() { in_ns curl -fsS http://127.0.0.1:8081/readyz; }
 
 start() {
