@@ -11,10 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .backends.cost import money
 from .backends.errors import SpecError
-from .backends.files import load_yaml
-from .backends.names import LABEL_RE
 
 
 class SettingsError(Exception):
@@ -77,6 +74,8 @@ class Settings:
             "ascii": (_ascii_default(env), "locale"),
         }
         if os.path.lexists(config_file):
+            from .backends.files import load_yaml  # (YAML and the file gates: where there is a file)
+
             try:
                 data = load_yaml(config_file) or {}
             except FileNotFoundError:
@@ -118,6 +117,8 @@ class Settings:
             if name == "namespace":
                 if value in (None, ""):
                     return None
+                from .backends.names import LABEL_RE
+
                 if not isinstance(value, str) or not LABEL_RE.match(value):
                     raise ValueError
                 return value
@@ -130,6 +131,8 @@ class Settings:
                     raise ValueError
                 return number
             if name in ("local_price_per_hour", "node_price_per_hour"):
+                from .backends.cost import money
+
                 return None if value in (None, "") else money(value)
             if name == "ascii":
                 if isinstance(value, bool):

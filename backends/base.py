@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import abc
 import builtins
-import enum
 import shlex
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,29 +14,10 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from .cost import RunCost
 from .errors import BackendError, RunIdTaken
+from .states import JobState as JobState  # re-exported: where every caller finds it
 
 if TYPE_CHECKING:  # the spec's module is read when a job is planned, not for a listing
     from .spec import JobKindName, JobSpec
-
-
-class JobState(str, enum.Enum):
-    """Where a job is, the same on every backend."""
-
-    PENDING = "pending"
-    """Submitted; workers are starting or waiting for resources."""
-    QUEUED = "queued"
-    """Waiting in a queue for admission (Kueue on a shared cluster): nothing of it runs yet."""
-    RUNNING = "running"
-    """At least one rank is training."""
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    UNKNOWN = "unknown"
-    """The backend cannot tell (state lost, cluster unreachable)."""
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
 class ClassScore(TypedDict):

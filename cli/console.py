@@ -1,5 +1,6 @@
 """``torchdeck`` and ``torchdeck monitor RUN``: the console, opened with as little read before its
-first frame as it needs (the settings, the backend, Textual); the headless commands' module, the
+first frame as it needs (the settings and Textual); the backend opens once the frame is drawn (a
+backend that cannot open says why on the runs screen), and the headless commands' module, the
 spec's and the monitor's are read once a screen wants them."""
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ def run_console(args: argparse.Namespace) -> int:
     """Open the console on the settings' backend (on a run's monitor for ``monitor RUN``)."""
     try:
         settings = settings_of(args)
-        from torchdeck.backends import open_backend
-
-        backend = open_backend(settings.backend, settings)
-        run_id = None
+        backend, run_id = None, None
         if args.command == "monitor":
             # a unique prefix becomes the run's id; a bad one is a one-line error before the screen opens
+            from torchdeck.backends import open_backend
+
+            backend = open_backend(settings.backend, settings)
             run_id = backend.status(args.run).run_id
         from torchdeck.tui.app import make_app
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
@@ -17,13 +18,13 @@ from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.widgets import Checkbox, Footer, RadioButton
 
-from torchdeck.backends.base import Backend
 from torchdeck.backends.errors import BackendError
 from torchdeck.settings import Settings
 
 from .glyphs import glyphs_for
 
 if TYPE_CHECKING:
+    from torchdeck.backends.base import Backend
     from torchdeck.backends.eks.cloud import EksCloud
 from .screens.home import HomeScreen
 
@@ -112,16 +113,40 @@ class TorchdeckApp(App):
     """Under 100 columns (a default SSH terminal has 80) a screen's side panes go behind a key."""
 
     def __init__(
-        self, settings: Settings, backend: Backend, monitor_run: str | None = None, cloud: EksCloud | None = None
+        self,
+        settings: Settings,
+        backend: Backend | None = None,
+        monitor_run: str | None = None,
+        cloud: EksCloud | None = None,
     ):
         super().__init__()
         self.settings = settings
-        self.backend = backend
+        self._backend = backend
+        self._backend_lock = threading.Lock()
         self._cloud = cloud
         self.monitor_run = monitor_run
         self.glyphs = glyphs_for(settings.ascii)
         if settings.ascii:
             self.add_class("-ascii")
+
+    @property
+    def backend_name(self) -> str:
+        """The backend's name, known without opening it (the settings' choice until it is open)."""
+        return self._backend.name if self._backend is not None else self.settings.backend
+
+    @property
+    def backend(self) -> Backend:
+        """The backend given, or else the settings' one, opened where first used: the home screen's
+        first listing, in a worker after the first frame is drawn (nothing but the runs list is read
+        before it). Where it cannot open (no kubeconfig, a context that is not there), each use
+        raises the BackendError that says why, and the console stays open on it."""
+        if self._backend is None:
+            with self._backend_lock:
+                if self._backend is None:
+                    from torchdeck.backends import open_backend
+
+                    self._backend = open_backend(self.settings.backend, self.settings)
+        return self._backend
 
     @property
     def cloud(self) -> EksCloud:
@@ -203,8 +228,9 @@ class TorchdeckApp(App):
 
 
 def make_app(
-    settings: Settings, backend: Backend, monitor_run: str | None = None, cloud: EksCloud | None = None
+    settings: Settings, backend: Backend | None = None, monitor_run: str | None = None, cloud: EksCloud | None = None
 ) -> TorchdeckApp:
-    """The console for ``backend`` (and ``cloud``, made when a cloud screen first needs it); with
-    ``monitor_run`` it opens on that run's monitor."""
+    """The console for ``backend`` (without one, the settings' backend, opened once the first frame
+    is drawn) and ``cloud`` (made when a cloud screen first needs it); with ``monitor_run`` it opens
+    on that run's monitor."""
     return TorchdeckApp(settings, backend, monitor_run, cloud)

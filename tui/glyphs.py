@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchdeck.backends.base import JobState
+from torchdeck.backends.states import JobState
 
 STATE_STYLE = {
     JobState.PENDING: "yellow",

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from torchdeck.backends.base import JobStatus, NodeMetrics, Plan, TestResult
-from torchdeck.backends.ledger import Resource
 from torchdeck.terminal import as_shown
 
-if TYPE_CHECKING:  # the EKS types load with the cloud screens, not with the console's first frame
+if TYPE_CHECKING:  # the records' modules load with what makes them (a worker), not before the first frame
+    from torchdeck.backends.base import JobStatus, NodeMetrics, Plan, TestResult
     from torchdeck.backends.eks.preflight import Catalogue, PreflightReport
     from torchdeck.backends.eks.progress import Progress
+    from torchdeck.backends.ledger import Resource
     from torchdeck.monitor.compare import Row
 
 

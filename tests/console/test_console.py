@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import subprocess
 import sys
 import weakref
@@ -234,6 +235,96 @@ def test_start_ups_objects_are_frozen_out_of_the_collector_but_no_screen(tmp_pat
     assert int(frozen) > 10_000  # Textual's, Rich's and torchdeck's modules
     # Only Textual's default screen, made with the app (under home and the monitor), lives as long
     assert screens_frozen == ["Screen"]
+
+
+FIRST_FRAME_CHECK = """
+import asyncio, json, sys
+from pathlib import Path
+from torchdeck.settings import Settings
+from torchdeck.tui.app import make_app
+from torchdeck.tui.screens.home import HomeScreen
+
+loaded = {}
+mounted = HomeScreen.on_mount
+
+def on_mount(self):  # composed, about to draw its first frame
+    mounted(self)
+    loaded["before the first frame"] = sorted(sys.modules)
+
+HomeScreen.on_mount = on_mount
+
+async def main():
+    state = Path(sys.argv[1])
+    app = make_app(Settings(state_dir=state, spec_file=state / "torchdeck.yaml"))  # no backend given
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(400):
+            if isinstance(app.screen, HomeScreen) and app.screen.statuses:
+                break
+            await pilot.pause(0.05)
+        table = app.screen.table
+        title = str(app.screen.query_one("#title").render())
+        print(json.dumps({**loaded, "rows": table.row_count, "focused": app.focused is table, "title": title}))
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_frame_is_drawn_before_the_backend_opens_and_the_runs_arrive_after_it(tmp_path):
+    """Issue 43: nothing but the settings is read before the console's first frame. The backend is
+    opened (its modules loaded) by the first listing, which starts once the frame is drawn; the
+    ledger, the runs table's widget and the monitor's state come later still. In a process of its
+    own, so that what is loaded is what the console loaded."""
+    state = recorded_state(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_FRAME_CHECK, str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    early = set(seen["before the first frame"])
+    for later in (
+        "torchdeck.backends.local",
+        "torchdeck.backends.base",
+        "torchdeck.backends.ledger",
+        "torchdeck.monitor.state",
+        "textual.widgets._data_table",
+    ):
+        assert later not in early, later
+    assert "runs on the local backend" in seen["title"]
+    assert seen["rows"] == 1 and seen["focused"]  # the recorded run, in a table that has the keys
+
+
+def test_a_backend_that_cannot_open_is_said_on_the_runs_screen_and_the_console_stays_open(tmp_path):
+    """The EKS backend with no cluster connected used to stop the console before its first frame;
+    now the runs screen says why (once as a notice, and where the run's detail goes) and every
+    other screen still opens: the cluster wizard is how such a user gets a cluster."""
+
+    async def scenario():
+        app = make_app(settings_for(tmp_path / "state", backend="eks"))
+        notices: list[str] = []
+        notify = app.notify
+
+        def counted(message: str, **kw: Any) -> None:
+            notices.append(message)
+            notify(message, **kw)
+
+        app.notify = counted  # type: ignore[method-assign]
+        async with app.run_test(size=(100, 30)) as pilot:
+            home = app.screen
+            assert isinstance(home, HomeScreen)
+            await wait_for(pilot, lambda: "cannot list runs" in text_of(home.query_one("#detail")), what="the error")
+            detail = text_of(home.query_one("#detail"))
+            assert "which EKS cluster?" in detail and "cluster connect" in detail  # the reason and its hint
+            assert "runs on the eks backend" in text_of(home.query_one("#title"))
+            await pilot.press("r")  # tried again: the same failure, not notified twice
+            await pilot.pause(0.3)
+            assert sum("which EKS cluster?" in n for n in notices) == 1
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen", what="the help screen")
+
+    run(scenario())
 
 
 def test_home_lists_runs_and_opens_the_monitor(tmp_path):

@@ -4,22 +4,28 @@ way into the launch form and the monitor."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Static
-from textual.widgets.data_table import CellDoesNotExist
+from textual.widgets import Static
 
-from torchdeck.backends.base import JobState, JobStatus
-from torchdeck.monitor.state import status_cells
+from torchdeck.backends.states import JobState
 from torchdeck.terminal import as_shown
 
 from ..glyphs import STATE_STYLE
-from ..messages import LedgerRead, RunsListed, RunStopped
+from ..widgets.key_line import KeyLine
 from .base import DeckScreen, shown_path
 from .confirm import ConfirmScreen
+
+if TYPE_CHECKING:
+    from textual.widgets import DataTable
+
+    from torchdeck.backends.base import JobStatus
+
+    from ..messages import LedgerRead, RunsListed, RunStopped
 
 COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age", "cost")
 
@@ -52,22 +58,27 @@ class HomeScreen(DeckScreen[None]):
         """Runs marked (space) for a comparison (x), in the order marked."""
         self._shown: dict[str, tuple[str, ...]] = {}
         """Each row's cells as last drawn, in table order."""
+        self._list_failure = ""
+        """The last listing's failure, notified once."""
+        self.table: DataTable | None = None
+        """The runs table, mounted with the first listing: the first frame is drawn without it (it
+        was most of the time the frame took) and no listing could fill it sooner anyway."""
         self._widths: list[int] = []
         """The columns' widths as last drawn: set here, as the widest cell, because Textual's
         own measuring (on idle) leaves rows drawn before it at the headers' widths."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")
-        yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
         yield Static(id="detail")
         yield Static(id="cloud")
-        yield self.app.footer()
+        yield KeyLine(palette=not self.app.settings.ascii)  # Textual's footer costs the first frame its time
 
     def on_mount(self) -> None:
-        backend = self.app.backend
         self.query_one("#title", Static).update(
             Text.assemble(
-                ("torchdeck", "bold"), f"  runs on the {backend.name} backend", ("  n: new job  ?: help", "dim")
+                ("torchdeck", "bold"),
+                f"  runs on the {self.app.backend_name} backend",
+                ("  n: new job  ?: help", "dim"),
             )
         )
         self.query_one("#detail", Static).update("reading runs...")
@@ -87,12 +98,16 @@ class HomeScreen(DeckScreen[None]):
             self.read_ledger()
 
     def on_screen_resume(self) -> None:
-        self.list_runs()
-        self.read_ledger()
+        # after the screen is drawn: the workers' threads (the backend opening, its modules loading)
+        # would hold the interpreter the first frame is drawn with
+        self.call_after_refresh(self.list_runs)
+        self.call_after_refresh(self.read_ledger)
 
     @work(thread=True, exclusive=True, group="ledger", exit_on_error=False)
     def read_ledger(self) -> None:
         from torchdeck.backends.ledger import Ledger
+
+        from ..messages import LedgerRead
 
         ledger = Ledger(self.app.settings.state_dir)
         per_hour, so_far = ledger.costs()
@@ -125,22 +140,55 @@ class HomeScreen(DeckScreen[None]):
 
     @work(thread=True, exclusive=True, group="runs", exit_on_error=False)
     def list_runs(self) -> None:
+        from ..messages import RunsListed
+
         self.post_message(RunsListed(self.app.backend.list()))
 
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
     def stop_run(self, run_id: str) -> None:
+        from ..messages import RunStopped
+
         self.post_message(RunStopped(self.app.backend.cancel(run_id)))
 
-    def on_runs_listed(self, message: RunsListed) -> None:
+    def worker_failed(self, group: str, text: str) -> None:
+        """A listing that failed (a backend that cannot open, a cluster out of reach) is said where
+        the run's detail goes, until a listing succeeds, and notified once, not every 2 s."""
+        if group != "runs":
+            super().worker_failed(group, text)
+            return
+        self.query_one("#detail", Static).update(
+            Text.assemble(
+                ("cannot list runs: ", "bold red"),
+                as_shown(text),
+                ("\nr tries again; c, v and i work without it", "dim"),
+            )
+        )
+        if text != self._list_failure:
+            self._list_failure = text
+            super().worker_failed(group, text)
+
+    async def on_runs_listed(self, message: RunsListed) -> None:
+        if self.table is None:
+            from textual.widgets import DataTable
+
+            table: DataTable = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+            await self.mount(table, before="#detail")
+            self.table = table
+            if self.app.screen is self:  # under another screen, Textual focuses it when this one is back
+                table.focus()
+        self.draw(message.statuses)
+
+    def draw(self, statuses: list[JobStatus]) -> None:
         """The table, as little redrawn as can be: with the same runs in the same order (most
         refreshes), only the cells that changed; with thousands of runs, a rebuild every 2 s
         held the screen for about 90 ms."""
-        table = self.query_one("#runs", DataTable)
+        table = self.table
+        assert table is not None
         current = self.selected()
-        self.statuses = {s.run_id: s for s in message.statuses}
+        self.statuses = {s.run_id: s for s in statuses}
         now = time.time()
         self.marked = [r for r in self.marked if r in self.statuses]
-        shown = {s.run_id: self._cells(s, now) for s in message.statuses}
+        shown = {s.run_id: self._cells(s, now) for s in statuses}
         widths = [len(name) for name in COLUMNS]
         for cells in shown.values():
             widths = [max(w, len(cell)) for w, cell in zip(widths, cells, strict=True)]
@@ -161,9 +209,12 @@ class HomeScreen(DeckScreen[None]):
             if current in self.statuses:
                 table.move_cursor(row=table.get_row_index(current))
         self._shown = shown
+        self._list_failure = ""
         self.show_detail()
 
     def _cells(self, status: JobStatus, now: float) -> tuple[str, ...]:
+        from torchdeck.monitor.state import status_cells  # with the first listing, after the first frame
+
         cells = status_cells(status, now)
         mark = "+ " if status.run_id in self.marked else ""
         return (mark + cells[0], *cells[1:])
@@ -177,11 +228,12 @@ class HomeScreen(DeckScreen[None]):
             self.marked.remove(run_id)
         else:
             self.marked.append(run_id)
-        table = self.query_one("#runs", DataTable)
+        table = self.table
+        assert table is not None  # a run is selected
         cells = self._cells(self.statuses[run_id], time.time())
         if len(cells[0]) > self._widths[0]:  # the mark widens the column: drawn again whole
             self._shown = {}
-            self.on_runs_listed(RunsListed(list(self.statuses.values())))
+            self.draw(list(self.statuses.values()))
         else:
             table.update_cell(run_id, COLUMNS[0], cells[0])
             self._shown[run_id] = cells
@@ -229,8 +281,10 @@ class HomeScreen(DeckScreen[None]):
         self.app.push_screen(ModelTestScreen(run_id))
 
     def selected(self) -> str | None:
-        table = self.query_one("#runs", DataTable)
-        if not table.row_count:
+        from textual.widgets.data_table import CellDoesNotExist
+
+        table = self.table
+        if table is None or not table.row_count:
             return None
         try:
             return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value

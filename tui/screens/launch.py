@@ -85,7 +85,7 @@ class LaunchScreen(FormScreen[None]):
         self.options: list[SpecOption] = []
 
     def compose(self) -> ComposeResult:
-        self.options = form_options(self.app.backend.name)
+        self.options = form_options(self.app.backend_name)
         self.fields = [Field(_line_id(o.path), o.option.label, o.option.example, o.option.help) for o in self.options]
         yield Static(id="launch-title")
         widgets = {_line_id(o.path): _widget(o) for o in self.options}
@@ -109,7 +109,7 @@ class LaunchScreen(FormScreen[None]):
             self.form_error(f"{exc} - the form starts from the defaults; saving overwrites the file")
         source = self.loaded_from or "defaults (no spec file yet)"
         self.query_one("#launch-title", Static).update(
-            f"Launch a job on the {self.app.backend.name} backend - from {source}"
+            f"Launch a job on the {self.app.backend_name} backend - from {source}"
         )
         self.fill(self.base)
         self.query_one(f"#{_dom_id('name')}").focus()
