@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 from .cost import RunCost
 from .errors import BackendError, RunIdTaken
 from .states import JobState as JobState  # re-exported: where every caller finds it
+from .triage import Triage
 
 if TYPE_CHECKING:  # the spec's module is read when a job is planned, not for a listing
     from .spec import JobKindName, JobSpec
@@ -118,6 +119,9 @@ class JobStatus:
     warnings: list[str] = field(default_factory=list)
     """What torchdeck refused or could not read while working the status out, a line each (a pid
     file that names a process which is not the run's launcher)."""
+    triage: Triage | None = None
+    """The newest hang triage of the run (``backends/triage.py``): which rank is elsewhere, at which
+    line, in which collective the others wait; where one was made."""
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -125,6 +129,7 @@ class JobStatus:
         out["ranks"] = [dict(r.__dict__) for r in self.ranks]
         out["cost"] = self.cost.to_dict() if self.cost is not None else None
         out["queue"] = dict(self.queue.__dict__) if self.queue is not None else None
+        out["triage"] = self.triage.to_dict() if self.triage is not None else None
         return out
 
 
@@ -350,6 +355,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """A run's spec (as far as the backend keeps it) and where its trained model is."""
+
+    def triage(self, run_id: str, wait_s: float = 5.0) -> Triage:
+        """Ask every rank of a running run where it is and say which is not where the others are
+        (``backends/triage.py``); the verdict is kept with the run and shown by ``status``."""
+        raise BackendError(
+            f"hang triage is not available on the {self.name} backend yet",
+            "on a cluster, `kubectl exec` into the pods and run py-spy dump; locally, torchdeck triage RUN",
+        )
 
     def run_spec(self, run_id: str) -> JobSpec:
         """The spec the run was started from, as far as the backend keeps it (a comparison's rows)."""

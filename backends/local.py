@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from torchdeck.trainer.metrics import strict_json
+from torchdeck.trainer.triage_probe import FR_BUFFER_SIZE, TRIAGE_DIR_ENV
 
 from .base import (
     Backend,
@@ -62,6 +63,7 @@ from .gpu import read_gpus
 from .names import check_run_id, new_run_id
 from .run_files import STATUS_FILE, FileTail, first_line, kept_status, tail_lines
 from .run_members import reap_run, run_members
+from .triage import Triage
 
 if TYPE_CHECKING:
     from .spec import JobSpec
@@ -230,7 +232,10 @@ class LocalBackend(Backend):
         if spec.metrics.tags and not spec.builtin:  # which logger scalar is which (rank_output)
             helper["TORCHDECK_METRIC_TAGS"] = json.dumps(spec.metrics.tags)
         port = free_port()
-        env = {**spec.env, "PYTHONUNBUFFERED": "1", "TORCHDECK_RUN_ID": run_id, **helper}
+        # each rank's hang-triage probe answers in the run's folder (trainer/triage_probe.py), and
+        # PyTorch's Flight Recorder keeps the newest collectives for it (the spec's env wins)
+        probe = {TRIAGE_DIR_ENV: str(run_dir.resolve() / "triage"), "TORCH_FR_BUFFER_SIZE": FR_BUFFER_SIZE}
+        env = {**probe, **spec.env, "PYTHONUNBUFFERED": "1", "TORCHDECK_RUN_ID": run_id, **helper}
         if spec.local_image and not spec.builtin:  # the code at the pods' path in the image
             helper["PYTHONPATH"] = code_paths(spec)[0]
         cmd = self._command(spec, run_dir, port, run_id)
@@ -608,11 +613,34 @@ class LocalBackend(Backend):
     def status(self, run_id: str) -> JobStatus:
         """The run's status; one whose records cannot be read is a status saying so (as ``list``
         shows it), so that ``status``, ``compare`` and the monitor show it beside the others."""
+        from . import triage
+
         run_dir = self.resolve(run_id)
         try:
-            return self._status_of(run_dir)
+            status = self._status_of(run_dir)
         except RunRecordError as exc:
             return self._unreadable(run_dir, exc)
+        verdict = triage.load(run_dir / "triage") if (run_dir / "triage").is_dir() else None
+        return status if verdict is None else dataclasses.replace(status, triage=verdict)
+
+    def triage(self, run_id: str, wait_s: float = 5.0) -> Triage:
+        """Ask the run's ranks where they are (each rank's probe answers in ``triage/``), say which
+        is not where the others are, and keep the verdict beside the dumps."""
+        from . import triage
+
+        status = self.status(run_id)
+        if status.state.is_terminal:
+            raise BackendError(
+                f"run {status.run_id} has {status.state.value}: only a running run's ranks can say where they are",
+                f"torchdeck status {status.run_id} shows its newest triage, if one was made",
+            )
+        folder = self.resolve(status.run_id) / "triage"
+        dumps, _token = triage.ask(folder, status.world_size, wait_s)
+        found = [triage.rank_where(d) for d in dumps]
+        notes = {str(d.get("flight_recorder_note")) for d in dumps if d.get("flight_recorder") is None}
+        verdict = triage.explain(status.run_id, found, status.world_size, str(folder), "; ".join(sorted(notes)))
+        triage.save(folder, verdict)
+        return verdict
 
     def list(self) -> list[JobStatus]:
         """Every run, newest first; a run whose records cannot be read is a row saying so."""

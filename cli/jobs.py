@@ -69,6 +69,7 @@ def dispatch(args: argparse.Namespace) -> int:
             "test": cmd_test,
             "jobs": cmd_jobs,
             "status": cmd_status,
+            "triage": cmd_triage,
             "compare": cmd_compare,
             "logs": cmd_logs,
             "stop": cmd_stop,
@@ -480,6 +481,31 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         print(printable(f"hint: {status.hint}"))
     for warning in status.warnings:
         print(printable(f"warning: {warning}"))
+    if status.triage is not None:
+        when = time.strftime("%H:%M:%S", time.localtime(status.triage.time))
+        print(printable(f"triage ({when}): {status.triage.summary}"))
+    return 0
+
+
+def cmd_triage(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    """Ask a running run's ranks where they are; the verdict is kept with the run (``status``)."""
+    if not 0 < args.wait <= 600:
+        return fail(f"--wait {args.wait:g}: give seconds from 0 to 600 (hint: --wait 5)", EXIT_USAGE)
+    verdict = backend.triage(args.run, args.wait)
+    if args.output == "json":
+        print(strict_json(verdict.to_dict(), indent=2))
+        return 0
+    print(printable(verdict.summary))
+    for r in verdict.ranks:
+        collective = r.collective.words() + ("" if r.collective.completed else ", in flight") if r.collective else "-"
+        print(
+            printable(
+                f"  rank {r.rank:<3} {r.where:<24} {r.waiting_in or '-':<14} {collective}  ({r.node}, pid {r.pid})"
+            )
+        )
+    if verdict.flight_recorder_note:
+        print(printable(f"flight recorder: {verdict.flight_recorder_note}"))
+    print(printable(f"dumps: {verdict.folder}"))
     return 0
 
 

@@ -27,6 +27,7 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck monitor RUN            watch a run in the console
   torchdeck logs RUN --rank 1 -f   follow one rank's output
   torchdeck stop RUN               stop a run and every process it started
+  torchdeck triage RUN             a hung run: which rank is elsewhere, at which line, in which collective
   torchdeck test --run RUN         accuracy of a run's model, per class
   torchdeck render --kind job      print the Kubernetes manifests of the job
   torchdeck cluster init --name demo --region us-west-2 --worker gpu:g5.xlarge:0:2:4:gpu
@@ -184,6 +185,14 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="one run's state, progress and failure reason")
     p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+
+    p = sub.add_parser(
+        "triage",
+        help="ask a running run's ranks where they are: which is elsewhere, at which line, in which collective",
+    )
+    p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("--wait", type=float, default=5.0, metavar="S", help="seconds to wait for the ranks' answers")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser(

@@ -636,6 +636,9 @@ def run(cfg: TrainConfig, env: DistEnv) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .triage_probe import start as start_triage_probe
+
+    start_triage_probe()  # where the run names a triage folder: says where this rank is when asked
     cfg = parse_args(argv)
     env = DistEnv()
     try:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the records' modules load with what makes them (a worker), 
     from torchdeck.backends.eks.preflight import Catalogue, PreflightReport
     from torchdeck.backends.eks.progress import Progress
     from torchdeck.backends.ledger import Resource
+    from torchdeck.backends.triage import Triage
     from torchdeck.monitor.compare import Row
 
 
@@ -74,6 +75,18 @@ class LogsArrived(Message):
 @dataclass
 class NodesMeasured(Message):
     nodes: list[NodeMetrics]
+
+
+@dataclass
+class TriageMade(Message):
+    """A hang triage's verdict (``backend.triage``); ``auto``: asked because the run went quiet."""
+
+    triage: Triage
+    auto: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.triage = dataclasses.replace(self.triage, summary=as_shown(self.triage.summary))
 
 
 @dataclass

@@ -10,6 +10,7 @@ working folder, which is the test's own."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from tui_support import (
     wait_for,
 )
 
+from torchdeck.backends import triage
 from torchdeck.backends.eks.plan import ClusterPlan, parse_nodegroup, save_plan
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.cluster import ClusterScreen
@@ -94,7 +96,18 @@ CASES = {
     "help": (False, lambda pilot: _open(pilot, "question_mark", HelpScreen)),
     "confirm": (True, None),
     "pick_ranks": (True, None),
+    "triage": (True, None),
 }
+TRIAGE = Path(__file__).parent.parent / "data" / "triage"
+
+
+def _kept_triage(state: Path) -> None:
+    """A verdict kept with the recorded run, made from a real hang's dumps (tests/data/triage)."""
+    folder = state / "runs" / RECORDED_RUN / "triage"
+    folder.mkdir()
+    dumps = [json.loads((TRIAGE / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    verdict = triage.explain(RECORDED_RUN, [triage.rank_where(d) for d in dumps], 2, str(folder))
+    triage.save(folder, dataclasses.replace(verdict, time=FINISHED_AT - 60))
 
 
 def _case_app(tmp_path, monkeypatch, case: str, ascii: bool):
@@ -110,17 +123,23 @@ def _case_app(tmp_path, monkeypatch, case: str, ascii: bool):
         state.mkdir()
     if case == "cluster_filled":
         _filled_plan(tmp_path)
+    if case == "triage":
+        _kept_triage(state)
     return make_app(settings_for(state, ascii=ascii), SnapshotBackend(state), cloud=fixed_context_cloud(state))
 
 
 async def _ready(pilot, case: str) -> None:
     _, ready = CASES[case]
-    if case == "pick_ranks":  # over the monitor of the recorded run, once it has drawn it all
+    if case in ("pick_ranks", "triage"):  # over the monitor of the recorded run, once it has drawn it all
         from tui_support import monitor_ready
 
         await _runs_listed(pilot)
         await pilot.press("enter")
-        await monitor_ready(pilot)
+        screen = await monitor_ready(pilot)
+        if case == "triage":
+            await wait_for(pilot, lambda: screen.triage is not None, what="the kept verdict")
+            await steady(pilot)
+            return
         await pilot.press("c")
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, PickRanksScreen), what="the question")
     elif case == "confirm":
@@ -166,6 +185,7 @@ PICTURES = {
     "image": "test_snapshots/test_screen[120x40-image].svg",
     "monitor-80x24": "test_console/test_monitor_snapshot_80x24.svg",
     "compare": "test_compare_screen/test_comparison_picture[120x40].svg",
+    "triage": "test_snapshots/test_screen[120x40-triage].svg",
 }
 """The pictures of the README and the guides (docs/screens/NAME.svg): copies of the reviewed snapshots, made by
 scripts/screenshots."""

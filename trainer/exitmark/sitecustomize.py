@@ -6,7 +6,8 @@ it gave ``sys.exit`` if not 0 (a ``raise SystemExit(1)`` of its own goes unseen)
 own process says so: a process it forks closes its copy of the pipe and, should it reach the
 atexit handler, is not the rank (its pid is checked). A rank that then dies of SIGABRT (PyTorch's
 gloo threads as the interpreter tears down) has done its work, whether or not it printed its
-steps: ``relay.ExitMark`` and ``tracebacks.FailureWatch``. Then the environment's own
+steps: ``relay.ExitMark`` and ``tracebacks.FailureWatch``. Where the run names a triage folder, it
+starts the hang-triage probe (``triage_probe.py``). Then the environment's own
 ``sitecustomize``, which this one shadows, is imported as it would have been. Standard library
 only."""
 
@@ -74,4 +75,23 @@ if _fd.isdigit():
     sys.exit = _exit_noting  # type: ignore[assignment]
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _forked(int(_fd)))
+
+
+def _probe() -> None:
+    """The hang-triage probe (``triage_probe.py``, beside this folder: in torchdeck's trainer
+    package, and in the code bundle beside the relay), where the run asks for one."""
+    if not os.environ.get("TORCHDECK_TRIAGE_DIR"):
+        return
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "triage_probe.py")
+    spec = importlib.util.spec_from_file_location("torchdeck_triage_probe", path)
+    if spec is None or spec.loader is None or not os.path.exists(path):
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.start()
+
+
+_probe()
 _chain()

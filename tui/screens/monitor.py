@@ -18,11 +18,12 @@ from textual.worker import get_current_worker
 
 from torchdeck.backends.base import Backend, JobState, JobStatus, NodeMetrics
 from torchdeck.backends.cost import dollars
+from torchdeck.backends.triage import Triage
 from torchdeck.monitor.feed import MetricFeed
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, quiet_words, unread_words
 
 from ..glyphs import STATE_STYLE, bar
-from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged
+from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged, TriageMade
 from ..widgets.log_pane import LogPane
 from ..widgets.loss_chart import LossChart
 from ..widgets.node_bars import NodeBars
@@ -53,6 +54,7 @@ class MonitorScreen(DeckScreen[None]):
         Binding("l", "focus_logs", "Logs"),
         Binding("slash", "search", "Search"),
         Binding("c", "pick_ranks", "Chart ranks"),
+        Binding("t", "triage", "Triage"),
         Binding("question_mark", "app.help", "Help"),
     ]
 
@@ -78,6 +80,10 @@ class MonitorScreen(DeckScreen[None]):
         self._feed: MetricFeed | None = None
         self.picked: list[int] = []
         """The ranks the user asked the chart for ([]: the automatic choice)."""
+        self.triage: Triage | None = None
+        """The newest hang triage shown (asked here, or kept with the run)."""
+        self._triaged_quiet = False
+        """Whether this quiet spell has been triaged already (once per spell, by itself)."""
 
     @property
     def backend(self) -> Backend:
@@ -87,6 +93,7 @@ class MonitorScreen(DeckScreen[None]):
         g = self.app.glyphs
         yield Static(id="status-line")
         yield Static(id="progress-line")
+        yield Static(id="triage")
         with Horizontal(id="top"):
             yield LossChart(g, id="chart")
             with Vertical(id="side"):
@@ -160,6 +167,12 @@ class MonitorScreen(DeckScreen[None]):
     def poll_status(self) -> None:
         self.post_message(StatusChanged(self.backend.status(self.run_id)))
 
+    @work(thread=True, exclusive=True, group="triage", exit_on_error=False)
+    def triage_run(self, auto: bool = False) -> None:
+        """Ask the run's ranks where they are (``backend.triage``): by the key, or by itself once a
+        quiet spell looks like a hang."""
+        self.post_message(TriageMade(self.backend.triage(self.run_id), auto))
+
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
     def stop_run(self) -> None:
         self.post_message(RunStopped(self.backend.cancel(self.run_id)))
@@ -169,6 +182,32 @@ class MonitorScreen(DeckScreen[None]):
     def on_status_changed(self, message: StatusChanged) -> None:
         self.status = message.status
         self._dirty = True
+        kept = message.status.triage
+        if kept is not None and (self.triage is None or kept.time > self.triage.time):
+            self.show_triage(kept)  # made elsewhere (torchdeck triage), or before this monitor opened
+
+    def on_triage_made(self, message: TriageMade) -> None:
+        self.show_triage(message.triage)
+        if not message.auto:
+            self.notify("the verdict is under the progress line", title="triage")
+
+    def show_triage(self, triage: Triage) -> None:
+        self.triage = triage
+        when = time.strftime("%H:%M:%S", time.localtime(triage.time))
+        text = Text()
+        text.append(f"triage {when} ", style="bold")
+        text.append(triage.summary, style="bold red" if triage.outliers else "yellow")
+        pane = self.query_one("#triage", Static)
+        pane.update(text)
+        pane.set_class(True, "-shown")
+
+    def worker_failed(self, group: str, text: str) -> None:
+        if group == "triage":  # said where the verdict goes (a backend without triage says why)
+            pane = self.query_one("#triage", Static)
+            pane.update(Text(f"triage: {text}", style="yellow"))
+            pane.set_class(True, "-shown")
+            return
+        super().worker_failed(group, text)
 
     def on_nodes_measured(self, message: NodesMeasured) -> None:
         self.nodes = message.nodes  # what the ranks are doing weighs a quiet spell (busy, or hung)
@@ -248,6 +287,8 @@ class MonitorScreen(DeckScreen[None]):
 
     def _draw_status(self, snap: MonitorSnapshot) -> None:
         g = self.app.glyphs
+        if snap.quiet_s is None:  # written again: the next quiet spell is triaged anew
+            self._triaged_quiet = False
         status = self.status
         state = status.state if status else JobState.UNKNOWN
         line = Text()
@@ -280,6 +321,9 @@ class MonitorScreen(DeckScreen[None]):
         elif snap.quiet_s is not None:
             words, alarm = quiet_words(snap.quiet_s, self.nodes)
             progress.append(f" {g.warn} {words}", style="bold red" if alarm else "yellow")
+            if alarm and not self._triaged_quiet and state is JobState.RUNNING:
+                self._triaged_quiet = True  # asked once a spell: which rank, which line, which collective
+                self.triage_run(auto=True)
         elif state in (JobState.RUNNING, JobState.PENDING) and (unread := unread_words(snap, time.time())):
             progress.append(f" {g.warn} {unread}", style="yellow")
         elif snap.silent or snap.stragglers:
@@ -308,6 +352,13 @@ class MonitorScreen(DeckScreen[None]):
         self._show("#evals", text)
 
     # -- actions -----------------------------------------------------------------
+
+    def action_triage(self) -> None:
+        if self.status and self.status.state.is_terminal:
+            self.notify(f"{self.run_id} has {self.status.state.value}: only a running run's ranks can be asked")
+            return
+        self.notify("asking every rank where it is...", title="triage")
+        self.triage_run()
 
     def action_stop(self) -> None:
         if self.status and self.status.state.is_terminal:

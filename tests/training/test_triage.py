@@ -1,0 +1,105 @@
+"""Hang triage on this machine (issue 44): a real 4-rank torchrun over gloo, a user's script in
+which rank 2 sleeps before its all-reduce at step 5; torchdeck names rank 2, its line, and the
+collective the other three wait in, from each rank's own probe and PyTorch's Flight Recorder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from local_runs import cli_env, left_running, run_cli, wait_status
+from tui_support import settings_for, wait_for
+
+from torchdeck.backends.local import LocalBackend
+from torchdeck.tui.app import make_app
+from torchdeck.tui.screens.monitor import MonitorScreen
+
+HANG = """\
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for step in range(1, 1000):
+    t = torch.ones(1000)
+    if rank == 2 and step == 5:
+        time.sleep(3600)  # rank 2 is elsewhere
+    dist.all_reduce(t)
+    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
+    time.sleep(0.05)
+"""
+SLEEP_LINE = 10  # the line of time.sleep(3600) above
+ALL_REDUCE_LINE = 11
+
+
+def test_a_hung_four_rank_run_is_explained_naming_the_rank_its_line_and_the_collective(tmp_path):
+    code, state = tmp_path / "project", tmp_path / "state"
+    code.mkdir()
+    (code / "hang.py").write_text(HANG)
+    env = cli_env(state)
+    args = ["train", "hang.py", "--nproc-per-node", "4", "--max-restarts", "0", "--python", sys.executable, "--detach"]
+    started = run_cli(args, env, code)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip().splitlines()[-1]
+    try:
+        backend = LocalBackend(state)
+        # every rank printed step 4; rank 2 then sleeps, the others wait in all-reduce #5
+        wait_status(backend, run_id, lambda s: len(s.ranks) == 4 and all(r.step >= 4 for r in s.ranks), timeout=180)
+
+        asked = run_cli(["triage", run_id, "--output", "json"], env, code)
+        assert asked.returncode == 0, asked.stderr
+        verdict = json.loads(asked.stdout)
+        assert verdict["outliers"] == [2] and verdict["missing"] == []
+        ranks = {r["rank"]: r for r in verdict["ranks"]}
+        assert ranks[2]["where"] == f"hang.py:{SLEEP_LINE}" and ranks[2]["waiting_in"] == ""
+        assert "time.sleep(3600)" in ranks[2]["code"]
+        for rank in (0, 1, 3):
+            assert ranks[rank]["where"] == f"hang.py:{ALL_REDUCE_LINE}" and ranks[rank]["waiting_in"] == "all_reduce"
+            collective = ranks[rank]["collective"]
+            assert collective["seq"] == 5 and not collective["completed"] and collective["op"] == "gloo:all_reduce"
+            assert collective["sizes"] == [[1000]]
+        assert ranks[2]["collective"]["seq"] == 4 and ranks[2]["collective"]["completed"]
+        summary = verdict["summary"]
+        assert summary.startswith(f"Rank 2 is not where the others are: it is at hang.py:{SLEEP_LINE}")
+        assert "has not entered #5" in summary
+        assert f"Ranks 0, 1, 3 are waiting in all_reduce at hang.py:{ALL_REDUCE_LINE}" in summary
+        assert "#5 gloo:all_reduce (Float[1000])" in summary
+        assert all(r["pid"] and r["node"] for r in verdict["ranks"])  # where each runs
+
+        # the raw dumps stay in the run's folder; status shows the verdict, in text and in JSON
+        run_dir = backend.resolve(run_id)
+        assert sorted(p.name for p in (run_dir / "triage").glob("rank-*.json")) == [f"rank-{r}.json" for r in range(4)]
+        status = json.loads(run_cli(["status", run_id, "--output", "json"], env, code).stdout)
+        assert status["triage"]["summary"] == summary and status["state"] == "running"
+        text = run_cli(["status", run_id], env, code).stdout
+        assert "triage (" in text and "Rank 2 is not where the others are" in text
+
+        # the console's monitor: the kept verdict at once, one of its own when the run has gone
+        # quiet (no line for five steps' time, ranks idle), and another on the key
+        asyncio.run(monitor_triages(state, run_id, verdict["time"]))
+    finally:
+        run_cli(["stop", run_id], env, code)
+    assert left_running(run_id) == []
+
+    # a run that has ended is not asked: one line that says so, and where its verdict is
+    again = run_cli(["triage", run_id], env, code)
+    assert again.returncode == 1 and "only a running run's ranks" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+
+
+async def monitor_triages(state, run_id: str, asked_at: float) -> None:
+    app = make_app(settings_for(state), LocalBackend(state), run_id)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
+        screen = app.screen
+        pane = screen.query_one("#triage")
+        await wait_for(pilot, lambda: screen.triage is not None, what="the kept verdict")
+        assert "Rank 2 is not where the others are" in str(pane.render())
+        await wait_for(pilot, lambda: screen.triage.time > asked_at, timeout=60, what="a triage of its own")
+        first = screen.triage.time
+        assert screen.triage.outliers == [2] and "Rank 2" in str(pane.render())
+        await pilot.press("t")
+        await wait_for(pilot, lambda: screen.triage.time > first, timeout=30, what="the key's triage")
+        assert screen.triage.outliers == [2]
