@@ -361,7 +361,7 @@ class Backend(abc.ABC):
         (``backends/triage.py``); the verdict is kept with the run and shown by ``status``."""
         raise BackendError(
             f"hang triage is not available on the {self.name} backend yet",
-            "on a cluster, `kubectl exec` into the pods and run py-spy dump; locally, torchdeck triage RUN",
+            "py-spy dump --pid PID on each rank's process shows where it is",
         )
 
     def run_spec(self, run_id: str) -> JobSpec:

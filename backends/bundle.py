@@ -200,6 +200,7 @@ RELAY_FILES = (
     "rewrites.py",
     "textmetrics.py",
     "tracebacks.py",
+    "triage_probe.py",
     "exitmark/sitecustomize.py",
 )
 

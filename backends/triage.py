@@ -226,6 +226,19 @@ def explain(run_id: str, found: list[RankWhere], world_size: int, folder: str = 
     return Triage(run_id, time.time(), summary, outliers, found, missing, folder, note)
 
 
+def triage_line(text: str) -> dict[str, Any] | None:
+    """The dump a probe said in a rank's log (``{"schema": 1, "event": "triage", ..., "dump": {...}}``,
+    as ``triage_probe`` writes it where it dumps by itself), or None for any other line."""
+    if '"triage"' not in text or not text.lstrip().startswith("{"):
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    dump = record.get("dump") if isinstance(record, dict) and record.get("event") == "triage" else None
+    return dump if isinstance(dump, dict) and isinstance(dump.get("threads"), list) else None
+
+
 def ask(folder: Path, world_size: int, wait_s: float = 5.0, poll_s: float = 0.1) -> tuple[list[dict], str]:
     """Ask every rank probing into ``folder`` where it is; the dumps that answered within ``wait_s``
     (each rank's probe looks four times a second) and the token asked with."""
@@ -250,6 +263,7 @@ def ask(folder: Path, world_size: int, wait_s: float = 5.0, poll_s: float = 0.1)
 
 
 def save(folder: Path, triage: Triage) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
     write_atomically(folder / "triage.json", json.dumps(triage.to_dict(), indent=1) + "\n")
 
 

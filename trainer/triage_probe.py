@@ -13,6 +13,9 @@ token. The thread looks at it four times a second; when the token changes it wri
   number, sizes and whether it completed (gloo records them in the torch torchdeck pins, as NCCL
   does); else ``flight_recorder_note`` says why there is none.
 
+In pods nobody writes that file: there (``TORCHDECK_TRIAGE_AFTER_S``) the probe dumps by itself once
+the main thread has stayed on one line that long, and says the dump in the rank's log.
+
 A file, not a signal: a signal's Python handler runs only when the main thread runs Python, and a
 rank that hangs waits in C++. The built-in trainer starts the probe itself; a user's script gets it
 from ``exitmark/sitecustomize.py``, which every rank of a user's script imports first. The folder's
@@ -30,6 +33,10 @@ import time
 import traceback
 
 TRIAGE_DIR_ENV = "TORCHDECK_TRIAGE_DIR"
+STUCK_ENV = "TORCHDECK_TRIAGE_AFTER_S"
+"""Where set (in pods, where nobody can write the request file): the probe dumps by itself once the
+rank's main thread has stayed on one line of Python this many seconds, and says the dump on the
+rank's stderr as a schema-1 line (``"event": "triage"``), which the pod's log carries."""
 FR_BUFFER_SIZE = "256"
 """Flight Recorder entries a rank keeps (``TORCH_FR_BUFFER_SIZE``) where the run's spec sets none:
 a few hundred collectives, some KB of memory."""
@@ -45,9 +52,14 @@ def start(environ: dict[str, str] | os._Environ[str] | None = None) -> threading
     if not rank.isdigit():  # torchrun itself, or a wrapper: its ranks are to get the folder
         return None
     folder = env.pop(TRIAGE_DIR_ENV, "")
+    try:
+        stuck_after = float(env.pop(STUCK_ENV, "0") or 0)
+    except ValueError:
+        stuck_after = 0.0
     if not folder:
         return None
-    thread = threading.Thread(target=_watch, args=(folder, int(rank)), name="torchdeck-triage", daemon=True)
+    args = (folder, int(rank), stuck_after, time.time())
+    thread = threading.Thread(target=_watch, args=args, name="torchdeck-triage", daemon=True)
     thread.start()
     return thread
 
@@ -60,18 +72,44 @@ def _token(path: str) -> str:
         return ""
 
 
-def _watch(folder: str, rank: int) -> None:
+def _watch(folder: str, rank: int, stuck_after: float = 0.0, started: float = 0.0) -> None:
     request = os.path.join(folder, "request")
-    seen = _token(request)  # a request made before this rank started is not for it
+    try:  # a request made before this rank started is not for it (one made as it starts is)
+        seen = _token(request) if os.stat(request).st_mtime < started else ""
+    except OSError:
+        seen = ""
+    main = threading.main_thread().ident
+    where: tuple[int, int] | None = None
+    since, told = time.monotonic(), False
     while True:
         time.sleep(POLL_S)
         token = _token(request)
         if token and token != seen:
             seen = token
-            try:
-                dump(folder, rank, token)
-            except Exception as exc:  # never the rank's end: said in its log, asked again next time
-                print(f"torchdeck: triage dump failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            _answer(folder, rank, token)
+        if stuck_after <= 0:
+            continue
+        frame = sys._current_frames().get(main or 0)
+        here = (id(frame.f_code), frame.f_lineno) if frame is not None else None
+        now = time.monotonic()
+        if here != where:  # the main thread moved: a new spell begins
+            where, since, told = here, now, False
+        elif here is not None and not told and now - since >= stuck_after:
+            told = True
+            record = _answer(folder, rank, f"stuck-{time.time_ns()}")
+            if record is not None:  # one write: a pipe keeps a line of up to 4 KB whole
+                line = json.dumps(
+                    {"schema": 1, "event": "triage", "rank": rank, "time": record["time"], "dump": record}
+                )
+                os.write(2, (line + "\n").encode())
+
+
+def _answer(folder: str, rank: int, token: str) -> dict | None:
+    try:
+        return dump(folder, rank, token)
+    except Exception as exc:  # never the rank's end: said in its log, asked again next time
+        print(f"torchdeck: triage dump failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return None
 
 
 def stacks(skip: int | None = None) -> list[dict]:
@@ -116,8 +154,8 @@ def flight_recorder() -> dict:
     return {"flight_recorder": kept[-FR_ENTRIES:]}
 
 
-def dump(folder: str, rank: int, token: str) -> str:
-    """Write ``rank-N.json`` for ``token``; its path."""
+def dump(folder: str, rank: int, token: str) -> dict:
+    """Write ``rank-N.json`` for ``token``; what it holds."""
     record = {
         "schema": 1,
         "token": token,
@@ -133,4 +171,4 @@ def dump(folder: str, rank: int, token: str) -> str:
     with open(path + ".new", "w", encoding="utf-8") as file:
         json.dump(record, file)
     os.replace(path + ".new", path)
-    return path
+    return record

@@ -49,6 +49,7 @@ from ..events import describe_record, fold_progress, fold_ranks, parse_metric_li
 from ..names import new_run_id
 from ..schema import number
 from ..spec import JobKindName, JobSpec, spec_from_dict, validate
+from ..triage import Triage, triage_line
 from . import crds
 from .client import ApiError, KubeClient, api_path
 from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
@@ -68,6 +69,7 @@ from .kinds import JOB_KINDS, KEY_BY_KIND
 from .manifests import (
     CODE_LABEL,
     PATTERN_ANNOTATION,
+    POD_STUCK_AFTER_S,
     PODS_ANNOTATION,
     PROGRAM_ANNOTATION,
     QUEUE_LABEL,
@@ -392,7 +394,47 @@ class KubernetesBackend(Backend):
         status = self._status_of(key, obj, pods)
         self._progress(status, ns, pods, obj)
         self._priced(key, obj, pods, status)
+        if self.ledger_dir is not None and (self.ledger_dir / "triage" / status.run_id).is_dir():
+            from ..triage import load
+
+            status.triage = load(self.ledger_dir / "triage" / status.run_id)
         return status
+
+    def triage(self, run_id: str, wait_s: float = 5.0) -> Triage:
+        """Where each rank is, from what its probe said in its pod's log (in pods nobody can ask: a
+        rank's probe dumps by itself once its main thread has stayed on one line for
+        ``POD_STUCK_AFTER_S``); the verdict is kept in the state folder for ``status``."""
+        from .. import triage
+
+        status = self.status(run_id)
+        if status.state.is_terminal:
+            raise BackendError(
+                f"run {status.run_id} has {status.state.value}: only a running run's ranks say where they are",
+                f"torchdeck status {status.run_id} shows its newest triage, if one was made",
+            )
+        dumps: dict[int, dict[str, Any]] = {}
+        for batch in self.logs(status.run_id):
+            for line in batch:
+                said = triage_line(line.text)
+                if said is not None:
+                    dumps[int(said.get("rank", line.rank))] = said  # the newest a rank said
+        if not dumps:
+            raise BackendError(
+                f"no rank of {status.run_id} has said where it is: in pods each rank's probe says so in its "
+                f"log once its main thread has stayed on one line for {POD_STUCK_AFTER_S} s",
+                "ask again after that; an image without torchdeck's probe (an older bundle) never says",
+            )
+        name, ns, _ = self._namespace_of(status.run_id)
+        nodes = {p["metadata"]["name"]: (p.get("spec") or {}).get("nodeName", "") for p in self.pods(name, ns)}
+        found = [
+            triage.rank_where(d, node=f"pod {d.get('host')} on node {nodes.get(str(d.get('host')), '?') or '?'}")
+            for d in dumps.values()
+        ]
+        notes = {str(d.get("flight_recorder_note")) for d in dumps.values() if d.get("flight_recorder") is None}
+        verdict = triage.explain(name, found, status.world_size, f"the pods' logs in {ns}", "; ".join(sorted(notes)))
+        if self.ledger_dir is not None:
+            triage.save(self.ledger_dir / "triage" / name, verdict)
+        return verdict
 
     def run_spec(self, run_id: str) -> JobSpec:
         """The spec the job was made from (its annotation); where it has none (a job made by an older

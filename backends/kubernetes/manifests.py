@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import yaml
 
 from ...trainer.s3url import S3Url
+from ...trainer.triage_probe import FR_BUFFER_SIZE, STUCK_ENV, TRIAGE_DIR_ENV
 from .. import bundle as code_bundle
 from ..base import Plan
 from ..errors import SpecError
@@ -48,6 +49,10 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """Kueue's label naming the LocalQueue a job is submitted to (kubernetes-sigs/kueue)."""
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 """Kueue's label naming a queued job's WorkloadPriorityClass."""
+POD_TRIAGE_DIR = "/tmp/torchdeck-triage"
+POD_STUCK_AFTER_S = "60"
+"""In pods nobody asks a rank where it is: its probe says so in its log once its main thread has
+stayed on one line of Python this long (a collective that waits, a sleep), once per such spell."""
 RDZV_PORT = 29400
 # Images torchdeck itself chooses are pinned by digest: a tag can be moved to other bytes.
 # The etcd digest is the one public manifests pin v3.5.17 to; it was not resolved against quay.io
@@ -360,6 +365,10 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HOME", "value": "/tmp"},
     ]
+    # each rank's hang-triage probe (trainer/triage_probe.py) dumps where it is to its log once its
+    # main thread has stayed on one line this long, with the Flight Recorder's newest collectives
+    probe = {TRIAGE_DIR_ENV: POD_TRIAGE_DIR, STUCK_ENV: POD_STUCK_AFTER_S, "TORCH_FR_BUFFER_SIZE": FR_BUFFER_SIZE}
+    env += [{"name": k, "value": v} for k, v in probe.items() if k not in spec.env]
     env += [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "scratch", "mountPath": "/tmp"}]
     volumes: list[dict[str, Any]] = [

@@ -257,7 +257,7 @@ async def main():
     state = Path(sys.argv[1])
     app = make_app(Settings(state_dir=state, spec_file=state / "torchdeck.yaml"))  # no backend given
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(400):
+        for _ in range(1200):  # up to a minute, on a loaded host
             if isinstance(app.screen, HomeScreen) and app.screen.statuses:
                 break
             await pilot.pause(0.05)

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import boto3
@@ -88,8 +89,9 @@ def test_every_kinds_pods_unpack_the_bundle_into_their_working_directory(tmp_pat
         ".torchdeck/rewrites.py",
         ".torchdeck/textmetrics.py",
         ".torchdeck/tracebacks.py",
+        ".torchdeck/triage_probe.py",
         ".torchdeck/exitmark/sitecustomize.py",
-    ]  # torchdeck's relay, what it imports, and what tells it the script reached its exit
+    ]  # torchdeck's relay, what it imports, what tells it the script reached its exit, the hang probe
     assert names == [
         ".gitignore",
         "pkg/__init__.py",
@@ -490,3 +492,81 @@ def test_the_relay_stops_a_crash_loop_under_torchrun_as_the_local_wrapper_does(t
     code, log, attempts = run("silent-then-abort-in-teardown", 2)  # it reached its exit: done
     assert code == 0 and attempts == 1 and "aborted as it exited" in log, log
     assert (pod / "theirs-ran").read_text().split() == [str(pod / ".torchdeck" / "relay.py"), "train.py"]
+
+
+HANG = """\
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for step in range(1, 1000):
+    t = torch.ones(1000)
+    if rank == 2 and step == 5:
+        time.sleep(3600)  # rank 2 is elsewhere
+    dist.all_reduce(t)
+    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_in_pods_each_ranks_probe_says_where_it_is_in_its_log_and_triage_reads_them(kube_api, kube_backend, tmp_path):
+    """Issue 44 on a cluster: nobody can ask a rank in a pod, so its probe (carried by the bundle,
+    loaded by the relay's sitecustomize) dumps by itself once its main thread has stayed on one line,
+    into the rank's log. Four ranks of a real torchrun over gloo run the script through the real relay
+    from an unpacked bundle, with the pods' environment as rendered (its wait shortened to 2 s);
+    their log, as the master's and the worker's pods would hold it, is what `triage` reads on kmock."""
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "train.py").write_text(HANG)
+    spec = user_spec(folder, entrypoint={"requirements": None})
+    pod = tmp_path / "pod"
+    tarfile.open(fileobj=io.BytesIO(bundle.pack(folder, extra=bundle.relay_files()).data)).extractall(
+        pod, filter="data"
+    )
+    container = next(
+        o["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        for o in render(spec, "hang-1").objects
+        if o["kind"] == "PyTorchJob"
+    )
+    probe = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith(("TORCHDECK_TRIAGE", "TORCH_FR"))}
+    assert probe["TORCHDECK_TRIAGE_AFTER_S"] == "60" and probe["TORCH_FR_BUFFER_SIZE"] == "256"
+    env = {**os.environ, **probe, "TORCHDECK_TRIAGE_AFTER_S": "2", "PYTHONPATH": ""}
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"
+    log = tmp_path / "log"
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    with open(log, "wb") as out:
+        ranks = subprocess.Popen(
+            [torchrun, "--no-python", "--standalone", "--nproc-per-node", "4", "--tee", "3",
+             sys.executable, str(pod / ".torchdeck" / "relay.py"), "train.py"],
+            cwd=pod, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while log.read_bytes().count(b'"event": "triage"') < 4 and ranks.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        os.killpg(ranks.pid, 9)
+        ranks.wait()
+    lines = log.read_text().splitlines()
+    assert sum('"event": "triage"' in line for line in lines) == 4, lines[-20:]
+    install(kube_backend)
+    run_id = kube_backend.submit(spec)
+    master = [line for line in lines if line.startswith(("[rank0]:", "[rank1]:"))]
+    worker = [line for line in lines if line.startswith(("[rank2]:", "[rank3]:"))]
+    run_two_pods(kube_api, kube_backend, run_id, master, worker, worker_ended=False)
+
+    verdict = kube_backend.triage(run_id)
+    assert verdict.outliers == [2] and verdict.missing == []
+    ranks_at = {r.rank: r for r in verdict.ranks}
+    assert ranks_at[2].where == "train.py:10" and ranks_at[2].collective.seq == 4
+    assert all(ranks_at[r].waiting_in == "all_reduce" and ranks_at[r].collective.seq == 5 for r in (0, 1, 3))
+    assert verdict.summary.startswith("Rank 2 is not where the others are: it is at train.py:10")
+    assert "#5 gloo:all_reduce (Float[1000])" in verdict.summary
+    # kept in the state folder (as the console and the commands open the backend): status says it
+    kept = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    assert kept.status(run_id).triage is None
+    assert kept.triage(run_id).summary == verdict.summary
+    assert kept.status(run_id).triage.summary == verdict.summary

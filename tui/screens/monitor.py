@@ -46,6 +46,10 @@ FRAMES_KEPT = 512
 """Frame start times kept for the benchmarks: 17 s at 30 Hz, and they read every 0.25 s."""
 
 
+RETRY_TRIAGE_S = 30.0
+"""A quiet spell whose triage failed is asked again this long after."""
+
+
 class MonitorScreen(DeckScreen[None]):
     CSS_PATH = "monitor.tcss"
     BINDINGS = [
@@ -82,8 +86,11 @@ class MonitorScreen(DeckScreen[None]):
         """The ranks the user asked the chart for ([]: the automatic choice)."""
         self.triage: Triage | None = None
         """The newest hang triage shown (asked here, or kept with the run)."""
-        self._triaged_quiet = False
-        """Whether this quiet spell has been triaged already (once per spell, by itself)."""
+        self._triaged_at: float | None = None
+        """When this quiet spell was triaged by itself (None: not yet). Once a spell; again after
+        ``RETRY_TRIAGE_S`` where it failed (on a cluster the ranks say where they are only after
+        a minute on one line)."""
+        self._triage_failed = False
 
     @property
     def backend(self) -> Backend:
@@ -193,6 +200,7 @@ class MonitorScreen(DeckScreen[None]):
 
     def show_triage(self, triage: Triage) -> None:
         self.triage = triage
+        self._triage_failed = False
         when = time.strftime("%H:%M:%S", time.localtime(triage.time))
         text = Text()
         text.append(f"triage {when} ", style="bold")
@@ -202,7 +210,8 @@ class MonitorScreen(DeckScreen[None]):
         pane.set_class(True, "-shown")
 
     def worker_failed(self, group: str, text: str) -> None:
-        if group == "triage":  # said where the verdict goes (a backend without triage says why)
+        if group == "triage":  # said where the verdict goes (a cluster whose ranks have not said yet)
+            self._triage_failed = True
             pane = self.query_one("#triage", Static)
             pane.update(Text(f"triage: {text}", style="yellow"))
             pane.set_class(True, "-shown")
@@ -288,7 +297,7 @@ class MonitorScreen(DeckScreen[None]):
     def _draw_status(self, snap: MonitorSnapshot) -> None:
         g = self.app.glyphs
         if snap.quiet_s is None:  # written again: the next quiet spell is triaged anew
-            self._triaged_quiet = False
+            self._triaged_at = None
         status = self.status
         state = status.state if status else JobState.UNKNOWN
         line = Text()
@@ -321,8 +330,11 @@ class MonitorScreen(DeckScreen[None]):
         elif snap.quiet_s is not None:
             words, alarm = quiet_words(snap.quiet_s, self.nodes)
             progress.append(f" {g.warn} {words}", style="bold red" if alarm else "yellow")
-            if alarm and not self._triaged_quiet and state is JobState.RUNNING:
-                self._triaged_quiet = True  # asked once a spell: which rank, which line, which collective
+            now = time.monotonic()
+            due = self._triaged_at is None or (self._triage_failed and now - self._triaged_at >= RETRY_TRIAGE_S)
+            if alarm and due and state is JobState.RUNNING:
+                self._triaged_at = now  # which rank, which line, which collective: asked once a spell
+                self._triage_failed = False
                 self.triage_run(auto=True)
         elif state in (JobState.RUNNING, JobState.PENDING) and (unread := unread_words(snap, time.time())):
             progress.append(f" {g.warn} {unread}", style="yellow")
