@@ -61,6 +61,13 @@ class RankProgress:
     state: str = "running"
     """running, done, stopped (asked to, after a snapshot), or error (with ``error``, its message)."""
     error: str = ""
+    step_s_median: float | None = None
+    """Seconds per step over its recent steps (``backends/step_times.py``): the median and the 95th
+    percentile, its relative score (the fastest rank's median over its own: 1.0 is the fastest) and
+    its individual score (its own best stretch over its newest: 1.0 is as fast as it has been)."""
+    step_s_p95: float | None = None
+    relative_score: float | None = None
+    individual_score: float | None = None
 
 
 @dataclass
@@ -362,6 +369,16 @@ class Backend(abc.ABC):
         raise BackendError(
             f"hang triage is not available on the {self.name} backend yet",
             "py-spy dump --pid PID on each rank's process shows where it is",
+        )
+
+    def check(
+        self, nproc: int = 2, max_bytes: int = 16 << 20, on_wait: Callable[[str], None] = lambda line: None
+    ) -> dict:
+        """The health gate: an all-reduce bus-bandwidth sweep between ranks (``trainer/check.py``):
+        ``{"backend", "world_size", "hosts", "rows": [{"bytes", "time_s", "algbw_gbps", "busbw_gbps"}]}``."""
+        raise BackendError(
+            f"the health gate does not run on the {self.name} backend yet",
+            "run it on this machine (torchdeck check), or nccl-tests as a job of your own on the cluster",
         )
 
     def run_spec(self, run_id: str) -> JobSpec:

@@ -14,6 +14,7 @@ from typing import Any
 from torchdeck.trainer.metrics import SCHEMA_VERSION, parse_line
 
 from .base import JobStatus, MetricEvent, RankProgress
+from .step_times import StepGaps, relative_scores
 
 try:  # five times faster than json on metric lines; the monitor ingests tens of thousands a second
     from orjson import loads as _loads
@@ -124,6 +125,7 @@ def fold_ranks(events: Iterable[MetricEvent], ranks: dict[int, RankProgress] | N
     """Each rank's progress from its events, oldest first (added to ``ranks`` where given): its step,
     epoch, training and validation loss, speed, when it last reported, and how it ended."""
     ranks = {} if ranks is None else ranks
+    clocks: dict[int, StepGaps] = {}
     for event in events:
         r, view = event.record, ranks.get(event.rank)
         if view is None:
@@ -135,6 +137,8 @@ def fold_ranks(events: Iterable[MetricEvent], ranks: dict[int, RankProgress] | N
             view.step = step_after(view.step, r)
             view.epoch = r.get("epoch") or view.epoch
             if event.event == "step":
+                if r.get("source") != "logger" and isinstance(r.get("step"), int):  # a logger's step is its own count
+                    clocks.setdefault(event.rank, StepGaps()).feed(event.time, r["step"])
                 view.loss = r.get("loss") if r.get("loss") is not None else view.loss
                 view.samples_per_s = r.get("samples_per_s") or view.samples_per_s
                 view.steps_per_s = r.get("steps_per_s") or view.steps_per_s
@@ -146,7 +150,28 @@ def fold_ranks(events: Iterable[MetricEvent], ranks: dict[int, RankProgress] | N
             view.state, view.error = "error", str(r.get("message") or "error")
         if r.get("val_loss") is not None:
             view.val_loss = r["val_loss"]
+    score_ranks(ranks, clocks)
     return ranks
+
+
+def score_ranks(ranks: dict[int, RankProgress], clocks: dict[int, StepGaps]) -> None:
+    """Each rank's step-time figures from the step lines just folded (the newest ``WINDOW`` of
+    them: the local backend reads a run's recent lines), and its relative score among the ranks."""
+    for rank, clock in clocks.items():
+        f = clock.figures()
+        if f is not None:
+            view = ranks[rank]
+            view.step_s_median, view.step_s_p95 = round(f.median_s, 6), round(f.p95_s, 6)
+            view.individual_score = round(f.individual, 3)
+    relate_ranks(ranks)
+
+
+def relate_ranks(ranks: dict[int, RankProgress]) -> None:
+    """Each rank's relative score among all of ``ranks`` (call again once ranks folded apart, a
+    pod's log each, are together)."""
+    medians = {rank: v.step_s_median for rank, v in ranks.items() if v.step_s_median}
+    for rank, score in relative_scores(medians).items():
+        ranks[rank].relative_score = round(score, 3)
 
 
 def tool_result(output: str) -> dict[str, Any] | None:

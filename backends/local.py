@@ -809,6 +809,16 @@ class LocalBackend(Backend):
             raise BackendError(f"python -m {module} ended with status {code} and no result: {last}", "")
         return result
 
+    def check(
+        self, nproc: int = 2, max_bytes: int = 16 << 20, on_wait: Callable[[str], None] = lambda line: None
+    ) -> dict:
+        """The health gate's bandwidth sweep between ``nproc`` ranks here (``trainer/check.py``, under
+        torchrun on this machine's loopback; gloo on CPUs, NCCL on GPUs)."""
+        if not 2 <= nproc <= 64:
+            raise BackendError(f"--nproc-per-node {nproc}: a sweep needs 2 to 64 ranks", "--nproc-per-node 2")
+        args = ["--standalone", "--nproc-per-node", str(nproc), "-m", "torchdeck.trainer.check"]
+        return self._trainer_tool("torch.distributed.run", [*args, "--max-bytes", str(max_bytes)], on_wait)
+
     def prepare_data(
         self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
     ) -> dict:

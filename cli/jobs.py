@@ -70,6 +70,7 @@ def dispatch(args: argparse.Namespace) -> int:
             "jobs": cmd_jobs,
             "status": cmd_status,
             "triage": cmd_triage,
+            "check": cmd_check,
             "compare": cmd_compare,
             "logs": cmd_logs,
             "stop": cmd_stop,
@@ -485,6 +486,34 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         when = time.strftime("%H:%M:%S", time.localtime(status.triage.time))
         print(printable(f"triage ({when}): {status.triage.summary}"))
     return 0
+
+
+def cmd_check(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    """The health gate's bandwidth sweep: each size's time and bandwidths, then the peak."""
+    if not 4096 <= args.max_bytes <= 1 << 32:
+        return fail(f"--max-bytes {args.max_bytes}: give 4096 to 4294967296 (hint: --max-bytes 16777216)", EXIT_USAGE)
+    result = backend.check(args.nproc_per_node, args.max_bytes)
+    if args.output == "json":
+        print(strict_json(result, indent=2))
+        return 0
+    hosts = sorted(set(result.get("hosts") or []))
+    print(printable(f"all-reduce between {result['world_size']} ranks ({result['backend']}, on {', '.join(hosts)})"))
+    print(f"{'size':>10} {'time':>10} {'algbw':>12} {'busbw':>12}")
+    for row in result["rows"]:
+        print(
+            f"{size_words(row['bytes']):>10} {row['time_s'] * 1e3:>8.2f} ms {row['algbw_gbps']:>7.3f} GB/s "
+            f"{row['busbw_gbps']:>7.3f} GB/s"
+        )
+    peak = max(result["rows"], key=lambda r: r["busbw_gbps"])
+    print(f"peak bus bandwidth {peak['busbw_gbps']:.3f} GB/s at {size_words(peak['bytes'])}")
+    return 0
+
+
+def size_words(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
 
 
 def cmd_triage(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:

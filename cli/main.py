@@ -28,6 +28,7 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck logs RUN --rank 1 -f   follow one rank's output
   torchdeck stop RUN               stop a run and every process it started
   torchdeck triage RUN             a hung run: which rank is elsewhere, at which line, in which collective
+  torchdeck check                  the health gate: all-reduce bandwidth between ranks, size by size
   torchdeck test --run RUN         accuracy of a run's model, per class
   torchdeck render --kind job      print the Kubernetes manifests of the job
   torchdeck cluster init --name demo --region us-west-2 --worker gpu:g5.xlarge:0:2:4:gpu
@@ -185,6 +186,11 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="one run's state, progress and failure reason")
     p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("--output", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("check", help="the health gate: an all-reduce bandwidth sweep between ranks")
+    p.add_argument("--nproc-per-node", type=int, default=2, metavar="N", help="ranks to sweep between (default 2)")
+    p.add_argument("--max-bytes", type=int, default=16 << 20, metavar="B", help="the largest all-reduce (16 MiB)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser(

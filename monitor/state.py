@@ -20,6 +20,7 @@ from typing import Any
 
 from torchdeck.backends.base import JobStatus, MetricEvent, NodeMetrics
 from torchdeck.backends.events import step_after
+from torchdeck.backends.step_times import StepFigures, StepGaps, relative_scores
 
 SILENT_FLOOR_S = 5.0
 """A rank is flagged silent after this long without a line, at least (or
@@ -95,6 +96,8 @@ class RankView:
     gpu_util: float | None = None
     """GPU utilization (%) the rank itself reports (NVML in the trainer), as of its latest step."""
     loss_curve: Series = field(default_factory=Series)
+    gaps: StepGaps = field(default_factory=StepGaps)
+    """Its recent seconds per step: the straggler scores (``backends/step_times.py``)."""
     logged_loss: bool = False
     """A logger file gives this rank's training loss: the curve is the logger's."""
 
@@ -112,6 +115,12 @@ class RankRow:
     flag: str
     """"", "slow", "silent", "error" or "done"."""
     detail: str = ""
+    relative: float | None = None
+    """The fastest rank's median seconds per step over this rank's (1.0: the fastest)."""
+    individual: float | None = None
+    """Its own best stretch over its newest (1.0: as fast as it has been)."""
+    step_s_median: float | None = None
+    step_s_p95: float | None = None
 
 
 @dataclass
@@ -203,6 +212,8 @@ class MonitorState:
                         view.logged_loss, view.loss_curve = True, Series(self.curve_points)
                     if loss is not None and (logged or not view.logged_loss):
                         view.loss_curve.add(step, loss)
+                    if not logged and isinstance(step, int):
+                        view.gaps.feed(ev.time, step)
                     if view.step_time is not None and step > view.step:
                         gap = (ev.time - view.step_time) / (step - view.step)
                         view.step_interval = gap if view.step_interval is None else 0.8 * view.step_interval + 0.2 * gap
@@ -279,9 +290,12 @@ class MonitorState:
             typical = statistics.median(intervals) if intervals else 1.0
             threshold = max(SILENT_FLOOR_S, 5 * typical)
             freshest = max((v.last_time for v in views), default=0.0)
+            figures = {v.rank: f for v in views if not v.finished and (f := v.gaps.figures()) is not None}
+            relative = relative_scores({r: f.median_s for r, f in figures.items()}) if len(figures) >= 2 else {}
             rows, stragglers, silent = [], [], []
             for v in views:
                 flag, detail = "", ""
+                fig, rel = figures.get(v.rank), relative.get(v.rank)
                 if v.error:
                     flag, detail = "error", v.error
                 elif v.finished:
@@ -293,8 +307,9 @@ class MonitorState:
                     median_speed
                     and v.samples_per_s is not None
                     and v.samples_per_s < self.straggler_ratio * median_speed
-                ):
-                    flag, detail = "slow", f"{v.samples_per_s / median_speed:.0%} of the median"
+                ) or (rel is not None and rel < self.straggler_ratio):
+                    flag = "slow"
+                    detail = slow_words(v, views, fig, rel, median_speed)
                     stragglers.append(v.rank)
                 rows.append(
                     RankRow(
@@ -306,6 +321,10 @@ class MonitorState:
                         max(0.0, now - v.last_time) if v.last_time else 0.0,
                         flag,
                         detail,
+                        rel,
+                        fig.individual if fig else None,
+                        fig.median_s if fig else None,
+                        fig.p95_s if fig else None,
                     )
                 )
             if pick:
@@ -421,6 +440,27 @@ UNREAD_AFTER_S = 60.0
 READ_FORMATS = (
     "loss lines (loss: 1.23, loss=1.23), progress bars (tqdm, Lightning, rich), schema-1 JSON (torchdeck.report)"
 )
+
+
+def slow_words(
+    v: RankView, views: list[RankView], fig: StepFigures | None, rel: float | None, median_speed: float | None
+) -> str:
+    """Why a rank is flagged slow, with its numbers and what differs from the others: its pace
+    against the fastest and against its own best, its GPU's utilisation, its node."""
+    said = []
+    if rel is not None and fig is not None:
+        said.append(f"{rel:.0%} of the fastest pace ({fig.median_s:.3g} s/step, p95 {fig.p95_s:.3g} s)")
+        said.append(f"{fig.individual:.0%} of its own best")
+    elif median_speed and v.samples_per_s is not None:
+        said.append(f"{v.samples_per_s / median_speed:.0%} of the median")
+    others = [o for o in views if o.rank != v.rank and not o.finished]
+    gpus = [o.gpu_util for o in others if o.gpu_util is not None]
+    if v.gpu_util is not None and gpus and abs(v.gpu_util - statistics.median(gpus)) >= 20:
+        said.append(f"GPU {v.gpu_util:.0f}% (others {statistics.median(gpus):.0f}%)")
+    hosts = [o.host for o in others if o.host]
+    if v.host and hosts and v.host not in hosts:
+        said.append(f"the only rank on {v.host}")
+    return "; ".join(said)
 
 
 def quiet_words(quiet_s: float, nodes: list[NodeMetrics]) -> tuple[str, bool]:

@@ -45,7 +45,7 @@ from ..base import (
 from ..bundle import CodeStore
 from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
 from ..errors import BackendError, RunIdTaken, RunNotFound, SpecError
-from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines
+from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines, relate_ranks
 from ..names import new_run_id
 from ..schema import number
 from ..spec import JobKindName, JobSpec, spec_from_dict, validate
@@ -515,6 +515,7 @@ class KubernetesBackend(Backend):
             if i == 0:
                 lowest = min((e.rank for e in found), default=0)
                 events = [e for e in found if e.rank == lowest]  # the lowest rank, as the local backend reads
+        relate_ranks(per_rank)  # each pod's ranks were folded apart: the fastest among them all
         status.ranks = [per_rank[r] for r in sorted(per_rank)]
         error = fold_progress(status, events)
         if error is not None and (not status.reason or status.state is JobState.FAILED):

@@ -103,3 +103,47 @@ async def monitor_triages(state, run_id: str, asked_at: float) -> None:
         await pilot.press("t")
         await wait_for(pilot, lambda: screen.triage.time > first, timeout=30, what="the key's triage")
         assert screen.triage.outliers == [2]
+
+
+PACES = """\
+import os, time
+rank = int(os.environ["RANK"])
+for step in range(1, 41):
+    time.sleep(0.05 if rank == 0 else 0.2)  # rank 1 takes four times as long a step
+    print(f"step {step}/40 loss {1.0 / step:.4f}", flush=True)
+"""
+
+
+def test_each_ranks_step_times_and_scores_are_in_the_status(tmp_path):
+    """A real 2-rank torchrun of a script whose rank 1 steps four times slower: status --output json
+    gives each rank's median and p95 seconds per step and its scores."""
+    code, state = tmp_path / "project", tmp_path / "state"
+    code.mkdir()
+    (code / "paces.py").write_text(PACES)
+    env = cli_env(state)
+    done = run_cli(["train", "paces.py", "--max-restarts", "0", "--python", sys.executable], env, code)
+    assert done.returncode == 0, done.stderr
+    run_id = next(line.split()[0] for line in run_cli(["jobs"], env, code).stdout.splitlines()[1:])
+    ranks = {
+        r["rank"]: r for r in json.loads(run_cli(["status", run_id, "--output", "json"], env, code).stdout)["ranks"]
+    }
+    assert 0.04 <= ranks[0]["step_s_median"] <= 0.1 and 0.19 <= ranks[1]["step_s_median"] <= 0.3
+    assert ranks[0]["relative_score"] == 1.0 and 0.15 <= ranks[1]["relative_score"] <= 0.4
+    assert ranks[1]["step_s_p95"] >= ranks[1]["step_s_median"] and 0 < ranks[1]["individual_score"] <= 1.0
+
+
+def test_the_health_gates_bandwidth_sweep_between_local_ranks(tmp_path):
+    """torchdeck check: a real torchrun of the sweep, gloo between two ranks here; each size's time
+    is the slowest rank's, and its bus bandwidth nccl-tests' (equal to algbw for two ranks)."""
+    env = cli_env(tmp_path / "state")
+    done = run_cli(["check", "--max-bytes", "65536", "--output", "json"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["backend"] == "gloo" and result["world_size"] == 2 and len(result["hosts"]) == 2
+    assert [r["bytes"] for r in result["rows"]] == [4096, 16384, 65536]
+    for row in result["rows"]:
+        assert row["time_s"] > 0 and row["busbw_gbps"] == row["algbw_gbps"] == row["bytes"] / row["time_s"] / 1e9
+    text = run_cli(["check", "--max-bytes", "16384"], env, tmp_path).stdout
+    assert "all-reduce between 2 ranks (gloo" in text and "16 KiB" in text and "peak bus bandwidth" in text
+    bad = run_cli(["check", "--nproc-per-node", "1"], env, tmp_path)
+    assert bad.returncode == 1 and "a sweep needs 2 to 64 ranks" in bad.stderr

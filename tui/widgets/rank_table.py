@@ -1,4 +1,5 @@
-"""One row per rank: step, loss, samples/s and its flag (slow, silent, error).
+"""One row per rank: step, loss, samples/s and its flag (slow, silent, error), or where it has none
+its relative straggler score (1.00: the fastest rank's pace).
 
 A Line API widget rather than a DataTable: with hundreds of ranks whose
 cells all change several times a second, DataTable's per-cell updates and
@@ -37,8 +38,13 @@ def row_cells(row: RankRow) -> tuple[str, ...]:
         str(row.step),
         "-" if row.loss is None else f"{row.loss:.4f}",
         "-" if row.samples_per_s is None else f"{row.samples_per_s:.0f}",
-        row.flag.upper() if row.flag in ("slow", "silent", "error") else row.flag,
+        row.flag.upper() if row.flag in ("slow", "silent", "error") else row.flag or score(row.relative),
     )
+
+
+def score(relative: float | None) -> str:
+    """A running rank's relative score (the fastest rank's pace over its own: 1.00 is the fastest)."""
+    return "" if relative is None else f"{min(relative, 9.99):.2f}"
 
 
 def _line(cells: tuple[str, ...]) -> str:
