@@ -7,6 +7,7 @@ goes through the CLI as a user types it, and the console is driven as a user dri
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from real_cluster import NAMESPACE, SMALL, TRAIN, ended, launched, status_of, wait
@@ -134,6 +135,53 @@ def test_a_users_script_from_the_code_bundle_prints_a_tqdm_bar_and_writes_tensor
     ranks = {r["rank"]: r for r in final["ranks"]}
     assert sorted(ranks) == [0, 1] and all(r["step"] == 16 for r in ranks.values()), final["ranks"]
     assert final["total_steps"] == 16
+
+
+HANG = """\
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for step in range(1, 1000):
+    t = torch.ones(1000)
+    if rank == 1 and step == 3:
+        time.sleep(3600)  # rank 1 is elsewhere
+    dist.all_reduce(t)
+    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_a_hung_pytorchjob_is_explained_from_what_each_ranks_probe_said_in_its_pods_log(
+    real_cluster, user_image, volume, on_cluster, tmp_path
+):
+    """Issue 44 on a real cluster: two pods, rank 1 sleeps before its all-reduce at step 3. Each
+    rank's probe (in the bundle) dumps where it is into its pod's log once its main thread has been
+    still (3 s here, by the spec's env); torchdeck triage names rank 1, its line, the collective
+    rank 0 waits in, and the pod and node rank 1 runs on."""
+    code = tmp_path / "project"
+    code.mkdir()
+    (code / "hang.py").write_text(HANG)
+    run_id = launched(on_cluster, "hang.py", "--image", user_image, *TRAIN, *SMALL, "--nodes", "2",
+                      "--set", 'env.TORCHDECK_TRIAGE_AFTER_S="3"', "--name", "hung", cwd=code)  # fmt: skip
+    try:
+        wait(lambda: status_of(on_cluster, run_id)["step"] >= 2, "step 2", 300, every=2)
+
+        def asked():
+            done = on_cluster("triage", run_id, "--output", "json")
+            return json.loads(done.stdout) if done.returncode == 0 else None
+
+        verdict = wait(asked, "both ranks' dumps in their logs", 120, every=3)
+        assert verdict["outliers"] == [1], verdict["summary"]
+        ranks = {r["rank"]: r for r in verdict["ranks"]}
+        assert ranks[1]["where"] == "hang.py:10" and ranks[0]["waiting_in"] == "all_reduce"
+        assert ranks[0]["collective"]["seq"] == 3 and ranks[1]["collective"]["seq"] == 2
+        assert ranks[1]["node"].startswith(f"pod {run_id}-worker-0 on node ") and not ranks[1]["node"].endswith("?")
+        assert status_of(on_cluster, run_id)["triage"]["summary"] == verdict["summary"]
+    finally:
+        on_cluster("stop", run_id)
 
 
 def test_a_rank_pod_deleted_mid_run_is_restarted_by_the_operator_and_resumes_from_its_checkpoint(
