@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 
+from hangs import hang_script
 from real_cluster import NAMESPACE, SMALL, TRAIN, ended, launched, status_of, wait
 
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
@@ -137,21 +138,7 @@ def test_a_users_script_from_the_code_bundle_prints_a_tqdm_bar_and_writes_tensor
     assert final["total_steps"] == 16
 
 
-HANG = """\
-import time
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-for step in range(1, 1000):
-    t = torch.ones(1000)
-    if rank == 1 and step == 3:
-        time.sleep(3600)  # rank 1 is elsewhere
-    dist.all_reduce(t)
-    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
-    time.sleep(0.2)
-"""
+HANG = hang_script(rank=1, step=3, pause=0.2)
 
 
 def test_a_hung_pytorchjob_is_explained_from_what_each_ranks_probe_said_in_its_pods_log(

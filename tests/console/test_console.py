@@ -11,7 +11,6 @@ import subprocess
 import sys
 import weakref
 from pathlib import Path
-from typing import Any
 
 import pytest
 from textual.widgets import DataTable, Input, Static
@@ -20,6 +19,7 @@ from tui_support import (
     FixedNodesBackend,
     monitor_ready,
     recorded_app,
+    recorded_notices,
     recorded_state,
     screen_lines,
     settings_for,
@@ -303,14 +303,7 @@ def test_a_backend_that_cannot_open_is_said_on_the_runs_screen_and_the_console_s
 
     async def scenario():
         app = make_app(settings_for(tmp_path / "state", backend="eks"))
-        notices: list[str] = []
-        notify = app.notify
-
-        def counted(message: str, **kw: Any) -> None:
-            notices.append(message)
-            notify(message, **kw)
-
-        app.notify = counted  # type: ignore[method-assign]
+        notices = recorded_notices(app)
         async with app.run_test(size=(100, 30)) as pilot:
             home = app.screen
             assert isinstance(home, HomeScreen)
@@ -462,14 +455,7 @@ def test_monitor_of_unknown_run_is_a_notification_not_a_crash(tmp_path, bad):
     async def scenario():
         state = recorded_state(tmp_path)
         app = make_app(settings_for(state), FixedNodesBackend(state), bad)
-        said: list[str] = []
-        notify = app.notify
-
-        def noting(message: str, **kw: Any) -> None:
-            said.append(message)
-            notify(message, **kw)
-
-        app.notify = noting  # type: ignore[method-assign]
+        said = recorded_notices(app)
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: any("no run" in message for message in said), what="a notice")
             assert app.is_running

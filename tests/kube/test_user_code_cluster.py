@@ -20,6 +20,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from hangs import hang_script
 from kube_jobs import NS, install, make_spec, run_two_pods
 
 from torchdeck.backends import bundle
@@ -494,21 +495,7 @@ def test_the_relay_stops_a_crash_loop_under_torchrun_as_the_local_wrapper_does(t
     assert (pod / "theirs-ran").read_text().split() == [str(pod / ".torchdeck" / "relay.py"), "train.py"]
 
 
-HANG = """\
-import time
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-for step in range(1, 1000):
-    t = torch.ones(1000)
-    if rank == 2 and step == 5:
-        time.sleep(3600)  # rank 2 is elsewhere
-    dist.all_reduce(t)
-    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
-    time.sleep(0.05)
-"""
+HANG = hang_script(rank=2, step=5)
 
 
 def test_in_pods_each_ranks_probe_says_where_it_is_in_its_log_and_triage_reads_them(kube_api, kube_backend, tmp_path):

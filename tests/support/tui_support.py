@@ -164,3 +164,16 @@ def compared_state(tmp_path: Path) -> Path:
     exit_file = second / "exit.json"
     exit_file.write_text(exit_file.read_text().replace('"exit_code": 0', '"exit_code": 1'))
     return state
+
+
+def recorded_notices(app) -> list[str]:
+    """Every notification the app shows from now on, as its message (the toasts go on as well)."""
+    said: list[str] = []
+    notify = app.notify
+
+    def noting(message: str, **kw) -> None:
+        said.append(message)
+        notify(message, **kw)
+
+    app.notify = noting
+    return said

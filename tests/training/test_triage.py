@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 
+from hangs import ALL_REDUCE_LINE, SLEEP_LINE, hang_script
 from local_runs import cli_env, left_running, run_cli, wait_status
 from tui_support import settings_for, wait_for
 
@@ -15,23 +16,7 @@ from torchdeck.backends.local import LocalBackend
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.monitor import MonitorScreen
 
-HANG = """\
-import time
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-for step in range(1, 1000):
-    t = torch.ones(1000)
-    if rank == 2 and step == 5:
-        time.sleep(3600)  # rank 2 is elsewhere
-    dist.all_reduce(t)
-    print(f"step {step} loss {1.0 / step:.4f}", flush=True)
-    time.sleep(0.05)
-"""
-SLEEP_LINE = 10  # the line of time.sleep(3600) above
-ALL_REDUCE_LINE = 11
+HANG = hang_script(rank=2, step=5)
 
 
 def test_a_hung_four_rank_run_is_explained_naming_the_rank_its_line_and_the_collective(tmp_path):
