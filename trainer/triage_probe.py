@@ -74,8 +74,9 @@ def _token(path: str) -> str:
 
 def _watch(folder: str, rank: int, stuck_after: float = 0.0, started: float = 0.0) -> None:
     request = os.path.join(folder, "request")
-    try:  # a request made before this rank started is not for it (one made as it starts is)
-        seen = _token(request) if os.stat(request).st_mtime < started else ""
+    try:  # a request made before this rank started is not for it (one made as it starts is: a
+        # file's time is the kernel's coarse clock, a few ms behind time.time(), hence the second)
+        seen = _token(request) if os.stat(request).st_mtime < started - 1.0 else ""
     except OSError:
         seen = ""
     main = threading.main_thread().ident

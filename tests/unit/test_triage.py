@@ -81,7 +81,7 @@ def test_a_dump_that_is_a_link_or_not_json_is_no_answer(tmp_path):
 
 def test_the_probe_answers_a_request_with_every_threads_stack_and_why_no_flight_recorder(tmp_path, monkeypatch):
     folder = tmp_path / "triage"
-    environ = {"RANK": "3", triage_probe.TRIAGE_DIR_ENV: str(folder)}
+    environ = {"RANK": "0", triage_probe.TRIAGE_DIR_ENV: str(folder)}
     waiting = threading.Event()
     helper = threading.Thread(target=waiting.wait, name="data-loader", daemon=True)
     helper.start()
@@ -89,11 +89,11 @@ def test_the_probe_answers_a_request_with_every_threads_stack_and_why_no_flight_
     assert probe is not None and triage_probe.TRIAGE_DIR_ENV not in environ  # a child is not the rank
     assert triage_probe.start({"RANK": "3"}) is None and triage_probe.start({triage_probe.TRIAGE_DIR_ENV: "x"}) is None
     try:
-        dumps, token = triage.ask(folder, 4, wait_s=3)
+        dumps, token = triage.ask(folder, 1, wait_s=30)  # answered within a second; a loaded host may take longer
     finally:
         waiting.set()
     (answer,) = dumps
-    assert answer["rank"] == 3 and answer["token"] == token and answer["pid"] == os.getpid()
+    assert answer["rank"] == 0 and answer["token"] == token and answer["pid"] == os.getpid()
     names = [t["name"] for t in answer["threads"]]
     assert "data-loader" in names and "torchdeck-triage" not in names and answer["threads"][0]["main"]
     assert answer["flight_recorder"] is None and answer["flight_recorder_note"]
