@@ -1,5 +1,5 @@
 """Stragglers with a number: each rank's seconds per step, from the times of its step lines, as a
-median and a 95th percentile over its recent steps, a relative score (the fastest rank's median
+median and a 95th percentile of its paces over five steps among its recent steps, a relative score (the fastest rank's median
 over this rank's: 1.0 is the fastest, 0.5 takes twice as long) and an individual score (the
 rank's own best stretch over its recent one: 1.0 is as fast as it has been), after NVIDIA's
 resiliency extension's straggler scores. The status fold (``events.fold_ranks``) and the
@@ -14,39 +14,61 @@ from dataclasses import dataclass
 WINDOW = 200
 """The recent steps a rank's figures are made from."""
 STRETCH = 10
-"""Steps per stretch: the individual score compares the newest stretch's median with the best."""
+"""Steps per stretch: the individual score compares the newest stretch's pace with the best."""
+SPAN = 5
+"""Steps each pace of the median and the p95 spans."""
 MIN_GAPS = 3
-"""Fewer gaps than this say nothing yet (the first steps compile, warm caches, fill loaders)."""
+"""Fewer paces than this say nothing yet (the first steps compile, warm caches, fill loaders)."""
 
 
 class StepGaps:
-    """One rank's recent seconds per step."""
+    """One rank's recent step lines, as (time, step) points.
 
-    __slots__ = ("gaps", "at", "best")
+    Each figure is a pace over ``SPAN`` steps or more, not over one gap: a script's text lines are
+    timed when torchdeck reads them, and lines read together in one burst share a time, which
+    makes single gaps zero or many steps long while a few steps' pace stays right."""
+
+    __slots__ = ("points", "best")
 
     def __init__(self) -> None:
-        self.gaps: deque[float] = deque(maxlen=WINDOW)
-        self.at: tuple[float, int] | None = None
-        """(time, step) of the newest step line."""
+        self.points: deque[tuple[float, int]] = deque(maxlen=WINDOW + 1)
         self.best: float | None = None
-        """The lowest stretch median seen (kept beyond the window)."""
+        """The lowest stretch pace seen (kept beyond the window)."""
 
     def feed(self, time: float, step: int) -> None:
-        """A step line: the time it took per step since the last one (a step that went back, a
-        restart, starts again from it)."""
-        if self.at is not None and step > self.at[1] and time > self.at[0]:
-            self.gaps.append((time - self.at[0]) / (step - self.at[1]))
-            if len(self.gaps) % STRETCH == 0 or len(self.gaps) == MIN_GAPS:
-                stretch = statistics.median(list(self.gaps)[-STRETCH:])
-                self.best = stretch if self.best is None else min(self.best, stretch)
-        self.at = (time, step)
+        """A step line (a step that went back, a restart, starts the points again)."""
+        if self.points and (step < self.points[-1][1] or time < self.points[-1][0]):
+            self.points.clear()
+        if self.points and step == self.points[-1][1]:
+            return
+        self.points.append((time, step))
+        stretch = self._pace(STRETCH)
+        if stretch is not None:
+            self.best = stretch if self.best is None else min(self.best, stretch)
+
+    def _pace(self, steps: int, end: int | None = None) -> float | None:
+        """Seconds per step over the newest ``steps`` steps before point ``end`` (the last: None)."""
+        points = list(self.points)[: None if end is None else end + 1]
+        if len(points) < 2:
+            return None
+        t1, s1 = points[-1]
+        for t0, s0 in reversed(points[:-1]):
+            if s1 - s0 >= steps:
+                return (t1 - t0) / (s1 - s0)
+        return None
 
     def figures(self) -> StepFigures | None:
-        if len(self.gaps) < MIN_GAPS:
+        points = list(self.points)
+        paces = []
+        for i in range(len(points)):
+            pace = self._pace(SPAN, i)
+            if pace is not None:
+                paces.append(pace)
+        if len(paces) < MIN_GAPS:
             return None
-        ordered = sorted(self.gaps)
+        ordered = sorted(paces)
         p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
-        recent = statistics.median(list(self.gaps)[-STRETCH:])
+        recent = self._pace(STRETCH) or paces[-1]
         best = min(self.best, recent) if self.best is not None else recent
         return StepFigures(statistics.median(ordered), p95, best / recent if recent > 0 else 1.0)
 
