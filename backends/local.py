@@ -629,16 +629,10 @@ class LocalBackend(Backend):
         from . import triage
 
         status = self.status(run_id)
-        if status.state.is_terminal:
-            raise BackendError(
-                f"run {status.run_id} has {status.state.value}: only a running run's ranks can say where they are",
-                f"torchdeck status {status.run_id} shows its newest triage, if one was made",
-            )
+        triage.require_running(status.run_id, status.state)
         folder = self.resolve(status.run_id) / "triage"
         dumps, _token = triage.ask(folder, status.world_size, wait_s)
-        found = [triage.rank_where(d) for d in dumps]
-        notes = {str(d.get("flight_recorder_note")) for d in dumps if d.get("flight_recorder") is None}
-        verdict = triage.explain(status.run_id, found, status.world_size, str(folder), "; ".join(sorted(notes)))
+        verdict = triage.verdict(status.run_id, status.world_size, dumps, str(folder), lambda d: str(d.get("host", "")))
         triage.save(folder, verdict)
         return verdict
 

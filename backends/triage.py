@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecError
+from .errors import BackendError, SpecError
 from .files import load_json, write_atomically
+from .states import JobState
 
 LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "<frozen ", "/torchdeck/trainer/", "/.torchdeck/")
 """Paths that are not the user's code: installed packages, the interpreter's own modules (below),
@@ -224,6 +225,25 @@ def explain(run_id: str, found: list[RankWhere], world_size: int, folder: str = 
         )
     summary = " ".join(lines)
     return Triage(run_id, time.time(), summary, outliers, found, missing, folder, note)
+
+
+def verdict(
+    run_id: str, world_size: int, dumps: list[dict[str, Any]], where: str, node_of: Any = lambda dump: ""
+) -> Triage:
+    """The verdict on the dumps the ranks gave (``node_of``: where a dump's rank runs, in the
+    backend's words), with why no Flight Recorder entries came where none did."""
+    found = [rank_where(d, node=node_of(d)) for d in dumps]
+    notes = {str(d.get("flight_recorder_note")) for d in dumps if d.get("flight_recorder") is None}
+    return explain(run_id, found, world_size, where, "; ".join(sorted(notes)))
+
+
+def require_running(run_id: str, state: JobState) -> None:
+    """Only a running run's ranks can say where they are: a BackendError for one that has ended."""
+    if state.is_terminal:
+        raise BackendError(
+            f"run {run_id} has {state.value}: only a running run's ranks can say where they are",
+            f"torchdeck status {run_id} shows its newest triage, if one was made",
+        )
 
 
 def triage_line(text: str) -> dict[str, Any] | None:

@@ -407,11 +407,7 @@ class KubernetesBackend(Backend):
         from .. import triage
 
         status = self.status(run_id)
-        if status.state.is_terminal:
-            raise BackendError(
-                f"run {status.run_id} has {status.state.value}: only a running run's ranks say where they are",
-                f"torchdeck status {status.run_id} shows its newest triage, if one was made",
-            )
+        triage.require_running(status.run_id, status.state)
         dumps: dict[int, dict[str, Any]] = {}
         for batch in self.logs(status.run_id):
             for line in batch:
@@ -426,12 +422,13 @@ class KubernetesBackend(Backend):
             )
         name, ns, _ = self._namespace_of(status.run_id)
         nodes = {p["metadata"]["name"]: (p.get("spec") or {}).get("nodeName", "") for p in self.pods(name, ns)}
-        found = [
-            triage.rank_where(d, node=f"pod {d.get('host')} on node {nodes.get(str(d.get('host')), '?') or '?'}")
-            for d in dumps.values()
-        ]
-        notes = {str(d.get("flight_recorder_note")) for d in dumps.values() if d.get("flight_recorder") is None}
-        verdict = triage.explain(name, found, status.world_size, f"the pods' logs in {ns}", "; ".join(sorted(notes)))
+        verdict = triage.verdict(
+            name,
+            status.world_size,
+            list(dumps.values()),
+            f"the pods' logs in {ns}",
+            lambda d: f"pod {d.get('host')} on node {nodes.get(str(d.get('host')), '') or '?'}",
+        )
         if self.ledger_dir is not None:
             triage.save(self.ledger_dir / "triage" / name, verdict)
         return verdict
