@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import builtins
 import shlex
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
@@ -130,8 +130,13 @@ class JobStatus:
     """The newest hang triage of the run (``backends/triage.py``): which rank is elsewhere, at which
     line, in which collective the others wait; where one was made."""
 
+    bad_nodes: dict[str, str] = field(default_factory=dict)
+    """An ended run's nodes that the cluster marks bad (NotReady, a spot interruption notice, gone,
+    evictions), each with why: ``torchdeck resume RUN --avoid-node NODE`` keeps the next run off them."""
+
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
+        out["bad_nodes"] = dict(self.bad_nodes)
         out["state"] = self.state.value
         out["ranks"] = [dict(r.__dict__) for r in self.ranks]
         out["cost"] = self.cost.to_dict() if self.cost is not None else None
@@ -385,16 +390,17 @@ class Backend(abc.ABC):
         """The spec the run was started from, as far as the backend keeps it (a comparison's rows)."""
         return self.model_file_of(run_id)[0]
 
-    def resume(self, run_id: str) -> tuple[str, JobSpec]:
-        """Start the run that continues ``run_id`` (once, however many consoles ask): its id and spec."""
-        spec = self.resume_spec(run_id)
+    def resume(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> tuple[str, JobSpec]:
+        """Start the run that continues ``run_id`` (once, however many consoles ask), kept off
+        ``avoid_nodes``: its id and spec. The new run's spec names ``run_id`` (``resumes``)."""
+        spec = self.resume_spec(run_id, avoid_nodes)
         return self.submit(spec), spec
 
-    def resume_spec(self, run_id: str) -> JobSpec:
-        """The spec that continues ``run_id`` from its newest checkpoint (``train --resume``)."""
+    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> JobSpec:
+        """The spec that continues an ended ``run_id`` from its newest checkpoint (``torchdeck resume``)."""
         raise BackendError(
-            f"--resume is for runs on this machine; {self.name} runs keep their checkpoints on the shared volume",
-            "submit the same spec (same name) again: it resumes from the newest checkpoint there",
+            f"resuming a run is not available on the {self.name} backend",
+            "submit the same spec (same name) again: it resumes from the newest checkpoint in its folder",
         )
 
     def fetch_model(

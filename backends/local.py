@@ -34,7 +34,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -536,7 +536,9 @@ class LocalBackend(Backend):
         stopped_why, stopped_hint = "stopped by the user", ""
         if request is not None and request.budget:
             stopped_why = budget_stop_words(request.budget, request.spent or 0.0)
-            stopped_hint = f"raise budget in the spec; `torchdeck train --resume {run_dir.name}` continues from its last checkpoint"
+            stopped_hint = (
+                f"raise budget in the spec; `torchdeck resume {run_dir.name}` continues from its last checkpoint"
+            )
         launcher, refused = self._launcher_or_why(run_dir) if done is None else (None, "")
         if done is not None:
             status.exit_code, status.finished_at = done.exit_code, done.finished_at
@@ -549,7 +551,7 @@ class LocalBackend(Backend):
                 if done.reaped and (status.exit_code or 0) < 0:  # torchrun itself was killed
                     reason, _ = self._failure_reason(run_dir, status.exit_code or 1)
                     status.reason = f"{reason}; the {done.reaped} processes it left were stopped"
-                    status.hint = f"`torchdeck train --resume {run_dir.name}` continues from its last checkpoint"
+                    status.hint = f"`torchdeck resume {run_dir.name}` continues from its last checkpoint"
                 if not status.reason:
                     status.reason, hint = self._failure_reason(run_dir, status.exit_code or 1)
                     status.hint = hint or f"`torchdeck logs {run_dir.name}` shows every rank's output"
@@ -848,7 +850,7 @@ class LocalBackend(Backend):
         spec = load_spec(run_dir / "spec.yaml")
         return spec, spec.model_file or str(Path(spec.checkpoint_dir or run_dir / "checkpoints") / "model.pt")
 
-    def resume(self, run_id: str) -> tuple[str, JobSpec]:
+    def resume(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> tuple[str, JobSpec]:
         """Start the run that continues ``run_id``: once. Two consoles resuming the same run at the
         same moment make one run; the other is told which (a lock on the run's folder)."""
         import fcntl
@@ -864,23 +866,28 @@ class LocalBackend(Backend):
                     raise BackendError(
                         f"{run_dir.name} is being resumed already, as {earlier}", f"`torchdeck monitor {earlier}`"
                     )
-            spec = self.resume_spec(run_dir.name)
+            spec = self.resume_spec(run_dir.name, avoid_nodes)
             new = self.submit(spec)
             write_atomically(run_dir / "resumed-by", new)
         return new, spec
 
-    def resume_spec(self, run_id: str) -> JobSpec:
+    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> JobSpec:
         """The run's spec, its snapshots folder named: the trainer resumes from the newest good one."""
         import dataclasses
 
         from .spec import load_spec
 
+        if avoid_nodes:
+            raise BackendError(
+                f"a local run has one node, this machine ({socket.gethostname()}): there is no other to move to",
+                "resume it without --avoid-node; --avoid-node is for runs on a cluster",
+            )
         run_dir = self.resolve(run_id)
         spec = load_spec(run_dir / "spec.yaml")
         folder = Path(spec.checkpoint_dir or run_dir / "checkpoints")
         if not any(folder.glob("ckpt-*.pt")):
             raise BackendError(f"{run_dir.name} left no checkpoint in {folder}", "train it again from the start")
-        return dataclasses.replace(spec, checkpoint_dir=str(folder))
+        return dataclasses.replace(spec, checkpoint_dir=str(folder), resumes=run_dir.name)
 
     def node_metrics(self, run_id: str) -> builtins.list[NodeMetrics]:
         run_dir = self.resolve(run_id)

@@ -28,7 +28,7 @@ from .files import read_bytes, write_atomically
 if TYPE_CHECKING:
     from .base import Backend, JobStatus, MetricEvent
 
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2
 RANK_POINTS = 500
 """Points kept of each rank's curve."""
 MEAN_POINTS = 2000
@@ -49,17 +49,18 @@ class BucketCurve:
         self.buckets: dict[int, list[float]] = {}
         """bucket -> [sum of steps, sum of values, count]"""
 
-    def add(self, x: float, y: float) -> None:
+    def add(self, x: float, y: float, n: float = 1.0) -> None:
+        """One pair (or ``n`` pairs whose mean it is)."""
         key = int(x) // self.width
         bucket = self.buckets.get(key)
         if bucket is None:
-            self.buckets[key] = [x, y, 1.0]
+            self.buckets[key] = [x * n, y * n, n]
             if len(self.buckets) > self.cap:
                 self._merge()
         else:
-            bucket[0] += x
-            bucket[1] += y
-            bucket[2] += 1.0
+            bucket[0] += x * n
+            bucket[1] += y * n
+            bucket[2] += n
 
     def _merge(self) -> None:
         self.width *= 2
@@ -85,6 +86,20 @@ class BucketCurve:
 
     def __len__(self) -> int:
         return len(self.buckets)
+
+    def up_to(self, step: float) -> BucketCurve:
+        """A copy holding only the buckets at or before ``step`` (what a restart kept of a run)."""
+        curve = BucketCurve(self.cap, self.width)
+        curve.buckets = {k: list(b) for k, b in self.buckets.items() if b[0] / b[2] <= step}
+        return curve
+
+    def then(self, later: BucketCurve) -> BucketCurve:
+        """This curve followed by ``later``'s points (each point of either weighs what it held)."""
+        curve = BucketCurve(self.cap, max(self.width, later.width))
+        for source in (self, later):
+            for sx, sy, n in source.buckets.values():
+                curve.add(sx / n, sy / n, n)
+        return curve
 
     def to_json(self) -> dict[str, Any]:
         xs, ys = self.points()
@@ -135,6 +150,10 @@ class RunDigest:
     max_step: float = 0.0
     events: int = 0
     stopped: bool = False
+    checkpoint_step: float | None = None
+    """The step of the newest checkpoint the run said it wrote (the trainer's ``checkpoint`` events)."""
+    resumed_at: float | None = None
+    """The step it resumed from (its ``resume`` event): a restart's start."""
     complete: bool = False
     """Made from every event of an ended run: kept, and never read again."""
 
@@ -172,6 +191,12 @@ class RunDigest:
                     rank.speed_unit = unit
             elif kind == "stopped":
                 self.stopped = True
+            elif kind in ("checkpoint", "resume") and isinstance(rec.get("step"), (int, float)):
+                mark = float(rec["step"])
+                if kind == "checkpoint":
+                    self.checkpoint_step = max(self.checkpoint_step or 0.0, mark)
+                elif self.resumed_at is None or mark < self.resumed_at:
+                    self.resumed_at = mark
             if kind in ("step", "eval", "epoch") or "val_loss" in rec:
                 at = rec.get("step") or rec.get("epoch")
                 if not isinstance(at, (int, float)):
@@ -235,6 +260,30 @@ class RunDigest:
             "speed_unit": units.pop() if len(units) == 1 else "samples/s",
         }
 
+    def then(self, later: RunDigest) -> RunDigest:
+        """This run followed by ``later``, the run that resumed it: one line, this run's figures up
+        to the step ``later`` resumed from (its steps after that were lost), then ``later``'s."""
+        cut = next((c for c in (later.resumed_at, self.checkpoint_step) if c is not None), self.max_step)
+        out = RunDigest(later.run_id, complete=self.complete and later.complete)
+        out.max_step = max(later.max_step, min(self.max_step, cut))
+        out.events = self.events + later.events
+        out.stopped = later.stopped
+        out.checkpoint_step = later.checkpoint_step if later.checkpoint_step is not None else self.checkpoint_step
+        out.resumed_at = self.resumed_at
+        out.mean = self.mean.up_to(cut).then(later.mean)
+        out.val = {k: list(v) for k, v in self.val.items() if k <= cut} | {k: list(v) for k, v in later.val.items()}
+        out.accuracy = {k: v for k, v in self.accuracy.items() if k <= cut} | dict(later.accuracy)
+        for rank in sorted(set(self.ranks) | set(later.ranks)):
+            before, after = self.ranks.get(rank), later.ranks.get(rank)
+            if after is None:
+                out.ranks[rank] = RankDigest(before.curve.up_to(cut), before.last) if before else RankDigest()
+                continue
+            curve = before.curve.up_to(cut).then(after.curve) if before else after.curve
+            out.ranks[rank] = RankDigest(
+                curve, after.last, after.logged, after.speed_sum, after.speed_n, after.speed_unit
+            )
+        return out
+
     # -- the file --------------------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
@@ -246,6 +295,8 @@ class RunDigest:
                 "max_step": self.max_step,
                 "events": self.events,
                 "stopped": self.stopped,
+                "checkpoint_step": self.checkpoint_step,
+                "resumed_at": self.resumed_at,
                 "mean": self.mean.to_json(),
                 "val": [[k, v[0], v[1]] for k, v in sorted(self.val.items())],
                 "accuracy": sorted(self.accuracy.items()),
@@ -270,6 +321,8 @@ class RunDigest:
                 return None
             digest = cls(str(raw["run_id"]), complete=bool(raw["complete"]), max_step=float(raw["max_step"]))
             digest.events, digest.stopped = int(raw["events"]), bool(raw["stopped"])
+            for key in ("checkpoint_step", "resumed_at"):
+                setattr(digest, key, None if raw[key] is None else float(raw[key]))
             digest.mean = BucketCurve.from_json(raw["mean"], MEAN_POINTS)
             digest.val = {float(k): [float(s), float(n)] for k, s, n in raw["val"]}
             digest.accuracy = {float(k): float(v) for k, v in raw["accuracy"]}
@@ -295,6 +348,21 @@ class RunDigest:
             ZeroDivisionError,
         ):
             return None
+
+
+def lost_steps(before: RunDigest, after: RunDigest) -> int:
+    """The steps a restart did again: how far ``before`` got past the step ``after`` resumed from."""
+    start = after.resumed_at if after.resumed_at is not None else before.checkpoint_step
+    return max(0, int(before.max_step - start)) if start is not None else 0
+
+
+def restart_words(last_step: float, checkpoint_step: float | None) -> str:
+    """Where a restart starts and what it loses, in words: ``from step 300 (the run got to 342:
+    42 steps lost)``."""
+    if checkpoint_step is None:
+        return "from its newest checkpoint (the run said of none: the steps lost are not known)"
+    lost = max(0, int(last_step - checkpoint_step))
+    return f"from step {int(checkpoint_step)} (the run got to {int(last_step)}: {lost} step{'' if lost == 1 else 's'} lost)"
 
 
 MAX_DIGEST = 64 << 20

@@ -42,6 +42,7 @@ from .spec_options import (
     money_check,
     name_253,
     name_check,
+    node_names_check,
     option,
     optional_check,
     path_check,
@@ -50,6 +51,7 @@ from .spec_options import (
     quantity_text,
     queue_name,
     relative_path,
+    run_id_check,
     s3_prefix,
     widget_of,
 )
@@ -250,6 +252,16 @@ class ClusterOptions:
         where="cluster",
     )
     """Node labels the pods must match, e.g. {eks.amazonaws.com/nodegroup: gpu}."""
+    avoid_nodes: list[str] = option(
+        factory=list,
+        check=node_names_check,
+        help="nodes the pods must not run on (torchdeck resume --avoid-node sets it)",
+        label="Avoid nodes",
+        example="ip-10-0-1-7.ec2.internal",
+        where="cluster",
+    )
+    """Nodes the pods must not be scheduled on, by name (a node affinity ``metadata.name NotIn``):
+    what ``torchdeck resume RUN --avoid-node NODE`` adds after a run failed on a sick node."""
     gpu_toleration: bool = option(True, check=is_bool, help="tolerate the nvidia.com/gpu taint", where="cluster")
     """Tolerate the nvidia.com/gpu taint GPU nodes carry (only when gpus > 0)."""
     min_nodes: int | None = option(
@@ -461,6 +473,13 @@ class JobSpec:
         local_path=True,
     )
     """Where the trained model goes: a path or s3://bucket/key (default: model.pt in checkpoint_dir)."""
+    resumes: str | None = option(
+        None,
+        check=optional_check(run_id_check),
+        help="the run this one continues from its newest checkpoint (torchdeck resume sets it)",
+    )
+    """The run this one continues (its lineage: ``torchdeck resume`` sets it, ``compare`` draws the
+    runs as one line with their restarts)."""
     trainer: TrainerOptions = field(default_factory=TrainerOptions)
     """Options for the training program."""
     image: str | None = option(

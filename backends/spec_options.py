@@ -15,7 +15,7 @@ from typing import Any, Literal
 from ..trainer.s3url import S3Url
 from .cost import money
 from .errors import SpecError
-from .names import DNS_1035_RE, check_bucket_name, check_code_path, check_s3_prefix
+from .names import DNS_1035_RE, check_bucket_name, check_code_path, check_run_id, check_s3_prefix
 from .names import SUBDOMAIN_RE as DNS_SUBDOMAIN_RE
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?\Z")
@@ -178,6 +178,26 @@ def name_253(v: object) -> str | None:
             f"must be a DNS-1123 name (lower-case letters, digits, '-' and '.', starting and ending "
             f"with a letter or digit), got {v!r}"
         )
+    return None
+
+
+def node_names_check(v: object) -> str | None:
+    """Node names (each a DNS subdomain name), as a list."""
+    if not isinstance(v, list):
+        return f"must be a list of node names, got {v!r:.60}"
+    for name in v:
+        problem = name_253(name)
+        if problem is not None:
+            return f"node {problem}"
+    return None
+
+
+def run_id_check(v: object) -> str | None:
+    """A run's id (``names.check_run_id``)."""
+    try:
+        check_run_id(v)
+    except SpecError as exc:
+        return exc.reason
     return None
 
 

@@ -70,6 +70,7 @@ def dispatch(args: argparse.Namespace) -> int:
             "jobs": cmd_jobs,
             "status": cmd_status,
             "triage": cmd_triage,
+            "resume": cmd_resume,
             "check": cmd_check,
             "compare": cmd_compare,
             "logs": cmd_logs,
@@ -289,12 +290,43 @@ def cmd_test(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
 
 
 def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
-    resume = getattr(args, "resume", None)
-    spec = backend.resume_spec(resume) if resume else spec_for(args, settings)
+    if getattr(args, "resume", None):  # train --resume RUN: resume RUN, as before there was resume
+        args.run, args.avoid_node = args.resume, []
+        return cmd_resume(args, settings, backend)
+    spec = spec_for(args, settings)
     if args.dry_run:  # the plan that a submit applies, as it would apply it
         print(backend.plan(spec).text(), end="")
         return 0
-    run_id, spec = backend.resume(resume) if resume else (backend.submit(spec), spec)
+    return started(args, backend, backend.submit(spec), spec)
+
+
+def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    """Continue an ended run from its newest checkpoint as a new run that names it (its lineage),
+    kept off the nodes given; says from which step, and how many steps the restart does again."""
+    from torchdeck.backends.run_digest import DigestStore, digest_of, restart_words
+
+    spec = backend.resume_spec(args.run, args.avoid_node)
+    if args.dry_run:
+        print(backend.plan(spec).text(), end="")
+        return 0
+    try:
+        digest = digest_of(backend, DigestStore(settings.state_dir), backend.status(spec.resumes or args.run))
+        where = restart_words(digest.max_step, digest.checkpoint_step)
+    except BackendError:  # a cluster run whose job is gone: its steps went with its pods' logs
+        where = "from its newest checkpoint (its logs are gone: the steps lost are not known)"
+    run_id, spec = backend.resume(args.run, args.avoid_node)
+    avoiding = f", kept off {', '.join(spec.cluster.avoid_nodes)}" if spec.cluster.avoid_nodes else ""
+    print(printable(f"torchdeck: {run_id} resumes {spec.resumes} {where}{avoiding}"), file=sys.stderr)
+    if not spec.builtin:
+        print(
+            "torchdeck: your script starts again from the top: it resumes only where it loads its own checkpoints",
+            file=sys.stderr,
+        )
+    return started(args, backend, run_id, spec)
+
+
+def started(args: argparse.Namespace, backend: Backend, run_id: str, spec: JobSpec) -> int:
+    """A run just submitted: its id (``--detach``), or its progress until it ends."""
     if args.detach:
         print(strict_json({"run_id": run_id}) if args.output == "json" else run_id)
         return 0
@@ -482,6 +514,11 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         print(printable(f"hint: {status.hint}"))
     for warning in status.warnings:
         print(printable(f"warning: {warning}"))
+    for node, why in status.bad_nodes.items():
+        print(printable(f"bad node: {node}: {why}"))
+    if status.bad_nodes:
+        avoid = " ".join(f"--avoid-node {n}" for n in status.bad_nodes)
+        print(printable(f"resume: torchdeck resume {status.run_id} {avoid} (continues from its newest checkpoint)"))
     if status.triage is not None:
         when = time.strftime("%H:%M:%S", time.localtime(status.triage.time))
         print(printable(f"triage ({when}): {status.triage.summary}"))

@@ -28,6 +28,8 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck logs RUN --rank 1 -f   follow one rank's output
   torchdeck stop RUN               stop a run and every process it started
   torchdeck triage RUN             a hung run: which rank is elsewhere, at which line, in which collective
+  torchdeck resume RUN --avoid-node NODE
+                                   continue a failed or stopped run from its checkpoint, off a sick node
   torchdeck check                  the health gate: all-reduce bandwidth between ranks, size by size
   torchdeck test --run RUN         accuracy of a run's model, per class
   torchdeck render --kind job      print the Kubernetes manifests of the job
@@ -200,6 +202,22 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     p.add_argument("run", help="run id or a unique prefix")
     p.add_argument("--wait", type=float, default=5.0, metavar="S", help="seconds to wait for the ranks' answers")
     p.add_argument("--output", choices=("text", "json"), default="text")
+
+    p = sub.add_parser(
+        "resume",
+        help="continue a failed or stopped run from its newest checkpoint, as a new run of its lineage",
+    )
+    p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument(
+        "--avoid-node",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="cluster: keep the new run's pods off this node (again for more; status names the bad ones)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
+    p.add_argument("--detach", action="store_true", help="print the new run id and return at once")
+    p.add_argument("--output", choices=("text", "json"), default="text", help="json: print the final summary as JSON")
 
     p = sub.add_parser(
         "compare", help="runs side by side: their losses, what differs in their specs, wall time, speed and cost"

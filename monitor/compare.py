@@ -14,15 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdeck.backends.base import Backend, JobStatus
+from torchdeck.backends.cost import RunCost
 from torchdeck.backends.errors import BackendError
 from torchdeck.backends.names import STAMPED_ID_RE
-from torchdeck.backends.run_digest import DigestStore, RunDigest, digest_of
+from torchdeck.backends.run_digest import DigestStore, RunDigest, digest_of, lost_steps
 from torchdeck.backends.spec import JobSpec
 
 from .state import format_duration
 
-NOT_COMPARED = ("name",)
-"""Spec fields every run differs in without saying anything about how it trained."""
+NOT_COMPARED = ("name", "resumes", "cluster.avoid_nodes")
+"""Spec fields every run differs in without saying anything about how it trained (a restart's
+lineage and the nodes it kept off say where it ran, not how)."""
+MAX_LINEAGE = 32
+"""Restarts followed back from a run, at most (a lineage is a chain of ``resumes``)."""
 
 
 @dataclass
@@ -33,6 +37,27 @@ class ComparedRun:
     spec: JobSpec | None
     digest: RunDigest
     label: str = ""
+    earlier: list[ComparedRun] = field(default_factory=list)
+    """The runs this one resumed, oldest first (``torchdeck resume``): its digest is theirs and its
+    own as one line; its wall time starts with the first and its cost adds theirs."""
+
+    @property
+    def lineage(self) -> list[str]:
+        return [r.status.run_id for r in self.earlier] + [self.status.run_id]
+
+    @property
+    def started_at(self) -> float:
+        return (self.earlier[0] if self.earlier else self).status.submitted_at
+
+    @property
+    def cost(self) -> RunCost | None:
+        costs = [r.status.cost for r in [*self.earlier, self]]
+        if not self.earlier or any(c is None for c in costs):
+            return self.status.cost
+        own = self.status.cost
+        assert own is not None
+        lines = [line for c in costs if c is not None for line in c.lines]
+        return RunCost(lines, own.budget, own.currency, own.running)
 
 
 @dataclass
@@ -56,8 +81,33 @@ def load_run(backend: Backend, store: DigestStore, run_id: str, live: bool = Fal
     except BackendError:  # a job that keeps no spec: its figures still compare
         spec = None
     if live and not status.state.is_terminal:
-        return ComparedRun(status, spec, RunDigest(status.run_id))
-    return ComparedRun(status, spec, digest_of(backend, store, status))
+        run = ComparedRun(status, spec, RunDigest(status.run_id))
+    else:
+        run = ComparedRun(status, spec, digest_of(backend, store, status))
+    run.earlier = earlier_runs(backend, store, run)
+    if run.earlier:
+        digest = run.earlier[0].digest
+        for later in [*run.earlier[1:], run]:
+            digest = digest.then(later.digest)
+        run.digest = digest
+    return run
+
+
+def earlier_runs(backend: Backend, store: DigestStore, run: ComparedRun) -> list[ComparedRun]:
+    """The runs ``run`` resumed, oldest first, as far back as the backend still knows them."""
+    found: list[ComparedRun] = []
+    earlier = run.spec.resumes if run.spec is not None else None
+    seen = {run.status.run_id}
+    while earlier and earlier not in seen and len(found) < MAX_LINEAGE:
+        seen.add(earlier)
+        try:
+            status = backend.status(earlier)
+            spec: JobSpec | None = backend.run_spec(status.run_id)
+        except BackendError:  # gone (a cluster job past its TTL): the line starts where it is known
+            break
+        found.insert(0, ComparedRun(status, spec, digest_of(backend, store, status)))
+        earlier = spec.resumes if spec is not None else None
+    return found
 
 
 def flat_spec(spec: JobSpec | None) -> dict[str, str]:
@@ -179,6 +229,7 @@ class Comparison:
         s = run.status
         summary = run.digest.summary()
         end = s.finished_at or (None if s.state.is_terminal else self.now)
+        cost = run.cost
         summary.update(
             run_id=s.run_id,
             label=run.label,
@@ -186,9 +237,11 @@ class Comparison:
             state=s.state.value,
             reason=s.reason,
             world_size=s.world_size,
-            wall_s=(end - s.submitted_at) if end and s.submitted_at else None,
+            wall_s=(end - run.started_at) if end and run.started_at else None,
             loss_at_common_step=run.digest.loss_at(self.common_step) if self.common_step else None,
-            cost=s.cost.to_dict() if s.cost is not None else None,
+            cost=cost.to_dict() if cost is not None else None,
+            restarts=run.lineage[:-1],
+            steps_lost=sum(lost_steps(a.digest, b.digest) for a, b in zip(run.earlier, [*run.earlier[1:], run])),
         )
         return summary
 
@@ -226,7 +279,12 @@ class Comparison:
         out.append(
             Row(unit.pop() if len(unit) == 1 else "speed", [_num(v, ",.0f") for v in speeds], _best(speeds, False))
         )
-        costs = [r.status.cost for r in self.runs]
+        if any(r.earlier for r in self.runs):
+            out.append(Row("restarts", [str(len(r.earlier)) for r in self.runs]))
+            out.append(
+                Row("steps lost", [str(f["steps_lost"]) for f in figs], _best([f["steps_lost"] for f in figs], True))
+            )
+        costs = [r.cost for r in self.runs]
         amounts = [c.amount if c is not None else None for c in costs]
         out.append(Row("cost", [c.cell() if c is not None else "-" for c in costs], _best(amounts, True)))
         out = [r for r in out if any(c != "-" for c in r.cells)]  # a figure no run reports says nothing

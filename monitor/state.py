@@ -153,6 +153,8 @@ class MonitorSnapshot:
     """(epoch, loss) of the validation or test losses, newest last."""
     speed_unit: str = "img/s"
     """What the ranks' speed counts: img/s (the built-in trainer), smp/s, or it/s (a bar's steps)."""
+    checkpoint_step: int | None = None
+    """The step of the newest checkpoint the run said it wrote: where a resume starts."""
 
     @property
     def fraction(self) -> float:
@@ -182,6 +184,7 @@ class MonitorState:
         self.epochs: int | None = None
         self.total_steps: int | None = None
         self.restarts = 0
+        self.checkpoint_step: int | None = None
         self.done: dict[str, Any] | None = None
         self.errors: list[str] = []
         self._progress: deque[tuple[float, int]] = deque(maxlen=64)
@@ -262,6 +265,8 @@ class MonitorState:
                         self.evals[max(self.evals, default=0) + 1] = acc
                 elif kind == "resume":
                     self.restarts = max(self.restarts, rec.get("restart_count") or 0)
+                elif kind == "checkpoint" and isinstance(rec.get("step"), int):
+                    self.checkpoint_step = max(self.checkpoint_step or 0, rec["step"])
                 elif kind == "done":
                     view.finished = True
                     if ev.rank == 0 or self.done is None:
@@ -370,6 +375,7 @@ class MonitorState:
                 gpu_by_host=gpu_by_host,
                 val_losses=list(self.val_losses.values()),
                 speed_unit=self._speed_unit(views),
+                checkpoint_step=self.checkpoint_step,
             )
 
     def _speed_unit(self, views: list[RankView]) -> str:

@@ -27,9 +27,14 @@ if TYPE_CHECKING:  # the records' modules load with what makes them (a worker), 
 
 def shown_status(status: JobStatus) -> JobStatus:
     """The status with its run-written text as a terminal would leave it."""
-    if not (status.reason or status.hint):
+    if not (status.reason or status.hint or status.bad_nodes):
         return status
-    return dataclasses.replace(status, reason=as_shown(status.reason), hint=as_shown(status.hint))
+    return dataclasses.replace(
+        status,
+        reason=as_shown(status.reason),
+        hint=as_shown(status.hint),
+        bad_nodes={as_shown(node): as_shown(why) for node, why in status.bad_nodes.items()},
+    )
 
 
 @dataclass
@@ -87,6 +92,13 @@ class TriageMade(Message):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.triage = dataclasses.replace(self.triage, summary=as_shown(self.triage.summary))
+
+
+@dataclass
+class RunResumed(Message):
+    """The run that continues the one on screen has started (``backend.resume``)."""
+
+    run_id: str
 
 
 @dataclass

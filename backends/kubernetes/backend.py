@@ -23,8 +23,9 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
+import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from ..triage import Triage, triage_line
 from . import crds
 from .client import ApiError, KubeClient, api_path
 from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
-from .diagnosis import Finding, job_findings, pod_findings
+from .diagnosis import Finding, bad_nodes, job_findings, pod_findings
 from .importing import import_job
 from .jobs import (
     api_of,
@@ -73,6 +74,7 @@ from .manifests import (
     PODS_ANNOTATION,
     PROGRAM_ANNOTATION,
     QUEUE_LABEL,
+    RESUMES_LABEL,
     RUN_LABEL,
     SPEC_ANNOTATION,
     Rendered,
@@ -246,6 +248,7 @@ class KubernetesBackend(Backend):
         if rendered.bundle is not None and rendered.bundle_url:
             self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
         self.create(plan.spec, rendered)
+        self._keep_spec(plan.run_id, plan.spec)
         self._kinds[plan.run_id] = (rendered.kind, plan.spec.namespace)
         self._selectors[plan.run_id] = pod_selector(rendered.main)
         return plan.run_id
@@ -394,6 +397,8 @@ class KubernetesBackend(Backend):
         status = self._status_of(key, obj, pods)
         self._progress(status, ns, pods, obj)
         self._priced(key, obj, pods, status)
+        if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
+            status.bad_nodes = bad_nodes(self.client, pods)
         if self.ledger_dir is not None and (self.ledger_dir / "triage" / status.run_id).is_dir():
             from ..triage import load
 
@@ -435,9 +440,64 @@ class KubernetesBackend(Backend):
 
     def run_spec(self, run_id: str) -> JobSpec:
         """The spec the job was made from (its annotation); where it has none (a job made by an older
-        torchdeck, or imported), what the job object itself says."""
-        _, obj = self._job(run_id)
+        torchdeck, or imported), what the job object itself says; where the job is gone (stopped
+        runs are deleted), the copy kept in the state folder when it was submitted."""
+        try:
+            _, obj = self._job(run_id)
+        except RunNotFound:
+            kept = self._kept_spec(run_id)
+            if kept is None:
+                raise
+            return kept
         return spec_of(obj) or self.model_file_of(run_id)[0]
+
+    def _kept_spec(self, run_id: str) -> JobSpec | None:
+        if self.ledger_dir is None:
+            return None
+        from ..files import read_bytes
+        from ..names import check_run_id
+
+        try:
+            path = self.ledger_dir / "specs" / f"{check_run_id(run_id)}.json"
+            return spec_from_dict(json.loads(read_bytes(path, 1 << 20)), str(path))
+        except (OSError, ValueError, SpecError):
+            return None
+
+    def _keep_spec(self, run_id: str, spec: JobSpec) -> None:
+        """A submitted run's spec, in the state folder: what ``resume`` reads once its job is gone."""
+        if self.ledger_dir is None:
+            return
+        from ..files import write_atomically
+
+        with contextlib.suppress(OSError):
+            (self.ledger_dir / "specs").mkdir(parents=True, exist_ok=True)
+            write_atomically(self.ledger_dir / "specs" / f"{run_id}.json", json.dumps(spec.to_dict()))
+
+    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> JobSpec:
+        """The spec that continues an ended run: its own (same name, so the same checkpoint folder
+        on the shared volume, where the trainer resumes from the newest snapshot), naming the run
+        it resumes, kept off ``avoid_nodes`` and every node the run already avoided."""
+        try:
+            status: JobStatus | None = self.status(run_id)
+        except RunNotFound:
+            status = None  # stopped (its job deleted): its spec was kept when it was submitted
+        if status is not None and not status.state.is_terminal:
+            raise BackendError(f"{status.run_id} is still running", f"`torchdeck stop {status.run_id}` first")
+        name = status.run_id if status is not None else run_id
+        spec = self.run_spec(name)
+        if not spec.cluster.pvc:
+            raise BackendError(
+                f"{name} kept its checkpoints in its pods' own folders (no cluster.pvc): they went with its pods",
+                "train it again from the start, with a shared volume (cluster.pvc) to resume from next time",
+            )
+        for key, obj in self._list_jobs(f"{RESUMES_LABEL}={name}"):
+            later = self._status_of(key, obj, [])
+            if not later.state.is_terminal:
+                raise BackendError(
+                    f"{name} is being resumed already, as {later.run_id}", f"`torchdeck monitor {later.run_id}`"
+                )
+        avoid = sorted(set(spec.cluster.avoid_nodes) | set(avoid_nodes))
+        return dataclasses.replace(spec, resumes=name, cluster=dataclasses.replace(spec.cluster, avoid_nodes=avoid))
 
     def _priced(self, key: JobKindName, obj: dict[str, Any], pods: list[dict[str, Any]], status: JobStatus) -> None:
         """The run's cost so far (kept on the job once it has ended), and its budget's stop."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendError
-from .client import KubeClient, api_path
+from .client import ApiError, KubeClient, api_path
 
 RDZV_PATTERNS = (
     (
@@ -127,8 +127,8 @@ def _unschedulable(name: str, message: str) -> Finding:
     if "didn't match pod's node affinity/selector" in lower or "node affinity" in lower:
         return Finding(
             name,
-            f"Pending: no node matches its node selector ({_short(message)})",
-            "fix cluster.node_selector (kubectl get nodes --show-labels)",
+            f"Pending: no node matches its node selector or is left by the nodes it avoids ({_short(message)})",
+            "fix cluster.node_selector or avoid fewer nodes (cluster.avoid_nodes); kubectl get nodes --show-labels",
         )
     return Finding(
         name,
@@ -300,3 +300,80 @@ def pod_events(client: KubeClient, namespace: str, pod: str) -> list[dict[str, A
         ).get("items", [])
     except BackendError:
         return []
+
+
+SICK_TAINTS = {
+    "node.kubernetes.io/unreachable": "unreachable (its kubelet stopped reporting)",
+    "node.kubernetes.io/not-ready": "NotReady",
+    "node.kubernetes.io/out-of-disk": "out of disk",
+    # the AWS Node Termination Handler's taints (its README, TAINT_NODE)
+    "aws-node-termination-handler/spot-itn": "a spot interruption notice (the instance is being reclaimed)",
+    "aws-node-termination-handler/scheduled-maintenance": "EC2 scheduled maintenance",
+    "aws-node-termination-handler/asg-lifecycle-termination": "being terminated by its Auto Scaling group",
+    "aws-node-termination-handler/rebalance-recommendation": "an EC2 rebalance recommendation (spot at risk)",
+    "karpenter.sh/disrupted": "being disrupted by Karpenter",
+    "ToBeDeletedByClusterAutoscaler": "being removed by the cluster autoscaler",
+    "cloud.google.com/impending-node-termination": "an impending termination (preemptible VM)",
+}
+"""Taints that mark a node as going or gone, and what each means."""
+PRESSURES = {"MemoryPressure": "memory", "DiskPressure": "disk", "PIDPressure": "process ids"}
+
+
+def node_trouble(node: dict[str, Any] | None) -> str:
+    """Why a node is no place to run on ("" where nothing says so); None: the node is gone."""
+    if node is None:
+        return "gone from the cluster (deleted: a spot reclaim, a scale-down or a replacement)"
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    said: list[str] = []
+    for condition in status.get("conditions") or []:
+        kind, value = condition.get("type"), condition.get("status")
+        why = _short(condition.get("message") or condition.get("reason") or "", 90)
+        if kind == "Ready" and value != "True":
+            said.append(f"NotReady ({why})" if why else "NotReady")
+        elif kind in PRESSURES and value == "True":
+            said.append(f"short of {PRESSURES[kind]}")
+    for taint in spec.get("taints") or []:
+        key = str(taint.get("key"))
+        words = SICK_TAINTS.get(key)
+        if words and not (said and key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")):
+            said.append(words)  # those two taints say again what the Ready condition said
+    if spec.get("unschedulable") and not said:
+        said.append("cordoned")
+    return "; ".join(said)
+
+
+def pod_disruption(pod: dict[str, Any]) -> str:
+    """How the cluster ended a pod on its node ("" where it did not): evicted, or a DisruptionTarget
+    condition (taint manager, preemption, the kubelet's shutdown)."""
+    status = pod.get("status") or {}
+    if status.get("reason") == "Evicted":
+        return f"evicted its pod: {_short(status.get('message') or 'the node ran short of resources', 100)}"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            reason = condition.get("reason") or "disrupted"
+            return f"ended its pod ({reason}: {_short(condition.get('message') or '', 100)})".replace(": )", ")")
+    return ""
+
+
+def bad_nodes(client: KubeClient, pods: list[dict[str, Any]]) -> dict[str, str]:
+    """The nodes a run's pods were on that the cluster marks bad (NotReady, a spot interruption
+    notice, gone, a pressure, evictions), each with why: what ``torchdeck resume --avoid-node``
+    is for. One request a node."""
+    found: dict[str, str] = {}
+    nodes: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        name = (pod.get("spec") or {}).get("nodeName")
+        if name:
+            nodes.setdefault(name, []).append(pod)
+    for name, on_it in sorted(nodes.items()):
+        try:
+            node: dict[str, Any] | None = client.request("GET", api_path("Node", name=name))
+        except ApiError as exc:
+            if exc.status != 404:
+                continue  # not ours to read (a namespace's user): said by nothing here
+            node = None
+        said = [node_trouble(node)] + [pod_disruption(p) for p in on_it]
+        words = "; ".join(s for s in said if s)
+        if words:
+            found[name] = words
+    return found

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""
 JOB_LABEL = "torchdeck.dev/job"
+RESUMES_LABEL = "torchdeck.dev/resumes"
+"""On a job that continues another run (``torchdeck resume``): that run's id."""
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 """Kueue's label naming the LocalQueue a job is submitted to (kubernetes-sigs/kueue)."""
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -399,7 +401,8 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
             {**labels, QUEUE_LABEL: c.queue, **({PRIORITY_LABEL: c.priority_class} if c.priority_class else {})}
             if c.queue
             else labels
-        ),
+        )
+        | ({RESUMES_LABEL: spec.resumes} if spec.resumes else {}),
         suspend=bool(c.queue),  # Kueue admits it by unsuspending it
         selector={RUN_LABEL: run_id},
         image=spec.image,
@@ -418,6 +421,7 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         image_pull_policy=c.image_pull_policy,
         node_selector=c.node_selector,
         tolerations=tolerations,
+        affinity=avoiding(c.avoid_nodes),
         subdomain=None,
         resources=resources_,
         env=env,
@@ -518,6 +522,15 @@ def kept_spec(spec: JobSpec) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
+def avoiding(nodes: list[str]) -> dict[str, Any]:
+    """The pod affinity that keeps pods off ``nodes`` (by the Node object's name, which is what
+    ``kubectl get nodes`` and a pod's ``spec.nodeName`` say; the hostname label may differ)."""
+    if not nodes:
+        return {}
+    term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": sorted(set(nodes))}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 def render(
     spec: JobSpec,
     run_id: str,
@@ -541,6 +554,13 @@ def render(
     check_kind_fields(spec, kind)
     ctx = context(spec, run_id, kind)
     ctx["pod_overrides"] = target.pod_overrides if target else ""
+    if ctx["affinity"] and ctx["pod_overrides"] == "podSpecOverrides":
+        raise SpecError(
+            "cluster.avoid_nodes",
+            f"a TrainJob for {target.release if target else 'Trainer v2.0'} cannot keep pods off nodes: "
+            "its podSpecOverrides has no affinity",
+            "upgrade Kubeflow Trainer to v2.1 or later, use a PyTorchJob (cluster.kind), or cordon the node",
+        )
     url, packed = None, None
     if not spec.builtin and not spec.entrypoint.in_image:
         packed = code_bundle.pack(spec.entrypoint.code, extra=code_bundle.relay_files())

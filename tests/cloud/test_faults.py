@@ -7,6 +7,7 @@ resuming (test_eks_cluster.py, test_cloud_lifecycle.py), the ledger lost
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -163,35 +164,63 @@ def test_a_killed_torchrun_fails_the_run_leaves_no_rank_and_resume_continues(tmp
     status = finished(backend, run_id)
     assert status.state is JobState.FAILED, status
     assert "torchrun was killed by SIGKILL" in status.reason and "were stopped" in status.reason, status.reason
-    assert f"--resume {run_id}" in status.hint
+    assert f"torchdeck resume {run_id}" in status.hint
     _, alive = psutil.wait_procs(ranks, timeout=10)
     assert alive == [] and left_running(run_id) == []  # no rank (nor helper) goes on, unwatched
 
     # two consoles resume it at the same moment: one run, and the other is told which
     from local_runs import cli_env
 
-    consoles = [
+    moved = subprocess.run(
+        [sys.executable, "-m", "torchdeck", "resume", run_id, "--avoid-node", "node-2"],
+        env=cli_env(tmp_path / "state"),
+        capture_output=True,
+        text=True,
+    )
+    assert moved.returncode == 1 and "a local run has one node, this machine" in moved.stderr, moved
+    consoles = [  # `resume RUN`, and the older spelling, `train --resume RUN`
         subprocess.Popen(
-            [sys.executable, "-m", "torchdeck", "train", "--resume", run_id, "--detach"],
+            [sys.executable, "-m", "torchdeck", *command, run_id, "--detach"],
             env=cli_env(tmp_path / "state"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(2)
+        for command in (["resume"], ["train", "--resume"])
     ]
     answers = sorted((c.wait(timeout=120), *c.communicate()) for c in consoles)
-    (ok, resumed, _), (refused, _, said) = answers
+    (ok, resumed, told), (refused, _, said) = answers
     resumed = resumed.strip()
     assert ok == 0 and refused == 1, answers
     assert said.strip() == (
         f"torchdeck: error: {run_id} is being resumed already, as {resumed} (hint: `torchdeck monitor {resumed}`)"
     )
+    before = [json.loads(line) for line in (tmp_path / "state" / "runs" / run_id / "metrics" / "rank-0.jsonl").open()]
+    saved = max(r["step"] for r in before if r["event"] == "checkpoint")
+    got_to = max(r["step"] for r in before if r["event"] == "step")
+    lost = got_to - saved
+    assert f"torchdeck: {resumed} resumes {run_id} from step {saved} (the run got to {got_to}: {lost} steps" in told
+    assert backend.run_spec(resumed).resumes == run_id
     assert [s.run_id for s in backend.list() if s.run_id != run_id] == [resumed]
     done = finished(backend, resumed)
     assert done.state is JobState.SUCCEEDED and done.step == 32, done
     lines = [line.text for batch in backend.logs(resumed, rank=0) for line in batch]
     assert any(text.startswith("resume:") or "resumed" in text for text in lines), lines[:20]
+
+    # compare draws the two as one line: the first run's steps up to the snapshot, then the restart's
+    shown = subprocess.run(
+        [sys.executable, "-m", "torchdeck", "compare", resumed, run_id, "--output", "json"],
+        env=cli_env(tmp_path / "state"),
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    line, alone = json.loads(shown.stdout)["runs"]
+    assert line["restarts"] == [run_id] and alone["restarts"] == []
+    assert line["steps_lost"] == lost and line["steps"] == 32
+    steps = line["curve"]["step"]
+    assert steps == sorted(steps) and steps[0] < saved < steps[-1]
+    assert line["wall_s"] > alone["wall_s"]  # from the first run's start
 
 
 def test_the_api_server_killed_and_restarted_while_the_monitor_follows_a_run(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 from hangs import hang_script
@@ -250,3 +251,44 @@ def test_the_console_in_a_real_terminal_lists_and_monitors_a_real_pytorchjob(
     finally:
         subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
     wait(lambda: not objects_of(real_cluster, run_id), "every object of the run to go", 120)
+
+
+def test_a_stopped_run_resumed_off_a_node_continues_from_its_checkpoint_and_one_off_the_only_node_waits(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    """``torchdeck resume --avoid-node``: the real scheduler honours the affinity. Kept off another
+    node, the resumed run lands on this cluster's one node and the trainer resumes from the stopped
+    run's snapshot on the claim; kept off the one node, it waits Pending and status says why."""
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-steps", "240",
+                      "--batch-size", "32", "--set", "trainer.checkpoint_every=3", "--name", "moved")  # fmt: skip
+    wait(lambda: (s := status_of(on_cluster, run_id))["step"] >= 6 and s, "step 6", 600, every=2)
+    assert on_cluster("stop", run_id).returncode == 0  # its job is deleted: resume reads the kept spec
+    wait(lambda: not objects_of(real_cluster, run_id), "the stopped run's objects to go", 120)
+    saved = max(int(p.stem.split("-")[1]) for p in (volume / "runs" / "moved").glob("ckpt-*.pt"))
+    assert saved >= 3
+
+    resumed = on_cluster("resume", run_id, "--avoid-node", "gpu-node-7", "--detach")
+    assert resumed.returncode == 0, resumed.stderr
+    new_id = resumed.stdout.strip()
+    assert f"{new_id} resumes {run_id} from" in resumed.stderr and "kept off gpu-node-7" in resumed.stderr
+    job = real_cluster.get(f"pytorchjobs.kubeflow.org/{new_id}", "-n", NAMESPACE)
+    assert job["metadata"]["labels"]["torchdeck.dev/resumes"] == run_id
+    pods = wait(lambda: (p := real_cluster.get("pods", "-n", NAMESPACE, "-l", f"torchdeck.dev/run={new_id}")["items"])
+                and all(x["spec"].get("nodeName") for x in p) and len(p) == 2 and p, "the pods placed", 120)  # fmt: skip
+    for pod in pods:  # the operator carried the affinity to each pod, and the scheduler placed it elsewhere
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-node-7"]
+        assert pod["spec"]["nodeName"] == "torchdeck-node"
+    wait(lambda: (s := status_of(on_cluster, new_id))["step"] > saved and s, "the resumed run's steps", 600, every=2)
+    said = re.search(r"resumed from /shared/runs/moved/ckpt-\d+\.pt at epoch \d+ step (\d+)",
+                     on_cluster("logs", new_id, "--rank", "0").stdout)  # fmt: skip
+    assert said and int(said[1]) >= saved  # from the stopped run's newest snapshot (or one written as it stopped)
+    assert on_cluster("stop", new_id).returncode == 0
+
+    nowhere = on_cluster("resume", run_id, "--avoid-node", "torchdeck-node", "--detach")
+    assert nowhere.returncode == 0, nowhere.stderr
+    waiting_id = nowhere.stdout.strip()
+    status = wait(lambda: "node affinity" in (s := status_of(on_cluster, waiting_id))["reason"] and s,
+                  "the scheduler's reason", 120, every=2)  # fmt: skip
+    assert status["state"] == "pending" and "the nodes it avoids" in status["reason"], status
+    assert on_cluster("stop", waiting_id).returncode == 0

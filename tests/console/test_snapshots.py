@@ -29,6 +29,7 @@ from tui_support import (
 )
 
 from torchdeck.backends import triage
+from torchdeck.backends.base import JobState
 from torchdeck.backends.eks.plan import ClusterPlan, parse_nodegroup, save_plan
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.cluster import ClusterScreen
@@ -97,7 +98,16 @@ CASES = {
     "confirm": (True, None),
     "pick_ranks": (True, None),
     "triage": (True, None),
+    "resume_offer": (True, None),
 }
+LOST_NODE = {
+    "ip-10-0-1-7.us-west-2.compute.internal": (
+        "NotReady (Kubelet stopped posting node status.); ended its pod "
+        "(DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)"
+    )
+}
+"""For the resume offer's picture: what the kubernetes backend says of a node the node lifecycle
+controller lost (its words and their source: tests/kube, test_a_run_that_failed_on_a_bad_node...)."""
 TRIAGE = Path(__file__).parent.parent / "data" / "triage"
 
 
@@ -125,19 +135,26 @@ def _case_app(tmp_path, monkeypatch, case: str, ascii: bool):
         _filled_plan(tmp_path)
     if case == "triage":
         _kept_triage(state)
-    return make_app(settings_for(state, ascii=ascii), SnapshotBackend(state), cloud=fixed_context_cloud(state))
+    backend = SnapshotBackend(state)
+    if case == "resume_offer":  # the recorded run, as a cluster run that failed on a lost node shows
+        backend.ended_on = (JobState.FAILED, LOST_NODE)
+    return make_app(settings_for(state, ascii=ascii), backend, cloud=fixed_context_cloud(state))
 
 
 async def _ready(pilot, case: str) -> None:
     _, ready = CASES[case]
-    if case in ("pick_ranks", "triage"):  # over the monitor of the recorded run, once it has drawn it all
-        from tui_support import monitor_ready
+    if case in ("pick_ranks", "triage", "resume_offer"):  # over the recorded run's monitor, once it has drawn it all
+        from tui_support import monitor_ready, text_of
 
         await _runs_listed(pilot)
         await pilot.press("enter")
         screen = await monitor_ready(pilot)
         if case == "triage":
             await wait_for(pilot, lambda: screen.triage is not None, what="the kept verdict")
+            await steady(pilot)
+            return
+        if case == "resume_offer":
+            await wait_for(pilot, lambda: "from step" in text_of(screen, "#offer"), what="the offer", timeout=15)
             await steady(pilot)
             return
         await pilot.press("c")
@@ -186,6 +203,7 @@ PICTURES = {
     "monitor-80x24": "test_console/test_monitor_snapshot_80x24.svg",
     "compare": "test_compare_screen/test_comparison_picture[120x40].svg",
     "triage": "test_snapshots/test_screen[120x40-triage].svg",
+    "resume-offer": "test_snapshots/test_screen[120x40-resume_offer].svg",
 }
 """The pictures of the README and the guides (docs/screens/NAME.svg): copies of the reviewed snapshots, made by
 scripts/screenshots."""

@@ -236,3 +236,53 @@ def test_an_image_the_node_lacks_under_pull_policy_never_is_said_in_plain_words(
         f"the image {image} is not on torchdeck-node, and the pod may not pull it (imagePullPolicy: Never)"
     )
     assert "cluster.image_pull_policy: IfNotPresent" in finding.fix
+
+
+@pytest.mark.parametrize(
+    ("node", "said"),
+    [
+        ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, ""),
+        (
+            {  # the AWS Node Termination Handler's taint, two minutes before the instance goes
+                "spec": {"taints": [{"key": "aws-node-termination-handler/spot-itn", "effect": "NoSchedule"}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+            "a spot interruption notice (the instance is being reclaimed)",
+        ),
+        (
+            {
+                "spec": {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "False",
+                            "reason": "KubeletNotReady",
+                            "message": "PLEG is not healthy",
+                        },
+                        {"type": "MemoryPressure", "status": "True"},
+                    ]
+                },
+            },
+            "NotReady (PLEG is not healthy); short of memory",
+        ),
+        (
+            {"spec": {"unschedulable": True}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            "cordoned",
+        ),
+        (None, "gone from the cluster (deleted: a spot reclaim, a scale-down or a replacement)"),
+    ],
+)
+def test_a_node_is_called_bad_for_what_the_cluster_says_of_it(node, said):
+    from torchdeck.backends.kubernetes.diagnosis import node_trouble
+
+    assert node_trouble(node) == said
+
+
+def test_an_evicted_pod_names_its_node_and_why():
+    from torchdeck.backends.kubernetes.diagnosis import pod_disruption
+
+    evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}}
+    assert pod_disruption(evicted) == "evicted its pod: The node was low on resource: memory."
+    running = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert pod_disruption(running) == ""

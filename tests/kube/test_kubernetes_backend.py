@@ -755,3 +755,149 @@ def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(kube_api,
 
 async def _collect(progress):
     return [p async for p in progress]
+
+
+def failed_on_a_lost_node(kube_api, kube_backend, still_running=lambda run_id: None):
+    """A PyTorchJob whose master pod ran on cpu-1 until the node lifecycle controller marked cpu-1
+    NotReady, tainted it unreachable and ended the pod (DisruptionTarget); rank 0 said it saved a
+    checkpoint at step 10 and got to step 14. ``still_running`` is called while it runs."""
+    run_id = kube_backend.submit(make_spec())
+    lines = [metric_line(0, step, 2.0 - step / 100) for step in range(1, 15)]
+    lines.insert(10, json.dumps({"schema": 1, "event": "checkpoint", "rank": 0, "time": 1_790_000_010.5, "step": 10}))
+    kube_api.call(kube_api.emulator.script_log, NS, f"{run_id}-master-0", lines)
+    kube_api.call(kube_api.emulator.script_log, NS, f"{run_id}-worker-0", [metric_line(1, 14)])
+    make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", node="cpu-1")
+    make_pod(kube_backend, run_id, f"{run_id}-worker-0", "worker", node="cpu-0")
+    set_conditions(kube_backend, run_id, "Created", "Running")
+    still_running(run_id)
+
+    # what the node lifecycle controller writes when a kubelet stops reporting
+    lost = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+    lost["message"] = "Kubelet stopped posting node status."
+    kube_backend.client.request("PATCH", "api/v1/nodes/cpu-1/status", body={"status": {"conditions": [lost]}})
+    taint = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-11-26T06:00:00Z"}
+    kube_backend.client.request("PATCH", "api/v1/nodes/cpu-1", body={"spec": {"taints": [taint]}})
+    disrupted = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+    disrupted["message"] = "Taint manager: deleting due to NoExecute taint"
+    kube_backend.client.request(
+        "PATCH",
+        f"api/v1/namespaces/{NS}/pods/{run_id}-master-0/status",
+        body={"status": {"phase": "Failed", "conditions": [disrupted]}},
+    )
+    set_conditions(kube_backend, run_id, "Created", "Failed", message="PyTorchJob has failed")
+
+    return run_id
+
+
+def test_a_run_that_failed_on_a_bad_node_is_named_and_resumed_off_it(kube_api, tmp_path):
+    """The node lifecycle controller marks a node NotReady and taints it unreachable, and ends the
+    pod on it (DisruptionTarget): status names the node and why, and ``torchdeck resume RUN
+    --avoid-node NODE`` makes a run of the same lineage, its pods kept off that node, resuming
+    from the same checkpoint folder; the steps after the last checkpoint are said to be lost."""
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=2)
+    env = {
+        "KUBECONFIG": str(kube_api.kubeconfig),
+        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
+
+    def torchdeck(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+
+    def still_running(run_id):
+        still = torchdeck("resume", run_id)
+        assert still.returncode == 1 and f"{run_id} is still running" in still.stderr, still.stderr
+
+    run_id = failed_on_a_lost_node(kube_api, kube_backend, still_running)
+    status = kube_backend.status(run_id)
+    assert list(status.bad_nodes) == ["cpu-1"]  # cpu-0 is healthy: not named
+    why = status.bad_nodes["cpu-1"]
+    assert why.startswith("NotReady (Kubelet stopped posting node status.)") and "unreachable" not in why
+    assert "ended its pod (DeletionByTaintManager: Taint manager: deleting due to NoExecute taint)" in why
+    shown = torchdeck("status", run_id)
+    assert f"bad node: cpu-1: {why}" in shown.stdout
+    assert f"resume: torchdeck resume {run_id} --avoid-node cpu-1" in shown.stdout
+    assert json.loads(torchdeck("status", run_id, "--output", "json").stdout)["bad_nodes"] == {"cpu-1": why}
+
+    resumed = torchdeck("resume", run_id, "--avoid-node", "cpu-1", "--detach")
+    assert resumed.returncode == 0, resumed.stderr
+    new_id = resumed.stdout.strip()
+    assert (
+        f"torchdeck: {new_id} resumes {run_id} from step 10 (the run got to 14: 4 steps lost), kept off cpu-1"
+        in resumed.stderr
+    )
+    job = kube_backend.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{new_id}")
+    assert job["metadata"]["labels"]["torchdeck.dev/resumes"] == run_id
+    first = kube_backend.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}")
+    for replica in ("Master", "Worker"):
+        pod = job["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]
+        term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert term == [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["cpu-1"]}]}]
+        before = first["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["containers"][0]["args"]
+        assert pod["containers"][0]["args"] == before  # the same checkpoint folder: it resumes there
+    assert kube_backend.run_spec(new_id).resumes == run_id
+    again = torchdeck("resume", run_id)
+    assert again.returncode == 1 and f"{run_id} is being resumed already, as {new_id}" in again.stderr
+
+    # a stopped run's job is deleted: its spec was kept when it was submitted, and it resumes from that
+    assert torchdeck("stop", new_id).returncode == 0
+    plan = torchdeck("resume", new_id, "--avoid-node", "cpu-2", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    (pytorchjob,) = [o for o in yaml.safe_load_all(plan.stdout) if o and o["kind"] == "PyTorchJob"]
+    assert pytorchjob["metadata"]["labels"]["torchdeck.dev/resumes"] == new_id
+    avoided = pytorchjob["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"]
+    terms = avoided["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchFields"][0]["values"] == ["cpu-1", "cpu-2"]  # what it avoided, and the new one
+
+
+def test_the_monitor_offers_to_resume_a_run_that_failed_on_a_bad_node(kube_api, tmp_path):
+    """The monitor of a run that failed on a NotReady node says which node and why, and that r
+    resumes it elsewhere from step 10 with 4 steps lost; r, then y, starts the run kept off that
+    node and the monitor follows it."""
+    from textual.widgets import Static
+    from tui_support import wait_for
+
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.confirm import ConfirmScreen
+    from torchdeck.tui.screens.monitor import MonitorScreen
+
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=2)
+    run_id = failed_on_a_lost_node(kube_api, kube_backend)
+    settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
+
+    async def scenario():
+        app = make_app(settings, KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state"), run_id)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
+            screen = app.screen
+            offer = screen.query_one("#offer", Static)
+            await wait_for(pilot, lambda: "cpu-1" in str(offer.render()), what="the offer", timeout=30)
+            # (drawn again with each status: the steps once the metrics have said them)
+            await wait_for(pilot, lambda: "from step 10" in str(offer.render()), what="the checkpoint's step")
+            text = str(offer.render())
+            assert "failed on a bad node cpu-1: NotReady (Kubelet stopped posting node status.)" in text
+            assert "r resumes it on other nodes from step 10 (the run got to 14: 4 steps lost)" in text
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+            await pilot.press("y")
+            await wait_for(
+                pilot,
+                lambda: isinstance(app.screen, MonitorScreen) and app.screen.run_id != run_id,
+                what="the monitor of the new run",
+                timeout=30,
+            )
+            new_id = app.screen.run_id
+            spec = kube_backend.run_spec(new_id)
+            assert spec.resumes == run_id and spec.cluster.avoid_nodes == ["cpu-1"]
+
+    asyncio.run(scenario())

@@ -91,6 +91,16 @@ class SnapshotBackend(FixedNodesBackend):
     """For the model test's picture: the recorded run's model test answers a fixed result (the
     recorded run kept no model; the test itself is exercised by the backends' own tests)."""
 
+    ended_on: tuple = ()
+    """(state, bad nodes) the pictures' runs are shown with: the resume offer's picture shows the
+    recorded run as a cluster run that failed on a lost node is shown (``()``: as it ended)."""
+
+    def status(self, run_id: str):
+        status = super().status(run_id)
+        if self.ended_on:
+            status.state, status.bad_nodes = self.ended_on[0], dict(self.ended_on[1])
+        return status
+
     def model_file_of(self, run_id: str):
         from torchdeck.backends.spec import JobSpec
 

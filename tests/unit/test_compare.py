@@ -150,3 +150,45 @@ def test_prices_come_from_the_spec_then_the_table_then_the_settings_and_unknown_
 def test_an_amount_shows_enough_figures_to_tell_it_from_its_budget(amount, shown):
     # 83% of a $0.02 budget once read "$0.02 of $0.02"
     assert dollars(amount) == shown
+
+
+def test_a_run_and_its_restart_are_one_line_that_drops_the_steps_the_restart_did_again():
+    """The first run saved at step 100 and got to 130 before its node went; the restart resumed
+    from 100 and went on to 200. One line: the first run's 1..100, then the restart's 101..200;
+    30 steps lost; the wall time from the first start, the costs added."""
+    from torchdeck.backends.run_digest import lost_steps, restart_words
+
+    first = run("job-a", JobState.FAILED, 2, 130, lambda s: 5.0)  # a loss the restart never had
+    first.digest.ingest(
+        [MetricEvent("checkpoint", 0, 0.0, {"step": 50}), MetricEvent("checkpoint", 0, 0.0, {"step": 100})]
+    )
+    first.status.cost = RunCost([CostLine("2 x g5.xlarge", 1.0, 0.5, "table")])
+    later = run("job-b", JobState.SUCCEEDED, 2, 0, lambda s: 1.0)
+    for rank in range(2):
+        later.digest.ingest([MetricEvent("resume", rank, 0.0, {"step": 100, "restart_count": 0})])
+        later.digest.ingest(steps(rank, 200, lambda s: 1.0, start=101))
+    later.status.submitted_at, later.status.finished_at = 1200.0, 1500.0
+    later.status.cost = RunCost([CostLine("2 x g5.xlarge", 1.0, 0.25, "table")])
+    assert (first.digest.checkpoint_step, later.digest.resumed_at) == (100.0, 100.0)
+    assert lost_steps(first.digest, later.digest) == 30
+    assert restart_words(130, 100) == "from step 100 (the run got to 130: 30 steps lost)"
+    assert restart_words(130, None).endswith("the steps lost are not known)")
+
+    joined = first.digest.then(later.digest)
+    xs, ys = joined.mean_curve()
+    assert list(xs) == [float(s) for s in range(1, 201)]  # no step twice, none of 101..130 from the first
+    assert all(y == pytest.approx(5.005) for x, y in zip(xs, ys) if x <= 100)
+    assert all(y == pytest.approx(1.0) for x, y in zip(xs, ys) if x > 100)
+    assert joined.max_step == 200 and joined.summary()["final_loss"] == pytest.approx(1.0)
+    again = RunDigest.from_bytes(joined.to_bytes())
+    assert again is not None and again.resumed_at is None and again.checkpoint_step == 100.0
+
+    later.earlier, later.digest = [first], joined
+    alone = run("job-c", JobState.SUCCEEDED, 2, 200, lambda s: 1.0)
+    comparison = Comparison([later, alone])
+    rows = {r.name: r for r in comparison.rows()}
+    assert rows["restarts"].cells == ["1", "0"] and rows["steps lost"].cells == ["30", "0"]
+    assert rows["wall time"].cells[0] == "8m20s"  # 1000 s to 1500 s: from the first run's start
+    assert rows["cost"].cells[0] == "$0.75"
+    figures = comparison.figures(later)
+    assert figures["restarts"] == ["job-a"] and figures["steps_lost"] == 30 and "resumes" not in rows

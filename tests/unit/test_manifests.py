@@ -109,6 +109,56 @@ def test_trainjob_carries_its_pod_settings_in_each_trainer_release(target):
     assert pod_selector(rendered.main) == f"{expected}={RUN}"
 
 
+AVOIDED = ["ip-10-0-1-7.ec2.internal", "gpu-node-3"]
+
+
+def avoided_in(patch: object) -> list[list[str]]:
+    """Every node list a pod template's affinity keeps pods off (``metadata.name NotIn``)."""
+    found: list[list[str]] = []
+    if isinstance(patch, dict):
+        for key, value in patch.items():
+            if key == "matchFields":
+                found += [f["values"] for f in value if f["key"] == "metadata.name" and f["operator"] == "NotIn"]
+            else:
+                found += avoided_in(value)
+    elif isinstance(patch, list):
+        for item in patch:
+            found += avoided_in(item)
+    return found
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_avoided_nodes_keep_every_kinds_pods_off_them(kind):
+    """What resume --avoid-node renders: each pod template has the affinity, and the operator's CRD takes it."""
+    spec = with_overrides(golden_spec(), {"cluster.avoid_nodes": AVOIDED})
+    rendered = render(spec, RUN, kind)
+    assert validate_manifests(rendered).problems == []
+    templates = pod_templates(rendered.main) if kind != "trainjob" else [rendered.main["spec"]]
+    assert templates
+    for template in templates:
+        assert avoided_in(template) == [sorted(AVOIDED)]
+    assert avoided_in(render(golden_spec(), RUN, kind).objects) == []
+
+
+@pytest.mark.parametrize("target", crds.TARGETS["trainjob"], ids=lambda t: t.release)
+def test_a_trainjob_avoids_nodes_where_its_release_can_say_so(target):
+    spec = with_overrides(golden_spec(), {"cluster.avoid_nodes": AVOIDED})
+    if target.pod_overrides == "podSpecOverrides":  # Trainer v2.0 patches no affinity
+        with pytest.raises(SpecError, match="cluster.avoid_nodes: .*cannot keep pods off nodes") as caught:
+            render(spec, RUN, "trainjob", target)
+        assert "v2.1" in caught.value.hint
+        return
+    rendered = render(spec, RUN, "trainjob", target)
+    assert validate_manifests(rendered).problems == []
+    assert avoided_in(rendered.main["spec"][target.pod_overrides]) == [sorted(AVOIDED)]
+
+
+@pytest.mark.parametrize("bad", [["Not_A_Node"], "ip-10-0-1-7", [""], [7]])
+def test_avoided_nodes_must_be_node_names(bad):
+    with pytest.raises(SpecError, match="cluster.avoid_nodes: "):
+        with_overrides(golden_spec(), {"cluster.avoid_nodes": bad})
+
+
 def test_validation_names_a_misspelt_field_and_what_the_crd_refuses():
     rendered = render(golden_spec(), RUN, "pytorchjob")
     job = rendered.main

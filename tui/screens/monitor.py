@@ -23,7 +23,15 @@ from torchdeck.monitor.feed import MetricFeed
 from torchdeck.monitor.state import MonitorSnapshot, MonitorState, format_duration, quiet_words, unread_words
 
 from ..glyphs import STATE_STYLE, bar
-from ..messages import LogsArrived, MetricsArrived, NodesMeasured, RunStopped, StatusChanged, TriageMade
+from ..messages import (
+    LogsArrived,
+    MetricsArrived,
+    NodesMeasured,
+    RunResumed,
+    RunStopped,
+    StatusChanged,
+    TriageMade,
+)
 from ..widgets.log_pane import LogPane
 from ..widgets.loss_chart import LossChart
 from ..widgets.node_bars import NodeBars
@@ -59,6 +67,7 @@ class MonitorScreen(DeckScreen[None]):
         Binding("slash", "search", "Search"),
         Binding("c", "pick_ranks", "Chart ranks"),
         Binding("t", "triage", "Triage"),
+        Binding("r", "resume", "Resume"),
         Binding("question_mark", "app.help", "Help"),
     ]
 
@@ -101,6 +110,7 @@ class MonitorScreen(DeckScreen[None]):
         yield Static(id="status-line")
         yield Static(id="progress-line")
         yield Static(id="triage")
+        yield Static(id="offer")
         with Horizontal(id="top"):
             yield LossChart(g, id="chart")
             with Vertical(id="side"):
@@ -180,6 +190,12 @@ class MonitorScreen(DeckScreen[None]):
         quiet spell looks like a hang."""
         self.post_message(TriageMade(self.backend.triage(self.run_id), auto))
 
+    @work(thread=True, exclusive=True, group="resume", exit_on_error=False)
+    def resume_run(self, avoid: list[str]) -> None:
+        """Start the run that continues this one (``backend.resume``), kept off ``avoid``."""
+        run_id, _ = self.backend.resume(self.run_id, avoid)
+        self.post_message(RunResumed(run_id))
+
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
     def stop_run(self) -> None:
         self.post_message(RunStopped(self.backend.cancel(self.run_id)))
@@ -192,6 +208,26 @@ class MonitorScreen(DeckScreen[None]):
         kept = message.status.triage
         if kept is not None and (self.triage is None or kept.time > self.triage.time):
             self.show_triage(kept)  # made elsewhere (torchdeck triage), or before this monitor opened
+        if message.status.state.is_terminal and message.status.bad_nodes:
+            self.show_offer(message.status)
+
+    def show_offer(self, status: JobStatus) -> None:
+        """A run that ended on nodes the cluster marks bad: which, why, and the resume that avoids them."""
+        from torchdeck.backends.run_digest import restart_words
+
+        nodes = "; ".join(f"{node}: {why}" for node, why in status.bad_nodes.items())
+        text = Text()
+        text.append(f"{status.state.value} on a bad node ", style="bold red")
+        text.append(nodes)
+        text.append("\nr resumes it on other nodes ", style="bold")
+        text.append(restart_words(self.snap.step, self.snap.checkpoint_step))
+        pane = self.query_one("#offer", Static)
+        pane.update(text)
+        pane.set_class(True, "-shown")
+
+    def on_run_resumed(self, message: RunResumed) -> None:
+        self.notify(f"{message.run_id} resumes {self.run_id}", title="resumed")
+        self.app.switch_screen(MonitorScreen(message.run_id))
 
     def on_triage_made(self, message: TriageMade) -> None:
         self.show_triage(message.triage)
@@ -371,6 +407,26 @@ class MonitorScreen(DeckScreen[None]):
             return
         self.notify("asking every rank where it is...", title="triage")
         self.triage_run()
+
+    def action_resume(self) -> None:
+        from torchdeck.backends.run_digest import restart_words
+
+        if not (self.status and self.status.state.is_terminal):
+            self.notify(f"{self.run_id} is still running: a run is resumed once it has ended (s stops it)")
+            return
+        if self.status.state is JobState.SUCCEEDED:
+            self.notify(f"{self.run_id} succeeded: there is nothing left to resume")
+            return
+        avoid = list(self.status.bad_nodes)
+        off = f", kept off {', '.join(avoid)}" if avoid else ""
+        where = restart_words(self.snap.step, self.snap.checkpoint_step)
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.notify(f"resuming {self.run_id}...")
+                self.resume_run(avoid)
+
+        self.app.push_screen(ConfirmScreen(f"Resume {self.run_id} {where}{off}?"), confirmed)
 
     def action_stop(self) -> None:
         if self.status and self.status.state.is_terminal:
