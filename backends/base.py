@@ -377,10 +377,16 @@ class Backend(abc.ABC):
         )
 
     def check(
-        self, nproc: int = 2, max_bytes: int = 16 << 20, on_wait: Callable[[str], None] = lambda line: None
+        self,
+        spec: JobSpec | None = None,
+        max_bytes: int = 16 << 20,
+        on_wait: Callable[[str], None] = lambda line: None,
+        timeout_s: float = 900.0,
     ) -> dict:
-        """The health gate: an all-reduce bus-bandwidth sweep between ranks (``trainer/check.py``):
-        ``{"backend", "world_size", "hosts", "rows": [{"bytes", "time_s", "algbw_gbps", "busbw_gbps"}]}``."""
+        """The health gate (``trainer/check.py``) on what a run of ``spec`` would use: an all-reduce
+        bus-bandwidth sweep between its ranks, then per node and per pair of nodes, and what each
+        node is (GPUs, DCGM, EFA): ``{"backend", "world_size", "hosts", "rows": [{"bytes", "time_s",
+        "algbw_gbps", "busbw_gbps"}], "nodes", "pairs", "short": {node: why}}``."""
         raise BackendError(
             f"the health gate does not run on the {self.name} backend yet",
             "run it on this machine (torchdeck check), or nccl-tests as a job of your own on the cluster",

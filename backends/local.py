@@ -806,14 +806,23 @@ class LocalBackend(Backend):
         return result
 
     def check(
-        self, nproc: int = 2, max_bytes: int = 16 << 20, on_wait: Callable[[str], None] = lambda line: None
+        self,
+        spec: JobSpec | None = None,
+        max_bytes: int = 16 << 20,
+        on_wait: Callable[[str], None] = lambda line: None,
+        timeout_s: float = 900.0,
     ) -> dict:
-        """The health gate's bandwidth sweep between ``nproc`` ranks here (``trainer/check.py``, under
-        torchrun on this machine's loopback; gloo on CPUs, NCCL on GPUs)."""
+        """The health gate between the spec's ranks here (``trainer/check.py``, under torchrun on this
+        machine's loopback; gloo on CPUs, NCCL on GPUs), and what this machine's GPUs are."""
+        from .health import judge
+
+        nproc = spec.nproc_per_node if spec is not None else 2
         if not 2 <= nproc <= 64:
             raise BackendError(f"--nproc-per-node {nproc}: a sweep needs 2 to 64 ranks", "--nproc-per-node 2")
         args = ["--standalone", "--nproc-per-node", str(nproc), "-m", "torchdeck.trainer.check"]
-        return self._trainer_tool("torch.distributed.run", [*args, "--max-bytes", str(max_bytes)], on_wait)
+        result = self._trainer_tool("torch.distributed.run", [*args, "--max-bytes", str(max_bytes)], on_wait)
+        result["short"] = judge(result)
+        return result
 
     def prepare_data(
         self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None

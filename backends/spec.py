@@ -262,6 +262,16 @@ class ClusterOptions:
     )
     """Nodes the pods must not be scheduled on, by name (a node affinity ``metadata.name NotIn``):
     what ``torchdeck resume RUN --avoid-node NODE`` adds after a run failed on a sick node."""
+    health_gate: bool = option(
+        False,
+        check=is_bool,
+        help="run the health gate on the nodes first and keep the run off those that fall short",
+        label="Health gate first",
+        flag="--check",
+        where="cluster",
+    )
+    """Before the run, the health gate (``torchdeck check``) on the nodes the run would use, with
+    its image, kind and node selection; the nodes that fall short are added to ``avoid_nodes``."""
     gpu_toleration: bool = option(True, check=is_bool, help="tolerate the nvidia.com/gpu taint", where="cluster")
     """Tolerate the nvidia.com/gpu taint GPU nodes carry (only when gpus > 0)."""
     min_nodes: int | None = option(

@@ -297,6 +297,13 @@ def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) ->
     if args.dry_run:  # the plan that a submit applies, as it would apply it
         print(backend.plan(spec).text(), end="")
         return 0
+    if hasattr(backend, "on_wait"):  # a cluster's health gate before the run says what it waits for
+        backend.on_wait = _say
+    elif spec.cluster.health_gate:  # this machine: the gate is the sweep between its ranks, said first
+        gate = backend.check(spec, on_wait=_say)
+        peak = max(gate["rows"], key=lambda r: r["busbw_gbps"])
+        short = "; ".join(f"{n}: {why}" for n, why in (gate.get("short") or {}).items())
+        _say(f"health gate: peak bus bandwidth {peak['busbw_gbps']:.3f} GB/s; " + (short or "this machine passed"))
     return started(args, backend, backend.submit(spec), spec)
 
 
@@ -314,6 +321,8 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
         where = restart_words(digest.max_step, digest.checkpoint_step)
     except BackendError:  # a cluster run whose job is gone: its steps went with its pods' logs
         where = "from its newest checkpoint (its logs are gone: the steps lost are not known)"
+    if hasattr(backend, "on_wait"):
+        backend.on_wait = _say
     run_id, spec = backend.resume(args.run, args.avoid_node)
     avoiding = f", kept off {', '.join(spec.cluster.avoid_nodes)}" if spec.cluster.avoid_nodes else ""
     print(printable(f"torchdeck: {run_id} resumes {spec.resumes} {where}{avoiding}"), file=sys.stderr)
@@ -526,24 +535,84 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
 
 
 def cmd_check(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
-    """The health gate's bandwidth sweep: each size's time and bandwidths, then the peak."""
+    """The health gate: each size's time and bandwidths between all the ranks, then (on a cluster)
+    each node's own and each pair's, what each node is, and the nodes that fall short."""
     if not 4096 <= args.max_bytes <= 1 << 32:
         return fail(f"--max-bytes {args.max_bytes}: give 4096 to 4294967296 (hint: --max-bytes 16777216)", EXIT_USAGE)
-    result = backend.check(args.nproc_per_node, args.max_bytes)
+    spec = spec_for(args, settings)
+    result = backend.check(spec, args.max_bytes, on_wait=_say, timeout_s=args.timeout)
     if args.output == "json":
         print(strict_json(result, indent=2))
-        return 0
+    else:
+        print(check_report(result))
+    short = result.get("short") or {}
+    if args.cordon and short:
+        cordon = getattr(backend, "cordon", None)
+        if cordon is None:
+            return fail("--cordon is for a cluster's nodes (hint: --backend kubernetes)", EXIT_USAGE)
+        for node in short:
+            if args.yes or ask(f"cordon {node} (nothing new is scheduled there; what runs stays)? [y/N] "):
+                cordon(node)
+                print(printable(f"cordoned {node} (kubectl uncordon {node} undoes it)"))
+    return 0
+
+
+def ask(question: str) -> bool:
+    """A yes/no question on the terminal; no terminal (a pipe, CI) answers no."""
+    if not sys.stdin.isatty():
+        print(printable(f"{question}no (not a terminal: --yes answers yes)"), file=sys.stderr)
+        return False
+    try:
+        return input(question).strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def check_report(result: dict[str, Any]) -> str:
+    """The gate's answer as text: the sweep between every rank, each node, each pair, the verdict."""
     hosts = sorted(set(result.get("hosts") or []))
-    print(printable(f"all-reduce between {result['world_size']} ranks ({result['backend']}, on {', '.join(hosts)})"))
-    print(f"{'size':>10} {'time':>10} {'algbw':>12} {'busbw':>12}")
+    out = [f"all-reduce between {result['world_size']} ranks ({result['backend']}, on {', '.join(hosts)})"]
+    out.append(f"{'size':>10} {'time':>10} {'algbw':>12} {'busbw':>12}")
     for row in result["rows"]:
-        print(
+        out.append(
             f"{size_words(row['bytes']):>10} {row['time_s'] * 1e3:>8.2f} ms {row['algbw_gbps']:>7.3f} GB/s "
             f"{row['busbw_gbps']:>7.3f} GB/s"
         )
     peak = max(result["rows"], key=lambda r: r["busbw_gbps"])
-    print(f"peak bus bandwidth {peak['busbw_gbps']:.3f} GB/s at {size_words(peak['bytes'])}")
-    return 0
+    out.append(f"peak bus bandwidth {peak['busbw_gbps']:.3f} GB/s at {size_words(peak['bytes'])}")
+    nodes = result.get("nodes") or []
+    types = result.get("instance_types") or {}
+    if len(nodes) > 1 or any(n.get("gpus", {}).get("count") for n in nodes):
+        out.append("")
+        out.append(f"{'node':<40} {'type':<14} {'ranks':>5} {'own busbw':>11}  GPUs  DCGM  EFA")
+        for n in nodes:
+            own = (n.get("intra") or {}).get("busbw_gbps")
+            gpus = n.get("gpus") or {}
+            dcgm = n.get("dcgm") or {}
+            dcgm_cell = ("fail" if dcgm.get("failed") or dcgm.get("error") else "pass") if dcgm.get("ran") else "-"
+            efa = len((n.get("efa") or {}).get("devices") or [])
+            out.append(
+                f"{n['node'][:40]:<40} {types.get(n['node'], '-'):<14} {len(n.get('ranks') or []):>5} "
+                + (f"{own:>6.3f} GB/s" if own is not None else f"{'-':>11}")
+                + f"  {gpus.get('count', 0):>4}  {dcgm_cell:>4}  {efa:>3}"
+            )
+    pairs = [p for p in result.get("pairs") or [] if p.get("result")]
+    if pairs:
+        out.append("")
+        out.append(f"between nodes ({size_words(pairs[0]['result']['bytes'])}, first rank of each):")
+        for p in pairs:
+            out.append(f"  {p['a']} <-> {p['b']}: {p['result']['busbw_gbps']:.3f} GB/s")
+    short = result.get("short") or {}
+    out.append("")
+    if short:
+        for node, why in short.items():
+            out.append(f"falls short: {node}: {why}")
+        out.append(
+            "the run can be kept off them: --avoid-node on resume, cluster.avoid_nodes in the spec, or train --check"
+        )
+    else:
+        out.append(f"every node passed ({len(nodes) or 1} measured)")
+    return printable("\n".join(out))
 
 
 def size_words(n: int) -> str:

@@ -30,7 +30,7 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck triage RUN             a hung run: which rank is elsewhere, at which line, in which collective
   torchdeck resume RUN --avoid-node NODE
                                    continue a failed or stopped run from its checkpoint, off a sick node
-  torchdeck check                  the health gate: all-reduce bandwidth between ranks, size by size
+  torchdeck check                  the health gate: all-reduce bandwidth between ranks, nodes and node pairs
   torchdeck test --run RUN         accuracy of a run's model, per class
   torchdeck render --kind job      print the Kubernetes manifests of the job
   torchdeck cluster init --name demo --region us-west-2 --worker gpu:g5.xlarge:0:2:4:gpu
@@ -190,9 +190,15 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     p.add_argument("run", help="run id or a unique prefix")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
-    p = sub.add_parser("check", help="the health gate: an all-reduce bandwidth sweep between ranks")
-    p.add_argument("--nproc-per-node", type=int, default=2, metavar="N", help="ranks to sweep between (default 2)")
+    p = sub.add_parser(
+        "check",
+        help="the health gate: all-reduce bandwidth between ranks, nodes and pairs of nodes, and each node's GPUs",
+    )
+    _add_spec_overrides(p, spec_flags)
     p.add_argument("--max-bytes", type=int, default=16 << 20, metavar="B", help="the largest all-reduce (16 MiB)")
+    p.add_argument("--timeout", type=float, default=900.0, metavar="S", help="cluster: give up after S seconds")
+    p.add_argument("--cordon", action="store_true", help="cluster: offer to cordon each node that falls short")
+    p.add_argument("--yes", action="store_true", help="with --cordon: cordon them without asking")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser(
@@ -252,7 +258,7 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-SPEC_COMMANDS = {"train", "render", "data", "test"}
+SPEC_COMMANDS = {"train", "render", "data", "test", "check"}
 """The commands that take the spec's flags (``_add_spec_overrides``)."""
 
 

@@ -94,6 +94,10 @@ class RankView:
     error: str = ""
     host: str = ""
     gpu_util: float | None = None
+    cpu_util: float | None = None
+    """The rank's own CPU use, percent of a core, where its lines say (the built-in trainer's do)."""
+    data_share: float | None = None
+    """The part of each step spent waiting for the next batch (``data_s`` / ``step_s``), smoothed."""
     """GPU utilization (%) the rank itself reports (NVML in the trainer), as of its latest step."""
     loss_curve: Series = field(default_factory=Series)
     gaps: StepGaps = field(default_factory=StepGaps)
@@ -225,6 +229,11 @@ class MonitorState:
                     view.epoch = rec.get("epoch") or view.epoch
                     view.loss = loss if loss is not None else view.loss
                     view.gpu_util = rec.get("gpu_util")
+                    view.cpu_util = rec.get("cpu_util", view.cpu_util)
+                    data_s, step_s = rec.get("data_s"), rec.get("step_s")
+                    if isinstance(data_s, (int, float)) and isinstance(step_s, (int, float)) and step_s > 0:
+                        share = min(1.0, data_s / step_s)
+                        view.data_share = share if view.data_share is None else 0.8 * view.data_share + 0.2 * share
                     if view.gpu_util is not None:
                         view.host = rec.get("host") or view.host
                     sps = rec.get("samples_per_s")
@@ -452,7 +461,8 @@ def slow_words(
     v: RankView, views: list[RankView], fig: StepFigures | None, rel: float | None, median_speed: float | None
 ) -> str:
     """Why a rank is flagged slow, with its numbers and what differs from the others: its pace
-    against the fastest and against its own best, its GPU's utilisation, its node."""
+    against the fastest and against its own best, its GPU's and CPU's utilisation, the part of
+    each step it waits on its data loader, its node."""
     said = []
     if rel is not None and fig is not None:
         said.append(f"{rel:.0%} of the fastest pace ({fig.median_s:.3g} s/step, p95 {fig.p95_s:.3g} s)")
@@ -463,6 +473,12 @@ def slow_words(
     gpus = [o.gpu_util for o in others if o.gpu_util is not None]
     if v.gpu_util is not None and gpus and abs(v.gpu_util - statistics.median(gpus)) >= 20:
         said.append(f"GPU {v.gpu_util:.0f}% (others {statistics.median(gpus):.0f}%)")
+    cpus = [o.cpu_util for o in others if o.cpu_util is not None]
+    if v.cpu_util is not None and cpus and abs(v.cpu_util - statistics.median(cpus)) >= 30:
+        said.append(f"CPU {v.cpu_util:.0f}% (others {statistics.median(cpus):.0f}%)")
+    waits = [o.data_share for o in others if o.data_share is not None]
+    if v.data_share is not None and waits and v.data_share >= 0.2 and v.data_share >= 2 * statistics.median(waits):
+        said.append(f"waits on its data loader {v.data_share:.0%} of each step (others {statistics.median(waits):.0%})")
     hosts = [o.host for o in others if o.host]
     if v.host and hosts and v.host not in hosts:
         said.append(f"the only rank on {v.host}")

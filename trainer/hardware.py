@@ -4,6 +4,7 @@ its GPU is doing."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -85,6 +86,7 @@ class GpuProbe:
     def __init__(self, device: torch.device):
         self.device = device
         self.enabled = device.type == "cuda"
+        self._cpu_mark = (time.perf_counter(), time.process_time())
         self._handle = None
         self._nvml = None
         if self.enabled:
@@ -103,14 +105,24 @@ class GpuProbe:
             except Exception:
                 self._handle = None
 
-    def sample(self) -> dict[str, float | None]:
-        """``gpu_util`` and ``gpu_mem_mb`` on CUDA, nothing on a CPU."""
-        if not self.enabled:
+    def cpu_sample(self) -> dict[str, float]:
+        """``cpu_util``: the rank's own CPU time since the last sample over the wall time between
+        them, in percent of one core (its threads and data-loader threads, not its worker processes)."""
+        now, used = time.perf_counter(), time.process_time()
+        last, self._cpu_mark = self._cpu_mark, (now, used)
+        if now <= last[0]:
             return {}
+        return {"cpu_util": round(100.0 * (used - last[1]) / (now - last[0]), 1)}
+
+    def sample(self) -> dict[str, float | None]:
+        """``cpu_util`` on every device; ``gpu_util`` and ``gpu_mem_mb`` on CUDA."""
+        cpu: dict[str, float | None] = dict(self.cpu_sample())
+        if not self.enabled:
+            return cpu
         util = None
         if self._handle is not None:
             try:
                 util = float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)  # type: ignore[union-attr]
             except Exception:
                 util = None
-        return {"gpu_util": util, "gpu_mem_mb": round(torch.cuda.memory_reserved(self.device) / 2**20, 1)}
+        return cpu | {"gpu_util": util, "gpu_mem_mb": round(torch.cuda.memory_reserved(self.device) / 2**20, 1)}

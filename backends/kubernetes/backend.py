@@ -46,7 +46,7 @@ from ..base import (
 from ..bundle import CodeStore
 from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
 from ..errors import BackendError, RunIdTaken, RunNotFound, SpecError
-from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines, relate_ranks
+from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines, relate_ranks, tool_result
 from ..names import new_run_id
 from ..schema import number
 from ..spec import JobKindName, JobSpec, spec_from_dict, validate
@@ -110,6 +110,10 @@ PODS_READ = 16
 """Pods whose log tails ``status`` reads for each rank's progress (one request each)."""
 
 
+def _silent(line: str) -> None:
+    """Says nothing (a module-level function: a backend sent to another process pickles it)."""
+
+
 class KubernetesBackend(Backend):
     """Jobs on a Kubernetes cluster, through one connection (``client``, a ``KubeClient``): the
     backend holds a client rather than being one, so what needs only the API (the preflight, the
@@ -148,6 +152,8 @@ class KubernetesBackend(Backend):
         """Where the ledger is: jobs submitted are recorded there (None: not recorded)."""
         self.namespace = namespace
         """Where to look for runs; None: every namespace (or, where that is forbidden, the context's)."""
+        self.on_wait: Callable[[str], None] = _silent
+        """Where a submit says what it waits for (the health gate before a run that asks for it)."""
         self._node_cache: dict[str, tuple[float, list[NodeMetrics]]] = {}
         self._kinds: dict[str, tuple[JobKindName, str]] = {}
         """run id -> (kind key, namespace), learned on the way."""
@@ -160,7 +166,7 @@ class KubernetesBackend(Backend):
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection (the client's own pickling)."""
-        return {**self.__dict__, "_node_cache": {}, "_crds": {}}
+        return {**self.__dict__, "_node_cache": {}, "_crds": {}, "on_wait": _silent}
 
     @property
     def scope(self) -> str:
@@ -200,6 +206,11 @@ class KubernetesBackend(Backend):
                 notes += [view.line()] if view else []
             except BackendError as exc:
                 notes.append(f"preflight not run: {exc}")
+        if spec.cluster.health_gate:
+            notes.append(
+                "health gate first: torchdeck check runs on the nodes with this image, kind and node selection; "
+                "the nodes that fall short are kept off (cluster.avoid_nodes), and the run is planned again"
+            )
         return rendered_plan(self.name, spec, rendered, found, notes)
 
     def crd(self, kind: JobKindName) -> dict[str, Any] | None:
@@ -237,7 +248,10 @@ class KubernetesBackend(Backend):
         return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, code_bucket=self.code_bucket))
 
     def apply(self, plan: Plan) -> str:
-        """Send the plan's code bundle where it goes and create the plan's objects, in order."""
+        """Send the plan's code bundle where it goes and create the plan's objects, in order (after
+        the health gate, where the spec asks for it: the nodes that fall short are kept off)."""
+        if plan.spec.cluster.health_gate and plan.backend == self.name:
+            plan = self._gated(plan)
         rendered = plan.payload
         if not isinstance(rendered, Rendered) or plan.backend != self.name:
             raise BackendError(f"this plan was not made by the {self.name} backend", "make it with plan(spec)")
@@ -252,6 +266,99 @@ class KubernetesBackend(Backend):
         self._kinds[plan.run_id] = (rendered.kind, plan.spec.namespace)
         self._selectors[plan.run_id] = pod_selector(rendered.main)
         return plan.run_id
+
+    def _gated(self, plan: Plan) -> Plan:
+        """``plan`` after the health gate ran on the nodes it would use: planned again, kept off the
+        nodes that fell short, where some did."""
+        result = self.check(plan.spec, on_wait=self.on_wait)
+        short = sorted(set(result.get("short") or {}) - set(plan.spec.cluster.avoid_nodes))
+        if not short:
+            self.on_wait(f"health gate: every node passed ({len(result.get('nodes') or [])} measured)")
+            return plan
+        for node in short:
+            self.on_wait(f"health gate: {node} fell short: {result['short'][node]}")
+        self.on_wait(f"health gate: the run is kept off {', '.join(short)}")
+        c = plan.spec.cluster
+        spec = dataclasses.replace(
+            plan.spec, cluster=dataclasses.replace(c, avoid_nodes=sorted({*c.avoid_nodes, *short}))
+        )
+        return self.plan(spec)
+
+    def check(
+        self,
+        spec: JobSpec | None = None,
+        max_bytes: int = 16 << 20,
+        on_wait: Callable[[str], None] = lambda line: None,
+        timeout_s: float = 900.0,
+    ) -> dict:
+        """The health gate on the nodes a run of ``spec`` would use: ``health.gate_spec`` submitted
+        as a run of the same kind (so placed, queued and admitted as the run would be), waited for,
+        its answer read from rank 0's log, then deleted. The answer is judged (``health.judge``,
+        with each node's instance type) and kept in the state folder for ``status``."""
+        from ..health import gate_spec, judge, save
+
+        if spec is None:
+            raise BackendError("the health gate on a cluster needs the run's spec", "torchdeck check SPEC (or flags)")
+        gate = gate_spec(spec, max_bytes)
+        run_id = self.submit(gate)
+        on_wait(f"health gate {run_id}: {gate.nodes} node(s) x {gate.nproc_per_node} rank(s), image {gate.image}")
+        try:
+            status = self._wait_gate(run_id, timeout_s, on_wait)
+            text = "\n".join(line.text for batch in self.logs(run_id) for line in batch)
+            result = tool_result(text)  # the check's own error line raises, with its message and hint
+            if status.state is not JobState.SUCCEEDED or result is None:
+                raise BackendError(
+                    f"the health gate {run_id} {status.state.value}: {status.reason or 'it said no result'}",
+                    status.hint
+                    or "torchdeck logs of the gate are gone with it: run it again with kubectl to read them",
+                )
+        finally:
+            with contextlib.suppress(BackendError, ApiError):
+                self.discard(run_id)
+        nodes = {str(n.get("node")) for n in result.get("nodes") or []}
+        result["instance_types"] = self._instance_types(nodes)
+        result["short"] = judge(result, result["instance_types"])
+        result["time"] = time.time()
+        result["gate"] = run_id
+        if self.ledger_dir is not None:
+            save(self.ledger_dir / "check", result)
+        return result
+
+    def _wait_gate(self, run_id: str, timeout_s: float, on_wait: Callable[[str], None]) -> JobStatus:
+        deadline, said = time.monotonic() + timeout_s, ""
+        while True:
+            status = self.status(run_id)
+            if status.state.is_terminal:
+                return status
+            words = status.reason or status.state.value
+            if words != said:
+                on_wait(f"health gate: {words}")
+                said = words
+            if time.monotonic() > deadline:
+                raise BackendError(
+                    f"the health gate {run_id} did not end in {timeout_s:.0f} s ({words})",
+                    "its pods could not be placed or started: torchdeck status says why for a run of the same spec",
+                )
+            time.sleep(2.0)
+
+    def _instance_types(self, nodes: set[str]) -> dict[str, str]:
+        """Each node's instance type (its ``node.kubernetes.io/instance-type`` label), where it has one."""
+        from ..health import INSTANCE_LABEL
+
+        found: dict[str, str] = {}
+        for name in sorted(nodes):
+            try:
+                node = self.client.request("GET", api_path("Node", name=name))
+            except ApiError:
+                continue
+            kind = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL)
+            if kind:
+                found[name] = kind
+        return found
+
+    def cordon(self, node: str) -> None:
+        """Mark a node unschedulable (``kubectl cordon``): what it runs stays, nothing new lands."""
+        self.client.request("PATCH", api_path("Node", name=node), body={"spec": {"unschedulable": True}})
 
     def _run_taken(self, run_id: str) -> bool:
         """Whether a job of any kind, in any namespace, carries this run id (ids name runs cluster-wide)."""
@@ -399,6 +506,13 @@ class KubernetesBackend(Backend):
         self._priced(key, obj, pods, status)
         if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
             status.bad_nodes = bad_nodes(self.client, pods)
+            if self.ledger_dir is not None:
+                from ..health import gate_marked
+
+                ran_on = {str((p.get("spec") or {}).get("nodeName")) for p in pods}
+                marked = gate_marked(self.ledger_dir / "check")
+                for node in sorted(ran_on & set(marked)):
+                    status.bad_nodes[node] = "; ".join(w for w in (status.bad_nodes.get(node), marked[node]) if w)
         if self.ledger_dir is not None and (self.ledger_dir / "triage" / status.run_id).is_dir():
             from ..triage import load
 
@@ -497,7 +611,8 @@ class KubernetesBackend(Backend):
                     f"{name} is being resumed already, as {later.run_id}", f"`torchdeck monitor {later.run_id}`"
                 )
         avoid = sorted(set(spec.cluster.avoid_nodes) | set(avoid_nodes))
-        return dataclasses.replace(spec, resumes=name, cluster=dataclasses.replace(spec.cluster, avoid_nodes=avoid))
+        resumed = dataclasses.replace(spec, resumes=name, cluster=dataclasses.replace(spec.cluster, avoid_nodes=avoid))
+        return spec_from_dict(resumed.to_dict(), "--avoid-node")  # every field checked again: a node's name too
 
     def _priced(self, key: JobKindName, obj: dict[str, Any], pods: list[dict[str, Any]], status: JobStatus) -> None:
         """The run's cost so far (kept on the job once it has ended), and its budget's stop."""

@@ -26,7 +26,7 @@ from ..files import parse_yaml
 from ..spec import JobKindName, JobSpec, spec_from_dict
 from ..spec_options import MAX_JOB_NAME
 from . import crds
-from .manifests import QUEUE_LABEL
+from .manifests import NODE_NAME_ENV, QUEUE_LABEL
 
 KINDS: dict[str, JobKindName] = {
     "PyTorchJob": "pytorchjob",
@@ -404,10 +404,16 @@ class _Reader:
             if t.get("key") != "nvidia.com/gpu":
                 self.notes.append(f"toleration {t.get('key')}: left out (torchdeck tolerates the GPU taint only)")
         if pod.get("affinity"):
-            self.notes.append("affinity: left out (use cluster.node_selector)")
+            avoided = avoided_nodes(pod["affinity"])
+            if avoided is not None:
+                self.data["cluster"]["avoid_nodes"] = avoided
+            else:
+                self.notes.append("affinity: left out (use cluster.node_selector, or cluster.avoid_nodes)")
         env: dict[str, str] = {}
         unknown: set[str] = set()
         for e in container.get("env") or []:
+            if e.get("name") == NODE_NAME_ENV:
+                continue  # what torchdeck's own pods carry: rendered again
             if "value" in e and re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", str(e.get("name", ""))):
                 env[e["name"]] = kubelet_expand(str(e["value"]), env, unknown)  # earlier names, as the kubelet
             else:
@@ -432,3 +438,26 @@ class _Reader:
             else:
                 kind = next((k for k in volume if k != "name"), "?")
                 self.notes.append(f"volume {name} ({kind}{' at ' + path if path else ''}): left out")
+
+
+def avoided_nodes(affinity: dict[str, Any]) -> list[str] | None:
+    """The nodes an affinity keeps pods off, where it says only that (the shape ``cluster.avoid_nodes``
+    renders: one required term, ``metadata.name NotIn [...]``); None for any other affinity."""
+    if set(affinity) != {"nodeAffinity"} or set(affinity["nodeAffinity"] or {}) != {
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    }:
+        return None
+    terms = (affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] or {}).get("nodeSelectorTerms")
+    if not isinstance(terms, list) or len(terms) != 1 or set(terms[0] or {}) != {"matchFields"}:
+        return None
+    fields = terms[0]["matchFields"]
+    if not isinstance(fields, list) or len(fields) != 1:
+        return None
+    field = fields[0] or {}
+    if (
+        field.get("key") != "metadata.name"
+        or field.get("operator") != "NotIn"
+        or not isinstance(field.get("values"), list)
+    ):
+        return None
+    return [str(v) for v in field["values"]]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 
+from ...trainer.check import NODE_NAME_ENV
 from ...trainer.s3url import S3Url
 from ...trainer.triage_probe import FR_BUFFER_SIZE, STUCK_ENV, TRIAGE_DIR_ENV
 from .. import bundle as code_bundle
@@ -362,10 +363,12 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
     if r.gpus:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(r.gpus)
     resources_ = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "TORCHDECK_RUN_ID", "value": run_id},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HOME", "value": "/tmp"},
+        # which node the pod is on, as the downward API says it: the health gate names nodes by it
+        {"name": NODE_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
     ]
     # each rank's hang-triage probe (trainer/triage_probe.py) dumps where it is to its log once its
     # main thread has stayed on one line this long, with the Flight Recorder's newest collectives

@@ -292,3 +292,31 @@ def test_a_stopped_run_resumed_off_a_node_continues_from_its_checkpoint_and_one_
                   "the scheduler's reason", 120, every=2)  # fmt: skip
     assert status["state"] == "pending" and "the nodes it avoids" in status["reason"], status
     assert on_cluster("stop", waiting_id).returncode == 0
+
+
+def test_the_health_gate_runs_as_the_runs_own_pytorchjob_and_a_gated_train_follows_it(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    """torchdeck check on the real cluster: a PyTorchJob of the run's image, kind and placement runs
+    the sweep between its two pods (gloo), each pod's node named by the downward API; its answer is
+    read back and the gate deleted. train --check runs the gate first, then the run."""
+    gate = ("--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-bytes", "65536")
+    done = on_cluster("check", *gate, "--output", "json", timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (
+        result["backend"] == "gloo" and result["world_size"] == 2 and [r["bytes"] for r in result["rows"]][-1] == 65536
+    )
+    assert [n["node"] for n in result["nodes"]] == ["torchdeck-node", "torchdeck-node"]  # spec.nodeName, per pod
+    assert {n["host"] for n in result["nodes"]} == {f"{result['gate']}-master-0", f"{result['gate']}-worker-0"}
+    (link,) = result["pairs"]
+    assert link["result"]["bytes"] == 65536 and link["result"]["busbw_gbps"] > 0
+    assert all(n["gpus"]["count"] == 0 and n["dcgm"]["note"] == "dcgmi is not in the image" for n in result["nodes"])
+    assert result["short"] == {} and not objects_of(real_cluster, result["gate"])
+
+    started = on_cluster("train", "--detach", "--check", *gate[:-2], "--max-steps", "4", "--batch-size", "32",
+                         "--name", "gated", timeout=600)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    assert "health gate: every node passed" in started.stderr
+    final = ended(on_cluster, started.stdout.strip().splitlines()[-1])
+    assert final["state"] == "succeeded", final

@@ -411,21 +411,7 @@ def test_128_worker_pods_are_followed_at_once(kube_api, kube_backend):
 @pytest.mark.slow
 def test_cli_trains_lists_and_explains_on_the_cluster(kube_api, kube_backend, tmp_path):
     install(kube_backend)
-    env = {
-        "KUBECONFIG": str(kube_api.kubeconfig),
-        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-    }
-
-    def torchdeck(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+    torchdeck = cluster_cli(kube_api, tmp_path)
 
     done = torchdeck(
         "train",
@@ -757,6 +743,27 @@ async def _collect(progress):
     return [p async for p in progress]
 
 
+def cluster_cli(kube_api, tmp_path):
+    """``torchdeck --backend kubernetes ARGS`` against the kmock cluster, with a state folder of its own."""
+    env = {
+        "KUBECONFIG": str(kube_api.kubeconfig),
+        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
+
+    def torchdeck(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+
+    return torchdeck
+
+
 def failed_on_a_lost_node(kube_api, kube_backend, still_running=lambda run_id: None):
     """A PyTorchJob whose master pod ran on cpu-1 until the node lifecycle controller marked cpu-1
     NotReady, tainted it unreachable and ended the pod (DisruptionTarget); rank 0 said it saved a
@@ -796,21 +803,7 @@ def test_a_run_that_failed_on_a_bad_node_is_named_and_resumed_off_it(kube_api, t
     from the same checkpoint folder; the steps after the last checkpoint are said to be lost."""
     kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
     install(kube_backend, cpu_nodes=2)
-    env = {
-        "KUBECONFIG": str(kube_api.kubeconfig),
-        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-    }
-
-    def torchdeck(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+    torchdeck = cluster_cli(kube_api, tmp_path)
 
     def still_running(run_id):
         still = torchdeck("resume", run_id)
@@ -827,6 +820,9 @@ def test_a_run_that_failed_on_a_bad_node_is_named_and_resumed_off_it(kube_api, t
     assert f"resume: torchdeck resume {run_id} --avoid-node cpu-1" in shown.stdout
     assert json.loads(torchdeck("status", run_id, "--output", "json").stdout)["bad_nodes"] == {"cpu-1": why}
 
+    bad = torchdeck("resume", run_id, "--avoid-node", "Bad_Node")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "--avoid-node: cluster.avoid_nodes: node must be a DNS-1123 name" in bad.stderr
     resumed = torchdeck("resume", run_id, "--avoid-node", "cpu-1", "--detach")
     assert resumed.returncode == 0, resumed.stderr
     new_id = resumed.stdout.strip()
@@ -901,3 +897,89 @@ def test_the_monitor_offers_to_resume_a_run_that_failed_on_a_bad_node(kube_api, 
             assert spec.resumes == run_id and spec.cluster.avoid_nodes == ["cpu-1"]
 
     asyncio.run(scenario())
+
+
+def play_gate(kube_api, kube_backend, result):
+    """Be the Training Operator and the kubelets for the health gate's PyTorchJob: a pod on each of
+    cpu-0, cpu-1, cpu-2, rank 0's log ending with the check's answer, then Succeeded."""
+    from torchdeck.trainer.metrics import tool_line
+
+    def run():
+        deadline, jobs = time.monotonic() + 30, list[dict]()
+        while time.monotonic() < deadline and not jobs:
+            jobs = kube_backend.client.request(
+                "GET",
+                f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs",
+                query={"labelSelector": "torchdeck.dev/job=cifar10-gate"},
+            ).get("items", [])
+            time.sleep(0.1)
+        name = jobs[0]["metadata"]["name"]
+        for i, (role, index) in enumerate((("master", 0), ("worker", 0), ("worker", 1))):
+            pod = f"{name}-{role}-{index}"
+            lines = [f"[rank{i}]:" + tool_line("check", result)] if i == 0 else ["[rank1]:done"]
+            kube_api.call(kube_api.emulator.script_log, NS, pod, lines)
+            make_pod(kube_backend, name, pod, role, index, phase="Succeeded", node=f"cpu-{i}")
+        set_conditions(kube_backend, name, "Created", "Succeeded")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_health_gate_names_the_node_behind_the_slow_links_and_cordons_it_when_asked(kube_api, tmp_path):
+    """torchdeck check on a cluster: the gate runs as a PyTorchJob of the run's spec (here played
+    by the test as the operator would run it), its answer is read from rank 0's log, the gate is
+    deleted, and the node in every slow pair is named; --cordon --yes cordons it. A run that then
+    fails on that node names it bad, with the gate's words."""
+    from torchdeck.trainer.check import bus_bandwidth
+
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=3)
+    link = {"bytes": 16 << 20, "time_s": 0.01, "algbw_gbps": 1.6, "busbw_gbps": bus_bandwidth(1.6, 2)}
+    slow = {**link, "busbw_gbps": 0.2}
+    nodes = [{"index": i, "node": f"cpu-{i}", "host": f"pod-{i}", "ranks": [i], "intra": None,
+              "gpus": {"count": 0, "note": "NVML not loaded"}, "dcgm": {"ran": False}, "efa": {"devices": []}}
+             for i in range(3)]  # fmt: skip
+    pairs = [{"a": "cpu-0", "b": "cpu-1", "result": link}, {"a": "cpu-0", "b": "cpu-2", "result": slow},
+             {"a": "cpu-1", "b": "cpu-2", "result": slow}]  # fmt: skip
+    answer = {"backend": "gloo", "world_size": 3, "hosts": ["pod-0", "pod-1", "pod-2"], "rows": [link],
+              "nodes": nodes, "pairs": pairs}  # fmt: skip
+    player = play_gate(kube_api, kube_backend, answer)
+    torchdeck = cluster_cli(kube_api, tmp_path)
+    args = ["--image", IMAGE, "--namespace", NS, "--nodes", "3", "--nproc-per-node", "1",
+            "--set", "cluster.pvc=shared", "--set", "cluster.service_account=torchdeck-s3"]  # fmt: skip
+    done = torchdeck("check", *args, "--cordon", "--yes")
+    player.join(5)
+    assert done.returncode == 0, done.stderr
+    assert "falls short: cpu-2: its link to cpu-0 reaches 0.20 GB/s, under half the other links'" in done.stdout
+    assert "cpu-0 <-> cpu-1: 1.600 GB/s" in done.stdout and "cordoned cpu-2" in done.stdout
+    assert "falls short: cpu-0" not in done.stdout and "falls short: cpu-1" not in done.stdout
+    assert "health gate cifar10-gate-" in done.stderr  # what it waited for, as it went
+    assert kube_backend.client.request("GET", "api/v1/nodes/cpu-2")["spec"]["unschedulable"] is True
+    assert "unschedulable" not in kube_backend.client.request("GET", "api/v1/nodes/cpu-1").get("spec", {})
+    gates = kube_backend.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs")["items"]
+    assert gates == []  # the gate is deleted once read
+    kept = json.loads((tmp_path / "state" / "check" / "latest.json").read_text())
+    assert list(kept["short"]) == ["cpu-2"] and kept["gate"].startswith("cifar10-gate-")
+
+    # train --check: the gate first; the run is planned again, kept off the node that fell short
+    player = play_gate(kube_api, kube_backend, answer)
+    gated = torchdeck("train", *args, "--check", "--detach")
+    player.join(5)
+    assert gated.returncode == 0, gated.stderr
+    assert "health gate: cpu-2 fell short: its link to cpu-0" in gated.stderr
+    assert "health gate: the run is kept off cpu-2" in gated.stderr
+    gated_id = gated.stdout.strip()
+    assert kube_backend.run_spec(gated_id).cluster.avoid_nodes == ["cpu-2"]
+    job = kube_backend.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{gated_id}")
+    pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["cpu-2"]}]}
+    ]
+    kube_backend.discard(gated_id)
+
+    run_id = kube_backend.submit(make_spec())
+    make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", phase="Failed", node="cpu-2")
+    set_conditions(kube_backend, run_id, "Created", "Failed", message="PyTorchJob has failed")
+    why = kube_backend.status(run_id).bad_nodes["cpu-2"]
+    assert why.startswith("cordoned; fell short in torchdeck's health gate (") and "its link to cpu-0" in why

@@ -57,7 +57,7 @@ def test_a_budget_stops_the_run_with_a_snapshot_and_compare_shows_it_beside_anot
     run_id = started.stdout.strip()
     ended = wait_status(backend, run_id, lambda s: s.state.is_terminal, timeout=seconds + 120)
     assert ended.state is JobState.CANCELLED
-    assert ended.reason.startswith("stopped at its budget: $0.01") and "--resume" in ended.hint
+    assert ended.reason.startswith("stopped at its budget: $0.01") and f"torchdeck resume {run_id}" in ended.hint
     run_dir = state / "runs" / run_id
     stopped = [json.loads(line) for line in (run_dir / "metrics" / "rank-0.jsonl").read_text().splitlines()]
     last_step = max(r["step"] for r in stopped if r["event"] == "step")

@@ -128,7 +128,12 @@ def test_the_health_gates_bandwidth_sweep_between_local_ranks(tmp_path):
     assert [r["bytes"] for r in result["rows"]] == [4096, 16384, 65536]
     for row in result["rows"]:
         assert row["time_s"] > 0 and row["busbw_gbps"] == row["algbw_gbps"] == row["bytes"] / row["time_s"] / 1e9
+    (node,) = result["nodes"]  # this machine: its own links are the whole sweep's; no pair of nodes
+    assert node["ranks"] == [0, 1] and node["intra"]["bytes"] == 65536 and result["pairs"] == []
+    assert node["gpus"]["count"] == 0 and node["gpus"]["note"].startswith("NVML not loaded")
+    assert node["dcgm"] == {"ran": False, "note": "dcgmi is not in the image"} and result["short"] == {}
     text = run_cli(["check", "--max-bytes", "16384"], env, tmp_path).stdout
     assert "all-reduce between 2 ranks (gloo" in text and "16 KiB" in text and "peak bus bandwidth" in text
+    assert "every node passed (1 measured)" in text
     bad = run_cli(["check", "--nproc-per-node", "1"], env, tmp_path)
     assert bad.returncode == 1 and "a sweep needs 2 to 64 ranks" in bad.stderr

@@ -1,13 +1,21 @@
-"""The health gate's arithmetic (``trainer/check.py``): its sizes and nccl-tests' bus bandwidth;
-the sweep itself runs under torchrun in tests/training/test_triage.py."""
+"""The health gate (``trainer/check.py``, ``backends/health.py``): its sizes and nccl-tests' bus
+bandwidth, the node pairs it sweeps, what it reads of DCGM and libfabric (fixtures in
+tests/data/health, whose SOURCES.md says where their shapes come from), and the verdict. The sweep
+itself runs under torchrun in tests/training/test_triage.py, and on a real cluster in tests/cluster."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import jsonschema
 import pytest
 
-from torchdeck.backends.errors import BackendError
-from torchdeck.backends.kubernetes.backend import KubernetesBackend
-from torchdeck.trainer.check import bus_bandwidth, sizes
+from torchdeck.backends.health import gate_spec, judge, node_problems
+from torchdeck.backends.spec import spec_from_dict
+from torchdeck.trainer.check import GpuWatch, bus_bandwidth, efa_facts, node_pairs, parse_dcgm, parse_fi_info, sizes
+
+DATA = Path(__file__).parent.parent / "data" / "health"
 
 
 def test_sizes_grow_fourfold_from_4_kib_and_bus_bandwidth_is_nccl_tests():
@@ -17,7 +25,131 @@ def test_sizes_grow_fourfold_from_4_kib_and_bus_bandwidth_is_nccl_tests():
     assert bus_bandwidth(10.0, 1) == 10.0
 
 
-def test_a_cluster_says_in_one_line_that_its_gate_is_not_built_yet(tmp_path):
-    with pytest.raises(BackendError) as raised:
-        KubernetesBackend(tmp_path / "no-kubeconfig").check()
-    assert "does not run on the kubernetes backend yet" in str(raised.value)
+def test_every_pair_of_nodes_is_swept_up_to_sixteen_nodes_then_a_ring():
+    assert node_pairs(3) == [(0, 1), (0, 2), (1, 2)]
+    assert len(node_pairs(16)) == 120
+    assert node_pairs(17) == [(a, (a + 1) % 17) for a in range(17)]
+
+
+def test_dcgm_4_output_is_read_after_checking_it_against_nvidias_own_schema():
+    text = (DATA / "dcgm4-level1-fail.json").read_text()
+    jsonschema.Draft7Validator(json.loads((DATA / "dcgm_diag_schema.json").read_text())).validate(json.loads(text))
+    broken = json.loads(text)
+    del broken["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["test_summary"]
+    with pytest.raises(jsonschema.ValidationError):  # the schema holds the fixture to DCGM's shape
+        jsonschema.Draft7Validator(json.loads((DATA / "dcgm_diag_schema.json").read_text())).validate(broken)
+    read = parse_dcgm(text)
+    assert read["results"] == 4 and read["version"] == "4.2.3"
+    assert read["failed"] == [
+        {"test": "memory", "gpu": "1", "warning": "Memory test failed: 2 uncorrectable ECC errors on GPU 1"}
+    ]
+
+
+def test_dcgm_3_output_with_its_banner_passes_and_what_is_no_json_is_said():
+    read = parse_dcgm((DATA / "dcgm3-level1-pass.txt").read_text())
+    assert read["failed"] == [] and read["results"] == 5 and read["version"] == "3.3.9"
+    assert parse_dcgm("Error: unable to connect to host engine")["error"].startswith("dcgmi printed no JSON")
+    assert "does not read" in parse_dcgm("{not json}")["error"]
+    assert parse_dcgm('{"other": 1}')["error"] == "dcgmi's JSON has no diagnostic in it"
+
+
+def test_efa_devices_are_counted_from_sysfs_and_fi_info(tmp_path):
+    assert parse_fi_info((DATA / "fi_info-efa.txt").read_text()) == 1
+    assert parse_fi_info("provider: tcp\n    fabric: 10.0.0.0/16\n") == 0
+    sysfs = tmp_path / "infiniband"
+    sysfs.mkdir()
+    (sysfs / "rdmap0s31").mkdir()
+    (sysfs / "mlx5_0").mkdir()
+    assert efa_facts(sysfs)["devices"] == ["rdmap0s31"]
+    assert efa_facts(tmp_path / "none")["devices"] == []
+
+
+def test_without_nvml_a_node_has_no_gpu_facts_and_says_why():
+    facts = GpuWatch().facts()  # this machine: no NVIDIA driver
+    assert facts["count"] == 0 and facts["note"].startswith("NVML not loaded")
+
+
+def node(name, intra=None, gpus=None, dcgm=None, efa=None):
+    out = {"node": name, "host": name, "ranks": [0, 1], "intra": {"busbw_gbps": intra} if intra else None}
+    return out | {"gpus": gpus or {"count": 0}, "dcgm": dcgm or {"ran": False}, "efa": efa or {"devices": []}}
+
+
+def pair(a, b, busbw):
+    return {"a": a, "b": b, "result": {"bytes": 16 << 20, "busbw_gbps": busbw}}
+
+
+def test_a_node_in_every_slow_pair_is_the_one_named():
+    result = {
+        "backend": "gloo",
+        "nodes": [node(n, 2.0) for n in "abcd"],
+        "pairs": [pair("a", "b", 1.0), pair("a", "c", 1.1), pair("b", "c", 1.05), pair("a", "d", 0.2),
+                  pair("b", "d", 0.25), pair("c", "d", 0.22)],
+    }  # fmt: skip
+    short = judge(result)
+    assert list(short) == ["d"]
+    assert short["d"].startswith("its link to a reaches 0.20 GB/s, under half the other links'")
+
+
+def test_one_slow_node_of_its_own_and_its_gpu_facts_are_each_said():
+    gpu = {"count": 7, "gpus": [{"index": 3, "ecc_uncorrected": 2, "retired_pages_pending": True,
+                                 "nvlink_up": 10, "nvlink_down": 2}], "xids": [79]}  # fmt: skip
+    dcgm = {"ran": True, "level": 1, "failed": [{"test": "memory", "gpu": "3", "warning": "2 uncorrectable"}]}
+    efa = {"devices": ["rdmap0s31"]}
+    eight = {"count": 8, "gpus": []}
+    result = {
+        "backend": "nccl",
+        "nodes": [node("n1", 150.0, eight, efa=efa), node("n2", 148.0, eight, efa=efa), node("n3", 40.0, gpu, dcgm)],
+    }
+    short = judge(result, {"n1": "p4d.24xlarge", "n2": "p4d.24xlarge", "n3": "p4d.24xlarge"})
+    assert list(short) == ["n3"]
+    said = short["n3"]
+    for words in (
+        "7 of the 8 GPUs a p4d.24xlarge has",
+        "GPU 3: 2 uncorrected ECC errors",
+        "GPU 3: retired memory pages pending",
+        "GPU 3: 2 of 12 NVLink links down",
+        "XID errors during the check: 79",
+        "DCGM level 1 memory failed on GPU 3: 2 uncorrectable",
+        "no EFA device in the pod on an EFA instance (p4d.24xlarge)",
+        "its own all-reduce reaches 40.00 GB/s, under half the other nodes' 149.00",
+        "under 15% of its GPUs' 600 GB/s NVLink",
+    ):
+        assert words in said, (words, said)
+
+
+def test_two_nodes_on_nccl_are_held_to_their_instance_types_line_rate():
+    efa = {"devices": ["rdmap0s31"]}
+    eight = {"count": 8, "gpus": []}
+    nodes = [node("g1", gpus=eight, efa=efa), node("g2", gpus=eight, efa=efa)]
+    slow = {"backend": "nccl", "nodes": nodes, "pairs": [pair("g1", "g2", 1.0)]}
+    types = {"g1": "g5.48xlarge", "g2": "g5.48xlarge"}  # 100 Gbps: 12.5 GB/s, of which 30% is 3.75
+    short = judge(slow, types)
+    assert set(short) == {"g1", "g2"} and "under 30% of the 100 Gbps both have" in short["g1"]
+    fine = {"backend": "nccl", "nodes": nodes, "pairs": [pair("g1", "g2", 9.0)]}
+    assert judge(fine, types) == {}
+    on_gloo = {"backend": "gloo", "nodes": nodes, "pairs": [pair("g1", "g2", 1.0)]}
+    assert judge(on_gloo, types) == {}  # gloo on CPUs is only compared with the other nodes
+
+
+def test_a_healthy_cpu_node_says_nothing():
+    assert node_problems(node("cpu-0"), "m5.xlarge") == []
+    assert node_problems(node("cpu-0"), None) == []
+
+
+def test_the_gate_runs_the_runs_own_image_kind_and_placement_once():
+    spec = spec_from_dict(
+        {
+            "name": "a-rather-long-job-name-for-a-real-run-x",
+            "image": "registry.example/trainer:v1",
+            "nodes": 4,
+            "entrypoint": {"script": "train.py", "args": ["--lr", "0.1"]},
+            "cluster": {"kind": "mpijob", "node_selector": {"pool": "gpu"}, "queue": "team-a", "health_gate": True},
+        }
+    )
+    gate = gate_spec(spec, 1 << 20)
+    assert gate.name == "a-rather-long-job-name-for-a-real-r-gate" and len(gate.name) <= 40
+    assert (gate.image, gate.nodes, gate.cluster.kind, gate.cluster.queue) == (spec.image, 4, "mpijob", "team-a")
+    assert gate.cluster.node_selector == {"pool": "gpu"} and not gate.cluster.health_gate
+    assert gate.entrypoint.module == "torchdeck.trainer.check" and gate.entrypoint.in_image
+    assert gate.entrypoint.args == ["--max-bytes", "1048576", "--dcgm-level", "1"]
+    assert gate.max_restarts == 0 and gate.cluster.backoff_limit == 0

@@ -252,7 +252,8 @@ def test_plain_job_meets_on_pod_zero_through_its_headless_service():
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 2
     pod = job["spec"]["template"]["spec"]
     assert pod["subdomain"] == RUN
-    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in pod["containers"][0]["env"]}
+    assert env["TORCHDECK_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}  # the gate names nodes by it
     assert env["PET_RDZV_ENDPOINT"] == f"{RUN}-0.{RUN}:29400" and env["PET_NNODES"] == "2"
     assert env["NCCL_DEBUG"] == "WARN" and env["TORCHDECK_RUN_ID"] == RUN
 

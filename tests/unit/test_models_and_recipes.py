@@ -3,6 +3,7 @@ including the GPU paths' shape and fallbacks on a CPU-only machine."""
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from typing import Any
@@ -113,7 +114,10 @@ def test_placement_on_a_gpu_node_picks_nccl_and_one_gpu_per_local_rank(monkeypat
 
 
 def test_gpu_probe_reports_nothing_on_cpu_and_both_fields_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert hardware.GpuProbe(torch.device("cpu")).sample() == {}
+    cpu = hardware.GpuProbe(torch.device("cpu"))
+    sum(i * i for i in range(200_000))  # some CPU time of this process's own between the marks
+    sampled = cpu.sample()
+    assert list(sampled) == ["cpu_util"] and 0 < sampled["cpu_util"] <= 100 * (os.cpu_count() or 1)
     # NVML stand-in: the probe's CUDA path, shape only (CI has no GPU).
     fake = types.SimpleNamespace(
         nvmlInit=lambda: None,
@@ -125,7 +129,8 @@ def test_gpu_probe_reports_nothing_on_cpu_and_both_fields_on_cuda(monkeypatch: p
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
     probe = hardware.GpuProbe(torch.device("cuda", 1))
     assert probe._handle == ("handle", 7)  # local index 1 is physical GPU 7
-    assert probe.sample() == {"gpu_util": 87.0, "gpu_mem_mb": 3.0}
+    assert {k: v for k, v in probe.sample().items() if k != "cpu_util"} == {"gpu_util": 87.0, "gpu_mem_mb": 3.0}
     # Without NVML, utilisation is null rather than a crash.
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert hardware.GpuProbe(torch.device("cuda", 0)).sample() == {"gpu_util": None, "gpu_mem_mb": 3.0}
+    without = hardware.GpuProbe(torch.device("cuda", 0)).sample()
+    assert {k: v for k, v in without.items() if k != "cpu_util"} == {"gpu_util": None, "gpu_mem_mb": 3.0}

@@ -63,6 +63,22 @@ def test_the_monitor_flags_the_slow_rank_by_its_step_times_and_the_table_shows_t
     assert row_cells(snap.ranks[0])[-1] == "1.00" and row_cells(row)[-1] == "SLOW"
 
 
+def test_a_slow_rank_that_waits_on_its_data_loader_or_burns_cpu_says_so():
+    """The built-in trainer's step lines carry data_s, step_s and cpu_util: the rank that spends
+    most of each step waiting for its batch is flagged with that, and with its CPU against the others'."""
+    state = MonitorState(straggler_ratio=0.75, clock=lambda: 1007.0)
+    events = steps(0, 0.1) + steps(1, 0.1) + steps(2, 0.25) + steps(3, 0.1)
+    for e in events:
+        slow = e.rank == 2
+        e.record.update(step_s=0.25 if slow else 0.1, data_s=0.15 if slow else 0.01, cpu_util=35.0 if slow else 98.0)
+    state.ingest(sorted(events, key=lambda e: e.time))
+    row = state.snapshot().ranks[2]
+    assert row.flag == "slow"
+    assert "waits on its data loader 60% of each step (others 10%)" in row.detail
+    assert "CPU 35% (others 98%)" in row.detail
+    assert "data loader" not in state.snapshot().ranks[0].detail
+
+
 def test_lines_read_in_bursts_still_give_the_pace():
     """A script's text lines are timed when torchdeck reads them; read four at a time (a loaded
     host), single gaps are zero or four steps long, and the pace over five steps is still near."""

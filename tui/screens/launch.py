@@ -206,6 +206,8 @@ class LaunchScreen(FormScreen[None]):
         spec = self.submitted_spec()
         if spec is not None:
             self.query_one("#launch", Button).disabled = True
+            if spec.cluster.health_gate and self.app.backend_name != "local":
+                self.form_error("the health gate runs on the nodes first: a few minutes...")
             self.submit(spec)
 
     def action_save(self) -> None:

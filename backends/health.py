@@ -1,0 +1,195 @@
+"""The health gate's verdict: which nodes fall short, and why, from what ``trainer/check.py``
+measured (the bandwidth of each node's own links and of each pair of nodes; each node's GPUs
+through NVML, DCGM's diagnostics, its EFA devices), compared with the other nodes and with what
+the node's instance type should reach (``manifests/eks/health.yaml``, its sources in the file).
+Pure functions over the check's result; the backends run the check and keep the verdict."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from .files import write_atomically
+from .spec import JobSpec
+
+INSTANCE_LABEL = "node.kubernetes.io/instance-type"
+
+
+@cache
+def expectations() -> dict[str, Any]:
+    """``manifests/eks/health.yaml``: the floors and each instance type's figures."""
+    from importlib import resources
+
+    import yaml
+
+    return yaml.safe_load((resources.files("torchdeck") / "manifests" / "eks" / "health.yaml").read_text())
+
+
+@cache
+def catalogue() -> dict[str, Any]:
+    """The instance catalogue (GPUs, EFA) the cluster planner ships."""
+    from importlib import resources
+
+    import yaml
+
+    text = (resources.files("torchdeck") / "manifests" / "eks" / "instance-types.yaml").read_text()
+    return yaml.safe_load(text)["types"]
+
+
+GATE_SUFFIX = "-gate"
+GATE_WORKDIR = "/tmp"
+"""The gate's working folder in the pods (its program is in the image: torchdeck's own module)."""
+
+
+def gate_spec(spec: JobSpec, max_bytes: int = 16 << 20, dcgm_level: int = 1) -> JobSpec:
+    """The run's spec as the health gate: the same image, kind, nodes, ranks, resources, node
+    selection, queue and namespace, running ``python -m torchdeck.trainer.check`` (which the
+    image has: torchdeck's images carry the trainer) once, with no restarts, nothing kept."""
+    import dataclasses
+
+    from .spec import Entrypoint, MetricsOptions
+
+    args = ["--max-bytes", str(max_bytes), "--dcgm-level", str(dcgm_level)]
+    return dataclasses.replace(
+        spec,
+        name=spec.name[: 40 - len(GATE_SUFFIX)].rstrip("-") + GATE_SUFFIX,
+        entrypoint=Entrypoint(module="torchdeck.trainer.check", args=args, in_image=GATE_WORKDIR),
+        metrics=MetricsOptions(),
+        max_restarts=0,
+        budget=None,
+        resumes=None,
+        cluster=dataclasses.replace(spec.cluster, backoff_limit=0, min_nodes=None, max_nodes=None, health_gate=False),
+    )
+
+
+def _busbw(measured: Mapping[str, Any] | None) -> float | None:
+    value = (measured or {}).get("busbw_gbps")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def node_problems(node: Mapping[str, Any], instance_type: str | None) -> list[str]:
+    """What a node's own report says is wrong: its GPUs (count, ECC, retired pages, NVLink, XIDs),
+    DCGM's failed tests, EFA missing on an instance that has it."""
+    said: list[str] = []
+    known = catalogue().get(instance_type or "", {})
+    gpus = node.get("gpus") or {}
+    wanted = int(known.get("gpus") or 0)
+    count = int(gpus.get("count") or 0)
+    if wanted and count < wanted:
+        why = f" ({gpus['note']})" if gpus.get("note") else ""
+        said.append(f"{count} of the {wanted} GPUs a {instance_type} has{why}")
+    for gpu in gpus.get("gpus") or []:
+        name = f"GPU {gpu.get('index')}"
+        if gpu.get("ecc_uncorrected"):
+            said.append(f"{name}: {gpu['ecc_uncorrected']} uncorrected ECC errors")
+        if gpu.get("retired_pages_pending"):
+            said.append(f"{name}: retired memory pages pending (the GPU needs a reset)")
+        if gpu.get("nvlink_down"):
+            said.append(
+                f"{name}: {gpu['nvlink_down']} of {gpu['nvlink_down'] + gpu.get('nvlink_up', 0)} NVLink links down"
+            )
+    if gpus.get("xids"):
+        said.append(f"XID errors during the check: {', '.join(str(x) for x in gpus['xids'])}")
+    dcgm = node.get("dcgm") or {}
+    if dcgm.get("error"):
+        said.append(f"DCGM diagnostics: {dcgm['error']}")
+    for failed in dcgm.get("failed") or []:
+        where = f" on GPU {failed['gpu']}" if failed.get("gpu") not in (None, "") else ""
+        words = f": {failed['warning']}" if failed.get("warning") else ""
+        said.append(f"DCGM level {dcgm.get('level', '?')} {failed['test']} failed{where}{words}")
+    efa = node.get("efa")
+    if known.get("efa") and efa is not None and not efa.get("devices"):
+        said.append(
+            f"no EFA device in the pod on an EFA instance ({instance_type}): NCCL falls back to TCP sockets "
+            "(ask for vpc.amazonaws.com/efa in the pod's resources)"
+        )
+    return said
+
+
+def judge(result: Mapping[str, Any], instance_types: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The nodes that fall short, each with why ("" nowhere: a healthy node is not named)."""
+    types = dict(instance_types or {})
+    rules = expectations()
+    floors, table = rules["floors"], rules["types"]
+    nccl = result.get("backend") == "nccl"
+    nodes = list(result.get("nodes") or [])
+    found: dict[str, list[str]] = {str(n["node"]): node_problems(n, types.get(str(n["node"]))) for n in nodes}
+
+    # a node's own links: against the other nodes, and (NCCL) against its GPUs' NVLink
+    own = {str(n["node"]): _busbw(n.get("intra")) for n in nodes}
+    measured = {k: v for k, v in own.items() if v is not None}
+    for name, value in measured.items():
+        others = [v for k, v in measured.items() if k != name]
+        if len(others) >= 2 and value < floors["against_others"] * statistics.median(others):
+            found[name].append(
+                f"its own all-reduce reaches {value:.2f} GB/s, under half the other nodes' {statistics.median(others):.2f}"
+            )
+        nvlink = (table.get(types.get(name, "")) or {}).get("nvlink_gbs")
+        if nccl and nvlink and value < floors["nvlink_share"] * nvlink:
+            found[name].append(
+                f"its own all-reduce reaches {value:.1f} GB/s, under {floors['nvlink_share']:.0%} of its GPUs' "
+                f"{nvlink} GB/s NVLink"
+            )
+
+    # the links between nodes: a node in most of the slow pairs is the one; a lone slow pair names both ends
+    pairs: list[tuple[str, str, float]] = []
+    for p in result.get("pairs") or []:
+        link = _busbw(p.get("result"))
+        if link is not None:
+            pairs.append((str(p["a"]), str(p["b"]), link))
+    values = [v for _, _, v in pairs]
+    slow: list[tuple[str, str, float, str]] = []
+    for a, b, value in pairs:
+        others = [v for x, y, v in pairs if (x, y) != (a, b)]
+        if len(others) >= 2 and value < floors["against_others"] * statistics.median(others):
+            slow.append((a, b, value, f"under half the other links' {statistics.median(others):.2f} GB/s"))
+            continue
+        rates = [(table.get(types.get(n, "")) or {}).get("network_gbps") for n in (a, b)]
+        if nccl and all(rates):
+            line = min(float(r) for r in rates if r)
+            if value < floors["network_share"] * line / 8:
+                slow.append((a, b, value, f"under {floors['network_share']:.0%} of the {line:g} Gbps both have"))
+    if slow:
+        ends: dict[str, int] = {}
+        for a, b, _, _ in slow:
+            ends[a], ends[b] = ends.get(a, 0) + 1, ends.get(b, 0) + 1
+        busiest = max(ends.values())
+        blamed = {n for n, c in ends.items() if c == busiest} if len(values) > 2 and busiest > 1 else set(ends)
+        for a, b, value, why in slow:
+            for name in (a, b):
+                if name in blamed:
+                    other = b if name == a else a
+                    found.setdefault(name, []).append(f"its link to {other} reaches {value:.2f} GB/s, {why}")
+    return {name: "; ".join(said) for name, said in found.items() if said}
+
+
+def save(folder: Any, result: Mapping[str, Any]) -> None:
+    """Keep a gate's result (with its verdict) as ``latest.json`` in ``folder``: what status reads
+    for nodes the gate marked bad. A failure to write only means status will not say so."""
+    import json
+    from pathlib import Path
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        write_atomically(Path(folder) / "latest.json", json.dumps(result))
+    except OSError:
+        pass
+
+
+def gate_marked(folder: Any) -> dict[str, str]:
+    """The nodes the newest gate named (``save``), each with why and when."""
+    import json
+    import time
+    from pathlib import Path
+
+    from .files import read_bytes
+
+    try:
+        kept = json.loads(read_bytes(Path(folder) / "latest.json", 4 << 20))
+        short = kept.get("short") or {}
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(kept.get("time") or 0)))
+        return {str(k): f"fell short in torchdeck's health gate ({when}): {v}" for k, v in short.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
