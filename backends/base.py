@@ -382,6 +382,7 @@ class Backend(abc.ABC):
         max_bytes: int = 16 << 20,
         on_wait: Callable[[str], None] = lambda line: None,
         timeout_s: float = 900.0,
+        dcgm_level: int = 1,
     ) -> dict:
         """The health gate (``trainer/check.py``) on what a run of ``spec`` would use: an all-reduce
         bus-bandwidth sweep between its ranks, then per node and per pair of nodes, and what each

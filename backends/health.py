@@ -52,6 +52,7 @@ def gate_spec(spec: JobSpec, max_bytes: int = 16 << 20, dcgm_level: int = 1) -> 
     from .spec import Entrypoint, MetricsOptions
 
     args = ["--max-bytes", str(max_bytes), "--dcgm-level", str(dcgm_level)]
+    args += ["--efa", str(spec.resources.efa)] if spec.resources.efa else []
     return dataclasses.replace(
         spec,
         name=spec.name[: 40 - len(GATE_SUFFIX)].rstrip("-") + GATE_SUFFIX,
@@ -100,10 +101,17 @@ def node_problems(node: Mapping[str, Any], instance_type: str | None) -> list[st
         words = f": {failed['warning']}" if failed.get("warning") else ""
         said.append(f"DCGM level {dcgm.get('level', '?')} {failed['test']} failed{where}{words}")
     efa = node.get("efa")
-    if known.get("efa") and efa is not None and not efa.get("devices"):
+    asked = int((efa or {}).get("asked") or 0)
+    seen = len((efa or {}).get("devices") or [])
+    if asked and seen < asked:
+        said.append(
+            f"its pod asks for {asked} EFA interface(s) and sees {seen}: NCCL falls back to TCP sockets "
+            "(check the EFA device plugin on the node, and the nodegroup's EFA interfaces)"
+        )
+    elif known.get("efa") and efa is not None and not seen:
         said.append(
             f"no EFA device in the pod on an EFA instance ({instance_type}): NCCL falls back to TCP sockets "
-            "(ask for vpc.amazonaws.com/efa in the pod's resources)"
+            "(ask for them: resources.efa)"
         )
     return said
 

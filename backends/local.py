@@ -811,6 +811,7 @@ class LocalBackend(Backend):
         max_bytes: int = 16 << 20,
         on_wait: Callable[[str], None] = lambda line: None,
         timeout_s: float = 900.0,
+        dcgm_level: int = 1,
     ) -> dict:
         """The health gate between the spec's ranks here (``trainer/check.py``, under torchrun on this
         machine's loopback; gloo on CPUs, NCCL on GPUs), and what this machine's GPUs are."""
@@ -820,7 +821,8 @@ class LocalBackend(Backend):
         if not 2 <= nproc <= 64:
             raise BackendError(f"--nproc-per-node {nproc}: a sweep needs 2 to 64 ranks", "--nproc-per-node 2")
         args = ["--standalone", "--nproc-per-node", str(nproc), "-m", "torchdeck.trainer.check"]
-        result = self._trainer_tool("torch.distributed.run", [*args, "--max-bytes", str(max_bytes)], on_wait)
+        args += ["--max-bytes", str(max_bytes), "--dcgm-level", str(dcgm_level)]
+        result = self._trainer_tool("torch.distributed.run", args, on_wait)
         result["short"] = judge(result)
         return result
 

@@ -154,6 +154,14 @@ class Resources:
         where="cluster",
     )
     """nvidia.com/gpu per worker."""
+    efa: int = option(
+        0,
+        check=int_at_least(0),
+        help="EFA interfaces per worker (vpc.amazonaws.com/efa; an EFA nodegroup on EKS)",
+        where="cluster",
+    )
+    """vpc.amazonaws.com/efa per worker: the Elastic Fabric Adapter interfaces NCCL uses between
+    nodes (the health gate checks that each pod sees them; without, NCCL falls back to TCP)."""
     shm_size: str = option(
         "1Gi", check=quantity_check(optional=False), help="size of /dev/shm", where="cluster", coerce=quantity_text
     )

@@ -540,7 +540,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings, backend: Backend) ->
     if not 4096 <= args.max_bytes <= 1 << 32:
         return fail(f"--max-bytes {args.max_bytes}: give 4096 to 4294967296 (hint: --max-bytes 16777216)", EXIT_USAGE)
     spec = spec_for(args, settings)
-    result = backend.check(spec, args.max_bytes, on_wait=_say, timeout_s=args.timeout)
+    result = backend.check(spec, args.max_bytes, on_wait=_say, timeout_s=args.timeout, dcgm_level=args.dcgm_level)
     if args.output == "json":
         print(strict_json(result, indent=2))
     else:

@@ -197,6 +197,9 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     _add_spec_overrides(p, spec_flags)
     p.add_argument("--max-bytes", type=int, default=16 << 20, metavar="B", help="the largest all-reduce (16 MiB)")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S", help="cluster: give up after S seconds")
+    p.add_argument(
+        "--dcgm-level", type=int, choices=(0, 1, 2, 3), default=1, help="dcgmi diag -r LEVEL where the image has dcgmi"
+    )
     p.add_argument("--cordon", action="store_true", help="cluster: offer to cordon each node that falls short")
     p.add_argument("--yes", action="store_true", help="with --cordon: cordon them without asking")
     p.add_argument("--output", choices=("text", "json"), default="text")

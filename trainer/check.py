@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--dcgm-level", type=int, default=1, help="dcgmi diag -r LEVEL where dcgmi is in the image (0: none)"
     )
+    p.add_argument("--efa", type=int, default=0, help="the EFA interfaces each pod asked for (vpc.amazonaws.com/efa)")
     args = p.parse_args(argv)
     import torch
     import torch.distributed as dist
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if watch is not None:
         mine["gpus"] = watch.facts()
         mine["dcgm"] = dcgm_facts(args.dcgm_level)
-        mine["efa"] = efa_facts()
+        mine["efa"] = efa_facts() | {"asked": args.efa}
     said: list[dict[str, Any] | None] = [None] * world
     dist.all_gather_object(said, mine)
     if rank == 0:

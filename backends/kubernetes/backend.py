@@ -290,6 +290,7 @@ class KubernetesBackend(Backend):
         max_bytes: int = 16 << 20,
         on_wait: Callable[[str], None] = lambda line: None,
         timeout_s: float = 900.0,
+        dcgm_level: int = 1,
     ) -> dict:
         """The health gate on the nodes a run of ``spec`` would use: ``health.gate_spec`` submitted
         as a run of the same kind (so placed, queued and admitted as the run would be), waited for,
@@ -299,7 +300,7 @@ class KubernetesBackend(Backend):
 
         if spec is None:
             raise BackendError("the health gate on a cluster needs the run's spec", "torchdeck check SPEC (or flags)")
-        gate = gate_spec(spec, max_bytes)
+        gate = gate_spec(spec, max_bytes, dcgm_level)
         run_id = self.submit(gate)
         on_wait(f"health gate {run_id}: {gate.nodes} node(s) x {gate.nproc_per_node} rank(s), image {gate.image}")
         try:

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 RUN_LABEL = "torchdeck.dev/run"
 """Every object and pod of a run carries it: the one selector that finds them."""
 JOB_LABEL = "torchdeck.dev/job"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+"""The EFA device plugin's resource: the interfaces a pod asks for."""
 RESUMES_LABEL = "torchdeck.dev/resumes"
 """On a job that continues another run (``torchdeck resume``): that run's id."""
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -362,6 +364,8 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         requests["memory"] = limits["memory"] = r.memory
     if r.gpus:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(r.gpus)
+    if r.efa:
+        requests[EFA_RESOURCE] = limits[EFA_RESOURCE] = str(r.efa)
     resources_ = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
     env: list[dict[str, Any]] = [
         {"name": "TORCHDECK_RUN_ID", "value": run_id},

@@ -131,6 +131,15 @@ def test_two_nodes_on_nccl_are_held_to_their_instance_types_line_rate():
     assert judge(on_gloo, types) == {}  # gloo on CPUs is only compared with the other nodes
 
 
+def test_a_pod_that_asked_for_efa_and_sees_none_is_named_whatever_its_type():
+    asked = node("e1", efa={"devices": [], "asked": 4})
+    assert node_problems(asked, None) == [
+        "its pod asks for 4 EFA interface(s) and sees 0: NCCL falls back to TCP sockets (check the EFA device "
+        "plugin on the node, and the nodegroup's EFA interfaces)"
+    ]
+    assert node_problems(node("e2", efa={"devices": ["rdmap0s31"] * 4, "asked": 4}), None) == []
+
+
 def test_a_healthy_cpu_node_says_nothing():
     assert node_problems(node("cpu-0"), "m5.xlarge") == []
     assert node_problems(node("cpu-0"), None) == []
@@ -142,14 +151,15 @@ def test_the_gate_runs_the_runs_own_image_kind_and_placement_once():
             "name": "a-rather-long-job-name-for-a-real-run-x",
             "image": "registry.example/trainer:v1",
             "nodes": 4,
+            "resources": {"gpus": 8, "efa": 4},
             "entrypoint": {"script": "train.py", "args": ["--lr", "0.1"]},
             "cluster": {"kind": "mpijob", "node_selector": {"pool": "gpu"}, "queue": "team-a", "health_gate": True},
         }
     )
-    gate = gate_spec(spec, 1 << 20)
+    gate = gate_spec(spec, 1 << 20, dcgm_level=2)
     assert gate.name == "a-rather-long-job-name-for-a-real-r-gate" and len(gate.name) <= 40
     assert (gate.image, gate.nodes, gate.cluster.kind, gate.cluster.queue) == (spec.image, 4, "mpijob", "team-a")
     assert gate.cluster.node_selector == {"pool": "gpu"} and not gate.cluster.health_gate
     assert gate.entrypoint.module == "torchdeck.trainer.check" and gate.entrypoint.in_image
-    assert gate.entrypoint.args == ["--max-bytes", "1048576", "--dcgm-level", "1"]
+    assert gate.entrypoint.args == ["--max-bytes", "1048576", "--dcgm-level", "2", "--efa", "4"]
     assert gate.max_restarts == 0 and gate.cluster.backoff_limit == 0

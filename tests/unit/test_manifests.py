@@ -153,6 +153,16 @@ def test_a_trainjob_avoids_nodes_where_its_release_can_say_so(target):
     assert avoided_in(rendered.main["spec"][target.pod_overrides]) == [sorted(AVOIDED)]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_efa_interfaces_are_asked_for_by_every_kinds_pods(kind):
+    spec = with_overrides(golden_spec(), {"resources.efa": 4})
+    rendered = render(spec, RUN, kind)
+    assert validate_manifests(rendered).problems == []
+    text = rendered.to_yaml()
+    assert text.count("vpc.amazonaws.com/efa: '4'") >= 2  # requests and limits of each pod template
+    assert "vpc.amazonaws.com/efa" not in render(golden_spec(), RUN, kind).to_yaml()
+
+
 @pytest.mark.parametrize("bad", [["Not_A_Node"], "ip-10-0-1-7", [""], [7]])
 def test_avoided_nodes_must_be_node_names(bad):
     with pytest.raises(SpecError, match="cluster.avoid_nodes: "):
