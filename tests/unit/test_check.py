@@ -163,3 +163,59 @@ def test_the_gate_runs_the_runs_own_image_kind_and_placement_once():
     assert gate.entrypoint.module == "torchdeck.trainer.check" and gate.entrypoint.in_image
     assert gate.entrypoint.args == ["--max-bytes", "1048576", "--dcgm-level", "2", "--efa", "4"]
     assert gate.max_restarts == 0 and gate.cluster.backoff_limit == 0
+
+
+def test_the_gpu_facts_read_through_nvml_have_their_shape(monkeypatch):
+    """The NVML path on a CPU machine (CI has no GPU): a stand-in with nvidia-ml-py's names and
+    error type, two GPUs, the second with ECC errors, a retired page pending, one NVLink link of
+    three down, and an XID 79 raised while the check ran. Shape only: real NVML has not run it here."""
+    import sys
+    import types
+
+    class NVMLError(Exception):
+        pass
+
+    xids = [79]
+
+    def wait(events, timeout):
+        if not xids:
+            raise NVMLError("Timeout")
+        return types.SimpleNamespace(eventData=xids.pop())
+
+    def link_state(handle, link):
+        if link >= 3:
+            raise NVMLError("Not Supported")
+        return 0 if (handle == 1 and link == 2) else 1
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        NVML_VOLATILE_ECC=0,
+        NVML_NVLINK_MAX_LINKS=18,
+        nvmlEventTypeXidCriticalError=8,
+        nvmlInit=lambda: None,
+        nvmlEventSetCreate=lambda: "events",
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceRegisterEvents=lambda handle, kinds, events: None,
+        nvmlDeviceGetName=lambda handle: b"NVIDIA A100-SXM4-40GB",
+        nvmlDeviceGetTotalEccErrors=lambda handle, kind, counter: 3 if handle == 1 else 0,
+        nvmlDeviceGetRetiredPagesPendingStatus=lambda handle: int(handle == 1),
+        nvmlDeviceGetNvLinkState=link_state,
+        nvmlEventSetWait=wait,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    facts = GpuWatch().facts()
+    assert facts["count"] == 2 and facts["xids"] == [79] and facts["xid_watch"]
+    assert facts["gpus"][0] == {"index": 0, "name": "NVIDIA A100-SXM4-40GB", "ecc_uncorrected": 0,
+                                "retired_pages_pending": False, "nvlink_up": 3, "nvlink_down": 0}  # fmt: skip
+    assert facts["gpus"][1]["ecc_uncorrected"] == 3 and facts["gpus"][1]["retired_pages_pending"]
+    assert (facts["gpus"][1]["nvlink_up"], facts["gpus"][1]["nvlink_down"]) == (2, 1)
+    said = node_problems(node("p", gpus=facts, efa={"devices": ["rdmap0s31"]}), "p4d.24xlarge")
+    assert said == [
+        "2 of the 8 GPUs a p4d.24xlarge has",
+        "GPU 1: 3 uncorrected ECC errors",
+        "GPU 1: retired memory pages pending (the GPU needs a reset)",
+        "GPU 1: 1 of 3 NVLink links down",
+        "XID errors during the check: 79",
+    ]
