@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import io
 import os
@@ -534,9 +535,18 @@ def test_in_pods_each_ranks_probe_says_where_it_is_in_its_log_and_triage_reads_t
         while log.read_bytes().count(b'"event": "triage"') < 4 and ranks.poll() is None:
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
-    finally:
+    finally:  # the relay runs each rank in a session of its own: its children are stopped by name
+        import psutil
+
+        left: list[psutil.Process] = []
+        with contextlib.suppress(psutil.Error):
+            left = psutil.Process(ranks.pid).children(recursive=True)
         os.killpg(ranks.pid, 9)
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         ranks.wait()
+        psutil.wait_procs(left, timeout=10)
     lines = log.read_text().splitlines()
     assert sum('"event": "triage"' in line for line in lines) == 4, lines[-20:]
     install(kube_backend)
