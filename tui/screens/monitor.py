@@ -62,10 +62,10 @@ class MonitorScreen(DeckScreen[None]):
     CSS_PATH = "monitor.tcss"
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Runs"),
-        Binding("s", "stop", "Stop run"),
+        Binding("s", "stop", "Stop"),
         Binding("l", "focus_logs", "Logs"),
         Binding("slash", "search", "Search"),
-        Binding("c", "pick_ranks", "Chart ranks"),
+        Binding("c", "pick_ranks", "Chart"),
         Binding("t", "triage", "Triage"),
         Binding("r", "resume", "Resume"),
         Binding("question_mark", "app.help", "Help"),
