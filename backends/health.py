@@ -27,17 +27,6 @@ def expectations() -> dict[str, Any]:
     return yaml.safe_load((resources.files("torchdeck") / "manifests" / "eks" / "health.yaml").read_text())
 
 
-@cache
-def catalogue() -> dict[str, Any]:
-    """The instance catalogue (GPUs, EFA) the cluster planner ships."""
-    from importlib import resources
-
-    import yaml
-
-    text = (resources.files("torchdeck") / "manifests" / "eks" / "instance-types.yaml").read_text()
-    return yaml.safe_load(text)["types"]
-
-
 GATE_SUFFIX = "-gate"
 GATE_WORKDIR = "/tmp"
 """The gate's working folder in the pods (its program is in the image: torchdeck's own module)."""
@@ -74,9 +63,11 @@ def node_problems(node: Mapping[str, Any], instance_type: str | None) -> list[st
     """What a node's own report says is wrong: its GPUs (count, ECC, retired pages, NVLink, XIDs),
     DCGM's failed tests, EFA missing on an instance that has it."""
     said: list[str] = []
-    known = catalogue().get(instance_type or "", {})
+    from .eks.plan import shipped_catalogue  # the planner's instance catalogue: GPUs, EFA
+
+    known = shipped_catalogue().get(instance_type or "")
     gpus = node.get("gpus") or {}
-    wanted = int(known.get("gpus") or 0)
+    wanted = known.gpus if known is not None else 0
     count = int(gpus.get("count") or 0)
     if wanted and count < wanted:
         why = f" ({gpus['note']})" if gpus.get("note") else ""
@@ -108,7 +99,7 @@ def node_problems(node: Mapping[str, Any], instance_type: str | None) -> list[st
             f"its pod asks for {asked} EFA interface(s) and sees {seen}: NCCL falls back to TCP sockets "
             "(check the EFA device plugin on the node, and the nodegroup's EFA interfaces)"
         )
-    elif known.get("efa") and efa is not None and not seen:
+    elif known is not None and known.efa and efa is not None and not seen:
         said.append(
             f"no EFA device in the pod on an EFA instance ({instance_type}): NCCL falls back to TCP sockets "
             "(ask for them: resources.efa)"
