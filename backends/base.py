@@ -84,6 +84,9 @@ class QueueWait:
     cluster_position: int | None = None
     admitted_at: float | None = None
     preempted: bool = False
+    outside: bool = False
+    """It carries a queue's label, yet Kueue made no Workload of it and it is not held: it runs
+    outside the queue's quota (a kind this Kueue does not manage), and was never admitted."""
 
 
 @dataclass
@@ -130,6 +133,10 @@ class JobStatus:
     """The newest hang triage of the run (``backends/triage.py``): which rank is elsewhere, at which
     line, in which collective the others wait; where one was made."""
 
+    found_by_label: bool = False
+    """A cluster run torchdeck has no record of making here (made from another machine, or by
+    someone else with torchdeck's labels): shown, followed, and stopped or resumed only when the
+    user says it is theirs."""
     bad_nodes: dict[str, str] = field(default_factory=dict)
     """An ended run's nodes that the cluster marks bad (NotReady, a spot interruption notice, gone,
     evictions), each with why: ``torchdeck resume RUN --avoid-node NODE`` keeps the next run off them."""
@@ -302,10 +309,11 @@ class Backend(abc.ABC):
         """Every run this backend knows, newest first."""
 
     @abc.abstractmethod
-    def cancel(self, run_id: str) -> JobStatus:
-        """Stop the run and everything it started; returns the final status."""
+    def cancel(self, run_id: str, trust_label: bool = False) -> JobStatus:
+        """Stop the run and everything it started; returns the final status. ``trust_label``: the
+        user said a run found by its label alone (``JobStatus.found_by_label``) is theirs."""
 
-    def discard(self, run_id: str) -> builtins.list[str]:
+    def discard(self, run_id: str, trust_label: bool = False) -> builtins.list[str]:
         """Remove what a run that has ended keeps on its backend (on a cluster: its job object, pods,
         Services), as ``stop`` does for a running one; what was removed, in words. A local run's
         folder is its record and is kept: nothing of it runs or bills."""
@@ -397,13 +405,13 @@ class Backend(abc.ABC):
         """The spec the run was started from, as far as the backend keeps it (a comparison's rows)."""
         return self.model_file_of(run_id)[0]
 
-    def resume(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> tuple[str, JobSpec]:
+    def resume(self, run_id: str, avoid_nodes: Sequence[str] = (), trust_label: bool = False) -> tuple[str, JobSpec]:
         """Start the run that continues ``run_id`` (once, however many consoles ask), kept off
         ``avoid_nodes``: its id and spec. The new run's spec names ``run_id`` (``resumes``)."""
-        spec = self.resume_spec(run_id, avoid_nodes)
+        spec = self.resume_spec(run_id, avoid_nodes, trust_label)
         return self.submit(spec), spec
 
-    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> JobSpec:
+    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = (), trust_label: bool = False) -> JobSpec:
         """The spec that continues an ended ``run_id`` from its newest checkpoint (``torchdeck resume``)."""
         raise BackendError(
             f"resuming a run is not available on the {self.name} backend",

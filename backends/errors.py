@@ -40,6 +40,11 @@ class RunNotFound(BackendError):
     """No run matches the id (or unique prefix) the user gave."""
 
 
+class FoundByLabel(BackendError):
+    """A run found on a cluster by its label alone (no record of making it here): stopping or
+    resuming it waits for the user to say it is theirs (``trust_label``)."""
+
+
 def file_problem(exc: BaseException) -> str:
     """Why a file (a spec, a plan, a kubeconfig, the settings) could not be read, in one line and
     never its text: YAML's errors quote the lines around the problem, a kubeconfig's tokens included."""

@@ -164,6 +164,27 @@ def judge(result: Mapping[str, Any], instance_types: Mapping[str, str] | None = 
     return {name: "; ".join(said) for name, said in found.items() if said}
 
 
+def node_name(value: object) -> str | None:
+    """A Kubernetes node's name (a DNS-1123 subdomain), or None for anything that is not one."""
+    from .names import SUBDOMAIN_RE
+
+    return value if isinstance(value, str) and len(value) <= 253 and SUBDOMAIN_RE.match(value) else None
+
+
+def gate_nodes(result: dict[str, Any], ran_on: set[str]) -> dict[str, Any]:
+    """The gate's answer with only the nodes its pods ran on (their ``spec.nodeName``): a node entry
+    or a pair that names any other (a name a pod made up, or another node of the cluster) is
+    dropped, and said in ``dropped``, so nothing a pod prints can get a node cordoned or avoided."""
+    nodes = [n for n in result.get("nodes") or [] if isinstance(n, dict) and node_name(n.get("node")) in ran_on]
+    pairs = [
+        p
+        for p in result.get("pairs") or []
+        if isinstance(p, dict) and node_name(p.get("a")) in ran_on and node_name(p.get("b")) in ran_on
+    ]
+    dropped = len(result.get("nodes") or []) - len(nodes) + len(result.get("pairs") or []) - len(pairs)
+    return {**result, "nodes": nodes, "pairs": pairs, "dropped": dropped}
+
+
 def save(folder: Any, result: Mapping[str, Any]) -> None:
     """Keep a gate's result (with its verdict) as ``latest.json`` in ``folder``: what status reads
     for nodes the gate marked bad. A failure to write only means status will not say so."""
@@ -189,6 +210,10 @@ def gate_marked(folder: Any) -> dict[str, str]:
         kept = json.loads(read_bytes(Path(folder) / "latest.json", 4 << 20))
         short = kept.get("short") or {}
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(kept.get("time") or 0)))
-        return {str(k): f"fell short in torchdeck's health gate ({when}): {v}" for k, v in short.items()}
+        return {
+            k: f"fell short in torchdeck's health gate ({when}): {str(v)[:500]}"
+            for k, v in short.items()
+            if node_name(k) is not None
+        }
     except (OSError, ValueError, AttributeError, TypeError):
         return {}

@@ -634,7 +634,7 @@ class LocalBackend(Backend):
         triage.require_running(status.run_id, status.state)
         folder = self.resolve(status.run_id) / "triage"
         dumps, _token = triage.ask(folder, status.world_size, wait_s)
-        verdict = triage.verdict(status.run_id, status.world_size, dumps, str(folder), lambda d: str(d.get("host", "")))
+        verdict = triage.verdict(status.run_id, status.world_size, dumps, str(folder), lambda rank, d: d["host"])
         triage.save(folder, verdict)
         return verdict
 
@@ -681,7 +681,7 @@ class LocalBackend(Backend):
             time.sleep(0.1)
         return not self._group(pgid)
 
-    def cancel(self, run_id: str) -> JobStatus:
+    def cancel(self, run_id: str, trust_label: bool = False) -> JobStatus:
         run_dir = self.resolve(run_id)
         try:
             status = self._status_of(run_dir)
@@ -861,7 +861,7 @@ class LocalBackend(Backend):
         spec = load_spec(run_dir / "spec.yaml")
         return spec, spec.model_file or str(Path(spec.checkpoint_dir or run_dir / "checkpoints") / "model.pt")
 
-    def resume(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> tuple[str, JobSpec]:
+    def resume(self, run_id: str, avoid_nodes: Sequence[str] = (), trust_label: bool = False) -> tuple[str, JobSpec]:
         """Start the run that continues ``run_id``: once. Two consoles resuming the same run at the
         same moment make one run; the other is told which (a lock on the run's folder)."""
         import fcntl
@@ -882,7 +882,7 @@ class LocalBackend(Backend):
             write_atomically(run_dir / "resumed-by", new)
         return new, spec
 
-    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> JobSpec:
+    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = (), trust_label: bool = False) -> JobSpec:
         """The run's spec, its snapshots folder named: the trainer resumes from the newest good one."""
         import dataclasses
 

@@ -228,11 +228,33 @@ def image_check(v: object) -> str | None:
     return None
 
 
+RESERVED_ENV_PREFIXES = ("TORCHDECK_", "KUBEFLOW_TRAINER_SERVER_")
+"""Names torchdeck sets in every rank (the run's id, its node, the triage probe's folder) and names
+Kubeflow Trainer gives a pod (its status server's URL, CA and token): a spec that set them would
+steer torchdeck's own probe or send the Trainer's token elsewhere."""
+LOADER_ENV = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+)
+"""Names that change what code a rank loads: a spec may set them, and ``import`` says so when the
+job it reads (someone else's) does."""
+
+
 def env_check(v: object) -> str | None:
     if not isinstance(v, dict) or not all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()):
         return 'must map names to string values (quote numbers: "1")'
     bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", k)]
-    return f"{bad[0]!r} is not a valid variable name" if bad else None
+    if bad:
+        return f"{bad[0]!r} is not a valid variable name"
+    reserved = sorted(k for k in v if k.upper().startswith(RESERVED_ENV_PREFIXES))
+    if reserved:
+        return f"{reserved[0]} is torchdeck's or Kubeflow Trainer's to set in every rank (names starting {', '.join(RESERVED_ENV_PREFIXES)})"
+    return None
 
 
 def money_check(positive: bool) -> Check:

@@ -13,12 +13,14 @@ import os
 import secrets
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import BackendError, SpecError
 from .files import load_json, write_atomically
+from .schema import count
 from .states import JobState
 
 LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "<frozen ", "/torchdeck/trainer/", "/.torchdeck/")
@@ -27,6 +29,10 @@ torchdeck's rank wrappers."""
 COLLECTIVE_FILES = ("torch/distributed/distributed_c10d.py", "torch/distributed/_functional_collectives.py")
 MAX_DUMP = 8 << 20
 """A rank's dump is its threads' stacks: a few KB to a few hundred; more is not a dump."""
+MAX_THREADS, MAX_FRAMES, MAX_ENTRIES = 256, 256, 1024
+"""What a dump is read for at most: a rank has tens of threads, frames and recorded collectives."""
+MAX_TEXT = 1024
+"""A file name, a function, a line of source, a host: longer is cut."""
 WRAPPERS = {"wrapper", "_wrapper", "inner"}
 """torch.distributed's decorators' frames: the collective is the frame below them."""
 
@@ -139,6 +145,69 @@ def _collective(entries: list[dict] | None) -> Collective | None:
     )
 
 
+def _text(value: object, cap: int = MAX_TEXT) -> str:
+    return value[:cap] if isinstance(value, str) else ""
+
+
+def _frame(value: object) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    return {
+        "file": _text(value.get("file")),
+        "line": count(value.get("line")) or 0,
+        "function": _text(value.get("function"), 256),
+        "code": _text(value.get("code")),
+    }
+
+
+def _entry(value: object) -> dict[str, Any] | None:
+    """One Flight Recorder entry, as ``triage_probe.flight_recorder`` keeps it."""
+    if not isinstance(value, dict):
+        return None
+    sizes = value.get("input_sizes")
+    dtypes = value.get("input_dtypes")
+    return {
+        "profiling_name": _text(value.get("profiling_name"), 128),
+        "collective_seq_id": count(value.get("collective_seq_id")) or 0,
+        "p2p_seq_id": count(value.get("p2p_seq_id")) or 0,
+        "input_sizes": [
+            [count(n) or 0 for n in shape[:8]] if isinstance(shape, list) else []
+            for shape in (sizes[:16] if isinstance(sizes, list) else [])
+        ],
+        "input_dtypes": [_text(d, 32) for d in (dtypes[:16] if isinstance(dtypes, list) else [])],
+        "pg": _text(value.get("pg"), 128),
+        "retired": value.get("retired") is True,
+        "state": _text(value.get("state"), 32),
+    }
+
+
+def checked_dump(value: object, rank: int) -> dict[str, Any] | None:
+    """A rank's dump as read: every field of the type it must be, numbers bounded, strings and lists
+    capped, and the rank the one it came from (its file's, its pod's), never the one it claims; None
+    where it is no dump. The one gate every dump passes, from a file or from a pod's log."""
+    if not isinstance(value, dict) or not isinstance(value.get("threads"), list):
+        return None
+    threads = []
+    for thread in value["threads"][:MAX_THREADS]:
+        if isinstance(thread, dict) and isinstance(thread.get("frames"), list):
+            frames = [f for f in map(_frame, thread["frames"][-MAX_FRAMES:]) if f is not None]
+            threads.append(
+                {"name": _text(thread.get("name"), 128), "main": thread.get("main") is True, "frames": frames}
+            )
+    recorded = value.get("flight_recorder")
+    entries = None
+    if isinstance(recorded, list):
+        entries = [e for e in map(_entry, recorded[-MAX_ENTRIES:]) if e is not None]
+    return {
+        "rank": rank,
+        "pid": count(value.get("pid")) or 0,
+        "host": _text(value.get("host"), 253),
+        "threads": threads,
+        "flight_recorder": entries,
+        "flight_recorder_note": _text(value.get("flight_recorder_note"), 300),
+    }
+
+
 def rank_where(dump: dict, node: str = "") -> RankWhere:
     """One rank's dump (``triage_probe.dump``) read: where its main thread is."""
     threads = dump.get("threads") or []
@@ -228,12 +297,19 @@ def explain(run_id: str, found: list[RankWhere], world_size: int, folder: str = 
 
 
 def verdict(
-    run_id: str, world_size: int, dumps: list[dict[str, Any]], where: str, node_of: Any = lambda dump: ""
+    run_id: str,
+    world_size: int,
+    dumps: Mapping[int, object],
+    where: str,
+    node_of: Callable[[int, dict[str, Any]], str] = lambda rank, dump: "",
 ) -> Triage:
-    """The verdict on the dumps the ranks gave (``node_of``: where a dump's rank runs, in the
-    backend's words), with why no Flight Recorder entries came where none did."""
-    found = [rank_where(d, node=node_of(d)) for d in dumps]
-    notes = {str(d.get("flight_recorder_note")) for d in dumps if d.get("flight_recorder") is None}
+    """The verdict on the dumps the ranks gave, each keyed by the rank whose stream or file it came
+    from (``node_of``: where that rank runs, in the backend's words), with why no Flight Recorder
+    entries came where none did. Every dump passes ``checked_dump`` here."""
+    checked = [(r, checked_dump(d, r)) for r, d in sorted(dumps.items()) if 0 <= r < max(world_size, 1) << 4]
+    kept = [(r, d) for r, d in checked if d is not None]
+    found = [rank_where(d, node=node_of(r, d)) for r, d in kept]
+    notes = {str(d["flight_recorder_note"]) for _, d in kept if d["flight_recorder"] is None}
     return explain(run_id, found, world_size, where, "; ".join(sorted(notes)))
 
 
@@ -259,9 +335,10 @@ def triage_line(text: str) -> dict[str, Any] | None:
     return dump if isinstance(dump, dict) and isinstance(dump.get("threads"), list) else None
 
 
-def ask(folder: Path, world_size: int, wait_s: float = 5.0, poll_s: float = 0.1) -> tuple[list[dict], str]:
+def ask(folder: Path, world_size: int, wait_s: float = 5.0, poll_s: float = 0.1) -> tuple[dict[int, dict], str]:
     """Ask every rank probing into ``folder`` where it is; the dumps that answered within ``wait_s``
-    (each rank's probe looks four times a second) and the token asked with."""
+    (each rank's probe looks four times a second), by the rank whose file each is, and the token
+    asked with."""
     folder.mkdir(parents=True, exist_ok=True)
     token = f"{time.time_ns()}-{secrets.token_hex(4)}"
     write_atomically(folder / "request", token + "\n")
@@ -278,7 +355,7 @@ def ask(folder: Path, world_size: int, wait_s: float = 5.0, poll_s: float = 0.1)
             if isinstance(dump, dict) and dump.get("token") == token:
                 answered[rank] = dump
         if len(answered) == world_size or time.monotonic() > deadline:
-            return [answered[r] for r in sorted(answered)], token
+            return {r: answered[r] for r in sorted(answered)}, token
         time.sleep(poll_s)
 
 

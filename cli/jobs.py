@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from torchdeck.backends import BACKENDS, open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
-from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.errors import BackendError, RunNotFound, SpecError
 from torchdeck.backends.files import read_stdin_text, read_text
 from torchdeck.backends.spec import (
     JobKindName,
@@ -309,10 +309,15 @@ def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) ->
 
 def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     """Continue an ended run from its newest checkpoint as a new run that names it (its lineage),
-    kept off the nodes given; says from which step, and how many steps the restart does again."""
+    kept off the nodes given; says what it will submit (where, which image and identity, which code)
+    and from which step, and how many steps the restart does again, before it submits."""
     from torchdeck.backends.run_digest import DigestStore, digest_of, restart_words
 
-    spec = backend.resume_spec(args.run, args.avoid_node)
+    try:
+        trust = trusted(args, backend.status(args.run), "resume")
+    except RunNotFound:
+        trust = False  # a stopped run's job is gone: resumed from what torchdeck recorded, or refused
+    spec = backend.resume_spec(args.run, args.avoid_node, trust)
     if args.dry_run:
         print(backend.plan(spec).text(), end="")
         return 0
@@ -321,9 +326,11 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
         where = restart_words(digest.max_step, digest.checkpoint_step)
     except BackendError:  # a cluster run whose job is gone: its steps went with its pods' logs
         where = "from its newest checkpoint (its logs are gone: the steps lost are not known)"
+    for line in resume_plan_lines(spec, where):
+        _say(line)
     if hasattr(backend, "on_wait"):
         backend.on_wait = _say
-    run_id, spec = backend.resume(args.run, args.avoid_node)
+    run_id, spec = backend.resume(args.run, args.avoid_node, trust)
     avoiding = f", kept off {', '.join(spec.cluster.avoid_nodes)}" if spec.cluster.avoid_nodes else ""
     print(printable(f"torchdeck: {run_id} resumes {spec.resumes} {where}{avoiding}"), file=sys.stderr)
     if not spec.builtin:
@@ -332,6 +339,36 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
             file=sys.stderr,
         )
     return started(args, backend, run_id, spec)
+
+
+def resume_plan_lines(spec: JobSpec, where: str) -> list[str]:
+    """What a resume submits, for the person to read before it does."""
+    c = spec.cluster
+    code = "the built-in trainer" if spec.builtin else f"code from {spec.entrypoint.code}"
+    lines = [f"resume plan: {spec.name} {where}, {code}", f"  image {spec.image}"]
+    if c.pvc:  # a cluster run (resumed only from a shared claim): where and as whom its pods run
+        lines.append(
+            f"  namespace {spec.namespace}, {c.kind}, service account {c.service_account or 'default'}, "
+            f"claim {c.pvc or '-'}" + (f", kept off {', '.join(c.avoid_nodes)}" if c.avoid_nodes else "")
+        )
+    return lines
+
+
+def trusted(args: argparse.Namespace, status: JobStatus, verb: str) -> bool:
+    """Whether to act on a run found by its label alone: the user says so (``--yes``, or yes when
+    asked on a terminal); False for a run torchdeck recorded making (nothing to ask)."""
+    if not status.found_by_label:
+        return False
+    _say(
+        f"{status.run_id} ({status.location}) was found by its label only: torchdeck has no record of "
+        "making it here (made from another machine, or by someone else with torchdeck's labels)"
+    )
+    if args.yes or ask(f"{verb} it anyway? [y/N] "):
+        return True
+    raise BackendError(
+        f"{status.run_id} was not {verb}{'ped' if verb == 'stop' else 'd'}",
+        f"torchdeck {verb} {status.run_id} --yes, if it is yours",
+    )
 
 
 def started(args: argparse.Namespace, backend: Backend, run_id: str, spec: JobSpec) -> int:
@@ -509,6 +546,13 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         print(strict_json(status.to_dict(), indent=2))
         return 0
     print(format_status_table([status], reasons=False).rstrip())
+    if status.found_by_label:
+        print(
+            printable(
+                f"found by label: torchdeck has no record of making {status.run_id} here ({status.location}); "
+                "stop and resume ask first"
+            )
+        )
     if status.reason:  # whole: the table's column would cut the words that say why
         print(printable(f"reason: {status.reason}"))
     queue = status.queue
@@ -558,12 +602,16 @@ def cmd_check(args: argparse.Namespace, settings: Settings, backend: Backend) ->
 
 
 def ask(question: str) -> bool:
-    """A yes/no question on the terminal; no terminal (a pipe, CI) answers no."""
+    """A yes/no question on the terminal; no terminal (a pipe, CI) answers no. The question is
+    written through the guarded stream (it may name a node or a run a cluster gave), never as
+    ``input``'s prompt, which readline writes to the terminal itself."""
     if not sys.stdin.isatty():
         print(printable(f"{question}no (not a terminal: --yes answers yes)"), file=sys.stderr)
         return False
+    sys.stderr.write(printable(question))
+    sys.stderr.flush()
     try:
-        return input(question).strip().lower() in ("y", "yes")
+        return input().strip().lower() in ("y", "yes")
     except EOFError:
         return False
 
@@ -700,13 +748,14 @@ def cmd_logs(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
 def cmd_stop(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     status = backend.status(args.run)
     for warning in status.warnings:  # what stop refuses to signal, and why
-        print(f"torchdeck: warning: {warning}", file=sys.stderr)
+        print(printable(f"torchdeck: warning: {warning}"), file=sys.stderr)
+    trust = trusted(args, status, "stop")
     if status.state.is_terminal:  # what it keeps on a cluster (its job, pods, logs) goes, as kubectl delete does
-        removed = backend.discard(status.run_id)
+        removed = backend.discard(status.run_id, trust)
         gone = f"; deleted {', '.join(removed)} (its pods and logs go with it)" if removed else ""
         print(f"{status.run_id} already {status.state.value}{gone}")
         return 0
-    status = backend.cancel(status.run_id)
+    status = backend.cancel(status.run_id, trust)
     ended = "every process that carries its id has ended" if status.warnings else "every process has ended"
     print(f"{status.run_id} {status.state.value}: {ended}")
     return 0

@@ -227,6 +227,7 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
     p.add_argument("--detach", action="store_true", help="print the new run id and return at once")
     p.add_argument("--output", choices=("text", "json"), default="text", help="json: print the final summary as JSON")
+    p.add_argument("--yes", action="store_true", help="a run found by its label alone: resume it without asking")
 
     p = sub.add_parser(
         "compare", help="runs side by side: their losses, what differs in their specs, wall time, speed and cost"
@@ -253,6 +254,7 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
         "stop", help="stop a run and every process it started (a cluster run that ended: delete what it keeps)"
     )
     p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("--yes", action="store_true", help="a run found by its label alone: stop it without asking")
 
     p = sub.add_parser("monitor", help="open the console's monitor on a run")
     p.add_argument("run", help="run id or a unique prefix")

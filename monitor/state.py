@@ -21,6 +21,7 @@ from typing import Any
 from torchdeck.backends.base import JobStatus, MetricEvent, NodeMetrics
 from torchdeck.backends.events import step_after
 from torchdeck.backends.step_times import StepFigures, StepGaps, relative_scores
+from torchdeck.terminal import printable
 
 SILENT_FLOOR_S = 5.0
 """A rank is flagged silent after this long without a line, at least (or
@@ -200,7 +201,9 @@ class MonitorState:
         return view
 
     def ingest(self, events: Iterable[MetricEvent]) -> int:
-        """Fold a batch of events in; returns how many there were."""
+        """Fold a batch of events in; returns how many there were. The words a rank wrote (its host,
+        its error and hint) are made printable here, once: every view of the state (the monitor, the
+        progress block ``train`` draws on the raw terminal, the JSON summary) shows them as kept."""
         n = 0
         with self._lock:
             for ev in events:
@@ -235,7 +238,7 @@ class MonitorState:
                         share = min(1.0, data_s / step_s)
                         view.data_share = share if view.data_share is None else 0.8 * view.data_share + 0.2 * share
                     if view.gpu_util is not None:
-                        view.host = rec.get("host") or view.host
+                        view.host = said(rec.get("host"), 253) or view.host
                     sps = rec.get("samples_per_s")
                     if sps is not None:
                         view.samples_per_s = sps if view.samples_per_s is None else 0.8 * view.samples_per_s + 0.2 * sps
@@ -249,14 +252,14 @@ class MonitorState:
                     if "epochs" in rec:  # and "epoch N/M"
                         self.epochs = rec["epochs"] or self.epochs
                 elif kind == "start":
-                    self.info = rec
+                    self.info = {k: said(v, 253) if isinstance(v, str) else v for k, v in rec.items()}
                     self.world_size = rec.get("world_size") or self.world_size
                     self.epochs = rec.get("epochs") or self.epochs
                     self.total_steps = rec.get("total_steps") or self.total_steps
                     view.restarts = rec.get("restart_count") or 0
                     self.restarts = max(self.restarts, view.restarts)
                     view.finished, view.error = False, ""
-                    view.host = rec.get("host") or view.host
+                    view.host = said(rec.get("host"), 253) or view.host
                     view.step_time = None
                 elif kind == "epoch":
                     view.epoch = rec.get("epoch") or view.epoch
@@ -281,8 +284,8 @@ class MonitorState:
                     if ev.rank == 0 or self.done is None:
                         self.done = rec
                 elif kind == "error":
-                    view.error = str(rec.get("message") or "error")
-                    hint = rec.get("hint")
+                    view.error = said(rec.get("message")) or "error"
+                    hint = said(rec.get("hint"))
                     text = f"rank {ev.rank}: {view.error}" + (f" ({hint})" if hint else "")
                     if text not in self.errors:
                         self.errors.append(text)
@@ -397,11 +400,23 @@ class MonitorState:
         return "it/s"
 
 
+SAID_CHARS = 500
+"""Of a rank's error or hint, what the monitor keeps: the line it shows, not a log."""
+
+
+def said(value: object, cap: int = SAID_CHARS) -> str:
+    """What a rank wrote, as text that drives no terminal (``printable``), at most ``cap`` characters."""
+    if value is None:
+        return ""
+    return printable(str(value)[:cap])[:cap]
+
+
 def status_cells(s: JobStatus, now: float) -> tuple[str, ...]:
     """A run as one row of the runs table (`torchdeck jobs`, the runs screen): run, state, ranks,
-    epoch, step, loss, accuracy, age, cost (``?`` where its price is unknown)."""
+    epoch, step, loss, accuracy, age, cost (``?`` where its price is unknown). A cluster run found by
+    its label alone (no record of torchdeck making it here) says so by its id."""
     return (
-        s.run_id,
+        f"{s.run_id} (label only)" if s.found_by_label else s.run_id,
         s.state.value,
         str(s.world_size),
         f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),

@@ -152,9 +152,13 @@ class TrainerStatus:
                 print(f"torchdeck: Kubeflow Trainer's status server did not take the progress: {exc}", file=sys.stderr)
 
     def post(self, body: dict[str, Any]) -> None:
+        """One status update, to the server the pod was given, over TLS only, never redirected: the
+        token is the pod's service account's, and goes nowhere else."""
         import ssl  # here: torchdeck's console reads this module's parser, and draws before HTTP loads
         import urllib.request
 
+        if not self.url.lower().startswith("https://"):
+            raise ValueError(f"{URL_ENV} is not an https:// URL: the token is sent over TLS only")
         with open(self.token, encoding="utf-8") as f:
             token = f.read().strip()
         context = ssl.create_default_context(cafile=self.ca or None)
@@ -164,7 +168,15 @@ class TrainerStatus:
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=5, context=context) as answer:
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            """A redirect is refused: urllib would follow it with the Authorization header."""
+
+            def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+                raise OSError(f"the status server answered {code} to {newurl[:120]}: not followed (the token stays)")
+
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirect())
+        with opener.open(request, timeout=5) as answer:
             answer.read()
 
     def close(self) -> None:

@@ -3,8 +3,11 @@ indexed Job, ElasticJob) on any cluster in the kubeconfig, EKS or kind or
 minikube alike, through the official ``kubernetes`` client.
 
 The run id is the job object's name; every object and pod of a run carries
-the ``torchdeck.dev/run`` label, so the cluster itself is the record: the
-console and the CLI reattach from any machine with the kubeconfig.
+the ``torchdeck.dev/run`` label. That label is a search hint, not an identity (anyone may make an
+object with it): what torchdeck made is what it recorded at submit (``identity.py``: the cluster,
+namespace, kind, name and uid), and a run's pods are those its job owns (``ownership.py``). A run
+found by its label alone, from another machine, is followed and shown as such, and stopped or
+resumed only when the user says so.
 
 Pods are followed by list + watch and every rank's pod log at once, one
 stream per pod (kubectl stops at 5), across container restarts
@@ -45,7 +48,7 @@ from ..base import (
 )
 from ..bundle import CodeStore
 from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
-from ..errors import BackendError, RunIdTaken, RunNotFound, SpecError
+from ..errors import BackendError, FoundByLabel, RunIdTaken, RunNotFound, SpecError
 from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines, relate_ranks, tool_result
 from ..names import new_run_id
 from ..schema import number
@@ -55,6 +58,7 @@ from . import crds
 from .client import ApiError, KubeClient, api_path
 from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
 from .diagnosis import Finding, bad_nodes, job_findings, pod_findings
+from .identity import FOUND_BY_LABEL, MadeRun, NotOurs, RunRecords, made_now
 from .importing import import_job
 from .jobs import (
     api_of,
@@ -85,6 +89,7 @@ from .manifests import (
     run_labels,
 )
 from .node_metrics import measure_nodes
+from .ownership import OwnedBy
 from .preflight import preflight
 from .queues import queue_findings, queue_wait, suspended, wait_words
 from .streams import PodLogFollower, has_started, node_ranks
@@ -163,10 +168,16 @@ class KubernetesBackend(Backend):
         """kind -> (when read, the cluster's CRD)."""
         self.tasks = TaskJobs(self.client, self.apply_rendered)
         """The one-pod jobs around training: data prepare, model copy, model test."""
+        self.records = RunRecords(self.ledger_dir / "made" if self.ledger_dir else None)
+        """What torchdeck made on clusters, as recorded at submit: a run is found through these."""
+        self._unrecorded: set[str] = set()
+        """Runs found by their label alone (no record of making them): stop and resume ask first."""
+        self._owners: dict[str, OwnedBy] = {}
+        """run id -> which pods its job owns (learned with the job)."""
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection (the client's own pickling)."""
-        return {**self.__dict__, "_node_cache": {}, "_crds": {}, "on_wait": _silent}
+        return {**self.__dict__, "_node_cache": {}, "_crds": {}, "on_wait": _silent, "_owners": {}}
 
     @property
     def scope(self) -> str:
@@ -261,10 +272,25 @@ class KubernetesBackend(Backend):
         self.sent = []
         if rendered.bundle is not None and rendered.bundle_url:
             self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
-        self.create(plan.spec, rendered)
+        job = self.create(plan.spec, rendered)
+        code_dir = str(Path(plan.spec.entrypoint.code).resolve()) if rendered.bundle is not None else None
         self._keep_spec(plan.run_id, plan.spec)
+        self.records.add(
+            made_now(
+                plan.run_id,
+                self.client.server,
+                self.client.current_context(),
+                plan.spec.namespace,
+                rendered.kind,
+                job,
+                code_dir,
+            )
+        )
         self._kinds[plan.run_id] = (rendered.kind, plan.spec.namespace)
         self._selectors[plan.run_id] = pod_selector(rendered.main)
+        uid = (job.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and uid:
+            self._owners[plan.run_id] = OwnedBy(self.client, plan.spec.namespace, uid)
         return plan.run_id
 
     def _gated(self, plan: Plan) -> Plan:
@@ -296,7 +322,7 @@ class KubernetesBackend(Backend):
         as a run of the same kind (so placed, queued and admitted as the run would be), waited for,
         its answer read from rank 0's log, then deleted. The answer is judged (``health.judge``,
         with each node's instance type) and kept in the state folder for ``status``."""
-        from ..health import gate_spec, judge, save
+        from ..health import gate_nodes, gate_spec, judge, save
 
         if spec is None:
             raise BackendError("the health gate on a cluster needs the run's spec", "torchdeck check SPEC (or flags)")
@@ -305,7 +331,7 @@ class KubernetesBackend(Backend):
         on_wait(f"health gate {run_id}: {gate.nodes} node(s) x {gate.nproc_per_node} rank(s), image {gate.image}")
         try:
             status = self._wait_gate(run_id, timeout_s, on_wait)
-            text = "\n".join(line.text for batch in self.logs(run_id) for line in batch)
+            ran_on, text = self._gate_answer(run_id)
             result = tool_result(text)  # the check's own error line raises, with its message and hint
             if status.state is not JobState.SUCCEEDED or result is None:
                 raise BackendError(
@@ -316,7 +342,8 @@ class KubernetesBackend(Backend):
         finally:
             with contextlib.suppress(BackendError, ApiError):
                 self.discard(run_id)
-        nodes = {str(n.get("node")) for n in result.get("nodes") or []}
+        result = gate_nodes(result, ran_on)
+        nodes = {str(n.get("node")) for n in result["nodes"]}
         result["instance_types"] = self._instance_types(nodes)
         result["short"] = judge(result, result["instance_types"])
         result["time"] = time.time()
@@ -324,6 +351,26 @@ class KubernetesBackend(Backend):
         if self.ledger_dir is not None:
             save(self.ledger_dir / "check", result)
         return result
+
+    def _gate_answer(self, run_id: str) -> tuple[set[str], str]:
+        """The nodes the gate's own pods ran on, and what its rank 0 wrote, read from rank 0's pod
+        alone (an MPIJob's launcher, whose mpirun carries every rank's output, where it has one):
+        any pod can print a result line; the gate's rank 0 writes the one."""
+        name, ns, obj = self._namespace_of(run_id)
+        pods = self.pods(name, ns)
+        ran_on = {str((p.get("spec") or {}).get("nodeName")) for p in pods if (p.get("spec") or {}).get("nodeName")}
+        ranks = node_ranks([p for p in pods if has_started(p)])
+        first = sorted(((rank, pod) for pod, rank in ranks.items() if rank <= 0), reverse=True)[:1]
+        if not first:
+            return ran_on, ""
+        node, pod = first[0]
+        try:
+            answer = self.client.request("GET", api_path("Pod", ns, pod, "log"), stream=True, timeout=30)
+        except BackendError:
+            return ran_on, ""
+        batch = [(node, 0, raw) for raw in answer.data.splitlines()]
+        lines = self._log_lines(batch, nproc_per_node(obj), 0, self.text_reader(obj))[1]
+        return ran_on, "\n".join(line.text for line in lines)
 
     def _wait_gate(self, run_id: str, timeout_s: float, on_wait: Callable[[str], None]) -> JobStatus:
         deadline, said = time.monotonic() + timeout_s, ""
@@ -374,14 +421,15 @@ class KubernetesBackend(Backend):
             raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
         self.create(spec, rendered)
 
-    def create(self, spec: JobSpec, rendered: Rendered) -> None:
-        """Create the objects in order. RunIdTaken where the first object named for the run exists
-        already (nothing of it was made)."""
+    def create(self, spec: JobSpec, rendered: Rendered) -> dict[str, Any]:
+        """Create the objects in order; the job object as the API server answered (with its uid).
+        RunIdTaken where the first object named for the run exists already (nothing of it was made)."""
         made = False
+        job: dict[str, Any] = {}
         for obj in rendered.objects:
             bundle = obj["kind"] == "ConfigMap" and CODE_LABEL in obj["metadata"]["labels"]
             try:
-                self.client.request("POST", api_path(api_of(obj["kind"]), spec.namespace), body=obj)
+                answer = self.client.request("POST", api_path(api_of(obj["kind"]), spec.namespace), body=obj)
             except ApiError as exc:
                 if bundle and exc.status == 409:
                     continue  # named by its digest: this code was sent before
@@ -389,9 +437,12 @@ class KubernetesBackend(Backend):
                     raise RunIdTaken(exc.message, exc.hint) from None
                 raise
             made = made or not bundle
+            if obj is rendered.main:
+                job = answer if isinstance(answer, dict) else {}
             if bundle:
                 self.sent.append(f"configmap {spec.namespace}/{obj['metadata']['name']}")
             self._note(api_path(api_of(obj["kind"]), spec.namespace, obj["metadata"]["name"]))
+        return job
 
     def _upload_bundle(self, data: bytes, url: str) -> None:
         """Put a code bundle where its URL says, through the store this backend was handed."""
@@ -456,41 +507,131 @@ class KubernetesBackend(Backend):
         return found
 
     def _job(self, run_id: str) -> tuple[JobKindName, dict[str, Any]]:
-        known = self._kinds.get(run_id)
-        if known:
-            key, ns = known
-            try:
-                obj = self.client.request("GET", api_path(JOB_KINDS[key].api, ns, run_id))
-                self._selectors[run_id] = pod_selector(obj)
-                return key, obj
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+        """The run's job object: through torchdeck's record of making it where there is one (the
+        object at the recorded place, and only with the recorded uid), else by its label, marked
+        found-by-label (``_unrecorded``). ``run_id`` may be a unique prefix."""
+        made = self._made(run_id)
+        if made is not None:
+            obj = self._recorded_job(made)
+            self._unrecorded.discard(made.run_id)
+            self._learn(made.kind, obj)
+            return made.kind, obj
+        known = self._kinds.get(run_id) if run_id in self._unrecorded else None
+        if known is not None:  # found by label before: the same object, where it was
+            with contextlib.suppress(RunNotFound):
+                return known[0], self._same_object(run_id, *known)
         jobs = self._list_jobs(f"{RUN_LABEL}={run_id}")
         if not jobs:
             prefixed = [(k, o) for k, o in self._list_jobs(MANAGED) if o["metadata"]["name"].startswith(run_id)]
-            if len(prefixed) == 1:
-                jobs = prefixed
-            elif len(prefixed) > 1:
-                names = ", ".join(sorted(o["metadata"]["name"] for _, o in prefixed)[:5])
-                raise RunNotFound(f"{run_id!r} matches several runs: {names}", "give more of the id")
+            names = sorted({o["metadata"]["name"] for _, o in prefixed})
+            if len(names) > 1:
+                raise RunNotFound(f"{run_id!r} matches several runs: {', '.join(names[:5])}", "give more of the id")
+            jobs = prefixed
         if not jobs:
             where = f"namespace {self.namespace}" if self.namespace else "any namespace"
             raise RunNotFound(
                 f"no run {run_id!r} in {where} of this cluster",
                 "torchdeck --backend kubernetes jobs lists them; --namespace picks another",
             )
+        if len(jobs) > 1:  # the same run label in several places, none of them recorded here
+            places = ", ".join(sorted(f"{o['metadata'].get('namespace', '?')}/{JOB_KINDS[k].kind}" for k, o in jobs))
+            raise RunNotFound(
+                f"{len(jobs)} objects carry the label of run {run_id!r} ({places[:200]}), and torchdeck has no "
+                "record of making any of them here",
+                "--namespace picks one; kubectl get -o yaml shows who made each",
+            )
         key, obj = jobs[0]
-        self._kinds[obj["metadata"]["name"]] = (key, obj["metadata"].get("namespace") or self.namespace or "default")
-        self._selectors[obj["metadata"]["name"]] = pod_selector(obj)
+        self._unrecorded.add(obj["metadata"]["name"])
+        self._learn(key, obj)
         return key, obj
+
+    def _made(self, run_id: str) -> MadeRun | None:
+        """The record of ``run_id`` (or of the one recorded run it is a prefix of) on this cluster."""
+        if "/" in run_id or not run_id:
+            return None
+        records = self.records.on(self.client.server)
+        if run_id in records:
+            return records[run_id]
+        prefixed = sorted(r for r in records if r.startswith(run_id))
+        if len(prefixed) > 1:
+            raise RunNotFound(f"{run_id!r} matches several runs: {', '.join(prefixed[:5])}", "give more of the id")
+        return records[prefixed[0]] if prefixed else None
+
+    def _recorded_job(self, made: MadeRun) -> dict[str, Any]:
+        """The live object where ``made`` says, if it is the one torchdeck made (its uid)."""
+        info = JOB_KINDS[made.kind]
+        try:
+            obj = self.client.request("GET", api_path(info.api, made.namespace, made.name))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise RunNotFound(
+                f"no run {made.run_id!r} on the cluster now: its {info.kind} {made.namespace}/{made.name} is gone",
+                "a stopped run's job is deleted; torchdeck resume continues it from its checkpoint",
+            ) from None
+        uid = (obj.get("metadata") or {}).get("uid")
+        if made.uid and uid != made.uid:
+            raise NotOurs(
+                f"{info.kind} {made.namespace}/{made.name} is not the run torchdeck made as {made.run_id}: "
+                f"its uid is {uid}, the one recorded at submit {made.uid} (another object took its name)",
+                f"torchdeck will not follow, stop or resume it; kubectl -n {made.namespace} get {info.plural} "
+                f"{made.name} -o yaml shows who made it",
+            )
+        return obj
+
+    def _same_object(self, run_id: str, key: JobKindName, ns: str) -> dict[str, Any]:
+        """The object found by label before, if it is still there with the same uid."""
+        try:
+            obj = self.client.request("GET", api_path(JOB_KINDS[key].api, ns, run_id))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise RunNotFound(f"no run {run_id!r}", "") from None
+        owned = self._owners.get(run_id)
+        if owned is not None and (obj.get("metadata") or {}).get("uid") != owned.uid:
+            raise RunNotFound(f"{run_id!r} was made again", "")
+        return obj
+
+    def _learn(self, key: JobKindName, obj: dict[str, Any]) -> None:
+        """Keep what a found job says of its run: its kind and place, its pods' selector and owner."""
+        meta = obj["metadata"]
+        name = meta["name"]
+        ns = meta.get("namespace") or self.namespace or "default"
+        self._kinds[name] = (key, ns)
+        self._selectors[name] = pod_selector(obj)
+        uid = meta.get("uid")
+        if not isinstance(uid, str) or not uid:
+            self._owners.pop(name, None)
+        elif name not in self._owners or self._owners[name].uid != uid:
+            self._owners[name] = OwnedBy(self.client, ns, uid)
+
+    def found_by_label(self, run_id: str) -> bool:
+        """Whether the run was found by its label alone (torchdeck has no record of making it here)."""
+        return run_id in self._unrecorded
+
+    def _require_made(self, name: str, trust_label: bool, verb: str) -> None:
+        """Refuse to ``verb`` a run found by its label alone, unless the user said it is theirs."""
+        if name in self._unrecorded and not trust_label:
+            key, ns = self._kinds.get(name, ("pytorchjob", "?"))
+            raise FoundByLabel(
+                f"{JOB_KINDS[key].kind} {ns}/{name} was {FOUND_BY_LABEL}; not {verb}ing it on a label's word",
+                f"if it is yours (made from another machine), say so: torchdeck {verb} {name} --yes",
+            )
 
     def pod_selector(self, run_id: str) -> str:
         """The label selector of a run's pods (the run label, or what its job's release gives them)."""
         return self._selectors.get(run_id) or f"{RUN_LABEL}={run_id}"
 
+    def owner(self, run_id: str) -> OwnedBy | None:
+        """Which pods are the run's: those its job owns (None: a job without a uid, as no API server
+        makes; then the selector alone says)."""
+        return self._owners.get(run_id)
+
     def pods(self, run_id: str, namespace: str) -> builtins.list[dict[str, Any]]:
-        return self.client.pods(namespace, self.pod_selector(run_id))
+        """The run's pods: those matching its selector that its job owns."""
+        found = self.client.pods(namespace, self.pod_selector(run_id))
+        owned = self.owner(run_id)
+        return found if owned is None else [p for p in found if owned(p)]
 
     def pod_findings(self, namespace: str, pods: builtins.list[dict[str, Any]]) -> builtins.list[Finding]:
         """What is wrong with these pods (``diagnosis.pod_findings``)."""
@@ -503,6 +644,7 @@ class KubernetesBackend(Backend):
         ns = obj["metadata"].get("namespace") or self.namespace or "default"
         pods = self.pods(obj["metadata"]["name"], ns)
         status = self._status_of(key, obj, pods)
+        status.found_by_label = self.found_by_label(status.run_id)
         self._progress(status, ns, pods, obj)
         self._priced(key, obj, pods, status)
         if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
@@ -528,39 +670,59 @@ class KubernetesBackend(Backend):
 
         status = self.status(run_id)
         triage.require_running(status.run_id, status.state)
-        dumps: dict[int, dict[str, Any]] = {}
-        for batch in self.logs(status.run_id):
-            for line in batch:
-                said = triage_line(line.text)
-                if said is not None:
-                    dumps[int(said.get("rank", line.rank))] = said  # the newest a rank said
+        name, ns, obj = self._namespace_of(status.run_id)
+        nproc = nproc_per_node(obj)
+        pods = [p for p in self.pods(name, ns) if has_started(p)]
+        pod_of = {rank: pod for pod, rank in node_ranks(pods).items()}
+        node_of = {p["metadata"]["name"]: str((p.get("spec") or {}).get("nodeName") or "?") for p in pods}
+        reader = self.text_reader(obj)
+        dumps: dict[int, object] = {}
+        for node, raw in self._pod_lines(name, ns):
+            if node < 0:
+                continue
+            stream: int | None = None
+            if reader is not None:  # the user's code: torchrun's prefix says which of the pod's ranks wrote it
+                stream, raw, _ = reader.read(node, raw)
+            said = triage_line(raw.decode(errors="replace"))
+            if said is None:
+                continue
+            claimed = said.get("rank")
+            if stream is None:
+                stream = claimed if isinstance(claimed, int) and not isinstance(claimed, bool) else None
+            if nproc == 1:
+                stream = node
+            if stream is not None and node * nproc <= stream < (node + 1) * nproc:  # this pod's ranks, no other
+                dumps[stream] = said  # the newest a rank said
         if not dumps:
             raise BackendError(
                 f"no rank of {status.run_id} has said where it is: in pods each rank's probe says so in its "
                 f"log once its main thread has stayed on one line for {POD_STUCK_AFTER_S} s",
                 "ask again after that; an image without torchdeck's probe (an older bundle) never says",
             )
-        name, ns, _ = self._namespace_of(status.run_id)
-        nodes = {p["metadata"]["name"]: (p.get("spec") or {}).get("nodeName", "") for p in self.pods(name, ns)}
-        verdict = triage.verdict(
-            name,
-            status.world_size,
-            list(dumps.values()),
-            f"the pods' logs in {ns}",
-            lambda d: f"pod {d.get('host')} on node {nodes.get(str(d.get('host')), '') or '?'}",
-        )
+
+        def where(rank: int, dump: dict[str, Any]) -> str:
+            pod = pod_of.get(rank // max(nproc, 1), "?")
+            return f"pod {pod} on node {node_of.get(pod, '?')}"
+
+        verdict = triage.verdict(name, status.world_size, dumps, f"the pods' logs in {ns}", where)
         if self.ledger_dir is not None:
             triage.save(self.ledger_dir / "triage" / name, verdict)
         return verdict
 
     def run_spec(self, run_id: str) -> JobSpec:
-        """The spec the job was made from (its annotation); where it has none (a job made by an older
-        torchdeck, or imported), what the job object itself says; where the job is gone (stopped
-        runs are deleted), the copy kept in the state folder when it was submitted."""
+        """The spec the run was submitted with: for a run torchdeck recorded making, the copy kept
+        in the state folder then (code folder included); else the job's annotation (a job made by an
+        older torchdeck, or imported: what the job object itself says). Where a recorded run's job
+        is gone (stopped runs are deleted), the kept copy still answers."""
+        made = self._made(run_id)
+        if made is not None:
+            kept = self._kept_spec(made.run_id)
+            if kept is not None:
+                return kept
         try:
             _, obj = self._job(run_id)
         except RunNotFound:
-            kept = self._kept_spec(run_id)
+            kept = self._kept_spec(run_id) if made is not None else None
             if kept is None:
                 raise
             return kept
@@ -588,10 +750,13 @@ class KubernetesBackend(Backend):
             (self.ledger_dir / "specs").mkdir(parents=True, exist_ok=True)
             write_atomically(self.ledger_dir / "specs" / f"{run_id}.json", json.dumps(spec.to_dict()))
 
-    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = ()) -> JobSpec:
+    def resume_spec(self, run_id: str, avoid_nodes: Sequence[str] = (), trust_label: bool = False) -> JobSpec:
         """The spec that continues an ended run: its own (same name, so the same checkpoint folder
         on the shared volume, where the trainer resumes from the newest snapshot), naming the run
-        it resumes, kept off ``avoid_nodes`` and every node the run already avoided."""
+        it resumes, kept off ``avoid_nodes`` and every node the run already avoided. Its code is
+        packed from the folder the run was submitted from (the record says which); a run found by
+        its label alone is resumed only with ``trust_label``, and never with code from a folder
+        nobody recorded."""
         try:
             status: JobStatus | None = self.status(run_id)
         except RunNotFound:
@@ -599,21 +764,53 @@ class KubernetesBackend(Backend):
         if status is not None and not status.state.is_terminal:
             raise BackendError(f"{status.run_id} is still running", f"`torchdeck stop {status.run_id}` first")
         name = status.run_id if status is not None else run_id
+        self._require_made(name, trust_label, "resume")
+        made = self._made(name)
+        if made is None and status is None:
+            raise RunNotFound(f"no run {run_id!r} on this cluster, and no record of one", "torchdeck jobs lists them")
         spec = self.run_spec(name)
         if not spec.cluster.pvc:
             raise BackendError(
                 f"{name} kept its checkpoints in its pods' own folders (no cluster.pvc): they went with its pods",
                 "train it again from the start, with a shared volume (cluster.pvc) to resume from next time",
             )
-        for key, obj in self._list_jobs(f"{RESUMES_LABEL}={name}"):
-            later = self._status_of(key, obj, [])
-            if not later.state.is_terminal:
-                raise BackendError(
-                    f"{name} is being resumed already, as {later.run_id}", f"`torchdeck monitor {later.run_id}`"
-                )
+        if not spec.builtin:
+            spec = dataclasses.replace(
+                spec, entrypoint=dataclasses.replace(spec.entrypoint, code=self._code_dir(name, made))
+            )
+        self._require_not_resumed(name)
         avoid = sorted(set(spec.cluster.avoid_nodes) | set(avoid_nodes))
         resumed = dataclasses.replace(spec, resumes=name, cluster=dataclasses.replace(spec.cluster, avoid_nodes=avoid))
         return spec_from_dict(resumed.to_dict(), "--avoid-node")  # every field checked again: a node's name too
+
+    @staticmethod
+    def _code_dir(name: str, made: MadeRun | None) -> str:
+        """The folder a run of the user's code was packed from, as recorded at submit; never a guess."""
+        if made is None or not made.code_dir:
+            raise BackendError(
+                f"{name} runs your code, and torchdeck has no record here of the folder it was packed from",
+                "train it again from that folder with the same name (torchdeck train SPEC): it resumes from "
+                "the newest checkpoint on the claim",
+            )
+        if not Path(made.code_dir).is_dir():
+            raise BackendError(
+                f"{name} was packed from {made.code_dir}, which is no longer a folder",
+                "train it again from the code's folder with the same name: it resumes from the newest checkpoint",
+            )
+        return made.code_dir
+
+    def _require_not_resumed(self, name: str) -> None:
+        """Refuse a second resume of ``name`` while a run torchdeck made to resume it goes on (a job
+        merely labelled as resuming it, that no record here vouches for, does not hold it up)."""
+        records = self.records.on(self.client.server)
+        for key, obj in self._list_jobs(f"{RESUMES_LABEL}={name}"):
+            later = records.get(obj["metadata"]["name"])
+            if later is None or (later.uid and later.uid != obj["metadata"].get("uid")):
+                continue
+            if not self._status_of(key, obj, []).state.is_terminal:
+                raise BackendError(
+                    f"{name} is being resumed already, as {later.run_id}", f"`torchdeck monitor {later.run_id}`"
+                )
 
     def _priced(self, key: JobKindName, obj: dict[str, Any], pods: list[dict[str, Any]], status: JobStatus) -> None:
         """The run's cost so far (kept on the job once it has ended), and its budget's stop."""
@@ -702,6 +899,8 @@ class KubernetesBackend(Backend):
         wait = queue_wait(self.client, obj, queue) if queue and not state.is_terminal else None
         if wait is not None and suspended(obj):  # Kueue holds it: it waits in the queue, nothing runs
             state, reason = JobState.QUEUED, wait_words(wait)
+        elif wait is not None and wait.outside and not reason:  # a queue's label, and no Kueue behind it
+            reason = wait.reason
         stopped = read_annotation(obj, STOPPED_ANNOTATION)
         if stopped is not None and suspended(obj):  # torchdeck suspended it at its budget
             state, reason = (
@@ -734,14 +933,26 @@ class KubernetesBackend(Backend):
         )
 
     def list(self) -> list[JobStatus]:
+        """Every torchdeck-labelled job this context may list; a row whose job torchdeck has no
+        record of making here (or whose uid is not the recorded one) says it was found by label."""
         jobs = self._list_jobs(MANAGED)
         pods = self._pods_by_run({obj["metadata"].get("namespace", "default") for _, obj in jobs})
+        records = self.records.on(self.client.server) if jobs else {}
         out = []
         for key, obj in jobs:
             name = obj["metadata"]["name"]
-            self._kinds[name] = (key, obj["metadata"].get("namespace", "default"))
+            made = records.get(name)
+            ours = made is not None and (not made.uid or made.uid == obj["metadata"].get("uid"))
+            if ours:
+                self._unrecorded.discard(name)
+                self._learn(key, obj)
+            elif made is None and name not in self._kinds:  # a decoy of a recorded run teaches nothing
+                self._unrecorded.add(name)
+                self._learn(key, obj)
             status = self._status_of(key, obj, [])
-            self._priced(key, obj, pods.get(name, []), status)
+            status.found_by_label = not ours
+            owned = OwnedBy(self.client, obj["metadata"].get("namespace", "default"), obj["metadata"].get("uid") or "")
+            self._priced(key, obj, [p for p in pods.get(name, []) if not owned.uid or owned(p)], status)
             out.append(status)
         return sorted(out, key=lambda s: s.submitted_at, reverse=True)
 
@@ -757,15 +968,19 @@ class KubernetesBackend(Backend):
                 found.setdefault((pod["metadata"].get("labels") or {}).get(RUN_LABEL, ""), []).append(pod)
         return found
 
-    def cancel(self, run_id: str) -> JobStatus:
+    def cancel(self, run_id: str, trust_label: bool = False) -> JobStatus:
+        """Stop the run: delete its job (its pods go with it). A run found by its label alone is
+        stopped only with ``trust_label`` (the user said it is theirs)."""
         key, obj = self._job(run_id)
+        self._require_made(obj["metadata"]["name"], trust_label, "stop")
         self._delete_run(key, obj)
         status = self._status_of(key, obj, [])
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
         return status
 
-    def discard(self, run_id: str) -> builtins.list[str]:
+    def discard(self, run_id: str, trust_label: bool = False) -> builtins.list[str]:
         key, obj = self._job(run_id)
+        self._require_made(obj["metadata"]["name"], trust_label, "stop")
         return self._delete_run(key, obj)
 
     def adopt(
@@ -809,6 +1024,9 @@ class KubernetesBackend(Backend):
             notes[PROGRAM_ANNOTATION] = found.spec.program
         ours = run_labels(name, found.spec.name)
         self.client.request("PATCH", path, body={"metadata": {"labels": ours, "annotations": notes}})
+        # the user asked to follow it: torchdeck records it as a run of its own from now on, by its uid
+        self.records.add(made_now(name, self.client.server, self.client.current_context(), ns, key, obj, None))
+        self._unrecorded.discard(name)
         self._note(path)
         self._kinds[name] = (key, ns)
         self._selectors[name] = notes[PODS_ANNOTATION]
@@ -909,6 +1127,20 @@ class KubernetesBackend(Backend):
         key, obj = self._job(run_id)
         return obj["metadata"]["name"], obj["metadata"].get("namespace", "default"), obj
 
+    def _pod_lines(self, name: str, ns: str) -> Iterator[tuple[int, bytes]]:
+        """Every line the run's own pods hold now, with the node rank of the pod that wrote it."""
+        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=False, owned=self.owner(name))
+        follower.start()
+        try:
+            while True:
+                batch, done = follower.take(0.2)
+                for node, _attempt, raw in batch:
+                    yield node, raw
+                if done:
+                    return
+        finally:
+            follower.stop()
+
     def _log_lines(
         self,
         batch: builtins.list[tuple[int, int, bytes]],
@@ -956,7 +1188,7 @@ class KubernetesBackend(Backend):
     ) -> Iterator[builtins.list[LogLine]]:
         name, ns, obj = self._namespace_of(run_id)
         nproc = nproc_per_node(obj)
-        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow)
+        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow, owned=self.owner(name))
         follower.start()
         reader = self.text_reader(obj)
         try:
@@ -976,7 +1208,7 @@ class KubernetesBackend(Backend):
         """Every pod's log once, as metric events and log lines together."""
         name, ns, obj = await asyncio.to_thread(self._namespace_of, run_id)
         nproc = nproc_per_node(obj)
-        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=True)
+        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=True, owned=self.owner(name))
         follower.start()
         reader = self.text_reader(obj)
         try:
@@ -993,7 +1225,7 @@ class KubernetesBackend(Backend):
         self, run_id: str, follow: bool = True, poll_s: float = 0.1
     ) -> AsyncIterator[builtins.list[MetricEvent]]:
         name, ns, obj = await asyncio.to_thread(self._namespace_of, run_id)
-        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow)
+        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow, owned=self.owner(name))
         follower.start()
         reader = self.text_reader(obj)
         nproc = nproc_per_node(obj)

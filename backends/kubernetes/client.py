@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import BackendError
 from .resolve import Resolved
@@ -123,15 +124,24 @@ KINDS: dict[str, ApiKind] = {
 ``kinds.JOB_KINDS`` (``JobKind.api``)."""
 
 
+def _segment(text: str) -> str:
+    """One path segment, quoted: a name read from a cluster or a run (a pod's, a node's) can hold
+    '/', '?', '#' or '%', and must not reach another path than its own."""
+    if text in (".", ".."):
+        raise BackendError(f"{text!r} is not a name an API path can hold", "names are letters, digits, '-' and '.'")
+    return quote(text, safe=":")
+
+
 def api_path(kind: str | ApiKind, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
     """The path of a collection (no ``name``), of one object, or of its subresource (``sub``: log,
-    status, proxy/...). ``namespace`` None on a namespaced kind means every namespace."""
+    status, proxy/...). ``namespace`` None on a namespaced kind means every namespace. Every
+    segment is quoted, the subresource's each on its own."""
     api = KINDS[kind] if isinstance(kind, str) else kind
-    path = api.base + (f"/namespaces/{namespace}" if api.namespaced and namespace else "") + "/" + api.plural
+    path = api.base + (f"/namespaces/{_segment(namespace)}" if api.namespaced and namespace else "") + "/" + api.plural
     if name:
-        path += "/" + name
+        path += "/" + _segment(name)
         if sub:
-            path += "/" + sub
+            path += "/" + "/".join(_segment(part) for part in sub.split("/"))
     return path
 
 
@@ -188,6 +198,12 @@ class KubeClient:
             if self.context_namespace is None:
                 self.context_namespace = namespace
         return self._api
+
+    @property
+    def server(self) -> str:
+        """The API server's URL (what names the cluster in torchdeck's records of what it made)."""
+        resolved = self._resolved or self._resolve(None)
+        return resolved.host
 
     def current_context(self) -> str:
         """The context's name: the one asked for, else the kubeconfig's current one ('' without one)."""

@@ -53,6 +53,11 @@ class JobKind:
         return self.group == "batch"
 
     @property
+    def kueue_framework(self) -> str:
+        """Kueue's name of the kind in its configuration's ``integrations.frameworks``."""
+        return f"{self.group}/{self.kind.lower()}"
+
+    @property
     def crd_name(self) -> str:
         return f"{self.plural}.{self.group}"
 

@@ -16,7 +16,7 @@ from ..spec import JobSpec
 from .client import ApiError, api_path, quantity
 from .diagnosis import Finding
 from .jobs import timestamp
-from .kinds import job_kind_of
+from .kinds import JOB_KINDS, job_kind_of
 from .manifests import MPI_LAUNCHER_RESOURCES
 
 if TYPE_CHECKING:
@@ -40,10 +40,50 @@ class QueueView:
     cluster_queue: str = ""
     flavors: list[str] = field(default_factory=list)
     covered: set[str] = field(default_factory=set)
+    unread: str = ""
+    """The Kueue integration torchdeck could not confirm (its configuration not readable here)."""
 
     def line(self) -> str:
         flavors = ", ".join(self.flavors) or "none"
-        return f"queue {self.local_queue}: ClusterQueue {self.cluster_queue}, flavours {flavors} (Kueue {self.version})"
+        line = f"queue {self.local_queue}: ClusterQueue {self.cluster_queue}, flavours {flavors} (Kueue {self.version})"
+        if self.unread:
+            line += (
+                f"; could not read Kueue's configuration ({CONFIG_MAP[0]}/{CONFIG_MAP[1]}) to tell whether it "
+                f"manages {self.unread}: where it does not, the job runs at once, past the queue's quota "
+                f"(ask your admin whether integrations.frameworks lists {self.unread})"
+            )
+        return line
+
+
+CONFIG_MAP = ("kueue-system", "kueue-manager-config")
+"""Where Kueue's manifests keep its configuration (``controller_manager_config.yaml``)."""
+CONFIG_KEY = "controller_manager_config.yaml"
+
+
+def managed_frameworks(client: KubeClient) -> list[str] | None:
+    """The job kinds Kueue manages here (its configuration's ``integrations.frameworks``, e.g.
+    ``kubeflow.org/pytorchjob``); None where the configuration cannot be read (a namespace's user
+    may not read kueue-system) or says nothing of them (then Kueue's own defaults, which change
+    between releases, apply)."""
+    from ..errors import SpecError
+    from ..files import parse_yaml
+
+    try:
+        config_map = client.request("GET", api_path("ConfigMap", CONFIG_MAP[0], CONFIG_MAP[1]))
+    except ApiError:
+        return None
+    text = (config_map.get("data") or {}).get(CONFIG_KEY) if isinstance(config_map, dict) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        config = parse_yaml(text, f"{CONFIG_MAP[0]}/{CONFIG_MAP[1]}")
+    except SpecError:
+        return None
+    integrations = config.get("integrations") if isinstance(config, dict) else None
+    frameworks = integrations.get("frameworks") if isinstance(integrations, dict) else None
+    if not isinstance(frameworks, list):
+        return None
+    return [f for f in frameworks if isinstance(f, str)]
 
 
 VERSION_CACHE_S = 60.0
@@ -96,6 +136,20 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
         hint = f"the LocalQueues in {ns}: {', '.join(there)}" if there else f"ask your cluster's admin for one in {ns}"
         return [Finding(queue, f"no LocalQueue {queue} in namespace {ns}", hint)], None
     view = QueueView(version, queue, str((local.get("spec") or {}).get("clusterQueue") or ""))
+    framework = JOB_KINDS[spec.cluster.kind].kueue_framework
+    frameworks = managed_frameworks(client)
+    if frameworks is None:
+        view.unread = framework
+    elif framework not in frameworks:
+        return [
+            Finding(
+                queue,
+                f"Kueue here does not manage {framework} (its integrations.frameworks: "
+                f"{', '.join(frameworks) or 'none'}): a job sent to {queue} would run at once, past the quota",
+                f"ask your cluster's admin to add {framework} to {CONFIG_MAP[0]}/{CONFIG_MAP[1]}, "
+                "or submit without --queue",
+            )
+        ], view
     try:
         cluster_queue: dict[str, Any] = client.request("GET", f"{base}/clusterqueues/{view.cluster_queue}")
     except ApiError as exc:
@@ -219,13 +273,25 @@ def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> QueueWait
         ).get("items", [])
     except ApiError:
         return wait
+    # the job's own Workload (Kueue makes it owned by the job): one merely labelled with its uid is not
     mine = [
         w for w in items if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get("ownerReferences") or [])
     ]
-    if not (mine or items):
-        wait.reason = "waiting for Kueue to take it in (no Workload yet)"
+    if not mine:
+        if suspended(obj):
+            wait.reason = "waiting for Kueue to take it in (no Workload yet)"
+            return wait
+        kind = job_kind_of(obj)
+        framework = kind.kueue_framework if kind else str(obj.get("kind", ""))
+        frameworks = managed_frameworks(client)
+        why = (
+            f"Kueue here does not manage {framework}"
+            if frameworks is not None and framework not in frameworks
+            else f"Kueue made no Workload of it (does it manage {framework} here?)"
+        )
+        wait.outside, wait.reason = True, f"not queued: {why}; it runs outside {queue}'s quota"
         return wait
-    workload = (mine or items)[0]
+    workload = mine[0]
     status = workload.get("status") or {}
     wait.cluster_queue = (status.get("admission") or {}).get("clusterQueue") or ""
     if not wait.cluster_queue:  # not admitted: the ClusterQueue its LocalQueue draws on

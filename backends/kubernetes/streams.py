@@ -78,9 +78,13 @@ class PodWatcher:
         namespace: str,
         on_change: Callable[[dict[str, dict[str, Any]]], None],
         on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None,
+        owned: Callable[[dict[str, Any]], bool] | None = None,
     ):
         self.client, self.selector, self.namespace = client, selector, namespace
         """The connection, and the label selector of the run's pods (``pod_selector``)."""
+        self.owned = owned
+        """Which of the pods the selector finds are the run's (its job owns them: ``ownership``);
+        None: every one (a job without a uid)."""
         self.on_change, self.on_retry = on_change, on_retry
         self.pods: dict[str, dict[str, Any]] = {}
         self.relists = 0
@@ -102,7 +106,7 @@ class PodWatcher:
             try:
                 if rv is None:
                     listing = self.client.request("GET", path, query={"labelSelector": selector})
-                    self.pods = {p["metadata"]["name"]: p for p in listing.get("items", [])}
+                    self.pods = {p["metadata"]["name"]: p for p in self.theirs(listing.get("items", []))}
                     rv = (listing.get("metadata") or {}).get("resourceVersion")
                     self.relists += 1
                     self.on_change(dict(self.pods))
@@ -136,6 +140,8 @@ class PodWatcher:
                     name = (obj.get("metadata") or {}).get("name") or ""
                     if kind == "DELETED":
                         self.pods.pop(name, None)
+                    elif name and not self.theirs([obj]):
+                        continue  # a pod with the run's labels that its job does not own
                     elif name:
                         self.pods[name] = obj
                     self.on_change(dict(self.pods))
@@ -150,6 +156,10 @@ class PodWatcher:
                 failures = self._failed(failures, str(exc) if known else f"{type(exc).__name__}: {exc}")
                 if failures > MAX_RETRIES:
                     return
+
+    def theirs(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pods among ``pods`` that are the run's."""
+        return pods if self.owned is None else [p for p in pods if self.owned(p)]
 
     def _failed(self, failures: int, why: str) -> int:
         failures += 1
@@ -363,13 +373,21 @@ class PodLogFollower:
     woke for every line. A stream whose body is not chunked is read on a thread of its own, as
     before."""
 
-    def __init__(self, client: KubeClient, selector: str, run_id: str, namespace: str, follow: bool = True):
+    def __init__(
+        self,
+        client: KubeClient,
+        selector: str,
+        run_id: str,
+        namespace: str,
+        follow: bool = True,
+        owned: Callable[[dict[str, Any]], bool] | None = None,
+    ):
         self.client, self.run_id, self.namespace, self.follow = client, run_id, namespace, follow
         self.queue: queue.SimpleQueue[tuple[int, int, list[bytes]]] = queue.SimpleQueue()
         self._streams: dict[tuple[str, int], LogStream] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self.watcher = PodWatcher(client, selector, namespace, self._pods_changed, self._retrying)
+        self.watcher = PodWatcher(client, selector, namespace, self._pods_changed, self._retrying, owned)
         self._watch_thread: threading.Thread | None = None
         self._openers = ThreadPoolExecutor(OPENERS, thread_name_prefix=f"logs-{run_id}")
         self._selector = selectors.DefaultSelector()
@@ -390,6 +408,7 @@ class PodLogFollower:
         else:
             path = api_path("Pod", self.namespace)
             pods = self.client.request("GET", path, query={"labelSelector": self.watcher.selector}).get("items", [])
+            pods = self.watcher.theirs(pods)
             self._pods_changed({p["metadata"]["name"]: p for p in pods})
 
     def _retrying(self, attempt: int, wait: float, why: str) -> None:

@@ -19,6 +19,7 @@ from .client import ApiError, KubeClient, api_path
 from .diagnosis import diagnose_pod, pod_findings
 from .jobs import job_state
 from .manifests import RUN_LABEL, Rendered, TaskKind, render_task
+from .ownership import OwnedBy
 
 
 class TaskJobs:
@@ -71,7 +72,8 @@ class TaskJobs:
         deadline = time.monotonic() + timeout_s
         while True:
             job = self.client.request("GET", path)
-            pods = self.client.pods(namespace, f"{RUN_LABEL}={name}")
+            owned = OwnedBy(self.client, namespace, (job.get("metadata") or {}).get("uid") or "")
+            pods = [p for p in self.client.pods(namespace, f"{RUN_LABEL}={name}") if not owned.uid or owned(p)]
             state, reason = job_state("job", job, pods)
             if state.is_terminal:
                 break

@@ -28,10 +28,11 @@ from kube_jobs import (
     run_two_pods,
     set_conditions,
     set_phase,
+    trainjob_owner,
 )
 
 from torchdeck.backends.base import JobState
-from torchdeck.backends.errors import BackendError, RunNotFound
+from torchdeck.backends.errors import BackendError, FoundByLabel, RunNotFound
 from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.client import api_path
@@ -84,7 +85,11 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(kube_back
         body={
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{run_id}-node-0-0", "labels": labels},
+            "metadata": {
+                "name": f"{run_id}-node-0-0",
+                "labels": labels,
+                "ownerReferences": [trainjob_owner(kube_backend, run_id)],
+            },
             "spec": {"containers": [{"name": "node", "image": IMAGE}]},
             "status": {"phase": "Pending"},
         },
@@ -294,10 +299,13 @@ def test_a_job_made_with_kubectl_is_adopted_and_followed_as_a_run_of_its_own(kub
     assert run_id == "pytorch-simple" and kept == [spec] and spec.nodes == 2 and notes
     stored = kube_backend.client.request("GET", api_path(api_of("PyTorchJob"), NS, run_id))
     assert stored["metadata"]["labels"][RUN_LABEL] == run_id and stored["spec"] == job["spec"]  # only labelled
-    fresh = KubernetesBackend(kube_backend.kubeconfig, namespace=NS)  # another console finds it as its own
+    assert kube_backend.status(run_id).found_by_label is False  # adopted here: recorded, by its uid
+    # another console (no record of the adoption) finds it by its label, and stops it only when told
+    fresh = KubernetesBackend(kube_backend.kubeconfig, namespace=NS)
     assert [s.run_id for s in fresh.list()] == [run_id]
     status = fresh.status(run_id)
     assert status.state is JobState.RUNNING and status.world_size == 2 and status.step == 7
+    assert status.found_by_label is True
     assert [p["metadata"]["name"] for p in fresh.pods(run_id, NS)] == [
         "pytorch-simple-master-0",
         "pytorch-simple-worker-0",
@@ -305,7 +313,9 @@ def test_a_job_made_with_kubectl_is_adopted_and_followed_as_a_run_of_its_own(kub
     assert fresh.run_spec(run_id).entrypoint.script == "mnist.py"
     with pytest.raises(BackendError, match="is torchdeck's run pytorch-simple already"):
         fresh.adopt("pytorchjob", "pytorch-simple", NS)
-    assert fresh.cancel(run_id).state is JobState.CANCELLED
+    with pytest.raises(FoundByLabel):
+        fresh.cancel(run_id)
+    assert fresh.cancel(run_id, trust_label=True).state is JobState.CANCELLED
     assert fresh.list() == []
 
 
@@ -899,9 +909,10 @@ def test_the_monitor_offers_to_resume_a_run_that_failed_on_a_bad_node(kube_api, 
     asyncio.run(scenario())
 
 
-def play_gate(kube_api, kube_backend, result):
+def play_gate(kube_api, kube_backend, result, planted=None):
     """Be the Training Operator and the kubelets for the health gate's PyTorchJob: a pod on each of
-    cpu-0, cpu-1, cpu-2, rank 0's log ending with the check's answer, then Succeeded."""
+    cpu-0, cpu-1, cpu-2, rank 0's log ending with the check's answer, then Succeeded. ``planted``:
+    another answer, printed last by a pod that someone else made with the gate's labels."""
     from torchdeck.trainer.metrics import tool_line
 
     def run():
@@ -919,6 +930,9 @@ def play_gate(kube_api, kube_backend, result):
             lines = [f"[rank{i}]:" + tool_line("check", result)] if i == 0 else ["[rank1]:done"]
             kube_api.call(kube_api.emulator.script_log, NS, pod, lines)
             make_pod(kube_backend, name, pod, role, index, phase="Succeeded", node=f"cpu-{i}")
+        if planted is not None:
+            kube_api.call(kube_api.emulator.script_log, NS, f"{name}-master-9", [tool_line("check", planted)])
+            make_pod(kube_backend, name, f"{name}-master-9", "master", 0, phase="Succeeded", node="cpu-0", owner=None)
         set_conditions(kube_backend, name, "Created", "Succeeded")
 
     thread = threading.Thread(target=run, daemon=True)
@@ -983,3 +997,38 @@ def test_the_health_gate_names_the_node_behind_the_slow_links_and_cordons_it_whe
     set_conditions(kube_backend, run_id, "Created", "Failed", message="PyTorchJob has failed")
     why = kube_backend.status(run_id).bad_nodes["cpu-2"]
     assert why.startswith("cordoned; fell short in torchdeck's health gate (") and "its link to cpu-0" in why
+
+
+def test_the_health_gate_believes_only_its_own_rank_0_and_names_only_its_own_pods_nodes(kube_api, tmp_path):
+    """Issue 51: a pod someone planted with the gate's labels prints an answer of its own (cpu-0 and
+    cpu-1 slow), and rank 0's answer names a node no gate pod ran on (the control plane, behind every
+    slow pair): the planted answer is not read, the unknown node is dropped, and nothing is named or
+    cordoned on either's word."""
+    from torchdeck.trainer.check import bus_bandwidth
+
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=3)
+    kube_backend.client.request("POST", "api/v1/nodes", body={"apiVersion": "v1", "kind": "Node",
+                                "metadata": {"name": "control-plane"}})  # fmt: skip
+    link = {"bytes": 16 << 20, "time_s": 0.01, "algbw_gbps": 1.6, "busbw_gbps": bus_bandwidth(1.6, 2)}
+    slow = {**link, "busbw_gbps": 0.2}
+    nodes = [{"index": i, "node": node, "host": f"pod-{i}", "ranks": [i], "intra": None,
+              "gpus": {"count": 0}, "dcgm": {"ran": False}, "efa": {"devices": []}}
+             for i, node in enumerate(("cpu-0", "cpu-1", "cpu-2", "control-plane"))]  # fmt: skip
+    pairs = [{"a": a, "b": b, "result": slow if "control-plane" in (a, b) else link}
+             for a, b in (("cpu-0", "cpu-1"), ("cpu-0", "cpu-2"), ("cpu-1", "cpu-2"), ("cpu-0", "control-plane"),
+                          ("cpu-1", "control-plane"), ("cpu-2", "control-plane"))]  # fmt: skip
+    answer = {"backend": "gloo", "world_size": 3, "hosts": ["pod-0"], "rows": [link], "nodes": nodes, "pairs": pairs}
+    lie = {**answer, "pairs": [{**p, "result": slow if "cpu-0" in (p["a"], p["b"]) else link} for p in pairs[:3]]}
+    player = play_gate(kube_api, kube_backend, answer, planted=lie)
+    torchdeck = cluster_cli(kube_api, tmp_path)
+    args = ["--image", IMAGE, "--namespace", NS, "--nodes", "3", "--nproc-per-node", "1",
+            "--set", "cluster.pvc=shared", "--set", "cluster.service_account=torchdeck-s3"]  # fmt: skip
+    done = torchdeck("check", *args, "--cordon", "--yes", "--output", "json")
+    player.join(5)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["short"] == {} and result["dropped"] == 4
+    assert sorted(n["node"] for n in result["nodes"]) == ["cpu-0", "cpu-1", "cpu-2"]
+    for node in ("cpu-0", "cpu-1", "cpu-2", "control-plane"):
+        assert "unschedulable" not in kube_backend.client.request("GET", f"api/v1/nodes/{node}").get("spec", {})

@@ -9,7 +9,7 @@ what the job asks. ``import`` carries the label over; an ElasticJob cannot be qu
 from __future__ import annotations
 
 import pytest
-from kube_jobs import NS, install, install_crd, make_spec
+from kube_jobs import NS, install, install_crd, make_spec, set_conditions
 
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, SpecError
@@ -24,11 +24,41 @@ KUEUE = "apis/kueue.x-k8s.io/v1beta2"
 QUEUED_KINDS = ("pytorchjob", "trainjob", "mpijob", "job")
 
 
+MANAGED = ("batch/job", "kubeflow.org/pytorchjob", "kubeflow.org/mpijob", "jobset.x-k8s.io/jobset",
+           "trainer.kubeflow.org/trainjob")  # fmt: skip
+"""The integrations the real cluster's Kueue runs with (scripts/kube-cluster.sh): every kind torchdeck queues."""
+UPSTREAM_DEFAULT = ("batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice",
+                    "jobset.x-k8s.io/jobset", "workload.codeflare.dev/appwrapper", "trainer.kubeflow.org/trainjob",
+                    "pod", "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")  # fmt: skip
+"""Kueue v0.19.2's own config/components/manager/controller_manager_config.yaml: kubeflow.org/pytorchjob
+is commented out there (Training Operator v1 support is deprecated)."""
+
+
+def kueue_config(kube_backend, frameworks):
+    """Kueue's configuration as its manifests install it: the ConfigMap kueue-system/kueue-manager-config."""
+    config = "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nintegrations:\n  frameworks:\n"
+    config += "".join(f"  - {f!r}\n" for f in frameworks)
+    kube_backend.client.request(
+        "POST", "api/v1/namespaces/kueue-system/configmaps",
+        body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kueue-manager-config"},
+              "data": {"controller_manager_config.yaml": config}},
+    )  # fmt: skip
+
+
 def with_kueue(
-    kube_backend, local="team-a", cluster="shared-cq", covered=("cpu", "memory"), stop=None, quota="64", cohort=None
+    kube_backend,
+    local="team-a",
+    cluster="shared-cq",
+    covered=("cpu", "memory"),
+    stop=None,
+    quota="64",
+    cohort=None,
+    frameworks=MANAGED,
 ):
     for kind in ("localqueues", "clusterqueues", "resourceflavors", "workloads"):
         install_crd(kube_backend, f"{kind}-kueue-v0.19.2.yaml")
+    if frameworks is not None:
+        kueue_config(kube_backend, frameworks)
     client = kube_backend.client
     client.request(
         "POST", f"{KUEUE}/resourceflavors",
@@ -165,6 +195,43 @@ def test_the_preflight_says_what_the_queue_draws_on(kube_backend):
     assert view.line() == "queue team-a: ClusterQueue shared-cq, flavours default (Kueue v1beta2)"
     shown = kube_backend.plan(make_spec(cluster={"queue": "team-a"})).text()  # train --dry-run
     assert "# preflight: the cluster can run it\n# queue team-a: ClusterQueue shared-cq, flavours default" in shown
+
+
+def test_a_kind_kueue_does_not_manage_is_refused_before_it_would_run_past_the_quota(kube_api, kube_backend):
+    """Issue 51: Kueue v0.19's own configuration leaves kubeflow.org/pytorchjob out. The preflight
+    reads the configuration and refuses to send a PyTorchJob through the queue (it would run at once,
+    past the quota) while a TrainJob goes; a PyTorchJob with the queue's label made anyway is said to
+    run outside the queue, never admitted; where the configuration cannot be read the plan says so."""
+    install(kube_backend)
+    with_kueue(kube_backend, frameworks=UPSTREAM_DEFAULT)
+    queued = make_spec(cluster={"queue": "team-a"})
+    found, _ = queue_findings(kube_backend.client, queued)
+    assert [f.problem for f in found] == [
+        "Kueue here does not manage kubeflow.org/pytorchjob (its integrations.frameworks: "
+        + ", ".join(UPSTREAM_DEFAULT) + "): a job sent to team-a would run at once, past the quota"
+    ]  # fmt: skip
+    assert "kueue-system/kueue-manager-config" in found[0].fix
+    assert queue_findings(kube_backend.client, make_spec(cluster={"queue": "team-a", "kind": "trainjob"}))[0] == []
+    refused = kube_backend.plan(queued)
+    assert refused.findings and "does not manage kubeflow.org/pytorchjob" in refused.findings[0]
+
+    run_id = kube_backend.submit(make_spec())  # made without the queue, then given its label (as kubectl would)
+    kube_backend.client.request(
+        "PATCH", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}",
+        body={"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team-a"}}},
+    )  # fmt: skip
+    set_conditions(kube_backend, run_id, "Created", "Running")
+    status = kube_backend.status(run_id)
+    assert status.state is JobState.RUNNING and status.queue is not None and status.queue.outside
+    assert status.queue.admitted_at is None
+    assert status.reason == (
+        "not queued: Kueue here does not manage kubeflow.org/pytorchjob; it runs outside team-a's quota"
+    )
+
+    kube_backend.client.request("DELETE", "api/v1/namespaces/kueue-system/configmaps/kueue-manager-config")
+    noted = kube_backend.plan(queued)
+    assert noted.findings == []
+    assert any("could not read Kueue's configuration (kueue-system/kueue-manager-config)" in n for n in noted.notes)
 
 
 def test_import_keeps_the_queue_and_an_elasticjob_cannot_be_queued() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from kube_jobs import IMAGE, NS, install, make_spec
+from kube_jobs import IMAGE, NS, install, job_owner, make_spec
 from local_runs import cli_env, run_cli
 
 from torchdeck.backends.base import JobState
@@ -45,7 +45,11 @@ def bound_pod(backend, run_id, name, node, gpus="1", phase="Running"):
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {RUN_LABEL: run_id, "training.kubeflow.org/replica-index": "0"}},
+        "metadata": {
+            "name": name,
+            "labels": {RUN_LABEL: run_id, "training.kubeflow.org/replica-index": "0"},
+            "ownerReferences": [job_owner(backend, run_id)],
+        },
         "spec": {
             "nodeName": node,
             "containers": [{"name": "pytorch", "image": IMAGE, "resources": {"limits": {"nvidia.com/gpu": gpus}}}],

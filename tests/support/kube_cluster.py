@@ -4,7 +4,8 @@ client), run on its own thread, with the gaps that matter to torchdeck
 closed here in a subclass:
 
 - create answers 201 Created, as the API server does (kmock answers 200, and
-  the official client then returns None for custom objects);
+  the official client then returns None for custom objects), and gives the
+  object a uid of its own, whatever the body said (kmock keeps none);
 - label selectors filter lists and watches (kmock ignores them);
 - every change gets a resourceVersion; lists carry the current one; a watch
   from a resourceVersion replays what changed after it, and answers 410 Gone
@@ -36,6 +37,7 @@ import copy
 import re
 import threading
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +46,7 @@ from typing import Any
 import aiohttp.web
 import yaml
 from kmock import KubernetesEmulator, Server
-from kmock._internal import aiobus, rendering
+from kmock._internal import aiobus, enums, rendering
 
 BUILTIN = {
     ("metrics.k8s.io", "nodes"),
@@ -207,6 +209,13 @@ class ClusterEmulator(KubernetesEmulator):
         )
 
     # -- what kmock does differently from the API server ------------------------------
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.resource is not None and request.action == enums.action.CREATE and isinstance(request.data, dict):
+            meta = request.data.get("metadata")
+            if isinstance(meta, dict):
+                meta["uid"] = str(uuid.uuid4())  # the API server's, never the client's
+        return await super()._handle(request)
 
     async def _serve_create(self, request: rendering.Request) -> rendering.Payload:
         created = await super()._serve_create(request)

@@ -14,6 +14,7 @@ from kube_cluster import running_cluster
 
 from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.kubernetes.client import ApiError, api_path
 from torchdeck.backends.kubernetes.kinds import JOB_KINDS
 from torchdeck.backends.kubernetes.manifests import RUN_LABEL
 from torchdeck.backends.spec import KINDS, spec_from_dict
@@ -87,11 +88,87 @@ def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, 
             kube_backend.client.request("POST", "api/v1/nodes", body=body)
 
 
+def job_owner(kube_backend, job_name, namespace=NS):
+    """The owner reference an operator gives the pods it makes for the job ``job_name`` (of whichever
+    kind holds that name in ``namespace``), with the uid the API server gave the job; None where
+    no job has that name."""
+    for info in JOB_KINDS.values():
+        try:
+            job = kube_backend.client.request("GET", api_path(info.api, namespace, job_name))
+        except ApiError:
+            continue
+        meta = job["metadata"]
+        api_version = f"{info.group}/{info.version}"
+        return {
+            "apiVersion": api_version,
+            "kind": info.kind,
+            "name": meta["name"],
+            "uid": meta.get("uid"),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    return None
+
+
+JOBSET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "jobsets.jobset.x-k8s.io"},
+    "spec": {
+        "group": "jobset.x-k8s.io",
+        "scope": "Namespaced",
+        "names": {"kind": "JobSet", "plural": "jobsets", "singular": "jobset"},
+        "versions": [{"name": "v1alpha2", "served": True, "storage": True}],
+    },
+}
+
+
+def trainjob_owner(kube_backend, run_id, namespace=NS):
+    """What Kubeflow Trainer makes between a TrainJob and its pods, as JobSet does it: a JobSet the
+    TrainJob owns, and a Job (replicated job "node") the JobSet owns; the owner reference of the
+    pods, which the Job gives them."""
+    if not kube_backend.client.exists("apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"):
+        kube_backend.client.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=JOBSET_CRD)
+    chain = job_owner(kube_backend, run_id, namespace)
+    for api, kind, name in (
+        (f"apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets", "JobSet", run_id),
+        (f"apis/batch/v1/namespaces/{namespace}/jobs", "Job", f"{run_id}-node-0"),
+    ):
+        made = kube_backend.client.request(
+            "POST",
+            api,
+            body={
+                "apiVersion": api.split("/namespaces/")[0].removeprefix("apis/"),
+                "kind": kind,
+                "metadata": {"name": name, "ownerReferences": [chain]},
+            },
+        )
+        chain = {
+            "apiVersion": made["apiVersion"],
+            "kind": kind,
+            "name": name,
+            "uid": made["metadata"]["uid"],
+            "controller": True,
+        }
+    return chain
+
+
 def make_pod(
-    kube_backend, run_id, name, replica_type="worker", index=0, phase="Running", restarts=0, node="cpu-0", own=None
+    kube_backend,
+    run_id,
+    name,
+    replica_type="worker",
+    index=0,
+    phase="Running",
+    restarts=0,
+    node="cpu-0",
+    own=None,
+    owner="job",
 ):
     """A pod as the training operator creates it and the kubelet reports it (``own``: the label its
-    operator gives it, for a job torchdeck did not make, in place of the run label)."""
+    operator gives it, for a job torchdeck did not make, in place of the run label). Its owner is
+    the job named ``run_id``, as the operator sets it (``owner``: another reference, or None: a pod
+    nobody's job made, e.g. one planted with the run's labels)."""
     state = (
         {"running": {"startedAt": "2026-11-22T06:00:00Z"}}
         if phase == "Running"
@@ -101,7 +178,7 @@ def make_pod(
             else {"waiting": {"reason": "ContainerCreating"}}
         )
     )
-    body = {
+    body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -120,6 +197,9 @@ def make_pod(
             ],
         },
     }
+    reference = job_owner(kube_backend, run_id) if owner == "job" else owner
+    if reference is not None:
+        body["metadata"]["ownerReferences"] = [reference]
     kube_backend.client.request("POST", f"api/v1/namespaces/{NS}/pods", body=body)
     return body
 

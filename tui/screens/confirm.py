@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label
+
+if TYPE_CHECKING:
+    from torchdeck.backends.base import JobStatus
+
+
+def by_label(status: JobStatus | None) -> str:
+    """What a question about a run found by its label alone adds: torchdeck did not record making it."""
+    if status is None or not status.found_by_label:
+        return ""
+    return (
+        f"\n\n{status.run_id} ({status.location}) was found by its label only: torchdeck has no record of "
+        "making it here. Say yes only if it is yours."
+    )
 
 
 class ConfirmScreen(ModalScreen[bool]):

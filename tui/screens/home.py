@@ -18,7 +18,7 @@ from torchdeck.terminal import as_shown
 from ..glyphs import STATE_STYLE
 from ..widgets.key_line import KeyLine
 from .base import DeckScreen, shown_path
-from .confirm import ConfirmScreen
+from .confirm import ConfirmScreen, by_label
 
 if TYPE_CHECKING:
     from textual.widgets import DataTable
@@ -145,10 +145,10 @@ class HomeScreen(DeckScreen[None]):
         self.post_message(RunsListed(self.app.backend.list()))
 
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
-    def stop_run(self, run_id: str) -> None:
+    def stop_run(self, run_id: str, trust_label: bool = False) -> None:
         from ..messages import RunStopped
 
-        self.post_message(RunStopped(self.app.backend.cancel(run_id)))
+        self.post_message(RunStopped(self.app.backend.cancel(run_id, trust_label)))
 
     def worker_failed(self, group: str, text: str) -> None:
         """A listing that failed (a backend that cannot open, a cluster out of reach) is said where
@@ -339,6 +339,6 @@ class HomeScreen(DeckScreen[None]):
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.notify(f"stopping {run_id}...")
-                self.stop_run(run_id)
+                self.stop_run(run_id, status.found_by_label)  # the question said so, and the user said yes
 
-        self.app.push_screen(ConfirmScreen(f"Stop {run_id} and every process it started?"), confirmed)
+        self.app.push_screen(ConfirmScreen(f"Stop {run_id} and every process it started?{by_label(status)}"), confirmed)

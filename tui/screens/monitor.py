@@ -37,7 +37,7 @@ from ..widgets.loss_chart import LossChart
 from ..widgets.node_bars import NodeBars
 from ..widgets.rank_table import RankTable
 from .base import DeckScreen
-from .confirm import ConfirmScreen
+from .confirm import ConfirmScreen, by_label
 
 DRAW_EVERY_S = 0.25
 """The status lines, the rank table and the logs are drawn at most four times a second, on the
@@ -193,12 +193,14 @@ class MonitorScreen(DeckScreen[None]):
     @work(thread=True, exclusive=True, group="resume", exit_on_error=False)
     def resume_run(self, avoid: list[str]) -> None:
         """Start the run that continues this one (``backend.resume``), kept off ``avoid``."""
-        run_id, _ = self.backend.resume(self.run_id, avoid)
+        trust = bool(self.status and self.status.found_by_label)  # the question said so, and the user said yes
+        run_id, _ = self.backend.resume(self.run_id, avoid, trust)
         self.post_message(RunResumed(run_id))
 
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
     def stop_run(self) -> None:
-        self.post_message(RunStopped(self.backend.cancel(self.run_id)))
+        trust = bool(self.status and self.status.found_by_label)  # the question said so, and the user said yes
+        self.post_message(RunStopped(self.backend.cancel(self.run_id, trust)))
 
     # -- messages ----------------------------------------------------------------
 
@@ -426,7 +428,7 @@ class MonitorScreen(DeckScreen[None]):
                 self.notify(f"resuming {self.run_id}...")
                 self.resume_run(avoid)
 
-        self.app.push_screen(ConfirmScreen(f"Resume {self.run_id} {where}{off}?"), confirmed)
+        self.app.push_screen(ConfirmScreen(f"Resume {self.run_id} {where}{off}?{by_label(self.status)}"), confirmed)
 
     def action_stop(self) -> None:
         if self.status and self.status.state.is_terminal:
@@ -438,7 +440,9 @@ class MonitorScreen(DeckScreen[None]):
                 self.notify(f"stopping {self.run_id}...")
                 self.stop_run()
 
-        self.app.push_screen(ConfirmScreen(f"Stop {self.run_id} and every process it started?"), confirmed)
+        self.app.push_screen(
+            ConfirmScreen(f"Stop {self.run_id} and every process it started?{by_label(self.status)}"), confirmed
+        )
 
     def action_focus_logs(self) -> None:
         self.query_one("#log-rank").focus()
