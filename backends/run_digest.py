@@ -27,6 +27,7 @@ from .files import read_bytes, write_atomically
 
 if TYPE_CHECKING:
     from .base import Backend, JobStatus, MetricEvent
+    from .spec import JobSpec
 
 DIGEST_VERSION = 2
 RANK_POINTS = 500
@@ -363,6 +364,20 @@ def restart_words(last_step: float, checkpoint_step: float | None) -> str:
         return "from its newest checkpoint (the run said of none: the steps lost are not known)"
     lost = max(0, int(last_step - checkpoint_step))
     return f"from step {int(checkpoint_step)} (the run got to {int(last_step)}: {lost} step{'' if lost == 1 else 's'} lost)"
+
+
+def resume_plan_lines(spec: JobSpec, where: str) -> list[str]:
+    """What a resume submits, for the person to read before it does: from where, which code, which
+    image, and on a cluster the namespace, kind, identity, claim and the nodes it keeps off."""
+    c = spec.cluster
+    code = "the built-in trainer" if spec.builtin else f"code from {spec.entrypoint.code}"
+    lines = [f"resume plan: {spec.name} {where}, {code}", f"  image {spec.image}"]
+    if c.pvc:  # a cluster run (resumed only from a shared claim): where and as whom its pods run
+        lines.append(
+            f"  namespace {spec.namespace}, {c.kind}, service account {c.service_account or 'default'}, "
+            f"claim {c.pvc}" + (f", kept off {', '.join(c.avoid_nodes)}" if c.avoid_nodes else "")
+        )
+    return lines
 
 
 MAX_DIGEST = 64 << 20

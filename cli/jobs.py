@@ -311,7 +311,7 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
     """Continue an ended run from its newest checkpoint as a new run that names it (its lineage),
     kept off the nodes given; says what it will submit (where, which image and identity, which code)
     and from which step, and how many steps the restart does again, before it submits."""
-    from torchdeck.backends.run_digest import DigestStore, digest_of, restart_words
+    from torchdeck.backends.run_digest import DigestStore, digest_of, restart_words, resume_plan_lines
 
     try:
         trust = trusted(args, backend.status(args.run), "resume")
@@ -339,19 +339,6 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
             file=sys.stderr,
         )
     return started(args, backend, run_id, spec)
-
-
-def resume_plan_lines(spec: JobSpec, where: str) -> list[str]:
-    """What a resume submits, for the person to read before it does."""
-    c = spec.cluster
-    code = "the built-in trainer" if spec.builtin else f"code from {spec.entrypoint.code}"
-    lines = [f"resume plan: {spec.name} {where}, {code}", f"  image {spec.image}"]
-    if c.pvc:  # a cluster run (resumed only from a shared claim): where and as whom its pods run
-        lines.append(
-            f"  namespace {spec.namespace}, {c.kind}, service account {c.service_account or 'default'}, "
-            f"claim {c.pvc or '-'}" + (f", kept off {', '.join(c.avoid_nodes)}" if c.avoid_nodes else "")
-        )
-    return lines
 
 
 def trusted(args: argparse.Namespace, status: JobStatus, verb: str) -> bool:

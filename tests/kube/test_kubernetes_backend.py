@@ -895,6 +895,10 @@ def test_the_monitor_offers_to_resume_a_run_that_failed_on_a_bad_node(kube_api, 
             assert "r resumes it on other nodes from step 10 (the run got to 14: 4 steps lost)" in text
             await pilot.press("r")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+            question = app.screen.question  # what it would submit, before anything is made
+            assert "from step 10 (the run got to 14: 4 steps lost), the built-in trainer" in question
+            assert f"namespace {NS}, pytorchjob, service account torchdeck-s3, claim shared, kept off cpu-1" in question
+            assert f"image {IMAGE}" in question and "found by its label only" not in question
             await pilot.press("y")
             await wait_for(
                 pilot,

@@ -5,6 +5,7 @@ torchdeck did not make is resumed, stopped or followed as a rank on a label's wo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -220,3 +221,45 @@ def test_triage_keys_each_dump_by_the_pod_it_came_from_and_reads_any_dump_withou
     by_rank = {r.rank: r for r in verdict.ranks}
     assert by_rank[1].where == "train.py:40" and by_rank[0].where == "train.py:12"
     assert by_rank[1].node == f"pod {run_id}-worker-0 on node cpu-0" and by_rank[0].pid == 0
+
+
+def test_the_console_asks_before_stopping_a_run_found_by_its_label_and_says_why(kube_api, tmp_path):
+    """The runs screen shows a run submitted from another machine as found by its label; s asks,
+    saying so, and only yes stops it."""
+    from textual.widgets import DataTable
+    from tui_support import wait_for
+
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.confirm import ConfirmScreen
+    from torchdeck.tui.screens.home import HomeScreen
+
+    elsewhere = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "another-machine")
+    install(elsewhere)
+    run_id = elsewhere.submit(make_spec())
+    set_conditions(elsewhere, run_id, "Created", "Running")
+    settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
+
+    async def scenario():
+        app = make_app(settings, KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state"))
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(
+                pilot, lambda: isinstance(app.screen, HomeScreen) and len(app.screen.statuses) == 1, what="the run"
+            )
+            table = app.screen.query_one("#runs", DataTable)
+            await wait_for(pilot, lambda: table.row_count == 1, what="the run's row")
+            assert str(table.get_row_at(0)[0]) == f"{run_id} (label only)"
+            await pilot.press("s")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+            assert "was found by its label only: torchdeck has no record of making it here" in app.screen.question
+            await pilot.press("n")
+            await pilot.pause(0.5)
+            assert elsewhere.client.exists(f"{PYTORCHJOBS.format(ns=NS)}/{run_id}")
+            await pilot.press("s")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question again")
+            await pilot.press("y")
+            await wait_for(
+                pilot, lambda: not elsewhere.client.exists(f"{PYTORCHJOBS.format(ns=NS)}/{run_id}"), what="the stop"
+            )
+
+    asyncio.run(scenario())

@@ -411,24 +411,33 @@ class MonitorScreen(DeckScreen[None]):
         self.triage_run()
 
     def action_resume(self) -> None:
-        from torchdeck.backends.run_digest import restart_words
-
         if not (self.status and self.status.state.is_terminal):
             self.notify(f"{self.run_id} is still running: a run is resumed once it has ended (s stops it)")
             return
         if self.status.state is JobState.SUCCEEDED:
             self.notify(f"{self.run_id} succeeded: there is nothing left to resume")
             return
-        avoid = list(self.status.bad_nodes)
-        off = f", kept off {', '.join(avoid)}" if avoid else ""
-        where = restart_words(self.snap.step, self.snap.checkpoint_step)
+        self.plan_resume(list(self.status.bad_nodes))
 
+    @work(thread=True, exclusive=True, group="resume", exit_on_error=False)
+    def plan_resume(self, avoid: list[str]) -> None:
+        """What resuming would submit (``backend.resume_spec``: the spec kept at submit, its code
+        folder, kept off ``avoid``), to ask about it; a refusal is said as any worker's failure."""
+        from torchdeck.backends.run_digest import restart_words, resume_plan_lines
+
+        trust = bool(self.status and self.status.found_by_label)  # the question says so before anything is made
+        spec = self.backend.resume_spec(self.run_id, avoid, trust)
+        lines = resume_plan_lines(spec, restart_words(self.snap.step, self.snap.checkpoint_step))
+        self.app.call_from_thread(self.ask_resume, avoid, lines)
+
+    def ask_resume(self, avoid: list[str], plan: list[str]) -> None:
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.notify(f"resuming {self.run_id}...")
                 self.resume_run(avoid)
 
-        self.app.push_screen(ConfirmScreen(f"Resume {self.run_id} {where}{off}?{by_label(self.status)}"), confirmed)
+        question = f"Resume {self.run_id}?\n" + "\n".join(plan) + by_label(self.status)
+        self.app.push_screen(ConfirmScreen(question), confirmed)
 
     def action_stop(self) -> None:
         if self.status and self.status.state.is_terminal:
