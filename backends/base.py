@@ -308,6 +308,11 @@ class Backend(abc.ABC):
     def list(self) -> list[JobStatus]:
         """Every run this backend knows, newest first."""
 
+    def unseen(self) -> builtins.list[str]:
+        """What the listings so far could not see (on a shared cluster: a kind this identity may not
+        list in every namespace), one line each, for the front end to say beside the runs."""
+        return []
+
     @abc.abstractmethod
     def cancel(self, run_id: str, trust_label: bool = False) -> JobStatus:
         """Stop the run and everything it started; returns the final status. ``trust_label``: the

@@ -505,6 +505,8 @@ def format_status_table(statuses: list[JobStatus], reasons: bool = True) -> str:
 
 def cmd_jobs(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     statuses = backend.list()
+    for line in backend.unseen():  # what this identity could not list: said, and the rest shown
+        print(printable(f"torchdeck: note: {line}"), file=sys.stderr)
     if args.output == "json":
         print(strict_json([s.to_dict() for s in statuses], indent=2))
     elif not statuses:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from textual.message import Message
@@ -40,6 +40,8 @@ def shown_status(status: JobStatus) -> JobStatus:
 @dataclass
 class RunsListed(Message):
     statuses: list[JobStatus]
+    unseen: list[str] = field(default_factory=list)
+    """What the listing could not see (``Backend.unseen``), a line each."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -174,6 +174,9 @@ class KubernetesBackend(Backend):
         """Runs found by their label alone (no record of making them): stop and resume ask first."""
         self._owners: dict[str, OwnedBy] = {}
         """run id -> which pods its job owns (learned with the job)."""
+        self._unseen: dict[str, str] = {}
+        """What this identity may not see that a listing would show (a namespace's user on a shared
+        cluster), one line each, by what was asked (``unseen``)."""
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection (the client's own pickling)."""
@@ -498,6 +501,9 @@ class KubernetesBackend(Backend):
                 except ApiError as exc:
                     if exc.status == 403 and namespace is None:  # may not list cluster-wide: the context's
                         namespace = self.client.context_namespace or "default"
+                        self._unseen[f"list {key}"] = (
+                            f"may not list {JOB_KINDS[key].plural} in every namespace: those in {namespace} only"
+                        )
                         continue
                     if exc.status in (403, 404):
                         items = []  # kind not installed, or not ours to see
@@ -648,7 +654,13 @@ class KubernetesBackend(Backend):
         self._progress(status, ns, pods, obj)
         self._priced(key, obj, pods, status)
         if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
-            status.bad_nodes = bad_nodes(self.client, pods)
+            unread: list[str] = []
+            status.bad_nodes = bad_nodes(self.client, pods, unread)
+            if unread:
+                status.warnings.append(
+                    f"could not read node {', '.join(unread)} (not this identity's to read): "
+                    "whether the run ended on a bad node is not known"
+                )
             if self.ledger_dir is not None:
                 from ..health import gate_marked
 
@@ -955,6 +967,9 @@ class KubernetesBackend(Backend):
             self._priced(key, obj, [p for p in pods.get(name, []) if not owned.uid or owned(p)], status)
             out.append(status)
         return sorted(out, key=lambda s: s.submitted_at, reverse=True)
+
+    def unseen(self) -> builtins.list[str]:
+        return sorted(set(self._unseen.values()))
 
     def _pods_by_run(self, namespaces: set[str]) -> dict[str, builtins.list[dict[str, Any]]]:
         """Every torchdeck pod of these namespaces, by run (one request each), to price a listing."""

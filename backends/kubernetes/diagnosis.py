@@ -355,10 +355,10 @@ def pod_disruption(pod: dict[str, Any]) -> str:
     return ""
 
 
-def bad_nodes(client: KubeClient, pods: list[dict[str, Any]]) -> dict[str, str]:
+def bad_nodes(client: KubeClient, pods: list[dict[str, Any]], unread: list[str] | None = None) -> dict[str, str]:
     """The nodes a run's pods were on that the cluster marks bad (NotReady, a spot interruption
     notice, gone, a pressure, evictions), each with why: what ``torchdeck resume --avoid-node``
-    is for. One request a node."""
+    is for. One request a node; a node this identity may not read goes into ``unread``."""
     found: dict[str, str] = {}
     nodes: dict[str, list[dict[str, Any]]] = {}
     for pod in pods:
@@ -370,7 +370,9 @@ def bad_nodes(client: KubeClient, pods: list[dict[str, Any]]) -> dict[str, str]:
             node: dict[str, Any] | None = client.request("GET", api_path("Node", name=name))
         except ApiError as exc:
             if exc.status != 404:
-                continue  # not ours to read (a namespace's user): said by nothing here
+                if unread is not None:
+                    unread.append(name)  # not ours to read (a namespace's user): the caller says so
+                continue
             node = None
         said = [node_trouble(node)] + [pod_disruption(p) for p in on_it]
         words = "; ".join(s for s in said if s)

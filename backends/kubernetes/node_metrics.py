@@ -52,8 +52,12 @@ def measure_nodes(client: KubeClient, pods: list[dict[str, Any]]) -> list[NodeMe
     try:
         for item in client.request("GET", api_path("NodeMetrics")).get("items", []):
             usage[item["metadata"]["name"]] = item.get("usage") or {}
-    except ApiError:
-        note = "no metrics-server: install it for node CPU and memory"
+    except ApiError as exc:
+        note = (
+            "node CPU and memory are not this identity's to read (metrics.k8s.io nodes: forbidden)"
+            if exc.status == 403
+            else "no metrics-server: install it for node CPU and memory"
+        )
     dcgm = dcgm_gpus(client, set(node_names))
     out = []
     for node_name in node_names:

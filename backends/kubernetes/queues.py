@@ -42,10 +42,14 @@ class QueueView:
     covered: set[str] = field(default_factory=set)
     unread: str = ""
     """The Kueue integration torchdeck could not confirm (its configuration not readable here)."""
+    notes: list[str] = field(default_factory=list)
+    """What else could not be read (a ClusterQueue a namespace's user may not get)."""
 
     def line(self) -> str:
         flavors = ", ".join(self.flavors) or "none"
         line = f"queue {self.local_queue}: ClusterQueue {self.cluster_queue}, flavours {flavors} (Kueue {self.version})"
+        for note in self.notes:
+            line += f"; {note}"
         if self.unread:
             line += (
                 f"; could not read Kueue's configuration ({CONFIG_MAP[0]}/{CONFIG_MAP[1]}) to tell whether it "
@@ -153,6 +157,12 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
     try:
         cluster_queue: dict[str, Any] = client.request("GET", f"{base}/clusterqueues/{view.cluster_queue}")
     except ApiError as exc:
+        if exc.status == 403:  # cluster-scoped: a namespace's user often may not read it
+            view.notes.append(
+                f"could not read ClusterQueue {view.cluster_queue} (not this identity's to read): "
+                "its quota and flavours were not checked"
+            )
+            return [], view
         if exc.status != 404:
             raise
         problem = f"LocalQueue {queue} points at ClusterQueue {view.cluster_queue}, which does not exist"

@@ -60,6 +60,8 @@ class HomeScreen(DeckScreen[None]):
         """Each row's cells as last drawn, in table order."""
         self._list_failure = ""
         """The last listing's failure, notified once."""
+        self._said_unseen: set[str] = set()
+        """What the listings could not see, each notified once."""
         self.table: DataTable | None = None
         """The runs table, mounted with the first listing: the first frame is drawn without it (it
         was most of the time the frame took) and no listing could fill it sooner anyway."""
@@ -142,7 +144,8 @@ class HomeScreen(DeckScreen[None]):
     def list_runs(self) -> None:
         from ..messages import RunsListed
 
-        self.post_message(RunsListed(self.app.backend.list()))
+        statuses = self.app.backend.list()
+        self.post_message(RunsListed(statuses, self.app.backend.unseen()))
 
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
     def stop_run(self, run_id: str, trust_label: bool = False) -> None:
@@ -176,6 +179,10 @@ class HomeScreen(DeckScreen[None]):
             self.table = table
             if self.app.screen is self:  # under another screen, Textual focuses it when this one is back
                 table.focus()
+        for line in message.unseen:  # said once each, not every 2 s
+            if line not in self._said_unseen:
+                self._said_unseen.add(line)
+                self.notify(line, title="not visible here", timeout=10)
         self.draw(message.statuses)
 
     def draw(self, statuses: list[JobStatus]) -> None:
