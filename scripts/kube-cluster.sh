@@ -20,9 +20,15 @@
 #
 # Network: every component and every pod lives in the network namespace torchdeck-kube, which has a
 # bridge (10.244.0.1/24) and no route out. The host reaches the API server only through a forwarder
-# listening on 127.0.0.1. A stop restores the global sysctls the kubelet changes and removes the
-# mounts, cgroups, fixed paths and the namespace. Anything missing prints one line starting
-# "torchdeck: no cluster:" and exits 3.
+# listening on 127.0.0.1. The kubelet's and containerd's cgroups live under a root of the cluster's
+# own (/torchdeck-kube in each hierarchy), never kubepods or k8s.io at the host's top.
+#
+# A stop acts only on what this cluster made (scripts/cluster/owned.sh): a component whose pid and
+# start time are both the ones recorded when it started, the processes in its own cgroup root, the
+# mounts that were not in the mount table at start, the fixed paths it recorded as it made them; it
+# restores the global sysctls the kubelet changes and removes the namespace. Its logs (apt's too) are
+# in $state/logs, a folder only root reads: it writes no fixed name in /tmp. Anything missing prints
+# one line starting "torchdeck: no cluster:" and exits 3.
 set -euo pipefail
 
 KUBERNETES=v1.34.4 # EKS supports 1.33-1.35; 1.34's kubelet still runs on cgroup v1 without an opt-out
@@ -37,7 +43,9 @@ JOBSET=v0.12.0     # JobSet, the version Trainer v2.3.0 and Kueue v0.19.2 are bu
 MPI_OPERATOR=v0.8.2 # MPI Operator (v2beta1 MPIJob): the newest release the module proxy serves
 KUEUE=v0.19.2      # Kueue: the newest release the module proxy serves
 
-here="$(cd "$(dirname "$0")" && pwd)"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/cluster/owned.sh
+source "$here/cluster/owned.sh"
 cache="${TORCHDECK_CLUSTER_CACHE:-$HOME/.cache/torchdeck/cluster}"
 state=/var/lib/torchdeck-kube
 ns=torchdeck-kube
@@ -50,7 +58,12 @@ pause_image=torchdeck.local/pause:3.10
 # the Training Operator's init container (it waits with sh and nslookup until the master's name
 # resolves; upstream's default is alpine from Docker Hub, which no registry here serves)
 init_image=torchdeck.local/busybox:1.35
+# paths outside $state the components (or this script) use at names they fix: start makes those that
+# are missing and records each; stop removes only the recorded ones
 fixed_paths=(/var/log/pods /var/log/containers /var/lib/cni /run/containerd /run/nri /var/lib/kubelet /etc/kubernetes /etc/kueue /visibility)
+# where mounts of the cluster's may be; stop unmounts only those not there at start
+mount_roots=("$state" "$cache/containerd-root" /run/containerd /var/lib/kubelet /tmp/k8s-webhook-server)
+cgroup_root=torchdeck-kube # the kubelet's cgroupRoot, containerd's cgroup under it
 sysctls=(vm.overcommit_memory kernel.panic kernel.panic_on_oops)
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
@@ -105,15 +118,15 @@ go_install() {
 build_kubernetes() {
     [ -x "$kube" ] && return 0
     say "building Kubernetes $KUBERNETES and etcd as one program (once, 15-25 minutes on 2 cores; cached in $kube_bin)"
-    local minor="${KUBERNETES#v1.}" flags="-s -w" package
+    local minor="${KUBERNETES#v1.}" ldflags="-s -w" package
     minor="${minor%%.*}"
     for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        flags+=" -X $package.gitVersion=$KUBERNETES -X $package.gitMajor=1 -X $package.gitMinor=$minor"
-        flags+=" -X $package.gitTreeState=clean -X $package.buildDate=1970-01-01T00:00:00Z"
+        ldflags="$ldflags -X $package.gitVersion=$KUBERNETES -X $package.gitMajor=1 -X $package.gitMinor=$minor"
+        ldflags="$ldflags -X $package.gitTreeState=clean -X $package.buildDate=1970-01-01T00:00:00Z"
     done
     mkdir -p "$kube_bin.tmp"
     local started=$SECONDS
-    (cd "$here/cluster/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$flags" -o "$kube_bin.tmp/kube" .) \
+    (cd "$here/cluster/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$kube_bin.tmp/kube" .) \
         >"$kube_bin.log" 2>&1 || missing "could not build Kubernetes (log: $kube_bin.log)"
     echo $((SECONDS - started)) >"$kube_bin.tmp/build-seconds"
     rm -rf "$kube_bin" && mv "$kube_bin.tmp" "$kube_bin"
@@ -164,10 +177,14 @@ packages() { # packages TOOL_OR_FILE:PACKAGE...: install Debian's packages for w
     done
     [ ${#want[@]} = 0 ] && return 0
     command -v apt-get >/dev/null || missing "no apt-get to install ${want[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >/tmp/torchdeck-apt.log 2>&1 \
-        || { apt-get update -q >>/tmp/torchdeck-apt.log 2>&1 \
-             && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >>/tmp/torchdeck-apt.log 2>&1; } \
-        || missing "apt-get could not install ${want[*]} (log: /tmp/torchdeck-apt.log)"
+    [ "$(id -u)" = 0 ] || missing "not root to install ${want[*]}"
+    # the log in the root-only state folder: a fixed name in /tmp may be anyone's symlink
+    private_dir "$state" "$state/logs"
+    local log="$state/logs/apt.log"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >"$log" 2>&1 \
+        || { apt-get update -q >>"$log" 2>&1 \
+             && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >>"$log" 2>&1; } \
+        || missing "apt-get could not install ${want[*]} (log: $log)"
 }
 
 module_dir() { go mod download -json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'; }
@@ -175,15 +192,15 @@ module_dir() { go mod download -json "$1" | python3 -c 'import json, sys; print(
 # ---- start ----------------------------------------------------------------------------------------
 
 # run NAME COMMAND...: a component inside the namespace (the host's mount namespace), in a session of
-# its own, its output in $state/logs/NAME.log, its pid in $state/pids/NAME.
+# its own, its output in $state/logs/NAME.log, its pid and start time in $state/pids/NAME.
 run() {
     local name="$1"
     shift
     setsid nsenter --net="/run/netns/$ns" "$@" >"$state/logs/$name.log" 2>&1 </dev/null &
-    echo $! >"$state/pids/$name"
+    remember_pid "$state/pids/$name" $!
 }
 
-running() { [ -f "$state/pids/$1" ] && kill -0 "$(cat "$state/pids/$1")" 2>/dev/null; }
+running() { owned_pid "$state/pids/$1" >/dev/null; }
 
 wait_for() { # wait_for SECONDS WHAT COMMAND...
     local seconds="$1" what="$2" deadline
@@ -195,12 +212,64 @@ wait_for() { # wait_for SECONDS WHAT COMMAND...
     done
 }
 
-remember_host() { # what a stop must put back: the sysctls the kubelet sets and which fixed paths existed
+remember_host() { # what a stop must put back (the sysctls the kubelet sets) and what it may take away:
+    # the mounts not in the table now, the fixed paths made here (each recorded as it is made, before
+    # any component could make it), the cluster's cgroup root
     local name path
+    mount_table >"$state/mounts-before"
     : >"$state/before"
     for name in "${sysctls[@]}"; do echo "sysctl $name $(sysctl -n "$name")" >>"$state/before"; done
-    for path in "${fixed_paths[@]}"; do [ -e "$path" ] && echo "existed $path" >>"$state/before"; done
-    return 0
+    for path in "${fixed_paths[@]}"; do make_fixed "$path"; done
+    make_cgroup_root
+}
+
+make_fixed() { # make_fixed DIR: a folder at a fixed path and the parents it lacks, each recorded as made here
+    local path="$1" absent=()
+    while [ ! -e "$path" ] && [ ! -L "$path" ]; do absent=("$path" "${absent[@]}"); path="$(dirname "$path")"; done
+    for path in "${absent[@]}"; do
+        # (no -p: where someone makes it first, it is theirs)
+        mkdir "$path" || missing "could not make $path"
+        echo "made $path" >>"$state/before"
+    done
+}
+
+made() { # made PATH: PATH, or a folder it is in, was made by this start
+    local path="$1"
+    while [ "$path" != / ]; do
+        grep -qxF "made $path" "$state/before" && return 0
+        path="$(dirname "$path")"
+    done
+    return 1
+}
+
+place_fixed() { # place_fixed DIR FILE...: FILEs copied into a fixed folder, never over one the cluster did not make
+    local dir="$1" file target
+    shift
+    make_fixed "$dir"
+    for file in "$@"; do
+        target="$dir/$(basename "$file")"
+        if { [ -e "$target" ] || [ -L "$target" ]; } && ! made "$target"; then
+            missing "$target is there and not the cluster's (it would be overwritten)"
+        fi
+        cp "$file" "$target"
+        made "$target" || echo "made $target" >>"$state/before"
+    done
+}
+
+cgroup_hierarchies() { # the mounted cgroup hierarchies (each v1 controller's, and the unified one)
+    awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/self/mounts
+}
+
+make_cgroup_root() { # the kubelet checks that its cgroupRoot exists in every hierarchy
+    local hierarchy
+    while read -r hierarchy; do
+        mkdir -p "$hierarchy/$cgroup_root"
+        # (a new cpuset cgroup starts with no CPUs and no memory nodes)
+        if [ -f "$hierarchy/cpuset.cpus" ]; then
+            cat "$hierarchy/cpuset.cpus" >"$hierarchy/$cgroup_root/cpuset.cpus"
+            cat "$hierarchy/cpuset.mems" >"$hierarchy/$cgroup_root/cpuset.mems"
+        fi
+    done < <(cgroup_hierarchies)
 }
 
 make_namespace() {
@@ -251,7 +320,8 @@ start_control_plane() {
         --requestheader-username-headers X-Remote-User --enable-aggregator-routing=true \
         --profiling=false --event-ttl 2h
     # the forwarder's listening socket is the host's 127.0.0.1:$port, handed in as descriptor 3
-    python3 - "$state" "$port" "$ns" "$kube" "$node_ip" <<'EOF'
+    local forward
+    forward="$(python3 - "$state" "$port" "$ns" "$kube" "$node_ip" <<'EOF'
 import os, socket, subprocess, sys
 state, port, ns, kube, node_ip = sys.argv[1:]
 listener = socket.socket()
@@ -275,9 +345,10 @@ with open(f"{state}/logs/forward.log", "wb") as log:
         ["nsenter", f"--net=/run/netns/{ns}", kube, "forward", f"{node_ip}:6443"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=as_descriptor_3, close_fds=False,
     )
-with open(f"{state}/pids/forward", "w") as pid:
-    pid.write(f"{child.pid}\n")
+print(child.pid)
 EOF
+    )"
+    remember_pid "$state/pids/forward" "$forward"
     wait_for 60 "the API server" kubectl get --raw /readyz
     # what kubeadm's init binds: the API server's kubelet client may use the kubelet's API (logs,
     # exec, metrics), and admin.conf's group is cluster-admin
@@ -311,6 +382,8 @@ EOF
 version = 3
 root = "$cache/containerd-root"
 state = "$state/containerd/state"
+[cgroup]
+  path = "/$cgroup_root/containerd"
 [grpc]
   address = "$state/containerd/containerd.sock"
 [ttrpc]
@@ -352,6 +425,7 @@ authentication:
   x509: {clientCAFile: $state/pki/ca.crt}
 authorization: {mode: Webhook}
 cgroupDriver: cgroupfs
+cgroupRoot: /$cgroup_root
 failSwapOn: false
 protectKernelDefaults: false
 makeIPTablesUtilChains: false
@@ -617,12 +691,10 @@ integrations:
 EOF
     tmp="$(serving_certs kueue-webhook-service kueue-system)"
     # with its certificate rotation off, Kueue reads its metrics server's certificate from a fixed path
-    mkdir -p /etc/kueue/metrics/certs
     # and its visibility server's (the APIService skips verifying it, as upstream's does)
-    mkdir -p /visibility
     tmp2="$(serving_certs visibility-server kueue-system)"
-    cp "$tmp2"/k8s-webhook-server/serving-certs/tls.* /visibility/
-    cp "$tmp"/k8s-webhook-server/serving-certs/tls.* /etc/kueue/metrics/certs/
+    place_fixed /visibility "$tmp2"/k8s-webhook-server/serving-certs/tls.{crt,key}
+    place_fixed /etc/kueue/metrics/certs "$tmp"/k8s-webhook-server/serving-certs/tls.{crt,key}
     # (--kubeconfig, not KUBECONFIG: its visibility server delegates authentication to the cluster through it)
     run_with_certs kueue "$tmp" "$kueue_bin/kueue" --config "$conf/kueue.yaml" --kubeconfig "$pki/super-admin.conf"
     wait_for 60 "JobSet" healthy 8084
@@ -694,8 +766,7 @@ start() {
     stop
     build
     local started=$SECONDS
-    mkdir -p "$state/logs" "$state/pids"
-    chmod 700 "$state"
+    private_dir "$state" "$state/logs" "$state/pids"
     remember_host
     make_namespace
     make_pki
@@ -722,59 +793,76 @@ status() {
 
 # ---- stop -----------------------------------------------------------------------------------------
 
-end() { # end NAME...: SIGTERM, then SIGKILL after 15 s (the API server drains for ~8 s)
-    local name pid pids=()
-    for name in "$@"; do
-        [ -f "$state/pids/$name" ] || continue
-        pid="$(cat "$state/pids/$name")"
-        kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-        pids+=("$pid")
-    done
-    for _ in $(seq 150); do
-        local alive=0
-        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-        [ $alive = 0 ] && break
-        sleep 0.1
-    done
-    for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
+end() { # end NAME...: the components still running as started: SIGTERM, then SIGKILL after 15 s (the
+    # API server drains for ~8 s); a pid file whose pid is now another process's is passed over
+    local name files=()
+    for name in "$@"; do files+=("$state/pids/$name"); done
+    stop_owned 15 "${files[@]}"
 }
 
-cgroups() { # the cgroups pods and containerd made, deepest first, in every v1 hierarchy
-    find /sys/fs/cgroup -mindepth 2 -type d \( -path '*/kubepods*' -o -path '*/k8s.io*' \) 2>/dev/null \
-        | awk '{print length($0) " " $0}' | sort -rn | cut -d' ' -f2-
+cgroups() { # cgroups [CGROUP]: the folders of CGROUP (by default all) under the cluster's own cgroup
+    # root, in every hierarchy, deepest first
+    local hierarchy top
+    while read -r hierarchy; do
+        top="$hierarchy/$cgroup_root${1:+/$1}"
+        if [ -d "$top" ]; then find "$top" -type d; fi
+    done < <(cgroup_hierarchies) | awk '{print length($0) " " $0}' | sort -rn | cut -d' ' -f2-
 }
 
-our_mounts() { # mount points under the state folder, the containerd root or the fixed paths, deepest first
-    awk '{print $5}' /proc/self/mountinfo | grep -E "^($state|$cache/containerd-root|/run/containerd|/var/lib/kubelet|/tmp/k8s-webhook-server)(/|$)" \
-        | awk '{print length($0) " " $0}' | sort -rn | cut -d' ' -f2- || true
+kill_cgroup() { # kill_cgroup CGROUP [PID]: SIGKILL every process in the cluster's CGROUP but PID, until none is left
+    local pid pids
+    for _ in $(seq 50); do
+        mapfile -t pids < <(cgroups "$1" | sed 's#$#/cgroup.procs#' | xargs -r cat 2>/dev/null | sort -u | grep -vx "${2:-0}")
+        [ ${#pids[@]} = 0 ] && return 0
+        for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+        sleep 0.2
+    done
+}
+
+our_mounts() { # the mounts the cluster made, deepest first: where it mounts, not in the table at start;
+    # with no table (a start cut short before it), only those under its own folders
+    if [ -f "$state/mounts-before" ]; then mounts_since "$state/mounts-before" "${mount_roots[@]}"
+    else mounts_since /dev/null "$state" "$cache/containerd-root"; fi
+}
+
+remove_made() { # remove_made PATH: a fixed path start made, unless something is still mounted under it
+    if mounts_since /dev/null "$1" | grep -q .; then say "kept $1: something is still mounted under it"; return 0; fi
+    rm -rf --one-file-system "$1"
 }
 
 stop() {
     [ "$(id -u)" = 0 ] || missing "not root"
     end kueue mpi-operator trainer jobset training-operator metrics-server coredns kube-proxy kube-scheduler kube-controller-manager kubelet forward
-    # every process left in a pod's cgroup (the containers), then the shims, then containerd
-    local pid mount group name value
-    for _ in 1 2 3; do
-        for pid in $(cat $(cgroups | sed 's#$#/cgroup.procs#') 2>/dev/null | sort -u); do kill -KILL "$pid" 2>/dev/null || true; done
-        for pid in $(pgrep -f "^$containerd_bin/containerd-shim-runc-v2" || true); do kill -KILL "$pid" 2>/dev/null || true; done
+    # every process in the pods' cgroups (the containers), then the shims beside containerd in its
+    # cgroup, then containerd; then whatever is left under the cluster's cgroup root
+    local containerd mount kind name value groups
+    containerd="$(owned_pid "$state/pids/containerd")" || containerd=0
+    kill_cgroup kubepods
+    kill_cgroup containerd "$containerd"
+    end containerd kube-apiserver etcd
+    kill_cgroup ""
+    while read -r mount; do
+        mount="$(unescape_mount "$mount")"
+        umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true
+    done < <(our_mounts)
+    for _ in $(seq 25); do
+        mapfile -t groups < <(cgroups)
+        [ ${#groups[@]} = 0 ] && break
+        for name in "${groups[@]}"; do rmdir "$name" 2>/dev/null || true; done
         sleep 0.2
     done
-    end containerd kube-apiserver etcd
-    for mount in $(our_mounts); do umount "$mount" 2>/dev/null || umount -l "$mount" 2>/dev/null || true; done
-    for group in $(cgroups); do rmdir "$group" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
     if [ -f "$state/before" ]; then
         while read -r kind name value; do
             case "$kind" in
                 sysctl) sysctl -qw "$name=$value" ;;
+                made) remove_made "$name" ;;
             esac
         done <"$state/before"
-        for path in "${fixed_paths[@]}"; do
-            grep -qx "existed $path" "$state/before" || rm -rf "$path"
-        done
     fi
     if [ -d "$state/logs" ]; then rm -rf "$cache/last-logs" && cp -r "$state/logs" "$cache/last-logs"; fi
-    rm -rf "$state"
+    if mounts_since /dev/null "$state" | grep -q .; then missing "something is still mounted under $state"; fi
+    rm -rf --one-file-system "$state"
 }
 
 load() { # load IMAGE...: docker save | ctr import of those containerd does not hold yet, in one archive
@@ -824,7 +912,7 @@ case "${1:-}" in
     start) start ;;
     stop) stop ;;
     status) status ;;
-    kubeconfig) [ -f "$state/kubeconfig" ] && echo "$state/kubeconfig" || missing "not started" ;;
+    kubeconfig) if [ -f "$state/kubeconfig" ]; then echo "$state/kubeconfig"; else missing "not started"; fi ;;
     load) shift; load "$@" ;;
     ctr) shift; exec "${ctr[@]}" "$@" ;;
     kubectl) shift; [ -f "$state/kubeconfig" ] || missing "not started"; exec "$kube" kubectl --kubeconfig "$state/kubeconfig" "$@" ;;

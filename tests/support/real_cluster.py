@@ -61,6 +61,14 @@ def host_state() -> dict[str, object]:
     }  # fmt: skip
 
 
+def cluster_cgroups() -> list[str]:
+    """The cgroup root of the cluster's own (the kubelet's cgroupRoot, containerd's cgroup under it), in
+    any hierarchy: a stop removes it."""
+    return sorted(
+        str(p) for pattern in ("torchdeck-kube", "*/torchdeck-kube") for p in Path("/sys/fs/cgroup").glob(pattern)
+    )
+
+
 @dataclass
 class Cluster:
     kubeconfig: Path
@@ -99,6 +107,7 @@ def real_cluster() -> Iterator[Cluster]:
             assert stopped.returncode == 0, stopped.stdout + stopped.stderr
             after = host_state()
             assert after == before, (before, after)
+            assert cluster_cgroups() == []
             leftover = subprocess.run(["pgrep", "-f", ".cache/torchdeck/cluster/"], capture_output=True, text=True)
             assert leftover.stdout == "", leftover.stdout
 
