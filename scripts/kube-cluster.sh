@@ -17,6 +17,8 @@
 #   kubectl ARGS  kubectl against the cluster, from the host
 #   ctr ARGS    the node's containerd (namespace k8s.io), e.g. `ctr images ls`
 #   build       only build (or find) the programs
+#   kueue-integrations default|torchdeck  run Kueue again with its own default integrations (no
+#               kubeflow.org/pytorchjob from v0.19), or with those torchdeck submits (as start does)
 #
 # Network: every component and every pod lives in the network namespace torchdeck-kube, which has a
 # bridge (10.244.0.1/24) and no route out. The host reaches the API server only through a forwarder
@@ -587,6 +589,56 @@ print(yaml.safe_dump_all(out))
 ' "$1" "$2" "$3" "$state/pki/webhooks/ca.crt" | kubectl apply -f - >/dev/null
 }
 
+kueue_frameworks=(batch/job kubeflow.org/pytorchjob kubeflow.org/mpijob jobset.x-k8s.io/jobset trainer.kubeflow.org/trainjob)
+# (the integrations torchdeck submits; Kueue's own default leaves kubeflow.org/pytorchjob out from v0.19)
+
+kueue_config() { # kueue_config FRAMEWORK...: Kueue's configuration with these integrations, as the file
+    # it runs with and as the ConfigMap its manifests install (kueue-system/kueue-manager-config), where
+    # a user may read which job kinds it manages
+    local conf="$state/node" frameworks
+    frameworks="$(IFS=,; echo "$*")"
+    cat >"$conf/kueue.yaml" <<EOF
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+health: {healthProbeBindAddress: "127.0.0.1:8086"}
+metrics: {bindAddress: "0"}
+webhook: {port: 9446}
+leaderElection: {leaderElect: false}
+internalCertManagement: {enable: false}
+integrations:
+  frameworks: [$frameworks]
+EOF
+    kubectl -n kueue-system create configmap kueue-manager-config \
+        --from-file=controller_manager_config.yaml="$conf/kueue.yaml" --dry-run=client -o yaml \
+        | kubectl apply --server-side --force-conflicts -f - >/dev/null
+}
+
+upstream_kueue_frameworks() { # the integrations Kueue's own manifests enable (uncommented in its
+    # config/components/manager/controller_manager_config.yaml), one a line
+    awk '/^integrations:/ {i = 1; next} i && /^  frameworks:/ {f = 1; next} f && /^[^ ]/ {exit}
+         f && /^  - "/ {s = $0; sub(/^  - "/, "", s); sub(/".*/, "", s); print s}' \
+        "$(module_dir "sigs.k8s.io/kueue@$KUEUE")/config/components/manager/controller_manager_config.yaml"
+}
+
+kueue_integrations() { # kueue_integrations default|torchdeck: run Kueue again with its own default
+    # integrations, or with those torchdeck submits (what start gives it)
+    local pki="$state/pki" conf="$state/node" list=()
+    [ -f "$state/kubeconfig" ] || missing "not started"
+    case "${1:-}" in
+        default) mapfile -t list < <(upstream_kueue_frameworks) ;;
+        torchdeck) list=("${kueue_frameworks[@]}") ;;
+        *) echo "usage: $0 kueue-integrations default|torchdeck" >&2; exit 2 ;;
+    esac
+    [ "${#list[@]}" -gt 0 ] || missing "no integrations read from Kueue $KUEUE's own configuration"
+    kueue_config "${list[@]}"
+    end kueue
+    run_with_certs kueue "$state/kueue-webhook-service-tmp" "$kueue_bin/kueue" --config "$conf/kueue.yaml" \
+        --kubeconfig "$pki/super-admin.conf"
+    wait_for 60 "Kueue" healthy 8086
+    say "Kueue runs with: ${list[*]}"
+}
+
 run_with_certs() { # run_with_certs NAME TMP COMMAND...: run NAME with TMP mounted as its own /tmp
     local name="$1" tmp="$2"
     shift 2
@@ -677,18 +729,7 @@ EOF
     outside_service kueue-system visibility-server 443:8082
     webhooks kueue-system kueue-webhook-service kueue- "$dir/webhook/manifests.yaml"
     kubectl apply -f "$dir/visibility/apiservice_v1beta2.yaml" -f "$dir/visibility/apiservice_v1beta1.yaml" >/dev/null
-    cat >"$conf/kueue.yaml" <<EOF
-apiVersion: config.kueue.x-k8s.io/v1beta2
-kind: Configuration
-namespace: kueue-system
-health: {healthProbeBindAddress: "127.0.0.1:8086"}
-metrics: {bindAddress: "0"}
-webhook: {port: 9446}
-leaderElection: {leaderElect: false}
-internalCertManagement: {enable: false}
-integrations:
-  frameworks: [batch/job, kubeflow.org/pytorchjob, kubeflow.org/mpijob, jobset.x-k8s.io/jobset, trainer.kubeflow.org/trainjob]
-EOF
+    kueue_config "${kueue_frameworks[@]}"
     tmp="$(serving_certs kueue-webhook-service kueue-system)"
     # with its certificate rotation off, Kueue reads its metrics server's certificate from a fixed path
     # and its visibility server's (the APIService skips verifying it, as upstream's does)
@@ -917,5 +958,6 @@ case "${1:-}" in
     ctr) shift; exec "${ctr[@]}" "$@" ;;
     kubectl) shift; [ -f "$state/kubeconfig" ] || missing "not started"; exec "$kube" kubectl --kubeconfig "$state/kubeconfig" "$@" ;;
     build) build ;;
-    *) echo "usage: $0 start|stop|status|kubeconfig|load IMAGE...|kubectl ARGS|ctr ARGS|build" >&2; exit 2 ;;
+    kueue-integrations) shift; kueue_integrations "$@" ;;
+    *) echo "usage: $0 start|stop|status|kubeconfig|load IMAGE...|kubectl ARGS|ctr ARGS|build|kueue-integrations default|torchdeck" >&2; exit 2 ;;
 esac

@@ -171,6 +171,46 @@ def test_kueue_queues_admits_preempts_and_refuses_what_can_never_fit(real_cluste
         real_cluster.kubectl("delete", "-f", "-", "--wait=false", input=QUEUES, check=False)
 
 
+def test_kueue_with_its_own_default_integrations_is_read_and_no_pytorchjob_runs_past_a_queue(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    """Issue 51: Kueue v0.19 as users install it (its own configuration, which leaves
+    kubeflow.org/pytorchjob out). The preflight reads that configuration and refuses to send a
+    PyTorchJob to a queue, before anything is made, while a TrainJob is planned through it; a
+    PyTorchJob given the queue's label anyway runs at once, and status says it is not queued, never
+    that Kueue admitted it."""
+    real_cluster.kubectl("apply", "-f", "-", input=QUEUES)
+    script = str(REPO / "scripts" / "kube-cluster.sh")
+    switched = subprocess.run([script, "kueue-integrations", "default"], capture_output=True, text=True, timeout=300)
+    assert switched.returncode == 0, switched.stderr
+    assert "kubeflow.org/pytorchjob" not in switched.stderr and "trainer.kubeflow.org/trainjob" in switched.stderr
+    queued = (*TRAIN, *SMALL, "--nodes", "2", "--image", trainer_image, "--queue", "e2e-queue", "--batch-size", "32")
+    try:
+        refused = on_cluster("train", "--detach", *queued, "--name", "unmanaged")
+        assert refused.returncode != 0 and refused.stderr.count("\n") <= 2, refused.stderr
+        assert "Kueue here does not manage kubeflow.org/pytorchjob" in refused.stderr, refused.stderr
+        assert "a job sent to e2e-queue would run at once, past the quota" in refused.stderr
+        assert not real_cluster.get("pytorchjobs", "-n", NAMESPACE)["items"]
+        planned = on_cluster("train", "--dry-run", *queued, "--kind", "trainjob", "--name", "managed")
+        assert planned.returncode == 0 and "# preflight: the cluster can run it" in planned.stdout, planned.stderr
+
+        run_id = launched(on_cluster, *TRAIN, *SMALL, "--image", trainer_image, "--max-steps", "400",
+                          "--batch-size", "32", "--name", "labelled")  # fmt: skip
+        real_cluster.kubectl("label", "pytorchjob", run_id, "-n", NAMESPACE, "kueue.x-k8s.io/queue-name=e2e-queue")
+        status = wait(lambda: (s := status_of(on_cluster, run_id))["state"] == "running" and s["queue"] and s,
+                      "the labelled run to run", 300, every=2)  # fmt: skip
+        assert status["queue"]["outside"] is True and status["queue"]["admitted_at"] is None, status
+        assert status["reason"] == (
+            "not queued: Kueue here does not manage kubeflow.org/pytorchjob; it runs outside e2e-queue's quota"
+        ), status
+        assert not real_cluster.get("workloads.kueue.x-k8s.io", "-n", NAMESPACE)["items"]  # Kueue took no part
+        assert on_cluster("stop", run_id).returncode == 0
+    finally:
+        subprocess.run([script, "kueue-integrations", "torchdeck"], capture_output=True, text=True, timeout=300)
+        real_cluster.kubectl("delete", "pytorchjobs", "--all", "-n", NAMESPACE, "--wait=false", check=False)
+        real_cluster.kubectl("delete", "-f", "-", "--wait=false", input=QUEUES, check=False)
+
+
 ROLE = f"""
 apiVersion: v1
 kind: ServiceAccount
@@ -226,6 +266,88 @@ def test_a_role_without_a_verb_torchdeck_needs_is_named_before_anything_is_made(
     assert not real_cluster.get("pytorchjobs,services,configmaps", "-n", NAMESPACE, "-l", "torchdeck.dev/job=limited")[
         "items"
     ]
+
+
+def kubeconfig_of(real_cluster, account: str, folder: Path) -> Path:
+    """A kubeconfig for the service account ``account`` of the namespace (a token of its own), with
+    the namespace as its context's, as a shared cluster's admin hands one to a team."""
+    token = real_cluster.kubectl("create", "token", account, "-n", NAMESPACE).stdout.strip()
+    admin = yaml.safe_load(real_cluster.kubeconfig.read_text())
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": admin["clusters"][0]["name"], "user": account,
+                                                     "namespace": NAMESPACE}}],
+        "current-context": account,
+    }  # fmt: skip
+    path = folder / f"{account}.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+TEAM_ROLE = f"""
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: team, namespace: {NAMESPACE}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: team, namespace: {NAMESPACE}}}
+rules:
+  - apiGroups: [""]
+    resources: [pods, pods/log, services, configmaps, events, persistentvolumeclaims, serviceaccounts]
+    verbs: [get, list, watch, create, delete, patch]
+  - apiGroups: [batch]
+    resources: [jobs]
+    verbs: [get, list, watch, create, delete, patch]
+  - apiGroups: [kubeflow.org]
+    resources: [pytorchjobs, mpijobs]
+    verbs: [get, list, watch, create, delete, patch]
+  - apiGroups: [kueue.x-k8s.io]
+    resources: [localqueues, workloads]
+    verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: team, namespace: {NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: team}}
+subjects: [{{kind: ServiceAccount, name: team, namespace: {NAMESPACE}}}]
+"""
+"""A team's rights on a shared cluster: everything in its namespace, nothing cluster-wide (no list
+of nodes, namespaces, CRDs, node metrics, ClusterQueues or Kueue's configuration)."""
+
+
+def test_a_user_whose_rights_end_at_one_namespace_trains_follows_stops_and_resumes(
+    real_cluster, trainer_image, volume, on_cluster, tmp_path
+):
+    """Issue 51: with a kubeconfig bound to a Role in one namespace, ``train``, ``jobs``, ``status``,
+    ``logs``, ``stop`` and ``resume`` work; what could not be seen is said in one line each (the
+    jobs of other namespaces, the nodes), and the rest is done."""
+    real_cluster.kubectl("apply", "-f", "-", input=TEAM_ROLE)
+    on_cluster.env["KUBECONFIG"] = str(kubeconfig_of(real_cluster, "team", tmp_path))
+    plan = on_cluster("train", "--dry-run", "--image", trainer_image, *TRAIN, *SMALL, "--name", "team")
+    assert plan.returncode == 0 and "# preflight: the cluster can run it" in plan.stdout, plan.stdout + plan.stderr
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--max-steps", "400",
+                      "--batch-size", "32", "--set", "trainer.checkpoint_every=2", "--name", "team")  # fmt: skip
+    wait(lambda: status_of(on_cluster, run_id)["step"] >= 2, "the team's run past step 2", 600, every=2)
+    listed = on_cluster("jobs")
+    assert listed.returncode == 0 and run_id in listed.stdout, listed.stdout + listed.stderr
+    assert "torchdeck: note: may not list pytorchjobs in every namespace: those in e2e only" in listed.stderr
+    shown = on_cluster("status", run_id)
+    assert shown.returncode == 0 and "found by label" not in shown.stdout, shown.stdout + shown.stderr
+    logs = on_cluster("logs", run_id)
+    assert logs.returncode == 0 and "step" in logs.stdout, logs.stderr
+    assert on_cluster("stop", run_id).returncode == 0
+    wait(lambda: not real_cluster.get("pytorchjobs", "-n", NAMESPACE, "-l", f"torchdeck.dev/run={run_id}")["items"],
+         "the stopped run's job to go", 120)  # fmt: skip
+    resumed = on_cluster("resume", run_id, "--detach")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "namespace e2e, pytorchjob, service account default, claim shared" in resumed.stderr
+    new_id = resumed.stdout.strip()
+    final = on_cluster("stop", new_id)
+    assert final.returncode == 0, final.stderr
 
 
 def kubeflow_example(path: str) -> dict:

@@ -520,7 +520,9 @@ def test_in_pods_each_ranks_probe_says_where_it_is_in_its_log_and_triage_reads_t
     )
     probe = {e["name"]: e["value"] for e in container["env"] if e["name"].startswith(("TORCHDECK_TRIAGE", "TORCH_FR"))}
     assert probe["TORCHDECK_TRIAGE_AFTER_S"] == "60" and probe["TORCH_FR_BUFFER_SIZE"] == "256"
-    env = {**os.environ, **probe, "TORCHDECK_TRIAGE_AFTER_S": "2", "PYTHONPATH": ""}
+    # (the pod's own /tmp is its own: here the probe's folder is the test's, never a fixed name in /tmp)
+    env = {**os.environ, **probe, "TORCHDECK_TRIAGE_AFTER_S": "2", "PYTHONPATH": "",
+           "TORCHDECK_TRIAGE_DIR": str(tmp_path / "triage")}  # fmt: skip
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"
     log = tmp_path / "log"
     torchrun = str(Path(sys.executable).with_name("torchrun"))
