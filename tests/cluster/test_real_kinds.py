@@ -211,28 +211,37 @@ def test_kueue_with_its_own_default_integrations_is_read_and_no_pytorchjob_runs_
         real_cluster.kubectl("delete", "-f", "-", "--wait=false", input=QUEUES, check=False)
 
 
-ROLE = f"""
+def role(account: str, rules: str) -> str:
+    """A service account of the namespace, bound to a Role of its own with ``rules`` (YAML)."""
+    return f"""
 apiVersion: v1
 kind: ServiceAccount
-metadata: {{name: limited, namespace: {NAMESPACE}}}
+metadata: {{name: {account}, namespace: {NAMESPACE}}}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
-metadata: {{name: limited, namespace: {NAMESPACE}}}
+metadata: {{name: {account}, namespace: {NAMESPACE}}}
 rules:
+{rules}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {account}, namespace: {NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {account}}}
+subjects: [{{kind: ServiceAccount, name: {account}, namespace: {NAMESPACE}}}]
+"""
+
+
+ROLE = role(
+    "limited",
+    """\
   - apiGroups: [""]
     resources: [pods, pods/log, services, configmaps, events, persistentvolumeclaims, serviceaccounts]
     verbs: [get, list, watch, create, delete]
   - apiGroups: [kubeflow.org]
     resources: [pytorchjobs]
-    verbs: [get, list, watch, delete]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: limited, namespace: {NAMESPACE}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: limited}}
-subjects: [{{kind: ServiceAccount, name: limited, namespace: {NAMESPACE}}}]
-"""
+    verbs: [get, list, watch, delete]""",
+)
 """A role that may do everything torchdeck does with a PyTorchJob but create one."""
 
 
@@ -240,23 +249,7 @@ def test_a_role_without_a_verb_torchdeck_needs_is_named_before_anything_is_made(
     real_cluster, trainer_image, volume, on_cluster, tmp_path
 ):
     real_cluster.kubectl("apply", "-f", "-", input=ROLE)
-    token = real_cluster.kubectl("create", "token", "limited", "-n", NAMESPACE).stdout.strip()
-    admin = yaml.safe_load(real_cluster.kubeconfig.read_text())
-    limited = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": admin["clusters"],
-        "users": [{"name": "limited", "user": {"token": token}}],
-        "contexts": [
-            {
-                "name": "limited",
-                "context": {"cluster": admin["clusters"][0]["name"], "user": "limited", "namespace": NAMESPACE},
-            }
-        ],  # fmt: skip
-        "current-context": "limited",
-    }
-    path = tmp_path / "limited.kubeconfig"
-    path.write_text(yaml.safe_dump(limited))
+    path = kubeconfig_of(real_cluster, "limited", tmp_path)
     on_cluster.env["KUBECONFIG"] = str(path)
     done = on_cluster("train", "--detach", "--image", trainer_image, *TRAIN, *SMALL, "--name", "limited")
     assert done.returncode != 0
@@ -287,15 +280,9 @@ def kubeconfig_of(real_cluster, account: str, folder: Path) -> Path:
     return path
 
 
-TEAM_ROLE = f"""
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: team, namespace: {NAMESPACE}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: team, namespace: {NAMESPACE}}}
-rules:
+TEAM_ROLE = role(
+    "team",
+    """\
   - apiGroups: [""]
     resources: [pods, pods/log, services, configmaps, events, persistentvolumeclaims, serviceaccounts]
     verbs: [get, list, watch, create, delete, patch]
@@ -307,14 +294,8 @@ rules:
     verbs: [get, list, watch, create, delete, patch]
   - apiGroups: [kueue.x-k8s.io]
     resources: [localqueues, workloads]
-    verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: team, namespace: {NAMESPACE}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: team}}
-subjects: [{{kind: ServiceAccount, name: team, namespace: {NAMESPACE}}}]
-"""
+    verbs: [get, list, watch]""",
+)
 """A team's rights on a shared cluster: everything in its namespace, nothing cluster-wide (no list
 of nodes, namespaces, CRDs, node metrics, ClusterQueues or Kueue's configuration)."""
 

@@ -20,6 +20,7 @@ from kube_cluster import start_cluster, stop_cluster
 from kube_jobs import (
     IMAGE,
     NS,
+    cluster_cli,
     install,
     install_crd,
     make_pod,
@@ -751,27 +752,6 @@ def test_submitted_objects_go_into_the_ledger_and_cleanup_deletes_them(kube_api,
 
 async def _collect(progress):
     return [p async for p in progress]
-
-
-def cluster_cli(kube_api, tmp_path):
-    """``torchdeck --backend kubernetes ARGS`` against the kmock cluster, with a state folder of its own."""
-    env = {
-        "KUBECONFIG": str(kube_api.kubeconfig),
-        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-    }
-
-    def torchdeck(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-
-    return torchdeck
 
 
 def failed_on_a_lost_node(kube_api, kube_backend, still_running=lambda run_id: None):

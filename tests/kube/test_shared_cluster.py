@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 
 import pytest
-from kube_jobs import NS, install, make_pod, make_spec, metric_line, set_conditions
+from kube_jobs import NS, cluster_cli, install, make_pod, make_spec, metric_line, set_conditions
 
 from torchdeck.backends.errors import BackendError, FoundByLabel
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
@@ -24,24 +22,7 @@ PYTORCHJOBS = "apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
 @pytest.fixture
 def cli(kube_api, tmp_path):
     """``torchdeck --backend kubernetes ARGS`` with this test's state folder, no terminal."""
-    env = {
-        "KUBECONFIG": str(kube_api.kubeconfig),
-        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-    }
-
-    def torchdeck(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            timeout=120,
-        )
-
-    return torchdeck
+    return cluster_cli(kube_api, tmp_path)
 
 
 def plant(backend, obj, namespace, **changes):

@@ -7,6 +7,8 @@ console tests; the fixtures are ``kube_api`` (the API server) and ``kube_backend
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -261,3 +263,25 @@ def metric_line(rank, step, loss=2.0, **extra):
             **extra,
         }
     )
+
+
+def cluster_cli(kube_api, tmp_path):
+    """``torchdeck --backend kubernetes ARGS`` against the kmock cluster, with a state folder of its own."""
+    env = {
+        "KUBECONFIG": str(kube_api.kubeconfig),
+        "TORCHDECK_STATE_DIR": str(tmp_path / "state"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+    }
+
+    def torchdeck(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "torchdeck", "--backend", "kubernetes", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,  # no terminal: a question is answered no
+            timeout=120,
+        )
+
+    return torchdeck
