@@ -318,6 +318,14 @@ class Backend(abc.ABC):
         """Stop the run and everything it started; returns the final status. ``trust_label``: the
         user said a run found by its label alone (``JobStatus.found_by_label``) is theirs."""
 
+    def set_budget(self, run_id: str, amount: float) -> JobStatus:
+        """Change a running run's budget (``torchdeck budget RUN AMOUNT``): past it, the run stops
+        as it would at the budget it was submitted with."""
+        raise BackendError(
+            f"a running run's budget cannot be changed on the {self.name} backend yet",
+            "stop it, set budget in the spec, and resume it",
+        )
+
     def discard(self, run_id: str, trust_label: bool = False) -> builtins.list[str]:
         """Remove what a run that has ended keeps on its backend (on a cluster: its job object, pods,
         Services), as ``stop`` does for a running one; what was removed, in words. A local run's

@@ -68,7 +68,16 @@ from .triage import Triage
 if TYPE_CHECKING:
     from .spec import JobSpec
 
-from .run_records import CancelRecord, ExitRecord, LaunchRecord, PidRecord, RunRecordError, read_typed, write_json
+from .run_records import (
+    CancelRecord,
+    ExitRecord,
+    LaunchRecord,
+    PidRecord,
+    RunRecordError,
+    budget_now,
+    read_typed,
+    write_json,
+)
 
 STOP_GRACE_S = 10.0
 PRIVATE = 0o600
@@ -581,7 +590,7 @@ class LocalBackend(Backend):
             status.warnings.append(refused)
             if status.state is JobState.FAILED and done is None:
                 status.reason = f"no launcher of this run is running: {refused}"
-        status.cost = self._cost(launch, status)
+        status.cost = self._cost(run_dir, launch, status)
         return status
 
     def _unreadable(self, run_dir: Path, exc: RunRecordError) -> JobStatus:
@@ -602,15 +611,36 @@ class LocalBackend(Backend):
         """This machine's price an hour for a run: its spec's, else the settings'."""
         return spec_price if spec_price is not None else self.local_price_per_hour
 
-    def _cost(self, launch: LaunchRecord, status: JobStatus) -> RunCost:
-        """This machine, held from the submit to the exit (waiting for ranks to start counts)."""
+    def _cost(self, run_dir: Path, launch: LaunchRecord, status: JobStatus) -> RunCost:
+        """This machine, held from the submit to the exit (waiting for ranks to start counts),
+        against the budget as it stands (``torchdeck budget`` may have changed it)."""
+        budget = budget_now(run_dir, launch)
         use = NodeUse(f"this machine ({launch.host or 'local'})", status.submitted_at, status.finished_at)
         if not status.submitted_at:
-            return RunCost([], launch.budget)
+            return RunCost([], budget)
         if status.finished_at is None and status.state.is_terminal:
             use.ended_at = status.submitted_at  # ended unrecorded: no time is known to have been held
         book = PriceBook(launch.node_price_per_hour, self.local_price_per_hour, "local_price_per_hour")
-        return price_run([use], book, launch.budget, running=not status.state.is_terminal)
+        return price_run([use], book, budget, running=not status.state.is_terminal)
+
+    def set_budget(self, run_id: str, amount: float) -> JobStatus:
+        """Change a running run's budget: its launcher reads it within a second, and stops the run
+        (a snapshot first) once its cost reaches it, as it would have at submit."""
+        run_dir = self.resolve(run_id)
+        status = self._status_of(run_dir)
+        if status.state.is_terminal:
+            raise BackendError(
+                f"{run_dir.name} has {status.state.value}: a budget is for a run that goes on",
+                f"set budget in the spec, then `torchdeck resume {run_dir.name}`",
+            )
+        launch = read_typed(LaunchRecord, run_dir / "launch.json") or LaunchRecord()
+        if not launch.price_per_hour:
+            raise BackendError(
+                f"{run_dir.name} has no price for this machine: a budget cannot be measured",
+                "set node_price_per_hour in the spec (or local_price_per_hour in the settings) and start it again",
+            )
+        write_json(run_dir / "budget.json", {"budget": amount, "set_at": time.time()})
+        return self._status_of(run_dir)
 
     def status(self, run_id: str) -> JobStatus:
         """The run's status; one whose records cannot be read is a status saying so (as ``list``

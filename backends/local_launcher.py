@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from .run_members import reap_run
-from .run_records import LaunchRecord, RunRecordError, read_typed, write_json
+from .run_records import LaunchRecord, RunRecordError, budget_now, read_typed, write_json
 
 
 def main(argv: list[str]) -> int:
@@ -86,23 +86,34 @@ BUDGET_STOP_GRACE_S = 60.0
 first) before it is killed."""
 
 
-def budget_deadline(launch: LaunchRecord) -> float | None:
-    """When the run's cost reaches its budget: this machine's price an hour is fixed at submit."""
-    if not launch.budget or not launch.price_per_hour or not launch.submitted_at:
+BUDGET_POLL_S = 1.0
+"""How often the launcher reads the run's budget again (``torchdeck budget`` may change it)."""
+
+
+def budget_deadline(launch: LaunchRecord, budget: float | None) -> float | None:
+    """When the run's cost reaches ``budget``: this machine's price an hour is fixed at submit."""
+    if not budget or not launch.price_per_hour or not launch.submitted_at:
         return None
-    return launch.submitted_at + launch.budget / launch.price_per_hour * 3600.0
+    return launch.submitted_at + budget / launch.price_per_hour * 3600.0
 
 
 def wait_within_budget(run_dir: Path, launch: LaunchRecord, child: subprocess.Popen) -> int:
-    """Wait for torchrun; past the budget, record why and ask it to stop (SIGTERM: the built-in
-    trainer writes a snapshot, then every rank exits), and kill it if it has not within the grace."""
-    deadline = budget_deadline(launch)
-    try:
-        return child.wait(timeout=None if deadline is None else max(0.0, deadline - time.time()))
-    except subprocess.TimeoutExpired:
-        pass
+    """Wait for torchrun; past the budget (as it stands now: ``budget_now``), record why and ask it
+    to stop (SIGTERM: the built-in trainer writes a snapshot, then every rank exits), and kill it if
+    it has not within the grace."""
+    budget = launch.budget
+    while True:
+        budget = budget_now(run_dir, launch)
+        deadline = budget_deadline(launch, budget)
+        if deadline is not None and time.time() >= deadline:
+            break
+        wait = BUDGET_POLL_S if deadline is None else min(BUDGET_POLL_S, max(0.0, deadline - time.time()))
+        try:
+            return child.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
     spent = (time.time() - launch.submitted_at) / 3600.0 * (launch.price_per_hour or 0.0)
-    write_json(run_dir / "cancel", {"requested_at": time.time(), "budget": launch.budget, "spent": round(spent, 6)})
+    write_json(run_dir / "cancel", {"requested_at": time.time(), "budget": budget, "spent": round(spent, 6)})
     child.send_signal(signal.SIGTERM)
     try:
         return child.wait(timeout=BUDGET_STOP_GRACE_S)

@@ -124,10 +124,29 @@ class CancelRecord:
     spent: float | None = None
 
 
+@dataclasses.dataclass
+class BudgetRecord:
+    """``budget.json``: the budget set while the run goes on (``torchdeck budget RUN AMOUNT``), in
+    place of the one it was submitted with."""
+
+    budget: float | None = None
+    set_at: float | None = None
+
+
 def read_typed(cls: type[R], path: Path) -> R | None:
     """The record at ``path`` as ``cls`` (None where there is none); RunRecordError where unreadable."""
     data = read_record(path)
     return None if data is None else typed(cls, data)
+
+
+def budget_now(run_dir: Path, launch: LaunchRecord) -> float | None:
+    """The run's budget as it stands: the one set while it runs (``budget.json``), else the one it
+    was submitted with; an unreadable ``budget.json`` leaves the submitted one."""
+    try:
+        changed = read_typed(BudgetRecord, run_dir / "budget.json")
+    except RunRecordError:
+        changed = None
+    return changed.budget if changed is not None and changed.budget is not None else launch.budget
 
 
 def write_json(path: Path, data: dict, mode: int | None = None) -> None:

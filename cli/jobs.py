@@ -75,6 +75,7 @@ def dispatch(args: argparse.Namespace) -> int:
             "compare": cmd_compare,
             "logs": cmd_logs,
             "stop": cmd_stop,
+            "budget": cmd_budget,
         }[command](args, settings, backend)
     except (BackendError, SettingsError) as exc:
         return fail(str(exc), EXIT_USAGE if isinstance(exc, SpecError) else EXIT_ERROR)
@@ -731,6 +732,20 @@ def cmd_logs(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
             prefix = f"[rank {line.rank}{restart}] " if args.rank is None or line.attempt else ""
             out.write(f"{prefix}{shown(line.text)}\n")
         out.flush()
+    return 0
+
+
+def cmd_budget(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
+    """Change a running run's budget; says what it has cost so far against the new one."""
+    from torchdeck.backends.cost import dollars, money
+
+    try:
+        amount = money(args.amount, positive=True)
+    except ValueError as exc:
+        return fail(f"budget {exc} (hint: torchdeck budget RUN 12.50)", EXIT_USAGE)
+    status = backend.set_budget(backend.status(args.run).run_id, amount)
+    spent = f"; {status.cost.words()}" if status.cost is not None else ""
+    print(printable(f"{status.run_id}: budget {dollars(amount)}{spent}"))
     return 0
 
 

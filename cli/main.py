@@ -256,6 +256,10 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     p.add_argument("run", help="run id or a unique prefix")
     p.add_argument("--yes", action="store_true", help="a run found by its label alone: stop it without asking")
 
+    p = sub.add_parser("budget", help="change a running run's budget (past it, the run stops with a snapshot)")
+    p.add_argument("run", help="run id or a unique prefix")
+    p.add_argument("amount", help="in USD: 12.50, $12.50")
+
     p = sub.add_parser("monitor", help="open the console's monitor on a run")
     p.add_argument("run", help="run id or a unique prefix")
 
