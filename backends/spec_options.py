@@ -232,6 +232,16 @@ RESERVED_ENV_PREFIXES = ("TORCHDECK_", "KUBEFLOW_TRAINER_SERVER_")
 """Names torchdeck sets in every rank (the run's id, its node, the triage probe's folder) and names
 Kubeflow Trainer gives a pod (its status server's URL, CA and token): a spec that set them would
 steer torchdeck's own probe or send the Trainer's token elsewhere."""
+ENV_KNOBS = ("TORCHDECK_TRIAGE_AFTER_S",)
+"""torchdeck's own names that are a user's to set: how long a rank in a pod stays on one line before
+its hang probe dumps where it is (docs/HANGS.md)."""
+
+
+def reserved_env(name: str) -> bool:
+    """Whether ``name`` is torchdeck's or Kubeflow Trainer's to set in every rank, not a spec's."""
+    return name.upper().startswith(RESERVED_ENV_PREFIXES) and name.upper() not in ENV_KNOBS
+
+
 LOADER_ENV = (
     "PYTHONPATH",
     "PYTHONHOME",
@@ -251,7 +261,7 @@ def env_check(v: object) -> str | None:
     bad = [k for k in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", k)]
     if bad:
         return f"{bad[0]!r} is not a valid variable name"
-    reserved = sorted(k for k in v if k.upper().startswith(RESERVED_ENV_PREFIXES))
+    reserved = sorted(k for k in v if reserved_env(k))
     if reserved:
         return f"{reserved[0]} is torchdeck's or Kubeflow Trainer's to set in every rank (names starting {', '.join(RESERVED_ENV_PREFIXES)})"
     return None

@@ -1055,7 +1055,7 @@ class KubernetesBackend(Backend):
         self.client.request("DELETE", api_path(JOB_KINDS[key].api, ns, name), body=body)
         self._forget(api_path(JOB_KINDS[key].api, ns, name))
         deleted = [f"{JOB_KINDS[key].kind}/{name}"]
-        for kind in ("Service", "Deployment", "NetworkPolicy"):  # the plain Job's service, the ElasticJob's etcd
+        for kind in JOB_KINDS[key].beside:  # the plain Job's service, the ElasticJob's etcd
             selector = {"labelSelector": f"{RUN_LABEL}={name}"}
             for item in self.client.request("GET", api_path(kind, ns), query=selector).get("items", []):
                 self.client.request("DELETE", api_path(kind, ns, item["metadata"]["name"]), body=body)

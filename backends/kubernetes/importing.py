@@ -24,7 +24,7 @@ from ..bundle import RELAY_DIR
 from ..errors import SpecError
 from ..files import parse_yaml
 from ..spec import JobKindName, JobSpec, spec_from_dict
-from ..spec_options import LOADER_ENV, MAX_JOB_NAME, RESERVED_ENV_PREFIXES
+from ..spec_options import LOADER_ENV, MAX_JOB_NAME, reserved_env
 from . import crds
 from .manifests import NODE_NAME_ENV, QUEUE_LABEL
 
@@ -414,7 +414,7 @@ class _Reader:
         for e in container.get("env") or []:
             if e.get("name") == NODE_NAME_ENV:
                 continue  # what torchdeck's own pods carry: rendered again
-            if str(e.get("name", "")).upper().startswith(RESERVED_ENV_PREFIXES):
+            if reserved_env(str(e.get("name", ""))):
                 self.notes.append(f"env {e.get('name')}: torchdeck's or Kubeflow Trainer's own name; left out")
             elif "value" in e and re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", str(e.get("name", ""))):
                 env[e["name"]] = kubelet_expand(str(e["value"]), env, unknown)  # earlier names, as the kubelet

@@ -41,6 +41,9 @@ class JobKind:
     """Where the job keeps its suspend flag (empty: it cannot be suspended)."""
     queued: bool = True
     """Whether Kueue can queue it."""
+    beside: tuple[str, ...] = ()
+    """The kinds torchdeck makes beside the job for it (its template's other objects), which
+    ``stop`` deletes with it: nothing else is listed, so a namespace's user needs no other rights."""
 
     @property
     def api(self) -> ApiKind:
@@ -129,6 +132,7 @@ JOB_KINDS: dict[JobKindName, JobKind] = {
         "",
         pod_label="batch.kubernetes.io/job-name",
         suspend_at=SPEC_SUSPEND,
+        beside=("Service",),  # the headless Service that names the pods for the rendezvous
     ),
     "elasticjob": JobKind(
         "elasticjob",
@@ -145,6 +149,7 @@ JOB_KINDS: dict[JobKindName, JobKind] = {
         "no current cluster; torchdeck submits it only where the cluster already serves it. "
         "The same elastic job: --kind pytorchjob with cluster.min_nodes and cluster.max_nodes",
         queued=False,
+        beside=("Deployment", "Service", "NetworkPolicy"),  # its etcd
     ),
 }
 assert tuple(JOB_KINDS) == KINDS, "every kind of the spec has its row"

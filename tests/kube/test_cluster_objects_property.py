@@ -22,6 +22,7 @@ from torchdeck.backends.errors import BackendError, SpecError
 from torchdeck.backends.events import parse_metric_lines
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.importing import import_job
+from torchdeck.backends.spec_options import reserved_env
 from torchdeck.cli.jobs import format_status_table
 from torchdeck.monitor.state import MonitorState
 from torchdeck.terminal import printable_lines
@@ -166,7 +167,7 @@ def test_import_of_anyones_job_is_a_spec_or_one_line(name, labels, annotations, 
     except SpecError as exc:
         assert "\n" not in str(exc).strip()
         return
-    assert not any(k.upper().startswith(("TORCHDECK_", "KUBEFLOW_TRAINER_SERVER_")) for k in found.spec.env)
+    assert not any(reserved_env(k) for k in found.spec.env)
 
 
 @settings(max_examples=EXAMPLES["pod lines"], **PROFILE)

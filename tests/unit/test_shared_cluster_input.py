@@ -119,6 +119,8 @@ def test_names_torchdeck_and_the_trainer_set_are_no_specs_to_set(name):
     with pytest.raises(SpecError, match="is torchdeck's or Kubeflow Trainer's to set in every rank"):
         spec_from_dict({"env": {name: "x"}})
     assert spec_from_dict({"env": {"LD_PRELOAD": "/x.so", "PYTHONPATH": "/p"}}).env["LD_PRELOAD"] == "/x.so"
+    # the one of torchdeck's names that is a user's knob: how soon a pod's hang probe dumps (docs/HANGS.md)
+    assert spec_from_dict({"env": {"TORCHDECK_TRIAGE_AFTER_S": "3"}}).env == {"TORCHDECK_TRIAGE_AFTER_S": "3"}
 
 
 def test_import_leaves_out_reserved_names_and_says_so_of_what_changes_the_loaded_code():
@@ -166,3 +168,16 @@ def test_a_run_record_is_read_back_only_as_written(tmp_path):
         (tmp_path / "made" / "run-3.json").write_text(bad)
         assert RunRecords(tmp_path / "made").get("run-3") is None
     assert RunRecords(tmp_path / "made").get("../etc/passwd") is None
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob", "mpijob", "job", "elasticjob"])
+def test_stop_deletes_the_kinds_each_job_kind_renders_beside_it_and_lists_no_other(kind):
+    """``stop`` lists and deletes only what the kind's template makes beside the job (a namespace's
+    user may not list Deployments at all): the table agrees with what render makes."""
+    from torchdeck.backends.kubernetes.kinds import JOB_KINDS
+    from torchdeck.backends.kubernetes.manifests import render
+
+    spec = spec_from_dict({"nodes": 2, "image": "repo/img:1", "namespace": "ns", "cluster": {"kind": kind}})
+    rendered = render(spec, "run-1")
+    made = {o["kind"] for o in rendered.objects} - {JOB_KINDS[kind].kind, "ConfigMap"}  # (a bundle is shared)
+    assert made == set(JOB_KINDS[kind].beside)
