@@ -367,17 +367,19 @@ def restart_words(last_step: float, checkpoint_step: float | None) -> str:
 
 
 def resume_plan_lines(spec: JobSpec, where: str) -> list[str]:
-    """What a resume submits, for the person to read before it does: from where, which code, which
-    image, and on a cluster the namespace, kind, identity, claim and the nodes it keeps off."""
+    """What resuming a cluster run submits, for the person to read before it does: from where,
+    which code, which image, the namespace, kind, identity, claim and the nodes it keeps off. None
+    for a local run (it starts again in its own folder, with its own command)."""
     c = spec.cluster
+    if not c.pvc:  # a cluster run is resumed only from a shared claim
+        return []
     code = "the built-in trainer" if spec.builtin else f"code from {spec.entrypoint.code}"
-    lines = [f"resume plan: {spec.name} {where}, {code}", f"  image {spec.image}"]
-    if c.pvc:  # a cluster run (resumed only from a shared claim): where and as whom its pods run
-        lines.append(
-            f"  namespace {spec.namespace}, {c.kind}, service account {c.service_account or 'default'}, "
-            f"claim {c.pvc}" + (f", kept off {', '.join(c.avoid_nodes)}" if c.avoid_nodes else "")
-        )
-    return lines
+    return [
+        f"resume plan: {spec.name} {where}, {code}",
+        f"  image {spec.image or '-'}",
+        f"  namespace {spec.namespace}, {c.kind}, service account {c.service_account or 'default'}, claim {c.pvc}"
+        + (f", kept off {', '.join(c.avoid_nodes)}" if c.avoid_nodes else ""),
+    ]
 
 
 MAX_DIGEST = 64 << 20

@@ -306,7 +306,9 @@ def verdict(
     """The verdict on the dumps the ranks gave, each keyed by the rank whose stream or file it came
     from (``node_of``: where that rank runs, in the backend's words), with why no Flight Recorder
     entries came where none did. Every dump passes ``checked_dump`` here."""
-    checked = [(r, checked_dump(d, r)) for r, d in sorted(dumps.items()) if 0 <= r < max(world_size, 1) << 4]
+    checked = [
+        (r, checked_dump(d, r)) for r, d in sorted(dumps.items()) if 0 <= r and (r < world_size or world_size <= 0)
+    ]
     kept = [(r, d) for r, d in checked if d is not None]
     found = [rank_where(d, node=node_of(r, d)) for r, d in kept]
     notes = {str(d["flight_recorder_note"]) for _, d in kept if d["flight_recorder"] is None}

@@ -24,6 +24,8 @@ from torchdeck.settings import Settings
 from .glyphs import glyphs_for
 
 if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
+
     from torchdeck.backends.base import Backend
     from torchdeck.backends.eks.cloud import EksCloud
 from .screens.home import HomeScreen
@@ -110,6 +112,21 @@ class TorchdeckApp(App):
     COMMANDS = App.COMMANDS | {RunCommands, KeyCommands}
     BINDINGS = [Binding("question_mark", "help", "Help", show=False), Binding("ctrl+q", "quit", "Quit", show=False)]
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """A notification, its text as written: what it says comes from runs, pods and clusters
+        (a failure's log tail, a run's name), and Textual's markup in it would be live (a
+        ``[@click=...]``). Every screen's ``notify`` comes here."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
     """Under 100 columns (a default SSH terminal has 80) a screen's side panes go behind a key."""
 
     def __init__(

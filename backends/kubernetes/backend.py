@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,9 @@ class KubernetesBackend(Backend):
         """Runs found by their label alone (no record of making them): stop and resume ask first."""
         self._owners: dict[str, OwnedBy] = {}
         """run id -> which pods its job owns (learned with the job)."""
+        self._uids: dict[str, str] = {}
+        """run id -> the uid of the job learned for it (kept in a copy for another process, where
+        ``_owners`` is made again)."""
         self._unseen: dict[str, str] = {}
         """What this identity may not see that a listing would show (a namespace's user on a shared
         cluster), one line each, by what was asked (``unseen``)."""
@@ -278,17 +282,17 @@ class KubernetesBackend(Backend):
         job = self.create(plan.spec, rendered)
         code_dir = str(Path(plan.spec.entrypoint.code).resolve()) if rendered.bundle is not None else None
         self._keep_spec(plan.run_id, plan.spec)
-        self.records.add(
-            made_now(
-                plan.run_id,
-                self.client.server,
-                self.client.current_context(),
-                plan.spec.namespace,
-                rendered.kind,
-                job,
-                code_dir,
-            )
+        made = made_now(
+            plan.run_id,
+            self.client.server,
+            self.client.current_context(),
+            plan.spec.namespace,
+            rendered.kind,
+            job,
+            code_dir,
         )
+        if made.uid:  # (an API server always gives one: without it nothing could tell the job from a copy)
+            self.records.add(made)
         self._kinds[plan.run_id] = (rendered.kind, plan.spec.namespace)
         self._selectors[plan.run_id] = pod_selector(rendered.main)
         uid = (job.get("metadata") or {}).get("uid")
@@ -363,7 +367,7 @@ class KubernetesBackend(Backend):
         pods = self.pods(name, ns)
         ran_on = {str((p.get("spec") or {}).get("nodeName")) for p in pods if (p.get("spec") or {}).get("nodeName")}
         ranks = node_ranks([p for p in pods if has_started(p)])
-        first = sorted(((rank, pod) for pod, rank in ranks.items() if rank <= 0), reverse=True)[:1]
+        first = sorted((rank, pod) for pod, rank in ranks.items() if rank <= 0)[:1]  # the launcher (-1) first
         if not first:
             return ran_on, ""
         node, pod = first[0]
@@ -509,30 +513,37 @@ class KubernetesBackend(Backend):
                         items = []  # kind not installed, or not ours to see
                         continue
                     raise
-            found += [(key, item) for item in items if (item.get("metadata", {}).get("labels") or {}).get(RUN_LABEL)]
+            # a run's job carries its own name as its run label: another value is no run of that name
+            found += [
+                (key, item)
+                for item in items
+                if (item.get("metadata", {}).get("labels") or {}).get(RUN_LABEL) == item.get("metadata", {}).get("name")
+            ]
         return found
 
     def _job(self, run_id: str) -> tuple[JobKindName, dict[str, Any]]:
         """The run's job object: through torchdeck's record of making it where there is one (the
         object at the recorded place, and only with the recorded uid), else by its label, marked
-        found-by-label (``_unrecorded``). ``run_id`` may be a unique prefix."""
-        made = self._made(run_id)
-        if made is not None:
-            obj = self._recorded_job(made)
-            self._unrecorded.discard(made.run_id)
-            self._learn(made.kind, obj)
-            return made.kind, obj
+        found-by-label (``_unrecorded``). ``run_id`` may be a unique prefix: an exact record, then
+        an exact label, win over any prefix."""
+        records = self.records.on(self.client.server) if run_id and "/" not in run_id else {}
+        if run_id in records:
+            return self._through_record(records[run_id])
         known = self._kinds.get(run_id) if run_id in self._unrecorded else None
-        if known is not None:  # found by label before: the same object, where it was
+        if known is not None and run_id in self._uids:  # found by label before: the same object, where it was
             with contextlib.suppress(RunNotFound):
-                return known[0], self._same_object(run_id, *known)
+                obj = self._same_object(run_id, *known)
+                self._learn(known[0], obj)
+                return known[0], obj
         jobs = self._list_jobs(f"{RUN_LABEL}={run_id}")
         if not jobs:
-            prefixed = [(k, o) for k, o in self._list_jobs(MANAGED) if o["metadata"]["name"].startswith(run_id)]
-            names = sorted({o["metadata"]["name"] for _, o in prefixed})
+            live = {o["metadata"]["name"]: (k, o) for k, o in self._list_jobs(MANAGED)}
+            names = sorted({n for n in [*records, *live] if n.startswith(run_id)})
             if len(names) > 1:
                 raise RunNotFound(f"{run_id!r} matches several runs: {', '.join(names[:5])}", "give more of the id")
-            jobs = prefixed
+            if names and names[0] in records:
+                return self._through_record(records[names[0]])
+            jobs = [live[names[0]]] if names else []
         if not jobs:
             where = f"namespace {self.namespace}" if self.namespace else "any namespace"
             raise RunNotFound(
@@ -547,21 +558,38 @@ class KubernetesBackend(Backend):
                 "--namespace picks one; kubectl get -o yaml shows who made each",
             )
         key, obj = jobs[0]
+        if obj["metadata"]["name"] in records:  # a copy of a recorded run's name elsewhere: not that run
+            raise NotOurs(
+                f"{JOB_KINDS[key].kind} {obj['metadata'].get('namespace', '?')}/{obj['metadata']['name']} carries the "
+                "name and label of a run torchdeck recorded making elsewhere, and is not it",
+                f"torchdeck status {obj['metadata']['name']} shows the recorded one",
+            )
         self._unrecorded.add(obj["metadata"]["name"])
         self._learn(key, obj)
         return key, obj
 
-    def _made(self, run_id: str) -> MadeRun | None:
-        """The record of ``run_id`` (or of the one recorded run it is a prefix of) on this cluster."""
-        if "/" in run_id or not run_id:
-            return None
-        records = self.records.on(self.client.server)
+    def _through_record(self, made: MadeRun) -> tuple[JobKindName, dict[str, Any]]:
+        obj = self._recorded_job(made)
+        self._unrecorded.discard(made.run_id)
+        self._learn(made.kind, obj)
+        return made.kind, obj
+
+    def _recorded_id(self, run_id: str) -> str:
+        """The recorded run ``run_id`` names, exactly or as the unique prefix of one (its job may be
+        gone: a stopped run); ``run_id`` itself where none does."""
+        records = self.records.on(self.client.server) if run_id and "/" not in run_id else {}
         if run_id in records:
-            return records[run_id]
+            return run_id
         prefixed = sorted(r for r in records if r.startswith(run_id))
         if len(prefixed) > 1:
             raise RunNotFound(f"{run_id!r} matches several runs: {', '.join(prefixed[:5])}", "give more of the id")
-        return records[prefixed[0]] if prefixed else None
+        return prefixed[0] if prefixed else run_id
+
+    def _made(self, run_id: str) -> MadeRun | None:
+        """The record of ``run_id`` on this cluster (exactly that id), if torchdeck made it here."""
+        if "/" in run_id or not run_id:
+            return None
+        return self.records.on(self.client.server).get(run_id)
 
     def _recorded_job(self, made: MadeRun) -> dict[str, Any]:
         """The live object where ``made`` says, if it is the one torchdeck made (its uid)."""
@@ -576,7 +604,7 @@ class KubernetesBackend(Backend):
                 "a stopped run's job is deleted; torchdeck resume continues it from its checkpoint",
             ) from None
         uid = (obj.get("metadata") or {}).get("uid")
-        if made.uid and uid != made.uid:
+        if uid != made.uid:
             raise NotOurs(
                 f"{info.kind} {made.namespace}/{made.name} is not the run torchdeck made as {made.run_id}: "
                 f"its uid is {uid}, the one recorded at submit {made.uid} (another object took its name)",
@@ -593,8 +621,7 @@ class KubernetesBackend(Backend):
             if exc.status != 404:
                 raise
             raise RunNotFound(f"no run {run_id!r}", "") from None
-        owned = self._owners.get(run_id)
-        if owned is not None and (obj.get("metadata") or {}).get("uid") != owned.uid:
+        if (obj.get("metadata") or {}).get("uid") != self._uids.get(run_id):
             raise RunNotFound(f"{run_id!r} was made again", "")
         return obj
 
@@ -608,7 +635,10 @@ class KubernetesBackend(Backend):
         uid = meta.get("uid")
         if not isinstance(uid, str) or not uid:
             self._owners.pop(name, None)
-        elif name not in self._owners or self._owners[name].uid != uid:
+            self._uids.pop(name, None)
+            return
+        self._uids[name] = uid
+        if name not in self._owners or self._owners[name].uid != uid:
             self._owners[name] = OwnedBy(self.client, ns, uid)
 
     def found_by_label(self, run_id: str) -> bool:
@@ -690,20 +720,21 @@ class KubernetesBackend(Backend):
         reader = self.text_reader(obj)
         dumps: dict[int, object] = {}
         for node, raw in self._pod_lines(name, ns):
-            if node < 0:
-                continue
             stream: int | None = None
-            if reader is not None:  # the user's code: torchrun's prefix says which of the pod's ranks wrote it
+            if reader is not None:  # the user's code: torchrun's (or mpirun's) tag says which rank wrote it
                 stream, raw, _ = reader.read(node, raw)
+            elif node < 0:
+                continue  # a launcher's lines without a reader of their tags: no rank to key them by
             said = triage_line(raw.decode(errors="replace"))
             if said is None:
                 continue
             claimed = said.get("rank")
             if stream is None:
                 stream = claimed if isinstance(claimed, int) and not isinstance(claimed, bool) else None
-            if nproc == 1:
+            if node >= 0 and nproc == 1:
                 stream = node
-            if stream is not None and node * nproc <= stream < (node + 1) * nproc:  # this pod's ranks, no other
+            own = range(status.world_size) if node < 0 else range(node * nproc, (node + 1) * nproc)
+            if stream is not None and stream in own:  # the pod's own ranks (the launcher's: every rank), no other
                 dumps[stream] = said  # the newest a rank said
         if not dumps:
             raise BackendError(
@@ -775,7 +806,7 @@ class KubernetesBackend(Backend):
             status = None  # stopped (its job deleted): its spec was kept when it was submitted
         if status is not None and not status.state.is_terminal:
             raise BackendError(f"{status.run_id} is still running", f"`torchdeck stop {status.run_id}` first")
-        name = status.run_id if status is not None else run_id
+        name = status.run_id if status is not None else self._recorded_id(run_id)
         self._require_made(name, trust_label, "resume")
         made = self._made(name)
         if made is None and status is None:
@@ -817,7 +848,7 @@ class KubernetesBackend(Backend):
         records = self.records.on(self.client.server)
         for key, obj in self._list_jobs(f"{RESUMES_LABEL}={name}"):
             later = records.get(obj["metadata"]["name"])
-            if later is None or (later.uid and later.uid != obj["metadata"].get("uid")):
+            if later is None or later.uid != obj["metadata"].get("uid"):
                 continue
             if not self._status_of(key, obj, []).state.is_terminal:
                 raise BackendError(
@@ -841,6 +872,12 @@ class KubernetesBackend(Backend):
         book = PriceBook(spec.node_price_per_hour if spec else None, self.node_price_per_hour, spot=self.spot_price)
         status.cost = price_run(uses, book, spec.budget if spec else None, running=not status.state.is_terminal)
         path = api_path(JOB_KINDS[key].api, obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
+        if status.found_by_label:  # not torchdeck's to write to or stop: priced, and said
+            if not status.state.is_terminal and (status.cost.share or 0.0) >= 1.0:
+                status.warnings.append(
+                    "past its budget; torchdeck stops at a budget only the runs it recorded making here"
+                )
+            return
         if status.state.is_terminal and uses and kept is None:
             with contextlib.suppress(BackendError):  # kept when it can be: read again from the pods while they last
                 annotate(self.client, path, {COST_ANNOTATION: status.cost.to_dict()})
@@ -860,7 +897,7 @@ class KubernetesBackend(Backend):
         patch = JOB_KINDS[key].suspend_patch()
         labels = obj["metadata"].get("labels") or {}
         if patch is None or QUEUE_LABEL in labels:
-            self.cancel(status.run_id)
+            self._delete_run(key, obj)  # the very job priced, not whatever its name resolves to now
             status.reason += "; its job was deleted"
             return
         stopped = {"budget": cost.budget, "spent": round(spent, 6), "at": time.time()}
@@ -950,20 +987,26 @@ class KubernetesBackend(Backend):
         jobs = self._list_jobs(MANAGED)
         pods = self._pods_by_run({obj["metadata"].get("namespace", "default") for _, obj in jobs})
         records = self.records.on(self.client.server) if jobs else {}
+        seen = Counter(obj["metadata"]["name"] for _, obj in jobs)
         out = []
         for key, obj in jobs:
-            name = obj["metadata"]["name"]
+            name, uid = obj["metadata"]["name"], obj["metadata"].get("uid") or ""
             made = records.get(name)
-            ours = made is not None and (not made.uid or made.uid == obj["metadata"].get("uid"))
+            ours = made is not None and bool(uid) and made.uid == uid
             if ours:
                 self._unrecorded.discard(name)
                 self._learn(key, obj)
-            elif made is None and name not in self._kinds:  # a decoy of a recorded run teaches nothing
+            elif made is None and seen[name] == 1 and name not in self._kinds:  # a decoy teaches nothing
                 self._unrecorded.add(name)
                 self._learn(key, obj)
+            elif made is None and seen[name] > 1 and name in self._unrecorded:  # which one is meant is not known
+                self._kinds.pop(name, None)
+                self._uids.pop(name, None)
             status = self._status_of(key, obj, [])
             status.found_by_label = not ours
-            owned = OwnedBy(self.client, obj["metadata"].get("namespace", "default"), obj["metadata"].get("uid") or "")
+            owned = self._owners.get(name)
+            if owned is None or owned.uid != uid:
+                owned = OwnedBy(self.client, obj["metadata"].get("namespace", "default"), uid)
             self._priced(key, obj, [p for p in pods.get(name, []) if not owned.uid or owned(p)], status)
             out.append(status)
         return sorted(out, key=lambda s: s.submitted_at, reverse=True)
@@ -1057,7 +1100,16 @@ class KubernetesBackend(Backend):
         deleted = [f"{JOB_KINDS[key].kind}/{name}"]
         for kind in JOB_KINDS[key].beside:  # the plain Job's service, the ElasticJob's etcd
             selector = {"labelSelector": f"{RUN_LABEL}={name}"}
-            for item in self.client.request("GET", api_path(kind, ns), query=selector).get("items", []):
+            try:
+                items = self.client.request("GET", api_path(kind, ns), query=selector).get("items", [])
+            except ApiError as exc:
+                if exc.status != 403:
+                    raise
+                self._unseen[f"beside {kind}"] = f"may not list {kind}s in {ns}: those made beside a run are left"
+                continue
+            for item in items:
+                if item["metadata"]["name"] not in (name, f"{name}-etcd"):  # the names its template gives them
+                    continue
                 self.client.request("DELETE", api_path(kind, ns, item["metadata"]["name"]), body=body)
                 self._forget(api_path(kind, ns, item["metadata"]["name"]))
                 deleted.append(f"{kind}/{item['metadata']['name']}")
@@ -1087,6 +1139,12 @@ class KubernetesBackend(Backend):
         """A model on the cluster's volume leaves through S3: the model-copy job puts it under
         ``via(spec)/RUN/model.pt``; one saved to S3 already is fetched from there."""
         spec, saved = self.model_file_of(run_id)
+        name = self._job(run_id)[1]["metadata"]["name"]
+        if name in self._unrecorded:  # its job's image, account and paths would run the copy, and you load the file
+            raise FoundByLabel(
+                f"{name} was {FOUND_BY_LABEL}: its model is not copied on a label's word",
+                f"torchdeck import {self._kinds[name][0]}/{name} first if it is yours, or copy it with kubectl",
+            )
         location = location or saved
         if S3Url.is_s3(location):
             return location

@@ -4,7 +4,7 @@ On a shared cluster anyone who may create a Job may give it ``torchdeck.dev/run=
 annotation, and run ids are guessable; so a label is only a search hint. At submit the backend
 records the run's cluster (the API server's URL and the context), namespace, kind, object name and
 the uid the API server gave it, and the code folder it was packed from, in the state folder beside
-the kept spec (``made/RUN.json``). ``status``, ``logs``, ``stop``, ``triage``, ``check``, the monitor
+the kept spec (``made/CLUSTER/RUN.json``, CLUSTER a digest of the API server's URL). ``status``, ``logs``, ``stop``, ``triage``, ``check``, the monitor
 and ``resume`` resolve a run from that record and take a live object only where its uid is the
 recorded one. A run found without a record (made from another machine, or before records) is
 ``FOUND_BY_LABEL``: shown, never stopped or resumed without the user saying so.
@@ -14,6 +14,7 @@ life. (Identity is a record, not a label: STYLE 27.)"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -92,49 +93,55 @@ def _when(value: object) -> float:
 
 
 class RunRecords:
-    """The records of what this state folder's user made (``folder``: ``STATE/made``), or, without
-    a state folder, of what this backend made in this process."""
+    """The records of what this state folder's user made (``folder``: ``STATE/made``), one folder a
+    cluster (a digest of its API server's URL: the same run id on two clusters is two runs), or,
+    without a state folder, of what this backend made in this process."""
 
     def __init__(self, folder: Path | None):
         self.folder = folder
-        self._memory: dict[str, MadeRun] = {}
+        self._memory: dict[tuple[str, str], MadeRun] = {}
 
-    def add(self, made: MadeRun) -> None:
-        self._memory[made.run_id] = made
-        if self.folder is None:
-            return
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomically(self.folder / f"{check_run_id(made.run_id)}.json", json.dumps(asdict(made), indent=1))
-
-    def get(self, run_id: str) -> MadeRun | None:
-        """The record of ``run_id``; None where there is none (or it is not a record: said by ``problem``)."""
-        if run_id in self._memory:
-            return self._memory[run_id]
+    def _place(self, server: str) -> Path | None:
         if self.folder is None:
             return None
+        return self.folder / hashlib.sha256(server.encode()).hexdigest()[:16]
+
+    def add(self, made: MadeRun) -> None:
+        self._memory[(made.server, made.run_id)] = made
+        place = self._place(made.server)
+        if place is None:
+            return
+        place.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomically(place / f"{check_run_id(made.run_id)}.json", json.dumps(asdict(made), indent=1))
+
+    def get(self, server: str, run_id: str) -> MadeRun | None:
+        """The record of ``run_id`` on the cluster at ``server``; None where there is none (or it is
+        not a record: a file that does not read as one is no record)."""
+        if (server, run_id) in self._memory:
+            return self._memory[(server, run_id)]
+        place = self._place(server)
+        if place is None:
+            return None
         try:
-            path = self.folder / f"{check_run_id(run_id)}.json"
+            path = place / f"{check_run_id(run_id)}.json"
             made = read_record(load_json(path, max_bytes=RECORD_BYTES), str(path))
         except (OSError, SpecError):
             return None
-        if made.run_id != run_id:
-            return None  # a record copied under another run's name is not that run's
-        self._memory[run_id] = made
+        if made.run_id != run_id or made.server != server:
+            return None  # a record copied under another run's name, or another cluster's, is not this one
+        self._memory[(server, run_id)] = made
         return made
-
-    def ids(self) -> list[str]:
-        """Every run id with a record here."""
-        found = set(self._memory)
-        if self.folder is not None and self.folder.is_dir():
-            found |= {p.stem for p in self.folder.glob("*.json")}
-        return sorted(found)
 
     def on(self, server: str) -> dict[str, MadeRun]:
         """The records of runs made on the cluster at ``server``, by run id."""
+        ids = {run_id for (where, run_id) in self._memory if where == server}
+        place = self._place(server)
+        if place is not None and place.is_dir():
+            ids |= {p.stem for p in place.glob("*.json")}
         out: dict[str, MadeRun] = {}
-        for run_id in self.ids():
-            made = self.get(run_id)
-            if made is not None and made.server == server:
+        for run_id in sorted(ids):
+            made = self.get(server, run_id)
+            if made is not None:
                 out[run_id] = made
         return out
 

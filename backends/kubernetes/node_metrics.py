@@ -10,6 +10,7 @@ from typing import Any
 from ..base import GpuMetrics, NodeMetrics
 from ..errors import BackendError
 from .client import ApiError, KubeClient, api_path, quantity
+from .ownership import owner_refs
 
 DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
 DCGM_PORT = 9400
@@ -27,6 +28,8 @@ def dcgm_gpus(client: KubeClient, nodes: set[str]) -> dict[str, list[GpuMetrics]
         node = (pod.get("spec") or {}).get("nodeName")
         if node not in nodes or (pod.get("status") or {}).get("phase") != "Running":
             continue
+        if not any(ref.get("kind") == "DaemonSet" for ref in owner_refs(pod)):
+            continue  # the exporter runs as a DaemonSet (the GPU Operator's, NVIDIA's chart): a lone pod is no exporter
         meta = pod["metadata"]
         try:
             text = client.request(

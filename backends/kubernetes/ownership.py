@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from ..errors import BackendError
 from .client import ApiError, ApiKind, KubeClient, api_path
 
 MAX_DEPTH = 3
@@ -24,12 +25,17 @@ BETWEEN: dict[tuple[str, str], ApiKind] = {
 
 
 def owner_refs(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    """An object's owner references that name a uid (anything else in the list is not one)."""
+    """An object's controller reference (``controller: true``, with a uid), as every operator writes
+    it for what it makes; another owner reference is no claim to the object."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
     if not isinstance(refs, list):
         return []
-    return [r for r in refs if isinstance(r, dict) and isinstance(r.get("uid"), str) and r["uid"]]
+    return [
+        r
+        for r in refs
+        if isinstance(r, dict) and r.get("controller") is True and isinstance(r.get("uid"), str) and r["uid"]
+    ]
 
 
 class OwnedBy:
@@ -41,25 +47,33 @@ class OwnedBy:
         self.client, self.namespace, self.uid = client, namespace, uid
         self._leads: dict[str, bool] = {uid: True}
         self._lock = threading.Lock()
+        self.unread = ""
+        """An owner between the job and its pods that this identity may not read (its kind), where one was."""
 
     def __call__(self, obj: dict[str, Any]) -> bool:
-        return self._owned(obj, 0)
+        return self._owned(obj, 0) is True
 
-    def _owned(self, obj: dict[str, Any], depth: int) -> bool:
+    def _owned(self, obj: dict[str, Any], depth: int) -> bool | None:
+        """True: owned by the job; False: not; None: not known now (an owner could not be read)."""
+        unknown = False
         for ref in owner_refs(obj):
             uid = ref["uid"]
             with self._lock:
                 known = self._leads.get(uid)
             if known is None:
-                known = depth < MAX_DEPTH and self._through(ref, depth)
+                known = self._through(ref, depth) if depth < MAX_DEPTH else False
+                if known is None:
+                    unknown = True  # asked again next time
+                    continue
                 with self._lock:
                     self._leads[uid] = known
             if known:
                 return True
-        return False
+        return None if unknown else False
 
-    def _through(self, ref: dict[str, Any], depth: int) -> bool:
-        """Whether the owner ``ref`` names (a kind between a job and its pods) is owned by the job."""
+    def _through(self, ref: dict[str, Any], depth: int) -> bool | None:
+        """Whether the owner ``ref`` names (a kind between a job and its pods) is owned by the job;
+        None where the API could not say now (a failure, or forbidden: said in ``unread``)."""
         api_version, kind, name = ref.get("apiVersion"), ref.get("kind"), ref.get("name")
         if not (isinstance(api_version, str) and isinstance(kind, str) and isinstance(name, str) and name):
             return False
@@ -68,8 +82,14 @@ class OwnedBy:
             return False
         try:
             owner = self.client.request("GET", api_path(api, self.namespace, name))
-        except ApiError:
-            return False  # gone, or not ours to read: not shown to be the run's
+        except ApiError as exc:
+            if exc.status == 404:
+                return False  # gone: not the run's
+            if exc.status == 403:
+                self.unread = kind
+            return None
+        except BackendError:
+            return None  # out of reach now
         meta = owner.get("metadata") if isinstance(owner, dict) else None
         if not isinstance(meta, dict) or meta.get("uid") != ref["uid"]:
             return False

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import QueueWait
 from ..schema import count
 from ..spec import JobSpec
-from .client import ApiError, api_path, quantity
+from .client import ApiError, ApiKind, api_path, quantity
 from .diagnosis import Finding
 from .jobs import timestamp
 from .kinds import JOB_KINDS, job_kind_of
@@ -57,6 +57,11 @@ class QueueView:
                 f"(ask your admin whether integrations.frameworks lists {self.unread})"
             )
         return line
+
+
+def kueue_kind(version: str, plural: str, namespaced: bool = True) -> ApiKind:
+    """Where Kueue's API server keeps ``plural`` at ``version``: ``api_path`` quotes every name."""
+    return ApiKind.of_group(GROUP, version, plural, namespaced)
 
 
 CONFIG_MAP = ("kueue-system", "kueue-manager-config")
@@ -127,15 +132,14 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
         return [
             Finding(queue, f"Kueue here serves none of {', '.join(VERSIONS)}", "upgrade Kueue to 0.15 or later")
         ], None
-    base = f"apis/{GROUP}/{version}"
     try:
-        local = client.request("GET", f"{base}/namespaces/{ns}/localqueues/{queue}")
+        local = client.request("GET", api_path(kueue_kind(version, "localqueues"), ns, queue))
     except ApiError as exc:
         if exc.status != 404:
             raise
         there = sorted(
             (q.get("metadata") or {}).get("name", "")
-            for q in client.request("GET", f"{base}/namespaces/{ns}/localqueues").get("items", [])
+            for q in client.request("GET", api_path(kueue_kind(version, "localqueues"), ns)).get("items", [])
         )
         hint = f"the LocalQueues in {ns}: {', '.join(there)}" if there else f"ask your cluster's admin for one in {ns}"
         return [Finding(queue, f"no LocalQueue {queue} in namespace {ns}", hint)], None
@@ -155,7 +159,9 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
             )
         ], view
     try:
-        cluster_queue: dict[str, Any] = client.request("GET", f"{base}/clusterqueues/{view.cluster_queue}")
+        cluster_queue: dict[str, Any] = client.request(
+            "GET", api_path(kueue_kind(version, "clusterqueues", namespaced=False), name=view.cluster_queue)
+        )
     except ApiError as exc:
         if exc.status == 403:  # cluster-scoped: a namespace's user often may not read it
             view.notes.append(
@@ -276,10 +282,9 @@ def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> QueueWait
     version = kueue_version(client)
     if not version:
         return wait
-    base = f"apis/{GROUP}/{version}"
     try:
         items = client.request(
-            "GET", f"{base}/namespaces/{ns}/workloads", query={"labelSelector": f"{JOB_UID_LABEL}={uid}"}
+            "GET", api_path(kueue_kind(version, "workloads"), ns), query={"labelSelector": f"{JOB_UID_LABEL}={uid}"}
         ).get("items", [])
     except ApiError:
         return wait
@@ -306,7 +311,7 @@ def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> QueueWait
     wait.cluster_queue = (status.get("admission") or {}).get("clusterQueue") or ""
     if not wait.cluster_queue:  # not admitted: the ClusterQueue its LocalQueue draws on
         try:
-            local = client.request("GET", f"{base}/namespaces/{ns}/localqueues/{queue}")
+            local = client.request("GET", api_path(kueue_kind(version, "localqueues"), ns, queue))
             wait.cluster_queue = (local.get("spec") or {}).get("clusterQueue") or ""
         except ApiError:
             pass
@@ -324,7 +329,8 @@ def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> QueueWait
     name = (workload.get("metadata") or {}).get("name", "")
     try:
         pending = client.request(
-            "GET", f"apis/visibility.{GROUP}/{version}/namespaces/{ns}/localqueues/{queue}/pendingworkloads"
+            "GET",
+            api_path(ApiKind.of_group(f"visibility.{GROUP}", version, "localqueues"), ns, queue, "pendingworkloads"),
         ).get("items", [])
     except ApiError:  # the visibility API is optional (an extension API server): no position then
         pending = []

@@ -710,7 +710,19 @@ def test_node_figures_from_metrics_server_and_the_dcgm_exporter(kube_api, kube_b
         body={
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "dcgm-exporter-abcde", "labels": {"app.kubernetes.io/name": "dcgm-exporter"}},
+            "metadata": {
+                "name": "dcgm-exporter-abcde",
+                "labels": {"app.kubernetes.io/name": "dcgm-exporter"},
+                "ownerReferences": [  # the GPU Operator's DaemonSet, as on a real cluster
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": "nvidia-dcgm-exporter",
+                        "uid": "5e1f0c2a-dcgm",
+                        "controller": True,
+                    }
+                ],
+            },
             "spec": {
                 "nodeName": "gpu-0",
                 "containers": [{"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter"}],

@@ -140,16 +140,27 @@ def test_the_budget_suspends_the_job_and_says_why(kube_api):
     assert job["spec"]["runPolicy"]["suspend"] is True  # its pods go (SIGTERM: the trainer's snapshot); the job stays
     assert json.loads(job["metadata"]["annotations"][STOPPED_ANNOTATION])["budget"] == 5
 
-    later = KubernetesBackend(kube_api.kubeconfig).status(run_id)
+    later = KubernetesBackend(kube_api.kubeconfig).status(run_id)  # another console reads why it stopped
     assert later.state is JobState.CANCELLED and later.reason == status.reason
     assert later.cost.budget == 5 and later.cost.share >= 1
+
+    # issue 51: a console with no record of making the run (another machine's) says it is past its
+    # budget and stops nothing: torchdeck stops at a budget only what it recorded making
+    backend.client.request("PATCH", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}",
+                           body={"spec": {"runPolicy": {"suspend": False}}, "metadata": {"annotations": {
+                               STOPPED_ANNOTATION: None}}})  # fmt: skip
+    elsewhere = KubernetesBackend(kube_api.kubeconfig).status(run_id)
+    assert elsewhere.found_by_label and elsewhere.state is not JobState.CANCELLED
+    assert any("past its budget" in w for w in elsewhere.warnings)
+    job = backend.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}")
+    assert job["spec"]["runPolicy"]["suspend"] is False and STOPPED_ANNOTATION not in job["metadata"]["annotations"]
 
     # issue 40 row 12: the annotation is the job's, which anyone with edit rights writes; figures of
     # the wrong type are unknown, never a traceback out of status
     path = f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}"
     for odd in ('{"budget": "abc", "spent": [1]}', '{"budget": 1e400}', "[1]", "not json"):
         backend.client.request("PATCH", path, body={"metadata": {"annotations": {STOPPED_ANNOTATION: odd}}})
-        shown = KubernetesBackend(kube_api.kubeconfig).status(run_id)
+        shown = backend.status(run_id)
         assert shown.state is JobState.CANCELLED and "\n" not in shown.reason, odd
 
 

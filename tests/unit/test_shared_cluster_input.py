@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import sys
 
 import pytest
@@ -149,25 +148,26 @@ def test_import_leaves_out_reserved_names_and_says_so_of_what_changes_the_loaded
     assert "env LD_PRELOAD: kept; it changes what code every rank loads" in notes
 
 
-def test_a_run_record_is_read_back_only_as_written(tmp_path):
-    records = RunRecords(tmp_path / "made")
-    made = made_now("run-1", "https://k:6443", "ctx", "ns", "pytorchjob", {"metadata": {"uid": "u-1"}}, None)
-    records.add(made)
-    assert RunRecords(tmp_path / "made").get("run-1") == made
-    assert RunRecords(tmp_path / "made").on("https://other:6443") == {}
-    (tmp_path / "made" / "run-2.json").write_text(
-        json.dumps({**json.loads((tmp_path / "made" / "run-1.json").read_text())})
-    )
-    assert RunRecords(tmp_path / "made").get("run-2") is None  # another run's record under this name
+def test_a_run_record_is_read_back_only_as_written_and_for_its_own_cluster(tmp_path):
+    server = "https://k:6443"
+    made = made_now("run-1", server, "ctx", "ns", "pytorchjob", {"metadata": {"uid": "u-1"}}, None)
+    RunRecords(tmp_path / "made").add(made)
+    assert RunRecords(tmp_path / "made").get(server, "run-1") == made
+    assert RunRecords(tmp_path / "made").on(server) == {"run-1": made}
+    assert RunRecords(tmp_path / "made").on("https://other:6443") == {}  # the same id there is another run
+    (folder,) = (tmp_path / "made").iterdir()
+    (folder / "run-2.json").write_text((folder / "run-1.json").read_text())
+    assert RunRecords(tmp_path / "made").get(server, "run-2") is None  # another run's record under this name
     for bad in (
         "[1]",
         '{"run_id": "run-3", "kind": "x"}',
         "not json",
-        json.dumps({"run_id": "run-3", "submitted_at": math.inf}),
+        json.dumps({**json.loads((folder / "run-1.json").read_text()), "run_id": "run-3", "submitted_at": 1e999}),
     ):
-        (tmp_path / "made" / "run-3.json").write_text(bad)
-        assert RunRecords(tmp_path / "made").get("run-3") is None
-    assert RunRecords(tmp_path / "made").get("../etc/passwd") is None
+        (folder / "run-3.json").write_text(bad)
+        assert RunRecords(tmp_path / "made").get(server, "run-3") is None
+    assert RunRecords(tmp_path / "made").get(server, "../etc/passwd") is None
+    assert sorted(RunRecords(tmp_path / "made").on(server)) == ["run-1"]
 
 
 @pytest.mark.parametrize("kind", ["pytorchjob", "trainjob", "mpijob", "job", "elasticjob"])

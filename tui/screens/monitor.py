@@ -191,15 +191,15 @@ class MonitorScreen(DeckScreen[None]):
         self.post_message(TriageMade(self.backend.triage(self.run_id), auto))
 
     @work(thread=True, exclusive=True, group="resume", exit_on_error=False)
-    def resume_run(self, avoid: list[str]) -> None:
-        """Start the run that continues this one (``backend.resume``), kept off ``avoid``."""
-        trust = bool(self.status and self.status.found_by_label)  # the question said so, and the user said yes
+    def resume_run(self, avoid: list[str], trust: bool) -> None:
+        """Start the run that continues this one (``backend.resume``), kept off ``avoid``; ``trust``:
+        the question said it was found by its label alone, and the user said yes."""
         run_id, _ = self.backend.resume(self.run_id, avoid, trust)
         self.post_message(RunResumed(run_id))
 
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
-    def stop_run(self) -> None:
-        trust = bool(self.status and self.status.found_by_label)  # the question said so, and the user said yes
+    def stop_run(self, trust: bool) -> None:
+        """Stop the run; ``trust``: the question said it was found by its label alone, and the user said yes."""
         self.post_message(RunStopped(self.backend.cancel(self.run_id, trust)))
 
     # -- messages ----------------------------------------------------------------
@@ -417,26 +417,27 @@ class MonitorScreen(DeckScreen[None]):
         if self.status.state is JobState.SUCCEEDED:
             self.notify(f"{self.run_id} succeeded: there is nothing left to resume")
             return
-        self.plan_resume(list(self.status.bad_nodes))
+        self.plan_resume(list(self.status.bad_nodes), self.status)
 
     @work(thread=True, exclusive=True, group="resume", exit_on_error=False)
-    def plan_resume(self, avoid: list[str]) -> None:
+    def plan_resume(self, avoid: list[str], status: JobStatus) -> None:
         """What resuming would submit (``backend.resume_spec``: the spec kept at submit, its code
-        folder, kept off ``avoid``), to ask about it; a refusal is said as any worker's failure."""
+        folder, kept off ``avoid``), to ask about it; a refusal is said as any worker's failure.
+        ``status``: the run as the question will show it (found by label or not)."""
         from torchdeck.backends.run_digest import restart_words, resume_plan_lines
 
-        trust = bool(self.status and self.status.found_by_label)  # the question says so before anything is made
-        spec = self.backend.resume_spec(self.run_id, avoid, trust)
-        lines = resume_plan_lines(spec, restart_words(self.snap.step, self.snap.checkpoint_step))
-        self.app.call_from_thread(self.ask_resume, avoid, lines)
+        spec = self.backend.resume_spec(self.run_id, avoid, status.found_by_label)  # nothing is made yet
+        where = restart_words(self.snap.step, self.snap.checkpoint_step)
+        lines = resume_plan_lines(spec, where) or [where]  # (a local run: its own folder and command)
+        self.app.call_from_thread(self.ask_resume, avoid, lines, status)
 
-    def ask_resume(self, avoid: list[str], plan: list[str]) -> None:
+    def ask_resume(self, avoid: list[str], plan: list[str], status: JobStatus) -> None:
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.notify(f"resuming {self.run_id}...")
-                self.resume_run(avoid)
+                self.resume_run(avoid, status.found_by_label)  # trusted only as the question said
 
-        question = f"Resume {self.run_id}?\n" + "\n".join(plan) + by_label(self.status)
+        question = f"Resume {self.run_id}?\n" + "\n".join(plan) + by_label(status)
         self.app.push_screen(ConfirmScreen(question), confirmed)
 
     def action_stop(self) -> None:
@@ -444,13 +445,16 @@ class MonitorScreen(DeckScreen[None]):
             self.notify(f"{self.run_id} has already {self.status.state.value}")
             return
 
+        status = self.status
+        trust = bool(status and status.found_by_label)  # trusted only as the question says
+
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.notify(f"stopping {self.run_id}...")
-                self.stop_run()
+                self.stop_run(trust)
 
         self.app.push_screen(
-            ConfirmScreen(f"Stop {self.run_id} and every process it started?{by_label(self.status)}"), confirmed
+            ConfirmScreen(f"Stop {self.run_id} and every process it started?{by_label(status)}"), confirmed
         )
 
     def action_focus_logs(self) -> None:
