@@ -63,21 +63,29 @@ CONDITIONS = st.lists(
 NAMES = st.from_regex(r"\A[a-z][a-z0-9-]{0,20}[a-z0-9]\Z")
 
 
-def objects(run_id: str):
-    """A PyTorchJob someone else made, in the run's namespace or another, maybe with the run's very
-    name and labels, and a pod of theirs carrying labels of the run's, with its own log lines."""
-    return st.fixed_dictionaries(
-        {
-            "name": st.one_of(st.just(run_id), NAMES),
-            "namespace": st.sampled_from([NS, "team-b", "kube-system"]),
-            "labels": st.dictionaries(LABEL_KEYS, st.one_of(st.just(run_id), LABEL_VALUES), max_size=5),
-            "annotations": ANNOTATIONS,
-            "conditions": CONDITIONS,
-            "replicas": st.one_of(st.integers(min_value=-3, max_value=2**40), TEXT),
-            "pod_phase": st.sampled_from(["Running", "Failed", "Succeeded", "Pending", "Unknown", "x"]),
-            "log": st.lists(st.one_of(TEXT, JSONISH.map(json.dumps)), max_size=4),
-        }
-    )
+RUN = "RUN"
+"""Stands for the run's id in what is drawn (the id is made when the example runs: a strategy that
+drew it would draw differently each run), put in its place after."""
+
+
+def as_run(value: Any, run_id: str) -> Any:
+    return run_id if value == RUN else value
+
+
+OBJECTS = st.fixed_dictionaries(
+    {
+        "name": st.one_of(st.just(RUN), NAMES),
+        "namespace": st.sampled_from([NS, "team-b", "kube-system"]),
+        "labels": st.dictionaries(LABEL_KEYS, st.one_of(st.just(RUN), LABEL_VALUES), max_size=5),
+        "annotations": ANNOTATIONS,
+        "conditions": CONDITIONS,
+        "replicas": st.one_of(st.integers(min_value=-3, max_value=2**40), TEXT),
+        "pod_phase": st.sampled_from(["Running", "Failed", "Succeeded", "Pending", "Unknown", "x"]),
+        "log": st.lists(st.one_of(TEXT, JSONISH.map(json.dumps)), max_size=4),
+    }
+)
+"""A PyTorchJob someone else made, in the run's namespace or another, maybe with the run's very
+name and labels, and a pod of theirs carrying labels of the run's, with its own log lines."""
 
 
 @settings(max_examples=EXAMPLES["cluster objects"], **PROFILE)
@@ -91,12 +99,13 @@ def test_generated_objects_beside_a_run_never_break_jobs_or_status_and_never_bec
     make_pod(backend, run_id, f"{run_id}-master-0", "master")
     set_conditions(backend, run_id, "Created", "Running")
     made = []
-    for i, theirs in enumerate(data.draw(st.lists(objects(run_id), max_size=3))):
-        ns, name = theirs["namespace"], theirs["name"]
+    for i, theirs in enumerate(data.draw(st.lists(OBJECTS, max_size=3))):
+        ns, name = theirs["namespace"], as_run(theirs["name"], run_id)
+        labels = {k: as_run(v, run_id) for k, v in theirs["labels"].items()}
         body = {
             "apiVersion": "kubeflow.org/v1",
             "kind": "PyTorchJob",
-            "metadata": {"name": name, "labels": theirs["labels"], "annotations": theirs["annotations"]},
+            "metadata": {"name": name, "labels": labels, "annotations": theirs["annotations"]},
             "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": theirs["replicas"], "template": {
                 "spec": {"containers": [{"name": "pytorch", "image": IMAGE}]}}}}},
         }  # fmt: skip
