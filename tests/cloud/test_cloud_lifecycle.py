@@ -192,9 +192,10 @@ def be_kaniko(kube, digest_holder: dict[str, str], prefix: str = "torchdeck-buil
     api = KubernetesBackend(kube.kubeconfig).client
 
     def run() -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 300  # a bound on a hang, not on the host's speed
         jobs: list[dict[str, Any]] = []
-        while time.monotonic() < deadline and not jobs:
+        while not jobs:
+            assert time.monotonic() < deadline, f"no image-build Job named {prefix}* was submitted in 300 s"
             jobs = api.request(
                 "GET",
                 "apis/batch/v1/namespaces/default/jobs",

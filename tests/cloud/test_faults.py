@@ -148,18 +148,21 @@ def test_a_killed_torchrun_fails_the_run_leaves_no_rank_and_resume_continues(tmp
     from torchdeck.backends.spec import JobSpec, TrainerOptions
 
     backend = LocalBackend(tmp_path / "state")
-    # 20 steps an epoch; the resumed run goes from epoch 1's snapshot to step 32
+    # 20 steps an epoch; the resumed run goes from epoch 1's snapshot to step 50. The kill comes at step
+    # 21, and a look that comes late still finds the run with steps to go (29 steps take two seconds here)
     spec = JobSpec(
-        name="agent", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3, max_steps=32)
+        name="agent", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3, max_steps=50)
     )
     run_id = backend.submit(spec)
-    wait_status(backend, run_id, lambda s: s.step >= 25, timeout=120)  # into epoch 2, past a snapshot
+    wait_status(backend, run_id, lambda s: s.step >= 21, timeout=300)  # into epoch 2: epoch 1's snapshot is saved
     ranks = [rank_process(run_id, rank) for rank in (0, 1)]
     (agent,) = [
         p
         for p in run_processes(run_id)
         if "torch.distributed.run" in " ".join(p.cmdline()) or "torchrun" in " ".join(p.cmdline()[:2])
     ]
+    now = backend.status(run_id)
+    assert now.state is JobState.RUNNING and now.step < 50, f"the run got to its end before torchrun was killed: {now}"
     agent.send_signal(signal.SIGKILL)
     status = finished(backend, run_id)
     assert status.state is JobState.FAILED, status
@@ -203,7 +206,7 @@ def test_a_killed_torchrun_fails_the_run_leaves_no_rank_and_resume_continues(tmp
     assert backend.run_spec(resumed).resumes == run_id
     assert [s.run_id for s in backend.list() if s.run_id != run_id] == [resumed]
     done = finished(backend, resumed)
-    assert done.state is JobState.SUCCEEDED and done.step == 32, done
+    assert done.state is JobState.SUCCEEDED and done.step == 50, done
     lines = [line.text for batch in backend.logs(resumed, rank=0) for line in batch]
     assert any(text.startswith("resume:") or "resumed" in text for text in lines), lines[:20]
 
@@ -217,7 +220,7 @@ def test_a_killed_torchrun_fails_the_run_leaves_no_rank_and_resume_continues(tmp
     assert shown.returncode == 0, shown.stderr
     line, alone = json.loads(shown.stdout)["runs"]
     assert line["restarts"] == [run_id] and alone["restarts"] == []
-    assert line["steps_lost"] == lost and line["steps"] == 32
+    assert line["steps_lost"] == lost and line["steps"] == 50
     steps = line["curve"]["step"]
     assert steps == sorted(steps) and steps[0] < saved < steps[-1]
     assert line["wall_s"] > alone["wall_s"]  # from the first run's start
@@ -293,7 +296,7 @@ def test_two_consoles_stop_one_run_and_a_console_killed_as_it_starts_one_leaves_
     import signal
     import time
 
-    from local_runs import cli_env, left_running, wait_status
+    from local_runs import cli_env, left_running, run_processes, wait_status
 
     from torchdeck.backends.base import JobState
     from torchdeck.backends.local import LocalBackend
@@ -369,7 +372,18 @@ def test_two_consoles_stop_one_run_and_a_console_killed_as_it_starts_one_leaves_
         time.sleep(delay)
         killed.send_signal(signal.SIGKILL)
         killed.wait(10)
-    time.sleep(1.0)
+
+    def settled() -> bool:
+        """Each run has its launcher's pid.json, or no process of it runs: no launcher is still starting
+        where a stop cannot see it, however slowly this host starts one."""
+        return all(
+            (backend.runs_dir / s.run_id / "pid.json").exists() or not run_processes(s.run_id) for s in backend.list()
+        )
+
+    deadline = time.monotonic() + 300
+    while not settled():
+        assert time.monotonic() < deadline, "a launcher a killed console started wrote no pid.json in 300 s"
+        time.sleep(0.05)
     for status in backend.list():
         backend.cancel(status.run_id)
     for status in backend.list():

@@ -343,15 +343,18 @@ def test_home_lists_runs_and_opens_the_monitor(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_runs_table_redraws_only_what_changed_and_puts_a_new_run_on_top(tmp_path):
+def test_the_runs_table_redraws_only_what_changed_and_puts_a_new_run_on_top(tmp_path, monkeypatch):
     """A refresh with the same runs changes only their changed cells (a run that ends shows it);
     a new run is drawn on top. The runs are made as the local backend leaves them."""
     import json
     import time
 
+    from torchdeck.backends import local
     from torchdeck.backends.local import LocalBackend
 
     state = tmp_path / "state"
+    # live-1 has no pid.json: pending while its launcher may still be starting, however long the console takes
+    monkeypatch.setattr(local, "LAUNCHER_START_S", 3600.0)
 
     def make(run_id: str, at: float, ended: bool) -> None:
         run = state / "runs" / run_id

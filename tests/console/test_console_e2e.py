@@ -50,10 +50,10 @@ def test_launch_from_the_console_watch_and_reattach(tmp_path, cifar_dir):
                 form.query_one(field, Input).focus()
                 await pilot.press(*value)
             await pilot.press("ctrl+l")
-            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor", timeout=10)
+            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor", timeout=300)
             screen = app.screen
             assert isinstance(screen, MonitorScreen)
-            await wait_for(pilot, lambda: both_ranks_have_loss(screen), what="loss from both ranks", timeout=60)
+            await wait_for(pilot, lambda: both_ranks_have_loss(screen), what="loss from both ranks", timeout=300)
             seen["run_id"] = screen.run_id
             seen["events_live"] = screen.snap.events
             table = screen.query_one("#ranks")
@@ -132,7 +132,7 @@ def test_real_terminal_80x24_over_tmux(tmp_path, cifar_dir):
         ).stdout.strip()
         subprocess.run([*tmux, "kill-server"], check=False)
         console("--ascii", "monitor", run_id[:8])
-        shown = wait_screen("RUNNING", timeout=60)
+        shown = wait_screen("RUNNING", timeout=300)
         shown = wait_screen(" r1 ", timeout=30)
         assert run_id in shown and "loss per rank" in shown  # the prefix was resolved to the whole id
         assert all(ord(c) < 128 for c in shown), "non-ASCII on an --ascii screen"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from textual.command import Command, CommandList, CommandPalette
 from textual.widgets import DataTable, Footer, Input
 from tui_support import SnapshotBackend, fixed_context_cloud, recorded_state, screen_lines, settings_for, wait_for
 
@@ -217,9 +218,15 @@ def test_the_command_palette_runs_a_screens_key_by_its_name(tmp_path, monkeypatc
                 screen.set_value(field, value)
             await pilot.pause()
             await pilot.press("ctrl+p")
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the command palette")
             await pilot.press(*"Save (ctrl+s)")
-            await pilot.pause(0.5)
+            hits = app.screen.query_one(CommandList)
+
+            def save_is_highlighted() -> bool:  # enter picks the highlighted hit; with none it only highlights
+                hit = hits.highlighted_option
+                return isinstance(hit, Command) and "Save (ctrl+s)" in str(hit.hit.text)
+
+            await wait_for(pilot, save_is_highlighted, what="the save key highlighted in the palette")
             await pilot.press("enter")
             await wait_for(pilot, lambda: (tmp_path / "cluster.yaml").exists(), what="the plan saved by the palette")
             assert "name: demo" in (tmp_path / "cluster.yaml").read_text()

@@ -520,14 +520,14 @@ def play_task_job(kube_backend, kube_api, task, log_lines, succeed=True):
     """Be the Job controller and the kubelet for the next task job: a pod that prints ``log_lines``."""
 
     def run():
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        deadline, jobs = time.monotonic() + 300, list[dict]()  # a bound on a hang, not on the host's speed
+        while not jobs:
+            assert time.monotonic() < deadline, f"no {task} job was submitted in 300 s"
             jobs = kube_backend.client.request(
                 "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": f"torchdeck.dev/task={task}"}
             ).get("items", [])
-            if jobs:
-                break
-            time.sleep(0.1)
+            if not jobs:
+                time.sleep(0.1)
         name = jobs[0]["metadata"]["name"]
         pod = f"{name}-x7k2p"
         kube_api.call(kube_api.emulator.script_log, NS, pod, log_lines)
@@ -912,8 +912,9 @@ def play_gate(kube_api, kube_backend, result, planted=None):
     from torchdeck.trainer.metrics import tool_line
 
     def run():
-        deadline, jobs = time.monotonic() + 30, list[dict]()
-        while time.monotonic() < deadline and not jobs:
+        deadline, jobs = time.monotonic() + 300, list[dict]()  # a bound on a hang, not on the host's speed
+        while not jobs:
+            assert time.monotonic() < deadline, "no health gate's PyTorchJob was submitted in 300 s"
             jobs = kube_backend.client.request(
                 "GET",
                 f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs",

@@ -127,9 +127,12 @@ def live_launcher(state: Path, run_id: str, world_size: int = 1) -> subprocess.P
         env={**os.environ, "TORCHDECK_RUN_ID": run_id, "TORCHDECK_RUN_TOKEN": f"{run_id}-token"},
         start_new_session=True,
     )
-    deadline = time.monotonic() + 30
-    while LocalBackend(state).status(run_id).reason == "starting its launcher":  # until its pid.json is proved
-        assert time.monotonic() < deadline and launcher.poll() is None, "the launcher did not start"
+    # until the launcher has written its pid.json, not while the status says "starting its launcher": that
+    # lasts LAUNCHER_START_S from the submit, and a loaded host may take longer to start a Python
+    deadline = time.monotonic() + 300
+    while not (run_dir / "pid.json").exists():
+        assert launcher.poll() is None, "the launcher ended before it wrote its pid.json"
+        assert time.monotonic() < deadline, "the launcher wrote no pid.json in 300 s"
         time.sleep(0.05)
     assert not LocalBackend(state).status(run_id).state.is_terminal, "the launcher was not taken for the run's"
     return launcher

@@ -120,7 +120,7 @@ def test_detach_reattach_node_metrics_and_stop_leaves_no_process(tmp_path, cifar
     run_id = result.stdout.strip()
     # A different backend object (as after a console restart) finds the run from its folder.
     backend = LocalBackend(state)
-    status = wait_status(backend, run_id, lambda s: s.state is JobState.RUNNING and s.step >= 2, timeout=60)
+    status = wait_status(backend, run_id, lambda s: s.state is JobState.RUNNING and s.step >= 2, timeout=300)
     assert status.world_size == 2
 
     nodes = backend.node_metrics(run_id)
@@ -151,14 +151,19 @@ def test_detach_reattach_node_metrics_and_stop_leaves_no_process(tmp_path, cifar
 @pytest.mark.slow
 def test_killed_rank_shows_as_a_restart_and_the_job_finishes(tmp_path, cifar_dir):
     backend = LocalBackend(tmp_path / "state")
-    # 20 steps an epoch: stopped at step 32, so the restart (from epoch 1's snapshot) has 12 to go
-    spec = JobSpec(name="kill", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3, max_steps=32))
+    # 20 steps an epoch: stopped at step 50, so the restart (from epoch 1's snapshot) has 30 to go; the
+    # kill comes at step 21, and a look that comes late still finds the run with steps to go (29 steps
+    # take two seconds here)
+    spec = JobSpec(name="kill", data_dir=str(cifar_dir), max_restarts=2, trainer=TrainerOptions(epochs=3, max_steps=50))
     run_id = backend.submit(spec)
-    wait_status(backend, run_id, lambda s: s.step >= 25, timeout=90)  # into epoch 2, past a checkpoint
-    rank_process(run_id, 1).send_signal(signal.SIGKILL)
+    wait_status(backend, run_id, lambda s: s.step >= 21, timeout=300)  # into epoch 2: epoch 1's snapshot is saved
+    victim = rank_process(run_id, 1)
+    now = backend.status(run_id)
+    assert now.state is JobState.RUNNING and now.step < 50, f"the run got to its end before rank 1 was killed: {now}"
+    victim.send_signal(signal.SIGKILL)
     status = finished(backend, run_id)
     assert status.state is JobState.SUCCEEDED, status
-    assert status.restarts == 1 and status.step == status.total_steps == 32
+    assert status.restarts == 1 and status.step == status.total_steps == 50
 
     state = MonitorState()
 

@@ -93,15 +93,17 @@ async def monitor_triages(state, run_id: str, asked_at: float) -> None:
 PACES = """\
 import os, time
 rank = int(os.environ["RANK"])
-for step in range(1, 41):
-    time.sleep(0.05 if rank == 0 else 0.2)  # rank 1 takes four times as long a step
-    print(f"step {step}/40 loss {1.0 / step:.4f}", flush=True)
+for step in range(1, 21):
+    time.sleep(0.05 if rank == 0 else 0.5)  # rank 1 takes ten times as long a step
+    print(f"step {step}/20 loss {1.0 / step:.4f}", flush=True)
 """
 
 
 def test_each_ranks_step_times_and_scores_are_in_the_status(tmp_path):
-    """A real 2-rank torchrun of a script whose rank 1 steps four times slower: status --output json
-    gives each rank's median and p95 seconds per step and its scores."""
+    """A real 2-rank torchrun of a script whose rank 1 steps ten times slower: status --output json
+    gives each rank's median and p95 seconds per step and its scores. A sleep bounds a step from
+    below only (a loaded host makes steps longer, and lines are timed when torchdeck reads them), so
+    the figures are held to what the sleeps guarantee, and the ratio to half of what they set."""
     code, state = tmp_path / "project", tmp_path / "state"
     code.mkdir()
     (code / "paces.py").write_text(PACES)
@@ -112,8 +114,10 @@ def test_each_ranks_step_times_and_scores_are_in_the_status(tmp_path):
     ranks = {
         r["rank"]: r for r in json.loads(run_cli(["status", run_id, "--output", "json"], env, code).stdout)["ranks"]
     }
-    assert 0.04 <= ranks[0]["step_s_median"] <= 0.1 and 0.19 <= ranks[1]["step_s_median"] <= 0.3
-    assert ranks[0]["relative_score"] == 1.0 and 0.15 <= ranks[1]["relative_score"] <= 0.4
+    # a pace spans five steps, 2.5 s of rank 1's sleeps: a read of its first line up to 1.25 s late leaves
+    # half of it (rank 0's lines come faster than torchdeck gathers them: a burst read together has no gaps)
+    assert ranks[0]["step_s_median"] > 0 and ranks[1]["step_s_median"] >= 0.25
+    assert ranks[0]["relative_score"] == 1.0 and 0 < ranks[1]["relative_score"] <= 0.5  # paced ten times apart
     assert ranks[1]["step_s_p95"] >= ranks[1]["step_s_median"] and 0 < ranks[1]["individual_score"] <= 1.0
 
 

@@ -290,9 +290,9 @@ KILLED_BEFORE = [
 def test_pathological_lines_are_read_in_bounded_time_and_never_raise() -> None:
     reader = TextMetrics(0, 2)
     for line in SLOW_BEFORE + KILLED_BEFORE:
-        started = time.perf_counter()
+        started = time.process_time()  # CPU time: a loaded host stretches the wall clock, not this
         reader.feed(line)
-        assert time.perf_counter() - started < 1.0, line[:30]  # each took 6-80 s, or raised, before
+        assert time.process_time() - started < 1.0, line[:30]  # each took 6-80 s, or raised, before
     assert reader.feed("epoch 2/5 step 7/100 loss: 0.25")["loss"] == 0.25  # and the next line is read
 
 
@@ -305,9 +305,10 @@ def test_arbitrary_lines_and_bytes_never_end_the_readers() -> None:
                              "[", "]", " ", "=", ":", "|", "9" * 30, ".", "e", "nan", "inf", "\r", "\x1b["])  # fmt: skip
     lines = st.one_of(st.text(max_size=300), st.lists(words, max_size=80).map("".join))
 
-    @settings(max_examples=1500, derandomize=True, database=None, deadline=1000)
+    @settings(max_examples=1500, derandomize=True, database=None, deadline=None)  # the CPU time is held below
     @given(line=lines, raw=st.binary(max_size=200))
     def check(line: str, raw: bytes) -> None:
+        started = time.process_time()
         parser, ranked = TextMetrics(1, 4), RankedText(2, 4, None, "train.py")
         record = parser.feed(line)
         assert record is None or (record["rank"] == 1 or record.get("schema") == 1)
@@ -315,6 +316,7 @@ def test_arbitrary_lines_and_bytes_never_end_the_readers() -> None:
             rank, _, records = ranked.read(1, data)
             assert -1 <= rank < 4 and all(isinstance(r, dict) for r in records)
         assert set(ranked.ranks) <= {0, 1, 2, 3}
+        assert time.process_time() - started < 1.0  # no line backtracks (Hypothesis' deadline timed the wall)
 
     check()
 
@@ -357,9 +359,9 @@ def test_ignore_files_are_read_as_git_reads_them_and_no_pattern_backtracks(tmp_p
     (tmp_path / "out" / "m.ckpt").write_text("x\n")
     (tmp_path / "out" / "keep.ckpt").write_text("x\n")
     (tmp_path / ".gitignore").write_text("*a*a*a*a*a*a*a*a*a*a*a*b\n*.ckpt\n!out/keep.ckpt\n")
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded host stretches the wall clock, not this
     names = [p.relative_to(tmp_path).as_posix() for p in code_files(tmp_path)]
-    assert time.perf_counter() - started < 5  # the old translation took 31 s for this name
+    assert time.process_time() - started < 5  # the old translation took 31 s for this name
     assert names == [".gitignore", "a" * 40, "out/keep.ckpt", "train.py"]
     (tmp_path / ".dockerignore").write_text("out\n")  # anchored at the folder, as Docker reads it
     assert "out/keep.ckpt" not in [p.relative_to(tmp_path).as_posix() for p in code_files(tmp_path)]

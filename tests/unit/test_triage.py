@@ -72,9 +72,9 @@ def test_a_dump_that_is_a_link_or_not_json_is_no_answer(tmp_path):
     folder.mkdir()
     (folder / "rank-0.json").symlink_to("/dev/zero")
     (folder / "rank-1.json").write_text("{not json")
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: reading /dev/zero would spend it; a loaded host does not
     dumps, _ = triage.ask(folder, 2, wait_s=0.5)
-    assert dumps == {} and time.monotonic() - started < 5
+    assert dumps == {} and time.process_time() - started < 2
     (folder / "triage.json").symlink_to("/etc/passwd")
     assert triage.load(folder) is None
 
