@@ -28,7 +28,7 @@ def tiny_cifar(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-pytest_plugins = ["aws_server", "eks_support", "kube_jobs", "real_cluster"]
+pytest_plugins = ["phases", "aws_server", "eks_support", "kube_jobs", "real_cluster"]
 
 SLOW_FOLDERS = ("training", "package", "image", "cluster")
 """Every test in these is slow: real torchrun jobs, a wheel built and installed, a real Docker engine, a real
@@ -36,7 +36,15 @@ Kubernetes cluster. The fast lane
 (``./scripts/test --fast``, ``-m "not slow"``) leaves them out; ``./scripts/test`` and CI run all."""
 
 
+LAST_FOLDERS = ("image", "cluster")
+"""Run last, in this order: the real Docker engine, then the real cluster, whose fixtures live for the
+session (one start, one image build and load) and end with it, so no other test shares the machine
+with the cluster."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.parent.name in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
+    last = {folder: place + 1 for place, folder in enumerate(LAST_FOLDERS)}
+    items.sort(key=lambda item: last.get(item.path.parent.name, 0))  # stable: each folder's own order kept
