@@ -16,7 +16,7 @@ set -euo pipefail
 # shellcheck source=scripts/cluster/owned.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cluster/owned.sh"
 sock=/run/torchdeck-docker.sock
-data=/var/lib/torchdeck-docker
+data="${TORCHDECK_DOCKER_DATA:-/var/lib/torchdeck-docker}" # the engine's images and build cache (an empty folder: a cold start)
 pidfile=/run/torchdeck-docker.pid # dockerd's own
 own=/var/lib/torchdeck-engine     # the script's: its logs, and the dockerd it started (pid and start time)
 logs="$own/logs"

@@ -5,7 +5,8 @@
 # metrics.k8s.io APIService, the Kubeflow Training Operator (PyTorchJob), Kubeflow Trainer v2
 # (TrainJob, with its TrainJobStatus gate and torch runtime) on JobSet, the MPI Operator (MPIJob
 # v2beta1) and Kueue (with its visibility API), each with its own CRDs and webhooks (served with
-# certificates from a CA this script makes). Every program is built here from its upstream Go module at the version pinned
+# certificates from a CA this script makes), and a registry (distribution v3) the images reach the
+# node through, layer by layer. Every program is built here from its upstream Go module at the version pinned
 # below, once, into a cache outside the work tree ($TORCHDECK_CLUSTER_CACHE, by default
 # ~/.cache/torchdeck/cluster, one folder per program and version); later starts take seconds.
 #
@@ -13,7 +14,8 @@
 #   stop        stop it and remove everything it made outside the cache (idempotent)
 #   status      one line per component; exit 0 when all run
 #   kubeconfig  print the path of the host's kubeconfig (the API server on 127.0.0.1:$TORCHDECK_KUBE_PORT)
-#   load IMAGE  copy a Docker image (`docker save`) into the node's containerd, as kind loads images
+#   load IMAGE  a Docker image into the node's containerd through the cluster's registry (by layer: what
+#               the registry and the node hold already does not move again)
 #   kubectl ARGS  kubectl against the cluster, from the host
 #   ctr ARGS    the node's containerd (namespace k8s.io), e.g. `ctr images ls`
 #   build       only build (or find) the programs
@@ -44,6 +46,7 @@ TRAINER=v2.3.0     # Kubeflow Trainer v2 (TrainJob): the newest release the modu
 JOBSET=v0.12.0     # JobSet, the version Trainer v2.3.0 and Kueue v0.19.2 are built against
 MPI_OPERATOR=v0.8.2 # MPI Operator (v2beta1 MPIJob): the newest release the module proxy serves
 KUEUE=v0.19.2      # Kueue: the newest release the module proxy serves
+REGISTRY=v3.1.2    # the registry the images move through by layer (github.com/distribution/distribution/v3)
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/cluster/owned.sh
@@ -56,6 +59,8 @@ node_ip=10.244.0.1
 pod_cidr=10.244.0.0/24
 service_cidr=10.96.0.0/16
 port="${TORCHDECK_KUBE_PORT:-16443}"
+# the registry in the namespace (127.0.0.1:5000 there) as the engine on the host pushes to it
+registry_port="${TORCHDECK_REGISTRY_PORT:-16500}"
 pause_image=torchdeck.local/pause:3.10
 # the Training Operator's init container (it waits with sh and nslookup until the master's name
 # resolves; upstream's default is alpine from Docker Hub, which no registry here serves)
@@ -86,6 +91,7 @@ trainer_bin="$(bin trainer "$TRAINER")"
 jobset_bin="$(bin jobset "$JOBSET")"
 mpi_bin="$(bin mpi-operator "$MPI_OPERATOR")"
 kueue_bin="$(bin kueue "$KUEUE")"
+registry_bin="$(bin registry "$REGISTRY")"
 pause_bin="$(bin pause 3.10)"
 kube="$kube_bin/kube"
 ctr=("$containerd_bin/ctr" --address "$state/containerd/containerd.sock" -n k8s.io)
@@ -144,6 +150,15 @@ build_pause() {
 
 build() {
     command -v go >/dev/null || missing "no Go toolchain (the programs are built from their Go modules)"
+    # one build at a time: a start waits for the one under way (scripts/test's, in the background)
+    # and then finds every program built
+    mkdir -p "$cache"
+    local lock
+    exec {lock}>"$cache/.build-lock"
+    if ! flock -n "$lock"; then
+        say "waiting for the build under way (scripts/test starts one in the background)"
+        flock "$lock"
+    fi
     # Go's build cache of these programs (GBs) serves only this build: the programs are kept, it is not
     export GOCACHE="$cache/go-build"
     command -v gcc >/dev/null || missing "no gcc (runc and the pause program need it)"
@@ -166,8 +181,10 @@ build() {
     CGO_ENABLED=0 go_install "$trainer_bin" github.com/kubeflow/trainer/v2 "$TRAINER" ./cmd/trainer-controller-manager -- -ldflags "-s -w"
     CGO_ENABLED=0 go_install "$mpi_bin" github.com/kubeflow/mpi-operator "$MPI_OPERATOR" ./cmd/mpi-operator -- -ldflags "-s -w"
     CGO_ENABLED=0 go_install "$kueue_bin" sigs.k8s.io/kueue "$KUEUE" ./cmd/kueue -- -ldflags "-s -w"
+    CGO_ENABLED=0 go_install "$registry_bin" github.com/distribution/distribution/v3 "$REGISTRY" ./cmd/registry -- -ldflags "-s -w"
     build_kubernetes
     rm -rf "$GOCACHE"
+    exec {lock}>&-
 }
 
 packages() { # packages TOOL_OR_FILE:PACKAGE...: install Debian's packages for what is missing
@@ -180,9 +197,10 @@ packages() { # packages TOOL_OR_FILE:PACKAGE...: install Debian's packages for w
     [ ${#want[@]} = 0 ] && return 0
     command -v apt-get >/dev/null || missing "no apt-get to install ${want[*]}"
     [ "$(id -u)" = 0 ] || missing "not root to install ${want[*]}"
-    # the log in the root-only state folder: a fixed name in /tmp may be anyone's symlink
-    private_dir "$state" "$state/logs"
-    local log="$state/logs/apt.log"
+    # the log in a root-only folder of the cache (a fixed name in /tmp may be anyone's symlink; the
+    # build runs before a start, and in the background beside the tests: it makes nothing at a fixed path)
+    private_dir "$cache/build-logs"
+    local log="$cache/build-logs/apt.log"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >"$log" 2>&1 \
         || { apt-get update -q >>"$log" 2>&1 \
              && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${want[@]}" >>"$log" 2>&1; } \
@@ -301,6 +319,39 @@ make_pki() {
     chmod 600 "$state/kubeconfig"
 }
 
+forward() { # forward NAME HOST_PORT ADDRESS KNOB: relay the host's 127.0.0.1:HOST_PORT to ADDRESS in the
+    # namespace (the kube program's forwarder, its listening socket handed in as descriptor 3), as NAME
+    local pid
+    pid="$(python3 - "$state" "$1" "$2" "$ns" "$kube" "$3" "$4" <<'EOF'
+import os, socket, subprocess, sys
+state, name, port, ns, kube, address, knob = sys.argv[1:]
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    listener.bind(("127.0.0.1", int(port)))
+except OSError as error:
+    sys.exit(f"torchdeck: no cluster: 127.0.0.1:{port} is taken ({error.strerror}); set {knob}")
+listener.listen(128)
+
+
+def as_descriptor_3():
+    os.setsid()
+    if listener.fileno() != 3:
+        os.dup2(listener.fileno(), 3)
+    os.set_inheritable(3, True)
+
+
+with open(f"{state}/logs/{name}.log", "wb") as log:
+    child = subprocess.Popen(
+        ["nsenter", f"--net=/run/netns/{ns}", kube, "forward", address],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=as_descriptor_3, close_fds=False,
+    )
+print(child.pid)
+EOF
+    )"
+    remember_pid "$state/pids/$1" "$pid"
+}
+
 start_control_plane() {
     local pki="$state/pki"
     run etcd "$kube" etcd --name "$node" --data-dir "$state/etcd" --listen-client-urls http://127.0.0.1:2379 \
@@ -321,36 +372,7 @@ start_control_plane() {
         --requestheader-extra-headers-prefix X-Remote-Extra- --requestheader-group-headers X-Remote-Group \
         --requestheader-username-headers X-Remote-User --enable-aggregator-routing=true \
         --profiling=false --event-ttl 2h
-    # the forwarder's listening socket is the host's 127.0.0.1:$port, handed in as descriptor 3
-    local forward
-    forward="$(python3 - "$state" "$port" "$ns" "$kube" "$node_ip" <<'EOF'
-import os, socket, subprocess, sys
-state, port, ns, kube, node_ip = sys.argv[1:]
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    listener.bind(("127.0.0.1", int(port)))
-except OSError as error:
-    sys.exit(f"torchdeck: no cluster: 127.0.0.1:{port} is taken ({error.strerror}); set TORCHDECK_KUBE_PORT")
-listener.listen(128)
-
-
-def as_descriptor_3():
-    os.setsid()
-    if listener.fileno() != 3:
-        os.dup2(listener.fileno(), 3)
-    os.set_inheritable(3, True)
-
-
-with open(f"{state}/logs/forward.log", "wb") as log:
-    child = subprocess.Popen(
-        ["nsenter", f"--net=/run/netns/{ns}", kube, "forward", f"{node_ip}:6443"],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=as_descriptor_3, close_fds=False,
-    )
-print(child.pid)
-EOF
-    )"
-    remember_pid "$state/pids/forward" "$forward"
+    forward forward "$port" "$node_ip:6443" TORCHDECK_KUBE_PORT
     wait_for 60 "the API server" kubectl get --raw /readyz
     # what kubeadm's init binds: the API server's kubelet client may use the kubelet's API (logs,
     # exec, metrics), and admin.conf's group is cluster-admin
@@ -463,6 +485,22 @@ conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeou
 EOF
     run kube-proxy "$kube" kube-proxy --config "$conf/kube-proxy.yaml"
     wait_for 90 "the node" node_ready
+}
+
+start_registry() { # the registry the images reach the node through: its layers kept in the cache, so a
+    # rebuilt image moves only the layers it does not hold yet, and the node's containerd pulls only those
+    mkdir -p "$cache/registry"
+    cat >"$state/node/registry.yml" <<EOF
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage:
+  filesystem: {rootdirectory: $cache/registry}
+  maintenance: {uploadpurging: {enabled: false}}
+http: {addr: "127.0.0.1:5000"}
+EOF
+    run registry "$registry_bin/registry" serve "$state/node/registry.yml"
+    forward registry-forward "$registry_port" 127.0.0.1:5000 TORCHDECK_REGISTRY_PORT
+    wait_for 30 "the registry" curl -fsS "http://127.0.0.1:$registry_port/v2/"
 }
 
 node_ready() { [ "$(kubectl get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
@@ -813,6 +851,7 @@ start() {
     make_pki
     start_control_plane
     start_node
+    start_registry
     start_addons
     start_controllers
     cp -r "$state/logs/." "$cache/last-logs/" 2>/dev/null || true
@@ -820,7 +859,7 @@ start() {
     echo "KUBECONFIG=$state/kubeconfig"
 }
 
-components=(etcd kube-apiserver forward kube-controller-manager kube-scheduler containerd kubelet kube-proxy
+components=(etcd kube-apiserver forward kube-controller-manager kube-scheduler containerd kubelet kube-proxy registry registry-forward
     coredns metrics-server training-operator jobset trainer mpi-operator kueue)
 
 status() {
@@ -873,7 +912,8 @@ remove_made() { # remove_made PATH: a fixed path start made, unless something is
 
 stop() {
     [ "$(id -u)" = 0 ] || missing "not root"
-    end kueue mpi-operator trainer jobset training-operator metrics-server coredns kube-proxy kube-scheduler kube-controller-manager kubelet forward
+    end kueue mpi-operator trainer jobset training-operator metrics-server coredns registry-forward registry kube-proxy \
+        kube-scheduler kube-controller-manager kubelet forward
     # every process in the pods' cgroups (the containers), then the shims beside containerd in its
     # cgroup, then containerd; then whatever is left under the cluster's cgroup root
     local containerd mount kind name value groups
@@ -906,9 +946,12 @@ stop() {
     rm -rf --one-file-system "$state"
 }
 
-load() { # load IMAGE...: docker save | ctr import of those containerd does not hold yet, in one archive
+load() { # load IMAGE...: the Docker images the node's containerd does not hold yet, through the registry:
+    # docker pushes the layers it lacks (a changed image: its top layers), containerd pulls what it lacks
+    # and names the image as docker does
     [ $# -gt 0 ] || { echo "usage: $0 load IMAGE..." >&2; exit 2; }
-    local image id ref named by_id refs=() absent=()
+    running registry || missing "not started (the registry is part of the cluster)"
+    local image id ref named by_id path refs=()
     for image in "$@"; do
         id="$(docker image inspect --format '{{.Id}}' "$image")" || missing "docker has no image $image"
         # containerd names it as docker's reference does in full, and keeps docker's image id as a name too
@@ -918,13 +961,17 @@ load() { # load IMAGE...: docker save | ctr import of those containerd does not 
         refs+=("$ref")
         named="$("${ctr[@]}" images ls "name==$ref" 2>/dev/null | awk 'NR > 1 {print $3}')"
         by_id="$("${ctr[@]}" images ls "name==$id" 2>/dev/null | awk 'NR > 1 {print $3}')"
-        [ -n "$named" ] && [ "$named" = "$by_id" ] || absent+=("$image")
+        [ -n "$named" ] && [ "$named" = "$by_id" ] && continue
+        path="${ref#*/}" # the repository and tag without the registry's name
+        docker tag "$image" "127.0.0.1:$registry_port/$path"
+        docker push -q "127.0.0.1:$registry_port/$path" >/dev/null || missing "docker could not push $image to the registry"
+        docker rmi --no-prune "127.0.0.1:$registry_port/$path" >/dev/null
+        # the pull runs in containerd (its transfer service), in the namespace where the registry listens
+        "${ctr[@]}" images pull --plain-http "127.0.0.1:5000/$path" >/dev/null \
+            || missing "containerd could not pull $path from the registry"
+        "${ctr[@]}" images tag --force "127.0.0.1:5000/$path" "$ref" >/dev/null
+        "${ctr[@]}" images rm "127.0.0.1:5000/$path" >/dev/null
     done
-    if [ ${#absent[@]} -gt 0 ]; then
-        # one archive holds a layer the images share once (torch, GBs); layers containerd holds already
-        # are not written or unpacked again
-        docker save "${absent[@]}" | "${ctr[@]}" images import - 2>&1 >/dev/null | grep -v DEPRECATION >&2 || true
-    fi
     for ref in "${refs[@]}"; do
         [ -n "$("${ctr[@]}" images ls -q "name==$ref" 2>/dev/null)" ] || missing "containerd did not take $ref"
         prune "${ref%:*}"

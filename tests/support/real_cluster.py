@@ -4,9 +4,10 @@ runc, kube-proxy, CoreDNS, metrics-server, the Kubeflow Training Operator, Kubef
 JobSet, the MPI Operator and Kueue in a network namespace
 with no route out; the trainer image is built by the real Docker engine from the wheel folder
 ``scripts/test`` fills and loaded into the node's containerd, as Kubeflow's own e2e tests load images
-into kind. The fixtures live as long as a test module: the cluster is stopped when its module ends
-(the rest of the suite does not share the machine with it), and the stop is checked to leave nothing
-behind.
+into kind. The fixtures live as long as the session: the cluster tests run last (tests/conftest.py
+orders them), so the cluster starts once, its images are built and loaded once, and it is stopped when
+the session ends, the stop checked to leave nothing behind. ``scripts/test`` builds the cluster's
+programs in the background from its first second; the first start waits for that build.
 
 Where the machine cannot run a cluster (not root, no Go) the tests skip saying why, except where
 ``TORCHDECK_E2E_REQUIRED`` is set (CI): there a cluster that does not start fails them."""
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from local_runs import cli_env, run_cli
+from phases import phase
 from trainer_runs import REPO
 
 SCRIPT = REPO / "scripts" / "kube-cluster.sh"
@@ -72,6 +74,8 @@ def cluster_cgroups() -> list[str]:
 @dataclass
 class Cluster:
     kubeconfig: Path
+    ours: bool = True
+    """Started by this session (and stopped at its end), not a developer's left running."""
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:  # noqa: A002
         done = subprocess.run([str(SCRIPT), "kubectl", *args], input=input, capture_output=True, text=True, timeout=120)
@@ -83,7 +87,7 @@ class Cluster:
         return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or shutil.which("go") is None:
         unavailable("a real cluster needs root and Go here (it is built from the upstream Go modules)")
@@ -91,19 +95,19 @@ def real_cluster() -> Iterator[Cluster]:
     # one the session starts, it stops, and checks that nothing is left behind
     was_running = subprocess.run([str(SCRIPT), "status"], capture_output=True).returncode == 0
     before = host_state()
-    started = time.monotonic()
-    done = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=3600)
+    with phase("cluster start (after its build, if under way)"):
+        done = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=3600)
     if done.returncode == 3:
         unavailable(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stdout + done.stderr
-    print(f"cluster up in {time.monotonic() - started:.1f} s")
     kubeconfig = Path(done.stdout.strip().rpartition("KUBECONFIG=")[2])
-    cluster = Cluster(kubeconfig)
+    cluster = Cluster(kubeconfig, ours=not was_running)
     try:
         yield cluster
     finally:
         if not was_running:
-            stopped = subprocess.run([str(SCRIPT), "stop"], capture_output=True, text=True, timeout=300)
+            with phase("cluster stop"):
+                stopped = subprocess.run([str(SCRIPT), "stop"], capture_output=True, text=True, timeout=300)
             assert stopped.returncode == 0, stopped.stdout + stopped.stderr
             after = host_state()
             assert after == before, (before, after)
@@ -122,58 +126,64 @@ def wheel_folder() -> str:
 
 def built(env: dict[str, str], *args: str) -> str:
     """``torchdeck image build --no-push ARGS`` from the wheel folder (an unchanged tree builds nothing)."""
-    done = run_cli(["image", "build", "--no-push", "--torch-wheels", wheel_folder(), *args], env, REPO, timeout=1800)
+    with phase(f"image build {' '.join(a for a in args if a.startswith('--'))}"):
+        done = run_cli(
+            ["image", "build", "--no-push", "--torch-wheels", wheel_folder(), *args], env, REPO, timeout=1800
+        )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     (line,) = [line for line in done.stdout.splitlines() if "torchdeck train --in-image" in line]
     return line.split("--in-image ", 1)[1].split()[0]
 
 
 def loaded(env: dict[str, str], *names: str) -> None:
-    """The images loaded into the node's containerd in one archive (a layer they share goes once; an
-    image the node holds is not loaded again)."""
-    done = subprocess.run([str(SCRIPT), "load", *names], capture_output=True, text=True, timeout=1800,
-                          env={**os.environ, "DOCKER_HOST": env["DOCKER_HOST"]})  # fmt: skip
+    """The images moved into the node's containerd through the cluster's registry: only the layers the
+    registry and the node lack move (a rebuilt image's top layers); an image the node holds is not
+    moved again."""
+    with phase("images loaded into the node"):
+        done = subprocess.run([str(SCRIPT), "load", *names], capture_output=True, text=True, timeout=1800,
+                              env={**os.environ, "DOCKER_HOST": env["DOCKER_HOST"]})  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.fixture(scope="module")
-def image_env(real_cluster: Cluster, tmp_path_factory) -> dict[str, str]:
-    """The CLI's environment for image builds on the real Docker engine (started here)."""
-    engine = subprocess.run([str(ENGINE), "start"], capture_output=True, text=True, timeout=900)
+@pytest.fixture(scope="session")
+def image_env(real_cluster: Cluster, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """The CLI's environment for image builds on the real Docker engine (started here, stopped at the
+    session's end)."""
+    with phase("engine start"):
+        engine = subprocess.run([str(ENGINE), "start"], capture_output=True, text=True, timeout=900)
     if engine.returncode == 3:
         unavailable(engine.stderr.strip().splitlines()[-1])
     assert engine.returncode == 0, engine.stdout + engine.stderr
     host = engine.stdout.strip().rpartition("DOCKER_HOST=")[2]
-    return {**cli_env(tmp_path_factory.mktemp("image-state")), **NO_AWS, "DOCKER_HOST": host}
+    yield {**cli_env(tmp_path_factory.mktemp("image-state")), **NO_AWS, "DOCKER_HOST": host}
+    subprocess.run([str(ENGINE), "stop"], capture_output=True, timeout=120)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def images(image_env: dict[str, str], tmp_path_factory) -> tuple[str, str]:
     """Built by the real Docker engine and loaded into the node's containerd together (each 5 GB
     archive took minutes to load): the CPU training image with OpenMPI and its SSH server
     (``image build --mpi``, Debian's packages from the wheel folder), one image for every kind, the
     MPIJob's too; and a user's own image on it, with their requirements (tqdm, TensorBoard) from the
     wheel folder (``image build --code``; their code still goes to the pods as the bundle)."""
-    started = time.monotonic()
     code = tmp_path_factory.mktemp("requirements")
     (code / "requirements.txt").write_text("tqdm\ntensorboard\n")
     names = built(image_env, "--mpi"), built(image_env, "--mpi", "--code", str(code))
     loaded(image_env, *names)
-    print(f"images {', '.join(names)} built and loaded in {time.monotonic() - started:.1f} s")
     return names
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trainer_image(images: tuple[str, str]) -> str:
     return images[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def user_image(images: tuple[str, str]) -> str:
     return images[1]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def volume(real_cluster: Cluster) -> Iterator[Path]:
     """A folder here as the claim ``shared`` in namespace e2e (a hostPath PersistentVolume): the
     CIFAR-10 subset at data/, the runs' checkpoints beside it, as EFS holds them on EKS."""
@@ -210,8 +220,9 @@ spec:
         assert time.monotonic() < deadline, real_cluster.kubectl("describe", "pvc", "-n", NAMESPACE, CLAIM).stdout
         time.sleep(0.5)
     yield root
-    real_cluster.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s", check=False)
-    real_cluster.kubectl("delete", "pv", "torchdeck-e2e", "--timeout=60s", check=False)
+    if not real_cluster.ours:  # a developer's cluster stays up; the stop of one started here takes all
+        real_cluster.kubectl("delete", "namespace", NAMESPACE, "--timeout=120s", check=False)
+        real_cluster.kubectl("delete", "pv", "torchdeck-e2e", "--timeout=60s", check=False)
     shutil.rmtree(root, ignore_errors=True)
 
 
