@@ -549,6 +549,12 @@ class LocalBackend(Backend):
                 f"raise budget in the spec; `torchdeck resume {run_dir.name}` continues from its last checkpoint"
             )
         launcher, refused = self._launcher_or_why(run_dir) if done is None else (None, "")
+        if done is None and launcher is None:
+            # the launcher writes exit.json and then ends: one that did both between the two reads
+            # (as it ends, /proc no longer shows what proves it) left the record that says how it ended
+            done = read_typed(ExitRecord, run_dir / "exit.json")
+            if done is not None:
+                refused = ""
         if done is not None:
             status.exit_code, status.finished_at = done.exit_code, done.finished_at
             if cancelled:

@@ -496,3 +496,28 @@ def test_files_that_hold_the_specs_env_are_private(tmp_path) -> None:
             assert (run / name).stat().st_mode & 0o777 == 0o600, name
     finally:
         backend.cancel(run_id)
+
+
+def test_a_launcher_that_writes_its_exit_record_and_ends_between_two_reads_is_read_from_the_record(
+    tmp_path, monkeypatch
+):
+    """Seen under load (two test runs side by side): status read no exit.json, then found pid.json's
+    process ending (/proc no longer shows what proves it the launcher) and said "no launcher of this
+    run is running", where the record written just before said how the run ended."""
+    run = planted(tmp_path, GOOD)
+    record = json.loads((run / "exit.json").read_text()) | {"exit_code": 1}
+    (run / "exit.json").unlink()
+    (run / "pid.json").write_text(json.dumps({"pid": os.getpid(), "create_time": 0}))
+    backend = LocalBackend(tmp_path)
+    proving = LocalBackend._launcher_or_why
+
+    def ending_between_the_reads(self, run_dir):
+        (run_dir / "exit.json").write_text(json.dumps(record))  # the launcher's last write, then it ends
+        return None, f"pid.json names process {os.getpid()}, which is not this run's launcher: no"
+
+    monkeypatch.setattr(LocalBackend, "_launcher_or_why", ending_between_the_reads)
+    status = backend.status(GOOD)
+    assert status.state is JobState.FAILED and status.exit_code == 1, status
+    assert "no launcher" not in status.reason and not status.warnings, status
+    monkeypatch.setattr(LocalBackend, "_launcher_or_why", proving)
+    assert backend.status(GOOD).exit_code == 1
