@@ -133,6 +133,12 @@ value: 1000
 """A ClusterQueue with quota for one job of two 500m pods at a time, and two priorities."""
 
 
+def named(real_cluster, name: str) -> list[str]:
+    """The PyTorchJobs in the namespace of a run named ``name``."""
+    jobs = real_cluster.get("pytorchjobs", "-n", NAMESPACE)["items"]
+    return [job["metadata"]["name"] for job in jobs if job["metadata"]["name"].startswith(f"{name}-")]
+
+
 def test_kueue_queues_admits_preempts_and_refuses_what_can_never_fit(real_cluster, trainer_image, volume, on_cluster):
     real_cluster.kubectl("apply", "-f", "-", input=QUEUES)
     queued = (*TRAIN, *SMALL, "--nodes", "2", "--image", trainer_image, "--queue", "e2e-queue", "--batch-size", "32")
@@ -141,7 +147,7 @@ def test_kueue_queues_admits_preempts_and_refuses_what_can_never_fit(real_cluste
         refused = on_cluster("train", "--detach", *queued, "--set", "resources.cpu=2", "--name", "huge")
         assert refused.returncode != 0
         assert "4 cpu in all, more than ClusterQueue e2e-cluster-queue can ever admit (1 cpu)" in refused.stderr
-        assert not real_cluster.get("pytorchjobs", "-n", NAMESPACE)["items"]
+        assert not named(real_cluster, "huge")  # (the session's earlier runs stay in the namespace)
         # a low-priority job runs, checkpointing; a high-priority one takes its quota
         low = launched(on_cluster, *queued, "--max-steps", "150", "--set", "trainer.checkpoint_every=5",
                        "--set", "cluster.priority_class=e2e-low", "--name", "low")  # fmt: skip
@@ -190,7 +196,7 @@ def test_kueue_with_its_own_default_integrations_is_read_and_no_pytorchjob_runs_
         assert refused.returncode != 0 and refused.stderr.count("\n") <= 2, refused.stderr
         assert "Kueue here does not manage kubeflow.org/pytorchjob" in refused.stderr, refused.stderr
         assert "a job sent to e2e-queue would run at once, past the quota" in refused.stderr
-        assert not real_cluster.get("pytorchjobs", "-n", NAMESPACE)["items"]
+        assert not named(real_cluster, "unmanaged")
         planned = on_cluster("train", "--dry-run", *queued, "--kind", "trainjob", "--name", "managed")
         assert planned.returncode == 0 and "# preflight: the cluster can run it" in planned.stdout, planned.stderr
 
