@@ -164,7 +164,6 @@ build() {
     command -v gcc >/dev/null || missing "no gcc (runc and the pause program need it)"
     packages iptables:iptables conntrack:conntrack pkg-config:pkg-config /usr/include/seccomp.h:libseccomp-dev \
         /bin/busybox:busybox-static
-    mkdir -p "$cache"
     build_pause
     CGO_ENABLED=0 go_install "$containerd_bin" github.com/containerd/containerd/v2 "$CONTAINERD" ./cmd/containerd \
         ./cmd/containerd-shim-runc-v2 ./cmd/ctr \
