@@ -19,13 +19,101 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 MAX_PAIRS = 120
 """Node pairs swept at most (16 nodes): beyond, each node with the next (a ring), which finds a slow link too."""
 NODE_NAME_ENV = "TORCHDECK_NODE_NAME"
 """The Kubernetes node a pod runs on (the downward API's ``spec.nodeName``), where the gate's pods say it."""
+
+
+class DcgmFacts(TypedDict, total=False):
+    """DCGM's diagnostics as the report says them: whether it ran, why not, what failed."""
+
+    ran: bool
+    note: str
+    error: str
+    results: int
+    failed: list[dict[str, str]]
+    version: str
+    level: int
+
+
+class EfaFacts(TypedDict):
+    """The EFA devices a pod sees, libfabric's count of endpoints, and the interfaces it asked for."""
+
+    devices: list[str]
+    fi_info_endpoints: int | None
+    asked: int
+
+
+class GpuFacts(TypedDict, total=False):
+    """A node's GPUs through NVML, or why there are none (``note``)."""
+
+    count: int
+    note: str
+    gpus: list[dict[str, object]]
+    xids: list[int]
+    xid_watch: bool
+
+
+class Timing(TypedDict):
+    """One all-reduce size's time (the slowest member's mean) and nccl-tests' bandwidths."""
+
+    bytes: int
+    time_s: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+class RankPlace(TypedDict):
+    """Where a rank runs: its node (by index and name), its host and local rank."""
+
+    rank: int
+    node_index: int
+    local_rank: int
+    host: str
+    node: str
+
+
+class NodeReport(TypedDict, total=False):
+    """A node in the report: its ranks, its own links' timing and what its first rank found."""
+
+    index: int
+    node: str
+    host: str
+    ranks: list[int]
+    intra: Timing | None
+    gpus: GpuFacts
+    dcgm: DcgmFacts
+    efa: EfaFacts
+
+
+class PairReport(TypedDict):
+    """Two nodes' first ranks and the timing of the link between them."""
+
+    a: str
+    b: str
+    a_host: str
+    b_host: str
+    result: Timing | None
+
+
+class LeaderReport(TypedDict, total=False):
+    """What a rank measured that rank 0 did not see (the groups it led), and what its node is."""
+
+    node_index: int
+    intra: Timing | None
+    pairs: list[tuple[int, Timing]]
+    gpus: GpuFacts
+    dcgm: DcgmFacts
+    efa: EfaFacts
 
 
 def sizes(max_bytes: int) -> list[int]:
@@ -53,7 +141,7 @@ def node_pairs(nodes: int) -> list[tuple[int, int]]:
 # -- what a node is --------------------------------------------------------------------------------
 
 
-def parse_dcgm(text: str) -> dict[str, Any]:
+def parse_dcgm(text: str) -> DcgmFacts:
     """``dcgmi diag -j``'s answer: how many results, and the ones that did not pass. Both of DCGM's
     shapes: 3.x (``DCGM GPU Diagnostic``, a result per ``gpu_ids`` with warnings as text) and 4.x
     (``DCGM Diagnostic``, a result per entity with warnings as records)."""
@@ -81,11 +169,12 @@ def parse_dcgm(text: str) -> dict[str, Any]:
                 failed.append({"test": str(test.get("name", "?")), "gpu": str(where), "warning": "; ".join(said)[:300]})
     if top.get("runtime_error"):
         failed.append({"test": "runtime", "gpu": "", "warning": str(top["runtime_error"])[:300]})
-    version = (doc.get("metadata") or {}).get("version") or top.get("version") or ""
+    metadata = doc.get("metadata")
+    version = (metadata.get("version") if isinstance(metadata, dict) else None) or top.get("version") or ""
     return {"ran": True, "results": results, "failed": failed, "version": str(version)}
 
 
-def dcgm_facts(level: int) -> dict[str, Any]:
+def dcgm_facts(level: int) -> DcgmFacts:
     """DCGM's diagnostics at ``level`` (1: seconds, 2: about two minutes), where ``dcgmi`` is in the image."""
     if level <= 0:
         return {"ran": False, "note": "not asked for"}
@@ -105,9 +194,9 @@ def parse_fi_info(text: str) -> int:
     return sum(1 for line in text.splitlines() if line.strip().replace(" ", "") == "provider:efa")
 
 
-def efa_facts(sysfs: Path = Path("/sys/class/infiniband")) -> dict[str, Any]:
+def efa_facts(sysfs: Path = Path("/sys/class/infiniband"), asked: int = 0) -> EfaFacts:
     """The EFA devices the pod sees (``rdmap*`` under /sys/class/infiniband), and libfabric's count
-    of EFA endpoints where ``fi_info`` is in the image."""
+    of EFA endpoints where ``fi_info`` is in the image; ``asked``: the interfaces the pod asked for."""
     try:
         devices = sorted(p.name for p in sysfs.iterdir() if p.name.startswith(("rdmap", "efa")))
     except OSError:
@@ -121,7 +210,7 @@ def efa_facts(sysfs: Path = Path("/sys/class/infiniband")) -> dict[str, Any]:
             endpoints = parse_fi_info(listed.stdout)
         except (OSError, subprocess.TimeoutExpired):
             endpoints = None
-    return {"devices": devices, "fi_info_endpoints": endpoints}
+    return {"devices": devices, "fi_info_endpoints": endpoints, "asked": asked}
 
 
 class GpuWatch:
@@ -149,20 +238,24 @@ class GpuWatch:
         except pynvml.NVMLError:
             self.events = None  # XID events not supported here: said as such
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> GpuFacts:
         nvml = self.nvml
         if nvml is None:
             return {"count": 0, "note": self.note}
         gpus = []
         for i in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            gpu: dict[str, Any] = {"index": i, "name": _text(nvml.nvmlDeviceGetName(handle))}
+            gpu: dict[str, object] = {"index": i, "name": _text(nvml.nvmlDeviceGetName(handle))}
             gpu["ecc_uncorrected"] = _nvml(
-                lambda h=handle: nvml.nvmlDeviceGetTotalEccErrors(
-                    h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
+                partial(
+                    nvml.nvmlDeviceGetTotalEccErrors,
+                    handle,
+                    nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                    nvml.NVML_VOLATILE_ECC,
                 )
             )
-            gpu["retired_pages_pending"] = _nvml(lambda h=handle: bool(nvml.nvmlDeviceGetRetiredPagesPendingStatus(h)))
+            pending = _nvml(partial(nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle))
+            gpu["retired_pages_pending"] = None if pending is None else bool(pending)
             up = down = 0
             for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
                 try:
@@ -183,7 +276,7 @@ class GpuWatch:
         return {"count": len(gpus), "gpus": gpus, "xids": xids, "xid_watch": self.events is not None}
 
 
-def _nvml(read: Any) -> Any:
+def _nvml(read: Callable[[], object]) -> object:
     try:
         return read()
     except Exception:  # NVMLError_NotSupported and kin: a figure this GPU does not give
@@ -197,9 +290,7 @@ def _text(value: object) -> str:
 # -- the sweeps --------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .metrics import tool_line
-
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m torchdeck.trainer.check")
     p.add_argument("--max-bytes", type=int, default=16 << 20)
     p.add_argument("--iters", type=int, default=5)
@@ -208,100 +299,149 @@ def main(argv: list[str] | None = None) -> int:
         "--dcgm-level", type=int, default=1, help="dcgmi diag -r LEVEL where dcgmi is in the image (0: none)"
     )
     p.add_argument("--efa", type=int, default=0, help="the EFA interfaces each pod asked for (vpc.amazonaws.com/efa)")
-    args = p.parse_args(argv)
-    import torch
-    import torch.distributed as dist
+    return p.parse_args(argv)
 
-    gpu = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    watch = GpuWatch() if local_rank == 0 else None
-    dist.init_process_group("nccl" if gpu else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", local_rank) if gpu else torch.device("cpu")
-    if gpu:
-        torch.cuda.set_device(device)
 
-    def timed(size: int, group: Any, members: int) -> dict[str, float]:
+class Sweep:
+    """This rank in the gate's process group: the all-reduces it times, and the groups it joins."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.args, self.torch, self.dist = args, torch, dist
+        self.gpu = torch.cuda.is_available()
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.watch = GpuWatch() if self.local_rank == 0 else None
+        dist.init_process_group("nccl" if self.gpu else "gloo")
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device = torch.device("cuda", self.local_rank) if self.gpu else torch.device("cpu")
+        if self.gpu:
+            torch.cuda.set_device(self.device)
+
+    def _synchronize(self) -> None:
+        if self.gpu:
+            self.torch.cuda.synchronize()
+
+    def timed(self, size: int, group: dist.ProcessGroup | None, members: int) -> Timing:
         """The all-reduce of ``size`` bytes in ``group``: the slowest member's mean time, and its bandwidths."""
-        tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
+        torch, dist, args = self.torch, self.dist, self.args
+        tensor = torch.ones(size // 4, dtype=torch.float32, device=self.device)
         for _ in range(args.warmup):
             dist.all_reduce(tensor, group=group)
-        if gpu:
-            torch.cuda.synchronize()
+        self._synchronize()
         started = time.perf_counter()
         for _ in range(args.iters):
             dist.all_reduce(tensor, group=group)
-        if gpu:
-            torch.cuda.synchronize()
-        took = torch.tensor([(time.perf_counter() - started) / args.iters], dtype=torch.float64, device=device)
+        self._synchronize()
+        took = torch.tensor([(time.perf_counter() - started) / args.iters], dtype=torch.float64, device=self.device)
         dist.all_reduce(took, op=dist.ReduceOp.MAX, group=group)  # the slowest member's: the collective's own time
         seconds = float(took.item())
         algbw = size / seconds / 1e9
         return {"bytes": size, "time_s": seconds, "algbw_gbps": algbw, "busbw_gbps": bus_bandwidth(algbw, members)}
 
-    rows = [timed(size, None, world) for size in sizes(args.max_bytes)]
-    biggest = sizes(args.max_bytes)[-1]
-    here = {
-        "rank": rank,
-        "node_index": int(os.environ.get("GROUP_RANK", "0")),
-        "local_rank": local_rank,
-        "host": socket.gethostname(),
-        "node": os.environ.get(NODE_NAME_ENV) or socket.gethostname(),
-    }
-    ranks: list[dict[str, Any] | None] = [None] * world
-    dist.all_gather_object(ranks, here)
+    def places(self) -> list[RankPlace]:
+        """Every rank's place (node, host), gathered from all."""
+        here: RankPlace = {
+            "rank": self.rank,
+            "node_index": int(os.environ.get("GROUP_RANK", "0")),
+            "local_rank": self.local_rank,
+            "host": socket.gethostname(),
+            "node": os.environ.get(NODE_NAME_ENV) or socket.gethostname(),
+        }
+        ranks: list[RankPlace | None] = [None] * self.world
+        self.dist.all_gather_object(ranks, here)
+        return [r for r in ranks if r is not None]
+
+    def node_sweeps(
+        self, by_node: dict[int, list[int]], places: list[RankPlace], mine: LeaderReport
+    ) -> list[NodeReport]:
+        """Each node's own links, one node at a time (every rank makes every group)."""
+        nodes: list[NodeReport] = []
+        biggest = sizes(self.args.max_bytes)[-1]
+        for index in sorted(by_node):
+            members = sorted(by_node[index])
+            group = self.dist.new_group(members)
+            first = next(r for r in places if r["rank"] == members[0])
+            nodes.append(
+                {"index": index, "node": first["node"], "host": first["host"], "ranks": members, "intra": None}
+            )
+            if len(members) > 1 and self.rank in members:
+                measured = self.timed(biggest, group, len(members))
+                if self.rank == members[0]:
+                    mine["intra"] = measured
+            self.dist.barrier()
+        return nodes
+
+    def pair_sweeps(
+        self, by_node: dict[int, list[int]], nodes: list[NodeReport], mine: LeaderReport
+    ) -> list[PairReport]:
+        """The link between the first ranks of each pair of nodes, one pair at a time."""
+        order = sorted(by_node)
+        biggest = sizes(self.args.max_bytes)[-1]
+        pairs: list[PairReport] = []
+        for i, (a, b) in enumerate(node_pairs(len(order)) if len(order) > 1 else []):
+            members = sorted({by_node[order[a]][0], by_node[order[b]][0]})
+            group = self.dist.new_group(members)
+            if self.rank in members:
+                measured = self.timed(biggest, group, 2)
+                if self.rank == members[0]:
+                    mine.setdefault("pairs", []).append((i, measured))
+            self.dist.barrier()
+            pairs.append({"a": nodes[a]["node"], "b": nodes[b]["node"], "a_host": nodes[a]["host"],
+                          "b_host": nodes[b]["host"], "result": None})  # fmt: skip
+        return pairs
+
+    def node_facts(self, mine: LeaderReport) -> None:
+        """What a node's first rank finds about its node: GPUs, DCGM, EFA."""
+        if self.watch is not None:
+            mine["gpus"] = self.watch.facts()
+            mine["dcgm"] = dcgm_facts(self.args.dcgm_level)
+            mine["efa"] = efa_facts(asked=self.args.efa)
+
+    def gathered(self, mine: LeaderReport) -> list[LeaderReport]:
+        said: list[LeaderReport | None] = [None] * self.world
+        self.dist.all_gather_object(said, mine)
+        return [got for got in said if got is not None]
+
+
+def _merge(said: list[LeaderReport], nodes: list[NodeReport], pairs: list[PairReport]) -> None:
+    """Each leader's measurements and facts into the nodes and pairs rank 0 reports."""
+    for got in said:
+        node = next(n for n in nodes if n["index"] == got["node_index"])
+        if "gpus" in got:
+            node["gpus"] = got["gpus"]
+        if "dcgm" in got:
+            node["dcgm"] = got["dcgm"]
+        if "efa" in got:
+            node["efa"] = got["efa"]
+        if got.get("intra") is not None:
+            node["intra"] = got["intra"]
+        for i, result in got.get("pairs", []):
+            pairs[i]["result"] = result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .metrics import tool_line
+
+    sweep = Sweep(_arguments(argv))
+    rows = [sweep.timed(size, None, sweep.world) for size in sizes(sweep.args.max_bytes)]
+    places = sweep.places()
     by_node: dict[int, list[int]] = {}
-    for r in ranks:
-        assert r is not None
+    for r in places:
         by_node.setdefault(r["node_index"], []).append(r["rank"])
-    order = sorted(by_node)
-    nodes: list[dict[str, Any]] = []
-    mine: dict[str, Any] = {"node_index": here["node_index"], "intra": None, "pairs": []}
-    """What this rank measured that rank 0 did not see (the groups it led), and what its node is."""
-    for index in order:  # each node's own links, one node at a time (every rank makes every group)
-        members = sorted(by_node[index])
-        group = dist.new_group(members)
-        first = next(r for r in ranks if r is not None and r["rank"] == members[0])
-        nodes.append({"index": index, "node": first["node"], "host": first["host"], "ranks": members, "intra": None})
-        if len(members) > 1 and rank in members:
-            measured = timed(biggest, group, len(members))
-            if rank == members[0]:
-                mine["intra"] = measured
-        dist.barrier()
-    pairs: list[dict[str, Any]] = []
-    for i, (a, b) in enumerate(node_pairs(len(order)) if len(order) > 1 else []):
-        members = sorted({by_node[order[a]][0], by_node[order[b]][0]})
-        group = dist.new_group(members)
-        if rank in members:
-            measured = timed(biggest, group, 2)
-            if rank == members[0]:
-                mine["pairs"].append((i, measured))
-        dist.barrier()
-        pairs.append({"a": nodes[a]["node"], "b": nodes[b]["node"], "a_host": nodes[a]["host"],
-                      "b_host": nodes[b]["host"], "result": None})  # fmt: skip
-    if watch is not None:
-        mine["gpus"] = watch.facts()
-        mine["dcgm"] = dcgm_facts(args.dcgm_level)
-        mine["efa"] = efa_facts() | {"asked": args.efa}
-    said: list[dict[str, Any] | None] = [None] * world
-    dist.all_gather_object(said, mine)
-    if rank == 0:
-        for got in said:
-            if got is None:
-                continue
-            node = next(n for n in nodes if n["index"] == got["node_index"])
-            for key in ("gpus", "dcgm", "efa"):
-                if key in got:
-                    node[key] = got[key]
-            if got["intra"] is not None:
-                node["intra"] = got["intra"]
-            for i, result in got["pairs"]:
-                pairs[i]["result"] = result
-        hosts = [r["host"] for r in ranks if r is not None]
-        result = {"backend": "nccl" if gpu else "gloo", "world_size": world, "hosts": hosts, "rows": rows,
+    mine: LeaderReport = {"node_index": int(os.environ.get("GROUP_RANK", "0")), "intra": None, "pairs": []}
+    nodes = sweep.node_sweeps(by_node, places, mine)
+    pairs = sweep.pair_sweeps(by_node, nodes, mine)
+    sweep.node_facts(mine)
+    said = sweep.gathered(mine)
+    if sweep.rank == 0:
+        _merge(said, nodes, pairs)
+        hosts = [r["host"] for r in places]
+        result = {"backend": "nccl" if sweep.gpu else "gloo", "world_size": sweep.world, "hosts": hosts, "rows": rows,
                   "nodes": nodes, "pairs": pairs}  # fmt: skip
         print(tool_line("check", result), flush=True)
-    dist.destroy_process_group()
+    sweep.dist.destroy_process_group()
     return 0
 
 

@@ -65,53 +65,17 @@ def build_chart(
     named by ``names`` (a comparison's runs) or as its rank. Points that are not finite (a
     diverged loss) are left out."""
     braille = marker == "braille"
-    room = max(16, 2 * width)  # no more points than there are dots across
-    points: list[tuple[int, list[float], list[float]]] = []
-    for rank, (xs, ys) in sorted(curves.items()):
-        if len(xs) > room:
-            stride = -(-len(xs) // room)
-            xs, ys = [*xs[::stride], xs[-1]], [*ys[::stride], ys[-1]]
-        kept = [(x, y) for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)]
-        if kept:
-            points.append((rank, [x for x, _ in kept], [y for _, y in kept]))
+    points = _finite_points(curves, max(16, 2 * width))  # no more points than there are dots across
     if not points:
         return _empty(width, height, braille), 0
-    x_lo = min(p[1][0] for p in points)
-    x_hi = max(p[1][-1] for p in points)
-    y_lo = min(min(p[2]) for p in points)
-    y_hi = max(max(p[2]) for p in points)
-    if y_hi == y_lo:  # a flat curve: a band around it (wide enough to show at any magnitude)
-        band = max(0.5, abs(y_lo) * 0.01)
-        y_lo, y_hi = y_lo - band, y_hi + band
-    if x_hi == x_lo:
-        band = max(1.0, abs(x_lo) * 0.01)
-        x_lo, x_hi = x_lo - band, x_hi + band
+    x_lo, x_hi, y_lo, y_hi = _ranges(points)
     rows = max(1, height - (4 if braille else 2))  # frame above and below, tick labels, "step"
     tick_rows = set(range(0, rows, 2 if rows > 6 else 1)) | {rows - 1}
     decimals = _decimals((y_hi - y_lo) * (2 if rows > 6 else 1) / max(1, rows - 1))
     y_labels = [f"{y_hi - (y_hi - y_lo) * r / max(1, rows - 1):.{decimals}f}" for r in range(rows)]
     label_w = max(len(t) for t in y_labels)
     cols = max(1, width - label_w - (2 if braille else 1))
-    dots_x, dots_y = (2, 4) if braille else (1, 1)
-    gx, gy = cols * dots_x, rows * dots_y
-    bits = [[0] * cols for _ in range(rows)]
-    colour = [[-1] * cols for _ in range(rows)]
-    x_span, y_span = x_hi - x_lo, y_hi - y_lo
-    sx = (gx - 1) / x_span if math.isfinite(x_span) else 0.0  # beyond a float's range: all at one edge
-    sy = (gy - 1) / y_span if math.isfinite(y_span) else 0.0
-    for n, (_rank, xs, ys) in enumerate(points):
-        px = [round((x - x_lo) * sx) for x in xs]
-        py = [round((y_hi - y) * sy) for y in ys]
-        dots = {(px[0], py[0])}
-        for i in range(1, len(px)):
-            x0, y0, x1, y1 = px[i - 1], py[i - 1], px[i], py[i]
-            steps = max(abs(x1 - x0), abs(y1 - y0))
-            for k in range(1, steps + 1):
-                dots.add((x0 + (x1 - x0) * k // steps, y0 + (y1 - y0) * k // steps))
-        for dx, dy in dots:
-            r, c = dy // dots_y, dx // dots_x
-            bits[r][c] |= BRAILLE_BITS[dy % 4][dx % 2] if braille else 1
-            colour[r][c] = n
+    bits, colour = _plot(points, rows, cols, (x_lo, x_hi, y_lo, y_hi), braille)
     legend = len(points) <= 8
     lines: list[list[Segment]] = []
     pad = " " * label_w
@@ -135,6 +99,73 @@ def build_chart(
         if braille:
             line.append(Segment("│", AXIS))
         lines.append(line)
+    lines += _step_axis(points, cols, x_lo, x_hi, pad, braille)
+    return [Strip(line).adjust_cell_length(width) for line in lines[:height]], len(points)
+
+
+Points = list[tuple[int, list[float], list[float]]]
+"""Each charted curve: its rank, and its finite steps and losses."""
+
+
+def _finite_points(curves: Curves, room: int) -> Points:
+    """Each curve thinned to at most about ``room`` points, without the points that are not finite."""
+    points: Points = []
+    for rank, (xs, ys) in sorted(curves.items()):
+        if len(xs) > room:
+            stride = -(-len(xs) // room)
+            xs, ys = [*xs[::stride], xs[-1]], [*ys[::stride], ys[-1]]
+        kept = [(x, y) for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)]
+        if kept:
+            points.append((rank, [x for x, _ in kept], [y for _, y in kept]))
+    return points
+
+
+def _ranges(points: Points) -> tuple[float, float, float, float]:
+    """The steps' and losses' ranges (x_lo, x_hi, y_lo, y_hi), widened where they are one value."""
+    x_lo = min(p[1][0] for p in points)
+    x_hi = max(p[1][-1] for p in points)
+    y_lo = min(min(p[2]) for p in points)
+    y_hi = max(max(p[2]) for p in points)
+    if y_hi == y_lo:  # a flat curve: a band around it (wide enough to show at any magnitude)
+        band = max(0.5, abs(y_lo) * 0.01)
+        y_lo, y_hi = y_lo - band, y_hi + band
+    if x_hi == x_lo:
+        band = max(1.0, abs(x_lo) * 0.01)
+        x_lo, x_hi = x_lo - band, x_hi + band
+    return x_lo, x_hi, y_lo, y_hi
+
+
+def _plot(
+    points: Points, rows: int, cols: int, ranges: tuple[float, float, float, float], braille: bool
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The curves as dots joined by straight runs: each cell's dot bits, and the curve that colours it."""
+    x_lo, x_hi, y_lo, y_hi = ranges
+    dots_x, dots_y = (2, 4) if braille else (1, 1)
+    gx, gy = cols * dots_x, rows * dots_y
+    bits = [[0] * cols for _ in range(rows)]
+    colour = [[-1] * cols for _ in range(rows)]
+    x_span, y_span = x_hi - x_lo, y_hi - y_lo
+    sx = (gx - 1) / x_span if math.isfinite(x_span) else 0.0  # beyond a float's range: all at one edge
+    sy = (gy - 1) / y_span if math.isfinite(y_span) else 0.0
+    for n, (_rank, xs, ys) in enumerate(points):
+        px = [round((x - x_lo) * sx) for x in xs]
+        py = [round((y_hi - y) * sy) for y in ys]
+        dots = {(px[0], py[0])}
+        for i in range(1, len(px)):
+            x0, y0, x1, y1 = px[i - 1], py[i - 1], px[i], py[i]
+            steps = max(abs(x1 - x0), abs(y1 - y0))
+            for k in range(1, steps + 1):
+                dots.add((x0 + (x1 - x0) * k // steps, y0 + (y1 - y0) * k // steps))
+        for dx, dy in dots:
+            r, c = dy // dots_y, dx // dots_x
+            bits[r][c] |= BRAILLE_BITS[dy % 4][dx % 2] if braille else 1
+            colour[r][c] = n
+    return bits, colour
+
+
+def _step_axis(points: Points, cols: int, x_lo: float, x_hi: float, pad: str, braille: bool) -> list[list[Segment]]:
+    """The bottom: the frame's edge with its ticks (braille), the steps at the ticks, and "step"."""
+    lines: list[list[Segment]] = []
     frame_w = cols + (2 if braille else 1)
     ticks = [round(i * (cols - 1) / (X_TICKS - 1)) for i in range(X_TICKS)] if cols >= 20 else [0, cols - 1]
     step_decimals = 0 if all(float(x).is_integer() for p in points for x in p[1][:1] + p[1][-1:]) else 1
@@ -158,7 +189,7 @@ def build_chart(
             labels[start : start + len(text)] = text
     lines.append([Segment(pad + "".join(labels), AXIS)])
     lines.append([Segment(pad + "step".center(frame_w), AXIS)])
-    return [Strip(line).adjust_cell_length(width) for line in lines[:height]], len(points)
+    return lines
 
 
 def _empty(width: int, height: int, braille: bool) -> list[Strip]:
