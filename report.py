@@ -24,12 +24,12 @@ import math
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 SCHEMA = 1
 
 
-def _number(value: Any, depth: int = 0) -> Any:
+def _number(value: object, depth: int = 0) -> object:
     """A value as JSON takes it, at any depth: tensors' and numpy's ``.item()`` taken, NaN and
     infinities as null (a strict reader drops a line with NaN, and the monitor is one), mappings and
     sequences cleaned inside, and anything else as its text. Never raises: reporting must not end
@@ -57,9 +57,9 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-def emit(event: str, out: TextIO | None = None, **fields: Any) -> dict[str, Any]:
+def emit(event: str, out: TextIO | None = None, **fields: object) -> dict[str, object]:
     """Write one record (``event`` and ``fields``) and return it."""
-    record: dict[str, Any] = {
+    record: dict[str, object] = {
         "schema": SCHEMA,
         "event": event,
         "rank": _env_int("RANK", 0),
@@ -73,24 +73,28 @@ def emit(event: str, out: TextIO | None = None, **fields: Any) -> dict[str, Any]
     return record
 
 
-def start(epochs: int | None = None, total_steps: int | None = None, **fields: Any) -> dict[str, Any]:
+def start(
+    epochs: int | None = None, total_steps: int | None = None, out: TextIO | None = None, **fields: object
+) -> dict[str, object]:
     """The run's shape: how many epochs and optimiser steps to expect (for the progress bar)."""
-    return emit("start", epochs=epochs, total_steps=total_steps, **fields)
+    return emit("start", epochs=epochs, total_steps=total_steps, out=out, **fields)
 
 
-def step(loss: float, step: int, epoch: int | None = None, **fields: Any) -> dict[str, Any]:
+def step(
+    loss: float, step: int, epoch: int | None = None, out: TextIO | None = None, **fields: object
+) -> dict[str, object]:
     """One training step: its loss, and where it is (``samples_per_s``, ``lr`` and the like too)."""
-    return emit("step", loss=loss, step=step, epoch=epoch, **fields)
+    return emit("step", loss=loss, step=step, epoch=epoch, out=out, **fields)
 
 
-def eval(accuracy: float, epoch: int | None = None, **fields: Any) -> dict[str, Any]:  # noqa: A001
+def eval(accuracy: float, epoch: int | None = None, out: TextIO | None = None, **fields: object) -> dict[str, object]:  # noqa: A001
     """An evaluation: accuracy from 0 to 1 (a percentage over 1 is taken as one)."""
-    accuracy = _number(accuracy)
-    if accuracy is not None and accuracy > 1:
-        accuracy = accuracy / 100
-    return emit("eval", accuracy=accuracy, epoch=epoch, **fields)
+    shown = _number(accuracy)
+    if isinstance(shown, (int, float)) and shown > 1:
+        shown = shown / 100
+    return emit("eval", accuracy=shown, epoch=epoch, out=out, **fields)
 
 
-def done(accuracy: float | None = None, **fields: Any) -> dict[str, Any]:
+def done(accuracy: float | None = None, out: TextIO | None = None, **fields: object) -> dict[str, object]:
     """The end of training, with the final accuracy where there is one."""
-    return emit("done", accuracy=accuracy, **fields)
+    return emit("done", accuracy=accuracy, out=out, **fields)

@@ -26,7 +26,10 @@ import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import pathspec
 
 from .errors import SpecError
 from .files import read_text
@@ -62,14 +65,14 @@ class IgnoreRules:
     on RE2, so no pattern can backtrack (``*a*a*a*a*a*a*a*a*a*a*a*b`` against a 40-character name
     hung the pack on Python's engine)."""
 
-    specs: tuple[Any, ...]
+    specs: tuple[pathspec.GitIgnoreSpec, ...]
 
     def ignored(self, relative: str, is_dir: bool) -> bool:
         path = relative + "/" if is_dir else relative
         return any(spec.match_file(path) for spec in self.specs)
 
 
-def _spec(lines: list[str], source: str) -> Any:
+def _spec(lines: list[str], source: str) -> pathspec.GitIgnoreSpec:
     """A GitIgnoreSpec of ``lines``; a line that is no pattern is one SpecError naming it."""
     import pathspec
 

@@ -161,7 +161,7 @@ class RunCost:
         ]
         return RunCost(lines, self.budget, self.currency, self.running)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "amount": self.amount,
             "currency": self.currency,

@@ -192,7 +192,7 @@ def tool_result(output: str) -> dict[str, Any] | None:
     return None
 
 
-def _num(value: Any, fmt: str) -> str:
+def _num(value: object, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 

@@ -23,7 +23,10 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import yaml
 
 from torchdeck.trainer.regular_files import NotRegularFile, open_regular
 
@@ -104,7 +107,7 @@ def read_stdin_text(hint: str = "", max_bytes: int = MAX_TEXT_FILE) -> str:
 
 
 @functools.cache
-def bounded_loader() -> Any:
+def bounded_loader() -> type[yaml.SafeLoader]:
     """The YAML loader every reader uses (made on first use: the console's first frame imports no
     YAML): safe_load without anchors and aliases (a few hundred bytes of aliases expand to
     gigabytes), nested at most MAX_DEPTH deep, with numbers of a sane size."""
@@ -116,7 +119,7 @@ def bounded_loader() -> Any:
 
         depth = 0
 
-        def compose_node(self, parent: Any, index: Any) -> Any:
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()
                 raise yaml.composer.ComposerError(
@@ -132,11 +135,11 @@ def bounded_loader() -> Any:
             finally:
                 self.depth -= 1
 
-        def construct_yaml_int(self, node: Any) -> Any:
+        def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
             _check_number(self, node)
             return super().construct_yaml_int(node)
 
-        def construct_yaml_float(self, node: Any) -> Any:
+        def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
             _check_number(self, node)
             value = super().construct_yaml_float(node)
             if value != value or value in (float("inf"), float("-inf")):
@@ -145,7 +148,7 @@ def bounded_loader() -> Any:
                 )
             return value
 
-    def _check_number(loader: yaml.SafeLoader, node: Any) -> None:
+    def _check_number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> None:
         digits = sum(c.isdigit() for c in str(node.value))
         if digits > MAX_DIGITS:
             raise yaml.constructor.ConstructorError(

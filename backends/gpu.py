@@ -4,7 +4,7 @@ nvidia-ml-py package), or the reason there are no figures."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+import types
 
 from .base import GpuMetrics
 
@@ -12,7 +12,7 @@ _lock = threading.Lock()
 _state: dict[str, object] = {}
 
 
-def _nvml() -> Any:
+def _nvml() -> types.ModuleType | str:
     """The initialised pynvml module, or a string saying why there is none.
     NVML is initialised once per process; a failure is remembered."""
     with _lock:
@@ -31,7 +31,9 @@ def _nvml() -> Any:
                     if "not found" in text.lower() or "driver" in text.lower()
                     else f"no GPU figures: NVML: {text}"
                 )
-        return _state["module"]
+        found = _state["module"]
+        assert isinstance(found, (str, types.ModuleType))
+        return found
 
 
 def read_gpus() -> tuple[list[GpuMetrics], str]:

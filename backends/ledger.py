@@ -17,7 +17,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +95,7 @@ class Resource:
         end = self.deleted_at or (time.time() if now is None else now)
         return self.cost_per_hour * max(0.0, end - self.created_at) / 3600.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "kind": self.kind,
             "ident": self.ident,
@@ -172,7 +172,7 @@ class Ledger:
         account: str = "",
         scope: str = "",
         tags: dict[str, str] | None = None,
-        detail: dict[str, Any] | None = None,
+        detail: Mapping[str, object] | None = None,
         made: bool = True,
         cost_per_hour: float = 0.0,
     ) -> None:

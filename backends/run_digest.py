@@ -102,7 +102,7 @@ class BucketCurve:
                 curve.add(sx / n, sy / n, n)
         return curve
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         xs, ys = self.points()
         return {
             "width": self.width,
@@ -238,7 +238,7 @@ class RunDigest:
             best = y
         return best
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         """Final and best figures: the ranks' mean loss at their last step, the lowest point of the
         mean curve, the validation loss and accuracy (last and best), and the run's speed (the
         ranks' speeds added up)."""
@@ -421,7 +421,7 @@ def fold_run(
     run_id: str,
     digest: RunDigest | None = None,
     follow: bool = False,
-    lock: AbstractContextManager[Any] | None = None,
+    lock: AbstractContextManager[object] | None = None,
 ) -> RunDigest:
     """Every metric event the run has written folded into ``digest`` (a new one where None); with
     ``follow``, what it writes next too, until it ends, each batch under ``lock`` (a screen reads

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 R = TypeVar("R")
 
 
-def conforms(value: Any, kind: Any) -> bool:
+def conforms(value: object, kind: object) -> bool:
     """Whether ``value`` (from JSON) is of ``kind``: int, float, str, bool, ``X | None``, ``list[X]``,
     ``dict[str, X]``, ``Any``. A bool is no number, a float no int, and no number is infinite."""
     if kind is str:  # the plain kinds first: a listing of thousands of runs asks this for every field
@@ -44,27 +44,27 @@ def conforms(value: Any, kind: Any) -> bool:
 
 
 @functools.cache
-def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+def _fields(cls: type) -> tuple[tuple[str, object, bool], ...]:
     """A dataclass's fields: (name, type, whether a number in it is kept as a float), resolved once
     (``get_type_hints`` evaluates every annotation: a listing of 2,000 runs called it 2,000 times)."""
     hints = typing.get_type_hints(cls)
     return tuple((f.name, hints[f.name], hints[f.name] in (float, float | None)) for f in dataclasses.fields(cls))
 
 
-def typed(cls: type[R], data: Mapping[str, Any], **given: Any) -> R:
+def typed(cls: type[R], data: Mapping[str, object], **given: object) -> R:
     """An instance of the dataclass ``cls`` from ``data``: each field that is there and of its declared
     type, else its default (``given`` fills fields that ``data`` does not decide)."""
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for name, kind, as_float in _fields(cls):  # type: ignore[arg-type]
         if name in given:
             values[name] = given[name]
         elif name in data and conforms(data[name], kind):
             value = data[name]
-            values[name] = float(value) if as_float and value is not None else value
+            values[name] = float(value) if as_float and isinstance(value, (int, float)) else value
     return cls(**values)
 
 
-def count(value: Any, limit: int = 1 << 31) -> int | None:
+def count(value: object, limit: int = 1 << 31) -> int | None:
     """A count or position from JSON: a whole number from 0 below ``limit`` (``3`` or ``3.0``), else
     None (``"3rd"``, ``1e400``, ``[1]``, ``true``, ``-1``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -74,7 +74,7 @@ def count(value: Any, limit: int = 1 << 31) -> int | None:
     return int(value) if 0 <= value < limit else None
 
 
-def number(value: Any) -> float | None:
+def number(value: object) -> float | None:
     """A finite number from JSON (not a bool, not a string), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from .errors import BackendError, SpecError
 from .files import load_json, write_atomically
@@ -95,7 +95,7 @@ class Triage:
     flight_recorder_note: str = ""
     """Why no Flight Recorder entries came with the dumps, where none did."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
@@ -105,6 +105,28 @@ class Triage:
             c = r.get("collective")
             ranks.append(RankWhere(**{**r, "collective": Collective(**c) if c else None}))
         return cls(**{**data, "ranks": ranks})
+
+
+class Frame(TypedDict):
+    """A frame of a rank's thread, as the dump's gate keeps it."""
+
+    file: str
+    line: int
+    function: str
+    code: str
+
+
+class RecorderEntry(TypedDict):
+    """A Flight Recorder entry, as the dump's gate keeps it (``triage_probe.flight_recorder``'s fields)."""
+
+    profiling_name: str
+    collective_seq_id: int
+    p2p_seq_id: int
+    input_sizes: list[list[int]]
+    input_dtypes: list[str]
+    pg: str
+    retired: bool
+    state: str
 
 
 def _user_frame(frames: list[dict]) -> dict | None:
@@ -149,7 +171,7 @@ def _text(value: object, cap: int = MAX_TEXT) -> str:
     return value[:cap] if isinstance(value, str) else ""
 
 
-def _frame(value: object) -> dict[str, Any] | None:
+def _frame(value: object) -> Frame | None:
     if not isinstance(value, dict):
         return None
     return {
@@ -160,7 +182,7 @@ def _frame(value: object) -> dict[str, Any] | None:
     }
 
 
-def _entry(value: object) -> dict[str, Any] | None:
+def _entry(value: object) -> RecorderEntry | None:
     """One Flight Recorder entry, as ``triage_probe.flight_recorder`` keeps it."""
     if not isinstance(value, dict):
         return None
@@ -324,7 +346,7 @@ def require_running(run_id: str, state: JobState) -> None:
         )
 
 
-def triage_line(text: str) -> dict[str, Any] | None:
+def triage_line(text: str) -> dict[str, object] | None:
     """The dump a probe said in a rank's log (``{"schema": 1, "event": "triage", ..., "dump": {...}}``,
     as ``triage_probe`` writes it where it dumps by itself), or None for any other line."""
     if '"triage"' not in text or not text.lstrip().startswith("{"):

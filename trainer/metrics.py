@@ -44,7 +44,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from .kubeflow_status import TrainerStatus
@@ -53,7 +53,7 @@ SCHEMA_VERSION = 1
 EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "stopped", "error")
 
 
-def finite(value: Any) -> Any:
+def finite(value: object) -> object:
     """``value`` with every float that is not finite (NaN, infinity), at any depth, as None: JSON has
     no such numbers, and a diverged loss is written as null."""
     if isinstance(value, float):
@@ -65,10 +65,10 @@ def finite(value: Any) -> Any:
     return value
 
 
-def strict_json(value: Any, **options: Any) -> str:
+def strict_json(value: object, *, indent: int | None = None, separators: tuple[str, str] | None = None) -> str:
     """``json.dumps`` whose text every JSON parser takes (jq, a browser's): non-finite numbers are
     null. Every JSON torchdeck prints or writes for another program goes through it."""
-    return json.dumps(finite(value), allow_nan=False, **options)
+    return json.dumps(finite(value), allow_nan=False, indent=indent, separators=separators)
 
 
 class MetricsWriter:
@@ -143,7 +143,7 @@ def parse_line(line: str | bytes, loads: Callable[[str | bytes], Any] = json.loa
     return record
 
 
-def tool_line(tool: str, result: dict[str, Any] | None = None, error: Any = None) -> str:
+def tool_line(tool: str, result: Mapping[str, object] | None = None, error: object = None) -> str:
     """The last line a trainer tool prints on stdout: its ``result`` or its ``error`` (a
     TrainerError: message and hint), as schema 1, so a backend reads a typed answer rather than
     the tool's words (``backends.events.tool_result`` is the reader)."""

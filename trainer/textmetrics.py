@@ -207,6 +207,11 @@ def _number(text: str | None) -> float | None:
     return value if value == value and abs(value) != float("inf") else None  # JSON has no NaN: null
 
 
+Figures = dict[str, float | None]
+"""What one line says, by name (loss, step, epoch, a bar's position and total...), before it is a
+record: numbers (counts are ints, ``progress`` is True), None where a pattern found a word and no number."""
+
+
 class TextMetrics:
     """One rank's output lines, in order, to metric records."""
 
@@ -228,7 +233,7 @@ class TextMetrics:
         """A logger file gives this rank's training loss: its printed losses are not a second curve."""
         self.bar_live = False
         """A progress bar is being drawn: a loss line with no step of its own is the bar's next step's."""
-        self.waiting: dict[str, Any] | None = None
+        self.waiting: Figures | None = None
         """Such a line's figures, until the bar's next position gives their step (``tqdm.write`` prints
         a log line, as Hugging Face's Trainer does, before the bar redraws at the step it was logged)."""
         self.epoch_base: int | None = None
@@ -280,12 +285,13 @@ class TextMetrics:
         if found is None:
             return None
         if "marker" in found:
-            self.marker, self.marker_used = int(found["marker"]), False
-            self.marker_total = found.get("total_steps") or self.marker_total
+            self.marker, self.marker_used = int(found["marker"] or 0), False
+            total = found.get("total_steps")
+            self.marker_total = int(total) if total else self.marker_total
             return None
         if self.pattern is None:
-            if logged_dict and found.get("epoch") is not None and EPOCHS_DONE_RE.search(text):
-                found["epoch"] = max(0.0, math.ceil(found["epoch"]) - 1.0)  # epochs done: the index is one less
+            if logged_dict and (epoch := found.get("epoch")) is not None and EPOCHS_DONE_RE.search(text):
+                found["epoch"] = max(0.0, math.ceil(epoch) - 1.0)  # epochs done: the index is one less
             found = self._with_bar(found)
             if found is None:
                 return None
@@ -309,18 +315,18 @@ class TextMetrics:
             record["samples_per_s"] = found.get("samples_per_s")
             if found.get("steps_per_s") is not None:
                 record["steps_per_s"] = found["steps_per_s"]
-            if found.get("total_steps"):
-                record["total_steps"] = int(found["total_steps"])
-            if found.get("epoch_steps"):
-                record["epoch_steps"] = int(found["epoch_steps"])
+            if total := found.get("total_steps"):
+                record["total_steps"] = int(total)
+            if per := found.get("epoch_steps"):
+                record["epoch_steps"] = int(per)
         for key in ("accuracy", "val_loss"):
             if found.get(key) is not None:
                 record[key] = found[key]
-        if found.get("epochs"):
-            record["epochs"] = int(found["epochs"])
+        if epochs := found.get("epochs"):
+            record["epochs"] = int(epochs)
         return record
 
-    def _with_bar(self, found: dict[str, Any]) -> dict[str, Any] | None:
+    def _with_bar(self, found: Figures) -> Figures | None:
         """While a bar is drawn, a training loss printed with no step waits for the bar's next
         position, which carries it (None: it waits)."""
         if found.get("progress"):
@@ -337,7 +343,7 @@ class TextMetrics:
             return None
         return found
 
-    def _global_step(self, found: dict[str, Any]) -> int | None:
+    def _global_step(self, found: Figures) -> int | None:
         """The run's step from what the line says: a global step as it is; a batch within an epoch
         (a bar that restarts each epoch, ``Epoch: [3][120/391]``, ``20/ 310 batches``) as
         ``(epoch - base) * steps per epoch + batch``, where the epoch is known."""
@@ -351,16 +357,16 @@ class TextMetrics:
             return int(batch)
         if self.epoch_base is None:  # a script that prints "epoch 1" first counts from 1; bars count from 0
             self.epoch_base = 1 if self.epoch == 1 and not found.get("progress") else 0
-        if found.get("epochs"):
-            found["total_steps"] = int(found["epochs"]) * int(per)
+        if epochs := found.get("epochs"):
+            found["total_steps"] = int(epochs) * int(per)
         return max(0, int(self.epoch) - self.epoch_base) * int(per) + int(batch)
 
-    def _match_pattern(self, text: str) -> dict[str, Any] | None:
+    def _match_pattern(self, text: str) -> Figures | None:
         assert self.pattern is not None
         m = self.pattern.search(text)
         if m is None:
             return None
-        found: dict[str, Any] = {}
+        found: Figures = {}
         for name, value in m.groupdict().items():
             if value is not None:
                 number = _number(value.rstrip("%"))
@@ -371,8 +377,8 @@ class TextMetrics:
             return None
         return found
 
-    def _match_builtin(self, text: str) -> dict[str, Any] | None:
-        found: dict[str, Any] = {}
+    def _match_builtin(self, text: str) -> Figures | None:
+        found: Figures = {}
         lower = text.lower()
         bar = BAR_RE.search(text) if "[" in text else None
         if bar:
@@ -422,7 +428,7 @@ class TextMetrics:
             found["samples_per_s"] = _number(m.group(1) or m.group(2))
         return found
 
-    def _read_bar(self, text: str, bar: re.Match[str], found: dict[str, Any]) -> None:
+    def _read_bar(self, text: str, bar: re.Match[str], found: Figures) -> None:
         """A progress bar's state: its counter (the step, or the batch within an epoch where the bar
         names one, ``Epoch 2``), its rate (it/s), and the metrics of its postfix by their names; a
         validation bar's counter is no training step."""
@@ -437,7 +443,7 @@ class TextMetrics:
             return
         _bar_position(found, int(bar.group(1)), int(bar.group(2)) if bar.group(2) else None, _epochs(prefix))
 
-    def _read_rich_bar(self, text: str, bar: re.Match[str], found: dict[str, Any]) -> None:
+    def _read_rich_bar(self, text: str, bar: re.Match[str], found: Figures) -> None:
         """Lightning's rich bar, read as its tqdm bar is: the batch within the epoch it names, its
         rate, and its ``key: value`` metrics."""
         prefix, rest = text[: bar.start()], text[bar.end() :]
@@ -451,19 +457,19 @@ class TextMetrics:
         _bar_position(found, int(bar.group(1)), int(bar.group(2)), _epochs(prefix, last_index=True))
 
 
-def _epochs(prefix: str, last_index: bool = False) -> dict[str, Any]:
+def _epochs(prefix: str, last_index: bool = False) -> Figures:
     """The epoch a bar's description names, and the count where it says one (``Epoch 1/4``;
     ``last_index``: Lightning's rich bar counts to the last epoch's index, so 1/1 is 2 epochs)."""
     m = EPOCH_RE.search(prefix) if "epoch" in prefix.lower() else None
     if m is None:
         return {}
-    out: dict[str, Any] = {"epoch": float(m.group(1))}
+    out: Figures = {"epoch": float(m.group(1))}
     if m.group(2):
         out["epochs"] = int(m.group(2)) + (1 if last_index else 0)
     return out
 
 
-def _bar_position(found: dict[str, Any], n: int, total: int | None, epochs: dict[str, Any]) -> None:
+def _bar_position(found: Figures, n: int, total: int | None, epochs: Figures) -> None:
     """Where a bar is: the batch within the epoch its description names, else the step itself."""
     found["progress"] = True
     found.update(epochs)
@@ -473,7 +479,7 @@ def _bar_position(found: dict[str, Any], n: int, total: int | None, epochs: dict
         found["step"], found["total_steps"] = n, total
 
 
-def _postfix(pairs: list[tuple[str, str]], found: dict[str, Any], held_out: bool) -> None:
+def _postfix(pairs: list[tuple[str, str]], found: Figures, held_out: bool) -> None:
     """A bar's named metrics: the training loss (the step's before an epoch's mean) and the
     held-out ones, by their names (``v_num`` and the like ignored)."""
     losses: list[tuple[int, float]] = []
