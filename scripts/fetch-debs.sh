@@ -7,8 +7,10 @@ set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 DIR PACKAGE..." >&2; exit 2; }
 dir="$1"
 shift
-command -v apt-get >/dev/null && command -v dpkg-scanpackages >/dev/null \
-    || { echo "torchdeck: fetch-debs needs apt-get and dpkg-scanpackages (Debian's dpkg-dev)" >&2; exit 3; }
+if ! command -v apt-get >/dev/null || ! command -v dpkg-scanpackages >/dev/null; then
+    echo "torchdeck: fetch-debs needs apt-get and dpkg-scanpackages (Debian's dpkg-dev)" >&2
+    exit 3
+fi
 mkdir -p "$dir"
 cd "$dir"
 names="$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
@@ -20,4 +22,5 @@ for name in "$@"; do
     ls "${name}"_*.deb >/dev/null 2>&1 || { echo "torchdeck: apt-get could not download $name" >&2; exit 1; }
 done
 dpkg-scanpackages --multiversion . /dev/null 2>/dev/null > Packages.tmp && mv Packages.tmp Packages
-echo "$(ls ./*.deb | wc -l) packages in $dir"
+debs=(./*.deb)
+echo "${#debs[@]} packages in $dir"

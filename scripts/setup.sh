@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/start and scripts/test: make .venv with torchdeck
 # installed (editable) and the right PyTorch build, idempotently.
 # Usage: source scripts/setup.sh EXTRAS   (e.g. "trainer" or "dev")
@@ -24,6 +25,7 @@ vpy="$venv/bin/python"
 # Skip the installs when nothing they depend on changed since the last setup.
 stamp="$venv/.torchdeck-setup-$extras-$(cat pyproject.toml scripts/setup.sh docker/torch-version | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && "$vpy" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("torch") and u.find_spec("torchdeck")))' 2>/dev/null; then
+    # shellcheck disable=SC2317 # (sourced, it returns; run, it exits)
     return 0 2>/dev/null || exit 0
 fi
 

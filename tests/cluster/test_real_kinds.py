@@ -8,11 +8,11 @@ followed. Every run goes through the CLI as a user types it."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 from pathlib import Path
 
+import tomllib
 import yaml
 from real_cluster import NAMESPACE, SMALL, TRAIN, ended, launched, status_of, wait
 from trainer_runs import REPO
@@ -339,8 +339,7 @@ def test_a_user_whose_rights_end_at_one_namespace_trains_follows_stops_and_resum
 
 def kubeflow_example(path: str) -> dict:
     """A file of the Training Operator's own module, at the release the cluster runs, as Go fetched it."""
-    script = (REPO / "scripts" / "kube-cluster.sh").read_text()
-    (version,) = re.findall(r"^TRAINING_OPERATOR=(v[0-9.]+)", script, re.M)
+    version = tomllib.loads((REPO / "manifests" / "versions.toml").read_text())["operators"]["training_operator"]
     found = subprocess.run(["go", "mod", "download", "-json", f"github.com/kubeflow/training-operator@{version}"],
                            capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
     return yaml.safe_load((Path(json.loads(found.stdout)["Dir"]) / path).read_text())

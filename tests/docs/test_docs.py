@@ -2,7 +2,8 @@
 parses with torchdeck's own parser (its flags exist), every command in a block marked
 ``sh runnable`` runs (``test_the_runnable_commands_run``), every module and name
 docs/ARCHITECTURE.md points at exists, docs/SPEC.md's field table is the one the declarations
-make, and every guide is linked from the README."""
+make, every guide is linked from the README, and CONTRIBUTING.md names the releases the real
+cluster runs as manifests/versions.toml declares them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from torchdeck.backends.spec import spec_reference
 from torchdeck.cli.main import build_parser
@@ -127,6 +129,37 @@ def test_every_guide_is_linked_from_the_readme_and_every_picture_exists() -> Non
             if "://" not in target:
                 assert (base / target).exists(), f"{page.name} links to {target}, which is not there"
     assert len(readme.splitlines()) <= 220, "the README stays a few screens long: the rest goes to a guide"
+
+
+CLUSTER_MODULES = {
+    "k8s.io/kubernetes": "kubernetes",
+    "github.com/containerd/containerd/v2": "containerd",
+    "github.com/opencontainers/runc": "runc",
+    "github.com/containernetworking/plugins": "cni_plugins",
+    "github.com/coredns/coredns": "coredns",
+    "sigs.k8s.io/metrics-server": "metrics_server",
+    "github.com/kubeflow/training-operator": "training_operator",
+    "sigs.k8s.io/jobset": "jobset",
+    "github.com/kubeflow/trainer/v2": "trainer",
+    "github.com/kubeflow/mpi-operator": "mpi_operator",
+    "sigs.k8s.io/kueue": "kueue",
+    "github.com/distribution/distribution/v3": "registry",
+}
+"""The Go module each row of CONTRIBUTING.md's cluster table is built from, and its name in versions.toml."""
+
+
+def test_contributing_names_the_releases_versions_toml_declares() -> None:
+    tables = tomllib.loads((REPO / "manifests" / "versions.toml").read_text())
+    declared = {**tables["cluster"], **tables["operators"]}
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    rows = re.findall(r"^\| [^|]+ \| ([0-9][0-9.]*)[^|]* \| `([\w./-]+)`", text, re.M)
+    shown = {CLUSTER_MODULES[module]: "v" + version for version, module in rows if module in CLUSTER_MODULES}
+    assert shown == {name: declared[name] for name in CLUSTER_MODULES.values()}
+    for name, label in (("trainer", "Trainer"), ("jobset", "JobSet"), ("mpi_operator", "MPI Operator"),
+                        ("kueue", "Kueue")):  # fmt: skip
+        assert f"{label} {declared[name]}" in text, (label, declared[name])
+    minor = declared["kubernetes"].removeprefix("v").rsplit(".", 1)[0]
+    assert f"Why {minor}:" in text
 
 
 @pytest.mark.slow

@@ -26,7 +26,8 @@ QUEUED_KINDS = ("pytorchjob", "trainjob", "mpijob", "job")
 
 MANAGED = ("batch/job", "kubeflow.org/pytorchjob", "kubeflow.org/mpijob", "jobset.x-k8s.io/jobset",
            "trainer.kubeflow.org/trainjob")  # fmt: skip
-"""The integrations the real cluster's Kueue runs with (scripts/kube-cluster.sh): every kind torchdeck queues."""
+"""The integrations the real cluster's Kueue runs with (scripts/cluster/kubecluster/components.py, checked against
+this by tests/unit/test_kubecluster.py): every kind torchdeck queues."""
 UPSTREAM_DEFAULT = ("batch/job", "kubeflow.org/mpijob", "ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice",
                     "jobset.x-k8s.io/jobset", "workload.codeflare.dev/appwrapper", "trainer.kubeflow.org/trainjob",
                     "pod", "deployment", "statefulset", "leaderworkerset.x-k8s.io/leaderworkerset")  # fmt: skip
