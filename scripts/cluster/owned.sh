@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# Sourced by scripts/kube-cluster.sh and scripts/docker-engine.sh (and tests/cluster/test_owned.py):
-# how those scripts, run as root, tell what they made from what was there already or is someone
-# else's, so that a stop acts only on their own.
+# Sourced by scripts/docker-engine.sh (and tests/cluster/test_owned.py): how it, run as root, tells
+# what it made from what was there already or is someone else's, so that a stop acts only on its own.
+# The cluster's tool keeps the same records in Python (scripts/cluster/kubecluster/owned.py).
 #
 # A process is named by its pid *and* its start time (field 22 of /proc/PID/stat, clock ticks after
 # boot): a pid file outlives a crash or a reboot, and its pid may by then be another process's.
