@@ -12,7 +12,9 @@ from .errors import BackendError
 if TYPE_CHECKING:
     from torchdeck.settings import Settings
 
-    from .base import Backend
+    from .base import Backend, Plan
+    from .eks.access import ClusterRecord
+    from .spec import JobSpec
 
 BACKENDS = ("local", "kubernetes", "eks")
 
@@ -36,40 +38,62 @@ def open_backend(name: str, settings: Settings) -> Backend:
             code_store=S3CodeStore(),  # a spec's own cluster.code_bucket (s3://) on any cluster
         )
     if name == "eks":  # the kubernetes backend on the context of a cluster torchdeck made
-        from .eks.access import ClusterRecord
-        from .kubernetes.backend import KubernetesBackend
-
-        kubeconfig: str | Path | None = settings.kubeconfig
-        context = settings.kube_context
-        records = [r for r in ClusterRecord.all(settings.state_dir) if r.context]
-        if not context:
-            if len(records) != 1:
-                raise BackendError(
-                    "which EKS cluster?"
-                    + (
-                        f" torchdeck knows {', '.join(r.name for r in records)}"
-                        if records
-                        else " torchdeck has connected to none"
-                    ),
-                    "pass --context torchdeck-NAME, or torchdeck cluster connect --name NAME first",
-                )
-            kubeconfig, context = records[0].kubeconfig or kubeconfig, records[0].context
-        from ..trainer.s3url import S3Url
-
-        record = next((r for r in records if r.context == context), None)
-        storage = record.storage if record else None
-        bucket = str(S3Url(storage.bucket, storage.prefix.rstrip("/"))) if storage and storage.bucket else None
         from .eks.code_store import S3CodeStore
         from .eks.prices import SpotPrices
+        from .kubernetes.backend import KubernetesBackend
 
+        record, kubeconfig, context = eks_cluster(settings)
         return KubernetesBackend(
             kubeconfig,
             context,
             settings.namespace,
             ledger_dir=settings.state_dir,
-            code_bucket=bucket,
+            code_bucket=code_bucket(settings),
             node_price_per_hour=settings.node_price_per_hour,
             spot_price=SpotPrices(record.region) if record and record.region else None,
             code_store=S3CodeStore(),
         )
     raise BackendError(f"unknown backend {name!r}", f"choose one of: {', '.join(BACKENDS)}")
+
+
+def render_plan(spec: JobSpec, settings: Settings, run_id: str | None = None, release: str | None = None) -> Plan:
+    """``torchdeck render``: the plan a cluster's submit makes, made offline (no cluster asked), with
+    the code bucket the configured backend sends large bundles to."""
+    from .kubernetes.backend import offline_plan
+
+    return offline_plan(spec, run_id, release, code_bucket(settings))
+
+
+def eks_cluster(settings: Settings) -> tuple[ClusterRecord | None, str | Path | None, str | None]:
+    """The EKS cluster torchdeck made that the eks backend works on (the context given, or the only
+    one connected): its record, kubeconfig and context."""
+    from .eks.access import ClusterRecord
+
+    kubeconfig: str | Path | None = settings.kubeconfig
+    context = settings.kube_context
+    records = [r for r in ClusterRecord.all(settings.state_dir) if r.context]
+    if not context:
+        if len(records) != 1:
+            raise BackendError(
+                "which EKS cluster?"
+                + (
+                    f" torchdeck knows {', '.join(r.name for r in records)}"
+                    if records
+                    else " torchdeck has connected to none"
+                ),
+                "pass --context torchdeck-NAME, or torchdeck cluster connect --name NAME first",
+            )
+        kubeconfig, context = records[0].kubeconfig or kubeconfig, records[0].context
+    return next((r for r in records if r.context == context), None), kubeconfig, context
+
+
+def code_bucket(settings: Settings) -> str | None:
+    """Where large code bundles go for the configured backend: the eks backend's cluster's bucket
+    (its storage's prefix), None elsewhere (a spec's own cluster.code_bucket still counts)."""
+    if settings.backend != "eks":
+        return None
+    from ..trainer.s3url import S3Url
+
+    record = eks_cluster(settings)[0]
+    storage = record.storage if record else None
+    return str(S3Url(storage.bucket, storage.prefix.rstrip("/"))) if storage and storage.bucket else None

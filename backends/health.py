@@ -8,13 +8,144 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from pathlib import Path
+from typing import Any, TypedDict
 
+from .errors import BackendError
 from .files import write_atomically
 from .spec import JobSpec
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
+
+
+class SweepRow(TypedDict):
+    """One all-reduce size: the slowest rank's mean time and its bandwidths (nccl-tests' algbw, busbw)."""
+
+    bytes: int
+    time_s: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+class GpuCheck(TypedDict, total=False):
+    index: int
+    ecc_uncorrected: int
+    retired_pages_pending: bool
+    nvlink_down: int
+    nvlink_up: int
+
+
+class GpusCheck(TypedDict, total=False):
+    count: int
+    note: str
+    gpus: list[GpuCheck]
+    xids: list[int]
+
+
+class DcgmFailure(TypedDict, total=False):
+    test: str
+    gpu: int | str | None
+    warning: str
+
+
+class DcgmCheck(TypedDict, total=False):
+    ran: bool
+    level: int
+    note: str
+    error: str
+    failed: list[DcgmFailure]
+
+
+class EfaCheck(TypedDict, total=False):
+    asked: int
+    devices: list[str]
+
+
+class NodeCheck(TypedDict, total=False):
+    """One node as ``trainer/check.py`` reports it: its own links (``intra``), and what it is."""
+
+    index: int
+    node: str
+    host: str
+    ranks: list[int]
+    intra: SweepRow | None
+    gpus: GpusCheck
+    dcgm: DcgmCheck
+    efa: EfaCheck
+
+
+class PairCheck(TypedDict, total=False):
+    """The link between two nodes (their first ranks)."""
+
+    a: str
+    b: str
+    a_host: str
+    b_host: str
+    result: SweepRow | None
+
+
+@dataclass
+class GateResult:
+    """The health gate's answer (``trainer/check.py``'s result), with its verdict: the sweep between
+    every rank, each node's own links and each pair's, and ``short``: the nodes that fall short,
+    each with why. ``to_dict`` is ``check --output json`` and what the state folder keeps."""
+
+    backend: str
+    world_size: int
+    hosts: list[str]
+    rows: list[SweepRow]
+    nodes: list[NodeCheck] = field(default_factory=list)
+    pairs: list[PairCheck] = field(default_factory=list)
+    short: dict[str, str] = field(default_factory=dict)
+    instance_types: dict[str, str] = field(default_factory=dict)
+    """Each node's instance type (its label), on a cluster."""
+    dropped: int = 0
+    """Node entries and pairs that named a node none of the gate's pods ran on (``only_on``)."""
+    gate: str = ""
+    """The gate's run id, on a cluster."""
+    time: float = 0.0
+
+    @classmethod
+    def from_tool(cls, answer: Mapping[str, object]) -> GateResult:
+        """The check tool's result line; a BackendError where it is not one (a pod printed something else)."""
+        rows, hosts, world = answer.get("rows"), answer.get("hosts"), answer.get("world_size")
+        if not isinstance(rows, list) or not rows or not isinstance(world, int) or not isinstance(hosts, list):
+            raise BackendError("the health gate answered without its sweep", "run torchdeck check again")
+        nodes, pairs = answer.get("nodes"), answer.get("pairs")
+        return cls(
+            backend=str(answer.get("backend") or ""),
+            world_size=world,
+            hosts=[str(h) for h in hosts],
+            rows=[row for row in rows if isinstance(row, dict)],  # type: ignore[misc]  # the tool's own rows
+            nodes=[n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else [],  # type: ignore[misc]
+            pairs=[p for p in pairs if isinstance(p, dict)] if isinstance(pairs, list) else [],  # type: ignore[misc]
+        )
+
+    def only_on(self, ran_on: set[str]) -> GateResult:
+        """The answer with only the nodes the gate's pods ran on (their ``spec.nodeName``): a node entry
+        or a pair that names any other (a name a pod made up, or another node of the cluster) is
+        dropped, and counted in ``dropped``, so nothing a pod prints can get a node cordoned or avoided."""
+        import dataclasses
+
+        nodes = [n for n in self.nodes if node_name(n.get("node")) in ran_on]
+        pairs = [p for p in self.pairs if node_name(p.get("a")) in ran_on and node_name(p.get("b")) in ran_on]
+        dropped = len(self.nodes) - len(nodes) + len(self.pairs) - len(pairs)
+        return dataclasses.replace(self, nodes=nodes, pairs=pairs, dropped=dropped)
+
+    def peak(self) -> SweepRow:
+        return max(self.rows, key=lambda r: r["busbw_gbps"])
+
+    def peak_busbw(self) -> float:
+        return self.peak()["busbw_gbps"]
+
+    def verdict(self) -> str:
+        """The nodes that fell short, with why, in a line; or that every node passed."""
+        return "; ".join(f"{n}: {why}" for n, why in self.short.items()) or "this machine passed"
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
 
 
 @cache
@@ -54,19 +185,19 @@ def gate_spec(spec: JobSpec, max_bytes: int = 16 << 20, dcgm_level: int = 1) -> 
     )
 
 
-def _busbw(measured: Mapping[str, Any] | None) -> float | None:
-    value = (measured or {}).get("busbw_gbps")
+def _busbw(measured: SweepRow | None) -> float | None:
+    value = measured.get("busbw_gbps") if measured else None
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def node_problems(node: Mapping[str, Any], instance_type: str | None) -> list[str]:
+def node_problems(node: NodeCheck, instance_type: str | None) -> list[str]:
     """What a node's own report says is wrong: its GPUs (count, ECC, retired pages, NVLink, XIDs),
     DCGM's failed tests, EFA missing on an instance that has it."""
     said: list[str] = []
     from .eks.plan import shipped_catalogue  # the planner's instance catalogue: GPUs, EFA
 
     known = shipped_catalogue().get(instance_type or "")
-    gpus = node.get("gpus") or {}
+    gpus: GpusCheck = node.get("gpus") or {}
     wanted = known.gpus if known is not None else 0
     count = int(gpus.get("count") or 0)
     if wanted and count < wanted:
@@ -84,7 +215,7 @@ def node_problems(node: Mapping[str, Any], instance_type: str | None) -> list[st
             )
     if gpus.get("xids"):
         said.append(f"XID errors during the check: {', '.join(str(x) for x in gpus['xids'])}")
-    dcgm = node.get("dcgm") or {}
+    dcgm: DcgmCheck = node.get("dcgm") or {}
     if dcgm.get("error"):
         said.append(f"DCGM diagnostics: {dcgm['error']}")
     for failed in dcgm.get("failed") or []:
@@ -92,8 +223,8 @@ def node_problems(node: Mapping[str, Any], instance_type: str | None) -> list[st
         words = f": {failed['warning']}" if failed.get("warning") else ""
         said.append(f"DCGM level {dcgm.get('level', '?')} {failed['test']} failed{where}{words}")
     efa = node.get("efa")
-    asked = int((efa or {}).get("asked") or 0)
-    seen = len((efa or {}).get("devices") or [])
+    asked = int(efa.get("asked") or 0) if efa else 0
+    seen = len(efa.get("devices") or []) if efa else 0
     if asked and seen < asked:
         said.append(
             f"its pod asks for {asked} EFA interface(s) and sees {seen}: NCCL falls back to TCP sockets "
@@ -107,13 +238,13 @@ def node_problems(node: Mapping[str, Any], instance_type: str | None) -> list[st
     return said
 
 
-def judge(result: Mapping[str, Any], instance_types: Mapping[str, str] | None = None) -> dict[str, str]:
+def judge(result: GateResult, instance_types: Mapping[str, str] | None = None) -> dict[str, str]:
     """The nodes that fall short, each with why ("" nowhere: a healthy node is not named)."""
     types = dict(instance_types or {})
     rules = expectations()
     floors, table = rules["floors"], rules["types"]
-    nccl = result.get("backend") == "nccl"
-    nodes = list(result.get("nodes") or [])
+    nccl = result.backend == "nccl"
+    nodes = result.nodes
     found: dict[str, list[str]] = {str(n["node"]): node_problems(n, types.get(str(n["node"]))) for n in nodes}
 
     # a node's own links: against the other nodes, and (NCCL) against its GPUs' NVLink
@@ -134,7 +265,7 @@ def judge(result: Mapping[str, Any], instance_types: Mapping[str, str] | None = 
 
     # the links between nodes: a node in most of the slow pairs is the one; a lone slow pair names both ends
     pairs: list[tuple[str, str, float]] = []
-    for p in result.get("pairs") or []:
+    for p in result.pairs:
         link = _busbw(p.get("result"))
         if link is not None:
             pairs.append((str(p["a"]), str(p["b"]), link))
@@ -171,38 +302,22 @@ def node_name(value: object) -> str | None:
     return value if isinstance(value, str) and len(value) <= 253 and SUBDOMAIN_RE.match(value) else None
 
 
-def gate_nodes(result: dict[str, Any], ran_on: set[str]) -> dict[str, Any]:
-    """The gate's answer with only the nodes its pods ran on (their ``spec.nodeName``): a node entry
-    or a pair that names any other (a name a pod made up, or another node of the cluster) is
-    dropped, and said in ``dropped``, so nothing a pod prints can get a node cordoned or avoided."""
-    nodes = [n for n in result.get("nodes") or [] if isinstance(n, dict) and node_name(n.get("node")) in ran_on]
-    pairs = [
-        p
-        for p in result.get("pairs") or []
-        if isinstance(p, dict) and node_name(p.get("a")) in ran_on and node_name(p.get("b")) in ran_on
-    ]
-    dropped = len(result.get("nodes") or []) - len(nodes) + len(result.get("pairs") or []) - len(pairs)
-    return {**result, "nodes": nodes, "pairs": pairs, "dropped": dropped}
-
-
-def save(folder: Any, result: Mapping[str, Any]) -> None:
+def save(folder: Path, result: GateResult) -> None:
     """Keep a gate's result (with its verdict) as ``latest.json`` in ``folder``: what status reads
     for nodes the gate marked bad. A failure to write only means status will not say so."""
     import json
-    from pathlib import Path
 
     try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        write_atomically(Path(folder) / "latest.json", json.dumps(result))
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomically(folder / "latest.json", json.dumps(result.to_dict()))
     except OSError:
         pass
 
 
-def gate_marked(folder: Any) -> dict[str, str]:
+def gate_marked(folder: Path) -> dict[str, str]:
     """The nodes the newest gate named (``save``), each with why and when."""
     import json
     import time
-    from pathlib import Path
 
     from .files import read_bytes
 

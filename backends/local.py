@@ -34,7 +34,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,16 +45,21 @@ from torchdeck.trainer.triage_probe import FR_BUFFER_SIZE, TRIAGE_DIR_ENV
 
 from .base import (
     Backend,
+    GateStep,
     JobState,
     JobStatus,
     LogLine,
     MetricEvent,
     NodeMetrics,
     Plan,
+    PlanPayload,
     ProcessMetrics,
+    Progress,
     TestResult,
     as_test_result,
+    silent,
 )
+from .capabilities import BudgetChange, CifarTasks, DataReady, HangTriage, HealthGate, NodeMeasures
 from .cost import NodeUse, PriceBook, RunCost, budget_stop_words, dollars, price_run
 from .errors import BackendError, RunIdTaken, RunNotFound, SpecError
 from .events import describe_record, fold_progress, fold_ranks, parse_metric_line, parse_metric_lines, tool_result
@@ -66,6 +71,7 @@ from .run_members import reap_run, run_members
 from .triage import Triage
 
 if TYPE_CHECKING:
+    from .health import GateResult
     from .spec import JobSpec
 
 from .run_records import (
@@ -114,7 +120,14 @@ STARTED_AT_ENV = "TORCHDECK_JOB_STARTED_AT"
 """When the run was submitted, for its ranks: the one variable a plan leaves to the submit."""
 
 
-class LocalBackend(Backend):
+@dataclasses.dataclass(frozen=True)
+class LocalLaunch(PlanPayload):
+    """A local plan's payload: the launcher's record (``launch.json``) before its submit time and token."""
+
+    record: LaunchRecord
+
+
+class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, BudgetChange):
     """Jobs as torchrun process groups on this machine."""
 
     name = "local"
@@ -272,13 +285,16 @@ class LocalBackend(Backend):
             price_per_hour=self._price(spec.node_price_per_hour),
         )
         notes = [f"runs in {run_dir} (torchrun's rendezvous on 127.0.0.1:{port})"]
-        return Plan("local", run_id, spec, command=cmd, env=env, cwd=cwd, notes=notes, payload=launch)
+        gate = GateStep(keeps_off=False) if spec.cluster.health_gate else None
+        return Plan(
+            "local", run_id, spec, command=cmd, env=env, cwd=cwd, notes=notes, gate=gate, payload=LocalLaunch(launch)
+        )
 
-    def apply(self, plan: Plan) -> str:
+    def start(self, plan: Plan, progress: Progress = silent) -> str:
         """Claim the plan's run folder, write its records and start its launcher with the plan's command."""
-        launch = plan.payload
-        if not isinstance(launch, LaunchRecord) or plan.backend != self.name:
+        if not isinstance(plan.payload, LocalLaunch):
             raise BackendError("this plan was not made by the local backend", "make it with plan(spec)")
+        launch = plan.payload.record
         spec, run_id = plan.spec, plan.run_id
         try:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -816,7 +832,7 @@ class LocalBackend(Backend):
 
     # -- jobs around training --------------------------------------------------------
 
-    def _trainer_tool(self, module: str, args: builtins.list[str], on_wait: Callable[[str], None]) -> dict:
+    def _trainer_tool(self, module: str, args: builtins.list[str], on_wait: Progress) -> dict[str, object]:
         """Run one of the trainer's tools (it imports torch, the console does not) for its JSON."""
         on_wait(f"running python -m {module}")
         try:
@@ -845,34 +861,29 @@ class LocalBackend(Backend):
         self,
         spec: JobSpec | None = None,
         max_bytes: int = 16 << 20,
-        on_wait: Callable[[str], None] = lambda line: None,
+        progress: Progress = silent,
         timeout_s: float = 900.0,
         dcgm_level: int = 1,
-    ) -> dict:
+    ) -> GateResult:
         """The health gate between the spec's ranks here (``trainer/check.py``, under torchrun on this
         machine's loopback; gloo on CPUs, NCCL on GPUs), and what this machine's GPUs are."""
-        from .health import judge
+        from .health import GateResult, judge
 
         nproc = spec.nproc_per_node if spec is not None else 2
         if not 2 <= nproc <= 64:
             raise BackendError(f"--nproc-per-node {nproc}: a sweep needs 2 to 64 ranks", "--nproc-per-node 2")
         args = ["--standalone", "--nproc-per-node", str(nproc), "-m", "torchdeck.trainer.check"]
         args += ["--max-bytes", str(max_bytes), "--dcgm-level", str(dcgm_level)]
-        result = self._trainer_tool("torch.distributed.run", args, on_wait)
-        result["short"] = judge(result)
+        result = GateResult.from_tool(self._trainer_tool("torch.distributed.run", args, progress))
+        result.short = judge(result)
         return result
 
-    def prepare_data(
-        self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
-    ) -> dict:
+    def prepare_data(self, spec: JobSpec, progress: Progress = silent, source: str | None = None) -> DataReady:
         spec.require_builtin("data prepare")
-        return self._trainer_tool(
-            "torchdeck.trainer.data", ["--data-dir", spec.data_dir] + (["--from-s3", source] if source else []), on_wait
-        )
+        args = ["--data-dir", spec.data_dir] + (["--from-s3", source] if source else [])
+        return DataReady.from_tool(self._trainer_tool("torchdeck.trainer.data", args, progress))
 
-    def test_model(
-        self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
-    ) -> TestResult:
+    def test_model(self, spec: JobSpec, model_file: str | None = None, progress: Progress = silent) -> TestResult:
         spec.require_builtin("the model test")
         if model_file is None:
             model_file = spec.model_file
@@ -885,9 +896,12 @@ class LocalBackend(Backend):
             self._trainer_tool(
                 "torchdeck.trainer.evaluate",
                 ["--model-file", model_file, "--data-dir", spec.data_dir, "--device", spec.device, "--output", "json"],
-                on_wait,
+                progress,
             )
         )
+
+    def run_spec(self, run_id: str) -> JobSpec:
+        return self.model_file_of(run_id)[0]
 
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """A finished run's spec and where its model was saved."""
@@ -897,7 +911,9 @@ class LocalBackend(Backend):
         spec = load_spec(run_dir / "spec.yaml")
         return spec, spec.model_file or str(Path(spec.checkpoint_dir or run_dir / "checkpoints") / "model.pt")
 
-    def resume(self, run_id: str, avoid_nodes: Sequence[str] = (), trust_label: bool = False) -> tuple[str, JobSpec]:
+    def resume(
+        self, run_id: str, avoid_nodes: Sequence[str] = (), trust_label: bool = False, progress: Progress = silent
+    ) -> tuple[str, JobSpec]:
         """Start the run that continues ``run_id``: once. Two consoles resuming the same run at the
         same moment make one run; the other is told which (a lock on the run's folder)."""
         import fcntl
@@ -914,7 +930,7 @@ class LocalBackend(Backend):
                         f"{run_dir.name} is being resumed already, as {earlier}", f"`torchdeck monitor {earlier}`"
                     )
             spec = self.resume_spec(run_dir.name, avoid_nodes)
-            new = self.submit(spec)
+            new = self.submit(spec, progress)
             write_atomically(run_dir / "resumed-by", new)
         return new, spec
 

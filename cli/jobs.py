@@ -14,8 +14,10 @@ from typing import Any, TextIO
 
 from torchdeck.backends import BACKENDS, open_backend
 from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
+from torchdeck.backends.capabilities import BudgetChange, CifarTasks, HangTriage, HealthGate, JobAdoption, NodeCordon
 from torchdeck.backends.errors import BackendError, RunNotFound, SpecError
 from torchdeck.backends.files import read_stdin_text, read_text
+from torchdeck.backends.health import GateResult
 from torchdeck.backends.spec import (
     JobKindName,
     JobSpec,
@@ -33,7 +35,7 @@ from torchdeck.terminal import as_shown, printable
 from torchdeck.trainer.metrics import strict_json
 
 from .console import settings_of
-from .output import EXIT_ERROR, EXIT_USAGE, fail
+from .output import EXIT_ERROR, EXIT_USAGE, ask, fail, say
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -117,7 +119,7 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     live = live_job(args.file)
     if live is not None:  # a job in the cluster: read there, then followed as a run of its own
         backend = open_backend(settings.backend if settings.backend != "local" else "kubernetes", settings)
-        spec, notes, run_id = backend.adopt(
+        spec, notes, run_id = backend.require(JobAdoption).adopt(
             *live, args.namespace, lambda read: save_spec(read, path, replace=args.force)
         )
     else:
@@ -143,20 +145,19 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-LIVE_KINDS: dict[str, JobKindName] = {"pytorchjob": "pytorchjob", "mpijob": "mpijob", "job": "job"}
-"""The kinds ``torchdeck import KIND/NAME`` reads from a cluster (kubectl's names for them, plural
-and with their group too: pytorchjobs.kubeflow.org, jobs.batch)."""
-
-
 def live_job(word: str) -> tuple[JobKindName, str] | None:
-    """``KIND/NAME`` (as kubectl names a job) where no file of that name exists; None: a file."""
+    """``KIND/NAME`` (as kubectl names a job: plural and with its group too, pytorchjobs.kubeflow.org,
+    jobs.batch) where no file of that name exists; None: a file. Which kinds are read from a cluster
+    is theirs to say (``JobKind.live``)."""
+    from torchdeck.backends.kubernetes.kinds import live_kind, live_words
+
     if os.path.lexists(word) or word.count("/") != 1:
         return None
     kind, name = word.split("/")
-    key = LIVE_KINDS.get(kind.lower().split(".", 1)[0].removesuffix("s"))
+    key = live_kind(kind)
     if key is None:
         raise SpecError("", f"{word}: no such file, and {kind} is not a kind torchdeck imports from a cluster",
-                        "pytorchjob/NAME, mpijob/NAME or job/NAME; a manifest file by its path")  # fmt: skip
+                        f"{live_words()}; a manifest file by its path")  # fmt: skip
     return key, name
 
 
@@ -223,44 +224,38 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
 
 
 def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
-    from torchdeck.backends.kubernetes.manifests import render, rendered_plan
+    """The plan a cluster's submit makes, made offline (``offline_plan``): the same objects as
+    ``train --dry-run`` for the same time, name and release, with no cluster asked."""
+    from torchdeck.backends import render_plan
 
-    spec = spec_for(args, settings)
-    rendered = render(spec, args.run_id or spec.name)
-    offline = "preflight not run: render reads no cluster (train --backend kubernetes --dry-run checks one)"
-    plan = rendered_plan("kubernetes", spec, rendered, notes=[offline])
+    plan = render_plan(spec_for(args, settings), settings, args.run_id, args.release)
     if args.validate:
+        from torchdeck.backends.kubernetes.manifests import Rendered
         from torchdeck.backends.kubernetes.validation import validate_manifests
 
-        checked = validate_manifests(rendered)
+        assert isinstance(plan.payload, Rendered)  # offline_plan's own
+        checked = validate_manifests(plan.payload)
         if checked.problems:
             for line in checked.problems:
                 print(f"torchdeck: invalid: {line}", file=sys.stderr)
             return EXIT_ERROR
         against = f" (against {'; '.join(checked.checked_against)})" if checked.checked_against else ""
-        print(f"torchdeck: {len(rendered.objects)} object(s) valid{against}", file=sys.stderr)
+        print(f"torchdeck: {len(plan.objects)} object(s) valid{against}", file=sys.stderr)
         if checked.cel_unchecked:
             print(
                 f"torchdeck: {checked.cel_unchecked} CEL rule(s) not checked here (pip install cel-python)",
                 file=sys.stderr,
             )
-    print(plan.text(), end="")
+    print(plan.text(full=args.output == "yaml"), end="")
     return 0
 
 
-def _say(line: str) -> None:
-    print(f"torchdeck: {line}", file=sys.stderr)
-
-
 def cmd_data(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
-    result = backend.prepare_data(spec_for(args, settings), on_wait=_say, source=args.from_s3)
+    ready = backend.require(CifarTasks).prepare_data(spec_for(args, settings), progress=say, source=args.from_s3)
     if args.output == "json":
-        print(strict_json(result))
+        print(strict_json(ready.to_dict()))
     else:
-        print(
-            f"CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
-            f"{result.get('test_images')} test images"
-        )
+        print(f"CIFAR-10 ready in {ready.path}: {ready.train_images} training and {ready.test_images} test images")
     return 0
 
 
@@ -279,13 +274,14 @@ def format_test_report(result: TestResult) -> str:
 
 def cmd_test(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     model_file = args.model_file
+    tasks = backend.require(CifarTasks)
     if args.run:
-        spec, saved = backend.model_file_of(args.run)
+        spec, saved = tasks.model_file_of(args.run)
         model_file = model_file or saved
         spec = with_overrides(spec, {"data_dir": args.data_dir}) if args.data_dir else spec
     else:
         spec = spec_for(args, settings)
-    result = backend.test_model(spec, model_file, on_wait=_say)
+    result = tasks.test_model(spec, model_file, progress=say)
     print(strict_json(result) if args.output == "json" else format_test_report(result))
     return 0
 
@@ -296,16 +292,12 @@ def cmd_train(args: argparse.Namespace, settings: Settings, backend: Backend) ->
         return cmd_resume(args, settings, backend)
     spec = spec_for(args, settings)
     if args.dry_run:  # the plan that a submit applies, as it would apply it
-        print(backend.plan(spec).text(), end="")
+        print(backend.plan(spec).text(full=args.output == "yaml"), end="")
         return 0
-    if hasattr(backend, "on_wait"):  # a cluster's health gate before the run says what it waits for
-        backend.on_wait = _say
-    elif spec.cluster.health_gate:  # this machine: the gate is the sweep between its ranks, said first
-        gate = backend.check(spec, on_wait=_say)
-        peak = max(gate["rows"], key=lambda r: r["busbw_gbps"])
-        short = "; ".join(f"{n}: {why}" for n, why in (gate.get("short") or {}).items())
-        _say(f"health gate: peak bus bandwidth {peak['busbw_gbps']:.3f} GB/s; " + (short or "this machine passed"))
-    return started(args, backend, backend.submit(spec), spec)
+    if args.output == "yaml":
+        return fail("--output yaml is the plan's objects whole: give it with --dry-run", EXIT_USAGE)
+    # the plan's steps (the health gate first, where the spec asks for it) say what they wait for
+    return started(args, backend, backend.submit(spec, progress=say), spec)
 
 
 def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
@@ -320,7 +312,7 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
         trust = False  # a stopped run's job is gone: resumed from what torchdeck recorded, or refused
     spec = backend.resume_spec(args.run, args.avoid_node, trust)
     if args.dry_run:
-        print(backend.plan(spec).text(), end="")
+        print(backend.plan(spec).text(full=args.output == "yaml"), end="")
         return 0
     try:
         digest = digest_of(backend, DigestStore(settings.state_dir), backend.status(spec.resumes or args.run))
@@ -328,10 +320,8 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
     except BackendError:  # a cluster run whose job is gone: its steps went with its pods' logs
         where = "from its newest checkpoint (its logs are gone: the steps lost are not known)"
     for line in resume_plan_lines(spec, where):
-        _say(line)
-    if hasattr(backend, "on_wait"):
-        backend.on_wait = _say
-    run_id, spec = backend.resume(args.run, args.avoid_node, trust)
+        say(line)
+    run_id, spec = backend.resume(args.run, args.avoid_node, trust, progress=say)
     avoiding = f", kept off {', '.join(spec.cluster.avoid_nodes)}" if spec.cluster.avoid_nodes else ""
     print(printable(f"torchdeck: {run_id} resumes {spec.resumes} {where}{avoiding}"), file=sys.stderr)
     if not spec.builtin:
@@ -347,7 +337,7 @@ def trusted(args: argparse.Namespace, status: JobStatus, verb: str) -> bool:
     asked on a terminal); False for a run torchdeck recorded making (nothing to ask)."""
     if not status.found_by_label:
         return False
-    _say(
+    say(
         f"{status.run_id} ({status.location}) was found by its label only: torchdeck has no record of "
         "making it here (made from another machine, or by someone else with torchdeck's labels)"
     )
@@ -574,76 +564,62 @@ def cmd_check(args: argparse.Namespace, settings: Settings, backend: Backend) ->
     if not 4096 <= args.max_bytes <= 1 << 32:
         return fail(f"--max-bytes {args.max_bytes}: give 4096 to 4294967296 (hint: --max-bytes 16777216)", EXIT_USAGE)
     spec = spec_for(args, settings)
-    result = backend.check(spec, args.max_bytes, on_wait=_say, timeout_s=args.timeout, dcgm_level=args.dcgm_level)
+    gate = backend.require(HealthGate)
+    result = gate.check(spec, args.max_bytes, progress=say, timeout_s=args.timeout, dcgm_level=args.dcgm_level)
     if args.output == "json":
-        print(strict_json(result, indent=2))
+        print(strict_json(result.to_dict(), indent=2))
     else:
         print(check_report(result))
-    short = result.get("short") or {}
-    if args.cordon and short:
-        cordon = getattr(backend, "cordon", None)
-        if cordon is None:
+    if args.cordon and result.short:
+        nodes = backend.capability(NodeCordon)
+        if nodes is None:
             return fail("--cordon is for a cluster's nodes (hint: --backend kubernetes)", EXIT_USAGE)
-        for node in short:
+        for node in result.short:
             if args.yes or ask(f"cordon {node} (nothing new is scheduled there; what runs stays)? [y/N] "):
-                cordon(node)
+                nodes.cordon(node)
                 print(printable(f"cordoned {node} (kubectl uncordon {node} undoes it)"))
     return 0
 
 
-def ask(question: str) -> bool:
-    """A yes/no question on the terminal; no terminal (a pipe, CI) answers no. The question is
-    written through the guarded stream (it may name a node or a run a cluster gave), never as
-    ``input``'s prompt, which readline writes to the terminal itself."""
-    if not sys.stdin.isatty():
-        print(printable(f"{question}no (not a terminal: --yes answers yes)"), file=sys.stderr)
-        return False
-    sys.stderr.write(printable(question))
-    sys.stderr.flush()
-    try:
-        return input().strip().lower() in ("y", "yes")
-    except EOFError:
-        return False
-
-
-def check_report(result: dict[str, Any]) -> str:
+def check_report(result: GateResult) -> str:
     """The gate's answer as text: the sweep between every rank, each node, each pair, the verdict."""
-    hosts = sorted(set(result.get("hosts") or []))
-    out = [f"all-reduce between {result['world_size']} ranks ({result['backend']}, on {', '.join(hosts)})"]
+    out = [
+        f"all-reduce between {result.world_size} ranks ({result.backend}, on {', '.join(sorted(set(result.hosts)))})"
+    ]
     out.append(f"{'size':>10} {'time':>10} {'algbw':>12} {'busbw':>12}")
-    for row in result["rows"]:
+    for row in result.rows:
         out.append(
             f"{size_words(row['bytes']):>10} {row['time_s'] * 1e3:>8.2f} ms {row['algbw_gbps']:>7.3f} GB/s "
             f"{row['busbw_gbps']:>7.3f} GB/s"
         )
-    peak = max(result["rows"], key=lambda r: r["busbw_gbps"])
+    peak = result.peak()
     out.append(f"peak bus bandwidth {peak['busbw_gbps']:.3f} GB/s at {size_words(peak['bytes'])}")
-    nodes = result.get("nodes") or []
-    types = result.get("instance_types") or {}
+    nodes, types = result.nodes, result.instance_types
     if len(nodes) > 1 or any(n.get("gpus", {}).get("count") for n in nodes):
         out.append("")
         out.append(f"{'node':<40} {'type':<14} {'ranks':>5} {'own busbw':>11}  GPUs  DCGM  EFA")
         for n in nodes:
-            own = (n.get("intra") or {}).get("busbw_gbps")
-            gpus = n.get("gpus") or {}
-            dcgm = n.get("dcgm") or {}
+            intra = n.get("intra")
+            own = intra["busbw_gbps"] if intra else None
+            gpus = n.get("gpus", {})
+            dcgm = n.get("dcgm", {})
             dcgm_cell = ("fail" if dcgm.get("failed") or dcgm.get("error") else "pass") if dcgm.get("ran") else "-"
-            efa = len((n.get("efa") or {}).get("devices") or [])
+            efa = len(n.get("efa", {}).get("devices") or [])
+            name = n.get("node", "?")
             out.append(
-                f"{n['node'][:40]:<40} {types.get(n['node'], '-'):<14} {len(n.get('ranks') or []):>5} "
+                f"{name[:40]:<40} {types.get(name, '-'):<14} {len(n.get('ranks') or []):>5} "
                 + (f"{own:>6.3f} GB/s" if own is not None else f"{'-':>11}")
                 + f"  {gpus.get('count', 0):>4}  {dcgm_cell:>4}  {efa:>3}"
             )
-    pairs = [p for p in result.get("pairs") or [] if p.get("result")]
+    pairs = [(p, link) for p in result.pairs if (link := p.get("result"))]
     if pairs:
         out.append("")
-        out.append(f"between nodes ({size_words(pairs[0]['result']['bytes'])}, first rank of each):")
-        for p in pairs:
-            out.append(f"  {p['a']} <-> {p['b']}: {p['result']['busbw_gbps']:.3f} GB/s")
-    short = result.get("short") or {}
+        out.append(f"between nodes ({size_words(pairs[0][1]['bytes'])}, first rank of each):")
+        for p, link in pairs:
+            out.append(f"  {p.get('a')} <-> {p.get('b')}: {link['busbw_gbps']:.3f} GB/s")
     out.append("")
-    if short:
-        for node, why in short.items():
+    if result.short:
+        for node, why in result.short.items():
             out.append(f"falls short: {node}: {why}")
         out.append(
             "the run can be kept off them: --avoid-node on resume, cluster.avoid_nodes in the spec, or train --check"
@@ -664,7 +640,7 @@ def cmd_triage(args: argparse.Namespace, settings: Settings, backend: Backend) -
     """Ask a running run's ranks where they are; the verdict is kept with the run (``status``)."""
     if not 0 < args.wait <= 600:
         return fail(f"--wait {args.wait:g}: give seconds from 0 to 600 (hint: --wait 5)", EXIT_USAGE)
-    verdict = backend.triage(args.run, args.wait)
+    verdict = backend.require(HangTriage).triage(args.run, args.wait)
     if args.output == "json":
         print(strict_json(verdict.to_dict(), indent=2))
         return 0
@@ -743,7 +719,7 @@ def cmd_budget(args: argparse.Namespace, settings: Settings, backend: Backend) -
         amount = money(args.amount, positive=True)
     except ValueError as exc:
         return fail(f"budget {exc} (hint: torchdeck budget RUN 12.50)", EXIT_USAGE)
-    status = backend.set_budget(backend.status(args.run).run_id, amount)
+    status = backend.require(BudgetChange).set_budget(backend.status(args.run).run_id, amount)
     spent = f"; {status.cost.words()}" if status.cost is not None else ""
     print(printable(f"{status.run_id}: budget {dollars(amount)}{spent}"))
     return 0

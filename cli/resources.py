@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from torchdeck.backends.capabilities import CifarTasks
 from torchdeck.backends.errors import BackendError
 from torchdeck.trainer.metrics import strict_json
 from torchdeck.trainer.s3url import S3Url
@@ -71,10 +72,10 @@ def cmd_model_get(args: argparse.Namespace, settings: Settings) -> int:
     location = args.source
     if args.run:  # the run's model, or with --from a file where the run ran (its volume, on a cluster)
         backend = open_backend(settings.backend, settings)
-        location = backend.fetch_model(
+        location = backend.require(CifarTasks).fetch_model(
             args.run,
             lambda spec: args.via or open_cloud(settings, args.profile).model_prefix(spec),
-            on_wait=say,
+            progress=say,
             location=location,
         )
     if not location:

@@ -31,29 +31,33 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...trainer.s3url import S3Url
 from ...trainer.textmetrics import RankedText
 from ..base import (
     Backend,
+    GateStep,
     JobState,
     JobStatus,
     LogLine,
     MetricEvent,
     NodeMetrics,
     Plan,
+    Progress,
     RankProgress,
     TestResult,
     as_test_result,
+    silent,
 )
 from ..bundle import CodeStore
+from ..capabilities import CifarTasks, DataReady, HangTriage, HealthGate, JobAdoption, NodeCordon, NodeMeasures
 from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
 from ..errors import BackendError, FoundByLabel, RunIdTaken, RunNotFound, SpecError
 from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines, relate_ranks, tool_result
 from ..names import new_run_id
 from ..schema import number
-from ..spec import JobKindName, JobSpec, spec_from_dict, validate
+from ..spec import KINDS, JobKindName, JobSpec, spec_from_dict, validate
 from ..triage import Triage, triage_line
 from . import crds
 from .client import ApiError, KubeClient, api_path
@@ -96,6 +100,9 @@ from .queues import queue_findings, queue_wait, suspended, wait_words
 from .streams import PodLogFollower, has_started, node_ranks
 from .tasks import TaskJobs
 
+if TYPE_CHECKING:
+    from ..health import GateResult
+
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 
 
@@ -116,11 +123,45 @@ PODS_READ = 16
 """Pods whose log tails ``status`` reads for each rank's progress (one request each)."""
 
 
-def _silent(line: str) -> None:
-    """Says nothing (a module-level function: a backend sent to another process pickles it)."""
+OFFLINE = "preflight not run: render reads no cluster (train --backend kubernetes --dry-run checks one)"
 
 
-class KubernetesBackend(Backend):
+def with_code_bucket(spec: JobSpec, bucket: str | None) -> JobSpec:
+    """The spec with ``bucket`` for large code bundles, where it names none of its own."""
+    if spec.builtin or spec.cluster.code_bucket or not bucket:
+        return spec
+    return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, code_bucket=bucket))
+
+
+def offline_plan(
+    spec: JobSpec, run_id: str | None = None, release: str | None = None, code_bucket: str | None = None
+) -> Plan:
+    """``torchdeck render``: the plan ``KubernetesBackend.plan`` makes, made with no cluster to ask.
+    The same run id rule (offline every id is free: the job's name and the time), the operator
+    release named (``--release``) or the newest torchdeck writes for, said as such, the code bucket
+    configured for large bundles, the health gate as its first step; the preflight is not run."""
+    spec = with_code_bucket(validate(spec), code_bucket)
+    kind = spec.cluster.kind
+    notes = [OFFLINE]
+    if JOB_KINDS[kind].builtin:
+        target = None
+    elif release:
+        target = JOB_KINDS[kind].named(release)
+    else:
+        target = JOB_KINDS[kind].latest
+        if target is not None:
+            notes.append(
+                f"written for {target.release}, the newest release torchdeck knows: --release names the one your "
+                "cluster runs (train --backend kubernetes --dry-run reads it from the cluster)"
+            )
+    plan = rendered_plan(
+        "kubernetes", spec, render(spec, run_id or new_run_id(spec.name, lambda _: False), target=target), notes=notes
+    )
+    plan.gate = GateStep() if spec.cluster.health_gate else None
+    return plan
+
+
+class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTasks, HangTriage, JobAdoption):
     """Jobs on a Kubernetes cluster, through one connection (``client``, a ``KubeClient``): the
     backend holds a client rather than being one, so what needs only the API (the preflight, the
     pod and log streams) takes the client."""
@@ -158,7 +199,6 @@ class KubernetesBackend(Backend):
         """Where the ledger is: jobs submitted are recorded there (None: not recorded)."""
         self.namespace = namespace
         """Where to look for runs; None: every namespace (or, where that is forbidden, the context's)."""
-        self.on_wait: Callable[[str], None] = _silent
         """Where a submit says what it waits for (the health gate before a run that asks for it)."""
         self._node_cache: dict[str, tuple[float, list[NodeMetrics]]] = {}
         self._kinds: dict[str, tuple[JobKindName, str]] = {}
@@ -184,7 +224,7 @@ class KubernetesBackend(Backend):
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection (the client's own pickling)."""
-        return {**self.__dict__, "_node_cache": {}, "_crds": {}, "on_wait": _silent, "_owners": {}}
+        return {**self.__dict__, "_node_cache": {}, "_crds": {}, "_owners": {}}
 
     @property
     def scope(self) -> str:
@@ -224,12 +264,9 @@ class KubernetesBackend(Backend):
                 notes += [view.line()] if view else []
             except BackendError as exc:
                 notes.append(f"preflight not run: {exc}")
-        if spec.cluster.health_gate:
-            notes.append(
-                "health gate first: torchdeck check runs on the nodes with this image, kind and node selection; "
-                "the nodes that fall short are kept off (cluster.avoid_nodes), and the run is planned again"
-            )
-        return rendered_plan(self.name, spec, rendered, found, notes)
+        plan = rendered_plan(self.name, spec, rendered, found, notes)
+        plan.gate = GateStep() if spec.cluster.health_gate else None
+        return plan
 
     def crd(self, kind: JobKindName) -> dict[str, Any] | None:
         """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed; empty: the
@@ -257,25 +294,17 @@ class KubernetesBackend(Backend):
         if JOB_KINDS[kind].builtin:
             return None
         definition = self.crd(kind)
-        return crds.for_cluster(kind, definition) if definition else crds.latest(kind)
+        return JOB_KINDS[kind].target_for(definition) if definition else JOB_KINDS[kind].latest
 
     def with_code_bucket(self, spec: JobSpec) -> JobSpec:
         """The spec with this backend's bucket for large code bundles, where it names none."""
-        if spec.builtin or spec.cluster.code_bucket or not self.code_bucket:
-            return spec
-        return dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, code_bucket=self.code_bucket))
+        return with_code_bucket(spec, self.code_bucket)
 
-    def apply(self, plan: Plan) -> str:
-        """Send the plan's code bundle where it goes and create the plan's objects, in order (after
-        the health gate, where the spec asks for it: the nodes that fall short are kept off)."""
-        if plan.spec.cluster.health_gate and plan.backend == self.name:
-            plan = self._gated(plan)
+    def start(self, plan: Plan, progress: Progress = silent) -> str:
+        """Send the plan's code bundle where it goes and create the plan's objects, in order."""
         rendered = plan.payload
-        if not isinstance(rendered, Rendered) or plan.backend != self.name:
+        if not isinstance(rendered, Rendered):
             raise BackendError(f"this plan was not made by the {self.name} backend", "make it with plan(spec)")
-        if plan.findings:
-            more = f" (and {len(plan.findings) - 1} more: torchdeck train --dry-run lists them)"
-            raise BackendError(plan.findings[0] + (more if len(plan.findings) > 1 else ""), plan.fixes[0])
         self.sent = []
         if rendered.bundle is not None and rendered.bundle_url:
             self._upload_bundle(rendered.bundle.data, rendered.bundle_url)
@@ -300,47 +329,47 @@ class KubernetesBackend(Backend):
             self._owners[plan.run_id] = OwnedBy(self.client, plan.spec.namespace, uid)
         return plan.run_id
 
-    def _gated(self, plan: Plan) -> Plan:
-        """``plan`` after the health gate ran on the nodes it would use: planned again, kept off the
-        nodes that fell short, where some did."""
-        result = self.check(plan.spec, on_wait=self.on_wait)
-        short = sorted(set(result.get("short") or {}) - set(plan.spec.cluster.avoid_nodes))
+    def gated(self, plan: Plan, result: GateResult, progress: Progress) -> Plan:
+        """``plan`` after its health gate: where nodes fell short, its objects written again under
+        the same run id and for the same operator release, kept off them (``cluster.avoid_nodes``)."""
+        short = sorted(set(result.short) - set(plan.spec.cluster.avoid_nodes))
         if not short:
-            self.on_wait(f"health gate: every node passed ({len(result.get('nodes') or [])} measured)")
+            progress(f"health gate: every node passed ({len(result.nodes)} measured)")
             return plan
         for node in short:
-            self.on_wait(f"health gate: {node} fell short: {result['short'][node]}")
-        self.on_wait(f"health gate: the run is kept off {', '.join(short)}")
+            progress(f"health gate: {node} fell short: {result.short[node]}")
+        progress(f"health gate: the run is kept off {', '.join(short)}")
         c = plan.spec.cluster
         spec = dataclasses.replace(
             plan.spec, cluster=dataclasses.replace(c, avoid_nodes=sorted({*c.avoid_nodes, *short}))
         )
-        return self.plan(spec)
+        target = plan.payload.target if isinstance(plan.payload, Rendered) else None
+        return rendered_plan(self.name, spec, render(spec, plan.run_id, target=target), notes=plan.notes)
 
     def check(
         self,
         spec: JobSpec | None = None,
         max_bytes: int = 16 << 20,
-        on_wait: Callable[[str], None] = lambda line: None,
+        progress: Progress = silent,
         timeout_s: float = 900.0,
         dcgm_level: int = 1,
-    ) -> dict:
+    ) -> GateResult:
         """The health gate on the nodes a run of ``spec`` would use: ``health.gate_spec`` submitted
         as a run of the same kind (so placed, queued and admitted as the run would be), waited for,
         its answer read from rank 0's log, then deleted. The answer is judged (``health.judge``,
         with each node's instance type) and kept in the state folder for ``status``."""
-        from ..health import gate_nodes, gate_spec, judge, save
+        from ..health import GateResult, gate_spec, judge, save
 
         if spec is None:
             raise BackendError("the health gate on a cluster needs the run's spec", "torchdeck check SPEC (or flags)")
         gate = gate_spec(spec, max_bytes, dcgm_level)
         run_id = self.submit(gate)
-        on_wait(f"health gate {run_id}: {gate.nodes} node(s) x {gate.nproc_per_node} rank(s), image {gate.image}")
+        progress(f"health gate {run_id}: {gate.nodes} node(s) x {gate.nproc_per_node} rank(s), image {gate.image}")
         try:
-            status = self._wait_gate(run_id, timeout_s, on_wait)
+            status = self._wait_gate(run_id, timeout_s, progress)
             ran_on, text = self._gate_answer(run_id)
-            result = tool_result(text)  # the check's own error line raises, with its message and hint
-            if status.state is not JobState.SUCCEEDED or result is None:
+            answer = tool_result(text)  # the check's own error line raises, with its message and hint
+            if status.state is not JobState.SUCCEEDED or answer is None:
                 raise BackendError(
                     f"the health gate {run_id} {status.state.value}: {status.reason or 'it said no result'}",
                     status.hint
@@ -349,12 +378,11 @@ class KubernetesBackend(Backend):
         finally:
             with contextlib.suppress(BackendError, ApiError):
                 self.discard(run_id)
-        result = gate_nodes(result, ran_on)
-        nodes = {str(n.get("node")) for n in result["nodes"]}
-        result["instance_types"] = self._instance_types(nodes)
-        result["short"] = judge(result, result["instance_types"])
-        result["time"] = time.time()
-        result["gate"] = run_id
+        result = GateResult.from_tool(answer).only_on(ran_on)
+        result.instance_types = self._instance_types({str(n.get("node")) for n in result.nodes})
+        result.short = judge(result, result.instance_types)
+        result.time = time.time()
+        result.gate = run_id
         if self.ledger_dir is not None:
             save(self.ledger_dir / "check", result)
         return result
@@ -379,7 +407,7 @@ class KubernetesBackend(Backend):
         lines = self._log_lines(batch, nproc_per_node(obj), 0, self.text_reader(obj))[1]
         return ran_on, "\n".join(line.text for line in lines)
 
-    def _wait_gate(self, run_id: str, timeout_s: float, on_wait: Callable[[str], None]) -> JobStatus:
+    def _wait_gate(self, run_id: str, timeout_s: float, on_wait: Progress) -> JobStatus:
         deadline, said = time.monotonic() + timeout_s, ""
         while True:
             status = self.status(run_id)
@@ -648,7 +676,7 @@ class KubernetesBackend(Backend):
     def _require_made(self, name: str, trust_label: bool, verb: str) -> None:
         """Refuse to ``verb`` a run found by its label alone, unless the user said it is theirs."""
         if name in self._unrecorded and not trust_label:
-            key, ns = self._kinds.get(name, ("pytorchjob", "?"))
+            key, ns = self._kinds.get(name, (KINDS[0], "?"))
             raise FoundByLabel(
                 f"{JOB_KINDS[key].kind} {ns}/{name} was {FOUND_BY_LABEL}; not {verb}ing it on a label's word",
                 f"if it is yours (made from another machine), say so: torchdeck {verb} {name} --yes",
@@ -978,7 +1006,7 @@ class KubernetesBackend(Backend):
             restarts=restarts,
             location=f"{meta.get('namespace', 'default')}/{JOB_KINDS[key].kind}",
             queue=wait,
-            trainer_status=st.get("trainerStatus") if key == "trainjob" else None,
+            trainer_status=st.get("trainerStatus"),  # a TrainJob's alone
         )
 
     def list(self) -> list[JobStatus]:
@@ -1117,14 +1145,10 @@ class KubernetesBackend(Backend):
 
     # -- jobs around training (task jobs: tasks.py) ----------------------------------
 
-    def prepare_data(
-        self, spec: JobSpec, on_wait: Callable[[str], None] = lambda line: None, source: str | None = None
-    ) -> dict[str, Any]:
-        return self.tasks.run(spec, "data-prep", None, on_wait, source)
+    def prepare_data(self, spec: JobSpec, progress: Progress = silent, source: str | None = None) -> DataReady:
+        return DataReady.from_tool(self.tasks.run(spec, "data-prep", None, progress, source))
 
-    def copy_model(
-        self, spec: JobSpec, model_file: str, target: str, on_wait: Callable[[str], None] = lambda line: None
-    ) -> dict[str, Any]:
+    def copy_model(self, spec: JobSpec, model_file: str, target: str, on_wait: Progress = silent) -> dict[str, Any]:
         """The model-copy job: the model file on the shared volume to ``target`` (s3://), so it can
         leave the cluster; the job runs with the spec's service account (its IRSA role)."""
         return self.tasks.run(spec, "model-copy", model_file, on_wait, target)
@@ -1133,7 +1157,7 @@ class KubernetesBackend(Backend):
         self,
         run_id: str,
         via: Callable[[JobSpec], str],
-        on_wait: Callable[[str], None] = lambda line: None,
+        progress: Progress = silent,
         location: str | None = None,
     ) -> str:
         """A model on the cluster's volume leaves through S3: the model-copy job puts it under
@@ -1152,8 +1176,8 @@ class KubernetesBackend(Backend):
             target = str(S3Url.parse(via(spec)).join(run_id, "model.pt"))
         except ValueError as exc:
             raise BackendError(f"--via: {exc}", "e.g. --via s3://my-bucket/models") from None
-        on_wait(f"{location} is on the cluster's volume: copying it to {target} with a job")
-        self.copy_model(spec, location, target, on_wait=on_wait)
+        progress(f"{location} is on the cluster's volume: copying it to {target} with a job")
+        self.copy_model(spec, location, target, on_wait=progress)
         return target
 
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
@@ -1189,10 +1213,8 @@ class KubernetesBackend(Backend):
             raise BackendError(f"{run_id}: the job does not say where its model goes", "pass --model-file")
         return spec, model_file
 
-    def test_model(
-        self, spec: JobSpec, model_file: str | None = None, on_wait: Callable[[str], None] = lambda line: None
-    ) -> TestResult:
-        return as_test_result(self.tasks.run(spec, "model-test", model_file, on_wait))
+    def test_model(self, spec: JobSpec, model_file: str | None = None, progress: Progress = silent) -> TestResult:
+        return as_test_result(self.tasks.run(spec, "model-test", model_file, progress))
 
     # -- pods, logs and metrics -----------------------------------------------------
 

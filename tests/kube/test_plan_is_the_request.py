@@ -4,6 +4,8 @@ field for field, in the plan's order, under the plan's run id."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from kube_jobs import IMAGE, NS, install, make_spec
@@ -38,9 +40,13 @@ def test_what_reaches_the_api_server_is_the_plan_shown(kube_backend, kind, tmp_p
     (code / "train.py").write_text("print('step 1/2 loss: 1.0')\n")
     entry = {"script": "train.py", "code": str(code)} if kind != "mpijob" else {}
     plan = kube_backend.plan(make_spec(cluster={"kind": kind}, entrypoint=entry))
-    shown = plan.text()
+    shown = plan.text(full=True)
     assert plan.findings == [] and "# preflight: the cluster can run it" in shown
-    assert [d for d in yaml.safe_load_all(shown) if d] == plan.objects  # the text is the objects
+    assert [d for d in yaml.safe_load_all(shown) if d] == plan.objects  # the text is the objects (whole)
+    if entry:  # as a person reads it: the bundle as its files and size, not its base64
+        brief = plan.text()  # the user's file and torchdeck's own (its exit marker, the triage probe)
+        assert re.search(r"# code bundle: \d+ file\(s\), \d+ B \(\d+\.\d KiB packed\) from .*/code\n", brief)
+        assert "<1 key(s), " in brief and len(brief) < len(shown)
     assert plan.run_id in shown and plan.objects[-1]["metadata"]["name"] == plan.run_id
     if entry:
         assert plan.code.startswith(f"configmap {NS}/") and any(o["kind"] == "ConfigMap" for o in plan.objects)
@@ -74,19 +80,41 @@ def test_a_plan_whose_run_id_was_taken_since_is_refused_and_a_spec_is_planned_ag
 
 
 def test_render_and_the_dry_run_print_the_same_objects(kube_api, kube_backend, tmp_path, capsys, monkeypatch) -> None:
+    """``render`` is the plan made offline: for the same time (the run id's clock), name and release,
+    it prints what ``train --dry-run`` prints, the run id included, with nothing copied across."""
+    from torchdeck.backends import names
+
     install(kube_backend)
     monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig))
     monkeypatch.setenv("TORCHDECK_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
-    argv = ["--image", IMAGE, "--namespace", NS, "--set", "cluster.pvc=shared", "--name", "demo"]
+    monkeypatch.setattr(names, "clock", lambda: 1_800_000_000.0)
+    argv = ["--image", IMAGE, "--namespace", NS, "--set", "cluster.pvc=shared", "--name", "demo", "--output", "yaml"]
     assert main(["--backend", "kubernetes", "train", "--dry-run", *argv]) == 0
     dry = capsys.readouterr().out
-    run_id = dry.split("# plan: run ", 1)[1].split()[0]
-    assert run_id.startswith("demo-")
-    assert main(["render", *argv, "--run-id", run_id]) == 0
+    print("DBG", dry[:600])
+    assert main(["render", *argv]) == 0
     rendered = capsys.readouterr().out
+    head = "# plan: run demo-0115-080000 on the kubernetes backend"
+    assert head in dry and head in rendered
     assert "# preflight: the cluster can run it" in dry and "# preflight not run: render reads no cluster" in rendered
     assert [d for d in yaml.safe_load_all(dry) if d] == [d for d in yaml.safe_load_all(rendered) if d]
+
+
+def test_a_plan_shows_the_code_bundle_as_its_files_and_size_and_whole_in_yaml(tmp_path, capsys, monkeypatch) -> None:
+    """A plan is for a person: the code bundle's ConfigMap shows as a count of its keys and bytes and
+    the bundle as its files and size; ``--output yaml`` writes it whole, for kubectl apply -f -."""
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    (tmp_path / "model.py").write_text("X = 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHDECK_STATE_DIR", str(tmp_path / "state"))
+    assert main(["render", "train.py", "--image", IMAGE]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"# code bundle: \d+ file\(s\)", text) and "characters: --output yaml shows them>" in text
+    assert main(["render", "train.py", "--image", IMAGE, "--output", "yaml"]) == 0
+    whole = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    bundle = next(d for d in whole if d["kind"] == "ConfigMap")
+    assert bundle["binaryData"] and all(isinstance(v, str) and len(v) > 40 for v in bundle["binaryData"].values())
 
 
 def test_a_newcomer_launches_on_the_cluster_from_the_form_alone_and_the_plan_shown_is_what_is_made(

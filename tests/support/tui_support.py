@@ -106,7 +106,7 @@ class SnapshotBackend(FixedNodesBackend):
 
         return JobSpec(), str(self.resolve(run_id) / "model.pt")
 
-    def test_model(self, spec, model_file=None, on_wait=lambda line: None):
+    def test_model(self, spec, model_file=None, progress=lambda line: None):
         classes = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
         scores = (0.71, 0.78, 0.47, 0.41, 0.55, 0.49, 0.74, 0.69, 0.80, 0.72)
         return {

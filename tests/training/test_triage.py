@@ -9,7 +9,7 @@ import json
 import sys
 
 from hangs import ALL_REDUCE_LINE, SLEEP_LINE, hang_script
-from local_runs import cli_env, left_running, run_cli, wait_status
+from local_runs import cli_env, finished, left_running, run_cli, wait_status
 from tui_support import settings_for, wait_for
 
 from torchdeck.backends.local import LocalBackend
@@ -141,3 +141,21 @@ def test_the_health_gates_bandwidth_sweep_between_local_ranks(tmp_path):
     assert "every node passed (1 measured)" in text
     bad = run_cli(["check", "--nproc-per-node", "1"], env, tmp_path)
     assert bad.returncode == 1 and "a sweep needs 2 to 64 ranks" in bad.stderr
+
+
+def test_a_local_train_with_the_health_gate_runs_it_as_the_plans_first_step(tmp_path, tiny_cifar):
+    """Issue 53: the health gate is a step of the plan on every backend: the dry run shows it, and
+    the run made from the plan runs it first (the sweep between its ranks here, said on stderr),
+    exactly as the console's launch does, with nothing set on the backend from outside."""
+    env = cli_env(tmp_path / "state")
+    args = ["train", "--check", "--data-dir", str(tiny_cifar), "--nproc-per-node", "2", "--max-steps", "2",
+            "--batch-size", "16"]  # fmt: skip
+    dry = run_cli([*args, "--dry-run"], env, tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "# health gate first: torchdeck check measures the all-reduce between the run's ranks here" in dry.stdout
+    done = run_cli([*args, "--detach"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "running python -m torch.distributed.run" in done.stderr
+    assert "health gate: peak bus bandwidth" in done.stderr and "this machine passed" in done.stderr
+    final = finished(LocalBackend(tmp_path / "state"), done.stdout.strip())
+    assert final.state.value == "succeeded", (final.reason, final.hint)

@@ -206,8 +206,8 @@ class LaunchScreen(FormScreen[None]):
         spec = self.submitted_spec()
         if spec is not None:
             self.query_one("#launch", Button).disabled = True
-            if spec.cluster.health_gate and self.app.backend_name != "local":
-                self.form_error("the health gate runs on the nodes first: a few minutes...")
+            if spec.cluster.health_gate:
+                self.form_error("the health gate runs first: a few minutes...")
             self.submit(spec)
 
     def action_save(self) -> None:
@@ -246,7 +246,8 @@ class LaunchScreen(FormScreen[None]):
     @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
     def submit(self, spec: JobSpec | Plan) -> None:
         """Launch a spec (planned now) or the plan the preview showed, exactly."""
-        self.post_message(JobSubmitted(self.app.backend.submit(spec)))
+        said = lambda line: self.app.call_from_thread(self.form_error, line)  # noqa: E731
+        self.post_message(JobSubmitted(self.app.backend.submit(spec, progress=said)))
 
     def worker_failed(self, group: str, text: str) -> None:
         self.query_one("#launch", Button).disabled = False

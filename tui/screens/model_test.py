@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.widgets import Static
 
 from torchdeck.backends.base import TestResult
+from torchdeck.backends.capabilities import CifarTasks
 
 from ..glyphs import bar
 from ..messages import ModelTested, TestProgressed
@@ -44,13 +45,13 @@ class ModelTestScreen(DeckScreen[None]):
 
     @work(thread=True, exclusive=True, group="model-test", exit_on_error=False)
     def run_test_job(self) -> None:
-        backend = self.app.backend
-        spec, model_file = backend.model_file_of(self.run_id)
+        tasks = self.app.backend.require(CifarTasks)
+        spec, model_file = tasks.model_file_of(self.run_id)
 
         def progressed(line: str) -> None:
             self.post_message(TestProgressed(line))
 
-        result = backend.test_model(spec, model_file, on_wait=progressed)
+        result = tasks.test_model(spec, model_file, progress=progressed)
         self.post_message(ModelTested(self.run_id, result))
 
     def on_test_progressed(self, message: TestProgressed) -> None:

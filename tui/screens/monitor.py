@@ -17,6 +17,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from torchdeck.backends.base import Backend, JobState, JobStatus, NodeMetrics
+from torchdeck.backends.capabilities import HangTriage, NodeMeasures
 from torchdeck.backends.cost import dollars
 from torchdeck.backends.triage import Triage
 from torchdeck.monitor.feed import MetricFeed
@@ -178,7 +179,7 @@ class MonitorScreen(DeckScreen[None]):
 
     @work(thread=True, exclusive=True, group="nodes", exit_on_error=False)
     def measure_nodes(self) -> None:
-        self.post_message(NodesMeasured(self.backend.node_metrics(self.run_id)))
+        self.post_message(NodesMeasured(self.backend.require(NodeMeasures).node_metrics(self.run_id)))
 
     @work(thread=True, exclusive=True, group="status", exit_on_error=False)
     def poll_status(self) -> None:
@@ -188,7 +189,7 @@ class MonitorScreen(DeckScreen[None]):
     def triage_run(self, auto: bool = False) -> None:
         """Ask the run's ranks where they are (``backend.triage``): by the key, or by itself once a
         quiet spell looks like a hang."""
-        self.post_message(TriageMade(self.backend.triage(self.run_id), auto))
+        self.post_message(TriageMade(self.backend.require(HangTriage).triage(self.run_id), auto))
 
     @work(thread=True, exclusive=True, group="resume", exit_on_error=False)
     def resume_run(self, avoid: list[str], trust: bool) -> None:

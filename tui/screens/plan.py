@@ -21,11 +21,14 @@ class PlanScreen(ModalScreen[bool]):
     BINDINGS = [
         Binding("ctrl+l", "answer(True)", "Launch this plan", priority=True),
         Binding("escape", "answer(False)", "Back to the form"),
+        Binding("f", "whole", "Every object whole"),
     ]
 
     def __init__(self, plan: Plan):
         super().__init__()
         self.plan = plan
+        self.whole = False
+        """Every object written out (a code bundle's ConfigMap too), or the plan as a person reads it."""
 
     def compose(self) -> ComposeResult:
         blocked = f" - {len(self.plan.findings)} finding(s) stop it" if self.plan.findings else ""
@@ -36,6 +39,11 @@ class PlanScreen(ModalScreen[bool]):
             with Horizontal(id="plan-buttons"):
                 yield Button("Launch ^l", id="go", variant="success", compact=True, disabled=bool(self.plan.findings))
                 yield Button("Back esc", id="back", compact=True)
+
+    def action_whole(self) -> None:
+        """``f``: the objects whole (as ``--output yaml`` prints them), and back."""
+        self.whole = not self.whole
+        self.query_one("#plan-text", Static).update(Text(printable_lines(self.plan.text(full=self.whole))))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "go")

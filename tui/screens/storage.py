@@ -5,8 +5,6 @@ its phase, elapsed time and events as they come."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -14,6 +12,7 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import Input, Select, Static
 
+from torchdeck.backends.capabilities import CifarTasks, DataReady
 from torchdeck.backends.eks.progress import Progress, StorageReady
 from torchdeck.backends.eks.storage_plan import FSX_DEPLOYMENTS, StoragePlan, validate_storage
 from torchdeck.backends.eks.storage_state import StorageState
@@ -236,16 +235,15 @@ class StorageScreen(CloudStepsScreen["StoragePlan"]):
         self.app.call_from_thread(
             self.log_line, f"data: CIFAR-10 for {spec.name} on the {self.app.backend.name} backend", "bold"
         )
-        result = self.app.backend.prepare_data(
-            spec, on_wait=lambda line: self.app.call_from_thread(self.log_line, f"data: {line}", "dim")
+        ready = self.app.backend.require(CifarTasks).prepare_data(
+            spec, progress=lambda line: self.app.call_from_thread(self.log_line, f"data: {line}", "dim")
         )
-        self.app.call_from_thread(self.data_ready, result)
+        self.app.call_from_thread(self.data_ready, ready)
 
-    def data_ready(self, result: dict[str, Any]) -> None:
+    def data_ready(self, ready: DataReady) -> None:
         self.phase, self.state = "done", "done"
         self.tick()
         self.log_line(
-            f"data: CIFAR-10 ready in {result.get('path')}: {result.get('train_images')} training and "
-            f"{result.get('test_images')} test images",
+            f"data: CIFAR-10 ready in {ready.path}: {ready.train_images} training and {ready.test_images} test images",
             "bold green",
         )
