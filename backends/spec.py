@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from ..trainer import options as trainer_options
 from .cost import money
 from .errors import SpecError
 from .files import load_yaml, parse_yaml, replace_text
@@ -53,70 +54,44 @@ from .spec_options import (
     relative_path,
     run_id_check,
     s3_prefix,
+    trainer_field,
     widget_of,
 )
 
 DEFAULT_SPEC_FILE = "torchdeck.yaml"
-# The trainer's recipes and models, by name; the trainer itself (which
-# imports torch) is not loaded to validate a spec. tests/unit/test_spec.py checks
-# these against the trainer's own argument parser.
-RECIPES = ("fast", "seed")
-MODELS = ("resnet-fast", "resnet18", "seed-cnn")
 
 
 @dataclass
 class TrainerOptions:
-    """Options passed to ``python -m torchdeck.trainer``; None means the
-    recipe's value."""
+    """Options passed to ``python -m torchdeck.trainer``; None means the recipe's value. Their
+    defaults, choices, checks and help are the trainer's own (``trainer/options.py``); what is
+    here is how the form and the command line show them."""
 
-    recipe: str = option(
-        "fast", **choices(*RECIPES), help="the built-in trainer's hyper-parameters", label="Recipe", flag="--recipe"
-    )
+    recipe: str = trainer_field(trainer_options.RECIPE, label="Recipe", flag="--recipe")
     """Hyper-parameter set: fast (default) or seed."""
-    model: str | None = option(
-        None,
-        **choices(*MODELS, optional=True),
-        help="the built-in trainer's network",
-        label="Model",
-        example="the recipe's",
-        flag="--model",
-    )
+    model: str | None = trainer_field(trainer_options.MODEL, label="Model", example="the recipe's", flag="--model")
     """Network: resnet-fast, seed-cnn or resnet18 (default: the recipe's)."""
-    epochs: int | None = option(
-        None,
-        check=int_at_least(1, optional=True),
-        help="epochs to train",
-        label="Epochs",
-        example="empty: the recipe's",
-        flag="--epochs",
+    epochs: int | None = trainer_field(
+        trainer_options.EPOCHS, label="Epochs", example="empty: the recipe's", flag="--epochs"
     )
     """Epochs to train (default: the recipe's)."""
-    batch_size: int | None = option(
-        None, check=int_at_least(1, optional=True), help="images per rank per step", flag="--batch-size"
-    )
+    batch_size: int | None = trainer_field(trainer_options.BATCH_SIZE, flag="--batch-size")
     """Images per rank per step (default: the recipe's)."""
-    max_steps: int | None = option(
-        None,
-        check=int_at_least(1, optional=True),
-        help="stop after N optimiser steps",
-        label="Max steps",
-        example="empty: no limit",
-        flag="--max-steps",
+    max_steps: int | None = trainer_field(
+        trainer_options.MAX_STEPS, label="Max steps", example="empty: no limit", flag="--max-steps"
     )
     """Stop after this many optimiser steps, job-wide."""
-    dataset: str = option("cifar10", **choices("cifar10", "synthetic"), help="cifar10, or synthetic images")
+    dataset: str = trainer_field(trainer_options.DATASET)
     """cifar10 from data_dir, or synthetic images of the same shape."""
-    precision: str | None = option(
-        None, **choices("auto", "fp32", "bf16", "fp16", optional=True), help="number format of the training"
-    )
+    precision: str | None = trainer_field(trainer_options.PRECISION)
     """auto, fp32, bf16 or fp16 (default: the recipe's)."""
-    seed: int = option(0, check=int_at_least(0), help="random seed")
+    seed: int = trainer_field(trainer_options.SEED)
     """Random seed."""
-    checkpoint_every: int = option(0, check=int_at_least(0), help="also snapshot every N optimiser steps")
+    checkpoint_every: int = trainer_field(trainer_options.CHECKPOINT_EVERY)
     """Also snapshot every N optimiser steps (always at each epoch's end)."""
-    keep_checkpoints: int = option(3, check=int_at_least(0), help="keep the newest K snapshots")
+    keep_checkpoints: int = trainer_field(trainer_options.KEEP_CHECKPOINTS)
     """Keep the newest K snapshots."""
-    log_every: int = option(1, check=int_at_least(1), help="a step metric line every N steps")
+    log_every: int = trainer_field(trainer_options.LOG_EVERY)
     """Write a step metric line every N steps."""
 
 
@@ -451,13 +426,7 @@ class JobSpec:
         flag="--max-restarts",
     )
     """How many times torchrun restarts the workers after a failure."""
-    device: str = option(
-        "auto",
-        **choices("auto", "cpu", "cuda"),
-        help="auto: CUDA where there is a GPU, else the CPU",
-        label="Device",
-        flag="--device",
-    )
+    device: str = trainer_field(trainer_options.DEVICE, label="Device", flag="--device")
     """auto (CUDA where present), cpu or cuda."""
     data_dir: str = option(
         "data",
@@ -470,25 +439,16 @@ class JobSpec:
         local_path=True,
     )
     """Folder holding cifar-10-batches-py/; relative paths are taken from the spec file's folder."""
-    download: bool = option(
-        False,
-        check=is_bool,
-        help="fetch CIFAR-10 into the data folder if absent",
-        label="Download data",
-        example="if absent",
-        flag="--download",
+    download: bool = trainer_field(
+        trainer_options.DOWNLOAD, label="Download data", example="if absent", flag="--download"
     )
     """Fetch the official CIFAR-10 archive into data_dir if it is absent."""
     checkpoint_dir: str | None = option(
         None, check=path_check(optional=True), help="where snapshots go", flag="--checkpoint-dir", local_path=True
     )
     """Where snapshots go (default: the run's own folder, or the shared volume on a cluster)."""
-    model_file: str | None = option(
-        None,
-        check=path_check(optional=True),
-        help="where the trained model goes: a path or s3://bucket/key",
-        flag="--model-file",
-        local_path=True,
+    model_file: str | None = trainer_field(
+        trainer_options.MODEL_FILE, check=path_check(optional=True), flag="--model-file", local_path=True
     )
     """Where the trained model goes: a path or s3://bucket/key (default: model.pt in checkpoint_dir)."""
     resumes: str | None = option(
@@ -658,14 +618,14 @@ def option_at(path: str) -> SpecOption:
     return OPTIONS[section][name]
 
 
-def _empty(opt: SpecOption, value: Any) -> Any:
+def _empty(opt: SpecOption, value: object) -> object:
     """A mapping or a list written as nothing (``env:``) is an empty one."""
     if value is None and opt.widget in ("map", "args"):
         return {} if opt.widget == "map" else []
     return value
 
 
-def _read(opt: SpecOption, value: Any, where: str, source: str) -> Any:
+def _read(opt: SpecOption, value: object, where: str, source: str) -> object:
     """One field's value through its option: coerced, checked (a SpecError naming it), converted."""
     o = opt.option
     if o.coerce is not None:
@@ -676,7 +636,7 @@ def _read(opt: SpecOption, value: Any, where: str, source: str) -> Any:
     return o.convert(value) if o.convert is not None and value is not None else value
 
 
-def _check_keys(data: Mapping[str, Any], known: list[str], prefix: str, source: str) -> None:
+def _check_keys(data: Mapping[str, object], known: list[str], prefix: str, source: str) -> None:
     for key in data:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)
@@ -808,23 +768,34 @@ def load_spec(path: str | Path) -> JobSpec:
 
 
 def resolve_paths(spec: JobSpec, base: Path) -> JobSpec:
-    """Make local relative paths absolute against ``base``; s3:// stays as is."""
-
-    def fix(value: str | None) -> str | None:
-        if value is None or "://" in value or Path(value).expanduser().is_absolute():
-            return str(Path(value).expanduser()) if value and "://" not in value else value
-        return str((base / value).resolve())
-
-    return dataclasses.replace(
-        spec,
-        entrypoint=dataclasses.replace(spec.entrypoint, code=fix(spec.entrypoint.code) or spec.entrypoint.code),
-        data_dir=fix(spec.data_dir) or spec.data_dir,
-        checkpoint_dir=fix(spec.checkpoint_dir),
-        model_file=fix(spec.model_file),
-    )
+    """Make local relative paths (the fields whose ``Option.local_path`` says so) absolute against
+    ``base``, and ``~`` the home folder; s3:// stays as is."""
+    for opt in spec_options():
+        value = value_at(spec, opt.path)
+        if opt.option.local_path and isinstance(value, str) and "://" not in value:
+            path = Path(value).expanduser()
+            spec = with_value(spec, opt.path, str(path if path.is_absolute() else (base / value).resolve()))
+    return spec
 
 
-def update_spec_file(path: str | Path, changes: Mapping[str, Any]) -> JobSpec:
+def value_at(spec: JobSpec, path: str) -> object:
+    """The value of the field at a dotted path (``trainer.epochs``)."""
+    section, _, name = path.rpartition(".")
+    return getattr(getattr(spec, section) if section else spec, name)
+
+
+def with_value(spec: JobSpec, path: str, value: str) -> JobSpec:
+    """A copy of ``spec`` with the field at a dotted path set, unchecked: for a value made from one
+    already checked (a path made absolute); ``with_overrides`` checks what a person gave."""
+    section, _, name = path.rpartition(".")
+    change: dict[str, Any] = {name: value}  # a field named at run time: the type checker cannot follow it
+    if not section:
+        return dataclasses.replace(spec, **change)
+    nested: dict[str, Any] = {section: dataclasses.replace(getattr(spec, section), **change)}
+    return dataclasses.replace(spec, **nested)
+
+
+def update_spec_file(path: str | Path, changes: Mapping[str, object]) -> JobSpec:
     """Set ``changes`` (dotted fields) in the spec file at ``path``, keeping the rest as written
     (relative paths stay relative to the file), or write the defaults with them where there is no
     file; returns the spec as saved. The one way torchdeck edits a user's spec (the image it
@@ -847,7 +818,7 @@ def save_spec(spec: JobSpec, path: str | Path, *, replace: bool = True) -> None:
     replace_text(Path(path), spec_template(spec), replace=replace)
 
 
-def _flow(value: Any) -> str:
+def _flow(value: object) -> str:
     """A value on one line, as YAML reads it back (``[--lr, '0.1']``, ``{}``, ``null``)."""
     import yaml
 
@@ -882,7 +853,7 @@ def spec_template(spec: JobSpec) -> str:
     data = spec.to_dict()
     lines = ["# A torchdeck job spec: `torchdeck train` runs it (docs/SPEC.md has every field)."]
 
-    def line(indent: str, name: str, value: Any, opt: SpecOption) -> str:
+    def line(indent: str, name: str, value: object, opt: SpecOption) -> str:
         where = {"local": "local: ", "cluster": "cluster: "}.get(opt.option.where, "")
         text = opt.option.help
         text = text if text.startswith(where.strip()) else where + text
@@ -897,7 +868,7 @@ def spec_template(spec: JobSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_override(text: str) -> tuple[str, Any]:
+def parse_override(text: str) -> tuple[str, object]:
     """``trainer.epochs=5`` -> ("trainer.epochs", 5): values are read as YAML
     scalars, so numbers and booleans get their types."""
     key, sep, raw = text.partition("=")
@@ -910,7 +881,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
+def with_overrides(spec: JobSpec, overrides: Mapping[str, object]) -> JobSpec:
     """A copy of ``spec`` with dotted-field overrides applied and validated."""
     data = spec.to_dict()
     for key, value in overrides.items():
@@ -926,40 +897,8 @@ def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
 
 def trainer_arguments(spec: JobSpec, data_dir: str, checkpoint_dir: str, metrics_file: str | None = None) -> list[str]:
     """The ``python -m torchdeck.trainer`` arguments for this spec, with the
-    paths as the ranks will see them (a run folder here, a volume in a pod)."""
-    t = spec.trainer
-    args = [
-        "--data-dir",
-        data_dir,
-        "--dataset",
-        t.dataset,
-        "--recipe",
-        t.recipe,
-        "--checkpoint-dir",
-        checkpoint_dir,
-        "--device",
-        spec.device,
-        "--seed",
-        str(t.seed),
-        "--checkpoint-every",
-        str(t.checkpoint_every),
-        "--keep-checkpoints",
-        str(t.keep_checkpoints),
-        "--log-every",
-        str(t.log_every),
-    ]
-    if metrics_file:
-        args += ["--metrics-file", metrics_file]
-    for flag, value in (
-        ("--model", t.model),
-        ("--epochs", t.epochs),
-        ("--batch-size", t.batch_size),
-        ("--max-steps", t.max_steps),
-        ("--precision", t.precision),
-        ("--model-file", spec.model_file),
-    ):
-        if value is not None:
-            args += [flag, str(value)]
-    if spec.download:
-        args.append("--download")
-    return args
+    paths as the ranks will see them (a run folder here, a volume in a pod): every field that
+    names a trainer option (``Option.trainer``), in the trainer's own order."""
+    values = {opt.option.trainer: value_at(spec, opt.path) for opt in spec_options() if opt.option.trainer}
+    paths = {"data_dir": data_dir, "checkpoint_dir": checkpoint_dir, "metrics_file": metrics_file}
+    return trainer_options.command_line(values | paths)

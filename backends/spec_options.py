@@ -10,13 +10,17 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, overload
 
+from ..trainer.options import TrainerOption
 from ..trainer.s3url import S3Url
 from .cost import money
 from .errors import SpecError
 from .names import DNS_1035_RE, check_bucket_name, check_code_path, check_run_id, check_s3_prefix
 from .names import SUBDOMAIN_RE as DNS_SUBDOMAIN_RE
+
+if TYPE_CHECKING:  # typing has them from Python 3.11 (3.12: Unpack for keywords); they are only read by the checker
+    from typing_extensions import Required, Unpack
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?\Z")
 """Names of objects a run makes (and so job names, which start them): a letter first, as Service
@@ -61,22 +65,91 @@ class Option:
     where: Where = "all"
     local_path: bool = False
     """A path on this machine: the command line and the form make it absolute (s3:// stays)."""
-    coerce: Callable[[Any], Any] | None = None
+    coerce: Callable[[object], object] | None = None
     """Applied before the check (a number where a quantity goes, as its text)."""
-    convert: Callable[[Any], Any] | None = None
+    convert: Callable[[object], object] | None = None
     """Applied after the check passed (``"$12.50"`` is 12.5)."""
+    trainer: str = ""
+    """The built-in trainer's option this field is passed to, by name (``trainer/options.py``,
+    where its default, choices and help are declared): ``trainer_arguments`` writes it."""
 
     def applies_to(self, backend: str) -> bool:
         """Whether the field means something on ``backend`` (local, kubernetes, eks)."""
         return self.where == "all" or (self.where == "local") == (backend == "local")
 
 
-def option(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **facts: Any) -> Any:
-    """A dataclass field that carries its ``Option``: ``nodes: int = option(1, check=..., help=...)``."""
+class FormFacts(TypedDict, total=False):
+    """How the front ends show and read a field: ``Option``'s label, example, flag, where it
+    applies and whether it is a path here."""
+
+    label: str
+    example: str
+    flag: str
+    where: Where
+    local_path: bool
+
+
+class OptionFacts(FormFacts, total=False):
+    """``option()``'s keywords: the fields of ``Option`` (tests/unit/test_spec_options.py checks
+    that they are the same names)."""
+
+    check: Required[Check]
+    help: Required[str]
+    choices: tuple[str, ...]
+    coerce: Callable[[object], object] | None
+    convert: Callable[[object], object] | None
+    trainer: str
+
+
+class ChoiceFacts(TypedDict):
+    """A list of values and the check that takes only them (``choices()``)."""
+
+    choices: tuple[str, ...]
+    check: Check
+
+
+T = TypeVar("T")
+
+
+@overload
+def option(default: T, **facts: Unpack[OptionFacts]) -> T: ...
+
+
+@overload
+def option(*, factory: Callable[[], T], **facts: Unpack[OptionFacts]) -> T: ...
+
+
+def option(
+    default: object = dataclasses.MISSING,
+    *,
+    factory: Callable[[], object] | None = None,
+    **facts: Unpack[OptionFacts],
+) -> object:
+    """A dataclass field that carries its ``Option``: ``nodes: int = option(1, check=..., help=...)``.
+    It is the field's value to the type checker (``dataclasses.field`` is too)."""
     metadata = {"option": Option(**facts)}
-    if factory is not dataclasses.MISSING:
+    if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def trainer_field(opt: TrainerOption[T], *, check: Check | None = None, **facts: Unpack[FormFacts]) -> T:
+    """A spec field that the built-in trainer takes as ``opt``: its default, choices, help and
+    check come from the trainer's declaration (``trainer/options.py``), the way the form and the
+    command line show it from ``facts``. ``check``: for a free text, which the trainer does not judge."""
+    optional = opt.default is None
+    if check is not None:
+        pass
+    elif opt.choices:
+        check = choices_check(*((None,) if optional else ()), *opt.choices)
+    elif opt.value_type is bool:
+        check = is_bool
+    elif opt.value_type is int and opt.minimum is not None:
+        check = int_at_least(opt.minimum, optional=optional)
+    else:
+        raise TypeError(f"the spec field for --{opt.name} needs a check of its own")
+    assert opt.help is not None, f"--{opt.name} is hidden from the spec"
+    return option(opt.default, check=check, help=opt.help, choices=opt.choices, trainer=opt.name, **facts)
 
 
 def widget_of(option: Option, type_text: str) -> Widget:
@@ -96,7 +169,7 @@ def widget_of(option: Option, type_text: str) -> Widget:
     return "text"
 
 
-def choices(*values: str, optional: bool = False) -> dict[str, Any]:
+def choices(*values: str, optional: bool = False) -> ChoiceFacts:
     """``choices=`` and the matching ``check=`` for an option (None too where ``optional``)."""
     return {"choices": values, "check": choices_check(*((None,) if optional else ()), *values)}
 
@@ -137,7 +210,7 @@ def path_check(optional: bool) -> Check:
     return check
 
 
-def quantity_text(v: object) -> Any:
+def quantity_text(v: object) -> object:
     """A number where a Kubernetes quantity goes (cpu: 90, memory: 1.5) as the quantity's text,
     as the API server takes it; anything else unchanged, for the check to judge."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -331,9 +404,10 @@ def arguments_check(v: object) -> str | None:
     return None
 
 
-def as_arguments(v: Any) -> list[str]:
-    """Arguments as the command line takes them: numbers in YAML (``[--lr, 0.1]``) as text."""
-    return [str(a) for a in v]
+def as_arguments(v: object) -> list[str]:
+    """Arguments as the command line takes them: numbers in YAML (``[--lr, 0.1]``) as text (after
+    ``arguments_check``: a list)."""
+    return [str(a) for a in v] if isinstance(v, list) else []
 
 
 def pattern_check(v: object) -> str | None:

@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -18,7 +18,27 @@ from .hardware import choose_placement
 from .metrics import tool_line
 from .model_file import describe_mismatch, load_model_file
 from .models import MODELS, ModelUnavailable, build_model
+from .options import DEVICE, add_to
 from .train import DistEnv, evaluate_model
+
+
+class ClassAccuracy(TypedDict):
+    """One class's share of right answers, and how many test images it has."""
+
+    accuracy: float
+    images: int
+
+
+class Evaluation(TypedDict):
+    """What ``evaluate_file`` found: the JSON line of ``--output json`` (``tool_line``)."""
+
+    model: str
+    model_file: str
+    images: int
+    accuracy: float
+    loss: float
+    per_class: dict[str, ClassAccuracy]
+
 
 # The seed workshop's short class names, used in its printed report.
 SHORT_NAMES = ("plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -26,7 +46,7 @@ SHORT_NAMES = ("plane", "car", "bird", "cat", "deer", "dog", "frog", "horse", "s
 
 def evaluate_file(
     model_file: str, data_dir: str, model_name: str | None = None, device: str = "auto", batch_size: int = 500
-) -> dict[str, Any]:
+) -> Evaluation:
     """Accuracy of the model in ``model_file`` on the test batch in ``data_dir``."""
     saved = load_model_file(model_file)
     recorded = saved.get("model")
@@ -74,7 +94,7 @@ def evaluate_file(
     }
 
 
-def format_report(result: dict[str, Any]) -> str:
+def format_report(result: Evaluation) -> str:
     """The seed workshop's test-job report."""
     lines = [f"Accuracy of the network on the {result['images']} test images: {100 * result['accuracy']:.1f} %"]
     for i, (cls, row) in enumerate(result["per_class"].items()):
@@ -90,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model-file", required=True, help="the trainer's model file: a path or s3://bucket/key")
     p.add_argument("--data-dir", default="data", help="folder holding cifar-10-batches-py/")
     p.add_argument("--model", choices=sorted(MODELS), help="network, for a bare state dict without its name")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    add_to(p, DEVICE)
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--output", choices=("text", "json"), default="text")
     a = p.parse_args(argv)

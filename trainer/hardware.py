@@ -11,6 +11,7 @@ from functools import lru_cache
 import torch
 
 from .errors import TrainerError
+from .options import DEVICES, PRECISIONS, one_of
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,17 @@ def cpu_has_bf16() -> bool:
 
 
 def choose_placement(device: str, precision: str, local_rank: int) -> Placement:
-    """Resolve ``--device auto|cpu|cuda`` and ``--precision auto|fp32|bf16|fp16``."""
+    """Resolve ``--device`` (one of ``DEVICES``) and ``--precision`` (one of ``PRECISIONS``)."""
     cuda = torch.cuda.is_available()
     if device == "cuda" and not cuda:
         raise TrainerError(
             "--device cuda was asked for, but CUDA is not available here",
             hint="use --device auto or cpu, or run on a GPU node",
         )
-    if device not in ("auto", "cpu", "cuda"):
-        raise TrainerError(f"unknown --device {device!r} (choose auto, cpu or cuda)")
+    if device not in DEVICES:
+        raise TrainerError(f"unknown --device {device!r} (choose {one_of(DEVICES)})")
+    if precision not in PRECISIONS:
+        raise TrainerError(f"unknown --precision {precision!r} (choose {one_of(PRECISIONS)})")
     use_cuda = device == "cuda" or (device == "auto" and cuda)
     if use_cuda:
         count = torch.cuda.device_count()
@@ -70,12 +73,10 @@ def choose_placement(device: str, precision: str, local_rank: int) -> Placement:
         amp = None
     elif precision == "bf16":
         amp = torch.bfloat16
-    elif precision == "fp16":
+    else:  # fp16
         if not use_cuda:
             raise TrainerError("--precision fp16 needs CUDA", hint="use bf16 or fp32 on a CPU")
         amp = torch.float16
-    else:
-        raise TrainerError(f"unknown --precision {precision!r} (choose auto, fp32, bf16 or fp16)")
     return Placement(dev, "nccl" if use_cuda else "gloo", amp)
 
 

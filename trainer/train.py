@@ -18,9 +18,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,8 +33,9 @@ from .errors import TrainerError
 from .hardware import GpuProbe, Placement, choose_placement
 from .metrics import MetricsWriter
 from .model_file import save_model
-from .models import MODELS, ModelUnavailable, build_model
-from .recipes import DEFAULT_RECIPE, RECIPES, Recipe, lr_at
+from .models import ModelUnavailable, build_model
+from .options import TRAINER_OPTIONS, add_to, below_minimum
+from .recipes import RECIPES, Recipe, lr_at
 from .stopping import StopRequest
 
 
@@ -85,70 +86,25 @@ class DistEnv:
         )
 
 
-def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+def argument_parser() -> argparse.ArgumentParser:
+    """The program's command line, made from its one declaration (``options.py``)."""
     p = argparse.ArgumentParser(
         prog="python -m torchdeck.trainer",
         description="Train an image classifier on CIFAR-10, alone or under torchrun (DDP).",
     )
-    p.add_argument(
-        "--data-dir",
-        default=os.environ.get("TORCHDECK_DATA_DIR", "data"),
-        help="folder holding cifar-10-batches-py/ (default: $TORCHDECK_DATA_DIR or ./data)",
-    )
-    p.add_argument(
-        "--dataset",
-        choices=("cifar10", "synthetic"),
-        default="cifar10",
-        help="cifar10 from --data-dir, or generated images of the same shape",
-    )
-    p.add_argument(
-        "--download", action="store_true", help="fetch the official CIFAR-10 archive into --data-dir if absent"
-    )
-    p.add_argument("--model", choices=sorted(MODELS), help="network (default: the recipe's)")
-    p.add_argument(
-        "--recipe",
-        choices=sorted(RECIPES),
-        default=DEFAULT_RECIPE,
-        help=f"hyper-parameters (default: {DEFAULT_RECIPE}; 'seed' reproduces the seed workshop)",
-    )
-    p.add_argument("--epochs", type=int, help="epochs (default: the recipe's)")
-    p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps, job-wide")
-    p.add_argument("--batch-size", type=int, help="images per rank per step (default: the recipe's)")
-    p.add_argument("--checkpoint-dir", help="where rank 0 writes snapshots and every rank resumes from")
-    p.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=0,
-        metavar="STEPS",
-        help="also snapshot every STEPS optimiser steps (always at each epoch's end)",
-    )
-    p.add_argument("--keep-checkpoints", type=int, default=3, metavar="K", help="keep the newest K snapshots")
-    p.add_argument(
-        "--model-file",
-        help="where rank 0 saves the trained model: a path or s3://bucket/key "
-        "(default: model.pt in --checkpoint-dir, if given)",
-    )
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument(
-        "--precision",
-        default=None,
-        choices=("auto", "fp32", "bf16", "fp16"),
-        help="autocast dtype (default: the recipe's; auto is bf16 where the hardware has it)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--metrics-file", help="also append metric lines here; {rank} in the path gives one file per rank")
-    p.add_argument("--log-every", type=int, default=1, metavar="STEPS", help="write a step line every STEPS steps")
-    p.add_argument("--synthetic-size", type=int, default=4096, help=argparse.SUPPRESS)
+    for opt in TRAINER_OPTIONS:
+        add_to(p, opt)
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    p = argument_parser()
     a = p.parse_args(argv)
     recipe = RECIPES[a.recipe]
     model = a.model or recipe.model
-    for name in ("epochs", "max_steps", "batch_size", "log_every", "synthetic_size"):
-        value = getattr(a, name)
-        if value is not None and value < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1, not {value}")
-    for name in ("checkpoint_every", "keep_checkpoints"):
-        if getattr(a, name) < 0:
-            p.error(f"--{name.replace('_', '-')} must not be negative")
+    problem = below_minimum(vars(a))
+    if problem:
+        p.error(problem)
     model_file = a.model_file or (str(Path(a.checkpoint_dir) / "model.pt") if a.checkpoint_dir else None)
     return TrainConfig(
         data_dir=a.data_dir,
@@ -263,7 +219,7 @@ class Trainer:
 
     # -- state ---------------------------------------------------------------------------------
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, object]:
         return {
             "model": self.model.state_dict(),
             "model_name": self.cfg.model,
@@ -455,7 +411,7 @@ class Trainer:
             autocast=self._autocast,
         )
 
-    def train(self) -> dict[str, Any]:
+    def train(self) -> dict[str, object]:
         self.resume()
         if self.step == 0 and hasattr(self.model, "init_whitening"):
             sample = self.train_set.images[: min(len(self.train_set), 5000)]
@@ -544,7 +500,7 @@ def evaluate_model(
     env: DistEnv,
     num_classes: int,
     tta: bool,
-    autocast: Callable[[], Any],
+    autocast: Callable[[], AbstractContextManager[object]],
     batch_size: int = 500,
 ) -> tuple[float, float, list[float]]:
     """Accuracy, mean cross-entropy and per-class accuracy of ``model`` on the
@@ -613,7 +569,7 @@ def join_process_group(backend: str, env: DistEnv) -> None:
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
 
 
-def run(cfg: TrainConfig, env: DistEnv) -> dict[str, Any]:
+def run(cfg: TrainConfig, env: DistEnv) -> dict[str, object]:
     """Validate, join the process group, train, and leave the group."""
     placement = choose_placement(cfg.device, cfg.precision, env.local_rank)
     ckpt_dir = checkpoint.prepare_dir(cfg.checkpoint_dir) if cfg.checkpoint_dir else None

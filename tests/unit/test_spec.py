@@ -7,8 +7,6 @@ import yaml
 
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.spec import (
-    MODELS,
-    RECIPES,
     JobSpec,
     load_spec,
     parse_override,
@@ -94,6 +92,8 @@ def test_spec_choices_match_the_trainer():
     """The spec validates recipes and models without importing the trainer
     (torch); they must stay the trainer's own names."""
     from torchdeck.trainer.models import MODELS as TRAINER_MODELS
+    from torchdeck.trainer.options import MODEL_NAMES as MODELS
+    from torchdeck.trainer.options import RECIPE_NAMES as RECIPES
     from torchdeck.trainer.recipes import RECIPES as TRAINER_RECIPES
 
     assert set(RECIPES) == set(TRAINER_RECIPES)

@@ -98,3 +98,10 @@ def test_the_commented_template_reads_back_as_the_same_spec(args, env) -> None:
     assert spec_from_dict(yaml.safe_load(text)) == spec
     for opt in spec_options():  # each field's line carries its help
         assert f"{opt.name}: " in text and opt.option.help in text
+
+
+def test_option_takes_exactly_the_fields_of_an_option_as_its_keywords() -> None:
+    """``option()``'s keywords are typed (``OptionFacts``) apart from ``Option``: the same names."""
+    from torchdeck.backends.spec_options import Option, OptionFacts
+
+    assert set(OptionFacts.__annotations__) == {f.name for f in dataclasses.fields(Option)}
