@@ -36,13 +36,14 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
 
     from torchdeck.backends.kubernetes import crds
     from torchdeck.backends.kubernetes.backend import KubernetesBackend
+    from torchdeck.backends.kubernetes.kinds import JOB_KINDS
     from torchdeck.backends.spec import spec_from_dict
 
     cluster, _ = start_cluster(Path(tmp))
     cluster.emulator.namespaces.add(NS)
     backend = KubernetesBackend(cluster.kubeconfig)
     # the Training Operator's own CRD, as its release publishes it (manifests/crds/)
-    crd = crds.crd(crds.latest("pytorchjob").crd_file)
+    crd = crds.crd(JOB_KINDS["pytorchjob"].targets[-1].crd_file)
     backend.client.request("POST", "apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
     spec = spec_from_dict(
         {"name": "bench", "nodes": pods, "nproc_per_node": 1, "namespace": NS, "image": "repo/torchdeck:1"}

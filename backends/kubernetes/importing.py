@@ -17,8 +17,8 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..bundle import RELAY_DIR
 from ..errors import SpecError
@@ -26,14 +26,11 @@ from ..files import parse_yaml
 from ..spec import JobKindName, JobSpec, spec_from_dict
 from ..spec_options import LOADER_ENV, MAX_JOB_NAME, reserved_env
 from . import crds
+from .kind_objects import Container, PodTemplate, at, avoided_nodes, whole
+from .kinds import CONTAINERS, JobKind, importable_kind
 from .manifests import NODE_NAME_ENV, QUEUE_LABEL
 
-KINDS: dict[str, JobKindName] = {
-    "PyTorchJob": "pytorchjob",
-    "ElasticJob": "elasticjob",
-    "MPIJob": "mpijob",
-    "Job": "job",
-}
+Json = Mapping[str, object]
 TORCHRUN_VALUED = {
     "nnodes", "nproc_per_node", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint",
     "rdzv_id", "rdzv_conf", "max_restarts", "monitor_interval", "start_method", "role", "log_dir", "redirects",
@@ -55,21 +52,13 @@ class Imported:
     notes: list[str] = field(default_factory=list)
 
 
-# The operators' own CRDs (manifests/crds/) for the API versions a manifest from elsewhere may use.
-IMPORT_CRDS = {
-    ("PyTorchJob", "v1"): "pytorchjob-trainer-v1.9.4.yaml",
-    ("MPIJob", "v1"): "mpijob-v1-trainer-v1.9.4.yaml",
-    ("MPIJob", "v2beta1"): "mpijob-mpi-operator-v0.8.2.yaml",
-    ("ElasticJob", "v1alpha1"): "elasticjob-elastic-v0.2.2.yaml",
-}
-
-
-def _check_shape(job: dict[str, Any], source: str) -> None:
-    """A manifest from elsewhere is untrusted: its types are checked against the operator's CRD
-    before anything reads it (a list where a mapping goes was a traceback). Fields the CRD does not
-    know are left to the reader's notes."""
+def _check_shape(job: Json, kind: JobKind, source: str) -> None:
+    """A manifest from elsewhere is untrusted: its types are checked against the operator's CRD (the
+    kind's, for the API version it names: ``JobKind.crd_for_import``) before anything reads it (a
+    list where a mapping goes was a traceback). Fields the CRD does not know are left to the
+    reader's notes."""
     version = str(job.get("apiVersion", "")).rpartition("/")[2]
-    file = IMPORT_CRDS.get((str(job.get("kind")), version))
+    file = kind.crd_for_import(version)
     if file is None:
         return
     schema = crds.schema_of(crds.crd(file), version)
@@ -89,23 +78,24 @@ def _check_shape(job: dict[str, Any], source: str) -> None:
 def import_manifest(text: str, source: str = "") -> Imported:
     """The job spec for the first training job in ``text`` (YAML, one or more documents)."""
     documents = [d for d in parse_yaml(text, source, all_documents=True) if d]
-    jobs = [d for d in documents if isinstance(d, dict) and d.get("kind") in KINDS]
+    jobs = [d for d in documents if isinstance(d, dict) and importable_kind(d.get("kind"))]
     if not jobs:
         found = ", ".join(sorted({str(d.get("kind")) for d in documents if isinstance(d, dict)})) or "nothing"
         raise SpecError("", f"holds no PyTorchJob, ElasticJob, MPIJob or Job (found {found})", "", source)
     job = jobs[0]
-    notes = [f"{d.get('kind')} {(d.get('metadata') or {}).get('name', '')}: not imported (torchdeck makes what "
+    notes = [f"{d.get('kind')} {at(d, ('metadata', 'name')) or ''}: not imported (torchdeck makes what "
              "a job needs)" for d in documents if d is not job]  # fmt: skip
     return import_job(job, source, notes)
 
 
-def import_job(job: dict[str, Any], source: str, notes: list[str] | None = None) -> Imported:
+def import_job(job: Json, source: str, notes: list[str] | None = None) -> Imported:
     """The job spec for one job object (a manifest's, or one read from the cluster)."""
     notes = [] if notes is None else notes
-    if job.get("kind") not in KINDS:
+    kind = importable_kind(job.get("kind"))
+    if kind is None:
         raise SpecError("", f"is a {job.get('kind')}, which torchdeck does not import", "", source)
-    _check_shape(job, source)
-    reader = _Reader(job, source, notes)
+    _check_shape(job, kind, source)
+    reader = _Reader(job, kind, source, notes)
     try:
         data = reader.read()
     except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
@@ -123,7 +113,7 @@ def import_job(job: dict[str, Any], source: str, notes: list[str] | None = None)
         raise SpecError(
             exc.field, f"{exc.reason} (as imported)", "edit the manifest, then import it again", source
         ) from None
-    return Imported(spec, KINDS[job["kind"]], notes)
+    return Imported(spec, kind.key, notes)
 
 
 def kubelet_expand(text: str, env: dict[str, str], unknown: set[str]) -> str:
@@ -152,97 +142,55 @@ def kubelet_expand(text: str, env: dict[str, str], unknown: set[str]) -> str:
 
 
 class _Reader:
-    def __init__(self, job: dict[str, Any], source: str, notes: list[str]):
-        self.job, self.source, self.notes = job, source, notes
-        self.kind = job["kind"]
-        self.where = f"{self.kind}/{(job.get('metadata') or {}).get('name', '?')}"
-        self.data: dict[str, Any] = {"cluster": {}, "resources": {}, "entrypoint": {}}
+    def __init__(self, job: Json, kind: JobKind, source: str, notes: list[str]):
+        self.job, self.kind, self.source, self.notes = job, kind, source, notes
+        self.where = f"{kind.kind}/{at(job, ('metadata', 'name')) or '?'}"
+        self.data: dict[str, object] = {}
+        self.cluster: dict[str, object] = {}
+        self.resources: dict[str, object] = {}
+        self.entry: dict[str, object] = {}
 
     def fail(self, problem: str, hint: str) -> SpecError:
         return SpecError("", f"{self.where}: {problem}", hint, self.source)
 
     # -- the job's shape ------------------------------------------------------------
 
-    def read(self) -> dict[str, Any]:
-        meta, spec = self.job.get("metadata") or {}, self.job.get("spec") or {}
-        name = re.sub(r"[^a-z0-9-]+", "-", str(meta.get("name", "job")).lower())
+    def read(self) -> dict[str, object]:
+        """The spec's fields, as ``spec_from_dict`` takes them. What differs by kind (where its pod
+        templates and size are) is its kind's to read (``JobKind.read_import``)."""
+        job = self.kind.view(self.job)
+        name = re.sub(r"[^a-z0-9-]+", "-", (job.name or "job").lower())
         self.data["name"] = re.sub(r"^[^a-z]+", "", name)[:MAX_JOB_NAME].strip("-") or "job"
-        if meta.get("namespace"):
-            self.data["namespace"] = meta["namespace"]
-        cluster = self.data["cluster"]
-        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        if job.namespace:
+            self.data["namespace"] = job.namespace
+        queue = job.labels.get(QUEUE_LABEL)
         if queue:  # submitted through Kueue: so is the job torchdeck makes of it
-            cluster["queue"] = queue
-        run = spec.get("runPolicy") or spec.get("RunPolicy") or {}
+            self.cluster["queue"] = queue
         for key, target in (("backoffLimit", "backoff_limit"), ("cleanPodPolicy", "clean_pod_policy"),
                             ("ttlSecondsAfterFinished", "ttl_seconds_after_finished")):  # fmt: skip
-            if run.get(key) is not None:
-                cluster[target] = run[key]
-        if self.kind == "PyTorchJob":
-            roles = spec.get("pytorchReplicaSpecs") or {}
-            template = (roles.get("Master") or roles.get("Worker") or {}).get("template")
-            nodes = sum(int((r or {}).get("replicas", 1)) for r in roles.values())
-            cluster["kind"] = "pytorchjob"
-            elastic = spec.get("elasticPolicy") or {}
-            if elastic.get("minReplicas") is not None and elastic.get("maxReplicas") is not None:
-                cluster["min_nodes"], cluster["max_nodes"] = elastic["minReplicas"], elastic["maxReplicas"]
-            if spec.get("nprocPerNode") not in (None, "auto", "gpu", "cpu"):
-                self.data["nproc_per_node"] = int(spec["nprocPerNode"])
-            program_template = template
-        elif self.kind == "ElasticJob":
-            worker = (spec.get("replicaSpecs") or {}).get("Worker") or {}
-            template, nodes = worker.get("template"), int(worker.get("replicas", 1))
-            cluster["kind"] = "pytorchjob"
-            if spec.get("minReplicas") is not None and spec.get("maxReplicas") is not None:
-                cluster["min_nodes"], cluster["max_nodes"] = spec["minReplicas"], spec["maxReplicas"]
-                nodes = min(max(nodes, spec["minReplicas"]), spec["maxReplicas"])
-            self.notes.append(
-                "ElasticJob: written as an elastic PyTorchJob (the TorchElastic controller installs on no "
-                "current cluster); set cluster.kind: elasticjob to keep it; its etcd rendezvous is torchdeck's own"
-            )
-            program_template = template
-        elif self.kind == "MPIJob":
-            roles = spec.get("mpiReplicaSpecs") or {}
-            template = (roles.get("Worker") or {}).get("template")
-            nodes = int((roles.get("Worker") or {}).get("replicas", 1))
-            program_template = (roles.get("Launcher") or {}).get("template")
-            cluster["kind"] = "mpijob"
-            if spec.get("sshAuthMountPath"):
-                self.notes.append(
-                    f"sshAuthMountPath {spec['sshAuthMountPath']}: torchdeck mounts the keys in /home/trainer/.ssh"
-                )
-        else:
-            if spec.get("completionMode") != "Indexed":
-                self.notes.append("Job: not an indexed Job; torchdeck runs it as one (a pod per node)")
-            template, nodes = spec.get("template"), int(spec.get("completions") or spec.get("parallelism") or 1)
-            cluster["kind"] = "job"
-            if spec.get("backoffLimit") is not None:
-                cluster["backoff_limit"] = spec["backoffLimit"]
-            program_template = template
-        if not isinstance(template, dict) or not isinstance(program_template, dict):
+            if job.run_policy.get(key) is not None:
+                self.cluster[target] = job.run_policy[key]
+        shape = self.kind.read_import(job)
+        self.cluster.update(shape.cluster)
+        if shape.nproc_per_node is not None:
+            self.data["nproc_per_node"] = shape.nproc_per_node
+        self.notes += shape.notes
+        if shape.template is None or shape.program_template is None:
             raise self.fail("has no pod template", "is it a whole manifest, as kubectl apply takes it?")
-        self.data["nodes"] = nodes
-        pod = template.get("spec") or {}
-        container = self._container(pod)
-        self._program(self._container(program_template.get("spec") or {}), container)
-        self._pod(pod, container)
-        return self.data
-
-    @staticmethod
-    def _container(pod: dict[str, Any]) -> dict[str, Any]:
-        containers = pod.get("containers") or [{}]
-        named = [c for c in containers if c.get("name") in ("pytorch", "elasticjob-worker", "trainer")]
-        return (named or containers)[0]
+        self.data["nodes"] = shape.nodes
+        container = shape.template.container(CONTAINERS)
+        self._program(shape.program_template.container(CONTAINERS), container)
+        self._pod(shape.template, container)
+        return {**self.data, "cluster": self.cluster, "resources": self.resources, "entrypoint": self.entry}
 
     # -- what the ranks run ---------------------------------------------------------
 
-    def _program(self, runs: dict[str, Any], container: dict[str, Any]) -> None:
-        self.data["image"] = container.get("image") or runs.get("image")
-        argv = [str(a) for a in (runs.get("command") or []) + (runs.get("args") or [])]
+    def _program(self, runs: Container, container: Container) -> None:
+        self.data["image"] = container.image or runs.image
+        argv = [*runs.command, *runs.args]
         # the kubelet expanded $(NAME) in these; torchdeck's pods get arguments as written, so the
         # expansion is done here, once, as the kubelet would have done it
-        env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
-               if isinstance(e, dict) and "name" in e and "value" in e}  # fmt: skip
+        env = {e.name: e.value for e in container.env if e.value is not None}
         unknown: set[str] = set()
         argv = [kubelet_expand(a, env, unknown) for a in argv]
         if unknown:
@@ -250,7 +198,7 @@ class _Reader:
                 f"$({'), $('.join(sorted(unknown))}): not in the manifest's env, so kept as written (torchdeck "
                 "passes arguments as written; nothing expands them in its pods)"
             )
-        if not runs.get("command") and self.kind == "ElasticJob":
+        if not runs.command and self.kind.entrypoint_is_torchrun:
             argv = ["torchrun", *argv]  # the TorchElastic images' entrypoint is the launcher
             self.notes.append("command: none given; read as the image's entrypoint, torchrun")
         if len(argv) >= 3 and posixpath.basename(argv[0]) in ("sh", "bash") and argv[1] in ("-c", "-lc", "-ec"):
@@ -259,7 +207,7 @@ class _Reader:
                 "command: a shell line, read as words: its other commands left out, and its $VARIABLES kept as "
                 "written (torchdeck runs no shell, so nothing expands them)"
             )
-        entry = self.data["entrypoint"]
+        entry = self.entry
         found = self._launcher_args(argv)
         if found is None:
             shown = " ".join(argv)[:80] or "nothing"
@@ -272,7 +220,7 @@ class _Reader:
             entry["module"], entry["args"] = rest[0], rest[1:]
         else:
             script, entry["args"] = rest[0], rest[1:]
-            workdir = container.get("workingDir") or runs.get("workingDir")
+            workdir = container.working_dir or runs.working_dir
             if script.startswith("/"):
                 entry["in_image"], entry["script"] = posixpath.dirname(script) or "/", posixpath.basename(script)
             elif workdir:
@@ -361,10 +309,10 @@ class _Reader:
         if restarts is not None and restarts.isdigit():
             self.data["max_restarts"] = int(restarts)
         nnodes = found.pop("nnodes", None)
-        if nnodes and ":" in nnodes and "min_nodes" not in self.data["cluster"]:
+        if nnodes and ":" in nnodes and "min_nodes" not in self.cluster:
             low, _, high = nnodes.partition(":")
             if low.isdigit() and high.isdigit():
-                self.data["cluster"]["min_nodes"], self.data["cluster"]["max_nodes"] = int(low), int(high)
+                self.cluster["min_nodes"], self.cluster["max_nodes"] = int(low), int(high)
         dropped = sorted(k for k in found if k.startswith(("rdzv", "master", "node_rank")))
         if dropped:
             self.notes.append(
@@ -383,87 +331,65 @@ class _Reader:
 
     # -- where and with what it runs ------------------------------------------------
 
-    def _pod(self, pod: dict[str, Any], container: dict[str, Any]) -> None:
-        cluster, resources = self.data["cluster"], self.data["resources"]
-        res = container.get("resources") or {}
-        requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    def _pod(self, pod: PodTemplate, container: Container) -> None:
+        cluster, resources = self.cluster, self.resources
+        requests, limits = container.requests, container.limits
         for key in ("cpu", "memory"):
             value = requests.get(key, limits.get(key))
             if value is not None:
                 resources[key] = str(value)
         gpus = limits.get("nvidia.com/gpu", requests.get("nvidia.com/gpu"))
         if gpus is not None:
-            resources["gpus"] = int(gpus)
-        if pod.get("serviceAccountName"):
-            cluster["service_account"] = pod["serviceAccountName"]
-        if container.get("imagePullPolicy") in ("Always", "IfNotPresent", "Never"):
-            cluster["image_pull_policy"] = container["imagePullPolicy"]
-        if pod.get("nodeSelector"):
-            cluster["node_selector"] = {str(k): str(v) for k, v in pod["nodeSelector"].items()}
-        for t in pod.get("tolerations") or []:
-            if t.get("key") != "nvidia.com/gpu":
-                self.notes.append(f"toleration {t.get('key')}: left out (torchdeck tolerates the GPU taint only)")
-        if pod.get("affinity"):
-            avoided = avoided_nodes(pod["affinity"])
+            resources["gpus"] = whole(gpus, 0)
+        if pod.service_account:
+            cluster["service_account"] = pod.service_account
+        if container.image_pull_policy in ("Always", "IfNotPresent", "Never"):
+            cluster["image_pull_policy"] = container.image_pull_policy
+        if pod.node_selector:
+            cluster["node_selector"] = {str(k): str(v) for k, v in pod.node_selector.items()}
+        for taint in pod.tolerations:
+            if taint != "nvidia.com/gpu":
+                self.notes.append(f"toleration {taint}: left out (torchdeck tolerates the GPU taint only)")
+        if pod.affinity:
+            avoided = avoided_nodes(pod.affinity)
             if avoided is not None:
-                self.data["cluster"]["avoid_nodes"] = avoided
+                cluster["avoid_nodes"] = avoided
             else:
                 self.notes.append("affinity: left out (use cluster.node_selector, or cluster.avoid_nodes)")
+        self._env(container)
+        self._volumes(pod, container)
+
+    def _env(self, container: Container) -> None:
         env: dict[str, str] = {}
         unknown: set[str] = set()
-        for e in container.get("env") or []:
-            if e.get("name") == NODE_NAME_ENV:
+        for e in container.env:
+            if e.name == NODE_NAME_ENV:
                 continue  # what torchdeck's own pods carry: rendered again
-            if reserved_env(str(e.get("name", ""))):
-                self.notes.append(f"env {e.get('name')}: torchdeck's or Kubeflow Trainer's own name; left out")
-            elif "value" in e and re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", str(e.get("name", ""))):
-                env[e["name"]] = kubelet_expand(str(e["value"]), env, unknown)  # earlier names, as the kubelet
-                if e["name"] in LOADER_ENV:
+            if reserved_env(e.name):
+                self.notes.append(f"env {e.name}: torchdeck's or Kubeflow Trainer's own name; left out")
+            elif e.value is not None and re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", e.name):
+                env[e.name] = kubelet_expand(e.value, env, unknown)  # earlier names, as the kubelet
+                if e.name in LOADER_ENV:
                     self.notes.append(
-                        f"env {e['name']}: kept; it changes what code every rank loads (read it before you run this)"
+                        f"env {e.name}: kept; it changes what code every rank loads (read it before you run this)"
                     )
             else:
-                self.notes.append(f"env {e.get('name')}: from a ConfigMap, Secret or field; left out")
+                self.notes.append(f"env {e.name}: from a ConfigMap, Secret or field; left out")
         if unknown:
             self.notes.append(f"env: $({'), $('.join(sorted(unknown))}) kept as written (not set before it)")
         if env:
             self.data["env"] = env
-        mounts = {m.get("name"): m for m in container.get("volumeMounts") or []}
+
+    def _volumes(self, pod: PodTemplate, container: Container) -> None:
         claimed = False
-        for volume in pod.get("volumes") or []:
-            name, mount = volume.get("name"), mounts.get(volume.get("name")) or {}
-            path = mount.get("mountPath")
-            if path == "/dev/shm" and (volume.get("emptyDir") or {}).get("medium") == "Memory":
-                size = volume["emptyDir"].get("sizeLimit")
-                if size:
-                    resources["shm_size"] = str(size)
-            elif "persistentVolumeClaim" in volume and not claimed and path:
-                cluster["pvc"], cluster["mount_path"] = volume["persistentVolumeClaim"]["claimName"], path
-                cluster["data_dir"] = posixpath.join(path, "data")
+        for volume in pod.volumes:
+            path = container.mounts.get(volume.name) or None
+            if path == "/dev/shm" and volume.in_memory:
+                if volume.size_limit:
+                    self.resources["shm_size"] = volume.size_limit
+            elif volume.claim is not None and not claimed and path:
+                self.cluster["pvc"], self.cluster["mount_path"] = volume.claim, path
+                self.cluster["data_dir"] = posixpath.join(path, "data")
                 claimed = True
             else:
-                kind = next((k for k in volume if k != "name"), "?")
-                self.notes.append(f"volume {name} ({kind}{' at ' + path if path else ''}): left out")
-
-
-def avoided_nodes(affinity: dict[str, Any]) -> list[str] | None:
-    """The nodes an affinity keeps pods off, where it says only that (the shape ``cluster.avoid_nodes``
-    renders: one required term, ``metadata.name NotIn [...]``); None for any other affinity."""
-    if set(affinity) != {"nodeAffinity"} or set(affinity["nodeAffinity"] or {}) != {
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    }:
-        return None
-    terms = (affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] or {}).get("nodeSelectorTerms")
-    if not isinstance(terms, list) or len(terms) != 1 or set(terms[0] or {}) != {"matchFields"}:
-        return None
-    fields = terms[0]["matchFields"]
-    if not isinstance(fields, list) or len(fields) != 1:
-        return None
-    field = fields[0] or {}
-    if (
-        field.get("key") != "metadata.name"
-        or field.get("operator") != "NotIn"
-        or not isinstance(field.get("values"), list)
-    ):
-        return None
-    return [str(v) for v in field["values"]]
+                self.notes.append(f"volume {volume.name} ({volume.source}{' at ' + path if path else ''}): left out")

@@ -32,13 +32,15 @@ from ...trainer.check import NODE_NAME_ENV
 from ...trainer.s3url import S3Url
 from ...trainer.triage_probe import FR_BUFFER_SIZE, STUCK_ENV, TRIAGE_DIR_ENV
 from .. import bundle as code_bundle
-from ..base import Plan
+from ..base import Plan, PlanPayload
 from ..errors import SpecError
 from ..names import check_run_id
-from ..spec import KINDS, JobKindName, JobSpec, check_kind_fields, trainer_arguments, validate
+from ..spec import KINDS, JobKindName, JobSpec, trainer_arguments, validate
 from . import crds
 from .diagnosis import Finding
-from .kinds import JOB_KINDS, JOBSET_NAME_LABEL, MPI_SSH_DIR
+from .kind_objects import JobObject, Json
+from .kinds import JOB_KINDS, RDZV_PORT, TASK_KIND, TORCHRUN, job_kind_of
+from .render_context import JsonObject, KindInputs, RenderContext, Resources
 
 if TYPE_CHECKING:
     import jinja2
@@ -58,11 +60,8 @@ POD_TRIAGE_DIR = "/tmp/torchdeck-triage"
 POD_STUCK_AFTER_S = "60"
 """In pods nobody asks a rank where it is: its probe says so in its log once its main thread has
 stayed on one line of Python this long (a collective that waits, a sleep), once per such spell."""
-RDZV_PORT = 29400
-# Images torchdeck itself chooses are pinned by digest: a tag can be moved to other bytes.
-# The etcd digest is the one public manifests pin v3.5.17 to; it was not resolved against quay.io
-# from the machine that wrote this (no registry access there): `crane digest` it when bumping.
-ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17@sha256:a055da833a7c013b836ed0822e8ec1f99b059658be255ad8d0fcd31b635ae3d6"
+# Images torchdeck itself chooses are pinned by digest: a tag can be moved to other bytes (the etcd
+# an ElasticJob brings along is its kind's: kinds.ETCD_IMAGE).
 AWS_CLI_IMAGE = (
     "public.ecr.aws/aws-cli/aws-cli:2.27.26@sha256:ce3aee116adc8e9ba7ad27295102eb1c9c91525fbad18f45ee7a9bfd01cfec73"
 )
@@ -82,33 +81,27 @@ RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
 to name pods, and a pod's hostname is at most 63 characters."""
 
 
-MPI_LAUNCHER_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
-"""An MPIJob's launcher pod (mpirun only): what it asks besides the workers (a queue's quota counts it)."""
-MPI_SSHD = ["/usr/sbin/sshd", "-De", "-f", "/etc/ssh/sshd_config.torchdeck"]
-"""An MPIJob worker's command: the SSH server of ``torchdeck image build --mpi``, run by the image's
-user (docker/mpi/sshd_config)."""
-
-
 PODS_ANNOTATION = "torchdeck.dev/pods"
 """On a job torchdeck did not make (``torchdeck import KIND/NAME``): the selector of its pods,
 which carry its operator's labels and not the run label."""
 
 
-def pod_selector(job: dict[str, Any]) -> str:
+def pod_selector(job: Json) -> str:
     """The label selector that finds a job object's pods: the run label, except on a job torchdeck
-    did not make (its controller's label), and on a TrainJob for Trainer v2.0, which cannot label
-    its pods (they carry their JobSet's name)."""
-    name = job["metadata"]["name"]
-    adopted = ((job.get("metadata") or {}).get("annotations") or {}).get(PODS_ANNOTATION)
+    did not make (its controller's label), and on a job whose release cannot label its pods (a
+    TrainJob for Trainer v2.0: they carry their controller's label, the JobSet's name)."""
+    kind = job_kind_of(job)
+    view = kind.view(job) if kind is not None else JobObject.read(job)
+    adopted = view.annotations.get(PODS_ANNOTATION)
     if adopted:
-        return str(adopted)
-    if job.get("kind") == "TrainJob" and "podSpecOverrides" in (job.get("spec") or {}):
-        return f"{JOBSET_NAME_LABEL}={name}"
-    return f"{RUN_LABEL}={name}"
+        return adopted
+    if kind is not None and not kind.pods_carry_run_label(view):
+        return f"{kind.pod_label}={view.name}"
+    return f"{RUN_LABEL}={view.name}"
 
 
 @dataclass
-class Rendered:
+class Rendered(PlanPayload):
     """A job's manifests: the objects in apply order, and what to tell the user."""
 
     kind: JobKindName
@@ -128,9 +121,22 @@ class Rendered:
         """The object that is the job (the last one: services come first)."""
         return self.objects[-1]
 
+    def summary(self) -> list[str]:
+        """The code bundle as a person reads it in the plan: its files and size, not its base64."""
+        if self.bundle is None:
+            return []
+        b = self.bundle
+        return [f"code bundle: {b.files} file(s), {_bytes(b.size)} ({_bytes(len(b.data))} packed) from {b.source}"]
+
     def to_yaml(self) -> str:
         header = "".join(f"# warning: {w}\n" for w in self.warnings)
         return header + yaml.safe_dump_all(self.objects, sort_keys=False, width=120)
+
+
+def _bytes(n: int) -> str:
+    return next(
+        (f"{n / scale:.1f} {unit}" for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)) if n >= scale), f"{n} B"
+    )
 
 
 def rendered_plan(
@@ -169,17 +175,17 @@ def template_environment() -> jinja2.Environment:
     )
 
 
-def as_written(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def as_written(objects: list[JsonObject]) -> list[JsonObject]:
     """The objects with every container's command, args and env values escaped for the kubelet,
     which expands ``$(NAME)`` in them (``$$`` is its escape for ``$``): an argument reaches the
     pod as it reaches torchrun on this machine (``--out '$(HOME)/x'`` ran with ``/root/x`` in the
     pod). Every kind's containers pass here, TrainJob's ``trainer`` too; torchdeck's own commands
     use no ``$(...)``."""
 
-    def escape(text: Any) -> Any:
+    def escape(text: object) -> object:
         return text.replace("$", "$$") if isinstance(text, str) else text
 
-    def walk(node: Any) -> None:
+    def walk(node: object) -> None:
         if isinstance(node, dict):
             if "image" in node and any(k in node for k in ("command", "args", "env")):
                 for key in ("command", "args"):
@@ -226,13 +232,13 @@ def program(spec: JobSpec, checkpoint_dir: str) -> list[str]:
     return [f"{code_bundle.CODE_DIR}/{code_bundle.RELAY_DIR}/relay.py", *run]
 
 
-def user_env(spec: JobSpec) -> list[dict[str, str]]:
+def user_env(spec: JobSpec) -> list[JsonObject]:
     """The user's code imports from its folder (and the requirements installed beside it), and
     torchrun prefixes every line with its rank."""
     path = code_dir(spec)
     if spec.entrypoint.requirements and not spec.entrypoint.in_image:
         path += ":" + code_bundle.DEPS_DIR
-    env = [
+    env: list[JsonObject] = [
         {"name": "PYTHONPATH", "value": path},
         {"name": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "value": RANK_PREFIX},
     ]
@@ -243,7 +249,7 @@ def user_env(spec: JobSpec) -> list[dict[str, str]]:
     return env
 
 
-def bundle_configmap(spec: JobSpec, packed: code_bundle.Bundle) -> dict[str, Any]:
+def bundle_configmap(spec: JobSpec, packed: code_bundle.Bundle) -> JsonObject:
     """The ConfigMap that carries a small bundle: named by its digest and immutable, so runs of the
     same code share it and it is sent once."""
     return {
@@ -263,7 +269,7 @@ def bundle_configmap(spec: JobSpec, packed: code_bundle.Bundle) -> dict[str, Any
     }
 
 
-def _init_container(name: str, image: str, command: list[str], mounts: list[dict[str, str]]) -> dict[str, Any]:
+def _init_container(name: str, image: str, command: list[str], mounts: list[JsonObject]) -> JsonObject:
     return {
         "name": name,
         "image": image,
@@ -276,18 +282,19 @@ def _init_container(name: str, image: str, command: list[str], mounts: list[dict
 
 
 def add_bundle(
-    ctx: dict[str, Any], spec: JobSpec, kind: JobKindName, packed: code_bundle.Bundle, url: str | None
+    ctx: RenderContext, spec: JobSpec, kind: JobKindName, packed: code_bundle.Bundle, url: str | None
 ) -> None:
     """The pods get the bundle: its ConfigMap (or, from ``url``, an S3 fetch) in a volume, an init
     container that checks and unpacks it into the working directory (and installs the
-    requirements beside it). A TrainJob's pods take no init container of ours (its CRD keeps only
-    env and volumes of one), so there the trainer's own command unpacks it first."""
+    requirements beside it). Where a kind's pods take no init container of ours (a TrainJob's CRD
+    keeps only env and volumes of one), the trainer's own command unpacks it first."""
     e = spec.entrypoint
     src = f"{code_bundle.BUNDLE_DIR}/{code_bundle.BUNDLE_FILE}"
-    code_mount = {"name": "code", "mountPath": code_bundle.CODE_ROOT}
-    bundle_mount = {"name": "code-bundle", "mountPath": code_bundle.BUNDLE_DIR}
-    scratch = {"name": "scratch", "mountPath": "/tmp"}
-    ctx["volumes"] = ctx["volumes"] + [
+    code_mount: JsonObject = {"name": "code", "mountPath": code_bundle.CODE_ROOT}
+    bundle_mount: JsonObject = {"name": "code-bundle", "mountPath": code_bundle.BUNDLE_DIR}
+    scratch: JsonObject = {"name": "scratch", "mountPath": "/tmp"}
+    info = JOB_KINDS[kind]
+    ctx.volumes = ctx.volumes + [
         {"name": "code", "emptyDir": {}},
         {"name": "code-bundle", "emptyDir": {}}
         if url
@@ -299,7 +306,7 @@ def add_bundle(
             },
         },
     ]
-    ctx["volume_mounts"] = ctx["volume_mounts"] + [code_mount, bundle_mount]
+    ctx.volume_mounts = ctx.volume_mounts + [code_mount, bundle_mount]
     unpack = ["python", "-c", code_bundle.UNPACK, src, packed.sha256, code_bundle.CODE_DIR]
     install = (
         ["python", "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--target",
@@ -307,20 +314,20 @@ def add_bundle(
         if e.requirements
         else []
     )  # fmt: skip
-    if kind == "trainjob":
+    if not info.init_containers:
         if url:
             raise SpecError(
                 "entrypoint.code",
                 f"the code bundle is {len(packed.data) / 1024:.0f} KiB, over the {code_bundle.CONFIGMAP_LIMIT // 1024} "
-                "KiB a ConfigMap carries, and a TrainJob's pods cannot fetch it from S3 (its CRD takes no "
-                "init container)",
-                "use --kind pytorchjob, leave files out with .dockerignore, or bake the code in: torchdeck image "
+                f"KiB a ConfigMap carries, and {info.article} {info.kind}'s pods cannot fetch it from S3 (its CRD "
+                "takes no init container)",
+                f"use --kind {KINDS[0]}, leave files out with .dockerignore, or bake the code in: torchdeck image "
                 "build --code DIR",
             )
         steps = [unpack] + ([install] if install else [])
         script = " && ".join(shlex.join(step) for step in steps)
         unpack_first = ["sh", "-c", f'{script} && cd {code_bundle.CODE_DIR} && exec "$@"', "torchdeck-code"]
-        ctx["command"] = unpack_first + ctx["command"]
+        ctx.command = unpack_first + ctx.command
         return
     mounts = [code_mount, bundle_mount, scratch]
     init = []
@@ -336,7 +343,7 @@ def add_bundle(
     init.append(_init_container("unpack-code", spec.image or "", unpack, mounts))
     if install:
         init.append(_init_container("install-requirements", spec.image or "", install, mounts))
-    ctx["init_containers"] = init
+    ctx.init_containers = init
 
 
 def run_labels(run_id: str, job_name: str) -> dict[str, str]:
@@ -349,13 +356,9 @@ def run_labels(run_id: str, job_name: str) -> dict[str, str]:
     }
 
 
-def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
-    """Everything the templates need, worked out once."""
-    c = spec.cluster
+def container_resources(spec: JobSpec) -> Resources:
+    """The training container's requests and limits (memory, GPUs and EFA interfaces limited as asked)."""
     r = spec.resources
-    labels = run_labels(run_id, spec.name)
-    checkpoint_dir = c.checkpoint_dir or f"{c.mount_path.rstrip('/')}/runs/{spec.name}"
-    trainer = program(spec, checkpoint_dir)
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if r.cpu:
@@ -366,8 +369,13 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(r.gpus)
     if r.efa:
         requests[EFA_RESOURCE] = limits[EFA_RESOURCE] = str(r.efa)
-    resources_ = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-    env: list[dict[str, Any]] = [
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def pod_env(spec: JobSpec, run_id: str) -> list[JsonObject]:
+    """Every rank's environment: the run's id, the node's name, the hang-triage probe's settings
+    (unless the spec sets them) and the spec's own variables."""
+    env: list[JsonObject] = [
         {"name": "TORCHDECK_RUN_ID", "value": run_id},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HOME", "value": "/tmp"},
@@ -379,37 +387,60 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
     probe = {TRIAGE_DIR_ENV: POD_TRIAGE_DIR, STUCK_ENV: POD_STUCK_AFTER_S, "TORCH_FR_BUFFER_SIZE": FR_BUFFER_SIZE}
     env += [{"name": k, "value": v} for k, v in probe.items() if k not in spec.env]
     env += [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "scratch", "mountPath": "/tmp"}]
-    volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": r.shm_size}},
-        {"name": "scratch", "emptyDir": {}},
+    return env
+
+
+def pod_volumes(spec: JobSpec) -> tuple[list[JsonObject], list[JsonObject]]:
+    """The pods' mounts and volumes: a memory-backed /dev/shm, a writable scratch folder, and the
+    shared claim (or a folder of the pod's own where there is none)."""
+    c = spec.cluster
+    mounts: list[JsonObject] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "scratch", "mountPath": "/tmp"},
+        {"name": "shared", "mountPath": c.mount_path},
     ]
-    mounts.append({"name": "shared", "mountPath": c.mount_path})
-    volumes.append(
+    volumes: list[JsonObject] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.resources.shm_size}},
+        {"name": "scratch", "emptyDir": {}},
         {"name": "shared", "persistentVolumeClaim": {"claimName": c.pvc}}
         if c.pvc
-        else {"name": "shared", "emptyDir": {}}
-    )
-    tolerations = (
-        [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}] if r.gpus and c.gpu_toleration else []
-    )
+        else {"name": "shared", "emptyDir": {}},
+    ]
+    return mounts, volumes
+
+
+def job_labels(spec: JobSpec, labels: dict[str, str]) -> dict[str, str]:
+    """The job object's own labels: a queue's name is Kueue's to read there, and only there (a pod
+    with it would be a pod Kueue queues on its own)."""
+    c, found = spec.cluster, dict(labels)
+    if c.queue:
+        found[QUEUE_LABEL] = c.queue
+        if c.priority_class:
+            found[PRIORITY_LABEL] = c.priority_class
+    if spec.resumes:
+        found[RESUMES_LABEL] = spec.resumes
+    return found
+
+
+def context(spec: JobSpec, run_id: str, kind: JobKindName) -> RenderContext:
+    """Everything the templates need, worked out once: what every kind shares here, then the
+    kind's own part (``JobKind.render``)."""
+    c = spec.cluster
+    labels = run_labels(run_id, spec.name)
+    checkpoint_dir = c.checkpoint_dir or f"{c.mount_path.rstrip('/')}/runs/{spec.name}"
+    trainer = program(spec, checkpoint_dir)
+    env = pod_env(spec, run_id)
+    mounts, volumes = pod_volumes(spec)
+    gpu_taint: JsonObject = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     torchrun = ["--nproc-per-node", str(spec.nproc_per_node), "--max-restarts", str(spec.max_restarts)]
     if not spec.builtin:  # every line of the user's code says its rank (the reader parses text)
         torchrun += ["--tee", "3"]
         env += user_env(spec)
-    elastic = c.min_nodes is not None
-    ctx: dict[str, Any] = dict(
+    ctx = RenderContext(
         name=run_id,
         namespace=spec.namespace,
         labels=labels,
-        # the job object's own labels: a queue's name is Kueue's to read there, and only there
-        # (a pod with it would be a pod Kueue queues on its own)
-        job_labels=(
-            {**labels, QUEUE_LABEL: c.queue, **({PRIORITY_LABEL: c.priority_class} if c.priority_class else {})}
-            if c.queue
-            else labels
-        )
-        | ({RESUMES_LABEL: spec.resumes} if spec.resumes else {}),
+        job_labels=job_labels(spec, labels),
         suspend=bool(c.queue),  # Kueue admits it by unsuspending it
         selector={RUN_LABEL: run_id},
         image=spec.image,
@@ -418,7 +449,7 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         max_restarts=spec.max_restarts,
         min_nodes=c.min_nodes,
         max_nodes=c.max_nodes,
-        elastic=elastic,
+        elastic=c.min_nodes is not None,
         backoff_limit=c.backoff_limit,
         clean_pod_policy=c.clean_pod_policy,
         ttl_seconds_after_finished=c.ttl_seconds_after_finished,
@@ -427,94 +458,26 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> dict[str, Any]:
         service_account=c.service_account,
         image_pull_policy=c.image_pull_policy,
         node_selector=c.node_selector,
-        tolerations=tolerations,
+        tolerations=[gpu_taint] if spec.resources.gpus and c.gpu_toleration else [],
         affinity=avoiding(c.avoid_nodes),
-        subdomain=None,
-        resources=resources_,
+        resources=container_resources(spec),
         env=env,
         volume_mounts=mounts,
         volumes=volumes,
-        ports=[],
         runtime=c.runtime,
         rdzv_port=RDZV_PORT,
-        command=["python", "-m", "torch.distributed.run"],
+        command=list(TORCHRUN),
         args=torchrun + trainer,
-        container="trainer",
         annotations={SPEC_ANNOTATION: kept_spec(spec)},
-        init_containers=[],
-        working_dir=None,
     )
     if not spec.builtin:
-        ctx["annotations"][PROGRAM_ANNOTATION] = spec.program
+        ctx.annotations[PROGRAM_ANNOTATION] = spec.program
         if spec.metrics.pattern:
-            ctx["annotations"][PATTERN_ANNOTATION] = spec.metrics.pattern
+            ctx.annotations[PATTERN_ANNOTATION] = spec.metrics.pattern
         workdir = spec.entrypoint.workdir
-        ctx["working_dir"] = f"{code_dir(spec)}/{workdir}" if workdir else code_dir(spec)
-    if kind == "pytorchjob":
-        ctx["container"] = "pytorch"  # the operator finds its container by this name
-        # the replica's restartPolicy is the one the operator applies; one in the pod template it
-        # overwrites, with a warning event on the job (SetPodTemplateRestartPolicy), seen on a real one
-        ctx["pod_restart_policy"] = None
-        ctx["replica_roles"] = (
-            [("Worker", spec.nodes)]
-            if elastic
-            else [("Master", 1)] + ([("Worker", spec.nodes - 1)] if spec.nodes > 1 else [])
-        )
-    elif kind == "trainjob":
-        ctx["args"] = trainer  # the runtime's torch policy sets torchrun's node and process counts
-        ctx["command"] = ["python", "-m", "torch.distributed.run", "--max-restarts", str(spec.max_restarts)]
-        ctx["command"] += [] if spec.builtin else ["--tee", "3"]
-    elif kind == "mpijob":
-        endpoint = f"{run_id}-worker-0.{run_id}.{spec.namespace}.svc:{RDZV_PORT}"
-        launch = [
-            "-np",
-            str(spec.nodes),
-            "--map-by",
-            "ppr:1:node",
-            "--bind-to",
-            "none",
-            *(
-                []
-                if spec.builtin
-                else ["-wdir", code_dir(spec), *[x for e in user_env(spec) for x in ("-x", e["name"])]]
-            ),
-            "python",
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            str(spec.nodes),
-            *torchrun,
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            endpoint,
-            "--rdzv-id",
-            run_id,
-            *trainer,
-        ]
-        rdzv_ports = [{"name": "rdzv", "containerPort": RDZV_PORT}]
-        ctx["mpi_roles"] = [
-            ("Launcher", 1, "launcher", ["mpirun"], launch, MPI_LAUNCHER_RESOURCES, [], False),
-            ("Worker", spec.nodes, "worker", MPI_SSHD, [], resources_, rdzv_ports, True),
-        ]
-        ctx["ssh_auth_mount_path"] = MPI_SSH_DIR
-    elif kind == "job":
-        ctx["subdomain"] = run_id
-        ctx["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
-        nnodes = f"{c.min_nodes}:{c.max_nodes}" if elastic else str(spec.nodes)
-        ctx["env"] = env + [
-            {"name": "PET_NNODES", "value": nnodes},
-            {"name": "PET_RDZV_BACKEND", "value": "c10d"},
-            {"name": "PET_RDZV_ENDPOINT", "value": f"{run_id}-0.{run_id}:{RDZV_PORT}"},
-            {"name": "PET_RDZV_ID", "value": run_id},
-        ]
-    elif kind == "elasticjob":
-        ctx["container"] = "elasticjob-worker"
-        ctx["pod_restart_policy"] = "Never"
-        ctx["min_nodes"] = c.min_nodes if elastic else spec.nodes
-        ctx["max_nodes"] = c.max_nodes if elastic else spec.nodes
-        ctx["etcd_image"] = ETCD_IMAGE
-        ctx["etcd_labels"] = {"app.kubernetes.io/name": "torchdeck-etcd", RUN_LABEL: run_id}
+        ctx.working_dir = f"{code_dir(spec)}/{workdir}" if workdir else code_dir(spec)
+    user = user_env(spec) if not spec.builtin else []
+    JOB_KINDS[kind].render(ctx, KindInputs(spec, run_id, torchrun, trainer, user, code_dir(spec)))
     return ctx
 
 
@@ -529,7 +492,7 @@ def kept_spec(spec: JobSpec) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def avoiding(nodes: list[str]) -> dict[str, Any]:
+def avoiding(nodes: list[str]) -> JsonObject:
     """The pod affinity that keeps pods off ``nodes`` (by the Node object's name, which is what
     ``kubectl get nodes`` and a pod's ``spec.nodeName`` say; the hostname label may differ)."""
     if not nodes:
@@ -550,7 +513,8 @@ def render(
     objects, or through cluster.code_bucket where it is too large for one."""
     spec = validate(spec)
     kind = _check_kind(kind or spec.cluster.kind)
-    target = target or crds.latest(kind)
+    info = JOB_KINDS[kind]
+    target = target or info.latest
     _check_name(run_id)
     if not spec.image:
         raise SpecError(
@@ -558,33 +522,20 @@ def render(
             "a cluster job needs a training image",
             "build and push one (torchdeck image build), then set image: or pass --image",
         )
-    check_kind_fields(spec, kind)
+    info.check_fields(spec)
     ctx = context(spec, run_id, kind)
-    ctx["pod_overrides"] = target.pod_overrides if target else ""
-    if ctx["affinity"] and ctx["pod_overrides"] == "podSpecOverrides":
-        raise SpecError(
-            "cluster.avoid_nodes",
-            f"a TrainJob for {target.release if target else 'Trainer v2.0'} cannot keep pods off nodes: "
-            "its podSpecOverrides has no affinity",
-            "upgrade Kubeflow Trainer to v2.1 or later, use a PyTorchJob (cluster.kind), or cordon the node",
-        )
+    said = info.for_target(ctx, target)
     url, packed = None, None
     if not spec.builtin and not spec.entrypoint.in_image:
         packed = code_bundle.pack(spec.entrypoint.code, extra=code_bundle.relay_files())
         if not packed.fits_configmap:
             url = bundle_url(spec, packed)
         add_bundle(ctx, spec, kind, packed, url)
-    text = template_environment().get_template(f"{kind}.yaml.j2").render(**ctx)
+    text = template_environment().get_template(info.template).render(**vars(ctx))
     objects = as_written([o for o in yaml.safe_load_all(text) if o])
     if packed is not None and url is None:
         objects.insert(0, bundle_configmap(spec, packed))
-    info = JOB_KINDS[kind]
-    warnings = [info.warning] if info.warning else []
-    if target and target.pod_overrides == "podSpecOverrides":
-        warnings.append(
-            f"TrainJob for {target.release}: its pods carry the JobSet's labels, not the run's; "
-            "torchdeck finds them by the JobSet's name"
-        )
+    warnings = ([info.warning] if info.warning else []) + said
     if not spec.cluster.pvc:
         warnings.append("no cluster.pvc: the data and the checkpoints live in each pod's own folder and go with it")
     if url:
@@ -642,25 +593,25 @@ def render_task(
         raise SpecError(
             "image", "a cluster job needs a training image", "build and push one, then set image: or pass --image"
         )
-    ctx = context(spec, name, "job")
+    ctx = context(spec, name, TASK_KIND.key)
     c = spec.cluster
-    ctx["labels"] = {**ctx["labels"], TASK_LABEL: task}
-    ctx["job_labels"] = {**ctx["job_labels"], TASK_LABEL: task}
-    ctx.update(subdomain=None, ports=[], pod_restart_policy="Never", container=task)
-    ctx["env"] = [e for e in ctx["env"] if not e["name"].startswith("PET_")]
+    ctx.labels = {**ctx.labels, TASK_LABEL: task}
+    ctx.job_labels = {**ctx.job_labels, TASK_LABEL: task}
+    ctx.subdomain, ctx.ports, ctx.pod_restart_policy, ctx.container = None, [], "Never", task
+    ctx.env = [e for e in ctx.env if not str(e["name"]).startswith("PET_")]
     if task == "data-prep":
-        ctx["command"] = ["python", "-m", "torchdeck.trainer.data"]
-        ctx["args"] = ["--data-dir", c.data_dir] + (["--from-s3", source] if source else [])
-        ctx["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
-        ctx["tolerations"], ctx["node_selector"] = [], {}  # any node can download
+        ctx.command = ["python", "-m", "torchdeck.trainer.data"]
+        ctx.args = ["--data-dir", c.data_dir] + (["--from-s3", source] if source else [])
+        ctx.resources = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
+        ctx.tolerations, ctx.node_selector = [], {}  # any node can download
     elif task == "model-copy":  # the model leaves the volume through S3 (source: where it goes)
-        ctx["command"] = ["python", "-m", "torchdeck.trainer.model_file"]
-        ctx["args"] = ["--copy", model_file or default_model_file(spec), source or ""]
-        ctx["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
-        ctx["tolerations"], ctx["node_selector"] = [], {}
+        ctx.command = ["python", "-m", "torchdeck.trainer.model_file"]
+        ctx.args = ["--copy", model_file or default_model_file(spec), source or ""]
+        ctx.resources = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+        ctx.tolerations, ctx.node_selector = [], {}
     else:
-        ctx["command"] = ["python", "-m", "torchdeck.trainer.evaluate"]
-        ctx["args"] = [
+        ctx.command = ["python", "-m", "torchdeck.trainer.evaluate"]
+        ctx.args = [
             "--model-file",
             model_file or default_model_file(spec),
             "--data-dir",
@@ -672,8 +623,8 @@ def render_task(
         ]
         if spec.resources.gpus > 1:  # one GPU is plenty to test a model
             gpu = {"nvidia.com/gpu": "1"}
-            ctx["resources"] = {k: {**v, **gpu} for k, v in ctx["resources"].items()}
-    text = template_environment().get_template("task.yaml.j2").render(**ctx)
+            ctx.resources = {k: {**v, **gpu} for k, v in ctx.resources.items()}
+    text = template_environment().get_template("task.yaml.j2").render(**vars(ctx))
     objects = as_written([o for o in yaml.safe_load_all(text) if o])
     warnings = [] if c.pvc else ["no cluster.pvc: the task sees none of the training job's files"]
-    return Rendered("job", name, spec.namespace, objects, warnings)
+    return Rendered(TASK_KIND.key, name, spec.namespace, objects, warnings)

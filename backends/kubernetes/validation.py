@@ -10,20 +10,18 @@ so it is optional: ``torchdeck render --validate`` says how to install it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 from ..errors import BackendError
 from . import crds
+from .kind_objects import at
+from .kinds import job_kind_of
 from .manifests import Rendered
 
 KUBERNETES_VERSION = "1.31.0"
 """The schema release checked against (EKS's default line in 2026)."""
-TEMPLATE_PATHS = {
-    "PyTorchJob": ("spec", "pytorchReplicaSpecs"),
-    "MPIJob": ("spec", "mpiReplicaSpecs"),
-    "ElasticJob": ("spec", "replicaSpecs"),
-}
 
 
 @dataclass
@@ -37,7 +35,7 @@ class Validation:
     cel_unchecked: int = 0
 
 
-def _core_validator() -> Any:
+def _core_validator() -> ModuleType:
     try:
         import kubernetes_validate
     except ImportError:
@@ -48,7 +46,7 @@ def _core_validator() -> Any:
     return kubernetes_validate
 
 
-def _core_problems(kv: Any, obj: dict[str, Any], where: str) -> list[str]:
+def _core_problems(kv: ModuleType, obj: Mapping[str, object], where: str) -> list[str]:
     try:
         kv.validate(obj, KUBERNETES_VERSION, strict=True)
     except kv.ValidationError as exc:
@@ -75,16 +73,15 @@ def validate_manifests(rendered: Rendered) -> Validation:
         found = crds.check(obj, crds.target_schema(target))
         result.problems += [f"{where}: {line}" for line in found.problems]
         result.cel_unchecked += found.cel_unchecked
-        node: Any = obj
-        for key in TEMPLATE_PATHS.get(kind, ()):
-            node = node.get(key, {}) if isinstance(node, dict) else {}
-        for role, replica in node.items() if isinstance(node, dict) else ():
-            template = replica.get("template") if isinstance(replica, dict) else None
+        kind_of = job_kind_of(obj)
+        roles = at(obj, ("spec", kind_of.replicas_at)) if kind_of and kind_of.replicas_at else None
+        for role, replica in roles.items() if isinstance(roles, Mapping) else ():
+            template = at(replica, ("template",))
             if template is not None:
                 wrapped = {
                     "apiVersion": "v1",
                     "kind": "PodTemplate",
-                    "metadata": {"name": f"{obj['metadata']['name']}-{role.lower()}"},
+                    "metadata": {"name": f"{obj['metadata']['name']}-{str(role).lower()}"},
                     "template": template,
                 }
                 result.problems += _core_problems(kv, wrapped, f"{where} {role} pod template")

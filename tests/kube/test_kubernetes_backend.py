@@ -38,6 +38,7 @@ from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.client import api_path
 from torchdeck.backends.kubernetes.jobs import api_of
+from torchdeck.backends.kubernetes.kinds import JOB_KINDS, TRAINJOB_OVERRIDES
 from torchdeck.backends.kubernetes.manifests import RUN_LABEL, render
 from torchdeck.backends.kubernetes.streams import PodWatcher
 from torchdeck.backends.spec import KINDS
@@ -62,7 +63,7 @@ def test_each_kind_is_stored_as_rendered(kube_backend, kind):
     assert status.state is JobState.PENDING and status.world_size == 4 and status.backend == "kubernetes"
 
 
-@pytest.mark.parametrize("target", crds.TARGETS["trainjob"], ids=lambda t: t.release)
+@pytest.mark.parametrize("target", JOB_KINDS["trainjob"].targets, ids=lambda t: t.release)
 def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(kube_backend, target):
     """The cluster's own TrainJob CRD says where pod settings go; the stored job has them there,
     and its pods are found (by the run label, or on v2.0 by the JobSet's name)."""
@@ -72,7 +73,7 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(kube_back
     stored = kube_backend.client.request(
         "GET", f"apis/trainer.kubeflow.org/v1alpha1/namespaces/{NS}/trainjobs/{run_id}"
     )
-    assert set(stored["spec"]) & set(crds.TRAINJOB_OVERRIDES) == {target.pod_overrides}
+    assert set(stored["spec"]) & set(TRAINJOB_OVERRIDES) == {target.pod_overrides}
     assert "'claimName': 'shared'" in repr(stored["spec"][target.pod_overrides])
     assert crds.check(stored, crds.target_schema(target)).problems == []
     labels = (

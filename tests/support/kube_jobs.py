@@ -64,7 +64,7 @@ def install(kube_backend, kinds=KINDS, pvc_phase="Bound", sa=True, gpu_nodes=0, 
     claim, the service account, nodes."""
     for kind in kinds:
         if not JOB_KINDS[kind].builtin:
-            install_crd(kube_backend, crds.latest(kind).crd_file)
+            install_crd(kube_backend, JOB_KINDS[kind].targets[-1].crd_file)
     kube_backend.client.request(
         "POST",
         f"api/v1/namespaces/{NS}/persistentvolumeclaims",

@@ -71,7 +71,7 @@ def test_the_crds_are_the_operators_own_files():
             "kubernetes-sigs/kueue",
         )
         assert re.fullmatch(r"[0-9a-f]{40}", source["commit"])
-    for kind, targets in crds.TARGETS.items():
+    for kind, targets in ((key, k.targets) for key, k in JOB_KINDS.items()):
         for target in targets:
             definition = crds.crd(target.crd_file)
             assert definition["kind"] == "CustomResourceDefinition"
@@ -87,7 +87,7 @@ def test_the_crds_are_the_operators_own_files():
             assert render(golden_spec(), RUN, kind, target).main["apiVersion"] == f"{info.group}/{target.version}"
 
 
-@pytest.mark.parametrize("target", crds.TARGETS["trainjob"], ids=lambda t: t.release)
+@pytest.mark.parametrize("target", JOB_KINDS["trainjob"].targets, ids=lambda t: t.release)
 def test_trainjob_carries_its_pod_settings_in_each_trainer_release(target):
     """Each release's form validates against that release's CRD with nothing pruned, and
     against no release whose CRD lacks its field (a CRD would drop it without a word)."""
@@ -99,7 +99,7 @@ def test_trainjob_carries_its_pod_settings_in_each_trainer_release(target):
     for wanted in ("torchdeck-shared", "'medium': 'Memory'", "torchdeck-s3", "gpu-workers", "nvidia.com/gpu"):
         assert wanted in text, (wanted, target.pod_overrides)
     assert (RUN_LABEL in text) == (target.pod_overrides != "podSpecOverrides")  # v2.0 cannot label pods
-    for other in crds.TARGETS["trainjob"]:
+    for other in JOB_KINDS["trainjob"].targets:
         problems = crds.check(rendered.main, crds.target_schema(other)).problems
         if other.pod_overrides == target.pod_overrides:
             assert problems == []
@@ -140,7 +140,7 @@ def test_avoided_nodes_keep_every_kinds_pods_off_them(kind):
     assert avoided_in(render(golden_spec(), RUN, kind).objects) == []
 
 
-@pytest.mark.parametrize("target", crds.TARGETS["trainjob"], ids=lambda t: t.release)
+@pytest.mark.parametrize("target", JOB_KINDS["trainjob"].targets, ids=lambda t: t.release)
 def test_a_trainjob_avoids_nodes_where_its_release_can_say_so(target):
     spec = with_overrides(golden_spec(), {"cluster.avoid_nodes": AVOIDED})
     if target.pod_overrides == "podSpecOverrides":  # Trainer v2.0 patches no affinity
@@ -377,7 +377,8 @@ def test_no_pod_mounts_a_kubernetes_api_token_and_every_chosen_image_is_pinned()
     """Issue 16 row 11: no training, task, etcd or build pod needs the Kubernetes API (IRSA's token
     is its own projected volume), and every image torchdeck chooses is pinned by digest."""
     from torchdeck.backends.eks.image_plan import KANIKO_IMAGE
-    from torchdeck.backends.kubernetes.manifests import AWS_CLI_IMAGE, ETCD_IMAGE
+    from torchdeck.backends.kubernetes.kinds import ETCD_IMAGE
+    from torchdeck.backends.kubernetes.manifests import AWS_CLI_IMAGE
 
     pods = all_pod_specs()
     assert len(pods) == 11 and any(name == "kaniko" for name, _ in pods), [name for name, _ in pods]
