@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torchdeck.backends.errors import BackendError
 from torchdeck.trainer.metrics import strict_json
@@ -25,8 +25,26 @@ EXIT_ERROR = 1
 
 
 def add_cluster_parser(sub: Commands) -> None:
+    """``torchdeck cluster`` and its sub-commands, in the order --help lists them."""
     p = sub.add_parser("cluster", help="plan, check, create, connect to and delete an EKS cluster")
     csub = p.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
+    add_init_parser(csub)
+    c = csub.add_parser("types", help="the instance types a region's zones offer: vCPUs, memory, GPUs, EFA, price")
+    c.add_argument("--region", required=True)
+    c.add_argument("--zones", help="only types offered in every one of these zones (comma-separated)")
+    c.add_argument("--gpu", action="store_true", help="GPU types only")
+    c.add_argument("--profile", help="AWS profile (default: $AWS_PROFILE)")
+    c.add_argument("--output", choices=("text", "json"), default="text")
+
+    add_step_parsers(csub)
+    c = csub.add_parser("token", help="print an EKS token for kubectl (the kubeconfig's exec command runs it)")
+    c.add_argument("--name", required=True)
+    c.add_argument("--region", required=True)
+    c.add_argument("--profile", help="AWS profile (default: $AWS_PROFILE)")
+
+
+def add_init_parser(csub: Commands) -> None:
+    """``cluster init``: the plan's every choice as a flag (nodegroups, network, access, storage)."""
     c = csub.add_parser("init", help="write an eksctl ClusterConfig for a training cluster, checked, with its cost")
     c.add_argument("--file", default="cluster.yaml", help="where the plan goes (default: cluster.yaml)")
     c.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -79,13 +97,10 @@ def add_cluster_parser(sub: Commands) -> None:
         help="let pods reach the nodes' instance metadata (and the node role); off by default",
     )
 
-    c = csub.add_parser("types", help="the instance types a region's zones offer: vCPUs, memory, GPUs, EFA, price")
-    c.add_argument("--region", required=True)
-    c.add_argument("--zones", help="only types offered in every one of these zones (comma-separated)")
-    c.add_argument("--gpu", action="store_true", help="GPU types only")
-    c.add_argument("--profile", help="AWS profile (default: $AWS_PROFILE)")
-    c.add_argument("--output", choices=("text", "json"), default="text")
 
+def add_step_parsers(csub: Commands) -> None:
+    """``cluster plan|create|connect|status|delete``: the steps that act on a plan, with the flags
+    they share (the plan's file, the cluster, the profile) and those of their own."""
     for name, text in (
         ("plan", "check a plan against AWS: credentials, zones, quotas, an existing cluster, cost"),
         ("create", "create the planned cluster (eksctl where installed, else torchdeck's own path)"),
@@ -125,11 +140,6 @@ def add_cluster_parser(sub: Commands) -> None:
             c.add_argument("--aws-cli", action="store_true", help="let `aws eks get-token` make the tokens")
         if name in ("plan", "status"):
             c.add_argument("--output", choices=("text", "json"), default="text")
-
-    c = csub.add_parser("token", help="print an EKS token for kubectl (the kubeconfig's exec command runs it)")
-    c.add_argument("--name", required=True)
-    c.add_argument("--region", required=True)
-    c.add_argument("--profile", help="AWS profile (default: $AWS_PROFILE)")
 
 
 def dispatch_cluster(args: argparse.Namespace, settings: Settings) -> int:
@@ -227,11 +237,12 @@ def _load_plan(args: argparse.Namespace) -> ClusterPlan:
     return load_plan(args.file)
 
 
-def _target(args: argparse.Namespace, settings: Settings) -> tuple[str, str, Any]:
+def _target(args: argparse.Namespace, settings: Settings) -> tuple[str, str, ClusterPlan | None]:
     """(name, region, plan or None) from --name/--region, the plan file, or the local record."""
     from torchdeck.backends.eks.access import ClusterRecord
 
-    name, region, plan = args.name, args.region, None
+    name, region = args.name, args.region
+    plan: ClusterPlan | None = None
     if (not name or not region) and Path(args.file).exists():
         plan = _load_plan(args)
         if name and plan.name != name:

@@ -8,9 +8,12 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdeck import __version__
+
+if TYPE_CHECKING:  # the sub-commands' type: its module is not loaded for --help
+    from .output import Commands
 
 OVERVIEW = """\
 torchdeck trains PyTorch models with DDP on this machine (torchrun), on
@@ -118,6 +121,24 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
 
     sub.add_parser("console", help="open the console (the default)")
+    add_spec_commands(sub, spec_flags)
+    from .cluster import add_cluster_parser
+    from .image import add_image_parser
+    from .resources import add_resource_parsers
+    from .storage import add_storage_parser
+
+    add_cluster_parser(sub)
+    add_storage_parser(sub)
+    add_image_parser(sub)
+    add_resource_parsers(sub)
+
+    add_run_commands(sub, spec_flags)
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def add_spec_commands(sub: Commands, spec_flags: bool) -> None:
+    """The commands that write a spec or run one: init, import, train, render, data, test."""
     p = sub.add_parser("init", help="write a job spec with every field and its default")
     p.add_argument("path", nargs="?", default="torchdeck.yaml")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
@@ -147,11 +168,24 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     p.add_argument(
         "--resume", metavar="RUN", help="local: run RUN's spec again from its newest checkpoint (after a crash)"
     )
-    p.add_argument("--output", choices=("text", "json"), default="text", help="json: print the final summary as JSON")
+    p.add_argument(
+        "--output",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="json: print the final summary as JSON; yaml (with --dry-run): the plan's objects whole",
+    )
 
-    p = sub.add_parser("render", help="print a job's Kubernetes manifests (for kubectl apply -f - or GitOps)")
+    p = sub.add_parser(
+        "render", help="print the plan a cluster's submit makes, offline (--output yaml: for kubectl apply -f -)"
+    )
     _add_spec_overrides(p, spec_flags)
-    p.add_argument("--run-id", metavar="ID", help="the object name (default: the job name)")
+    p.add_argument("--run-id", metavar="ID", help="the object name (default: the job name and the time, as a submit)")
+    p.add_argument(
+        "--release", metavar="RELEASE", help="the operator release to write for (default: the newest torchdeck knows)"
+    )
+    p.add_argument(
+        "--output", choices=("text", "yaml"), default="text", help="yaml: every object whole, a code bundle's too"
+    )
     p.add_argument(
         "--validate",
         action="store_true",
@@ -173,16 +207,10 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--run", metavar="RUN", help="test this run's saved model (where and how that run was set up)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
-    from .cluster import add_cluster_parser
-    from .image import add_image_parser
-    from .resources import add_resource_parsers
-    from .storage import add_storage_parser
 
-    add_cluster_parser(sub)
-    add_storage_parser(sub)
-    add_image_parser(sub)
-    add_resource_parsers(sub)
-
+def add_run_commands(sub: Commands, spec_flags: bool) -> None:
+    """The commands about runs and the nodes they run on: jobs, status, check, triage, resume,
+    compare, logs, stop, budget, monitor."""
     p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
@@ -226,7 +254,12 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
     p.add_argument("--detach", action="store_true", help="print the new run id and return at once")
-    p.add_argument("--output", choices=("text", "json"), default="text", help="json: print the final summary as JSON")
+    p.add_argument(
+        "--output",
+        choices=("text", "json", "yaml"),
+        default="text",
+        help="json: print the final summary as JSON; yaml (with --dry-run): the plan's objects whole",
+    )
     p.add_argument("--yes", action="store_true", help="a run found by its label alone: resume it without asking")
 
     p = sub.add_parser(
@@ -262,9 +295,6 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
 
     p = sub.add_parser("monitor", help="open the console's monitor on a run")
     p.add_argument("run", help="run id or a unique prefix")
-
-    sub.add_parser("version", help="print the version")
-    return parser
 
 
 SPEC_COMMANDS = {"train", "render", "data", "test", "check"}

@@ -1,7 +1,7 @@
-"""What every headless command shares: a line to stderr, a confirmation
-that never blocks a pipe, and a long step's progress printed one line per
-event (phase, elapsed time, what happened), which reads the same on a
-laptop, over SSH and in a CI log."""
+"""What every headless command shares: a line to stderr (``say``, ``fail``), one yes/no
+question (``ask``) and a confirmation that never blocks a pipe (``confirm``), and a long step's
+progress printed one line per event (phase, elapsed time, what happened), which reads the same on
+a laptop, over SSH and in a CI log."""
 
 from __future__ import annotations
 
@@ -33,18 +33,36 @@ if TYPE_CHECKING:
 
 
 def say(line: str) -> None:
-    """A line for the person at the terminal (stderr: stdout stays the command's output)."""
+    """A line for the person at the terminal (stderr: stdout stays the command's output). Escaped,
+    as one line: what it says often comes from a pod, a node or a cluster (a waiting reason, an
+    event), and an escape sequence there would drive the terminal (retitle it, clear it, hide
+    what follows) or a line break forge a line of torchdeck's own."""
     print(f"torchdeck: {printable(line)}", file=sys.stderr)
 
 
+def ask(question: str) -> bool:
+    """A yes/no question on the terminal; no terminal (a pipe, CI) answers no. The question is
+    written through the escaping (it may name a node or a run a cluster gave), never as
+    ``input``'s prompt, which readline writes to the terminal itself. The one prompt of the CLI."""
+    if not sys.stdin.isatty():
+        print(printable(f"{question}no (not a terminal: --yes answers yes)"), file=sys.stderr)
+        return False
+    sys.stderr.write(printable(question))
+    sys.stderr.flush()
+    try:
+        return input().strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
 def confirm(question: str, yes: bool) -> None:
-    """Ask on a terminal; without one, refuse unless ``--yes`` (a pipe never hangs on a prompt)."""
+    """Ask before a step that costs or deletes (``ask``); without a terminal, refuse unless
+    ``--yes`` (a pipe never hangs on a prompt, nor goes ahead unasked)."""
     if yes:
         return
     if not sys.stdin.isatty():
         raise BackendError(f"{question} needs a confirmation", "pass --yes to go ahead without a prompt")
-    answer = input(f"{question} [y/N] ").strip().lower()
-    if answer not in ("y", "yes"):
+    if not ask(f"{question} [y/N] "):
         raise BackendError("cancelled; nothing was changed")
 
 
