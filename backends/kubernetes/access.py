@@ -7,11 +7,12 @@ unlike a rules review, which a webhook authoriser leaves incomplete."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .client import KINDS, ApiError, ApiKind
 from .diagnosis import Finding
 from .jobs import api_of
+from .objects import AccessReview, SubjectReview
 
 if TYPE_CHECKING:
     from .client import KubeClient
@@ -62,7 +63,7 @@ def identity(client: KubeClient) -> str:
         )
     except ApiError:
         return ""
-    return str(((review.get("status") or {}).get("userInfo") or {}).get("username") or "")
+    return SubjectReview.from_api(review).username
 
 
 def access_findings(client: KubeClient, rendered: Rendered) -> list[Finding]:
@@ -72,18 +73,19 @@ def access_findings(client: KubeClient, rendered: Rendered) -> list[Finding]:
     ns = rendered.namespace
     denied: list[tuple[str, str]] = []
     for verb, group, resource, sub in asked(rendered):
-        body: dict[str, Any] = {
+        attributes = {"namespace": ns, "verb": verb, "group": group, "resource": resource}
+        if sub:
+            attributes["subresource"] = sub
+        body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
-            "spec": {"resourceAttributes": {"namespace": ns, "verb": verb, "group": group, "resource": resource}},
+            "spec": {"resourceAttributes": attributes},
         }
-        if sub:
-            body["spec"]["resourceAttributes"]["subresource"] = sub
         try:
             review = client.request("POST", REVIEWS, body=body)
         except ApiError:
             return []
-        if not (review.get("status") or {}).get("allowed"):
+        if not AccessReview.from_api(review).allowed:
             denied.append((verb, resource_name(group, resource, sub)))
     if not denied:
         return []

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..errors import BackendError
+from .objects import Event, Node, ObjectMeta, Pod, items
 from .resolve import Resolved
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+    from urllib3 import PoolManager
+    from urllib3.response import BaseHTTPResponse
 
 
 class ApiError(BackendError):
@@ -26,13 +33,14 @@ class ApiError(BackendError):
         self.status, self.reason = status, reason
 
     @classmethod
-    def from_exception(cls, exc: Any) -> ApiError:
+    def from_exception(cls, exc: object) -> ApiError:
+        """The error of an answer with an error status: the client's ApiException, or ``_Answer``."""
         status = getattr(exc, "status", 0) or 0
         message, reason = "", getattr(exc, "reason", "") or ""
         try:
-            body = json.loads(exc.body or "{}")
+            body = json.loads(getattr(exc, "body", None) or "{}")
             message, reason = body.get("message") or "", body.get("reason") or reason
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, AttributeError):
             pass
         hints = {
             401: "your credentials expired or are wrong: refresh the kubeconfig (aws eks update-kubeconfig)",
@@ -145,10 +153,10 @@ def api_path(kind: str | ApiKind, namespace: str | None = None, name: str | None
     return path
 
 
-def object_path(obj: dict[str, Any]) -> str:
+def object_path(obj: Mapping[str, object]) -> str:
     """The API path of one built-in object (its collection, then its name)."""
-    meta = obj["metadata"]
-    return api_path(obj["kind"], meta.get("namespace", "default"), meta["name"])
+    meta = ObjectMeta.from_api(obj)
+    return api_path(str(obj["kind"]), meta.namespace or "default", meta.name)
 
 
 # -- the connection ------------------------------------------------------------------
@@ -163,13 +171,13 @@ class KubeClient:
         self.context = context
         self.context_namespace: str | None = None
         """The context's namespace, once connected (default: "default")."""
-        self._api: Any = None
+        self._api: ApiClient | None = None
         self._resolved: Resolved | None = None
-        self._pool: Any = None
+        self._pool: PoolManager | None = None
         self._resolving = threading.Lock()
         """One resolver at a time: the console's workers all read at once when it opens."""
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         resolved = self._resolved
         if self._api is not None:
             resolved = Resolved.of(self._api.configuration)  # its token renewed if it had expired
@@ -180,11 +188,11 @@ class KubeClient:
                 pass  # the copy's first request says what is wrong with the kubeconfig
         return {**self.__dict__, "_api": None, "_pool": None, "_resolved": resolved, "_resolving": None}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state, _resolving=threading.Lock())
 
     @property
-    def api(self) -> Any:
+    def api(self) -> ApiClient:
         """The official client's ApiClient, made on first use."""
         if self._api is None:
             from kubernetes import client
@@ -223,24 +231,30 @@ class KubeClient:
         self,
         method: str,
         path: str,
-        body: Any = None,
-        query: dict[str, Any] | None = None,
+        body: object = None,
+        query: Mapping[str, object] | None = None,
         stream: bool = False,
         timeout: float | None = 30,
     ) -> Any:
-        """One API call; SDK and network errors become BackendError (ApiError for HTTP statuses)."""
+        """One API call; SDK and network errors become BackendError (ApiError for HTTP statuses). Its
+        answer: the streamed response (``stream``), else the parsed JSON, which the typed readers
+        below (and ``objects.py``'s views) read."""
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         if method == "GET" and self._api is None:
             used = self._resolved
             if used is None:
                 used = self._resolve(None)
             try:
-                return self._get(path, params, stream, timeout)
+                got = self._get(path, params, timeout)
             except ApiError as exc:
                 if exc.status != 401:
                     raise
-            self._resolve(used)  # the token expired: the kubeconfig's credential command gives another
-            return self._get(path, params, stream, timeout)
+                self._resolve(used)  # the token expired: the kubeconfig's credential command gives another
+                got = self._get(path, params, timeout)
+            if stream:
+                return got
+            data = got.data
+            return json.loads(data) if data else {}
         from kubernetes.client import ApiException
 
         try:
@@ -284,8 +298,9 @@ class KubeClient:
             assert self._resolved is not None
             return self._resolved
 
-    def _get(self, path: str, params: list[tuple[str, Any]], stream: bool, timeout: float | None) -> Any:
-        """A GET with urllib3 alone, as ``Resolved`` says (the same answers as through the client)."""
+    def _get(self, path: str, params: list[tuple[str, object]], timeout: float | None) -> BaseHTTPResponse:
+        """A GET with urllib3 alone, as ``Resolved`` says (the same answers as through the client),
+        its body not read yet."""
         from urllib.parse import urlencode
 
         import urllib3
@@ -311,14 +326,32 @@ class KubeClient:
             body = response.data
             response.release_conn()
             raise ApiError.from_exception(_Answer(response.status, response.reason or "", body))
-        if stream:
-            return response
-        data = response.data
-        return json.loads(data) if data else {}
+        return response
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        """The pods in ``namespace`` that match a label selector."""
+        """The pods in ``namespace`` that match a label selector, as the API's dicts: backend.py's,
+        until it reads ``read_pods``' views."""
         return self.request("GET", api_path("Pod", namespace), query={"labelSelector": selector}).get("items", [])
+
+    def read_pods(self, namespace: str | None, selector: str) -> list[Pod]:
+        """The pods that match a label selector, in ``namespace`` (None: in every one)."""
+        answer = self.request("GET", api_path("Pod", namespace), query={"labelSelector": selector})
+        return [Pod.from_api(p) for p in items(answer)]
+
+    def read_nodes(self) -> list[Node]:
+        """Every node of the cluster."""
+        return [Node.from_api(n) for n in items(self.request("GET", api_path("Node")))]
+
+    def read_node(self, name: str) -> Node:
+        """One node (ApiError 404 where it is gone)."""
+        return Node.from_api(self.request("GET", api_path("Node", name=name)))
+
+    def read_events(self, namespace: str, about: str) -> list[Event]:
+        """The events about the object named ``about`` in ``namespace``."""
+        answer = self.request(
+            "GET", api_path("Event", namespace), query={"fieldSelector": f"involvedObject.name={about}"}
+        )
+        return [Event.from_api(e) for e in items(answer)]
 
     def exists(self, path: str) -> bool:
         """GET answers (True) or says 404 (False); any other failure is raised."""
@@ -331,7 +364,7 @@ class KubeClient:
             raise
 
 
-def ensure_object(kube: KubeClient, obj: dict[str, Any]) -> bool:
+def ensure_object(kube: KubeClient, obj: Mapping[str, object]) -> bool:
     """Create a built-in object, or merge-patch it where it is; True if made now."""
     path = object_path(obj)
     try:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from ..cost import NodeUse
 from ..errors import BackendError
-from .client import KubeClient, api_path
-from .jobs import timestamp
+from .client import KubeClient
+from .objects import Node, ObjectMeta, Pod, PodLike, pods_of
 
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 CAPACITY_LABELS = {
@@ -40,20 +40,16 @@ def _quantity(text: object) -> float:
         return 0.0
 
 
-def _requested(pod: dict[str, Any], resource: str) -> float:
-    total = 0.0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        res = container.get("resources") or {}
-        total += _quantity((res.get("requests") or {}).get(resource) or (res.get("limits") or {}).get(resource))
-    return total
+def _requested(pod: Pod, resource: str) -> float:
+    return sum((_quantity(container.asked(resource)) for container in pod.resources), 0.0)
 
 
-def node_share(pod: dict[str, Any], node: dict[str, Any] | None) -> float:
+def node_share(pod: Pod, node: Node | None) -> float:
     """The part of ``node`` the pod asked for: its GPUs of the node's, else its CPU of the node's
     allocatable CPU; the whole node where it asked for neither or the node is not known."""
     if node is None:
         return 1.0
-    allocatable = (node.get("status") or {}).get("allocatable") or (node.get("status") or {}).get("capacity") or {}
+    allocatable = node.resources
     gpus, node_gpus = _requested(pod, "nvidia.com/gpu"), _quantity(allocatable.get("nvidia.com/gpu"))
     if gpus and node_gpus:
         return min(1.0, gpus / node_gpus)
@@ -63,36 +59,30 @@ def node_share(pod: dict[str, Any], node: dict[str, Any] | None) -> float:
     return 1.0
 
 
-def _bound_at(pod: dict[str, Any]) -> float | None:
-    status = pod.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
-            return timestamp(condition.get("lastTransitionTime"))
-    return timestamp(status.get("startTime"))
+def _bound_at(pod: Pod) -> float | None:
+    for condition in pod.conditions:
+        if condition.type == "PodScheduled" and condition.is_true:
+            return condition.since
+    return pod.started
 
 
-def _ended_at(pod: dict[str, Any], job_ended: float | None) -> float | None:
-    status = pod.get("status") or {}
-    ends = [
-        timestamp(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-        for cs in status.get("containerStatuses") or []
-    ]
-    if status.get("phase") in ("Succeeded", "Failed") and any(ends):
+def _ended_at(pod: Pod, job_ended: float | None) -> float | None:
+    ends = [cs.terminated.finished_at if cs.terminated is not None else None for cs in pod.containers]
+    if pod.ended and any(ends):
         return max(e for e in ends if e)
-    deleting = timestamp((pod.get("metadata") or {}).get("deletionTimestamp"))
-    return job_ended or deleting
+    return job_ended or pod.meta.deleting
 
 
-def node_uses(pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any]], job_ended: float | None) -> list[NodeUse]:
+def node_uses(pods: Sequence[PodLike], nodes: Mapping[str, Node], job_ended: float | None) -> list[NodeUse]:
     """Each bound pod's hold on its node."""
     uses = []
-    for pod in pods:
-        name = (pod.get("spec") or {}).get("nodeName")
+    for pod in pods_of(pods):
+        name = pod.node
         started = _bound_at(pod)
         if not name or started is None:
             continue  # not bound yet: it holds nothing
         node = nodes.get(name)
-        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        labels = node.labels if node is not None else {}
         capacity = ""
         for label, values in CAPACITY_LABELS.items():
             if label in labels:
@@ -116,26 +106,29 @@ class NodeBook:
     every run from one request)."""
 
     def __init__(self) -> None:
-        self._read: tuple[float, dict[str, dict[str, Any]]] = (0.0, {})
+        self._read: tuple[float, dict[str, Node]] = (0.0, {})
 
-    def nodes(self, client: KubeClient) -> dict[str, dict[str, Any]]:
+    def nodes(self, client: KubeClient) -> dict[str, Node]:
         when, nodes = self._read
         if time.monotonic() - when < NODES_TTL_S and when:
             return nodes
         try:
-            items = client.request("GET", api_path("Node")).get("items") or []
+            listed = client.read_nodes()
         except BackendError:  # nodes forbidden to this user: priced by the spec or settings alone
-            items = []
-        nodes = {n["metadata"]["name"]: n for n in items}
+            listed = []
+        nodes = {n.name: n for n in listed}
         self._read = (time.monotonic(), nodes)
         return nodes
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, object]:
         return {"_read": (0.0, {})}
 
 
 def annotate(
-    client: KubeClient, path: str, values: dict[str, dict[str, Any]], patch: dict[str, Any] | None = None
+    client: KubeClient,
+    path: str,
+    values: Mapping[str, Mapping[str, object]],
+    patch: Mapping[str, object] | None = None,
 ) -> None:
     """Keep each value on the job at ``path`` as JSON under its annotation, with ``patch`` (a
     suspension) in the same JSON merge patch."""
@@ -143,9 +136,10 @@ def annotate(
     client.request("PATCH", path, body={**(patch or {}), "metadata": {"annotations": notes}})
 
 
-def read_annotation(obj: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """A JSON annotation torchdeck kept on the job; None where it is missing or not JSON."""
-    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
+def read_annotation(obj: Mapping[str, object], key: str) -> dict[str, object] | None:
+    """A JSON annotation torchdeck kept on the job (``obj``, as the API answered it); None where it
+    is missing or not JSON."""
+    text = ObjectMeta.from_api(obj).annotations.get(key)
     if not text:
         return None
     try:

@@ -1,5 +1,5 @@
 """Why a cluster job is not training, in words a person can act on: read
-from its pods' statuses (as the API server returns them, plain dicts), the
+from its pods' statuses (``objects.Pod``, viewed from what the API server returns), the
 scheduler's events, the job's conditions and the last log lines. Each
 finding is one line with the fix; the monitor and ``torchdeck status`` show
 them. Pure functions: tests feed them realistic statuses."""
@@ -7,12 +7,12 @@ them. Pure functions: tests feed them realistic statuses."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import BackendError
-from .client import ApiError, KubeClient, api_path
+from .client import ApiError, KubeClient
+from .objects import Condition, ContainerStatus, Event, Node, Pod, PodLike, pods_of
 
 RDZV_PATTERNS = (
     (
@@ -61,26 +61,23 @@ class Finding:
         return f"{self.where}: {self.problem} (fix: {self.fix})"
 
 
-def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    status = pod.get("status") or {}
-    return list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
+def _containers(pod: Pod) -> list[ContainerStatus]:
+    return [*pod.init_containers, *pod.containers]
 
 
-def _pending(name: str, pod: dict[str, Any], events: list[dict[str, Any]]) -> list[Finding]:
-    status = pod.get("status") or {}
+def _pending(name: str, pod: Pod, events: list[Event]) -> list[Finding]:
     found: list[Finding] = []
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            message = cond.get("message") or ""
-            found.append(_unschedulable(name, message))
+    for cond in pod.conditions:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            found.append(_unschedulable(name, cond.message))
     if not found:
         for event in events:
-            if event.get("reason") == "FailedScheduling":
-                found.append(_unschedulable(name, event.get("message") or ""))
+            if event.reason == "FailedScheduling":
+                found.append(_unschedulable(name, event.message))
                 break
     for event in events:
-        if event.get("reason") == "FailedMount":
-            message = event.get("message") or ""
+        if event.reason == "FailedMount":
+            message = event.message
             found.append(
                 Finding(
                     name,
@@ -142,36 +139,28 @@ def _short(message: str, limit: int = 160) -> str:
     return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
-def diagnose_pod(
-    pod: dict[str, Any], events: Iterable[dict[str, Any]] = (), last_logs: Iterable[str] = ()
-) -> list[Finding]:
+def diagnose_pod(pod: Pod, events: Iterable[Event] = (), last_logs: Iterable[str] = ()) -> list[Finding]:
     """What is wrong with one pod (nothing, if it is healthy)."""
-    meta = pod.get("metadata") or {}
-    name = meta.get("name", "?")
-    status = pod.get("status") or {}
+    name = pod.name or "?"
     events = list(events)
     logs = list(last_logs)
-    phase = status.get("phase")
     found: list[Finding] = []
-    if status.get("reason") == "Evicted":
+    if pod.reason == "Evicted":
         return [
             Finding(
                 name,
-                f"Evicted: {_short(status.get('message') or 'the node ran short of resources')}",
+                f"Evicted: {_short(pod.message or 'the node ran short of resources')}",
                 "give the pod memory/ephemeral-storage requests that match its use",
             )
         ]
-    if phase == "Pending":
+    if pod.phase == "Pending":
         found += _pending(name, pod, events)
     for cs in _containers(pod):
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        reason = waiting.get("reason")
-        message = waiting.get("message") or ""
-        image = cs.get("image") or ""
+        reason, message, image = cs.waiting_reason, cs.waiting_message, cs.image
         if reason in ("ImagePullBackOff", "ErrImagePull", "InvalidImageName"):
             found.append(_image_pull(name, image, message))
         elif reason == "ErrImageNeverPull":
-            node = (pod.get("spec") or {}).get("nodeName") or "its node"
+            node = pod.node or "its node"
             found.append(
                 Finding(
                     name,
@@ -180,15 +169,17 @@ def diagnose_pod(
                 )
             )
         elif reason == "CrashLoopBackOff":
-            last = (cs.get("lastState") or {}).get("terminated") or {}
-            if last.get("reason") == "OOMKilled" or last.get("exitCode") == 137:
+            last = cs.last_terminated
+            code = last.exit_code if last is not None else None
+            if (last is not None and last.reason == "OOMKilled") or code == 137:
                 found.append(_oom(name))
             else:
                 tail = " | ".join(line.strip() for line in logs[-3:] if line.strip())
                 found.append(
                     Finding(
                         name,
-                        f"CrashLoopBackOff (exit {last.get('exitCode', '?')})" + (f": {_short(tail)}" if tail else ""),
+                        f"CrashLoopBackOff (exit {'?' if code is None else code})"
+                        + (f": {_short(tail)}" if tail else ""),
                         f"read its log: torchdeck logs, or kubectl logs --previous {name}",
                     )
                 )
@@ -200,8 +191,7 @@ def diagnose_pod(
                     "a referenced ConfigMap, Secret or service account key is missing",
                 )
             )
-        terminated = (cs.get("state") or {}).get("terminated") or {}
-        if terminated.get("reason") == "OOMKilled" and reason != "CrashLoopBackOff":
+        if cs.terminated is not None and cs.terminated.reason == "OOMKilled" and reason != "CrashLoopBackOff":
             found.append(_oom(name))
     found += log_findings(name, logs)
     return found
@@ -247,13 +237,16 @@ def log_findings(where: str, lines: Iterable[str]) -> list[Finding]:
     return found
 
 
-def job_findings(name: str, conditions: Iterable[dict[str, Any]], backoff_limit: int | None = None) -> list[Finding]:
-    """The operator's own word: a job restarting, or failed after its backoff limit."""
+def job_findings(
+    name: str, conditions: Iterable[Condition | Mapping[str, object]], backoff_limit: int | None = None
+) -> list[Finding]:
+    """The operator's own word: a job restarting, or failed after its backoff limit. (``conditions``
+    as the API's dicts: backend.py's, until it holds the job's view.)"""
     found: list[Finding] = []
-    for cond in conditions:
-        if cond.get("status") != "True":
+    for cond in (Condition.of(c) for c in conditions):
+        if not cond.is_true:
             continue
-        kind, reason, message = cond.get("type"), cond.get("reason") or "", cond.get("message") or ""
+        kind, reason, message = cond.type, cond.reason, cond.message
         if kind == "Restarting":
             found.append(
                 Finding(
@@ -278,26 +271,19 @@ def job_findings(name: str, conditions: Iterable[dict[str, Any]], backoff_limit:
     return found
 
 
-def pod_findings(client: KubeClient, namespace: str, pods: list[dict[str, Any]]) -> list[Finding]:
+def pod_findings(client: KubeClient, namespace: str, pods: Sequence[PodLike]) -> list[Finding]:
     """What is wrong with these pods; the scheduler's events are read for Pending ones only."""
     return [
         f
-        for pod in pods
-        for f in diagnose_pod(
-            pod,
-            pod_events(client, namespace, pod["metadata"]["name"])
-            if (pod.get("status") or {}).get("phase") == "Pending"
-            else (),
-        )
+        for pod in pods_of(pods)
+        for f in diagnose_pod(pod, pod_events(client, namespace, pod.name) if pod.phase == "Pending" else ())
     ]
 
 
-def pod_events(client: KubeClient, namespace: str, pod: str) -> list[dict[str, Any]]:
+def pod_events(client: KubeClient, namespace: str, pod: str) -> list[Event]:
     """The events about one pod (none where they cannot be read)."""
     try:
-        return client.request(
-            "GET", api_path("Event", namespace), query={"fieldSelector": f"involvedObject.name={pod}"}
-        ).get("items", [])
+        return client.read_events(namespace, pod)
     except BackendError:
         return []
 
@@ -319,55 +305,52 @@ SICK_TAINTS = {
 PRESSURES = {"MemoryPressure": "memory", "DiskPressure": "disk", "PIDPressure": "process ids"}
 
 
-def node_trouble(node: dict[str, Any] | None) -> str:
+def node_trouble(node: Node | None) -> str:
     """Why a node is no place to run on ("" where nothing says so); None: the node is gone."""
     if node is None:
         return "gone from the cluster (deleted: a spot reclaim, a scale-down or a replacement)"
-    spec, status = node.get("spec") or {}, node.get("status") or {}
     said: list[str] = []
-    for condition in status.get("conditions") or []:
-        kind, value = condition.get("type"), condition.get("status")
-        why = _short(condition.get("message") or condition.get("reason") or "", 90)
+    for condition in node.conditions:
+        kind, value = condition.type, condition.status
+        why = _short(condition.message or condition.reason, 90)
         if kind == "Ready" and value != "True":
             said.append(f"NotReady ({why})" if why else "NotReady")
         elif kind in PRESSURES and value == "True":
             said.append(f"short of {PRESSURES[kind]}")
-    for taint in spec.get("taints") or []:
-        key = str(taint.get("key"))
+    for taint in node.taints:
+        key = taint.key
         words = SICK_TAINTS.get(key)
         if words and not (said and key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")):
             said.append(words)  # those two taints say again what the Ready condition said
-    if spec.get("unschedulable") and not said:
+    if node.unschedulable and not said:
         said.append("cordoned")
     return "; ".join(said)
 
 
-def pod_disruption(pod: dict[str, Any]) -> str:
+def pod_disruption(pod: Pod) -> str:
     """How the cluster ended a pod on its node ("" where it did not): evicted, or a DisruptionTarget
     condition (taint manager, preemption, the kubelet's shutdown)."""
-    status = pod.get("status") or {}
-    if status.get("reason") == "Evicted":
-        return f"evicted its pod: {_short(status.get('message') or 'the node ran short of resources', 100)}"
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            reason = condition.get("reason") or "disrupted"
-            return f"ended its pod ({reason}: {_short(condition.get('message') or '', 100)})".replace(": )", ")")
+    if pod.reason == "Evicted":
+        return f"evicted its pod: {_short(pod.message or 'the node ran short of resources', 100)}"
+    for condition in pod.conditions:
+        if condition.type == "DisruptionTarget" and condition.is_true:
+            reason = condition.reason or "disrupted"
+            return f"ended its pod ({reason}: {_short(condition.message, 100)})".replace(": )", ")")
     return ""
 
 
-def bad_nodes(client: KubeClient, pods: list[dict[str, Any]], unread: list[str] | None = None) -> dict[str, str]:
+def bad_nodes(client: KubeClient, pods: Sequence[PodLike], unread: list[str] | None = None) -> dict[str, str]:
     """The nodes a run's pods were on that the cluster marks bad (NotReady, a spot interruption
     notice, gone, a pressure, evictions), each with why: what ``torchdeck resume --avoid-node``
     is for. One request a node; a node this identity may not read goes into ``unread``."""
     found: dict[str, str] = {}
-    nodes: dict[str, list[dict[str, Any]]] = {}
-    for pod in pods:
-        name = (pod.get("spec") or {}).get("nodeName")
-        if name:
-            nodes.setdefault(name, []).append(pod)
+    nodes: dict[str, list[Pod]] = {}
+    for pod in pods_of(pods):
+        if pod.node:
+            nodes.setdefault(pod.node, []).append(pod)
     for name, on_it in sorted(nodes.items()):
         try:
-            node: dict[str, Any] | None = client.request("GET", api_path("Node", name=name))
+            node: Node | None = client.read_node(name)
         except ApiError as exc:
             if exc.status != 404:
                 if unread is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from ..errors import BackendError, SpecError
 from ..files import load_json, write_atomically
 from ..names import check_namespace, check_object_name, check_run_id
 from ..spec import KINDS, JobKindName
+from .objects import ObjectMeta
 
 RECORD_BYTES = 64 << 10
 FOUND_BY_LABEL = "found by its label only: torchdeck has no record of making it here"
@@ -147,19 +149,24 @@ class RunRecords:
 
 
 def made_now(
-    run_id: str, server: str, context: str, namespace: str, kind: JobKindName, obj: dict, code_dir: str | None
+    run_id: str,
+    server: str,
+    context: str,
+    namespace: str,
+    kind: JobKindName,
+    obj: Mapping[str, object],
+    code_dir: str | None,
 ) -> MadeRun:
     """The record of a job the API server just created (``obj``: its answer, which carries the uid)."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    uid = meta.get("uid") if isinstance(meta, dict) else None
+    meta = ObjectMeta.from_api(obj if isinstance(obj, Mapping) else {})
     return MadeRun(
         run_id=run_id,
         server=server,
         context=context,
         namespace=namespace,
         kind=kind,
-        name=str(meta.get("name") or run_id) if isinstance(meta, dict) else run_id,
-        uid=uid if isinstance(uid, str) else "",
+        name=meta.name or run_id,
+        uid=meta.uid,
         code_dir=code_dir,
         submitted_at=time.time(),
     )

@@ -5,12 +5,13 @@ proxy) where one runs."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ..base import GpuMetrics, NodeMetrics
 from ..errors import BackendError
 from .client import ApiError, KubeClient, api_path, quantity
-from .ownership import owner_refs
+from .objects import NodeUsage, PodLike, items, pods_of
 
 DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
 DCGM_PORT = 9400
@@ -20,21 +21,20 @@ def dcgm_gpus(client: KubeClient, nodes: set[str]) -> dict[str, list[GpuMetrics]
     """Per node, its GPUs as the DCGM exporter pod on it reports them
     (through the API server's pod proxy); nothing where none runs."""
     try:
-        exporters = client.request("GET", api_path("Pod"), query={"labelSelector": DCGM_SELECTOR}).get("items", [])
+        exporters = client.read_pods(None, DCGM_SELECTOR)
     except BackendError:
         return {}
     found: dict[str, list[GpuMetrics]] = {}
     for pod in exporters:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node not in nodes or (pod.get("status") or {}).get("phase") != "Running":
+        node = pod.node
+        if node not in nodes or pod.phase != "Running":
             continue
-        if not any(ref.get("kind") == "DaemonSet" for ref in owner_refs(pod)):
+        if not any(ref.kind == "DaemonSet" for ref in pod.meta.controllers()):
             continue  # the exporter runs as a DaemonSet (the GPU Operator's, NVIDIA's chart): a lone pod is no exporter
-        meta = pod["metadata"]
         try:
             text = client.request(
                 "GET",
-                api_path("Pod", meta.get("namespace", "default"), f"{meta['name']}:{DCGM_PORT}", "proxy/metrics"),
+                api_path("Pod", pod.meta.namespace or "default", f"{pod.name}:{DCGM_PORT}", "proxy/metrics"),
                 stream=True,
                 timeout=5,
             ).data
@@ -44,17 +44,19 @@ def dcgm_gpus(client: KubeClient, nodes: set[str]) -> dict[str, list[GpuMetrics]
     return found
 
 
-def measure_nodes(client: KubeClient, pods: list[dict[str, Any]]) -> list[NodeMetrics]:
+def measure_nodes(client: KubeClient, pods: Sequence[PodLike]) -> list[NodeMetrics]:
     """The nodes the pods run on: CPU and memory from metrics-server, GPUs from the DCGM exporter
     where one runs (else what the API says they have)."""
-    node_names: list[str] = sorted({str(n) for p in pods if (n := (p.get("spec") or {}).get("nodeName"))})
+    views = pods_of(pods)
+    node_names: list[str] = sorted({p.node for p in views if p.node})
     if not node_names:
         return []
-    usage: dict[str, dict[str, str]] = {}
+    usage: dict[str, NodeUsage] = {}
     note = ""
     try:
-        for item in client.request("GET", api_path("NodeMetrics")).get("items", []):
-            usage[item["metadata"]["name"]] = item.get("usage") or {}
+        for item in items(client.request("GET", api_path("NodeMetrics"))):
+            used = NodeUsage.from_api(item)
+            usage[used.name] = used
     except ApiError as exc:
         note = (
             "node CPU and memory are not this identity's to read (metrics.k8s.io nodes: forbidden)"
@@ -65,13 +67,13 @@ def measure_nodes(client: KubeClient, pods: list[dict[str, Any]]) -> list[NodeMe
     out = []
     for node_name in node_names:
         try:
-            node = client.request("GET", api_path("Node", name=node_name))
+            node = client.read_node(node_name)
         except ApiError:
             continue
-        alloc = (node.get("status") or {}).get("allocatable") or {}
+        alloc = node.allocatable
         cpu_total = quantity(alloc.get("cpu", "0"))
         mem_total = quantity(alloc.get("memory", "0"))
-        used = usage.get(node_name, {})
+        used = usage.get(node_name, NodeUsage(node_name))
         gpus = int(quantity(alloc.get("nvidia.com/gpu", "0")))
         # The API has GPU counts, not utilization: that comes from a DCGM
         # exporter where one runs (else from the trainer's own gpu_util).
@@ -82,13 +84,13 @@ def measure_nodes(client: KubeClient, pods: list[dict[str, Any]]) -> list[NodeMe
         out.append(
             NodeMetrics(
                 name=node_name,
-                cpu_percent=100.0 * quantity(used.get("cpu", "0")) / cpu_total if cpu_total else 0.0,
+                cpu_percent=100.0 * quantity(used.cpu or "0") / cpu_total if cpu_total else 0.0,
                 cpu_count=int(cpu_total) or 1,
-                mem_used_mb=quantity(used.get("memory", "0")) / 2**20,
+                mem_used_mb=quantity(used.memory or "0") / 2**20,
                 mem_total_mb=mem_total / 2**20,
                 gpus=measured,
                 gpu_note="; ".join(n for n in (gpu_note, note) if n),
-                hosts=sorted(p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName") == node_name),
+                hosts=sorted(p.name for p in views if p.node == node_name),
             )
         )
     return out

@@ -163,6 +163,11 @@ class Condition:
             timestamp(obj.get("lastTransitionTime")),
         )
 
+    @classmethod
+    def of(cls, condition: Condition | Api) -> Condition:
+        """A view of ``condition``, whichever the caller holds."""
+        return condition if isinstance(condition, Condition) else cls.from_api(condition)
+
     @property
     def is_true(self) -> bool:
         return self.status == "True"

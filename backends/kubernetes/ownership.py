@@ -10,10 +10,11 @@ that chain reaches the job's uid. (A pod is a rank only through its owner chain:
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Mapping
 
 from ..errors import BackendError
 from .client import ApiError, ApiKind, KubeClient, api_path
+from .objects import ObjectMeta, OwnerRef, Pod
 
 MAX_DEPTH = 3
 """TrainJob -> JobSet -> Job -> Pod is the longest chain the operators make."""
@@ -22,20 +23,6 @@ BETWEEN: dict[tuple[str, str], ApiKind] = {
     ("jobset.x-k8s.io", "JobSet"): ApiKind.of_group("jobset.x-k8s.io", "v1alpha2", "jobsets"),
 }
 """The kinds that stand between a job and its pods (read to follow the chain); no other is fetched."""
-
-
-def owner_refs(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    """An object's controller reference (``controller: true``, with a uid), as every operator writes
-    it for what it makes; another owner reference is no claim to the object."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-    if not isinstance(refs, list):
-        return []
-    return [
-        r
-        for r in refs
-        if isinstance(r, dict) and r.get("controller") is True and isinstance(r.get("uid"), str) and r["uid"]
-    ]
 
 
 class OwnedBy:
@@ -50,14 +37,15 @@ class OwnedBy:
         self.unread = ""
         """An owner between the job and its pods that this identity may not read (its kind), where one was."""
 
-    def __call__(self, obj: dict[str, Any]) -> bool:
-        return self._owned(obj, 0) is True
+    def __call__(self, obj: Pod | Mapping[str, object]) -> bool:
+        """Whether the job owns ``obj`` (a pod's view, or an object as the API answered it)."""
+        return self._owned(obj.meta if isinstance(obj, Pod) else ObjectMeta.from_api(obj), 0) is True
 
-    def _owned(self, obj: dict[str, Any], depth: int) -> bool | None:
+    def _owned(self, meta: ObjectMeta, depth: int) -> bool | None:
         """True: owned by the job; False: not; None: not known now (an owner could not be read)."""
         unknown = False
-        for ref in owner_refs(obj):
-            uid = ref["uid"]
+        for ref in meta.controllers():
+            uid = ref.uid
             with self._lock:
                 known = self._leads.get(uid)
             if known is None:
@@ -71,11 +59,11 @@ class OwnedBy:
                 return True
         return None if unknown else False
 
-    def _through(self, ref: dict[str, Any], depth: int) -> bool | None:
+    def _through(self, ref: OwnerRef, depth: int) -> bool | None:
         """Whether the owner ``ref`` names (a kind between a job and its pods) is owned by the job;
         None where the API could not say now (a failure, or forbidden: said in ``unread``)."""
-        api_version, kind, name = ref.get("apiVersion"), ref.get("kind"), ref.get("name")
-        if not (isinstance(api_version, str) and isinstance(kind, str) and isinstance(name, str) and name):
+        api_version, kind, name = ref.api_version, ref.kind, ref.name
+        if not name:
             return False
         api = BETWEEN.get((api_version.rpartition("/")[0], kind))
         if api is None:
@@ -90,7 +78,7 @@ class OwnedBy:
             return None
         except BackendError:
             return None  # out of reach now
-        meta = owner.get("metadata") if isinstance(owner, dict) else None
-        if not isinstance(meta, dict) or meta.get("uid") != ref["uid"]:
+        meta = ObjectMeta.from_api(owner if isinstance(owner, Mapping) else {})
+        if meta.uid != ref.uid:
             return False
-        return self._owned(owner, depth + 1)
+        return self._owned(meta, depth + 1)

@@ -8,7 +8,7 @@ to fix it."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from ..errors import BackendError
 from ..spec import JobSpec
@@ -18,10 +18,11 @@ from .client import ApiError, KubeClient, api_path, quantity
 from .diagnosis import Finding
 from .kinds import JOB_KINDS
 from .manifests import Rendered
+from .objects import ClaimPhase, ObjectMeta
 from .queues import queue_findings
 
 
-def preflight(client: KubeClient, spec: JobSpec, rendered: Rendered, crd: dict[str, Any] | None) -> list[Finding]:
+def preflight(client: KubeClient, spec: JobSpec, rendered: Rendered, crd: Mapping[str, object] | None) -> list[Finding]:
     """What would stop the job on this cluster, each with its fix. ``crd``: the cluster's definition
     of the job's kind (None: not installed; empty: this kubeconfig may not read it)."""
     found = access_findings(client, rendered)
@@ -47,8 +48,7 @@ def preflight(client: KubeClient, spec: JobSpec, rendered: Rendered, crd: dict[s
     c = spec.cluster
     if c.pvc:
         try:
-            pvc = client.request("GET", api_path("PersistentVolumeClaim", ns, c.pvc))
-            phase = (pvc.get("status") or {}).get("phase")
+            phase = ClaimPhase.from_api(client.request("GET", api_path("PersistentVolumeClaim", ns, c.pvc))).phase
             if phase != "Bound":
                 found.append(
                     Finding(
@@ -83,12 +83,12 @@ def preflight(client: KubeClient, spec: JobSpec, rendered: Rendered, crd: dict[s
     return found
 
 
-def served_findings(rendered: Rendered, definition: dict[str, Any]) -> list[Finding]:
+def served_findings(rendered: Rendered, definition: Mapping[str, object]) -> list[Finding]:
     """What the cluster's own CRD says of the rendered job: a version it does not serve, a field
     it would drop, a value it refuses."""
     info = JOB_KINDS[rendered.kind]
     try:
-        info.target_for(definition)
+        crds.for_cluster(rendered.kind, definition)
     except BackendError as exc:
         return [Finding(rendered.kind, exc.message, exc.hint)]
     version = rendered.main["apiVersion"].rpartition("/")[2]
@@ -100,9 +100,9 @@ def served_findings(rendered: Rendered, definition: dict[str, Any]) -> list[Find
         [
             Finding(
                 f"{info.kind} {rendered.name}",
-                f"{problems[0]} (the cluster's CRD {definition['metadata']['name']})"
+                f"{problems[0]} (the cluster's CRD {ObjectMeta.from_api(definition).name})"
                 + (f", and {len(problems) - 1} more" if len(problems) > 1 else ""),
-                f"torchdeck renders for {info.supported}; torchdeck render --validate shows "
+                f"torchdeck renders for {crds.supported(rendered.kind)}; torchdeck render --validate shows "
                 "every problem",
             )
         ]
@@ -115,13 +115,9 @@ def gpu_findings(client: KubeClient, spec: JobSpec) -> list[Finding]:
     """No node that matches the job's node selector has the GPUs it asks for."""
     wanted = spec.resources.gpus
     selector = spec.cluster.node_selector
-    nodes = client.request("GET", api_path("Node")).get("items", [])
-    matching = [n for n in nodes if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())]
-    with_gpus = [
-        n
-        for n in matching
-        if quantity(((n.get("status") or {}).get("allocatable") or {}).get("nvidia.com/gpu", "0")) >= wanted
-    ]
+    nodes = client.read_nodes()
+    matching = [n for n in nodes if all(n.labels.get(k) == v for k, v in selector.items())]
+    with_gpus = [n for n in matching if quantity(n.allocatable.get("nvidia.com/gpu", "0")) >= wanted]
     if with_gpus:
         return []
     where = f"{len(matching)}/{len(nodes)} nodes match cluster.node_selector" if selector else f"{len(nodes)} nodes"

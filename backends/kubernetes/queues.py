@@ -7,16 +7,27 @@ and that queue's resource flavours. The job itself is rendered suspended with Ku
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..base import QueueWait
-from ..schema import count
 from ..spec import JobSpec
 from .client import ApiError, ApiKind, api_path, quantity
 from .diagnosis import Finding
-from .jobs import timestamp
 from .kinds import JOB_KINDS, job_kind_of
+from .manifests import MPI_LAUNCHER_RESOURCES
+from .objects import (
+    ClusterQueue,
+    ConfigMap,
+    LocalQueue,
+    ObjectMeta,
+    PendingWorkload,
+    ServedVersions,
+    Workload,
+    items,
+    true_condition,
+)
 
 if TYPE_CHECKING:
     from .client import KubeClient
@@ -80,8 +91,8 @@ def managed_frameworks(client: KubeClient) -> list[str] | None:
         config_map = client.request("GET", api_path("ConfigMap", CONFIG_MAP[0], CONFIG_MAP[1]))
     except ApiError:
         return None
-    text = (config_map.get("data") or {}).get(CONFIG_KEY) if isinstance(config_map, dict) else None
-    if not isinstance(text, str):
+    text = ConfigMap.from_api(config_map).data.get(CONFIG_KEY) if isinstance(config_map, Mapping) else None
+    if text is None:
         return None
     try:
         config = parse_yaml(text, f"{CONFIG_MAP[0]}/{CONFIG_MAP[1]}")
@@ -113,7 +124,7 @@ def kueue_version(client: KubeClient, fresh: bool = False) -> str | None:
             raise
         version: str | None = None
     else:
-        served = {v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")}
+        served = ServedVersions.from_api(crd).versions
         version = next((v for v in VERSIONS if v in served), "")
     _versions[key] = (time.monotonic(), version)
     return version
@@ -137,12 +148,12 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
         if exc.status != 404:
             raise
         there = sorted(
-            (q.get("metadata") or {}).get("name", "")
-            for q in client.request("GET", api_path(kueue_kind(version, "localqueues"), ns)).get("items", [])
+            ObjectMeta.from_api(q).name
+            for q in items(client.request("GET", api_path(kueue_kind(version, "localqueues"), ns)))
         )
         hint = f"the LocalQueues in {ns}: {', '.join(there)}" if there else f"ask your cluster's admin for one in {ns}"
         return [Finding(queue, f"no LocalQueue {queue} in namespace {ns}", hint)], None
-    view = QueueView(version, queue, str((local.get("spec") or {}).get("clusterQueue") or ""))
+    view = QueueView(version, queue, LocalQueue.from_api(local).cluster_queue)
     framework = JOB_KINDS[spec.cluster.kind].kueue_framework
     frameworks = managed_frameworks(client)
     if frameworks is None:
@@ -158,8 +169,10 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
             )
         ], view
     try:
-        cluster_queue: dict[str, Any] = client.request(
-            "GET", api_path(kueue_kind(version, "clusterqueues", namespaced=False), name=view.cluster_queue)
+        cluster_queue = ClusterQueue.from_api(
+            client.request(
+                "GET", api_path(kueue_kind(version, "clusterqueues", namespaced=False), name=view.cluster_queue)
+            )
         )
     except ApiError as exc:
         if exc.status == 403:  # cluster-scoped: a namespace's user often may not read it
@@ -173,15 +186,14 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
         problem = f"LocalQueue {queue} points at ClusterQueue {view.cluster_queue}, which does not exist"
         return [Finding(queue, problem, "ask your cluster's admin to create it or fix the LocalQueue")], view
     found: list[Finding] = []
-    cq_spec = cluster_queue.get("spec") or {}
-    for group in cq_spec.get("resourceGroups") or []:
-        view.covered.update(group.get("coveredResources") or [])
-        view.flavors += [f.get("name", "") for f in group.get("flavors") or []]
-    if cq_spec.get("stopPolicy") in ("Hold", "HoldAndDrain"):
+    for group in cluster_queue.groups:
+        view.covered.update(group.covered)
+        view.flavors += [f.name for f in group.flavors]
+    if cluster_queue.stop_policy in ("Hold", "HoldAndDrain"):
         found.append(
             Finding(
                 queue,
-                f"ClusterQueue {view.cluster_queue} is stopped ({cq_spec['stopPolicy']}): it admits nothing",
+                f"ClusterQueue {view.cluster_queue} is stopped ({cluster_queue.stop_policy}): it admits nothing",
                 "ask your cluster's admin to set its stopPolicy to None",
             )
         )
@@ -196,7 +208,7 @@ def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], Qu
                 f"submit to a queue with {', '.join(missing)} quota, or ask your cluster's admin to add it",
             )
         )
-    found += quota_findings(spec, view, cq_spec)
+    found += quota_findings(spec, view, cluster_queue)
     return found, view
 
 
@@ -208,28 +220,27 @@ def job_requests(spec: JobSpec) -> dict[str, float]:
         "memory": quantity(spec.resources.memory) * pods if spec.resources.memory else 0.0,
         "nvidia.com/gpu": float(spec.resources.gpus * pods),
     }
-    launcher = JOB_KINDS[spec.cluster.kind].extra_requests
-    if launcher:  # an MPIJob's launcher pod asks too
+    if spec.cluster.kind == "mpijob":  # the launcher pod asks too
+        launcher = MPI_LAUNCHER_RESOURCES["requests"]
         asked = {name: value + quantity(launcher[name]) if value and name in launcher else value
                  for name, value in asked.items()}  # fmt: skip
     return {name: value for name, value in asked.items() if value}
 
 
-def quota_findings(spec: JobSpec, view: QueueView, cq_spec: dict[str, Any]) -> list[Finding]:
+def quota_findings(spec: JobSpec, view: QueueView, cluster_queue: ClusterQueue) -> list[Finding]:
     """A job that asks more than its ClusterQueue can ever admit: more than any flavour's nominal
     quota plus what it may borrow. A queue in a cohort that may borrow without a limit is not judged
     (what the cohort lends is not the queue's to say)."""
-    cohort = cq_spec.get("cohortName") or cq_spec.get("cohort")
+    cohort = cluster_queue.cohort
     most: dict[str, float] = {}
-    for group in cq_spec.get("resourceGroups") or []:
-        for flavor in group.get("flavors") or []:
-            for resource in flavor.get("resources") or []:
-                name = resource.get("name", "")
-                limit = resource.get("borrowingLimit")
+    for group in cluster_queue.groups:
+        for flavor in group.flavors:
+            for resource in flavor.resources:
+                name, limit = resource.name, resource.borrowing_limit
                 if cohort and limit is None:
                     most[name] = float("inf")
                     continue
-                can = quantity(resource.get("nominalQuota", 0)) + (quantity(limit) if cohort and limit else 0.0)
+                can = quantity(resource.nominal) + (quantity(limit) if cohort and limit else 0.0)
                 most[name] = max(most.get(name, 0.0), can)
     found = []
     for name, value in job_requests(spec).items():
@@ -258,39 +269,37 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """The label Kueue puts on the Workload it makes of a job: the job's uid."""
 
 
-def suspended(obj: dict[str, Any]) -> bool:
+def suspended(obj: Mapping[str, object]) -> bool:
     """Whether the job is held suspended, where its kind keeps the flag (``JobKind.suspend_at``)."""
     kind = job_kind_of(obj)
     return kind.is_suspended(obj) if kind is not None else False
 
 
-def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for c in (workload.get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind and c.get("status") == "True":
-            return c
-    return None
-
-
-def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> QueueWait:
+def queue_wait(client: KubeClient, obj: Mapping[str, object], queue: str) -> QueueWait:
     """Where a job submitted through ``queue`` stands with Kueue: its Workload's admission (when, to
     which ClusterQueue), its eviction (preempted, and why), Kueue's reason while it waits, and its
     position where the cluster serves Kueue's visibility API. What cannot be read is left out."""
-    meta = obj.get("metadata") or {}
-    ns, uid = meta.get("namespace", "default"), meta.get("uid", "")
+    meta = ObjectMeta.from_api(obj)
+    ns, uid = meta.namespace or "default", meta.uid
     wait = QueueWait(queue)
     version = kueue_version(client)
     if not version:
         return wait
     try:
-        items = client.request(
-            "GET", api_path(kueue_kind(version, "workloads"), ns), query={"labelSelector": f"{JOB_UID_LABEL}={uid}"}
-        ).get("items", [])
+        workloads = [
+            Workload.from_api(w)
+            for w in items(
+                client.request(
+                    "GET",
+                    api_path(kueue_kind(version, "workloads"), ns),
+                    query={"labelSelector": f"{JOB_UID_LABEL}={uid}"},
+                )
+            )
+        ]
     except ApiError:
         return wait
     # the job's own Workload (Kueue makes it owned by the job): one merely labelled with its uid is not
-    mine = [
-        w for w in items if any(o.get("uid") == uid for o in (w.get("metadata") or {}).get("ownerReferences") or [])
-    ]
+    mine = [w for w in workloads if uid and any(o.uid == uid for o in w.meta.owners)]
     if not mine:
         if suspended(obj):
             wait.reason = "waiting for Kueue to take it in (no Workload yet)"
@@ -306,37 +315,42 @@ def queue_wait(client: KubeClient, obj: dict[str, Any], queue: str) -> QueueWait
         wait.outside, wait.reason = True, f"not queued: {why}; it runs outside {queue}'s quota"
         return wait
     workload = mine[0]
-    status = workload.get("status") or {}
-    wait.cluster_queue = (status.get("admission") or {}).get("clusterQueue") or ""
+    wait.cluster_queue = workload.admitted_to
     if not wait.cluster_queue:  # not admitted: the ClusterQueue its LocalQueue draws on
         try:
             local = client.request("GET", api_path(kueue_kind(version, "localqueues"), ns, queue))
-            wait.cluster_queue = (local.get("spec") or {}).get("clusterQueue") or ""
+            wait.cluster_queue = LocalQueue.from_api(local).cluster_queue
         except ApiError:
             pass
-    admitted = _condition(workload, "Admitted")
+    admitted = true_condition(workload.conditions, "Admitted")
     if admitted is not None and not suspended(obj):
-        wait.admitted_at = timestamp(admitted.get("lastTransitionTime"))
+        wait.admitted_at = admitted.since
         return wait
-    evicted = _condition(workload, "Evicted")
+    evicted = true_condition(workload.conditions, "Evicted")
     if evicted is not None:
-        wait.preempted = evicted.get("reason") == "Preempted"
-        wait.reason = f"{'preempted' if wait.preempted else 'evicted'} by Kueue: {evicted.get('message', '')}"
-    for c in status.get("conditions") or []:
-        if c.get("type") == "QuotaReserved" and c.get("status") == "False" and c.get("message"):
-            wait.reason = (wait.reason + "; waits: " if evicted else "") + c["message"]
-    name = (workload.get("metadata") or {}).get("name", "")
+        wait.preempted = evicted.reason == "Preempted"
+        wait.reason = f"{'preempted' if wait.preempted else 'evicted'} by Kueue: {evicted.message}"
+    for c in workload.conditions:
+        if c.type == "QuotaReserved" and c.status == "False" and c.message:
+            wait.reason = (wait.reason + "; waits: " if evicted else "") + c.message
     try:
-        pending = client.request(
-            "GET",
-            api_path(ApiKind.of_group(f"visibility.{GROUP}", version, "localqueues"), ns, queue, "pendingworkloads"),
-        ).get("items", [])
+        pending = [
+            PendingWorkload.from_api(item)
+            for item in items(
+                client.request(
+                    "GET",
+                    api_path(
+                        ApiKind.of_group(f"visibility.{GROUP}", version, "localqueues"), ns, queue, "pendingworkloads"
+                    ),
+                )
+            )
+        ]
     except ApiError:  # the visibility API is optional (an extension API server): no position then
         pending = []
     for item in pending:
-        if (item.get("metadata") or {}).get("name") == name:
-            wait.position = count(item.get("positionInLocalQueue"))  # "3rd", 1e400, [1]: unknown
-            wait.cluster_position = count(item.get("positionInClusterQueue"))
+        if item.name == workload.meta.name:
+            wait.position = item.in_local_queue  # "3rd", 1e400, [1]: unknown
+            wait.cluster_position = item.in_cluster_queue
     return wait
 
 

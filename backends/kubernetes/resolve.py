@@ -17,10 +17,14 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError, SpecError, file_problem
 from ..files import load_yaml
+
+if TYPE_CHECKING:
+    from kubernetes.client import Configuration
+    from urllib3 import PoolManager
 
 KUBECONFIG_HINT = (
     "set KUBECONFIG (or TORCHDECK_KUBECONFIG) and pick a context with --context; "
@@ -28,7 +32,7 @@ KUBECONFIG_HINT = (
 )
 
 
-def load_config(kubeconfig: str | None, context: str | None) -> tuple[Any, str | None]:
+def load_config(kubeconfig: str | None, context: str | None) -> tuple[Configuration, str | None]:
     """The official client's Configuration for the context, and the context's namespace (None if
     the file does not say). A kubeconfig it cannot use is a BackendError, in one line."""
     import yaml
@@ -45,7 +49,8 @@ def load_config(kubeconfig: str | None, context: str | None) -> tuple[Any, str |
     try:
         contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
         chosen = next((c for c in contexts if c["name"] == context), active)
-        namespace = (chosen.get("context") or {}).get("namespace") or "default"
+        settings = chosen.get("context")
+        namespace = (settings.get("namespace") if isinstance(settings, dict) else None) or "default"
     except (ConfigException, TypeError, KeyError):
         pass
     return cfg, namespace
@@ -85,7 +90,7 @@ class Resolved:
     server_name: str | None
 
     @classmethod
-    def of(cls, cfg: Any) -> Resolved:
+    def of(cls, cfg: Configuration) -> Resolved:
         """From the official client's Configuration (its token refreshed if it had expired)."""
         auth = cfg.auth_settings().get("BearerToken")
         return cls(
@@ -141,7 +146,7 @@ class Resolved:
         fields["headers"] = tuple(tuple(pair) for pair in fields["headers"])
         return cls(**fields), answer.get("namespace")
 
-    def pool(self) -> Any:
+    def pool(self) -> PoolManager:
         import ssl
 
         import urllib3
@@ -162,7 +167,7 @@ class Resolved:
         return urllib3.PoolManager(**args)
 
 
-def resolve(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
+def resolve(kubeconfig: str | None, context: str | None) -> dict[str, object]:
     """``Resolved``'s fields, the TLS files' contents (the client writes inline certificate data
     to temporary files that go with this process) and the namespace; or the error, in one line."""
     try:

@@ -24,36 +24,38 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import BackendError
 from .client import ApiError, KubeClient, Unreachable, api_path
+from .objects import Pod, PodLike, PodList, WatchEvent
+
+if TYPE_CHECKING:
+    from urllib3.response import BaseHTTPResponse
 
 MAX_RETRIES = 8
 """Failed watch connections in a row before the watcher gives up."""
 
 
-def has_started(pod: dict[str, Any]) -> bool:
+def has_started(pod: PodLike) -> bool:
     """Whether a container of the pod has run (so it has a log to read)."""
-    return any(
-        "running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {})
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []
-    )
+    return Pod.of(pod).has_started
 
 
-def node_ranks(pods: list[dict[str, Any]]) -> dict[str, int]:
+def node_ranks(pods: Sequence[PodLike]) -> dict[str, int]:
     """Which node (torchrun's node rank) each pod is, by name, from the labels its operator sets.
     One pass over the pods: a status poll of a 512-pod job asks for them all."""
-    labels = [((p.get("metadata") or {}).get("labels") or {}) for p in pods]
+    views = [Pod.of(p) for p in pods]
+    labels = [p.labels for p in views]
     has_master = any(lab.get("training.kubeflow.org/replica-type", "").lower() == "master" for lab in labels)
-    names = sorted((p.get("metadata") or {}).get("name", "") for p in pods)
+    names = sorted(p.name for p in views)
     by_name = {name: i for i, name in enumerate(names)}
     ranks = {}
-    for pod, lab in zip(pods, labels):
-        name = (pod.get("metadata") or {}).get("name", "")
+    for pod, lab in zip(views, labels):
+        name = pod.name
         kind = lab.get("training.kubeflow.org/replica-type", "").lower()
         index = lab.get("training.kubeflow.org/replica-index") or lab.get("batch.kubernetes.io/job-completion-index")
         if kind == "launcher":
@@ -76,9 +78,9 @@ class PodWatcher:
         client: KubeClient,
         selector: str,
         namespace: str,
-        on_change: Callable[[dict[str, dict[str, Any]]], None],
+        on_change: Callable[[dict[str, Pod]], None],
         on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None,
-        owned: Callable[[dict[str, Any]], bool] | None = None,
+        owned: Callable[[Pod], bool] | None = None,
     ):
         self.client, self.selector, self.namespace = client, selector, namespace
         """The connection, and the label selector of the run's pods (``pod_selector``)."""
@@ -86,12 +88,12 @@ class PodWatcher:
         """Which of the pods the selector finds are the run's (its job owns them: ``ownership``);
         None: every one (a job without a uid)."""
         self.on_change, self.on_retry = on_change, on_retry
-        self.pods: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, Pod] = {}
         self.relists = 0
         self.retries = 0
         self.error: BackendError | None = None
         self._stop = threading.Event()
-        self._response = None
+        self._response: BaseHTTPResponse | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -105,9 +107,9 @@ class PodWatcher:
         while not self._stop.is_set():
             try:
                 if rv is None:
-                    listing = self.client.request("GET", path, query={"labelSelector": selector})
-                    self.pods = {p["metadata"]["name"]: p for p in self.theirs(listing.get("items", []))}
-                    rv = (listing.get("metadata") or {}).get("resourceVersion")
+                    listing = PodList.from_api(self.client.request("GET", path, query={"labelSelector": selector}))
+                    self.pods = {p.name: p for p in self.theirs(listing.pods)}
+                    rv = listing.resource_version
                     self.relists += 1
                     self.on_change(dict(self.pods))
                 self._response = self.client.request(
@@ -127,23 +129,23 @@ class PodWatcher:
                 for line in _lines(self._response):
                     if self._stop.is_set():
                         return
-                    event = json.loads(line)
-                    kind, obj = event.get("type"), event.get("object") or {}
+                    event = WatchEvent.from_api(json.loads(line))
+                    kind, pod = event.type, event.pod
                     if kind == "ERROR":
-                        if obj.get("code") == 410:
+                        if event.code == 410:
                             rv = None  # expired: list again
                             break
-                        raise ApiError(f"the pod watch failed: {obj.get('message', obj)}", "", obj.get("code", 0))
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        raise ApiError(f"the pod watch failed: {event.error}", "", event.code)
+                    rv = pod.meta.resource_version or rv
                     if kind == "BOOKMARK":
                         continue
-                    name = (obj.get("metadata") or {}).get("name") or ""
+                    name = pod.name
                     if kind == "DELETED":
                         self.pods.pop(name, None)
-                    elif name and not self.theirs([obj]):
+                    elif name and not self.theirs([pod]):
                         continue  # a pod with the run's labels that its job does not own
                     elif name:
-                        self.pods[name] = obj
+                        self.pods[name] = pod
                     self.on_change(dict(self.pods))
                 # the server ended the watch (its timeout, or a cut): go on from rv
             except Exception as exc:  # the API's errors, and urllib3's protocol errors while streaming
@@ -157,7 +159,7 @@ class PodWatcher:
                 if failures > MAX_RETRIES:
                     return
 
-    def theirs(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def theirs(self, pods: list[Pod]) -> list[Pod]:
         """The pods among ``pods`` that are the run's."""
         return pods if self.owned is None else [p for p in pods if self.owned(p)]
 
@@ -226,7 +228,7 @@ def _nanoseconds(stamp: bytes) -> int:
     return whole * 1_000_000_000 + int((fraction.decode() + "000000000")[:9])
 
 
-def _abort(response: Any) -> None:
+def _abort(response: object) -> None:
     """End a streamed response another thread is reading. (Closing it would
     wait for that reader's lock; shutting the socket down wakes the reader.)"""
     sock = getattr(getattr(response, "connection", None), "sock", None)
@@ -274,7 +276,13 @@ class Dechunker:
         return b"".join(out)
 
 
-def _dechunked(raw: Any) -> Iterator[bytes]:
+class SocketFile(Protocol):
+    """The buffered socket file under an HTTP response (``read1``: what one read brings)."""
+
+    def read1(self, size: int = ..., /) -> bytes: ...
+
+
+def _dechunked(raw: SocketFile) -> Iterator[bytes]:
     """A chunked body read from its socket file (``read1``): everything one read brought, as one
     piece. A connection that closes before the last chunk raises ConnectionError, so the stream is
     asked for again."""
@@ -288,7 +296,7 @@ def _dechunked(raw: Any) -> Iterator[bytes]:
             yield piece
 
 
-def _chunked_socket_file(response: Any) -> Any:
+def _chunked_socket_file(response: object) -> SocketFile | None:
     """The socket file under a streamed urllib3 response whose body is chunked and not yet read
     (None otherwise): what ``Dechunker`` can read past urllib3."""
     raw = getattr(getattr(response, "_fp", None), "fp", None)
@@ -303,7 +311,7 @@ def _split_lines(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
     return [line for line in whole if line.strip()], rest
 
 
-def _body(response: Any) -> Iterator[bytes]:
+def _body(response: BaseHTTPResponse) -> Iterator[bytes]:
     """A streamed response's body as it comes: by the socket where it is chunked (see
     ``_dechunked``), else as urllib3 reads it."""
     raw = _chunked_socket_file(response)
@@ -316,7 +324,7 @@ def _body(response: Any) -> Iterator[bytes]:
     yield from response.stream(65536, decode_content=False)
 
 
-def _line_chunks(response: Any) -> Iterator[list[bytes]]:
+def _line_chunks(response: BaseHTTPResponse) -> Iterator[list[bytes]]:
     """Whole lines from a streamed HTTP response, as they come (a list per read)."""
     pending = b""
     for chunk in _body(response):
@@ -327,7 +335,7 @@ def _line_chunks(response: Any) -> Iterator[list[bytes]]:
         yield [pending]
 
 
-def _lines(response: Any) -> Iterator[bytes]:
+def _lines(response: BaseHTTPResponse) -> Iterator[bytes]:
     """Whole lines from a streamed HTTP response."""
     for lines in _line_chunks(response):
         yield from lines
@@ -346,8 +354,8 @@ class LogStream:
     failures: int = 0
     done: bool = False
     """Read to its end, or given up."""
-    response: Any = None
-    sock: Any = None
+    response: BaseHTTPResponse | None = None
+    sock: socket.socket | None = None
     body: Dechunker = field(default_factory=Dechunker)
     pending: bytes = b""
     """The start of a line whose end has not come yet."""
@@ -380,7 +388,7 @@ class PodLogFollower:
         run_id: str,
         namespace: str,
         follow: bool = True,
-        owned: Callable[[dict[str, Any]], bool] | None = None,
+        owned: Callable[[Pod], bool] | None = None,
     ):
         self.client, self.run_id, self.namespace, self.follow = client, run_id, namespace, follow
         self.queue: queue.SimpleQueue[tuple[int, int, list[bytes]]] = queue.SimpleQueue()
@@ -406,10 +414,8 @@ class PodLogFollower:
             self._watch_thread = threading.Thread(target=self.watcher.run, name=f"watch-{self.run_id}", daemon=True)
             self._watch_thread.start()
         else:
-            path = api_path("Pod", self.namespace)
-            pods = self.client.request("GET", path, query={"labelSelector": self.watcher.selector}).get("items", [])
-            pods = self.watcher.theirs(pods)
-            self._pods_changed({p["metadata"]["name"]: p for p in pods})
+            pods = self.watcher.theirs(self.client.read_pods(self.namespace, self.watcher.selector))
+            self._pods_changed({p.name: p for p in pods})
 
     def _retrying(self, attempt: int, wait: float, why: str) -> None:
         text = (
@@ -419,21 +425,19 @@ class PodLogFollower:
         )
         self.queue.put((-1, 0, [text.encode()]))
 
-    def _pods_changed(self, pods: dict[str, dict[str, Any]]) -> None:
+    def _pods_changed(self, pods: dict[str, Pod]) -> None:
         ranks: dict[str, int] | None = None  # worked out once, when a pod's log is new
         for name, pod in pods.items():
-            status = pod.get("status") or {}
-            statuses = status.get("containerStatuses") or []
-            if not has_started(pod):
+            if not pod.has_started:
                 continue
-            attempt = max((cs.get("restartCount", 0) for cs in statuses), default=0)
+            attempt = pod.restarts
             key = (name, attempt)
             with self._lock:
                 if key in self._streams or self._stopped.is_set():
                     continue
                 if ranks is None:
                     ranks = node_ranks(list(pods.values()))
-                running = any("running" in (cs.get("state") or {}) for cs in statuses)
+                running = any(cs.running for cs in pod.containers)
                 stream = LogStream(name, ranks[name], attempt, follow=self.follow and running)
                 self._streams[key] = stream
             self._openers.submit(self._open, stream)
@@ -479,6 +483,7 @@ class PodLogFollower:
 
     def _read_one(self, stream: LogStream) -> None:
         """A body that is not chunked, read on this thread to its end."""
+        assert stream.response is not None  # (``_open`` set it)
         try:
             for lines in _line_chunks(stream.response):
                 if self._stopped.is_set():
@@ -530,6 +535,7 @@ class PodLogFollower:
                 if stream.body.ended:
                     self._finish(stream, live, None)
                     continue
+                assert stream.sock is not None  # (``_open`` set it for what it hands on)
                 try:
                     self._selector.register(stream.sock, selectors.EVENT_READ, stream)
                     live[stream.sock.fileno()] = stream
@@ -552,6 +558,8 @@ class PodLogFollower:
     def _read_ready(self, stream: LogStream, live: dict[int, LogStream]) -> None:
         """Read what a stream's socket has (without waiting); its end or its break are dealt with."""
         sock = stream.sock
+        if sock is None:
+            return
         try:
             while True:
                 try:
@@ -575,8 +583,9 @@ class PodLogFollower:
             with contextlib.suppress(KeyError, ValueError, OSError):
                 live.pop(stream.sock.fileno(), None)
                 self._selector.unregister(stream.sock)
-        with contextlib.suppress(Exception):
-            stream.response.close()
+        if stream.response is not None:
+            with contextlib.suppress(Exception):
+                stream.response.close()
         stream.sock = None
         if error is None:
             if stream.pending.strip():
@@ -602,10 +611,7 @@ class PodLogFollower:
             return
         stream.position.resume()
         now = self.watcher.pods.get(stream.pod) if self.follow else None
-        restarts = max(
-            (cs.get("restartCount", 0) for cs in ((now or {}).get("status") or {}).get("containerStatuses") or []),
-            default=stream.attempt,
-        )
+        restarts = now.restarts if now is not None and now.containers else stream.attempt
         if restarts > stream.attempt:  # it restarted meanwhile: the rest of this attempt is the previous log
             if restarts > stream.attempt + 1:
                 text = f"[torchdeck] {stream.pod} restarted {restarts - stream.attempt} times while its log was cut off"
@@ -628,9 +634,7 @@ class PodLogFollower:
         if self.watcher.error is not None:
             return True
         pods = self.watcher.pods
-        return bool(pods) and all(
-            (p.get("status") or {}).get("phase") in ("Succeeded", "Failed") for p in pods.values()
-        )
+        return bool(pods) and all(p.ended for p in pods.values())
 
     def take(
         self, wait_s: float, linger_s: float = 0.02, limit: int = 2048

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..base import JobState
 from ..errors import BackendError
@@ -18,8 +17,8 @@ from ..spec import JobSpec, validate
 from .client import ApiError, KubeClient, api_path
 from .diagnosis import diagnose_pod, pod_findings
 from .jobs import job_state
-from .kinds import TASK_KIND
 from .manifests import RUN_LABEL, Rendered, TaskKind, render_task
+from .objects import ObjectMeta, Pod
 from .ownership import OwnedBy
 
 
@@ -73,9 +72,9 @@ class TaskJobs:
         deadline = time.monotonic() + timeout_s
         while True:
             job = self.client.request("GET", path)
-            owned = OwnedBy(self.client, namespace, (job.get("metadata") or {}).get("uid") or "")
-            pods = [p for p in self.client.pods(namespace, f"{RUN_LABEL}={name}") if not owned.uid or owned(p)]
-            state, reason = job_state(TASK_KIND.key, job, pods)
+            owned = OwnedBy(self.client, namespace, ObjectMeta.from_api(job).uid)
+            pods = [p for p in self.client.read_pods(namespace, f"{RUN_LABEL}={name}") if not owned.uid or owned(p)]
+            state, reason = job_state("job", job, pods)
             if state.is_terminal:
                 break
             findings = pod_findings(self.client, namespace, pods)
@@ -89,10 +88,10 @@ class TaskJobs:
                 )
             time.sleep(poll_s)
         output = ""
-        for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
+        for pod in sorted(pods, key=lambda p: p.meta.created or 0.0):
             try:
                 output = self.client.request(
-                    "GET", api_path("Pod", namespace, pod["metadata"]["name"], "log"), stream=True
+                    "GET", api_path("Pod", namespace, pod.name, "log"), stream=True
                 ).data.decode(errors="replace")
             except BackendError:
                 continue
@@ -106,16 +105,16 @@ class TaskJobs:
             )
         return output
 
-    def _last_line(self, namespace: str, pods: list[dict[str, Any]]) -> str:
+    def _last_line(self, namespace: str, pods: list[Pod]) -> str:
         """The newest line a running task pod wrote (its progress), or ''."""
         for pod in pods:
-            if (pod.get("status") or {}).get("phase") != "Running":
+            if pod.phase != "Running":
                 continue
             try:
                 tail = (
                     self.client.request(
                         "GET",
-                        api_path("Pod", namespace, pod["metadata"]["name"], "log"),
+                        api_path("Pod", namespace, pod.name, "log"),
                         query={"tailLines": 1},
                         stream=True,
                     )
@@ -135,7 +134,7 @@ class TaskJobs:
         model_file: str | None,
         on_wait: Callable[[str], None],
         source: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         if task != "model-copy":
             spec.require_builtin({"data-prep": "data prepare", "model-test": "the model test"}[task])
         name, ns = self.start(spec, task, model_file, source)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from torchdeck.backends.kubernetes.diagnosis import diagnose_pod, job_findings, log_findings
+from torchdeck.backends.kubernetes import diagnosis
+from torchdeck.backends.kubernetes.diagnosis import job_findings, log_findings
+from torchdeck.backends.kubernetes.objects import Event, Node, Pod
 
 ECR_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/torchdeck-trainer:v3"
 
@@ -38,6 +40,11 @@ def pod(
         "metadata": {"name": name, "namespace": "training"},
         "status": {"phase": phase, "conditions": list(conditions), "containerStatuses": [cs], **status},
     }
+
+
+def diagnose_pod(p, events=(), last_logs=()):
+    """The diagnosis of a pod and its events written as the API server returns them."""
+    return diagnosis.diagnose_pod(Pod.from_api(p), [Event.from_api(e) for e in events], last_logs)
 
 
 def unschedulable(message):
@@ -276,13 +283,13 @@ def test_an_image_the_node_lacks_under_pull_policy_never_is_said_in_plain_words(
 def test_a_node_is_called_bad_for_what_the_cluster_says_of_it(node, said):
     from torchdeck.backends.kubernetes.diagnosis import node_trouble
 
-    assert node_trouble(node) == said
+    assert node_trouble(None if node is None else Node.from_api(node)) == said
 
 
 def test_an_evicted_pod_names_its_node_and_why():
     from torchdeck.backends.kubernetes.diagnosis import pod_disruption
 
     evicted = {"status": {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}}
-    assert pod_disruption(evicted) == "evicted its pod: The node was low on resource: memory."
+    assert pod_disruption(Pod.from_api(evicted)) == "evicted its pod: The node was low on resource: memory."
     running = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
-    assert pod_disruption(running) == ""
+    assert pod_disruption(Pod.from_api(running)) == ""

@@ -376,11 +376,11 @@ def test_pod_watch_relists_on_410_and_resumes_after_a_cut(kube_api, kube_backend
     deadline = time.monotonic() + 15
     want = {f"{run_id}-worker-0": "Running", f"{run_id}-worker-1": "Succeeded", f"{run_id}-worker-2": "Running"}
     while time.monotonic() < deadline:
-        if {n: p["status"]["phase"] for n, p in watcher.pods.items()} == want:
+        if {n: p.phase for n, p in watcher.pods.items()} == want:
             break
         time.sleep(0.1)
     watcher.stop()
-    assert {n: p["status"]["phase"] for n, p in watcher.pods.items()} == want
+    assert {n: p.phase for n, p in watcher.pods.items()} == want
     assert watcher.relists >= 2  # the first list, and again after 410 Gone
     assert em.watches >= 3  # gone, cut, then the one that stayed
 
