@@ -88,7 +88,7 @@ def served_findings(rendered: Rendered, definition: Mapping[str, object]) -> lis
     it would drop, a value it refuses."""
     info = JOB_KINDS[rendered.kind]
     try:
-        crds.for_cluster(rendered.kind, definition)
+        info.target_for(definition)
     except BackendError as exc:
         return [Finding(rendered.kind, exc.message, exc.hint)]
     version = rendered.main["apiVersion"].rpartition("/")[2]
@@ -102,8 +102,7 @@ def served_findings(rendered: Rendered, definition: Mapping[str, object]) -> lis
                 f"{info.kind} {rendered.name}",
                 f"{problems[0]} (the cluster's CRD {ObjectMeta.from_api(definition).name})"
                 + (f", and {len(problems) - 1} more" if len(problems) > 1 else ""),
-                f"torchdeck renders for {crds.supported(rendered.kind)}; torchdeck render --validate shows "
-                "every problem",
+                f"torchdeck renders for {info.supported}; torchdeck render --validate shows every problem",
             )
         ]
         if problems

@@ -16,7 +16,6 @@ from ..spec import JobSpec
 from .client import ApiError, ApiKind, api_path, quantity
 from .diagnosis import Finding
 from .kinds import JOB_KINDS, job_kind_of
-from .manifests import MPI_LAUNCHER_RESOURCES
 from .objects import (
     ClusterQueue,
     ConfigMap,
@@ -220,8 +219,8 @@ def job_requests(spec: JobSpec) -> dict[str, float]:
         "memory": quantity(spec.resources.memory) * pods if spec.resources.memory else 0.0,
         "nvidia.com/gpu": float(spec.resources.gpus * pods),
     }
-    if spec.cluster.kind == "mpijob":  # the launcher pod asks too
-        launcher = MPI_LAUNCHER_RESOURCES["requests"]
+    launcher = JOB_KINDS[spec.cluster.kind].extra_requests
+    if launcher:  # an MPIJob's launcher pod asks too
         asked = {name: value + quantity(launcher[name]) if value and name in launcher else value
                  for name, value in asked.items()}  # fmt: skip
     return {name: value for name, value in asked.items() if value}

@@ -17,6 +17,7 @@ from ..spec import JobSpec, validate
 from .client import ApiError, KubeClient, api_path
 from .diagnosis import diagnose_pod, pod_findings
 from .jobs import job_state
+from .kinds import TASK_KIND
 from .manifests import RUN_LABEL, Rendered, TaskKind, render_task
 from .objects import ObjectMeta, Pod
 from .ownership import OwnedBy
@@ -74,7 +75,7 @@ class TaskJobs:
             job = self.client.request("GET", path)
             owned = OwnedBy(self.client, namespace, ObjectMeta.from_api(job).uid)
             pods = [p for p in self.client.read_pods(namespace, f"{RUN_LABEL}={name}") if not owned.uid or owned(p)]
-            state, reason = job_state("job", job, pods)
+            state, reason = job_state(TASK_KIND.key, job, pods)
             if state.is_terminal:
                 break
             findings = pod_findings(self.client, namespace, pods)
