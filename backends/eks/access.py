@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -35,10 +35,13 @@ from ..names import (
     check_s3_prefix,
     check_service_account,
 )
+from .aws_objects import Answer
 from .plan import CLUSTER_TAG
 from .session import AwsSession, redact, translate
 
 if TYPE_CHECKING:
+    from botocore.awsrequest import AWSRequest
+
     from ..kubernetes.backend import KubernetesBackend
 
     pass
@@ -176,7 +179,7 @@ class ClusterRecord:
         created: bool,
         hourly: float = 0.0,
         made: bool | None = None,
-        **detail: Any,
+        **detail: object,
     ) -> None:
         """Record a resource (made now, or found and reused) in the ledger at once: a crash loses
         nothing. ``hourly`` is its estimated cost; ``made`` (default: ``created``) says whether
@@ -193,7 +196,7 @@ class ClusterRecord:
             cost_per_hour=hourly,
         )
 
-    def note_object(self, obj: dict[str, Any], made: bool, rank: int, purpose: str) -> None:
+    def note_object(self, obj: Mapping[str, object], made: bool, rank: int, purpose: str) -> None:
         """A Kubernetes object in the ledger, with what deleting it needs; ``rank`` orders deletes
         (jobs 0, claims 1, volumes 2, classes and accounts 3); ``purpose`` (storage, image) says which
         delete takes it besides cleanup."""
@@ -238,7 +241,7 @@ def default_kubeconfig() -> Path:
     return Path(first).expanduser() if first else Path.home() / ".kube" / "config"
 
 
-def exec_user(cluster: str, region: str, profile: str | None, use_aws_cli: bool) -> dict[str, Any]:
+def exec_user(cluster: str, region: str, profile: str | None, use_aws_cli: bool) -> dict[str, object]:
     """The kubeconfig user: a command that prints an EKS token when kubectl needs one."""
     if use_aws_cli:
         command, args = "aws", ["eks", "get-token", "--cluster-name", cluster, "--region", region, "--output", "json"]
@@ -258,10 +261,9 @@ def exec_user(cluster: str, region: str, profile: str | None, use_aws_cli: bool)
     return user
 
 
-def _replace(
-    entries: list[dict[str, Any]] | None, name: str, body: dict[str, Any] | None, key: str
-) -> list[dict[str, Any]]:
-    kept = [e for e in entries or [] if e.get("name") != name]
+def _replace(entries: object, name: str, body: Mapping[str, object] | None, key: str) -> list[object]:
+    """A kubeconfig list (clusters, users, contexts) without ``name``'s entry, then with ``body`` as it."""
+    kept = [e for e in (entries if isinstance(entries, list) else []) if Answer(e).value("name") != name]
     return kept + ([{"name": name, key: body}] if body is not None else [])
 
 
@@ -293,7 +295,7 @@ def remove_context(path: Path, cluster: str) -> bool:
         return False
     context = context_name(cluster)
     config = _read_kubeconfig(path)
-    found = any(c.get("name") == context for c in config.get("contexts") or [])
+    found = any(c.value("name") == context for c in Answer(config).children("contexts"))
     for key, inner in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
         config[key] = _replace(config.get(key), context, None, inner)
     if config.get("current-context") == context:
@@ -302,7 +304,7 @@ def remove_context(path: Path, cluster: str) -> bool:
     return found
 
 
-def _read_kubeconfig(path: Path) -> dict[str, Any]:
+def _read_kubeconfig(path: Path) -> dict[str, object]:
     try:
         config = load_yaml(path) or {}
     except FileNotFoundError:
@@ -318,7 +320,7 @@ def _read_kubeconfig(path: Path) -> dict[str, Any]:
     return config
 
 
-def _write_kubeconfig(path: Path, config: dict[str, Any]) -> None:
+def _write_kubeconfig(path: Path, config: Mapping[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, yaml.safe_dump(config, sort_keys=False), 0o600, follow_link=True)
 
@@ -339,19 +341,19 @@ def connect(
         cluster,
         aws.region or "",
         info["endpoint"],
-        (info.get("certificateAuthority") or {}).get("data", ""),
+        Answer(info).text("certificateAuthority", "data"),
         aws.profile,
         use_aws_cli,
     )
     return path, context
 
 
-def eks_token(aws: AwsSession, cluster: str) -> dict[str, Any]:
+def eks_token(aws: AwsSession, cluster: str) -> dict[str, object]:
     """An ExecCredential holding an EKS bearer token: a presigned STS GetCallerIdentity URL for the cluster,
     valid 15 minutes (what ``aws eks get-token`` prints)."""
     sts = aws.client("sts")
 
-    def add_cluster_header(request: Any, **_: Any) -> None:
+    def add_cluster_header(request: AWSRequest, **_: object) -> None:
         request.headers["x-k8s-aws-id"] = cluster
 
     sts.meta.events.register_first(
@@ -413,7 +415,7 @@ async def cluster_network(aws: AwsSession, name: str) -> ClusterNetwork:
     described = (await aws.acall("ec2", "describe_subnets", SubnetIds=subnets))["Subnets"]
     zones = {s["SubnetId"]: s["AvailabilityZone"] for s in described}
     vpc_id = vpc.get("vpcId") or (described[0]["VpcId"] if described else "")
-    issuer = ((cluster.get("identity") or {}).get("oidc") or {}).get("issuer", "")
+    issuer = Answer(cluster).text("identity", "oidc", "issuer")
     return ClusterNetwork(vpc_id, cluster_sg, {s: zones[s] for s in subnets if s in zones}, issuer)
 
 

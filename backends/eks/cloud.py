@@ -13,7 +13,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...trainer.s3url import S3Url
 from ..errors import BackendError
@@ -164,7 +164,7 @@ class EksCloud:
 
         return delete_cluster(self.session(region), name, self.record(name, region), eksctl_path(), poll_s=self.poll_s)
 
-    def token(self, name: str, region: str) -> dict[str, Any]:
+    def token(self, name: str, region: str) -> dict[str, object]:
         """An ExecCredential for kubectl."""
         from .access import eks_token
 

@@ -16,6 +16,7 @@ from ..errors import BackendError
 from ..kubernetes.client import KubeClient
 from ..ledger import ResourceKindName
 from .access import ClusterRecord, remove_context
+from .aws_objects import Answer
 from .create import POLL_S, TIMEOUT_S, run_eksctl
 from .iam import delete_role, tagged_oidc_providers, tagged_roles
 from .plan import CLUSTER_TAG, made_by_torchdeck
@@ -97,7 +98,7 @@ def cluster_state(
                 scaling.get("desiredSize", 0),
                 scaling.get("maxSize", 0),
                 ng.get("capacityType", "ON_DEMAND"),
-                [f"{i.get('code')}: {i.get('message')}" for i in (ng.get("health") or {}).get("issues", [])],
+                Answer(ng).issues("health"),
             )
         )
     try:
@@ -131,7 +132,7 @@ def node_states(kube: KubeClient) -> list[NodeState]:
                 ready.get("status") == "True",
                 labels.get("eks.amazonaws.com/nodegroup") or labels.get("torchdeck.dev/nodegroup", ""),
                 labels.get("node.kubernetes.io/instance-type", ""),
-                int(quantity((status.get("allocatable") or {}).get("nvidia.com/gpu", 0))),
+                int(quantity(Answer(status).value("allocatable", "nvidia.com/gpu") or 0)),
                 "" if ready.get("status") == "True" else (ready.get("message") or ready.get("reason") or "not ready"),
             )
         )
@@ -167,7 +168,7 @@ async def _delete_each(
     record: ClusterRecord,
     kind: ResourceKindName,
     idents: set[str],
-    delete: Callable[[str], Awaitable[Any]],
+    delete: Callable[[str], Awaitable[object]],
     done: Callable[[str], Progress],
 ) -> AsyncIterator[Progress]:
     """Delete each (one already gone is fine), say so, and take it out of the ledger."""
@@ -181,6 +182,114 @@ async def _delete_each(
         record.forget(kind, ident)
 
 
+class ClusterDeletion:
+    """One delete of a cluster: its steps in dependency order, each an async generator of ``Progress``."""
+
+    def __init__(self, aws: AwsSession, name: str, record: ClusterRecord, poll_s: float, timeout_s: float) -> None:
+        self.aws, self.name, self.record = aws, name, record
+        self.poll_s, self.timeout_s = poll_s, timeout_s
+        self.clock = Clock()
+
+    async def eksctl_stacks(self, stacks: list[str], eksctl: str | None) -> AsyncIterator[Progress]:
+        """eksctl deletes its own stacks (and what they hold) where it made the cluster."""
+        if eksctl is None:
+            raise BackendError(
+                f"cluster {self.name} was made by eksctl ({len(stacks)} stacks) and eksctl is not on the PATH",
+                "install eksctl and run delete again (torchdeck removes its stacks through it)",
+            )
+        argv = [eksctl, "delete", "cluster", "--name", self.name, "--region", self.aws.region or "", "--wait"]
+        yield Progress("eksctl", "$ " + " ".join(argv[1:]), self.clock())
+        async for p in run_eksctl(self.aws, argv, f"eksctl-{self.name}-", self.clock, self.poll_s):
+            yield p
+        for stack in stacks:
+            self.record.forget("cloudformation-stack", stack)
+
+    async def addons(self) -> AsyncIterator[Progress]:
+        aws, name, clock = self.aws, self.name, self.clock
+        for addon in await aws.apages("eks", "list_addons", "addons", clusterName=name):
+            await aws.acall("eks", "delete_addon", clusterName=name, addonName=addon)
+            yield Progress("add-ons", f"deleting add-on {addon}", clock())
+            async for p in _wait_gone(
+                f"add-on {addon}",
+                partial(aws.gone, "eks", "describe_addon", clusterName=name, addonName=addon),
+                clock,
+                "add-ons",
+                self.poll_s,
+                self.timeout_s,
+            ):
+                yield p
+            self.record.forget("eks-addon", f"{name}/{addon}")
+
+    async def nodegroups(self) -> AsyncIterator[Progress]:
+        """Every nodegroup's delete started, then each waited for."""
+        aws, name, clock = self.aws, self.name, self.clock
+        groups = await aws.apages("eks", "list_nodegroups", "nodegroups", clusterName=name)
+        for group in groups:
+            status = await aws.acall("eks", "describe_nodegroup", clusterName=name, nodegroupName=group)
+            if status["nodegroup"].get("status") != "DELETING":
+                await aws.acall("eks", "delete_nodegroup", clusterName=name, nodegroupName=group)
+            yield Progress("nodegroups", f"deleting nodegroup {group}", clock())
+        for group in groups:
+            async for p in _wait_gone(
+                f"nodegroup {group}",
+                partial(aws.gone, "eks", "describe_nodegroup", clusterName=name, nodegroupName=group),
+                clock,
+                "nodegroups",
+                self.poll_s,
+                self.timeout_s,
+            ):
+                yield p
+            self.record.forget("eks-nodegroup", f"{name}/{group}")
+            yield Progress("nodegroups", f"nodegroup {group} is gone", clock())
+
+    async def cluster(self, status: str) -> AsyncIterator[Progress]:
+        """The EKS cluster itself (``status``: what describe_cluster said of it), waited for."""
+        aws, name, clock = self.aws, self.name, self.clock
+        if status != "DELETING":
+            await aws.acall("eks", "delete_cluster", name=name)
+        yield Progress("cluster", f"deleting cluster {name}; this takes a few minutes", clock())
+        async for p in _wait_gone(
+            f"cluster {name}",
+            partial(aws.gone, "eks", "describe_cluster", name=name),
+            clock,
+            "cluster",
+            self.poll_s,
+            self.timeout_s,
+        ):
+            yield p
+        yield Progress("cluster", f"cluster {name} is gone", clock())
+
+    async def around_the_cluster(self) -> AsyncIterator[Progress]:
+        """What lived beside the cluster, once the nodegroups that used it are gone: launch templates,
+        the OIDC provider and the IAM roles (the ledger's and those carrying the cluster's tag)."""
+        aws, name, record, clock = self.aws, self.name, self.record, self.clock
+        record.forget("eks-cluster", name)
+        for kind in ("eks-nodegroup", "eks-addon"):
+            for ident in record.of_type(kind):
+                record.forget(kind, ident)
+        async for p in _delete_each(
+            record,
+            "ec2-launch-template",
+            set(record.of_type("ec2-launch-template")) | set(await tagged_launch_templates(aws, name)),
+            lambda t: aws.acall("ec2", "delete_launch_template", LaunchTemplateId=t),
+            lambda t: Progress("nodegroups", f"deleted launch template {t}", clock()),
+        ):
+            yield p
+        async for p in _delete_each(
+            record,
+            "oidc-provider",
+            set(record.of_type("oidc-provider")) | set(await tagged_oidc_providers(aws, name)),
+            lambda arn: aws.acall("iam", "delete_open_id_connect_provider", OpenIDConnectProviderArn=arn),
+            lambda arn: Progress("oidc", f"deleted the OIDC provider {arn.rsplit('/', 1)[-1]}", clock()),
+        ):
+            yield p
+        roles = set(record.of_type("iam-role")) | set(await tagged_roles(aws, name))
+        for role in sorted(roles):
+            if await delete_role(aws, role):
+                yield Progress("roles", f"deleted IAM role {role}", clock())
+            record.forget("iam-role", role)
+
+
 async def delete_cluster(
     aws: AwsSession,
     name: str,
@@ -191,7 +300,8 @@ async def delete_cluster(
 ) -> AsyncIterator[Progress]:
     """Everything torchdeck made for the cluster, in dependency order. A cluster torchdeck did not make is
     refused. eksctl deletes its own stacks first where it made the cluster."""
-    clock = Clock()
+    deletion = ClusterDeletion(aws, name, record, poll_s, timeout_s)
+    clock = deletion.clock
     found = await aws.afind("eks", "describe_cluster", name=name)
     if found is not None and not made_by_torchdeck(found["cluster"], name):
         raise BackendError(
@@ -206,90 +316,15 @@ async def delete_cluster(
         if s["StackName"].startswith(f"eksctl-{name}-")
     ]
     if stacks:
-        if eksctl is None:
-            raise BackendError(
-                f"cluster {name} was made by eksctl ({len(stacks)} stacks) and eksctl is not on the PATH",
-                "install eksctl and run delete again (torchdeck removes its stacks through it)",
-            )
-        argv = [eksctl, "delete", "cluster", "--name", name, "--region", aws.region or "", "--wait"]
-        yield Progress("eksctl", "$ " + " ".join(argv[1:]), clock())
-        async for p in run_eksctl(aws, argv, f"eksctl-{name}-", clock, poll_s):
+        async for p in deletion.eksctl_stacks(stacks, eksctl):
             yield p
-        for stack in stacks:
-            record.forget("cloudformation-stack", stack)
         found = await aws.afind("eks", "describe_cluster", name=name)
-
     if found is not None:
-        for addon in await aws.apages("eks", "list_addons", "addons", clusterName=name):
-            await aws.acall("eks", "delete_addon", clusterName=name, addonName=addon)
-            yield Progress("add-ons", f"deleting add-on {addon}", clock())
-            async for p in _wait_gone(
-                f"add-on {addon}",
-                partial(aws.gone, "eks", "describe_addon", clusterName=name, addonName=addon),
-                clock,
-                "add-ons",
-                poll_s,
-                timeout_s,
-            ):
+        for step in (deletion.addons(), deletion.nodegroups(), deletion.cluster(found["cluster"].get("status", ""))):
+            async for p in step:
                 yield p
-            record.forget("eks-addon", f"{name}/{addon}")
-        groups = await aws.apages("eks", "list_nodegroups", "nodegroups", clusterName=name)
-        for group in groups:
-            status = await aws.acall("eks", "describe_nodegroup", clusterName=name, nodegroupName=group)
-            if status["nodegroup"].get("status") != "DELETING":
-                await aws.acall("eks", "delete_nodegroup", clusterName=name, nodegroupName=group)
-            yield Progress("nodegroups", f"deleting nodegroup {group}", clock())
-        for group in groups:
-            async for p in _wait_gone(
-                f"nodegroup {group}",
-                partial(aws.gone, "eks", "describe_nodegroup", clusterName=name, nodegroupName=group),
-                clock,
-                "nodegroups",
-                poll_s,
-                timeout_s,
-            ):
-                yield p
-            record.forget("eks-nodegroup", f"{name}/{group}")
-            yield Progress("nodegroups", f"nodegroup {group} is gone", clock())
-        if found["cluster"].get("status") != "DELETING":
-            await aws.acall("eks", "delete_cluster", name=name)
-        yield Progress("cluster", f"deleting cluster {name}; this takes a few minutes", clock())
-        async for p in _wait_gone(
-            f"cluster {name}",
-            partial(aws.gone, "eks", "describe_cluster", name=name),
-            clock,
-            "cluster",
-            poll_s,
-            timeout_s,
-        ):
-            yield p
-        yield Progress("cluster", f"cluster {name} is gone", clock())
-    record.forget("eks-cluster", name)
-    for kind in ("eks-nodegroup", "eks-addon"):
-        for ident in record.of_type(kind):
-            record.forget(kind, ident)
-    async for p in _delete_each(  # the nodegroups that used them are gone
-        record,
-        "ec2-launch-template",
-        set(record.of_type("ec2-launch-template")) | set(await tagged_launch_templates(aws, name)),
-        lambda t: aws.acall("ec2", "delete_launch_template", LaunchTemplateId=t),
-        lambda t: Progress("nodegroups", f"deleted launch template {t}", clock()),
-    ):
+    async for p in deletion.around_the_cluster():
         yield p
-    async for p in _delete_each(
-        record,
-        "oidc-provider",
-        set(record.of_type("oidc-provider")) | set(await tagged_oidc_providers(aws, name)),
-        lambda arn: aws.acall("iam", "delete_open_id_connect_provider", OpenIDConnectProviderArn=arn),
-        lambda arn: Progress("oidc", f"deleted the OIDC provider {arn.rsplit('/', 1)[-1]}", clock()),
-    ):
-        yield p
-    roles = set(record.of_type("iam-role")) | set(await tagged_roles(aws, name))
-    for role in sorted(roles):
-        if await delete_role(aws, role):
-            yield Progress("roles", f"deleted IAM role {role}", clock())
-        record.forget("iam-role", role)
-
     if record.kubeconfig and remove_context(Path(record.kubeconfig), name):
         yield Progress("kubeconfig", f"removed context {record.context} from {record.kubeconfig}", clock())
     record.state, record.kubeconfig, record.context = "deleted", "", ""

@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from ..errors import BackendError
 from ..kubernetes.client import ensure_object
 from .access import ClusterRecord, KubeFactory, cluster_kube, cluster_tags, connect
+from .aws_objects import Answer
 from .iam import (
     CLUSTER_POLICIES,
     EFS_CSI_POLICY,
@@ -60,10 +60,10 @@ TIMEOUT_S = 45 * 60
 NAT_GATEWAY_PER_HOUR = 0.045
 
 
-def endpoint_config(plan: ClusterPlan) -> dict[str, Any]:
+def endpoint_config(plan: ClusterPlan) -> dict[str, object]:
     """The API server's endpoints: public (narrowed to ``public_access_cidrs`` where given) and
     private, or private only."""
-    config: dict[str, Any] = {
+    config: dict[str, object] = {
         "subnetIds": [plan.subnets[z] for z in sorted(plan.subnets)],
         "endpointPublicAccess": not plan.private_endpoint,
         "endpointPrivateAccess": True,
@@ -73,7 +73,7 @@ def endpoint_config(plan: ClusterPlan) -> dict[str, Any]:
     return config
 
 
-def metadata_options(plan: ClusterPlan) -> dict[str, Any]:
+def metadata_options(plan: ClusterPlan) -> dict[str, object]:
     """Instance metadata as eksctl's disableIMDSv1/disablePodIMDS make it: IMDSv2 only, and a hop
     limit of 1 unless pods may use it (a pod's request crosses one more hop than the node's)."""
     return {"HttpTokens": "required", "HttpPutResponseHopLimit": 2 if plan.pod_imds else 1, "HttpEndpoint": "enabled"}
@@ -113,6 +113,253 @@ async def ensure_launch_template(aws: AwsSession, record: ClusterRecord, plan: C
     return template_id
 
 
+class NativeCreate:
+    """One run of the native path: its steps in order, each an async generator of ``Progress``
+    that leaves what later steps need (the roles, the OIDC provider) on the instance."""
+
+    def __init__(
+        self, aws: AwsSession, plan: ClusterPlan, record: ClusterRecord, poll_s: float, timeout_s: float
+    ) -> None:
+        self.aws, self.plan, self.record = aws, plan, record
+        self.name = plan.name
+        self.poll_s, self.timeout_s = poll_s, timeout_s
+        self.clock = Clock()
+        self.hourly: dict[str, float] = {}
+        self.cluster_role = self.node_role = self.efs_role = self.provider = self.issuer = ""
+        self.s3_role: str | None = None
+
+    def refuse_what_it_cannot_make(self) -> None:
+        """The native path makes no VPC and no EFA launch template: said before anything is made."""
+        if not self.plan.vpc_id:
+            raise BackendError(
+                "without eksctl, torchdeck creates clusters in an existing VPC only",
+                "give --vpc-id and --subnet ZONE=ID in cluster init, or install eksctl to make a new VPC",
+            )
+        efa = [ng.name for ng in self.plan.nodegroups if ng.efa]
+        if efa:
+            raise BackendError(
+                f"EFA nodegroups ({', '.join(efa)}) need a launch template with EFA interfaces",
+                "install eksctl (it writes one), or drop efa for the native path",
+            )
+
+    async def open_record(self) -> None:
+        self.record.method, self.record.state = "native", "creating"
+        # no credentials: say so before anything else
+        self.record.account = (await self.aws.acall("sts", "get_caller_identity")).get("Account", "")
+        self.record.save()
+        self.hourly = nodegroup_costs(self.plan)
+
+    async def roles(self) -> AsyncIterator[Progress]:
+        """The control plane's and the nodes' IAM roles, with AWS's managed policies."""
+        aws, record, name, clock = self.aws, self.record, self.name, self.clock
+        yield Progress("roles", "IAM roles for the control plane and the nodes", clock())
+        self.cluster_role, made = await ensure_role(
+            aws, record, role_name(name, "cluster"), trust_service("eks.amazonaws.com"), CLUSTER_POLICIES
+        )
+        yield Progress("roles", f"{'created' if made else 'reusing'} {role_name(name, 'cluster')}", clock())
+        self.node_role, made = await ensure_role(
+            aws, record, role_name(name, "node"), trust_service("ec2.amazonaws.com"), NODE_POLICIES
+        )
+        yield Progress("roles", f"{'created' if made else 'reusing'} {role_name(name, 'node')}", clock())
+
+    async def cluster(self) -> AsyncIterator[Progress]:
+        """The EKS cluster (made, or torchdeck's own reused), waited to ACTIVE; its OIDC issuer."""
+        aws, plan, name, clock = self.aws, self.plan, self.name, self.clock
+        found = await aws.afind("eks", "describe_cluster", name=name)
+        if found is None:
+            yield Progress(
+                "cluster", f"creating EKS cluster {name} (Kubernetes {plan.version}); this takes 10-15 minutes", clock()
+            )
+            await aws.acall(
+                "eks",
+                "create_cluster",
+                name=name,
+                version=plan.version,
+                roleArn=self.cluster_role,
+                resourcesVpcConfig=endpoint_config(plan),
+                accessConfig={
+                    "authenticationMode": "API_AND_CONFIG_MAP",
+                    "bootstrapClusterCreatorAdminPermissions": True,
+                },
+                tags=cluster_tags(name),
+            )
+        else:
+            _refuse_foreign(found["cluster"], name)
+            yield Progress("cluster", f"reusing cluster {name} ({found['cluster'].get('status')})", clock())
+        async for p in wait_for_status(
+            f"cluster {name}",
+            lambda: aws.acall("eks", "describe_cluster", name=name),
+            "cluster",
+            clock,
+            "cluster",
+            self.poll_s,
+            self.timeout_s,
+        ):
+            yield p
+        cluster = (await aws.acall("eks", "describe_cluster", name=name))["cluster"]
+        self.record.note("eks-cluster", name, found is None, hourly=control_plane_price(), arn=cluster.get("arn"))
+        yield Progress("cluster", f"cluster {name} is ACTIVE at {cluster.get('endpoint')}", clock())
+        self.issuer = Answer(cluster).text("identity", "oidc", "issuer")
+        if not self.issuer:
+            raise BackendError(
+                f"cluster {name} has no OIDC issuer", "EKS gives every cluster one; try again in a minute"
+            )
+
+    async def oidc(self) -> AsyncIterator[Progress]:
+        """The cluster's OIDC provider in IAM, which the service accounts' roles trust."""
+        aws, issuer = self.aws, self.issuer
+        host = issuer.removeprefix("https://")
+        providers = (await aws.acall("iam", "list_open_id_connect_providers")).get("OpenIDConnectProviderList", [])
+        provider = next((p["Arn"] for p in providers if p["Arn"].endswith("oidc-provider/" + host)), None)
+        made = provider is None
+        if provider is None:
+            provider = (
+                await aws.acall(
+                    "iam",
+                    "create_open_id_connect_provider",
+                    Url=issuer,
+                    ClientIDList=[OIDC_AUDIENCE],
+                    ThumbprintList=[OIDC_THUMBPRINT],
+                    Tags=iam_tags(self.name),
+                )
+            )["OpenIDConnectProviderArn"]
+        self.provider = provider
+        self.record.note("oidc-provider", provider, made)
+        yield Progress("oidc", f"{'created' if made else 'reusing'} the OIDC provider for {host}", self.clock())
+
+    async def service_roles(self) -> AsyncIterator[Progress]:
+        """The IRSA roles: S3 for the jobs' service account (where the plan has a bucket), the EFS CSI driver's."""
+        aws, record, plan, name = self.aws, self.record, self.plan, self.name
+        if plan.s3_bucket:
+            self.s3_role, made = await ensure_role(
+                aws,
+                record,
+                role_name(name, "s3"),
+                trust_service_account(self.provider, self.issuer, plan.namespace, plan.service_account),
+                inline=s3_policy(plan.s3_bucket, plan.s3_prefix),
+            )
+            yield Progress(
+                "oidc",
+                f"{'created' if made else 'reusing'} {role_name(name, 's3')}: "
+                f"{plan.namespace}/{plan.service_account} may use s3://{plan.s3_bucket}/{plan.s3_prefix}",
+                self.clock(),
+            )
+        self.efs_role, _ = await ensure_role(
+            aws,
+            record,
+            role_name(name, "efs-csi"),
+            trust_service_account(self.provider, self.issuer, *EFS_CSI_SERVICE_ACCOUNT),
+            (EFS_CSI_POLICY,),
+        )
+
+    async def nodegroups(self) -> AsyncIterator[Progress]:
+        """The managed nodegroups (each with its launch template), then each waited to ACTIVE."""
+        aws, plan, name, clock = self.aws, self.plan, self.name, self.clock
+        for ng in plan.nodegroups:
+            found = await aws.afind("eks", "describe_nodegroup", clusterName=name, nodegroupName=ng.name)
+            if found is None:
+                template = await ensure_launch_template(aws, self.record, plan, ng)
+                await aws.acall("eks", "create_nodegroup", **nodegroup_request(plan, ng, self.node_role, template))
+                yield Progress(
+                    "nodegroups", f"creating nodegroup {ng.name}: {ng.desired} x {ng.instance_type}", clock()
+                )
+            else:
+                yield Progress(
+                    "nodegroups", f"reusing nodegroup {ng.name} ({found['nodegroup'].get('status')})", clock()
+                )
+            self.record.note("eks-nodegroup", f"{name}/{ng.name}", found is None, hourly=self.hourly.get(ng.name, 0.0))
+        for ng in plan.nodegroups:
+            async for p in wait_for_status(
+                f"nodegroup {ng.name}",
+                partial(aws.acall, "eks", "describe_nodegroup", clusterName=name, nodegroupName=ng.name),
+                "nodegroup",
+                clock,
+                "nodegroups",
+                self.poll_s,
+                self.timeout_s,
+            ):
+                yield p
+            yield Progress("nodegroups", f"nodegroup {ng.name} is ACTIVE", clock())
+
+    async def addons(self) -> AsyncIterator[Progress]:
+        """EKS's add-ons (the EFS CSI driver with its role, metrics-server), each waited to ACTIVE."""
+        aws, name, clock = self.aws, self.name, self.clock
+        for addon in ADDONS:
+            found = await aws.afind("eks", "describe_addon", clusterName=name, addonName=addon)
+            if found is None:
+                role = {"serviceAccountRoleArn": self.efs_role} if addon == "aws-efs-csi-driver" else {}
+                await aws.acall(
+                    "eks",
+                    "create_addon",
+                    clusterName=name,
+                    addonName=addon,
+                    resolveConflicts="OVERWRITE",
+                    tags=cluster_tags(name),
+                    **role,
+                )
+            self.record.note("eks-addon", f"{name}/{addon}", found is None)
+            async for p in wait_for_status(
+                f"add-on {addon}",
+                partial(aws.acall, "eks", "describe_addon", clusterName=name, addonName=addon),
+                "addon",
+                clock,
+                "add-ons",
+                self.poll_s,
+                self.timeout_s,
+                failed=("CREATE_FAILED",),
+            ):
+                yield p
+            yield Progress("add-ons", f"{addon} is ACTIVE", clock())
+
+    async def kubernetes(self, kube: KubeFactory | None, kubeconfig: Path | None) -> AsyncIterator[Progress]:
+        """The kubeconfig context, then on the cluster: the jobs' service account and, on GPU clusters,
+        NVIDIA's device plugin."""
+        plan, clock = self.plan, self.clock
+        path, context = await _connect(self.aws, self.name, self.record, kubeconfig)
+        yield Progress("kubeconfig", f"context {context} in {path} (exec authentication, mode 0600)", clock())
+        cluster_backend = await asyncio.to_thread(cluster_kube, self.record, self.aws, kube)
+        if self.s3_role:
+            await asyncio.to_thread(
+                ensure_service_account,
+                cluster_backend.client,
+                plan.namespace,
+                plan.service_account,
+                self.s3_role,
+                self.name,
+            )
+            yield Progress(
+                "kubernetes", f"service account {plan.namespace}/{plan.service_account} -> {self.s3_role}", clock()
+            )
+        if any(ng.gpu for ng in plan.nodegroups):
+            await asyncio.to_thread(ensure_object, cluster_backend.client, device_plugin(self.name))
+            yield Progress("kubernetes", "NVIDIA device plugin on the GPU nodes", clock())
+        yield _created(self.record, context, clock)
+
+
+def nodegroup_request(plan: ClusterPlan, ng: NodegroupPlan, node_role: str, template: str) -> dict[str, object]:
+    """create_nodegroup's parameters for one nodegroup of the plan."""
+    params: dict[str, object] = dict(
+        clusterName=plan.name,
+        nodegroupName=ng.name,
+        nodeRole=node_role,
+        subnets=[plan.subnets[z] for z in sorted(plan.subnets)],
+        instanceTypes=[ng.instance_type],
+        launchTemplate={"id": template, "version": "$Default"},
+        scalingConfig={"minSize": ng.min_size, "desiredSize": ng.desired, "maxSize": ng.max_size},
+        amiType="AL2023_x86_64_NVIDIA" if ng.gpu else "AL2023_x86_64_STANDARD",
+        capacityType="SPOT" if ng.spot else "ON_DEMAND",
+        labels={
+            "torchdeck.dev/nodegroup": ng.name,
+            **({"torchdeck.dev/gpu": "true"} if ng.gpu else {}),
+            **ng.labels,
+        },
+        tags=cluster_tags(plan.name),
+    )
+    if ng.gpu:
+        params["taints"] = [{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}]
+    return params
+
+
 async def create_native(
     aws: AwsSession,
     plan: ClusterPlan,
@@ -124,190 +371,14 @@ async def create_native(
 ) -> AsyncIterator[Progress]:
     """torchdeck's own path (no eksctl). ``kube(kubeconfig, context)`` gives the Kubernetes backend for the
     last steps (default: the kubernetes backend on the context just written)."""
-    clock = Clock()
-    name = plan.name
-    if not plan.vpc_id:
-        raise BackendError(
-            "without eksctl, torchdeck creates clusters in an existing VPC only",
-            "give --vpc-id and --subnet ZONE=ID in cluster init, or install eksctl to make a new VPC",
-        )
-    efa = [ng.name for ng in plan.nodegroups if ng.efa]
-    if efa:
-        raise BackendError(
-            f"EFA nodegroups ({', '.join(efa)}) need a launch template with EFA interfaces",
-            "install eksctl (it writes one), or drop efa for the native path",
-        )
-    record.method, record.state = "native", "creating"
-    # no credentials: say so before anything else
-    record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
-    record.save()
-    hourly = nodegroup_costs(plan)
-
-    yield Progress("roles", "IAM roles for the control plane and the nodes", clock())
-    cluster_role, made = await ensure_role(
-        aws, record, role_name(name, "cluster"), trust_service("eks.amazonaws.com"), CLUSTER_POLICIES
-    )
-    yield Progress("roles", f"{'created' if made else 'reusing'} {role_name(name, 'cluster')}", clock())
-    node_role, made = await ensure_role(
-        aws, record, role_name(name, "node"), trust_service("ec2.amazonaws.com"), NODE_POLICIES
-    )
-    yield Progress("roles", f"{'created' if made else 'reusing'} {role_name(name, 'node')}", clock())
-
-    found = await aws.afind("eks", "describe_cluster", name=name)
-    if found is None:
-        yield Progress(
-            "cluster", f"creating EKS cluster {name} (Kubernetes {plan.version}); this takes 10-15 minutes", clock()
-        )
-        await aws.acall(
-            "eks",
-            "create_cluster",
-            name=name,
-            version=plan.version,
-            roleArn=cluster_role,
-            resourcesVpcConfig=endpoint_config(plan),
-            accessConfig={"authenticationMode": "API_AND_CONFIG_MAP", "bootstrapClusterCreatorAdminPermissions": True},
-            tags=cluster_tags(name),
-        )
-        made = True
-    else:
-        _refuse_foreign(found["cluster"], name)
-        made = False
-        yield Progress("cluster", f"reusing cluster {name} ({found['cluster'].get('status')})", clock())
-    async for p in wait_for_status(
-        f"cluster {name}",
-        lambda: aws.acall("eks", "describe_cluster", name=name),
-        "cluster",
-        clock,
-        "cluster",
-        poll_s,
-        timeout_s,
-    ):
-        yield p
-    cluster = (await aws.acall("eks", "describe_cluster", name=name))["cluster"]
-    record.note("eks-cluster", name, made, hourly=control_plane_price(), arn=cluster.get("arn"))
-    yield Progress("cluster", f"cluster {name} is ACTIVE at {cluster.get('endpoint')}", clock())
-
-    issuer = (cluster.get("identity") or {}).get("oidc", {}).get("issuer", "")
-    if not issuer:
-        raise BackendError(f"cluster {name} has no OIDC issuer", "EKS gives every cluster one; try again in a minute")
-    host = issuer.removeprefix("https://")
-    providers = (await aws.acall("iam", "list_open_id_connect_providers")).get("OpenIDConnectProviderList", [])
-    provider = next((p["Arn"] for p in providers if p["Arn"].endswith("oidc-provider/" + host)), None)
-    made = provider is None
-    if made:
-        provider = (
-            await aws.acall(
-                "iam",
-                "create_open_id_connect_provider",
-                Url=issuer,
-                ClientIDList=[OIDC_AUDIENCE],
-                ThumbprintList=[OIDC_THUMBPRINT],
-                Tags=iam_tags(name),
-            )
-        )["OpenIDConnectProviderArn"]
-    assert provider is not None
-    record.note("oidc-provider", provider, made)
-    yield Progress("oidc", f"{'created' if made else 'reusing'} the OIDC provider for {host}", clock())
-
-    s3_role = None
-    if plan.s3_bucket:
-        s3_role, made = await ensure_role(
-            aws,
-            record,
-            role_name(name, "s3"),
-            trust_service_account(provider, issuer, plan.namespace, plan.service_account),
-            inline=s3_policy(plan.s3_bucket, plan.s3_prefix),
-        )
-        yield Progress(
-            "oidc",
-            f"{'created' if made else 'reusing'} {role_name(name, 's3')}: "
-            f"{plan.namespace}/{plan.service_account} may use s3://{plan.s3_bucket}/{plan.s3_prefix}",
-            clock(),
-        )
-    efs_role, made = await ensure_role(
-        aws,
-        record,
-        role_name(name, "efs-csi"),
-        trust_service_account(provider, issuer, *EFS_CSI_SERVICE_ACCOUNT),
-        (EFS_CSI_POLICY,),
-    )
-
-    subnets = [plan.subnets[z] for z in sorted(plan.subnets)]
-    for ng in plan.nodegroups:
-        found = await aws.afind("eks", "describe_nodegroup", clusterName=name, nodegroupName=ng.name)
-        if found is None:
-            template = await ensure_launch_template(aws, record, plan, ng)
-            params: dict[str, Any] = dict(
-                clusterName=name,
-                nodegroupName=ng.name,
-                nodeRole=node_role,
-                subnets=subnets,
-                instanceTypes=[ng.instance_type],
-                launchTemplate={"id": template, "version": "$Default"},
-                scalingConfig={"minSize": ng.min_size, "desiredSize": ng.desired, "maxSize": ng.max_size},
-                amiType="AL2023_x86_64_NVIDIA" if ng.gpu else "AL2023_x86_64_STANDARD",
-                capacityType="SPOT" if ng.spot else "ON_DEMAND",
-                labels={
-                    "torchdeck.dev/nodegroup": ng.name,
-                    **({"torchdeck.dev/gpu": "true"} if ng.gpu else {}),
-                    **ng.labels,
-                },
-                tags=cluster_tags(name),
-            )
-            if ng.gpu:
-                params["taints"] = [{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}]
-            await aws.acall("eks", "create_nodegroup", **params)
-            yield Progress("nodegroups", f"creating nodegroup {ng.name}: {ng.desired} x {ng.instance_type}", clock())
-        else:
-            yield Progress("nodegroups", f"reusing nodegroup {ng.name} ({found['nodegroup'].get('status')})", clock())
-        record.note("eks-nodegroup", f"{name}/{ng.name}", found is None, hourly=hourly.get(ng.name, 0.0))
-    for ng in plan.nodegroups:
-        async for p in wait_for_status(
-            f"nodegroup {ng.name}",
-            partial(aws.acall, "eks", "describe_nodegroup", clusterName=name, nodegroupName=ng.name),
-            "nodegroup",
-            clock,
-            "nodegroups",
-            poll_s,
-            timeout_s,
-        ):
+    create = NativeCreate(aws, plan, record, poll_s, timeout_s)
+    create.refuse_what_it_cannot_make()
+    await create.open_record()
+    steps = (create.roles(), create.cluster(), create.oidc(), create.service_roles(), create.nodegroups(),
+             create.addons(), create.kubernetes(kube, kubeconfig))  # fmt: skip
+    for step in steps:
+        async for p in step:
             yield p
-        yield Progress("nodegroups", f"nodegroup {ng.name} is ACTIVE", clock())
-
-    for addon in ADDONS:
-        found = await aws.afind("eks", "describe_addon", clusterName=name, addonName=addon)
-        if found is None:
-            params = dict(clusterName=name, addonName=addon, resolveConflicts="OVERWRITE", tags=cluster_tags(name))
-            if addon == "aws-efs-csi-driver":
-                params["serviceAccountRoleArn"] = efs_role
-            await aws.acall("eks", "create_addon", **params)
-        record.note("eks-addon", f"{name}/{addon}", found is None)
-        async for p in wait_for_status(
-            f"add-on {addon}",
-            partial(aws.acall, "eks", "describe_addon", clusterName=name, addonName=addon),
-            "addon",
-            clock,
-            "add-ons",
-            poll_s,
-            timeout_s,
-            failed=("CREATE_FAILED",),
-        ):
-            yield p
-        yield Progress("add-ons", f"{addon} is ACTIVE", clock())
-
-    path, context = await _connect(aws, name, record, kubeconfig)
-    yield Progress("kubeconfig", f"context {context} in {path} (exec authentication, mode 0600)", clock())
-
-    cluster_backend = await asyncio.to_thread(cluster_kube, record, aws, kube)
-    if s3_role:
-        await asyncio.to_thread(
-            ensure_service_account, cluster_backend.client, plan.namespace, plan.service_account, s3_role, name
-        )
-        yield Progress("kubernetes", f"service account {plan.namespace}/{plan.service_account} -> {s3_role}", clock())
-    if any(ng.gpu for ng in plan.nodegroups):
-        await asyncio.to_thread(ensure_object, cluster_backend.client, device_plugin(name))
-        yield Progress("kubernetes", "NVIDIA device plugin on the GPU nodes", clock())
-    yield _created(record, context, clock)
 
 
 def nodegroup_costs(plan: ClusterPlan) -> dict[str, float]:
@@ -319,7 +390,7 @@ def nodegroup_costs(plan: ClusterPlan) -> dict[str, float]:
     }
 
 
-def device_plugin(cluster: str) -> dict[str, Any]:
+def device_plugin(cluster: str) -> dict[str, object]:
     """NVIDIA's device plugin DaemonSet (what eksctl installs), on GPU nodes only, tolerating their taint."""
     from importlib import resources
 
@@ -354,7 +425,7 @@ def eksctl_path() -> str | None:
     return shutil.which("eksctl")
 
 
-async def _stack_events(aws: AwsSession, prefix: str, seen: set[str]) -> list[dict[str, Any]]:
+async def _stack_events(aws: AwsSession, prefix: str, seen: set[str]) -> list[Mapping[str, object]]:
     """New CloudFormation events of the stacks whose names start with ``prefix``, oldest first."""
     try:
         stacks = [
@@ -377,7 +448,7 @@ async def _stack_events(aws: AwsSession, prefix: str, seen: set[str]) -> list[di
     return sorted(fresh, key=lambda e: str(e.get("Timestamp", "")))
 
 
-def _event_line(event: dict[str, Any]) -> str:
+def _event_line(event: Mapping[str, object]) -> str:
     reason = event.get("ResourceStatusReason") or ""
     return f"{event.get('StackName')}: {event.get('LogicalResourceId')} {event.get('ResourceStatus')}" + (
         f" ({reason})" if reason else ""
@@ -510,7 +581,7 @@ def create_cluster(
     return create_native(aws, plan, record, kubeconfig=kubeconfig, poll_s=poll_s)
 
 
-def _refuse_foreign(cluster: dict[str, Any], name: str) -> None:
+def _refuse_foreign(cluster: Mapping[str, object], name: str) -> None:
     if not made_by_torchdeck(cluster, name):
         raise BackendError(
             f"a cluster named {name} exists and torchdeck did not make it",

@@ -4,6 +4,7 @@ tag was pushed as."""
 from __future__ import annotations
 
 from .access import ClusterRecord
+from .aws_objects import Answer
 from .plan import CLUSTER_TAG
 from .session import AwsError, AwsSession
 
@@ -26,7 +27,7 @@ async def ensure_repository(aws: AwsSession, record: ClusterRecord, name: str) -
         made = True
     else:
         repo, made = found["repositories"][0], False
-        if not (repo.get("imageScanningConfiguration") or {}).get("scanOnPush"):
+        if not Answer(repo).flag("imageScanningConfiguration", "scanOnPush"):
             await aws.acall(
                 "ecr",
                 "put_image_scanning_configuration",

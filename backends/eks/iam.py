@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import BackendError
 from ..kubernetes.client import KubeClient, ensure_object
@@ -46,7 +47,7 @@ def iam_tags(name: str) -> list[dict[str, str]]:
     return [{"Key": CLUSTER_TAG, "Value": name}]
 
 
-def trust_service(service: str) -> dict[str, Any]:
+def trust_service(service: str) -> dict[str, object]:
     """A trust policy that lets an AWS service (EKS, EC2) take the role."""
     return {
         "Version": "2012-10-17",
@@ -54,7 +55,7 @@ def trust_service(service: str) -> dict[str, Any]:
     }
 
 
-def trust_service_account(provider_arn: str, issuer: str, namespace: str, account: str) -> dict[str, Any]:
+def trust_service_account(provider_arn: str, issuer: str, namespace: str, account: str) -> dict[str, object]:
     """Only this service account's pods, presenting a token for STS, may take the role."""
     host = issuer.removeprefix("https://")
     return {
@@ -89,9 +90,9 @@ async def ensure_role(
     aws: AwsSession,
     record: ClusterRecord,
     name: str,
-    trust: dict[str, Any],
+    trust: Mapping[str, object],
     managed: tuple[str, ...] = (),
-    inline: dict[str, Any] | None = None,
+    inline: Mapping[str, object] | None = None,
 ) -> tuple[str, bool]:
     """The role, made or found, with exactly this trust and these policies attached; (arn, made now)."""
     found = await aws.afind("iam", "get_role", RoleName=name)

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..engine import Engine, find_engine, no_engine_hint
 from ..errors import BackendError
@@ -75,7 +75,7 @@ class EcrLogin:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from ...trainer.s3url import S3Url
 from ..errors import BackendError
 from ..kubernetes.client import ensure_object
 from .access import cluster_kube, cluster_network
+from .aws_objects import Answer
 from .iam import ensure_role, ensure_service_account, oidc_provider, role_name, trust_service_account
 from .image_plan import BUILDER_ACCOUNT, DIGEST, TIMEOUT_S, Builder, ImageBuild, ImagePlan
 from .progress import ImageRef, Progress
@@ -24,7 +24,7 @@ def render_kaniko(
     destination: str,
     dockerfile: str | None = None,
     build_args: tuple[str, ...] = (),
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """The Kaniko ConfigMap and Job, rendered from manifests/kaniko.yaml.j2."""
     import yaml
 
@@ -58,7 +58,7 @@ def render_kaniko(
     return [o for o in yaml.safe_load_all(text) if o]
 
 
-def builder_policy(repository_arn: str, bucket: str, key: str) -> dict[str, Any]:
+def builder_policy(repository_arn: str, bucket: str, key: str) -> dict[str, object]:
     """Push to one repository and read one build context. ECR's login call takes no resource but '*'."""
     return {
         "Version": "2012-10-17",
@@ -154,8 +154,8 @@ async def build_with_kaniko(builder: Builder, image: ImageBuild) -> AsyncIterato
         yield Progress("build", line, clock(), "output")
     digest = ""
     for pod in await asyncio.to_thread(cluster_backend.pods, name, plan.namespace):
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            message = ((status.get("state") or {}).get("terminated") or {}).get("message") or ""
+        for status in Answer(pod).children("status", "containerStatuses"):
+            message = status.text("state", "terminated", "message")
             digest = (DIGEST.findall(message) or [digest])[-1]
     yield Progress(
         "build",

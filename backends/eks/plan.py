@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +30,7 @@ from ..names import (
     check_s3_prefix,
     check_service_account,
 )
+from .aws_objects import Answer
 
 CLUSTER_TAG = "torchdeck:cluster"
 """Every AWS resource torchdeck creates for a cluster carries it (value: the cluster name)."""
@@ -44,9 +46,9 @@ INSTANCE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+\Z")
 ID_RE = {"vpc": re.compile(r"^vpc-[0-9a-f]{8,17}\Z"), "subnet": re.compile(r"^subnet-[0-9a-f]{8,17}\Z")}
 
 
-def made_by_torchdeck(resource: dict[str, Any], name: str) -> bool:
+def made_by_torchdeck(resource: Mapping[str, object], name: str) -> bool:
     """Whether an EKS resource (as describe_* returns it) carries torchdeck's tag for this cluster."""
-    return (resource.get("tags") or {}).get(CLUSTER_TAG) == name
+    return Answer(resource).value("tags", CLUSTER_TAG) == name
 
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
@@ -68,17 +70,20 @@ class InstanceType:
 
 
 @functools.lru_cache(maxsize=1)
-def _catalogue_file() -> dict[str, Any]:
-    return yaml.safe_load((resources.files("torchdeck") / "manifests" / "eks" / "instance-types.yaml").read_text())
+def _catalogue_file() -> tuple[dict[str, InstanceType], float]:
+    """The shipped manifests/eks/instance-types.yaml, read once: its types, and EKS's hourly price."""
+    data = yaml.safe_load((resources.files("torchdeck") / "manifests" / "eks" / "instance-types.yaml").read_text())
+    types = {name: InstanceType(name, **values) for name, values in data["types"].items()}
+    return types, float(data["eks_control_plane_per_hour"])
 
 
 def shipped_catalogue() -> dict[str, InstanceType]:
     """The instance types torchdeck knows without asking EC2."""
-    return {name: InstanceType(name, **values) for name, values in _catalogue_file()["types"].items()}
+    return dict(_catalogue_file()[0])
 
 
 def control_plane_price() -> float:
-    return float(_catalogue_file()["eks_control_plane_per_hour"])
+    return _catalogue_file()[1]
 
 
 @dataclass
@@ -236,7 +241,7 @@ def validate_plan(plan: ClusterPlan, catalogue: dict[str, InstanceType] | None =
     return plan
 
 
-def s3_policy(bucket: str, prefix: str) -> dict[str, Any]:
+def s3_policy(bucket: str, prefix: str) -> dict[str, object]:
     """Read and write objects under one prefix of one bucket, and list that prefix; nothing else."""
     prefix = prefix.rstrip("/") + "/" if prefix else ""
     return {
@@ -259,11 +264,11 @@ def s3_policy(bucket: str, prefix: str) -> dict[str, Any]:
     }
 
 
-def to_eksctl(plan: ClusterPlan) -> dict[str, Any]:
+def to_eksctl(plan: ClusterPlan) -> dict[str, object]:
     """The plan as eksctl's ClusterConfig."""
     validate_plan(plan)
     tags = {CLUSTER_TAG: plan.name}
-    config: dict[str, Any] = {
+    config: dict[str, object] = {
         "apiVersion": "eksctl.io/v1alpha5",
         "kind": "ClusterConfig",
         "metadata": {"name": plan.name, "region": plan.region, "version": plan.version, "tags": dict(tags)},
@@ -331,7 +336,7 @@ def plan_to_yaml(plan: ClusterPlan) -> str:
     )
 
 
-def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
+def from_eksctl(config: object, source: str = "") -> ClusterPlan:
     """A ClusterConfig (as written by ``to_eksctl``, or by hand) back as a plan, checked."""
     if not isinstance(config, dict) or config.get("kind") != "ClusterConfig":
         raise SpecError(
@@ -339,21 +344,23 @@ def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
         )
     meta = config.get("metadata") or {}
     vpc = config.get("vpc") or {}
-    subnets = {zone: (s or {}).get("id", "") for zone, s in ((vpc.get("subnets") or {}).get("private") or {}).items()}
-    accounts = (config.get("iam") or {}).get("serviceAccounts") or []
+    private = Answer(config).child("vpc", "subnets", "private").data
+    subnets = {zone: Answer(s).text("id") for zone, s in private.items()}
+    accounts = Answer(config).children("iam", "serviceAccounts")
     bucket, prefix, sa, ns = None, "torchdeck/", "torchdeck-s3", "default"
     if accounts:
-        sa = accounts[0].get("metadata", {}).get("name", sa)
-        ns = accounts[0].get("metadata", {}).get("namespace", ns)
-        for statement in (accounts[0].get("attachPolicy") or {}).get("Statement", []):
-            m = re.match(r"^arn:aws:s3:::([^/]+)/(.*)\*\Z", str(statement.get("Resource", "")))
+        sa = accounts[0].text("metadata", "name", default=sa)
+        ns = accounts[0].text("metadata", "namespace", default=ns)
+        for statement in accounts[0].children("attachPolicy", "Statement"):
+            m = re.match(r"^arn:aws:s3:::([^/]+)/(.*)\*\Z", str(statement.value("Resource") or ""))
             if m:
                 bucket, prefix = m.group(1), m.group(2)
     groups = []
     pod_imds = False
     for g in config.get("managedNodeGroups") or []:
         pod_imds = pod_imds or g.get("disablePodIMDS") is False
-        labels = {k: v for k, v in (g.get("labels") or {}).items() if k != "torchdeck.dev/nodegroup"}
+        given = g.get("labels")
+        labels = {k: v for k, v in (given.items() if isinstance(given, dict) else ()) if k != "torchdeck.dev/nodegroup"}
         groups.append(
             NodegroupPlan(
                 name=g.get("name", ""),
@@ -381,7 +388,7 @@ def from_eksctl(config: Any, source: str = "") -> ClusterPlan:
         service_account=sa,
         namespace=ns,
         public_access_cidrs=list(vpc.get("publicAccessCIDRs") or []),
-        private_endpoint=(vpc.get("clusterEndpoints") or {}).get("publicAccess") is False,
+        private_endpoint=Answer(vpc).value("clusterEndpoints", "publicAccess") is False,
         pod_imds=pod_imds,
     )
     try:

@@ -10,7 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .plan import ClusterPlan, CostLine, InstanceType, cost_per_hour, made_by_torchdeck, shipped_catalogue
+from .aws_objects import Answer
+from .plan import (
+    ClusterPlan,
+    CostLine,
+    InstanceType,
+    NodegroupPlan,
+    cost_per_hour,
+    made_by_torchdeck,
+    shipped_catalogue,
+)
 from .session import AwsError, AwsSession
 
 # EC2's vCPU quotas by instance family: (on-demand code, spot code, name). The
@@ -61,22 +70,23 @@ class Catalogue:
         return [t for name, t in sorted(self.types.items()) if set(zones) <= self.zones_of.get(name, set())]
 
 
-def _from_ec2(item: dict[str, Any], shipped: dict[str, InstanceType]) -> InstanceType:
-    name = item["InstanceType"]
-    gpus = (item.get("GpuInfo") or {}).get("Gpus") or []
-    count = sum(int(g.get("Count", 0)) for g in gpus)
-    model = " ".join(filter(None, [gpus[0].get("Manufacturer", ""), gpus[0].get("Name", "")])) if gpus else ""
-    total_mib = (item.get("GpuInfo") or {}).get("TotalGpuMemoryInMiB", 0)
+def _from_ec2(item: Answer, shipped: dict[str, InstanceType]) -> InstanceType:
+    """One of EC2's instance types (describe_instance_types) in the catalogue's terms."""
+    name = item.text("InstanceType")
+    gpus = item.children("GpuInfo", "Gpus")
+    count = sum(int(g.number("Count")) for g in gpus)
+    model = " ".join(filter(None, [gpus[0].text("Manufacturer"), gpus[0].text("Name")])) if gpus else ""
+    total_mib = item.number("GpuInfo", "TotalGpuMemoryInMiB")
     known = shipped.get(name)
     return InstanceType(
         name=name,
-        vcpus=int(item.get("VCpuInfo", {}).get("DefaultVCpus", 0)),
-        memory_gib=round(item.get("MemoryInfo", {}).get("SizeInMiB", 0) / 1024, 1),
+        vcpus=int(item.number("VCpuInfo", "DefaultVCpus")),
+        memory_gib=round(item.number("MemoryInfo", "SizeInMiB") / 1024, 1),
         price=known.price if known else None,
         gpus=count,
         gpu_model=model,
         gpu_memory_gib=round(total_mib / count / 1024, 1) if count else 0.0,
-        efa=bool(item.get("NetworkInfo", {}).get("EfaSupported")),
+        efa=item.flag("NetworkInfo", "EfaSupported"),
     )
 
 
@@ -109,7 +119,7 @@ def live_catalogue(aws: AwsSession, zones: list[str] | None = None, only: set[st
     for start in range(0, len(names), DESCRIBE_BATCH):
         batch = names[start : start + DESCRIBE_BATCH]
         for item in aws.pages("ec2", "describe_instance_types", "InstanceTypes", InstanceTypes=batch):
-            kind = _from_ec2(item, shipped)
+            kind = _from_ec2(Answer(item), shipped)
             if only is not None or kind.name in shipped or kind.gpus:
                 types[kind.name] = kind
     return Catalogue(types, zones_of, list(zones), live=True, region=aws.region or "")
@@ -173,62 +183,78 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
     who = aws.call("sts", "get_caller_identity")
     report.account, report.identity = who.get("Account", ""), who.get("Arn", "")
     report.findings.append(Finding("ok", f"credentials: {report.identity} (account {report.account})"))
+    catalogue = _catalogue(aws, plan, report)
+    types = {**shipped_catalogue(), **catalogue.types}
+    report.findings += _quota_findings(aws, plan, types)
+    if plan.vpc_id:
+        report.findings += _subnet_findings(aws, plan)
+    report.findings.append(_existing_cluster(aws, plan, report))
+    report.cost, report.total_per_hour, report.notes = cost_per_hour(plan, types)
+    return report
 
+
+def _catalogue(aws: AwsSession, plan: ClusterPlan, report: PreflightReport) -> Catalogue:
+    """The plan's types as EC2 offers them in its zones (the shipped table where EC2 cannot be read),
+    with a finding for each zone, type, GPU or EFA the plan asks of it and it lacks."""
     try:
         zones = plan.zones or availability_zones(aws)
         catalogue = live_catalogue(aws, zones, {ng.instance_type for ng in plan.nodegroups})
     except AwsError as exc:
         report.findings.append(Finding("warn", f"cannot read the instance catalogue: {exc.message}", exc.hint))
-        catalogue = shipped_only(plan.zones)
-    if catalogue.live:
-        known_zones = set().union(*catalogue.zones_of.values()) if catalogue.zones_of else set()
-        for zone in plan.zones:
-            if zone not in known_zones:
-                report.findings.append(
-                    Finding(
-                        "error",
-                        f"zone {zone} offers no instance types to this account",
-                        "pick zones from: " + ", ".join(sorted(known_zones)),
-                    )
+        return shipped_only(plan.zones)
+    known_zones = set().union(*catalogue.zones_of.values()) if catalogue.zones_of else set()
+    for zone in plan.zones:
+        if zone not in known_zones:
+            report.findings.append(
+                Finding(
+                    "error",
+                    f"zone {zone} offers no instance types to this account",
+                    "pick zones from: " + ", ".join(sorted(known_zones)),
                 )
-        for ng in plan.nodegroups:
-            offered = catalogue.zones_of.get(ng.instance_type, set())
-            missing = [z for z in zones if z not in offered]
-            if not offered:
-                report.findings.append(
-                    Finding(
-                        "error",
-                        f"{ng.name}: {ng.instance_type} is not offered in {plan.region}",
-                        "pick a type that `torchdeck cluster types` lists",
-                    )
-                )
-            elif missing:
-                report.findings.append(
-                    Finding(
-                        "error",
-                        f"{ng.name}: {ng.instance_type} is not offered in {', '.join(missing)}",
-                        f"use zones where it is: {', '.join(sorted(offered))}",
-                    )
-                )
-            else:
-                report.findings.append(Finding("ok", f"{ng.name}: {ng.instance_type} is offered in every zone"))
-            info = catalogue.types.get(ng.instance_type)
-            if info is not None and ng.gpu and not info.gpus:
-                report.findings.append(
-                    Finding(
-                        "error",
-                        f"{ng.name}: {ng.instance_type} has no GPU",
-                        "pick a GPU type, or make it a CPU nodegroup",
-                    )
-                )
-            if info is not None and ng.efa and not info.efa:
-                report.findings.append(
-                    Finding(
-                        "error", f"{ng.name}: {ng.instance_type} does not support EFA", "drop efa, or pick an EFA type"
-                    )
-                )
+            )
+    for ng in plan.nodegroups:
+        report.findings += _nodegroup_findings(ng, catalogue, zones, plan.region)
+    return catalogue
 
-    types = {**shipped_catalogue(), **catalogue.types}
+
+def _nodegroup_findings(ng: NodegroupPlan, catalogue: Catalogue, zones: list[str], region: str) -> list[Finding]:
+    """Whether the nodegroup's type is offered in every zone, and has the GPUs and EFA it asks for."""
+    findings = []
+    offered = catalogue.zones_of.get(ng.instance_type, set())
+    missing = [z for z in zones if z not in offered]
+    if not offered:
+        findings.append(
+            Finding(
+                "error",
+                f"{ng.name}: {ng.instance_type} is not offered in {region}",
+                "pick a type that `torchdeck cluster types` lists",
+            )
+        )
+    elif missing:
+        findings.append(
+            Finding(
+                "error",
+                f"{ng.name}: {ng.instance_type} is not offered in {', '.join(missing)}",
+                f"use zones where it is: {', '.join(sorted(offered))}",
+            )
+        )
+    else:
+        findings.append(Finding("ok", f"{ng.name}: {ng.instance_type} is offered in every zone"))
+    info = catalogue.types.get(ng.instance_type)
+    if info is not None and ng.gpu and not info.gpus:
+        findings.append(
+            Finding("error", f"{ng.name}: {ng.instance_type} has no GPU", "pick a GPU type, or make it a CPU nodegroup")
+        )
+    if info is not None and ng.efa and not info.efa:
+        findings.append(
+            Finding("error", f"{ng.name}: {ng.instance_type} does not support EFA", "drop efa, or pick an EFA type")
+        )
+    return findings
+
+
+def _quota_findings(aws: AwsSession, plan: ClusterPlan, types: dict[str, InstanceType]) -> list[Finding]:
+    """The vCPUs the plan needs of each quota class (on demand, spot) against the account's quota."""
+    findings = []
     for (klass, spot), (desired, most) in sorted(vcpus_needed(plan, types).items()):
         on_demand, spot_code, label = QUOTAS[klass]
         code = spot_code if spot else on_demand
@@ -236,10 +262,10 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
         try:
             limit = _quota(aws, code)
         except AwsError as exc:
-            report.findings.append(Finding("warn", f"cannot read the quota for {what}: {exc.message}", exc.hint))
+            findings.append(Finding("warn", f"cannot read the quota for {what}: {exc.message}", exc.hint))
             continue
         if limit is None:
-            report.findings.append(
+            findings.append(
                 Finding(
                     "warn",
                     f"quota for {what} ({code}) is unknown: {desired} vCPUs needed",
@@ -247,7 +273,7 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
                 )
             )
         elif desired > limit:
-            report.findings.append(
+            findings.append(
                 Finding(
                     "error",
                     f"the plan needs {desired} vCPUs of {what}; the quota is {limit:g}",
@@ -255,7 +281,7 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
                 )
             )
         elif most > limit:
-            report.findings.append(
+            findings.append(
                 Finding(
                     "warn",
                     f"{what}: {desired} vCPUs fit the quota of {limit:g}, but the max sizes need {most}",
@@ -263,62 +289,61 @@ def preflight(aws: AwsSession, plan: ClusterPlan) -> PreflightReport:
                 )
             )
         else:
-            report.findings.append(Finding("ok", f"{what}: {most} vCPUs needed at most, quota {limit:g}"))
+            findings.append(Finding("ok", f"{what}: {most} vCPUs needed at most, quota {limit:g}"))
+    return findings
 
-    if plan.vpc_id:
-        try:
-            ids = list(plan.subnets.values())
-            found = {s["SubnetId"]: s for s in aws.call("ec2", "describe_subnets", SubnetIds=ids).get("Subnets", [])}
-        except AwsError as exc:
-            found = {}
-            report.findings.append(
+
+def _subnet_findings(aws: AwsSession, plan: ClusterPlan) -> list[Finding]:
+    """Whether the plan's subnets exist, in its VPC and in the zones it names them for."""
+    findings = []
+    try:
+        ids = list(plan.subnets.values())
+        found = {s["SubnetId"]: s for s in aws.call("ec2", "describe_subnets", SubnetIds=ids).get("Subnets", [])}
+    except AwsError as exc:
+        found = {}
+        findings.append(
+            Finding(
+                "error",
+                f"the subnets are not there: {exc.message}",
+                "check --subnet ids (aws ec2 describe-subnets)",
+            )
+        )
+    wrong = []
+    for zone, sid in plan.subnets.items():
+        subnet = found.get(sid)
+        if subnet is None:
+            continue
+        if subnet.get("VpcId") != plan.vpc_id:
+            wrong.append(Finding("error", f"subnet {sid} is in {subnet.get('VpcId')}, not {plan.vpc_id}"))
+        elif subnet.get("AvailabilityZone") != zone:
+            wrong.append(
                 Finding(
                     "error",
-                    f"the subnets are not there: {exc.message}",
-                    "check --subnet ids (aws ec2 describe-subnets)",
+                    f"subnet {sid} is in {subnet.get('AvailabilityZone')}, not {zone}",
+                    "write ZONE=SUBNET as describe-subnets shows them",
                 )
             )
-        wrong = []
-        for zone, sid in plan.subnets.items():
-            subnet = found.get(sid)
-            if subnet is None:
-                continue
-            if subnet.get("VpcId") != plan.vpc_id:
-                wrong.append(Finding("error", f"subnet {sid} is in {subnet.get('VpcId')}, not {plan.vpc_id}"))
-            elif subnet.get("AvailabilityZone") != zone:
-                wrong.append(
-                    Finding(
-                        "error",
-                        f"subnet {sid} is in {subnet.get('AvailabilityZone')}, not {zone}",
-                        "write ZONE=SUBNET as describe-subnets shows them",
-                    )
-                )
-        report.findings.extend(wrong)
-        if found and not wrong:
-            report.findings.append(Finding("ok", f"VPC {plan.vpc_id}: subnets in {', '.join(sorted(plan.subnets))}"))
+    findings += wrong
+    if found and not wrong:
+        findings.append(Finding("ok", f"VPC {plan.vpc_id}: subnets in {', '.join(sorted(plan.subnets))}"))
+    return findings
 
+
+def _existing_cluster(aws: AwsSession, plan: ClusterPlan, report: PreflightReport) -> Finding:
+    """A cluster of the plan's name: torchdeck's (create reuses it), someone else's (refused), or none."""
     existing = aws.find("eks", "describe_cluster", name=plan.name)
-    if existing:
-        cluster = existing["cluster"]
-        report.existing_cluster = cluster
-        if made_by_torchdeck(cluster, plan.name):
-            report.findings.append(
-                Finding(
-                    "warn",
-                    f"cluster {plan.name} exists ({cluster.get('status')}), made by torchdeck",
-                    "create reuses it and adds what is missing",
-                )
-            )
-        else:
-            report.findings.append(
-                Finding(
-                    "error",
-                    f"a cluster named {plan.name} exists in {plan.region}, not made by torchdeck",
-                    f"pick another name, or `torchdeck cluster connect --name {plan.name}` to use it as it is",
-                )
-            )
-    else:
-        report.findings.append(Finding("ok", f"no cluster named {plan.name} in {plan.region} yet"))
-
-    report.cost, report.total_per_hour, report.notes = cost_per_hour(plan, types)
-    return report
+    if not existing:
+        return Finding("ok", f"no cluster named {plan.name} in {plan.region} yet")
+    cluster = existing["cluster"]
+    report.existing_cluster = cluster
+    if made_by_torchdeck(cluster, plan.name):
+        return Finding(
+            "warn",
+            f"cluster {plan.name} exists ({cluster.get('status')}), made by torchdeck",
+            "create reuses it and adds what is missing",
+        )
+    return Finding(
+        "error",
+        f"a cluster named {plan.name} exists in {plan.region}, not made by torchdeck",
+        f"pick another name, or `torchdeck cluster connect --name {plan.name}` to use it as it is",
+    )

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from ..errors import BackendError
+from .aws_objects import Answer
 
 HEARTBEAT_S = 60.0
 """A long wait says it is still waiting this often."""
@@ -103,7 +104,7 @@ class Clock:
 
 async def wait_for_status(
     what: str,
-    describe: Callable[[], Awaitable[Any]],
+    describe: Callable[[], Awaitable[Mapping[str, object]]],
     key: str,
     clock: Clock,
     phase: str,
@@ -117,14 +118,12 @@ async def wait_for_status(
     started = said = time.monotonic()
     last = ""
     while True:
-        item = (await describe())[key]
-        status = item.get("status", "")
+        item = Answer((await describe()).get(key))
+        status = item.text("status")
         if status == done:
             return
         if status in failed:
-            issues = "; ".join(
-                f"{i.get('code')}: {i.get('message')}" for i in (item.get("health") or {}).get("issues", [])
-            )
+            issues = "; ".join(item.issues("health"))
             raise BackendError(
                 f"{what} is {status}" + (f": {issues}" if issues else ""),
                 "see the EKS console for it; fix the cause, delete it, and run create again",
@@ -142,7 +141,7 @@ async def wait_for_status(
 
 async def wait_until(
     what: str,
-    probe: Callable[[], Any],
+    probe: Callable[[], object],
     clock: Clock,
     phase: str,
     poll_s: float,

@@ -13,7 +13,10 @@ import asyncio
 import os
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 from ..errors import BackendError
 
@@ -146,13 +149,14 @@ class AwsSession:
             self._account = str(self.call("sts", "get_caller_identity").get("Account", ""))
         return self._account
 
-    def _owner_checked(self, client: Any, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _owner_checked(self, client: BaseClient, operation: str, params: dict[str, object]) -> dict[str, object]:
         """S3 calls on a bucket carry ExpectedBucketOwner (this account): bucket names are global, and a
         bucket deleted and re-made by someone else must not receive models, code or deletes."""
         if "Bucket" not in params or "ExpectedBucketOwner" in params:
             return params
         if operation in ("download_file", "upload_file"):  # the transfer manager's: in ExtraArgs
-            extra = params.get("ExtraArgs") or {}
+            given = params.get("ExtraArgs")
+            extra = given if isinstance(given, dict) else {}
             if "ExpectedBucketOwner" in extra:
                 return params
             return {**params, "ExtraArgs": {**extra, "ExpectedBucketOwner": self.account()}}
@@ -164,7 +168,7 @@ class AwsSession:
             return params
         return {**params, "ExpectedBucketOwner": self.account()}
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str) -> BaseClient:
         if service not in self._clients:
             try:
                 import boto3
@@ -188,7 +192,7 @@ class AwsSession:
                 raise translate(exc, f"{service} client") from None
         return self._clients[service]
 
-    def call(self, service: str, operation: str, **params: Any) -> dict[str, Any]:
+    def call(self, service: str, operation: str, **params: object) -> dict[str, Any]:
         """One blocking call, e.g. ``call("eks", "describe_cluster", name="demo")``."""
         client = self.client(service)
         if service == "s3":
@@ -198,7 +202,7 @@ class AwsSession:
         except Exception as exc:
             raise translate(exc, f"{service}.{operation}") from None
 
-    def pages(self, service: str, operation: str, key: str, **params: Any) -> Iterator[Any]:
+    def pages(self, service: str, operation: str, key: str, **params: object) -> Iterator[Any]:
         """Every item under ``key`` over all pages of a paginated call."""
         client = self.client(service)
         if service == "s3":
@@ -209,14 +213,14 @@ class AwsSession:
         except Exception as exc:
             raise translate(exc, f"{service}.{operation}") from None
 
-    async def acall(self, service: str, operation: str, **params: Any) -> dict[str, Any]:
+    async def acall(self, service: str, operation: str, **params: object) -> dict[str, Any]:
         """``call`` on a worker thread, for the async code paths (the console's, create's)."""
         return await asyncio.to_thread(self.call, service, operation, **params)
 
-    async def apages(self, service: str, operation: str, key: str, **params: Any) -> list[Any]:
+    async def apages(self, service: str, operation: str, key: str, **params: object) -> list[Any]:
         return await asyncio.to_thread(lambda: list(self.pages(service, operation, key, **params)))
 
-    def find(self, service: str, operation: str, **params: Any) -> dict[str, Any] | None:
+    def find(self, service: str, operation: str, **params: object) -> dict[str, Any] | None:
         """``call``, or None where AWS says the thing is not there."""
         try:
             return self.call(service, operation, **params)
@@ -225,9 +229,9 @@ class AwsSession:
                 return None
             raise
 
-    def gone(self, service: str, operation: str, **params: Any) -> bool:
+    def gone(self, service: str, operation: str, **params: object) -> bool:
         """AWS says the thing a describe call names is not there (a probe for the waits of a delete)."""
         return self.find(service, operation, **params) is None
 
-    async def afind(self, service: str, operation: str, **params: Any) -> dict[str, Any] | None:
+    async def afind(self, service: str, operation: str, **params: object) -> dict[str, Any] | None:
         return await asyncio.to_thread(self.find, service, operation, **params)

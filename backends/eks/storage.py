@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ...trainer.s3url import S3Url
@@ -38,6 +38,7 @@ from .access import (
     cluster_network,
     cluster_tags,
 )
+from .aws_objects import Answer
 from .iam import (
     EFS_CSI_POLICY,
     EFS_CSI_SERVICE_ACCOUNT,
@@ -81,7 +82,7 @@ def one_subnet_per_zone(subnets: dict[str, str]) -> dict[str, str]:
 # -- the pieces -----------------------------------------------------------------------
 
 
-def _ec2_tags(cluster: str, purpose: str, name: str) -> list[dict[str, Any]]:
+def _ec2_tags(cluster: str, purpose: str, name: str) -> list[dict[str, object]]:
     return [
         {"Key": CLUSTER_TAG, "Value": cluster},
         {"Key": "torchdeck:purpose", "Value": purpose},
@@ -145,13 +146,15 @@ async def ensure_security_group(
     return sg, made
 
 
-def ingress_rules(perms: list[dict[str, Any]]) -> set[tuple[Any, ...]]:
-    out = set()
-    for p in perms:
-        for pair in p.get("UserIdGroupPairs", []):
-            out.add((p.get("IpProtocol"), p.get("FromPort"), p.get("ToPort"), pair.get("GroupId")))
-        for r in p.get("IpRanges", []) + p.get("Ipv6Ranges", []):
-            out.add((p.get("IpProtocol"), p.get("FromPort"), p.get("ToPort"), r.get("CidrIp") or r.get("CidrIpv6")))
+def ingress_rules(perms: Iterable[object]) -> set[tuple[str, int, int, str]]:
+    """A security group's ingress (EC2's IpPermissions) as (protocol, from, to, source) rules."""
+    out: set[tuple[str, int, int, str]] = set()
+    for perm in map(Answer, perms):
+        rule = (perm.text("IpProtocol"), perm.whole("FromPort"), perm.whole("ToPort"))
+        for pair in perm.children("UserIdGroupPairs"):
+            out.add((*rule, pair.text("GroupId")))
+        for r in perm.children("IpRanges") + perm.children("Ipv6Ranges"):
+            out.add((*rule, r.text("CidrIp") or r.text("CidrIpv6")))
     return out
 
 
@@ -340,12 +343,12 @@ async def create_fsx(
         f"FSx {fs_id} is AVAILABLE",
         clock(),
         result=FileSystemReady(
-            fs_id, described.get("DNSName", ""), (described.get("LustreConfiguration") or {}).get("MountName", "")
+            fs_id, described.get("DNSName", ""), Answer(described).text("LustreConfiguration", "MountName")
         ),
     )
 
 
-def bucket_policy(bucket: str, prefix: str, role_arn: str) -> dict[str, Any]:
+def bucket_policy(bucket: str, prefix: str, role_arn: str) -> dict[str, object]:
     """The training role may read and write under the prefix and list it; and nobody at all (any
     principal, not only the role) over plain HTTP.
     Every resource is the bucket or the prefix: no '*'."""
@@ -446,7 +449,7 @@ async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clo
 # -- the whole of it ------------------------------------------------------------------
 
 
-def render_storage(plan: StoragePlan, file_system: FileSystemReady) -> list[dict[str, Any]]:
+def render_storage(plan: StoragePlan, file_system: FileSystemReady) -> list[dict[str, object]]:
     """The StorageClass/PV/PVC for the file system, rendered from manifests/storage/."""
     import yaml
 
@@ -471,33 +474,52 @@ def render_storage(plan: StoragePlan, file_system: FileSystemReady) -> list[dict
 OBJECT_RANK = {"Job": 0, "PersistentVolumeClaim": 1, "PersistentVolume": 2, "StorageClass": 3, "ServiceAccount": 3}
 
 
-async def create_storage(
-    aws: AwsSession,
-    plan: StoragePlan,
-    record: ClusterRecord,
-    kube: KubeFactory | None = None,
-    poll_s: float = POLL_S,
-    timeout_s: float = TIMEOUT_S,
-) -> AsyncIterator[Progress]:
-    """EFS or FSx with its driver and claim, and the model bucket, for the cluster; idempotent."""
-    validate_storage(plan)
-    clock = Clock()
-    if not record.account:
-        record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
-        record.save()
-    net = await cluster_network(aws, plan.cluster)
-    yield Progress(
-        "cluster",
-        f"cluster {plan.cluster}: VPC {net.vpc_id}, security group {net.cluster_sg}, "
-        f"node subnets {', '.join(f'{s} ({z})' for s, z in sorted(net.node_subnets.items()))}",
-        clock(),
-    )
-    objects: list[dict[str, Any]] = []
-    if plan.kind in ("efs", "fsx"):
+class StorageCreate:
+    """One ``storage create``: its steps, each an async generator of ``Progress``, sharing the cluster's
+    network and (once made) its Kubernetes client."""
+
+    def __init__(
+        self,
+        aws: AwsSession,
+        plan: StoragePlan,
+        record: ClusterRecord,
+        kube: KubeFactory | None,
+        poll_s: float,
+        timeout_s: float,
+    ) -> None:
+        self.aws, self.plan, self.record, self.kube = aws, plan, record, kube
+        self.poll_s, self.timeout_s = poll_s, timeout_s
+        self.clock = Clock()
+        self.net = ClusterNetwork("", "", {}, "")
+        self._cluster_backend: KubernetesBackend | None = None
+
+    async def cluster_backend(self) -> KubernetesBackend:
+        """The Kubernetes client on the cluster's context, made once."""
+        if self._cluster_backend is None:
+            self._cluster_backend = await asyncio.to_thread(cluster_kube, self.record, self.aws, self.kube)
+        return self._cluster_backend
+
+    async def network(self) -> AsyncIterator[Progress]:
+        """The account (where the record lacks it), and the cluster's VPC, security group and node subnets."""
+        aws, record = self.aws, self.record
+        if not record.account:
+            record.account = (await aws.acall("sts", "get_caller_identity")).get("Account", "")
+            record.save()
+        net = self.net = await cluster_network(aws, self.plan.cluster)
+        yield Progress(
+            "cluster",
+            f"cluster {self.plan.cluster}: VPC {net.vpc_id}, security group {net.cluster_sg}, "
+            f"node subnets {', '.join(f'{s} ({z})' for s, z in sorted(net.node_subnets.items()))}",
+            self.clock(),
+        )
+
+    async def file_system(self) -> AsyncIterator[Progress]:
+        """EFS or FSx, its CSI driver, and the StorageClass, volume and claim the jobs mount."""
+        aws, plan, record, net, clock = self.aws, self.plan, self.record, self.net, self.clock
         steps = (
-            create_efs(aws, record, net, clock, poll_s, timeout_s)
+            create_efs(aws, record, net, clock, self.poll_s, self.timeout_s)
             if plan.kind == "efs"
-            else create_fsx(aws, plan, record, net, clock, poll_s, timeout_s)
+            else create_fsx(aws, plan, record, net, clock, self.poll_s, self.timeout_s)
         )
         file_system = FileSystemReady("")
         async for p in steps:
@@ -508,42 +530,39 @@ async def create_storage(
             if plan.kind == "efs"
             else ("aws-fsx-csi-driver", "fsx-csi", FSX_CSI_SERVICE_ACCOUNT, FSX_CSI_POLICY)
         )
-        async for p in ensure_csi_addon(aws, record, net, addon, purpose, account, policy, clock, poll_s, timeout_s):
+        async for p in ensure_csi_addon(
+            aws, record, net, addon, purpose, account, policy, clock, self.poll_s, self.timeout_s
+        ):
             yield p
         objects = render_storage(plan, file_system)
-
-    cluster_backend: KubernetesBackend | None = None
-    if objects:
-        cluster_backend = await asyncio.to_thread(cluster_kube, record, aws, kube)
+        if not objects:
+            return
+        cluster_backend = await self.cluster_backend()
         for obj in objects:
             made = await asyncio.to_thread(ensure_object, cluster_backend.client, obj)
-            record.note_object(obj, made, OBJECT_RANK[obj["kind"]], "storage")
-            yield Progress(
-                "kubernetes", f"{'applied' if made else 'updated'} {obj['kind']} {obj['metadata']['name']}", clock()
-            )
+            kind, name = Answer(obj).text("kind"), Answer(obj).text("metadata", "name")
+            record.note_object(obj, made, OBJECT_RANK[kind], "storage")
+            yield Progress("kubernetes", f"{'applied' if made else 'updated'} {kind} {name}", clock())
 
-    if plan.bucket:
-        async for p in ensure_bucket(aws, record, plan.bucket, clock):
+    async def model_bucket(self, bucket: str) -> AsyncIterator[Progress]:
+        """The bucket for models, and the jobs' service account with a role that may use its prefix only."""
+        aws, plan, record, net = self.aws, self.plan, self.record, self.net
+        async for p in ensure_bucket(aws, record, bucket, self.clock):
             yield p
         provider = await oidc_provider(aws, net.issuer)
-        role, made = await ensure_role(
+        role, _ = await ensure_role(
             aws,
             record,
             role_name(plan.cluster, "s3"),
             trust_service_account(provider, net.issuer, plan.namespace, plan.service_account),
-            inline=s3_policy(plan.bucket, plan.prefix),
+            inline=s3_policy(bucket, plan.prefix),
         )
-        bucket_row = record.ledger.find("s3-bucket", plan.bucket, record.region)
+        bucket_row = record.ledger.find("s3-bucket", bucket, record.region)
         if bucket_row and bucket_row.detail.get("ours"):  # never someone else's bucket
             await aws.acall(
-                "s3",
-                "put_bucket_policy",
-                Bucket=plan.bucket,
-                Policy=json.dumps(bucket_policy(plan.bucket, plan.prefix, role)),
+                "s3", "put_bucket_policy", Bucket=bucket, Policy=json.dumps(bucket_policy(bucket, plan.prefix, role))
             )
-        on_cluster = cluster_backend
-        if on_cluster is None:
-            on_cluster = await asyncio.to_thread(cluster_kube, record, aws, kube)
+        on_cluster = await self.cluster_backend()
         await asyncio.to_thread(
             ensure_service_account, on_cluster.client, plan.namespace, plan.service_account, role, plan.cluster
         )
@@ -556,26 +575,52 @@ async def create_storage(
         yield Progress(
             "s3",
             f"{plan.namespace}/{plan.service_account} ({role.rsplit('/', 1)[-1]}) may use "
-            f"s3://{plan.bucket}/{plan.prefix} and nothing else",
-            clock(),
+            f"s3://{bucket}/{plan.prefix} and nothing else",
+            self.clock(),
         )
-    record.storage = StorageChoice(
-        kind=plan.kind,  # type: ignore[arg-type]  # validate_storage let only efs, fsx and none through
-        pvc=plan.pvc,
-        namespace=plan.namespace,
-        bucket=plan.bucket,
-        prefix=plan.prefix,
-        service_account=plan.service_account,
-    )
-    record.save()
-    settings = spec_settings(record)
-    yield Progress(
-        "done",
-        "storage ready; jobs use it with " + " ".join(f"--set {k}={v}" for k, v in settings.items()),
-        clock(),
-        "done",
-        StorageReady(plan.cluster, settings),
-    )
+
+    def chosen(self) -> Progress:
+        """The choice kept on the cluster's record, and the settings a job spec needs to use it."""
+        plan, record = self.plan, self.record
+        record.storage = StorageChoice(
+            kind=plan.kind,  # type: ignore[arg-type]  # validate_storage let only efs, fsx and none through
+            pvc=plan.pvc,
+            namespace=plan.namespace,
+            bucket=plan.bucket,
+            prefix=plan.prefix,
+            service_account=plan.service_account,
+        )
+        record.save()
+        settings = spec_settings(record)
+        return Progress(
+            "done",
+            "storage ready; jobs use it with " + " ".join(f"--set {k}={v}" for k, v in settings.items()),
+            self.clock(),
+            "done",
+            StorageReady(plan.cluster, settings),
+        )
+
+
+async def create_storage(
+    aws: AwsSession,
+    plan: StoragePlan,
+    record: ClusterRecord,
+    kube: KubeFactory | None = None,
+    poll_s: float = POLL_S,
+    timeout_s: float = TIMEOUT_S,
+) -> AsyncIterator[Progress]:
+    """EFS or FSx with its driver and claim, and the model bucket, for the cluster; idempotent."""
+    validate_storage(plan)
+    create = StorageCreate(aws, plan, record, kube, poll_s, timeout_s)
+    async for p in create.network():
+        yield p
+    if plan.kind in ("efs", "fsx"):
+        async for p in create.file_system():
+            yield p
+    if plan.bucket:
+        async for p in create.model_bucket(plan.bucket):
+            yield p
+    yield create.chosen()
 
 
 def spec_settings(record: ClusterRecord) -> dict[str, str]:

@@ -4,11 +4,12 @@ the storage screen), and the one way it reads as text (``StorageState.lines``)."
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from ..errors import BackendError
 from ..kubernetes.client import KubeClient
 from .access import ClusterRecord
+from .aws_objects import Answer
 from .session import AwsSession
 from .storage import ingress_rules
 from .storage_plan import EFS_PER_GB_MONTH
@@ -92,7 +93,7 @@ class StorageState:
     def empty(self) -> bool:
         return not (self.file_systems or self.security_groups or self.buckets or self.claims)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def lines(self) -> list[StatusLine]:
@@ -144,7 +145,7 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: KubeClient | Non
             state.problems.append(f"EFS {fs} is gone")
             continue
         info = found["FileSystems"][0]
-        size = (info.get("SizeInBytes") or {}).get("Value", 0)
+        size = Answer(info).number("SizeInBytes", "Value")
         efs = FileSystemState(
             "efs", fs, info["LifeCycleState"], bool(info.get("Encrypted")), size / 2**30, size / 1e9 * EFS_PER_GB_MONTH
         )
@@ -196,7 +197,7 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: KubeClient | Non
             path = row.detail.get("path", "") if row.kind == "k8s-object" else ""
             if "/persistentvolumeclaims/" in path or "/persistentvolumes/" in path:
                 try:
-                    phase = (kube.request("GET", path).get("status") or {}).get("phase", "no phase reported yet")
+                    phase = Answer(kube.request("GET", path)).text("status", "phase", default="no phase reported yet")
                 except BackendError as exc:
                     phase = f"unreadable ({exc.message})"
                 state.claims.append(ClaimState(path.rsplit("/", 2)[-2][:-1], path.rsplit("/", 1)[-1], phase))

@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from ..errors import BackendError
 from ..kubernetes.client import ApiError, KubeClient
 from ..ledger import Ledger, Resource, ResourceKindName
 from .access import ClusterRecord
+from .aws_objects import Answer
 from .cluster import delete_cluster
 from .iam import delete_role
 from .plan import CLUSTER_TAG
@@ -110,7 +110,7 @@ class Teardown:
         self,
         state_dir: Path,
         aws_for: Callable[[str], AwsSession] | None = None,
-        kube: Callable[[str, str], Any] | None = None,
+        kube: Callable[[str, str], KubeClient] | None = None,
         eksctl: str | None = None,
         poll_s: float = POLL_S,
         timeout_s: float = TIMEOUT_S,
@@ -127,9 +127,9 @@ class Teardown:
         self.eksctl, self.poll_s, self.timeout_s = eksctl, poll_s, timeout_s
         self.ledger = Ledger(state_dir)
         self.clock = Clock()
-        self._kubes: dict[tuple[str, str], Any] = {}
+        self._kubes: dict[tuple[str, str], KubeClient] = {}
 
-    def _kube(self, kubeconfig: str, context: str) -> Any:
+    def _kube(self, kubeconfig: str, context: str) -> KubeClient:
         """One client per context for the whole teardown (each loads the kubeconfig and connects)."""
         if (kubeconfig, context) not in self._kubes:
             if self.kube_factory:
@@ -193,7 +193,7 @@ class Teardown:
             "cleanup", f"cluster {r.scope} and its nodegroups, add-ons, OIDC provider and roles are gone", self.clock()
         )
 
-    async def _retry(self, what: str, call: Callable[[], Any], busy: tuple[str, ...]) -> str:
+    async def _retry(self, what: str, call: Callable[[], object], busy: tuple[str, ...]) -> str:
         """Call until it succeeds, or AWS says it is gone; ``busy`` codes (a dependency still
         draining) are retried until the deadline."""
         started = time.monotonic()
@@ -403,10 +403,14 @@ STORAGE_KINDS = tuple(kind.name for kind in RESOURCE_KINDS if kind.storage)
 # -- orphans: found by tag when the ledger does not know them ---------------------------
 
 
-def _tag_value(tags: Any) -> str | None:
+def _tag_value(tags: object) -> str | None:
+    """The cluster's tag in either of AWS's shapes: a map (EKS, EFS's describe) or Key/Value pairs."""
     if isinstance(tags, dict):
-        return tags.get(CLUSTER_TAG)
-    return next((t.get("Value") for t in tags or [] if t.get("Key") == CLUSTER_TAG), None)
+        found = tags.get(CLUSTER_TAG)
+    else:
+        pairs = map(Answer, tags if isinstance(tags, list) else [])
+        found = next((t.value("Value") for t in pairs if t.value("Key") == CLUSTER_TAG), None)
+    return found if isinstance(found, str) else None
 
 
 async def find_orphans(aws: AwsSession, account: str = "") -> list[Resource]:
