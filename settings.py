@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ class Settings:
         return cls.from_values(values)
 
     @classmethod
-    def from_values(cls, values: Mapping[str, tuple[Any, str]]) -> Settings:
+    def from_values(cls, values: Mapping[str, tuple[object, str]]) -> Settings:
         known = {f.name: f for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for name, (value, source) in values.items():
@@ -103,12 +104,13 @@ class Settings:
             kwargs[name] = cls._convert(name, value, source)
         return cls(**kwargs)
 
-    def with_value(self, name: str, value: Any, source: str) -> Settings:
+    def with_value(self, name: str, value: object, source: str) -> Settings:
         """A copy with one setting changed (a command-line option), checked like the others."""
-        return dataclasses.replace(self, **{name: self._convert(name, value, source)})
+        changed: dict[str, Any] = {name: self._convert(name, value, source)}  # checked by name in _convert
+        return dataclasses.replace(self, **changed)
 
     @staticmethod
-    def _convert(name: str, value: Any, source: str) -> Any:
+    def _convert(name: str, value: object, source: str) -> object:
         try:
             if name in ("state_dir", "spec_file", "kubeconfig"):
                 return None if value in (None, "") and name == "kubeconfig" else Path(str(value)).expanduser()
@@ -123,7 +125,7 @@ class Settings:
                     raise ValueError
                 return value
             if name in ("refresh_hz", "straggler_ratio", "aws_poll_s"):
-                number = float(value)
+                number = float(value) if isinstance(value, (int, float, str)) else math.nan  # a list: refused below
                 low, high = {"refresh_hz": (1.0, 60.0), "straggler_ratio": (0.05, 1.0), "aws_poll_s": (0.01, 300.0)}[
                     name
                 ]

@@ -20,7 +20,7 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import TextIO
 
 ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|.?)", re.DOTALL)
 """A terminal's escape sequences (colours, cursor moves, titles): what a rank's output carries
@@ -76,7 +76,7 @@ class EscapingWriter:
         self.terminal.write(printable_lines(text))
         return len(text)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self.terminal, name)
 
 

@@ -117,11 +117,11 @@ def flat_spec(spec: JobSpec | None) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
 
-    def walk(prefix: str, value: Any) -> None:
+    def walk(prefix: str, value: object) -> None:
         if isinstance(value, Mapping):
             for key, sub in value.items():
                 walk(f"{prefix}.{key}" if prefix else str(key), sub)
-        elif prefix == "entrypoint.args":
+        elif prefix == "entrypoint.args" and isinstance(value, (list, tuple)):
             out.update(argument_pairs(list(value)))
         else:
             out[prefix] = "-" if value is None else str(value)
@@ -316,7 +316,7 @@ class Comparison:
     def val_curves(self) -> dict[int, tuple[array, array]]:
         return {i: r.digest.val_curve() for i, r in enumerate(self.runs)}
 
-    def to_json(self, points: int = 200) -> dict[str, Any]:
+    def to_json(self, points: int = 200) -> dict[str, object]:
         """The comparison for ``--output json``: each run's figures and its mean loss curve (at most ``points`` points)."""
         runs = []
         for run in self.runs:

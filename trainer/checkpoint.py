@@ -13,7 +13,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -87,7 +87,7 @@ def atomic_write_bytes(path: Path, writer: Callable[[BinaryIO], object]) -> int:
     return size
 
 
-def save(folder: Path, step: int, state: dict[str, Any], keep: int) -> tuple[Path, int]:
+def save(folder: Path, step: int, state: Mapping[str, object], keep: int) -> tuple[Path, int]:
     """Write snapshot ``step`` atomically and delete all but the newest ``keep``."""
     path = folder / f"ckpt-{step:08d}.pt"
     try:

@@ -19,7 +19,10 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from http.client import HTTPMessage
 
 URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -32,9 +35,9 @@ METRICS = ("loss", "accuracy", "val_loss", "val_accuracy", "lr", "samples_per_s"
 
 def status_body(
     step: int | None, total: int | None, remaining_s: float | None, metrics: Mapping[str, object], now: float
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The Trainer's UpdateTrainJobStatusRequest for a rank at ``step`` of ``total``."""
-    status: dict[str, Any] = {
+    status: dict[str, object] = {
         "lastUpdatedTime": datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     }
     if step is not None and total:
@@ -59,7 +62,7 @@ class Progress:
         self.last_time = 0.0
         self.done = False
 
-    def feed(self, record: Mapping[str, Any], now: float) -> bool:
+    def feed(self, record: Mapping[str, object], now: float) -> bool:
         """Take one schema-1 record; whether it moved the progress."""
         total = record.get("total_steps")
         if isinstance(total, int) and total > 0:
@@ -91,7 +94,7 @@ class Progress:
         per_step = (self.last_time - self.first[0]) / (self.step - self.first[1])
         return per_step * max(0, self.total - self.step)
 
-    def body(self, now: float) -> dict[str, Any]:
+    def body(self, now: float) -> dict[str, object]:
         step = self.total if self.done and self.total else self.step
         return status_body(step, self.total, self.remaining_s(), self.metrics, now)
 
@@ -107,12 +110,12 @@ class TrainerStatus:
         self.progress = Progress()
         self._wanted = threading.Event()
         self._lock = threading.Lock()
-        self._body: dict[str, Any] | None = None
+        self._body: dict[str, object] | None = None
         self._sent_at = 0.0
         self._said = False
         self._thread: threading.Thread | None = None
 
-    def feed(self, record: Mapping[str, Any]) -> None:
+    def feed(self, record: Mapping[str, object]) -> None:
         """Take one schema-1 record of the rank (its step line, its end); post what changed."""
         if not self.enabled:
             return
@@ -151,7 +154,7 @@ class TrainerStatus:
                 self._said = True
                 print(f"torchdeck: Kubeflow Trainer's status server did not take the progress: {exc}", file=sys.stderr)
 
-    def post(self, body: dict[str, Any]) -> None:
+    def post(self, body: Mapping[str, object]) -> None:
         """One status update, to the server the pod was given, over TLS only, never redirected: the
         token is the pod's service account's, and goes nowhere else."""
         import ssl  # here: torchdeck's console reads this module's parser, and draws before HTTP loads
@@ -172,7 +175,15 @@ class TrainerStatus:
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             """A redirect is refused: urllib would follow it with the Authorization header."""
 
-            def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+            def redirect_request(
+                self,
+                req: urllib.request.Request,
+                fp: IO[bytes],
+                code: int,
+                msg: str,
+                headers: HTTPMessage,
+                newurl: str,
+            ) -> None:
                 raise OSError(f"the status server answered {code} to {newurl[:120]}: not followed (the token stays)")
 
         opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirect())

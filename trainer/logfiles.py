@@ -29,7 +29,7 @@ import struct
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 try:
     from .regular_files import NotRegularFile, open_regular, read_at_most
@@ -295,7 +295,7 @@ READ_PER_POLL = 16 << 20
 """Bytes of an appended file read in one poll: a reader far behind catches up in steps."""
 
 
-def _history_start(f: Any) -> int | None:
+def _history_start(f: IO[bytes]) -> int | None:
     """Where the first entry of the ``log_history`` array starts, from the file's head."""
     head = b""
     while len(head) < 64 * CHUNK:
@@ -309,14 +309,14 @@ def _history_start(f: Any) -> int | None:
     return None
 
 
-def _entries_from(f: Any, offset: int) -> tuple[list[Any], int | None]:
+def _entries_from(f: IO[bytes], offset: int) -> tuple[list[object], int | None]:
     """The history's entries from ``offset`` (just past ``[`` or past the last entry read), and the
     offset after the last whole one; None for it where the bytes there are not the history's. An
     entry too deep for the parser, or past ``MAX_ENTRY``, is ``TooLarge``."""
     decoder, utf8 = json.JSONDecoder(), codecs.getincrementaldecoder("utf-8")("replace")
     f.seek(offset)
     text, base, last, eof = "", offset, 0, False
-    entries: list[Any] = []
+    entries: list[object] = []
     while True:
         i, n = last, len(text)
         while i < n and text[i] in " \t\r\n,":
@@ -343,7 +343,7 @@ def _entries_from(f: Any, offset: int) -> tuple[list[Any], int | None]:
         text += utf8.decode(chunk, final=eof)
 
 
-def _tail(f: Any, size: int = 1 << 16) -> bytes:
+def _tail(f: IO[bytes], size: int = 1 << 16) -> bytes:
     f.seek(0, os.SEEK_END)
     end = f.tell()
     f.seek(max(0, end - size))

@@ -12,8 +12,9 @@ its network.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import torch
 
@@ -53,7 +54,22 @@ def s3_error(action: str, url: str, exc: Exception) -> TrainerError:
     )
 
 
-def save_model(location: str, payload: dict[str, Any]) -> int:
+class ModelFile(TypedDict, total=False):
+    """A model file as torchdeck writes it (a bare state dict reads as its ``state_dict`` alone)."""
+
+    format: str
+    version: int
+    model: str
+    state_dict: dict[str, torch.Tensor]
+    classes: list[str]
+    standardise: bool
+    tta: bool
+    accuracy: float | None
+    epochs: int
+    steps: int
+
+
+def save_model(location: str, payload: Mapping[str, object]) -> int:
     """Write the model file; returns its size in bytes."""
     buf = io.BytesIO()
     torch.save({"format": FORMAT, "version": VERSION, **payload}, buf)
@@ -76,7 +92,7 @@ def save_model(location: str, payload: dict[str, Any]) -> int:
         ) from exc
 
 
-def load_model_file(location: str) -> dict[str, Any]:
+def load_model_file(location: str) -> ModelFile:
     """Read a model file (torchdeck's format or a bare state dict, which comes
     back as ``{"state_dict": ...}`` with no model name)."""
     if S3Url.is_s3(location):
@@ -101,7 +117,7 @@ def load_model_file(location: str) -> dict[str, Any]:
             hint="it may be truncated; train again or copy it whole",
         ) from exc
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
-        return obj
+        return cast(ModelFile, obj)  # torchdeck's own format, written by save_model
     if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         return {"state_dict": obj}
     raise TrainerError(f"{location} holds no model weights")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -46,8 +45,15 @@ class LogView(LineStyles, ScrollView, can_focus=True):
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
-    def __init__(self, max_lines: int = SHOWN_LINES, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        max_lines: int = SHOWN_LINES,
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
         self.lines: deque[Strip] = deque(maxlen=max_lines)
 
     def watch_virtual_size(self, old: Size, new: Size) -> None:
@@ -97,8 +103,8 @@ class LogPane(Vertical):
     LogPane LogView { height: 1fr; background: $surface; }
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
         self.buffer: deque[LogLine] = deque(maxlen=BUFFER_LINES)
         self._pending: list[LogLine] = []
         self._lock = threading.Lock()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -220,8 +219,10 @@ class LossChart(LineStyles, Widget):
     LossChart { width: 1fr; height: 1fr; min-height: 6; }
     """
 
-    def __init__(self, glyphs: Glyphs, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self, glyphs: Glyphs, *, name: str | None = None, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
         self.glyphs = glyphs
         self.shown = 0
         self.total = 0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.widgets import Static
 
@@ -21,8 +19,10 @@ class NodeBars(Static):
     NodeBars { height: auto; max-height: 8; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def __init__(self, glyphs: Glyphs, **kwargs: Any) -> None:
-        super().__init__("measuring nodes...", **kwargs)
+    def __init__(
+        self, glyphs: Glyphs, *, name: str | None = None, id: str | None = None, classes: str | None = None
+    ) -> None:
+        super().__init__("measuring nodes...", name=name, id=id, classes=classes)
         self.glyphs = glyphs
         self._lines = 1
 

@@ -9,8 +9,6 @@ each as a single line of text. The header stays put while the rows scroll."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Size
@@ -72,8 +70,8 @@ class RankTable(LineStyles, ScrollView, can_focus=True):
     RankTable > .rank-table--stripe { background: $boost; }
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
         self._rows: list[tuple[str, ...]] = []
         self._header = HEADER
         self.virtual_size = Size(WIDTH, 1)
