@@ -29,7 +29,8 @@ import dataclasses
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,7 @@ from .jobs import (
     walk_volumes,
     world_size,
 )
+from .kind_objects import Json, PodTemplate, Volume, mapping
 from .kinds import JOB_KINDS, KEY_BY_KIND
 from .manifests import (
     CODE_LABEL,
@@ -94,6 +96,8 @@ from .manifests import (
     run_labels,
 )
 from .node_metrics import measure_nodes
+from .objects import Node, ObjectMeta, Pod, conditions_of
+from .objects import items as items_of
 from .ownership import OwnedBy
 from .preflight import preflight
 from .queues import queue_findings, queue_wait, suspended, wait_words
@@ -106,13 +110,41 @@ if TYPE_CHECKING:
 MANAGED = "app.kubernetes.io/managed-by=torchdeck"
 
 
-def spec_of(obj: dict[str, Any]) -> JobSpec | None:
+@dataclass(frozen=True)
+class RunJob:
+    """A run's job object as the cluster answered it, with its metadata read once: what the backend
+    holds of a run between the API and its kind's readers (``JobKind``, ``jobs.py``), which take
+    the object itself."""
+
+    key: JobKindName
+    obj: Json
+    meta: ObjectMeta
+
+    @classmethod
+    def read(cls, key: JobKindName, obj: object) -> RunJob:
+        data = mapping(obj) if isinstance(obj, Mapping) else {}
+        return cls(key, data, ObjectMeta.from_api(data))
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def namespace(self) -> str:
+        return self.meta.namespace or "default"
+
+    @property
+    def path(self) -> str:
+        return api_path(JOB_KINDS[self.key].api, self.namespace, self.name)
+
+
+def spec_of(job: RunJob) -> JobSpec | None:
     """The spec kept on a job (``SPEC_ANNOTATION``); None where there is none or it does not read."""
-    kept = read_annotation(obj, SPEC_ANNOTATION)
+    kept = read_annotation(job.obj, SPEC_ANNOTATION)
     if kept is None:
         return None
     try:
-        return spec_from_dict(kept, f"{obj['metadata']['name']}'s {SPEC_ANNOTATION}")
+        return spec_from_dict(kept, f"{job.name}'s {SPEC_ANNOTATION}")
     except SpecError:
         return None
 
@@ -205,7 +237,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         """run id -> (kind key, namespace), learned on the way."""
         self._selectors: dict[str, str] = {}
         """run id -> its pods' label selector, learned with the kind."""
-        self._crds: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._crds: dict[str, tuple[float, Json]] = {}
         """kind -> (when read, the cluster's CRD)."""
         self.tasks = TaskJobs(self.client, self.apply_rendered)
         """The one-pod jobs around training: data prepare, model copy, model test."""
@@ -268,7 +300,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         plan.gate = GateStep() if spec.cluster.health_gate else None
         return plan
 
-    def crd(self, kind: JobKindName) -> dict[str, Any] | None:
+    def crd(self, kind: JobKindName) -> Json | None:
         """The CustomResourceDefinition the cluster holds for ``kind`` (None: not installed; empty: the
         kubeconfig may not read CRDs, as a namespace's user of a shared cluster often may not). One
         found is kept CRD_CACHE_S (it is hundreds of kB, and a submit wants it for the render and
@@ -324,8 +356,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             self.records.add(made)
         self._kinds[plan.run_id] = (rendered.kind, plan.spec.namespace)
         self._selectors[plan.run_id] = pod_selector(rendered.main)
-        uid = (job.get("metadata") or {}).get("uid")
-        if isinstance(uid, str) and uid:
+        uid = ObjectMeta.from_api(job).uid
+        if uid:
             self._owners[plan.run_id] = OwnedBy(self.client, plan.spec.namespace, uid)
         return plan.run_id
 
@@ -391,9 +423,10 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         """The nodes the gate's own pods ran on, and what its rank 0 wrote, read from rank 0's pod
         alone (an MPIJob's launcher, whose mpirun carries every rank's output, where it has one):
         any pod can print a result line; the gate's rank 0 writes the one."""
-        name, ns, obj = self._namespace_of(run_id)
-        pods = self.pods(name, ns)
-        ran_on = {str((p.get("spec") or {}).get("nodeName")) for p in pods if (p.get("spec") or {}).get("nodeName")}
+        job = self._job(run_id)
+        ns = job.namespace
+        pods = self.pods(job.name, ns)
+        ran_on = {p.node for p in pods if p.node}
         ranks = node_ranks([p for p in pods if has_started(p)])
         first = sorted((rank, pod) for pod, rank in ranks.items() if rank <= 0)[:1]  # the launcher (-1) first
         if not first:
@@ -404,7 +437,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         except BackendError:
             return ran_on, ""
         batch = [(node, 0, raw) for raw in answer.data.splitlines()]
-        lines = self._log_lines(batch, nproc_per_node(obj), 0, self.text_reader(obj))[1]
+        lines = self._log_lines(batch, nproc_per_node(job.obj), 0, self.text_reader(job.obj))[1]
         return ran_on, "\n".join(line.text for line in lines)
 
     def _wait_gate(self, run_id: str, timeout_s: float, on_wait: Progress) -> JobStatus:
@@ -434,7 +467,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 node = self.client.request("GET", api_path("Node", name=name))
             except ApiError:
                 continue
-            kind = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL)
+            kind = Node.from_api(node).meta.labels.get(INSTANCE_LABEL)
             if kind:
                 found[name] = kind
         return found
@@ -456,11 +489,11 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             raise BackendError(f"{problems[0].where}: {problems[0].problem}{more}", problems[0].fix)
         self.create(spec, rendered)
 
-    def create(self, spec: JobSpec, rendered: Rendered) -> dict[str, Any]:
+    def create(self, spec: JobSpec, rendered: Rendered) -> Json:
         """Create the objects in order; the job object as the API server answered (with its uid).
         RunIdTaken where the first object named for the run exists already (nothing of it was made)."""
         made = False
-        job: dict[str, Any] = {}
+        job: Json = {}
         for obj in rendered.objects:
             bundle = obj["kind"] == "ConfigMap" and CODE_LABEL in obj["metadata"]["labels"]
             try:
@@ -473,7 +506,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 raise
             made = made or not bundle
             if obj is rendered.main:
-                job = answer if isinstance(answer, dict) else {}
+                job = answer if isinstance(answer, Mapping) else {}
             if bundle:
                 self.sent.append(f"configmap {spec.namespace}/{obj['metadata']['name']}")
             self._note(api_path(api_of(obj["kind"]), spec.namespace, obj["metadata"]["name"]))
@@ -520,16 +553,16 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
     # -- finding runs ---------------------------------------------------------------
 
-    def _list_jobs(self, selector: str) -> list[tuple[JobKindName, dict[str, Any]]]:
+    def _list_jobs(self, selector: str) -> list[RunJob]:
         """Every torchdeck job object matching ``selector``, of every installed kind."""
-        found: list[tuple[JobKindName, dict[str, Any]]] = []
+        found: list[RunJob] = []
         for key in JOB_KINDS:
             namespace = self.namespace
-            items = None
-            while items is None:
+            listed: list[Json] | None = None
+            while listed is None:
                 path = api_path(JOB_KINDS[key].api, namespace)
                 try:
-                    items = self.client.request("GET", path, query={"labelSelector": selector}).get("items", [])
+                    listed = items_of(self.client.request("GET", path, query={"labelSelector": selector}))
                 except ApiError as exc:
                     if exc.status == 403 and namespace is None:  # may not list cluster-wide: the context's
                         namespace = self.client.context_namespace or "default"
@@ -538,18 +571,15 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                         )
                         continue
                     if exc.status in (403, 404):
-                        items = []  # kind not installed, or not ours to see
+                        listed = []  # kind not installed, or not ours to see
                         continue
                     raise
             # a run's job carries its own name as its run label: another value is no run of that name
-            found += [
-                (key, item)
-                for item in items
-                if (item.get("metadata", {}).get("labels") or {}).get(RUN_LABEL) == item.get("metadata", {}).get("name")
-            ]
+            jobs = [RunJob.read(key, item) for item in listed]
+            found += [job for job in jobs if job.meta.labels.get(RUN_LABEL) == job.name]
         return found
 
-    def _job(self, run_id: str) -> tuple[JobKindName, dict[str, Any]]:
+    def _job(self, run_id: str) -> RunJob:
         """The run's job object: through torchdeck's record of making it where there is one (the
         object at the recorded place, and only with the recorded uid), else by its label, marked
         found-by-label (``_unrecorded``). ``run_id`` may be a unique prefix: an exact record, then
@@ -560,12 +590,12 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         known = self._kinds.get(run_id) if run_id in self._unrecorded else None
         if known is not None and run_id in self._uids:  # found by label before: the same object, where it was
             with contextlib.suppress(RunNotFound):
-                obj = self._same_object(run_id, *known)
-                self._learn(known[0], obj)
-                return known[0], obj
+                job = self._same_object(run_id, *known)
+                self._learn(job)
+                return job
         jobs = self._list_jobs(f"{RUN_LABEL}={run_id}")
         if not jobs:
-            live = {o["metadata"]["name"]: (k, o) for k, o in self._list_jobs(MANAGED)}
+            live = {j.name: j for j in self._list_jobs(MANAGED)}
             names = sorted({n for n in [*records, *live] if n.startswith(run_id)})
             if len(names) > 1:
                 raise RunNotFound(f"{run_id!r} matches several runs: {', '.join(names[:5])}", "give more of the id")
@@ -579,28 +609,28 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 "torchdeck --backend kubernetes jobs lists them; --namespace picks another",
             )
         if len(jobs) > 1:  # the same run label in several places, none of them recorded here
-            places = ", ".join(sorted(f"{o['metadata'].get('namespace', '?')}/{JOB_KINDS[k].kind}" for k, o in jobs))
+            places = ", ".join(sorted(f"{j.meta.namespace or '?'}/{JOB_KINDS[j.key].kind}" for j in jobs))
             raise RunNotFound(
                 f"{len(jobs)} objects carry the label of run {run_id!r} ({places[:200]}), and torchdeck has no "
                 "record of making any of them here",
                 "--namespace picks one; kubectl get -o yaml shows who made each",
             )
-        key, obj = jobs[0]
-        if obj["metadata"]["name"] in records:  # a copy of a recorded run's name elsewhere: not that run
+        job = jobs[0]
+        if job.name in records:  # a copy of a recorded run's name elsewhere: not that run
             raise NotOurs(
-                f"{JOB_KINDS[key].kind} {obj['metadata'].get('namespace', '?')}/{obj['metadata']['name']} carries the "
+                f"{JOB_KINDS[job.key].kind} {job.meta.namespace or '?'}/{job.name} carries the "
                 "name and label of a run torchdeck recorded making elsewhere, and is not it",
-                f"torchdeck status {obj['metadata']['name']} shows the recorded one",
+                f"torchdeck status {job.name} shows the recorded one",
             )
-        self._unrecorded.add(obj["metadata"]["name"])
-        self._learn(key, obj)
-        return key, obj
+        self._unrecorded.add(job.name)
+        self._learn(job)
+        return job
 
-    def _through_record(self, made: MadeRun) -> tuple[JobKindName, dict[str, Any]]:
-        obj = self._recorded_job(made)
+    def _through_record(self, made: MadeRun) -> RunJob:
+        job = self._recorded_job(made)
         self._unrecorded.discard(made.run_id)
-        self._learn(made.kind, obj)
-        return made.kind, obj
+        self._learn(job)
+        return job
 
     def _recorded_id(self, run_id: str) -> str:
         """The recorded run ``run_id`` names, exactly or as the unique prefix of one (its job may be
@@ -619,7 +649,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             return None
         return self.records.on(self.client.server).get(run_id)
 
-    def _recorded_job(self, made: MadeRun) -> dict[str, Any]:
+    def _recorded_job(self, made: MadeRun) -> RunJob:
         """The live object where ``made`` says, if it is the one torchdeck made (its uid)."""
         info = JOB_KINDS[made.kind]
         try:
@@ -631,7 +661,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 f"no run {made.run_id!r} on the cluster now: its {info.kind} {made.namespace}/{made.name} is gone",
                 "a stopped run's job is deleted; torchdeck resume continues it from its checkpoint",
             ) from None
-        uid = (obj.get("metadata") or {}).get("uid")
+        job = RunJob.read(made.kind, obj)
+        uid = job.meta.uid or None
         if uid != made.uid:
             raise NotOurs(
                 f"{info.kind} {made.namespace}/{made.name} is not the run torchdeck made as {made.run_id}: "
@@ -639,9 +670,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 f"torchdeck will not follow, stop or resume it; kubectl -n {made.namespace} get {info.plural} "
                 f"{made.name} -o yaml shows who made it",
             )
-        return obj
+        return job
 
-    def _same_object(self, run_id: str, key: JobKindName, ns: str) -> dict[str, Any]:
+    def _same_object(self, run_id: str, key: JobKindName, ns: str) -> RunJob:
         """The object found by label before, if it is still there with the same uid."""
         try:
             obj = self.client.request("GET", api_path(JOB_KINDS[key].api, ns, run_id))
@@ -649,19 +680,18 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             if exc.status != 404:
                 raise
             raise RunNotFound(f"no run {run_id!r}", "") from None
-        if (obj.get("metadata") or {}).get("uid") != self._uids.get(run_id):
+        job = RunJob.read(key, obj)
+        if job.meta.uid != self._uids.get(run_id):
             raise RunNotFound(f"{run_id!r} was made again", "")
-        return obj
+        return job
 
-    def _learn(self, key: JobKindName, obj: dict[str, Any]) -> None:
+    def _learn(self, job: RunJob) -> None:
         """Keep what a found job says of its run: its kind and place, its pods' selector and owner."""
-        meta = obj["metadata"]
-        name = meta["name"]
-        ns = meta.get("namespace") or self.namespace or "default"
-        self._kinds[name] = (key, ns)
-        self._selectors[name] = pod_selector(obj)
-        uid = meta.get("uid")
-        if not isinstance(uid, str) or not uid:
+        name, uid = job.name, job.meta.uid
+        ns = job.meta.namespace or self.namespace or "default"
+        self._kinds[name] = (job.key, ns)
+        self._selectors[name] = pod_selector(job.obj)
+        if not uid:
             self._owners.pop(name, None)
             self._uids.pop(name, None)
             return
@@ -691,26 +721,26 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         makes; then the selector alone says)."""
         return self._owners.get(run_id)
 
-    def pods(self, run_id: str, namespace: str) -> builtins.list[dict[str, Any]]:
+    def pods(self, run_id: str, namespace: str) -> builtins.list[Pod]:
         """The run's pods: those matching its selector that its job owns."""
-        found = self.client.pods(namespace, self.pod_selector(run_id))
+        found = [Pod.from_api(p) for p in self.client.pods(namespace, self.pod_selector(run_id))]
         owned = self.owner(run_id)
         return found if owned is None else [p for p in found if owned(p)]
 
-    def pod_findings(self, namespace: str, pods: builtins.list[dict[str, Any]]) -> builtins.list[Finding]:
+    def pod_findings(self, namespace: str, pods: Sequence[Pod]) -> builtins.list[Finding]:
         """What is wrong with these pods (``diagnosis.pod_findings``)."""
         return pod_findings(self.client, namespace, pods)
 
     # -- state ----------------------------------------------------------------------
 
     def status(self, run_id: str) -> JobStatus:
-        key, obj = self._job(run_id)
-        ns = obj["metadata"].get("namespace") or self.namespace or "default"
-        pods = self.pods(obj["metadata"]["name"], ns)
-        status = self._status_of(key, obj, pods)
+        job = self._job(run_id)
+        ns = job.meta.namespace or self.namespace or "default"
+        pods = self.pods(job.name, ns)
+        status = self._status_of(job, pods)
         status.found_by_label = self.found_by_label(status.run_id)
-        self._progress(status, ns, pods, obj)
-        self._priced(key, obj, pods, status)
+        self._progress(status, ns, pods, job)
+        self._priced(job, pods, status)
         if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
             unread: list[str] = []
             status.bad_nodes = bad_nodes(self.client, pods, unread)
@@ -722,7 +752,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             if self.ledger_dir is not None:
                 from ..health import gate_marked
 
-                ran_on = {str((p.get("spec") or {}).get("nodeName")) for p in pods}
+                ran_on = {p.node for p in pods if p.node}
                 marked = gate_marked(self.ledger_dir / "check")
                 for node in sorted(ran_on & set(marked)):
                     status.bad_nodes[node] = "; ".join(w for w in (status.bad_nodes.get(node), marked[node]) if w)
@@ -740,12 +770,13 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
         status = self.status(run_id)
         triage.require_running(status.run_id, status.state)
-        name, ns, obj = self._namespace_of(status.run_id)
-        nproc = nproc_per_node(obj)
+        job = self._job(status.run_id)
+        name, ns = job.name, job.namespace
+        nproc = nproc_per_node(job.obj)
         pods = [p for p in self.pods(name, ns) if has_started(p)]
         pod_of = {rank: pod for pod, rank in node_ranks(pods).items()}
-        node_of = {p["metadata"]["name"]: str((p.get("spec") or {}).get("nodeName") or "?") for p in pods}
-        reader = self.text_reader(obj)
+        node_of = {p.name: p.node or "?" for p in pods}
+        reader = self.text_reader(job.obj)
         dumps: dict[int, object] = {}
         for node, raw in self._pod_lines(name, ns):
             stream: int | None = None
@@ -771,7 +802,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 "ask again after that; an image without torchdeck's probe (an older bundle) never says",
             )
 
-        def where(rank: int, dump: dict[str, Any]) -> str:
+        def where(rank: int, dump: object) -> str:
             pod = pod_of.get(rank // max(nproc, 1), "?")
             return f"pod {pod} on node {node_of.get(pod, '?')}"
 
@@ -791,13 +822,13 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             if kept is not None:
                 return kept
         try:
-            _, obj = self._job(run_id)
+            job = self._job(run_id)
         except RunNotFound:
             kept = self._kept_spec(run_id) if made is not None else None
             if kept is None:
                 raise
             return kept
-        return spec_of(obj) or self.model_file_of(run_id)[0]
+        return spec_of(job) or self.model_file_of(run_id)[0]
 
     def _kept_spec(self, run_id: str) -> JobSpec | None:
         if self.ledger_dir is None:
@@ -874,32 +905,32 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         """Refuse a second resume of ``name`` while a run torchdeck made to resume it goes on (a job
         merely labelled as resuming it, that no record here vouches for, does not hold it up)."""
         records = self.records.on(self.client.server)
-        for key, obj in self._list_jobs(f"{RESUMES_LABEL}={name}"):
-            later = records.get(obj["metadata"]["name"])
-            if later is None or later.uid != obj["metadata"].get("uid"):
+        for job in self._list_jobs(f"{RESUMES_LABEL}={name}"):
+            later = records.get(job.name)
+            if later is None or later.uid != job.meta.uid:
                 continue
-            if not self._status_of(key, obj, []).state.is_terminal:
+            if not self._status_of(job, []).state.is_terminal:
                 raise BackendError(
                     f"{name} is being resumed already, as {later.run_id}", f"`torchdeck monitor {later.run_id}`"
                 )
 
-    def _priced(self, key: JobKindName, obj: dict[str, Any], pods: list[dict[str, Any]], status: JobStatus) -> None:
+    def _priced(self, job: RunJob, pods: Sequence[Pod], status: JobStatus) -> None:
         """The run's cost so far (kept on the job once it has ended), and its budget's stop."""
-        kept = read_annotation(obj, COST_ANNOTATION)
+        kept = read_annotation(job.obj, COST_ANNOTATION)
         if kept is not None and status.state.is_terminal:
             try:
                 status.cost = RunCost.from_dict(kept)
                 return
             except (ValueError, KeyError, TypeError):
                 pass  # not one torchdeck wrote: priced again from the pods
-        spec = spec_of(obj)
+        spec = spec_of(job)
         ended = status.finished_at if status.state.is_terminal else None
         uses = node_uses(
             pods, self.node_book.nodes(self.client), ended or (time.time() if status.state.is_terminal else None)
         )
         book = PriceBook(spec.node_price_per_hour if spec else None, self.node_price_per_hour, spot=self.spot_price)
         status.cost = price_run(uses, book, spec.budget if spec else None, running=not status.state.is_terminal)
-        path = api_path(JOB_KINDS[key].api, obj["metadata"].get("namespace", "default"), obj["metadata"]["name"])
+        path = job.path
         if status.found_by_label:  # not torchdeck's to write to or stop: priced, and said
             if not status.state.is_terminal and (status.cost.share or 0.0) >= 1.0:
                 status.warnings.append(
@@ -911,9 +942,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 annotate(self.client, path, {COST_ANNOTATION: status.cost.to_dict()})
         share = status.cost.share
         if not status.state.is_terminal and share is not None and share >= 1.0:
-            self._stop_at_budget(key, path, obj, status)
+            self._stop_at_budget(job, status)
 
-    def _stop_at_budget(self, key: JobKindName, path: str, obj: dict[str, Any], status: JobStatus) -> None:
+    def _stop_at_budget(self, job: RunJob, status: JobStatus) -> None:
         """Stop a run whose cost reached its budget: suspend its job (the pods get SIGTERM, the built-in
         trainer writes a snapshot; the job stays, with why), or delete a job that cannot be suspended
         or that Kueue manages (it would admit it again)."""
@@ -922,31 +953,30 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         spent = cost.amount or 0.0
         status.state, status.reason = JobState.CANCELLED, budget_stop_words(cost.budget, spent)
         status.cost = dataclasses.replace(cost, running=False)
-        patch = JOB_KINDS[key].suspend_patch()
-        labels = obj["metadata"].get("labels") or {}
-        if patch is None or QUEUE_LABEL in labels:
-            self._delete_run(key, obj)  # the very job priced, not whatever its name resolves to now
+        patch = JOB_KINDS[job.key].suspend_patch()
+        if patch is None or QUEUE_LABEL in job.meta.labels:
+            self._delete_run(job)  # the very job priced, not whatever its name resolves to now
             status.reason += "; its job was deleted"
             return
         stopped = {"budget": cost.budget, "spent": round(spent, 6), "at": time.time()}
-        annotate(self.client, path, {STOPPED_ANNOTATION: stopped, COST_ANNOTATION: status.cost.to_dict()}, patch)
+        annotate(self.client, job.path, {STOPPED_ANNOTATION: stopped, COST_ANNOTATION: status.cost.to_dict()}, patch)
         status.hint = (
             f"raise budget and unsuspend the job to go on from its snapshot, or `torchdeck stop {status.run_id}`"
         )
 
-    def _progress(self, status: JobStatus, namespace: str, pods: list[dict[str, Any]], obj: dict[str, Any]) -> None:
+    def _progress(self, status: JobStatus, namespace: str, pods: Sequence[Pod], job: RunJob) -> None:
         """Epoch, step, loss and accuracy from the tail of node 0's log (one small request), and each
         rank's progress from the tails of the first ``PODS_READ`` pods' logs."""
         started = [p for p in pods if has_started(p)]
         ranks = node_ranks(started)
-        ordered = sorted(started, key=lambda p: max(0, ranks[p["metadata"]["name"]]))[:PODS_READ]
+        ordered = sorted(started, key=lambda p: max(0, ranks[p.name]))[:PODS_READ]
         if not ordered:
             return
-        reader = self.text_reader(obj)
+        reader = self.text_reader(job.obj)
         per_rank: dict[int, RankProgress] = {}
         events: list[MetricEvent] = []
         for i, pod in enumerate(ordered):
-            name = pod["metadata"]["name"]
+            name = pod.name
             try:
                 tail = self.client.request(
                     "GET", api_path("Pod", namespace, name, "log"), query={"tailLines": 200}, stream=True, timeout=10
@@ -968,11 +998,11 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         if error is not None and (not status.reason or status.state is JobState.FAILED):
             status.reason, status.hint = f"rank 0: {error.get('message')}", error.get("hint") or status.hint
 
-    def _status_of(self, key: JobKindName, obj: dict[str, Any], pods: list[dict[str, Any]]) -> JobStatus:
-        meta, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
-        name = meta["name"]
+    def _status_of(self, job: RunJob, pods: Sequence[Pod]) -> JobStatus:
+        key, obj, meta, name = job.key, job.obj, job.meta, job.name
+        view, st = JOB_KINDS[key].view(obj), mapping(obj.get("status"))
         state, reason = job_state(key, obj, pods)
-        queue = (meta.get("labels") or {}).get(QUEUE_LABEL)
+        queue = meta.labels.get(QUEUE_LABEL)
         wait = queue_wait(self.client, obj, queue) if queue and not state.is_terminal else None
         if wait is not None and suspended(obj):  # Kueue holds it: it waits in the queue, nothing runs
             state, reason = JobState.QUEUED, wait_words(wait)
@@ -984,90 +1014,87 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 JobState.CANCELLED,
                 budget_stop_words(number(stopped.get("budget")) or 0.0, number(stopped.get("spent")) or 0.0),
             )
-        findings = (
-            [] if state.is_terminal or wait is not None else self.pod_findings(meta.get("namespace", "default"), pods)
-        )
-        findings += job_findings(name, st.get("conditions") or [], (spec.get("runPolicy") or {}).get("backoffLimit"))
+        findings = [] if state.is_terminal or wait is not None else self.pod_findings(job.namespace, pods)
+        limit = view.run_policy.get("backoffLimit")
+        findings += job_findings(name, conditions_of(st), limit if isinstance(limit, int) else None)
         if findings and not reason:
             reason = str(findings[0].where) + ": " + findings[0].problem
-        restarts = sum(
-            cs.get("restartCount", 0) for p in pods for cs in (p.get("status") or {}).get("containerStatuses") or []
-        )
+        trainer = st.get("trainerStatus")  # a TrainJob's alone
         return JobStatus(
             run_id=name,
-            name=(meta.get("labels") or {}).get("torchdeck.dev/job", name),
+            name=meta.labels.get("torchdeck.dev/job", name),
             backend=self.name,
             state=state,
             world_size=world_size(key, obj),
-            submitted_at=timestamp(meta.get("creationTimestamp")) or 0.0,
-            finished_at=timestamp(st.get("completionTime")),
+            submitted_at=meta.created or 0.0,
+            finished_at=timestamp(view.status.completion_time),
             reason=reason,
             hint=findings[0].fix if findings else "",
-            restarts=restarts,
-            location=f"{meta.get('namespace', 'default')}/{JOB_KINDS[key].kind}",
+            restarts=sum(cs.restarts for p in pods for cs in p.containers),
+            location=f"{job.namespace}/{JOB_KINDS[key].kind}",
             queue=wait,
-            trainer_status=st.get("trainerStatus"),  # a TrainJob's alone
+            trainer_status=dict(trainer) if isinstance(trainer, Mapping) else None,
         )
 
     def list(self) -> list[JobStatus]:
         """Every torchdeck-labelled job this context may list; a row whose job torchdeck has no
         record of making here (or whose uid is not the recorded one) says it was found by label."""
         jobs = self._list_jobs(MANAGED)
-        pods = self._pods_by_run({obj["metadata"].get("namespace", "default") for _, obj in jobs})
+        pods = self._pods_by_run({job.namespace for job in jobs})
         records = self.records.on(self.client.server) if jobs else {}
-        seen = Counter(obj["metadata"]["name"] for _, obj in jobs)
+        seen = Counter(job.name for job in jobs)
         out = []
-        for key, obj in jobs:
-            name, uid = obj["metadata"]["name"], obj["metadata"].get("uid") or ""
+        for job in jobs:
+            name, uid = job.name, job.meta.uid
             made = records.get(name)
             ours = made is not None and bool(uid) and made.uid == uid
             if ours:
                 self._unrecorded.discard(name)
-                self._learn(key, obj)
+                self._learn(job)
             elif made is None and seen[name] == 1 and name not in self._kinds:  # a decoy teaches nothing
                 self._unrecorded.add(name)
-                self._learn(key, obj)
+                self._learn(job)
             elif made is None and seen[name] > 1 and name in self._unrecorded:  # which one is meant is not known
                 self._kinds.pop(name, None)
                 self._uids.pop(name, None)
-            status = self._status_of(key, obj, [])
+            status = self._status_of(job, [])
             status.found_by_label = not ours
             owned = self._owners.get(name)
             if owned is None or owned.uid != uid:
-                owned = OwnedBy(self.client, obj["metadata"].get("namespace", "default"), uid)
-            self._priced(key, obj, [p for p in pods.get(name, []) if not owned.uid or owned(p)], status)
+                owned = OwnedBy(self.client, job.namespace, uid)
+            self._priced(job, [p for p in pods.get(name, []) if not owned.uid or owned(p)], status)
             out.append(status)
         return sorted(out, key=lambda s: s.submitted_at, reverse=True)
 
     def unseen(self) -> builtins.list[str]:
         return sorted(set(self._unseen.values()))
 
-    def _pods_by_run(self, namespaces: set[str]) -> dict[str, builtins.list[dict[str, Any]]]:
+    def _pods_by_run(self, namespaces: set[str]) -> dict[str, builtins.list[Pod]]:
         """Every torchdeck pod of these namespaces, by run (one request each), to price a listing."""
-        found: dict[str, builtins.list[dict[str, Any]]] = {}
+        found: dict[str, builtins.list[Pod]] = {}
         for namespace in sorted(namespaces):
             try:
-                items = self.client.request("GET", api_path("Pod", namespace), query={"labelSelector": RUN_LABEL})
+                answer = self.client.request("GET", api_path("Pod", namespace), query={"labelSelector": RUN_LABEL})
             except BackendError:
                 continue  # not ours to list: those runs' costs say their pods are not known
-            for pod in items.get("items") or []:
-                found.setdefault((pod["metadata"].get("labels") or {}).get(RUN_LABEL, ""), []).append(pod)
+            for pod in (Pod.from_api(p) for p in items_of(answer)):
+                found.setdefault(pod.labels.get(RUN_LABEL, ""), []).append(pod)
         return found
 
     def cancel(self, run_id: str, trust_label: bool = False) -> JobStatus:
         """Stop the run: delete its job (its pods go with it). A run found by its label alone is
         stopped only with ``trust_label`` (the user said it is theirs)."""
-        key, obj = self._job(run_id)
-        self._require_made(obj["metadata"]["name"], trust_label, "stop")
-        self._delete_run(key, obj)
-        status = self._status_of(key, obj, [])
+        job = self._job(run_id)
+        self._require_made(job.name, trust_label, "stop")
+        self._delete_run(job)
+        status = self._status_of(job, [])
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
         return status
 
     def discard(self, run_id: str, trust_label: bool = False) -> builtins.list[str]:
-        key, obj = self._job(run_id)
-        self._require_made(obj["metadata"]["name"], trust_label, "stop")
-        return self._delete_run(key, obj)
+        job = self._job(run_id)
+        self._require_made(job.name, trust_label, "stop")
+        return self._delete_run(job)
 
     def adopt(
         self,
@@ -1092,7 +1119,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 f"no {info.kind} {name} in namespace {ns} of this cluster",
                 f"kubectl get {info.plural} -n {ns} lists them; --namespace picks another",
             ) from None
-        labels = obj["metadata"].get("labels") or {}
+        labels = ObjectMeta.from_api(obj).labels
         if labels.get(RUN_LABEL):
             raise BackendError(
                 f"{info.kind} {ns}/{name} is torchdeck's run {labels[RUN_LABEL]} already",
@@ -1118,10 +1145,10 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         self._selectors[name] = notes[PODS_ANNOTATION]
         return found.spec, found.notes, name
 
-    def _delete_run(self, key: JobKindName, obj: dict[str, Any]) -> builtins.list[str]:
+    def _delete_run(self, job: RunJob) -> builtins.list[str]:
         """Delete the job object (its controller's objects and pods go with it, by their owner) and
         what torchdeck made beside it; what was deleted, as ``kind/name``."""
-        name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace", "default")
+        key, name, ns = job.key, job.name, job.namespace
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         self.client.request("DELETE", api_path(JOB_KINDS[key].api, ns, name), body=body)
         self._forget(api_path(JOB_KINDS[key].api, ns, name))
@@ -1129,18 +1156,21 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         for kind in JOB_KINDS[key].beside:  # the plain Job's service, the ElasticJob's etcd
             selector = {"labelSelector": f"{RUN_LABEL}={name}"}
             try:
-                items = self.client.request("GET", api_path(kind, ns), query=selector).get("items", [])
+                made = [
+                    ObjectMeta.from_api(o).name
+                    for o in items_of(self.client.request("GET", api_path(kind, ns), query=selector))
+                ]
             except ApiError as exc:
                 if exc.status != 403:
                     raise
                 self._unseen[f"beside {kind}"] = f"may not list {kind}s in {ns}: those made beside a run are left"
                 continue
-            for item in items:
-                if item["metadata"]["name"] not in (name, f"{name}-etcd"):  # the names its template gives them
+            for item in made:
+                if item not in (name, f"{name}-etcd"):  # the names its template gives them
                     continue
-                self.client.request("DELETE", api_path(kind, ns, item["metadata"]["name"]), body=body)
-                self._forget(api_path(kind, ns, item["metadata"]["name"]))
-                deleted.append(f"{kind}/{item['metadata']['name']}")
+                self.client.request("DELETE", api_path(kind, ns, item), body=body)
+                self._forget(api_path(kind, ns, item))
+                deleted.append(f"{kind}/{item}")
         return deleted
 
     # -- jobs around training (task jobs: tasks.py) ----------------------------------
@@ -1163,7 +1193,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         """A model on the cluster's volume leaves through S3: the model-copy job puts it under
         ``via(spec)/RUN/model.pt``; one saved to S3 already is fetched from there."""
         spec, saved = self.model_file_of(run_id)
-        name = self._job(run_id)[1]["metadata"]["name"]
+        name = self._job(run_id).name
         if name in self._unrecorded:  # its job's image, account and paths would run the copy, and you load the file
             raise FoundByLabel(
                 f"{name} was {FOUND_BY_LABEL}: its model is not copied on a label's word",
@@ -1183,30 +1213,32 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """The spec read back from the job object (image, namespace, volume,
         service account, paths), and the model file its trainer writes."""
-        key, obj = self._job(run_id)
-        pod = first_pod_spec(obj.get("spec") or {})
+        job = self._job(run_id)
+        obj = job.obj
+        pod = PodTemplate.read_spec(first_pod_spec(obj.get("spec")))
 
         def arg(flag: str) -> str | None:
             return argument(obj, flag)
 
-        container = (pod.get("containers") or [{}])[0]
-        image = container.get("image") or ((obj.get("spec") or {}).get("trainer") or {}).get("image")
-        claims = [v["persistentVolumeClaim"]["claimName"] for v in walk_volumes(obj) if "persistentVolumeClaim" in v]
-        gpus = (container.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu")
+        container = pod.container(())
+        trainer = mapping(mapping(obj.get("spec")).get("trainer")).get("image")  # a TrainJob's own image
+        image = container.image or (trainer if isinstance(trainer, str) else None)
+        claims = [v.claim for v in map(Volume.read, walk_volumes(obj)) if v.claim]
+        gpus = container.limits.get("nvidia.com/gpu")
         spec_data = {
-            "name": (obj["metadata"].get("labels") or {}).get("torchdeck.dev/job", "cifar10"),
+            "name": job.meta.labels.get("torchdeck.dev/job", "cifar10"),
             "image": image,
-            "namespace": obj["metadata"].get("namespace", "default"),
+            "namespace": job.namespace,
             "device": arg("--device") or "auto",
-            "resources": {"gpus": int(gpus) if gpus else 0},
+            "resources": {"gpus": int(str(gpus)) if gpus else 0},
             "cluster": {
                 "pvc": claims[0] if claims else None,
                 "data_dir": arg("--data-dir") or "/shared/data",
-                "service_account": pod.get("serviceAccountName"),
-                "node_selector": pod.get("nodeSelector") or {},
+                "service_account": pod.service_account,
+                "node_selector": dict(pod.node_selector),
             },
         }
-        spec = spec_from_dict(spec_data, f"{JOB_KINDS[key].kind}/{obj['metadata']['name']}")
+        spec = spec_from_dict(spec_data, f"{JOB_KINDS[job.key].kind}/{job.name}")
         checkpoint_dir = arg("--checkpoint-dir")
         model_file = arg("--model-file") or (f"{checkpoint_dir}/model.pt" if checkpoint_dir else None)
         if model_file is None:
@@ -1217,10 +1249,6 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         return as_test_result(self.tasks.run(spec, "model-test", model_file, progress))
 
     # -- pods, logs and metrics -----------------------------------------------------
-
-    def _namespace_of(self, run_id: str) -> tuple[str, str, dict[str, Any]]:
-        key, obj = self._job(run_id)
-        return obj["metadata"]["name"], obj["metadata"].get("namespace", "default"), obj
 
     def _pod_lines(self, name: str, ns: str) -> Iterator[tuple[int, bytes]]:
         """Every line the run's own pods hold now, with the node rank of the pod that wrote it."""
@@ -1265,9 +1293,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         return events, lines
 
     @staticmethod
-    def text_reader(obj: dict[str, Any]) -> RankedText | None:
+    def text_reader(obj: Json) -> RankedText | None:
         """For a run of the user's code (its job says what it runs), the reader of its text lines."""
-        notes = (obj.get("metadata") or {}).get("annotations") or {}
+        notes = ObjectMeta.from_api(obj).annotations
         if PROGRAM_ANNOTATION not in notes:
             return None
         kind = KEY_BY_KIND.get(str(obj.get("kind", "")))
@@ -1281,7 +1309,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
     def logs(
         self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
     ) -> Iterator[builtins.list[LogLine]]:
-        name, ns, obj = self._namespace_of(run_id)
+        job = self._job(run_id)
+        name, ns, obj = job.name, job.namespace, job.obj
         nproc = nproc_per_node(obj)
         follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow, owned=self.owner(name))
         follower.start()
@@ -1301,7 +1330,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
     async def follow(self, run_id: str) -> AsyncIterator[tuple[builtins.list[MetricEvent], builtins.list[LogLine]]]:
         """Every pod's log once, as metric events and log lines together."""
-        name, ns, obj = await asyncio.to_thread(self._namespace_of, run_id)
+        job = await asyncio.to_thread(self._job, run_id)
+        name, ns, obj = job.name, job.namespace, job.obj
         nproc = nproc_per_node(obj)
         follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=True, owned=self.owner(name))
         follower.start()
@@ -1319,7 +1349,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
     async def metrics(
         self, run_id: str, follow: bool = True, poll_s: float = 0.1
     ) -> AsyncIterator[builtins.list[MetricEvent]]:
-        name, ns, obj = await asyncio.to_thread(self._namespace_of, run_id)
+        job = await asyncio.to_thread(self._job, run_id)
+        name, ns, obj = job.name, job.namespace, job.obj
         follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow, owned=self.owner(name))
         follower.start()
         reader = self.text_reader(obj)
@@ -1345,7 +1376,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         cached = self._node_cache.get(run_id)
         if cached and time.monotonic() - cached[0] < NODE_METRICS_TTL_S:
             return cached[1]
-        name, ns, _ = self._namespace_of(run_id)
-        result = measure_nodes(self.client, self.pods(name, ns))
+        job = self._job(run_id)
+        result = measure_nodes(self.client, self.pods(job.name, job.namespace))
         self._node_cache[run_id] = (time.monotonic(), result)
         return result

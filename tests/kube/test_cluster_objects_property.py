@@ -129,7 +129,7 @@ def test_generated_objects_beside_a_run_never_break_jobs_or_status_and_never_bec
         assert printable_lines(table) == table  # nothing in a row drives the terminal
     status = backend.status(run_id)
     assert status.state is JobState.RUNNING and not status.found_by_label
-    assert [p["metadata"]["name"] for p in backend.pods(run_id, NS)] == [f"{run_id}-master-0"]
+    assert [p.name for p in backend.pods(run_id, NS)] == [f"{run_id}-master-0"]
     for _, name in made:
         if name != run_id:
             try:

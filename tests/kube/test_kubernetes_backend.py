@@ -98,7 +98,7 @@ def test_trainjob_is_rendered_for_the_trainer_release_the_cluster_runs(kube_back
     )
     fresh = KubernetesBackend(kube_backend.kubeconfig)  # another console: learns the selector from the job
     assert fresh.status(run_id).state is JobState.PENDING
-    assert [p["metadata"]["name"] for p in fresh.pods(run_id, NS)] == [f"{run_id}-node-0-0"]
+    assert [p.name for p in fresh.pods(run_id, NS)] == [f"{run_id}-node-0-0"]
 
 
 def test_a_cluster_serving_another_version_is_told_which_are_supported(kube_backend):
@@ -308,7 +308,7 @@ def test_a_job_made_with_kubectl_is_adopted_and_followed_as_a_run_of_its_own(kub
     status = fresh.status(run_id)
     assert status.state is JobState.RUNNING and status.world_size == 2 and status.step == 7
     assert status.found_by_label is True
-    assert [p["metadata"]["name"] for p in fresh.pods(run_id, NS)] == [
+    assert [p.name for p in fresh.pods(run_id, NS)] == [
         "pytorch-simple-master-0",
         "pytorch-simple-worker-0",
     ]
@@ -568,7 +568,7 @@ def test_model_test_job_reports_accuracy_per_class(kube_api, kube_backend):
     }
     play_task_job(kube_backend, kube_api, "model-test", ["loading the model", tool_line("evaluate", result)])
     waits: list = []
-    got = kube_backend.test_model(make_spec(), on_wait=waits.append)
+    got = kube_backend.test_model(make_spec(), progress=waits.append)
     assert got == result and waits[0].startswith("started job training/cifar10-test-")
     job = kube_backend.client.request(
         "GET", f"apis/batch/v1/namespaces/{NS}/jobs", query={"labelSelector": "torchdeck.dev/task=model-test"}

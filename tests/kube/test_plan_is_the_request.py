@@ -92,7 +92,6 @@ def test_render_and_the_dry_run_print_the_same_objects(kube_api, kube_backend, t
     argv = ["--image", IMAGE, "--namespace", NS, "--set", "cluster.pvc=shared", "--name", "demo", "--output", "yaml"]
     assert main(["--backend", "kubernetes", "train", "--dry-run", *argv]) == 0
     dry = capsys.readouterr().out
-    print("DBG", dry[:600])
     assert main(["render", *argv]) == 0
     rendered = capsys.readouterr().out
     head = "# plan: run demo-0115-080000 on the kubernetes backend"

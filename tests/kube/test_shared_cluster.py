@@ -171,7 +171,7 @@ def test_a_pod_with_a_runs_labels_that_its_job_does_not_own_is_no_rank(kube_api,
     make_pod(backend, run_id, f"{run_id}-master-1", "master", owner=None)
     set_conditions(backend, run_id, "Created", "Running")
 
-    assert [p["metadata"]["name"] for p in backend.pods(run_id, NS)] == [f"{run_id}-master-0"]
+    assert [p.name for p in backend.pods(run_id, NS)] == [f"{run_id}-master-0"]
     status = backend.status(run_id)
     assert status.step == 5 and status.loss == 0.5 and "pwned" not in status.reason
     texts = [line.text for batch in backend.logs(run_id) for line in batch]

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from torchdeck.backends.health import gate_spec, judge, node_problems
+from torchdeck.backends.health import GateResult, gate_spec, judge, node_problems
 from torchdeck.backends.spec import spec_from_dict
 from torchdeck.trainer.check import GpuWatch, bus_bandwidth, efa_facts, node_pairs, parse_dcgm, parse_fi_info, sizes
 
@@ -69,6 +69,11 @@ def test_without_nvml_a_node_has_no_gpu_facts_and_says_why():
     assert facts["count"] == 0 and facts["note"].startswith("NVML not loaded")
 
 
+def judged(result, types=None):
+    """``health.judge`` on the check's answer as the backends hand it over (a ``GateResult``)."""
+    return judge(GateResult(result["backend"], 0, [], [], result.get("nodes", []), result.get("pairs", [])), types)
+
+
 def node(name, intra=None, gpus=None, dcgm=None, efa=None):
     out = {"node": name, "host": name, "ranks": [0, 1], "intra": {"busbw_gbps": intra} if intra else None}
     return out | {"gpus": gpus or {"count": 0}, "dcgm": dcgm or {"ran": False}, "efa": efa or {"devices": []}}
@@ -85,7 +90,7 @@ def test_a_node_in_every_slow_pair_is_the_one_named():
         "pairs": [pair("a", "b", 1.0), pair("a", "c", 1.1), pair("b", "c", 1.05), pair("a", "d", 0.2),
                   pair("b", "d", 0.25), pair("c", "d", 0.22)],
     }  # fmt: skip
-    short = judge(result)
+    short = judged(result)
     assert list(short) == ["d"]
     assert short["d"].startswith("its link to a reaches 0.20 GB/s, under half the other links'")
 
@@ -100,7 +105,7 @@ def test_one_slow_node_of_its_own_and_its_gpu_facts_are_each_said():
         "backend": "nccl",
         "nodes": [node("n1", 150.0, eight, efa=efa), node("n2", 148.0, eight, efa=efa), node("n3", 40.0, gpu, dcgm)],
     }
-    short = judge(result, {"n1": "p4d.24xlarge", "n2": "p4d.24xlarge", "n3": "p4d.24xlarge"})
+    short = judged(result, {"n1": "p4d.24xlarge", "n2": "p4d.24xlarge", "n3": "p4d.24xlarge"})
     assert list(short) == ["n3"]
     said = short["n3"]
     for words in (
@@ -123,12 +128,12 @@ def test_two_nodes_on_nccl_are_held_to_their_instance_types_line_rate():
     nodes = [node("g1", gpus=eight, efa=efa), node("g2", gpus=eight, efa=efa)]
     slow = {"backend": "nccl", "nodes": nodes, "pairs": [pair("g1", "g2", 1.0)]}
     types = {"g1": "g5.48xlarge", "g2": "g5.48xlarge"}  # 100 Gbps: 12.5 GB/s, of which 30% is 3.75
-    short = judge(slow, types)
+    short = judged(slow, types)
     assert set(short) == {"g1", "g2"} and "under 30% of the 100 Gbps both have" in short["g1"]
     fine = {"backend": "nccl", "nodes": nodes, "pairs": [pair("g1", "g2", 9.0)]}
-    assert judge(fine, types) == {}
+    assert judged(fine, types) == {}
     on_gloo = {"backend": "gloo", "nodes": nodes, "pairs": [pair("g1", "g2", 1.0)]}
-    assert judge(on_gloo, types) == {}  # gloo on CPUs is only compared with the other nodes
+    assert judged(on_gloo, types) == {}  # gloo on CPUs is only compared with the other nodes
 
 
 def test_a_pod_that_asked_for_efa_and_sees_none_is_named_whatever_its_type():

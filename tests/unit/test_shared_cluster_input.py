@@ -65,13 +65,15 @@ def test_a_dump_that_claims_another_rank_or_huge_numbers_is_kept_to_its_own():
 
 
 def test_the_gate_names_only_the_nodes_its_pods_ran_on():
+    row = {"bytes": 4096, "time_s": 0.001, "algbw_gbps": 4.0, "busbw_gbps": 4.0}
     result = {
-        "nodes": [{"node": "cpu-0"}, {"node": "control-plane"}, {"node": "Bad Name\x1b[2J"}, {"node": 7}],
+        "backend": "gloo", "world_size": 2, "hosts": ["pod-0"], "rows": [row],
+        "nodes": [{"node": "cpu-0"}, {"node": "control-plane"}, {"node": "Bad Name\x1b[2J"}, {"node": 7}, "junk"],
         "pairs": [{"a": "cpu-0", "b": "cpu-1"}, {"a": "cpu-0", "b": "control-plane"}],
-    }
-    kept = health.gate_nodes(result, {"cpu-0", "cpu-1"})
-    assert [n["node"] for n in kept["nodes"]] == ["cpu-0"]
-    assert kept["pairs"] == [{"a": "cpu-0", "b": "cpu-1"}] and kept["dropped"] == 4
+    }  # fmt: skip
+    kept = health.GateResult.from_tool(result).only_on({"cpu-0", "cpu-1"})
+    assert [n.get("node") for n in kept.nodes] == ["cpu-0"]
+    assert kept.pairs == [{"a": "cpu-0", "b": "cpu-1"}] and kept.dropped == 4
 
 
 def test_gate_marks_kept_on_disk_are_read_as_node_names_only(tmp_path):
