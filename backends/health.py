@@ -11,79 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
+from ..trainer.check import DcgmFacts, GpuFacts, NodeReport, PairReport, Timing
 from .errors import BackendError
 from .files import write_atomically
 from .spec import JobSpec
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
-
-
-class SweepRow(TypedDict):
-    """One all-reduce size: the slowest rank's mean time and its bandwidths (nccl-tests' algbw, busbw)."""
-
-    bytes: int
-    time_s: float
-    algbw_gbps: float
-    busbw_gbps: float
-
-
-class GpuCheck(TypedDict, total=False):
-    index: int
-    ecc_uncorrected: int
-    retired_pages_pending: bool
-    nvlink_down: int
-    nvlink_up: int
-
-
-class GpusCheck(TypedDict, total=False):
-    count: int
-    note: str
-    gpus: list[GpuCheck]
-    xids: list[int]
-
-
-class DcgmFailure(TypedDict, total=False):
-    test: str
-    gpu: int | str | None
-    warning: str
-
-
-class DcgmCheck(TypedDict, total=False):
-    ran: bool
-    level: int
-    note: str
-    error: str
-    failed: list[DcgmFailure]
-
-
-class EfaCheck(TypedDict, total=False):
-    asked: int
-    devices: list[str]
-
-
-class NodeCheck(TypedDict, total=False):
-    """One node as ``trainer/check.py`` reports it: its own links (``intra``), and what it is."""
-
-    index: int
-    node: str
-    host: str
-    ranks: list[int]
-    intra: SweepRow | None
-    gpus: GpusCheck
-    dcgm: DcgmCheck
-    efa: EfaCheck
-
-
-class PairCheck(TypedDict, total=False):
-    """The link between two nodes (their first ranks)."""
-
-    a: str
-    b: str
-    a_host: str
-    b_host: str
-    result: SweepRow | None
 
 
 @dataclass
@@ -95,9 +30,9 @@ class GateResult:
     backend: str
     world_size: int
     hosts: list[str]
-    rows: list[SweepRow]
-    nodes: list[NodeCheck] = field(default_factory=list)
-    pairs: list[PairCheck] = field(default_factory=list)
+    rows: list[Timing]
+    nodes: list[NodeReport] = field(default_factory=list)
+    pairs: list[PairReport] = field(default_factory=list)
     short: dict[str, str] = field(default_factory=dict)
     instance_types: dict[str, str] = field(default_factory=dict)
     """Each node's instance type (its label), on a cluster."""
@@ -134,7 +69,7 @@ class GateResult:
         dropped = len(self.nodes) - len(nodes) + len(self.pairs) - len(pairs)
         return dataclasses.replace(self, nodes=nodes, pairs=pairs, dropped=dropped)
 
-    def peak(self) -> SweepRow:
+    def peak(self) -> Timing:
         return max(self.rows, key=lambda r: r["busbw_gbps"])
 
     def peak_busbw(self) -> float:
@@ -185,19 +120,24 @@ def gate_spec(spec: JobSpec, max_bytes: int = 16 << 20, dcgm_level: int = 1) -> 
     )
 
 
-def _busbw(measured: SweepRow | None) -> float | None:
+def _busbw(measured: Timing | None) -> float | None:
     value = measured.get("busbw_gbps") if measured else None
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def node_problems(node: NodeCheck, instance_type: str | None) -> list[str]:
+def _whole(value: object) -> int:
+    """A count from a node's report (an int; anything else counts as none)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def node_problems(node: NodeReport, instance_type: str | None) -> list[str]:
     """What a node's own report says is wrong: its GPUs (count, ECC, retired pages, NVLink, XIDs),
     DCGM's failed tests, EFA missing on an instance that has it."""
     said: list[str] = []
     from .eks.plan import shipped_catalogue  # the planner's instance catalogue: GPUs, EFA
 
     known = shipped_catalogue().get(instance_type or "")
-    gpus: GpusCheck = node.get("gpus") or {}
+    gpus: GpuFacts = node.get("gpus") or {}
     wanted = known.gpus if known is not None else 0
     count = int(gpus.get("count") or 0)
     if wanted and count < wanted:
@@ -209,13 +149,12 @@ def node_problems(node: NodeCheck, instance_type: str | None) -> list[str]:
             said.append(f"{name}: {gpu['ecc_uncorrected']} uncorrected ECC errors")
         if gpu.get("retired_pages_pending"):
             said.append(f"{name}: retired memory pages pending (the GPU needs a reset)")
-        if gpu.get("nvlink_down"):
-            said.append(
-                f"{name}: {gpu['nvlink_down']} of {gpu['nvlink_down'] + gpu.get('nvlink_up', 0)} NVLink links down"
-            )
+        down, up = _whole(gpu.get("nvlink_down")), _whole(gpu.get("nvlink_up"))
+        if down:
+            said.append(f"{name}: {down} of {down + up} NVLink links down")
     if gpus.get("xids"):
         said.append(f"XID errors during the check: {', '.join(str(x) for x in gpus['xids'])}")
-    dcgm: DcgmCheck = node.get("dcgm") or {}
+    dcgm: DcgmFacts = node.get("dcgm") or {}
     if dcgm.get("error"):
         said.append(f"DCGM diagnostics: {dcgm['error']}")
     for failed in dcgm.get("failed") or []:
