@@ -48,7 +48,7 @@ def open_backend(name: str, settings: Settings) -> Backend:
             context,
             settings.namespace,
             ledger_dir=settings.state_dir,
-            code_bucket=code_bucket(settings),
+            code_bucket=bucket_of(record),
             node_price_per_hour=settings.node_price_per_hour,
             spot_price=SpotPrices(record.region) if record and record.region else None,
             code_store=S3CodeStore(),
@@ -90,10 +90,12 @@ def eks_cluster(settings: Settings) -> tuple[ClusterRecord | None, str | Path | 
 def code_bucket(settings: Settings) -> str | None:
     """Where large code bundles go for the configured backend: the eks backend's cluster's bucket
     (its storage's prefix), None elsewhere (a spec's own cluster.code_bucket still counts)."""
-    if settings.backend != "eks":
-        return None
+    return bucket_of(eks_cluster(settings)[0]) if settings.backend == "eks" else None
+
+
+def bucket_of(record: ClusterRecord | None) -> str | None:
+    """The bucket (and prefix) of an EKS cluster's storage, where torchdeck made one for it."""
     from ..trainer.s3url import S3Url
 
-    record = eks_cluster(settings)[0]
     storage = record.storage if record else None
     return str(S3Url(storage.bucket, storage.prefix.rstrip("/"))) if storage and storage.bucket else None

@@ -72,7 +72,6 @@ from .jobs import (
     first_pod_spec,
     job_state,
     nproc_per_node,
-    timestamp,
     walk_volumes,
     world_size,
 )
@@ -96,7 +95,7 @@ from .manifests import (
     run_labels,
 )
 from .node_metrics import measure_nodes
-from .objects import Node, ObjectMeta, Pod, conditions_of
+from .objects import Node, ObjectMeta, Pod, conditions_of, timestamp
 from .objects import items as items_of
 from .ownership import OwnedBy
 from .preflight import preflight
@@ -723,7 +722,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
     def pods(self, run_id: str, namespace: str) -> builtins.list[Pod]:
         """The run's pods: those matching its selector that its job owns."""
-        found = [Pod.from_api(p) for p in self.client.pods(namespace, self.pod_selector(run_id))]
+        found = self.client.read_pods(namespace, self.pod_selector(run_id))
         owned = self.owner(run_id)
         return found if owned is None else [p for p in found if owned(p)]
 

@@ -328,11 +328,6 @@ class KubeClient:
             raise ApiError.from_exception(_Answer(response.status, response.reason or "", body))
         return response
 
-    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        """The pods in ``namespace`` that match a label selector, as the API's dicts: backend.py's,
-        until it reads ``read_pods``' views."""
-        return self.request("GET", api_path("Pod", namespace), query={"labelSelector": selector}).get("items", [])
-
     def read_pods(self, namespace: str | None, selector: str) -> list[Pod]:
         """The pods that match a label selector, in ``namespace`` (None: in every one)."""
         answer = self.request("GET", api_path("Pod", namespace), query={"labelSelector": selector})

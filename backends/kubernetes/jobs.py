@@ -6,7 +6,6 @@ job through its kind's typed view (``kind_objects.JobObject``)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 
 from ..base import JobState
 from ..schema import count
@@ -22,15 +21,6 @@ Json = Mapping[str, object]
 def api_of(kind: str) -> str | ApiKind:
     """A rendered object's kind as ``api_path`` takes it: a built-in's name, or a job kind's ApiKind."""
     return kind if kind in KINDS else JOB_KINDS[KEY_BY_KIND[kind]].api
-
-
-def timestamp(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def walk_volumes(obj: object) -> list[dict[str, object]]:

@@ -41,6 +41,8 @@ def load_config(kubeconfig: str | None, context: str | None) -> tuple[Configurat
 
     cfg = client.Configuration()
     check_kubeconfig_files(kubeconfig)
+    # $KUBECONFIG as it is now: the client reads it once, when it is first imported
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
     except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:

@@ -93,7 +93,7 @@ def tagged_everywhere(name: str) -> list[str]:
     ],
 )
 def test_a_bad_plan_is_one_line_and_nothing_reaches_aws(tmp_path, aws_env, moto_gaps, changes, words):
-    config = to_eksctl(make_plan())
+    config: Any = to_eksctl(make_plan())
     bad = make_plan(**changes)
     config["metadata"]["name"] = bad.name
     config["managedNodeGroups"] = [
@@ -445,7 +445,7 @@ def test_connect_writes_an_exec_context_and_the_backend_works_on_it(tmp_path, aw
 
 
 def test_the_token_is_a_presigned_sts_call_bound_to_the_cluster(aws_env):
-    credential = eks_token(AwsSession(REGION), "demo")
+    credential: Any = eks_token(AwsSession(REGION), "demo")
     assert credential["kind"] == "ExecCredential" and credential["apiVersion"] == "client.authentication.k8s.io/v1beta1"
     token = credential["status"]["token"]
     assert token.startswith("k8s-aws-v1.")

@@ -141,8 +141,8 @@ def test_generated_objects_beside_a_run_never_break_jobs_or_status_and_never_bec
         assert backend.client.exists(f"apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}")
         backend.client.request("DELETE", f"apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/{name}")
     # kmock collects no garbage: the pods go too, so that a run id free again next second finds no pod of this one
-    for leftover in backend.client.pods(NS, f"torchdeck.dev/run={run_id}"):
-        backend.client.request("DELETE", f"api/v1/namespaces/{NS}/pods/{leftover['metadata']['name']}")
+    for leftover in backend.client.read_pods(NS, f"torchdeck.dev/run={run_id}"):
+        backend.client.request("DELETE", f"api/v1/namespaces/{NS}/pods/{leftover.name}")
 
 
 @settings(max_examples=EXAMPLES["imported jobs"], **PROFILE)

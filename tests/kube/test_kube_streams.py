@@ -30,7 +30,7 @@ class Pieces:
     def __init__(self, pieces: list[bytes]):
         self.pieces = list(pieces)
 
-    def read1(self, n: int) -> bytes:
+    def read1(self, n: int = -1, /) -> bytes:
         return self.pieces.pop(0) if self.pieces else b""
 
 

@@ -355,7 +355,7 @@ def test_a_script_inside_a_project_ships_the_project_and_runs_from_its_folder(tm
     (project / "chargpt.py").write_text(CHARGPT)
     (project / "model.pt").write_bytes(b"\0" * (2 << 20))
     monkeypatch.chdir(project)
-    assert main(["render", "chargpt.py", "--image", "r/t:1"]) == 0
+    assert main(["render", "chargpt.py", "--image", "r/t:1", "--output", "yaml"]) == 0
     out, err = capsys.readouterr()
     objects = [o for o in __import__("yaml").safe_load_all(out) if o]
     configmap, job = objects[0], objects[-1]

@@ -6,6 +6,7 @@ it (``backends/cost.py``)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_runs_of_different_lengths_rank_counts_and_states_compare_where_all_reac
 
     curves, names = comparison.rank_curves(limit=5)
     assert names == ["a:r0", "b:r0", "c:r0", "a:r1", "b:r1"] and len(curves) == 5
-    json_out = comparison.to_json(points=20)
+    json_out: Any = comparison.to_json(points=20)
     assert json_out["differs"]["args --lr"] == ["0.1", "0.01", "0.05"]
     assert len(json_out["runs"][0]["curve"]["step"]) <= 20 and json_out["runs"][2]["state"] == "running"
 
@@ -70,9 +71,10 @@ def test_a_curve_stays_bounded_and_keeps_its_shape_in_any_order():
     for x, y in reversed(pairs):  # order does not matter
         curve.add(x, y)
     xs, ys = curve.points()
+    shape: Any = curve.to_json()
     assert len(xs) <= 100 and list(xs) == sorted(xs)
     assert ys[0] > ys[-1] and math.isclose(
-        sum(y * n for y, n in zip(curve.to_json()["y"], curve.to_json()["n"])), sum(y for _, y in pairs), rel_tol=1e-9
+        sum(y * n for y, n in zip(shape["y"], shape["n"])), sum(y for _, y in pairs), rel_tol=1e-9
     )
 
 

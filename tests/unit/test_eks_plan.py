@@ -133,7 +133,8 @@ def test_the_plan_is_an_eksctl_cluster_config():
 
 
 def test_the_service_account_may_use_one_bucket_prefix_only():
-    (account,) = to_eksctl(plan())["iam"]["serviceAccounts"]
+    config: Any = to_eksctl(plan())
+    (account,) = config["iam"]["serviceAccounts"]
     assert account["metadata"] == {
         "name": "torchdeck-s3",
         "namespace": "default",

@@ -122,7 +122,8 @@ def test_the_granted_resources_never_hold_a_wildcard_but_the_last() -> None:
             assert "\n" not in str(exc)
             return
         assert kept and kept.endswith("/") and not kept.startswith("/") and ".." not in kept
-        resource = s3_policy("bkt-models", kept)["Statement"][0]["Resource"]
+        policy: Any = s3_policy("bkt-models", kept)
+        resource = policy["Statement"][0]["Resource"]
         assert resource == f"arn:aws:s3:::bkt-models/{kept}*" and not any(c in kept for c in "*?$")
 
     check()

@@ -98,7 +98,7 @@ def test_the_specs_field_checks_are_the_kinds_own(kind, fields) -> None:
     """spec.check_kind_fields (run where a spec is read) refuses what the kind object refuses."""
     spec = spec_from_dict({"name": "x", "nodes": 2})
     spec.cluster.__dict__.update(fields)
-    refused = []
+    refused: list[str] = []
     for check in (lambda: check_kind_fields(spec, kind), lambda: JOB_KINDS[kind].check_fields(spec)):
         try:
             check()

@@ -12,6 +12,7 @@ import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from torchdeck.trainer.kubeflow_status import Progress, TrainerStatus, status_body
 
@@ -34,10 +35,11 @@ def test_progress_reads_the_total_from_the_start_and_the_pace_from_the_steps() -
     progress.feed({"event": "step", "step": 2, "loss": 1.5}, now=100.0)
     progress.feed({"event": "step", "step": 4, "loss": 1.2}, now=104.0)  # 2 s a step
     assert progress.remaining_s() == 12.0
-    body = progress.body(104.0)["trainerStatus"]
+    body: Any = progress.body(104.0)["trainerStatus"]
     assert body["progressPercentage"] == 40 and body["estimatedRemainingSeconds"] == 12
     progress.feed({"event": "done"}, now=110.0)
-    assert progress.body(110.0)["trainerStatus"]["progressPercentage"] == 100
+    done: Any = progress.body(110.0)["trainerStatus"]
+    assert done["progressPercentage"] == 100
 
 
 class Server:
@@ -131,7 +133,8 @@ def test_a_refusing_server_is_said_once_and_training_goes_on(tmp_path: Path, cap
 def test_status_prints_the_trainers_own_line() -> None:
     from torchdeck.cli.jobs import trainer_status_words
 
-    line = trainer_status_words(status_body(10, 10, 0, {"loss": 0.52}, now=0.0)["trainerStatus"])
+    said: Any = status_body(10, 10, 0, {"loss": 0.52}, now=0.0)["trainerStatus"]
+    line = trainer_status_words(said)
     assert line == "100% done, 0 s left, step=10 loss=0.52 (updated 1970-01-01T00:00:00Z)"
 
 

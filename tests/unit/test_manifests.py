@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainer_runs import REPO
@@ -73,7 +74,7 @@ def test_the_crds_are_the_operators_own_files():
         assert re.fullmatch(r"[0-9a-f]{40}", source["commit"])
     for kind, targets in ((key, k.targets) for key, k in JOB_KINDS.items()):
         for target in targets:
-            definition = crds.crd(target.crd_file)
+            definition: Any = crds.crd(target.crd_file)
             assert definition["kind"] == "CustomResourceDefinition"
             assert target.version in crds.served_versions(definition)
             # the API paths (JOB_KINDS) and what is rendered name what the CRD serves
@@ -367,8 +368,9 @@ def all_pod_specs() -> list[tuple[str, dict]]:
             for o in render_task(golden_spec(), task, f"{RUN}-{task}", model_file="/data/m.pt").objects
             if o["kind"] == "Job"
         ]
-        found.append((f"task/{task}", job["spec"]["template"]["spec"]))
-    kaniko = render_kaniko(ImagePlan("demo", "us-east-1"), "torchdeck-build-x", "s3://b/ctx.tar.gz", "r/x:t")
+        task_job: Any = job
+        found.append((f"task/{task}", task_job["spec"]["template"]["spec"]))
+    kaniko: list[Any] = render_kaniko(ImagePlan("demo", "us-east-1"), "torchdeck-build-x", "s3://b/ctx.tar.gz", "r/x:t")
     found += [("kaniko", o["spec"]["template"]["spec"]) for o in kaniko if o["kind"] == "Job"]
     return found
 

@@ -73,7 +73,7 @@ def test_the_gate_names_only_the_nodes_its_pods_ran_on():
     }  # fmt: skip
     kept = health.GateResult.from_tool(result).only_on({"cpu-0", "cpu-1"})
     assert [n.get("node") for n in kept.nodes] == ["cpu-0"]
-    assert kept.pairs == [{"a": "cpu-0", "b": "cpu-1"}] and kept.dropped == 4
+    assert [dict(p) for p in kept.pairs] == [{"a": "cpu-0", "b": "cpu-1"}] and kept.dropped == 4
 
 
 def test_gate_marks_kept_on_disk_are_read_as_node_names_only(tmp_path):

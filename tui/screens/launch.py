@@ -246,7 +246,10 @@ class LaunchScreen(FormScreen[None]):
     @work(thread=True, exclusive=True, group="submit", exit_on_error=False)
     def submit(self, spec: JobSpec | Plan) -> None:
         """Launch a spec (planned now) or the plan the preview showed, exactly."""
-        said = lambda line: self.app.call_from_thread(self.form_error, line)  # noqa: E731
+
+        def said(line: str) -> None:  # the plan's steps (the health gate first) say what they wait for
+            self.app.call_from_thread(self.form_error, line)
+
         self.post_message(JobSubmitted(self.app.backend.submit(spec, progress=said)))
 
     def worker_failed(self, group: str, text: str) -> None:
