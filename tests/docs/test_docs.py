@@ -115,6 +115,31 @@ def test_architecture_names_only_modules_and_names_that_exist() -> None:
     assert undefined == []
 
 
+def test_architecture_describes_the_house_as_it_is() -> None:
+    """Issue 53: the guide names every capability a backend can declare (and which backend declares
+    which), every job kind's object, and every module at the edge where answers become types; and the
+    counts it promises hold (tests/unit/test_house.py holds them too)."""
+    from house import EDGE, count
+
+    from torchdeck.backends.capabilities import CAPABILITIES
+    from torchdeck.backends.kubernetes.backend import KubernetesBackend
+    from torchdeck.backends.kubernetes.kinds import JOB_KINDS
+    from torchdeck.backends.local import LocalBackend
+
+    text = " ".join((REPO / "docs" / "ARCHITECTURE.md").read_text().split())
+    assert [c.__name__ for c in CAPABILITIES if f"`{c.__name__}`" not in text] == []
+    local = text.split("The local backend declares", 1)[1].split(";", 1)[0]
+    assert [c.__name__ for c in CAPABILITIES if issubclass(LocalBackend, c) and f"`{c.__name__}`" not in local] == []
+    assert "kubernetes backend all but `BudgetChange`" in text
+    assert {c.__name__ for c in CAPABILITIES if issubclass(KubernetesBackend, c)} == {
+        c.__name__ for c in CAPABILITIES if c.__name__ != "BudgetChange"
+    }
+    assert [type(k).__name__ for k in JOB_KINDS.values() if f"`{type(k).__name__}`" not in text] == []
+    assert [path for path in EDGE if path.rsplit("/", 1)[-1] not in text] == []
+    house = count()
+    assert house.probes == [] and house.chains == [] and "never asks which backend it has" in text
+
+
 def test_the_spec_page_holds_the_table_the_declarations_make() -> None:
     assert spec_reference() in (REPO / "docs" / "SPEC.md").read_text(), "run: torchdeck init --reference"
 
