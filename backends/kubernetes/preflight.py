@@ -42,7 +42,7 @@ def preflight(client: KubeClient, spec: JobSpec, rendered: Rendered, crd: Mappin
             )
         elif definition:  # (empty: this kubeconfig may not read CRDs; the create says what is wrong)
             found += served_findings(rendered, definition)
-    if not client.exists(api_path("Namespace", name=ns)):
+    if not namespace_exists(client, ns):
         found.append(Finding(ns, f"namespace {ns} does not exist", f"kubectl create namespace {ns}"))
         return found
     c = spec.cluster
@@ -81,6 +81,18 @@ def preflight(client: KubeClient, spec: JobSpec, rendered: Rendered, crd: Mappin
     if c.queue:
         found += queue_findings(client, spec)[0]
     return found
+
+
+def namespace_exists(client: KubeClient, ns: str) -> bool:
+    """Whether the namespace is there; True where this identity may not read it (a namespace's user
+    on a shared cluster, whose Role grants nothing on the namespace object): the rest of the
+    preflight still runs, in the namespace its rights are in, and the create says if it is not."""
+    try:
+        return client.exists(api_path("Namespace", name=ns))
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        return True
 
 
 def served_findings(rendered: Rendered, definition: Mapping[str, object]) -> list[Finding]:
