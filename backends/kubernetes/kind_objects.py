@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .objects import Condition
+
 Json = Mapping[str, object]
 """A JSON object as decoded: what the client and a YAML file hand in."""
 
@@ -63,21 +65,6 @@ def at(obj: object, path: Sequence[str]) -> object:
 
 
 @dataclass(frozen=True)
-class Condition:
-    """One of a job's status conditions (Kubeflow's, Kubernetes', JobSet's: the same shape)."""
-
-    type: str
-    true: bool
-    reason: str = ""
-    message: str = ""
-
-    @classmethod
-    def read(cls, data: object) -> Condition:
-        c = mapping(data)
-        return cls(text(c.get("type")), c.get("status") == "True", text(c.get("reason")), text(c.get("message")))
-
-
-@dataclass(frozen=True)
 class JobConditions:
     """What a job's status says: its conditions, the pods its controller counts active, when it ended."""
 
@@ -87,13 +74,13 @@ class JobConditions:
 
     def holding(self) -> dict[str, Condition]:
         """The conditions that hold now, by type."""
-        return {c.type: c for c in self.conditions if c.true}
+        return {c.type: c for c in self.conditions if c.is_true}
 
     @classmethod
     def read(cls, data: object) -> JobConditions:
         st = mapping(data)
         return cls(
-            tuple(Condition.read(c) for c in items(st.get("conditions"))),
+            tuple(Condition.from_api(mapping(c)) for c in items(st.get("conditions"))),
             whole(st.get("active"), 0),
             optional_text(st.get("completionTime")),
         )
