@@ -61,7 +61,13 @@ def render_plan(spec: JobSpec, settings: Settings, run_id: str | None = None, re
     the code bucket the configured backend sends large bundles to."""
     from .kubernetes.backend import offline_plan
 
-    return offline_plan(spec, run_id, release, code_bucket(settings))
+    try:
+        bucket = code_bucket(settings)
+    except BackendError as exc:  # the eks backend with no cluster connected: render still needs none
+        plan = offline_plan(spec, run_id, release)
+        plan.notes.append(f"no EKS cluster's bucket for a large code bundle ({exc.message})")
+        return plan
+    return offline_plan(spec, run_id, release, bucket)
 
 
 def eks_cluster(settings: Settings) -> tuple[ClusterRecord | None, str | Path | None, str | None]:

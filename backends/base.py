@@ -83,9 +83,7 @@ class Backend(abc.ABC):
             more = f" (and {len(plan.findings) - 1} more: torchdeck train --dry-run lists them)"
             raise BackendError(plan.findings[0] + (more if len(plan.findings) > 1 else ""), plan.fixes[0])
         if plan.gate is not None:
-            result = self.require(HealthGate).check(
-                plan.spec, plan.gate.max_bytes, progress, plan.gate.timeout_s, plan.gate.dcgm_level
-            )
+            result = self.require(HealthGate).check(plan.spec, plan.gate, progress)
             plan = self.gated(plan, result, progress)
         return self.start(plan, progress)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from .records import JobStatus, NodeMetrics, Progress, TestResult, silent
+from .records import GateStep, JobStatus, NodeMetrics, Progress, TestResult, silent
 from .triage import Triage
 
 if TYPE_CHECKING:
@@ -31,14 +31,10 @@ class HealthGate:
     elsewhere: ClassVar[str] = "run it on this machine (torchdeck check), or nccl-tests as a job of your own"
 
     def check(
-        self,
-        spec: JobSpec | None = None,
-        max_bytes: int = 16 << 20,
-        progress: Progress = silent,
-        timeout_s: float = 900.0,
-        dcgm_level: int = 1,
+        self, spec: JobSpec | None = None, step: GateStep = GateStep(), progress: Progress = silent
     ) -> GateResult:
-        """The gate on what a run of ``spec`` would use, judged."""
+        """The gate on what a run of ``spec`` would use (``step``: how far it sweeps, DCGM's level,
+        how long it may take), judged."""
         raise NotImplementedError  # each backend that declares the capability has its own
 
 
@@ -72,6 +68,7 @@ class DataReady:
     path: str
     train_images: int
     test_images: int
+    classes: tuple[str, ...] = ()
 
     @classmethod
     def from_tool(cls, answer: dict[str, object]) -> DataReady:
@@ -81,10 +78,16 @@ class DataReady:
         path, train, test = answer.get("path"), answer.get("train_images"), answer.get("test_images")
         if not isinstance(train, int) or not isinstance(test, int):
             raise BackendError("the data job answered without its image counts", "see the data job's log")
-        return cls(str(path), train, test)
+        classes = answer.get("classes")
+        return cls(str(path), train, test, tuple(str(c) for c in classes) if isinstance(classes, list) else ())
 
     def to_dict(self) -> dict[str, object]:
-        return {"path": self.path, "train_images": self.train_images, "test_images": self.test_images}
+        return {
+            "path": self.path,
+            "train_images": self.train_images,
+            "test_images": self.test_images,
+            "classes": list(self.classes),
+        }
 
 
 class CifarTasks:

@@ -16,6 +16,7 @@ from typing import Any
 from ..trainer.check import DcgmFacts, GpuFacts, NodeReport, PairReport, Timing
 from .errors import BackendError
 from .files import write_atomically
+from .records import GateStep
 from .spec import JobSpec
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
@@ -98,7 +99,7 @@ GATE_WORKDIR = "/tmp"
 """The gate's working folder in the pods (its program is in the image: torchdeck's own module)."""
 
 
-def gate_spec(spec: JobSpec, max_bytes: int = 16 << 20, dcgm_level: int = 1) -> JobSpec:
+def gate_spec(spec: JobSpec, step: GateStep = GateStep()) -> JobSpec:
     """The run's spec as the health gate: the same image, kind, nodes, ranks, resources, node
     selection, queue and namespace, running ``python -m torchdeck.trainer.check`` (which the
     image has: torchdeck's images carry the trainer) once, with no restarts, nothing kept."""
@@ -106,7 +107,7 @@ def gate_spec(spec: JobSpec, max_bytes: int = 16 << 20, dcgm_level: int = 1) -> 
 
     from .spec import Entrypoint, MetricsOptions
 
-    args = ["--max-bytes", str(max_bytes), "--dcgm-level", str(dcgm_level)]
+    args = ["--max-bytes", str(step.max_bytes), "--dcgm-level", str(step.dcgm_level)]
     args += ["--efa", str(spec.resources.efa)] if spec.resources.efa else []
     return dataclasses.replace(
         spec,
@@ -123,6 +124,13 @@ def gate_spec(spec: JobSpec, max_bytes: int = 16 << 20, dcgm_level: int = 1) -> 
 def _busbw(measured: Timing | None) -> float | None:
     value = measured.get("busbw_gbps") if measured else None
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def _figure(table: Mapping[str, object], instance_type: str, key: str) -> float | None:
+    """An instance type's figure in manifests/eks/health.yaml (its NVLink or network rate); None where unknown."""
+    row = table.get(instance_type)
+    value = row.get(key) if isinstance(row, dict) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None  # as the file says it
 
 
 def _whole(value: object) -> int:
@@ -195,7 +203,7 @@ def judge(result: GateResult, instance_types: Mapping[str, str] | None = None) -
             found[name].append(
                 f"its own all-reduce reaches {value:.2f} GB/s, under half the other nodes' {statistics.median(others):.2f}"
             )
-        nvlink = (table.get(types.get(name, "")) or {}).get("nvlink_gbs")
+        nvlink = _figure(table, types.get(name, ""), "nvlink_gbs")
         if nccl and nvlink and value < floors["nvlink_share"] * nvlink:
             found[name].append(
                 f"its own all-reduce reaches {value:.1f} GB/s, under {floors['nvlink_share']:.0%} of its GPUs' "
@@ -215,7 +223,7 @@ def judge(result: GateResult, instance_types: Mapping[str, str] | None = None) -
         if len(others) >= 2 and value < floors["against_others"] * statistics.median(others):
             slow.append((a, b, value, f"under half the other links' {statistics.median(others):.2f} GB/s"))
             continue
-        rates = [(table.get(types.get(n, "")) or {}).get("network_gbps") for n in (a, b)]
+        rates = [_figure(table, types.get(n, ""), "network_gbps") for n in (a, b)]
         if nccl and all(rates):
             line = min(float(r) for r in rates if r)
             if value < floors["network_share"] * line / 8:

@@ -858,12 +858,7 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
         return result
 
     def check(
-        self,
-        spec: JobSpec | None = None,
-        max_bytes: int = 16 << 20,
-        progress: Progress = silent,
-        timeout_s: float = 900.0,
-        dcgm_level: int = 1,
+        self, spec: JobSpec | None = None, step: GateStep = GateStep(), progress: Progress = silent
     ) -> GateResult:
         """The health gate between the spec's ranks here (``trainer/check.py``, under torchrun on this
         machine's loopback; gloo on CPUs, NCCL on GPUs), and what this machine's GPUs are."""
@@ -873,7 +868,7 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
         if not 2 <= nproc <= 64:
             raise BackendError(f"--nproc-per-node {nproc}: a sweep needs 2 to 64 ranks", "--nproc-per-node 2")
         args = ["--standalone", "--nproc-per-node", str(nproc), "-m", "torchdeck.trainer.check"]
-        args += ["--max-bytes", str(max_bytes), "--dcgm-level", str(dcgm_level)]
+        args += ["--max-bytes", str(step.max_bytes), "--dcgm-level", str(step.dcgm_level)]
         result = GateResult.from_tool(self._trainer_tool("torch.distributed.run", args, progress))
         result.short = judge(result)
         return result

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from torchdeck.backends import BACKENDS, open_backend
-from torchdeck.backends.base import Backend, JobState, JobStatus, TestResult
+from torchdeck.backends.base import Backend, GateStep, JobState, JobStatus, TestResult
 from torchdeck.backends.capabilities import BudgetChange, CifarTasks, HangTriage, HealthGate, JobAdoption, NodeCordon
 from torchdeck.backends.errors import BackendError, RunNotFound, SpecError
 from torchdeck.backends.files import read_stdin_text, read_text
@@ -118,8 +118,9 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
         return fail(f"{path} exists; pass --force to overwrite it, or -o another path")
     live = live_job(args.file)
     if live is not None:  # a job in the cluster: read there, then followed as a run of its own
-        backend = open_backend(settings.backend if settings.backend != "local" else "kubernetes", settings)
-        spec, notes, run_id = backend.require(JobAdoption).adopt(
+        here = open_backend(settings.backend, settings)  # a backend without such jobs: the cluster's
+        adoption = here.capability(JobAdoption) or open_backend("kubernetes", settings).require(JobAdoption)
+        spec, notes, run_id = adoption.adopt(
             *live, args.namespace, lambda read: save_spec(read, path, replace=args.force)
         )
     else:
@@ -237,15 +238,12 @@ def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
         checked = validate_manifests(plan.payload)
         if checked.problems:
             for line in checked.problems:
-                print(f"torchdeck: invalid: {line}", file=sys.stderr)
+                say(f"invalid: {line}")
             return EXIT_ERROR
         against = f" (against {'; '.join(checked.checked_against)})" if checked.checked_against else ""
-        print(f"torchdeck: {len(plan.objects)} object(s) valid{against}", file=sys.stderr)
+        say(f"{len(plan.objects)} object(s) valid{against}")
         if checked.cel_unchecked:
-            print(
-                f"torchdeck: {checked.cel_unchecked} CEL rule(s) not checked here (pip install cel-python)",
-                file=sys.stderr,
-            )
+            say(f"{checked.cel_unchecked} CEL rule(s) not checked here (pip install cel-python)")
     print(plan.text(full=args.output == "yaml"), end="")
     return 0
 
@@ -314,6 +312,8 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
     if args.dry_run:
         print(backend.plan(spec).text(full=args.output == "yaml"), end="")
         return 0
+    if args.output == "yaml":
+        return fail("--output yaml is the plan's objects whole: give it with --dry-run", EXIT_USAGE)
     try:
         digest = digest_of(backend, DigestStore(settings.state_dir), backend.status(spec.resumes or args.run))
         where = restart_words(digest.max_step, digest.checkpoint_step)
@@ -323,12 +323,9 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
         say(line)
     run_id, spec = backend.resume(args.run, args.avoid_node, trust, progress=say)
     avoiding = f", kept off {', '.join(spec.cluster.avoid_nodes)}" if spec.cluster.avoid_nodes else ""
-    print(printable(f"torchdeck: {run_id} resumes {spec.resumes} {where}{avoiding}"), file=sys.stderr)
+    say(f"{run_id} resumes {spec.resumes} {where}{avoiding}")
     if not spec.builtin:
-        print(
-            "torchdeck: your script starts again from the top: it resumes only where it loads its own checkpoints",
-            file=sys.stderr,
-        )
+        say("your script starts again from the top: it resumes only where it loads its own checkpoints")
     return started(args, backend, run_id, spec)
 
 
@@ -354,10 +351,7 @@ def started(args: argparse.Namespace, backend: Backend, run_id: str, spec: JobSp
     if args.detach:
         print(strict_json({"run_id": run_id}) if args.output == "json" else run_id)
         return 0
-    print(
-        f"torchdeck: run {run_id} started ({spec.world_size} ranks); Ctrl-C detaches, the job keeps running",
-        file=sys.stderr,
-    )
+    say(f"run {run_id} started ({spec.world_size} ranks); Ctrl-C detaches, the job keeps running")
     # the progress block's own redraw sequences go to the terminal itself, past the guard
     return follow_run(backend, run_id, args.output, getattr(sys.stdout, "terminal", sys.stdout))
 
@@ -497,7 +491,7 @@ def format_status_table(statuses: list[JobStatus], reasons: bool = True) -> str:
 def cmd_jobs(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     statuses = backend.list()
     for line in backend.unseen():  # what this identity could not list: said, and the rest shown
-        print(printable(f"torchdeck: note: {line}"), file=sys.stderr)
+        say(f"note: {line}")
     if args.output == "json":
         print(strict_json([s.to_dict() for s in statuses], indent=2))
     elif not statuses:
@@ -565,7 +559,8 @@ def cmd_check(args: argparse.Namespace, settings: Settings, backend: Backend) ->
         return fail(f"--max-bytes {args.max_bytes}: give 4096 to 4294967296 (hint: --max-bytes 16777216)", EXIT_USAGE)
     spec = spec_for(args, settings)
     gate = backend.require(HealthGate)
-    result = gate.check(spec, args.max_bytes, progress=say, timeout_s=args.timeout, dcgm_level=args.dcgm_level)
+    step = GateStep(max_bytes=args.max_bytes, dcgm_level=args.dcgm_level, timeout_s=args.timeout)
+    result = gate.check(spec, step, progress=say)
     if args.output == "json":
         print(strict_json(result.to_dict(), indent=2))
     else:
@@ -595,7 +590,7 @@ def check_report(result: GateResult) -> str:
     peak = result.peak()
     out.append(f"peak bus bandwidth {peak['busbw_gbps']:.3f} GB/s at {size_words(peak['bytes'])}")
     nodes, types = result.nodes, result.instance_types
-    if len(nodes) > 1 or any(n.get("gpus", {}).get("count") for n in nodes):
+    if len(nodes) > 1 or any(gpus.get("count") for n in nodes if (gpus := n.get("gpus"))):
         out.append("")
         out.append(f"{'node':<40} {'type':<14} {'ranks':>5} {'own busbw':>11}  GPUs  DCGM  EFA")
         for n in nodes:
@@ -604,7 +599,8 @@ def check_report(result: GateResult) -> str:
             gpus = n.get("gpus", {})
             dcgm = n.get("dcgm", {})
             dcgm_cell = ("fail" if dcgm.get("failed") or dcgm.get("error") else "pass") if dcgm.get("ran") else "-"
-            efa = len(n.get("efa", {}).get("devices") or [])
+            devices = n.get("efa")
+            efa = len(devices.get("devices") or []) if devices else 0
             name = n.get("node", "?")
             out.append(
                 f"{name[:40]:<40} {types.get(name, '-'):<14} {len(n.get('ranks') or []):>5} "
@@ -728,7 +724,7 @@ def cmd_budget(args: argparse.Namespace, settings: Settings, backend: Backend) -
 def cmd_stop(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     status = backend.status(args.run)
     for warning in status.warnings:  # what stop refuses to signal, and why
-        print(printable(f"torchdeck: warning: {warning}"), file=sys.stderr)
+        say(f"warning: {warning}")
     trust = trusted(args, status, "stop")
     if status.state.is_terminal:  # what it keeps on a cluster (its job, pods, logs) goes, as kubectl delete does
         removed = backend.discard(status.run_id, trust)

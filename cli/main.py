@@ -211,6 +211,8 @@ def add_spec_commands(sub: Commands, spec_flags: bool) -> None:
 def add_run_commands(sub: Commands, spec_flags: bool) -> None:
     """The commands about runs and the nodes they run on: jobs, status, check, triage, resume,
     compare, logs, stop, budget, monitor."""
+    from torchdeck.backends.records import GateStep  # the health gate's defaults, declared there once
+
     p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
@@ -223,10 +225,18 @@ def add_run_commands(sub: Commands, spec_flags: bool) -> None:
         help="the health gate: all-reduce bandwidth between ranks, nodes and pairs of nodes, and each node's GPUs",
     )
     _add_spec_overrides(p, spec_flags)
-    p.add_argument("--max-bytes", type=int, default=16 << 20, metavar="B", help="the largest all-reduce (16 MiB)")
-    p.add_argument("--timeout", type=float, default=900.0, metavar="S", help="cluster: give up after S seconds")
     p.add_argument(
-        "--dcgm-level", type=int, choices=(0, 1, 2, 3), default=1, help="dcgmi diag -r LEVEL where the image has dcgmi"
+        "--max-bytes", type=int, default=GateStep.max_bytes, metavar="B", help="the largest all-reduce (16 MiB)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=GateStep.timeout_s, metavar="S", help="cluster: give up after S seconds"
+    )
+    p.add_argument(
+        "--dcgm-level",
+        type=int,
+        choices=(0, 1, 2, 3),
+        default=GateStep.dcgm_level,
+        help="dcgmi diag -r LEVEL where the image has dcgmi",
     )
     p.add_argument("--cordon", action="store_true", help="cluster: offer to cordon each node that falls short")
     p.add_argument("--yes", action="store_true", help="with --cordon: cordon them without asking")

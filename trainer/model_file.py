@@ -48,7 +48,9 @@ def s3_client() -> Any:
 
 def s3_error(action: str, url: str, exc: Exception) -> TrainerError:
     """An S3 failure as one line: what was tried, on which URL, and what S3 said."""
-    detail = getattr(exc, "response", {}).get("Error", {}).get("Message") or str(exc).splitlines()[0]
+    error = getattr(exc, "response", None)
+    said = error.get("Error") if isinstance(error, dict) else None
+    detail = (said.get("Message") if isinstance(said, dict) else None) or str(exc).splitlines()[0]
     return TrainerError(
         f"cannot {action} {url}: {detail}", hint="check the bucket name, the region and that this pod's role may use it"
     )

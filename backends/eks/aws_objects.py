@@ -60,13 +60,6 @@ class Answer:
         found = self.value(*path)
         return [Answer(item) for item in found] if isinstance(found, list) else []
 
-    def texts(self, *path: str) -> dict[str, str]:
-        """The string-to-string map at ``path`` (tags, labels), without entries of other types."""
-        found = self.value(*path)
-        if not isinstance(found, Mapping):
-            return {}
-        return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
-
     def issues(self, *path: str) -> list[str]:
         """EKS's health issues at ``path`` (a nodegroup's or an add-on's ``health``), as "code: message"."""
         return [f"{i.value('code')}: {i.value('message')}" for i in self.children(*path, "issues")]

@@ -160,7 +160,7 @@ def _quota(aws: AwsSession, code: str) -> float | None:
         ):
             return None
         raise
-    return float(answer.get("Quota", {}).get("Value", 0))
+    return Answer(answer).number("Quota", "Value")
 
 
 def vcpus_needed(plan: ClusterPlan, types: dict[str, InstanceType]) -> dict[tuple[str, bool], tuple[int, int]]:

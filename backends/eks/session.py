@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from botocore.client import BaseClient
 
 from ..errors import BackendError
+from .aws_objects import Answer
 
 MAX_ATTEMPTS = 5
 """Attempts per call, the first included, before a throttled call fails (botocore's standard mode)."""
@@ -102,7 +103,7 @@ def translate(exc: BaseException, operation: str) -> AwsError:
         error = exc.response.get("Error", {})
         code = str(error.get("Code", ""))
         message = str(error.get("Message", "")) or code
-        attempts = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
+        attempts = Answer(exc.response).whole("ResponseMetadata", "RetryAttempts")
         if code in _THROTTLED:
             message = f"AWS kept throttling {operation} ({attempts + 1} attempts): {message}"
         else:

@@ -185,10 +185,10 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: KubeClient | Non
         if aws.find("s3", "head_bucket", Bucket=bucket) is None:
             state.problems.append(f"bucket {bucket} is gone")
             continue
-        block = (aws.find("s3", "get_public_access_block", Bucket=bucket) or {}).get(
-            "PublicAccessBlockConfiguration", {}
+        settings = Answer(aws.find("s3", "get_public_access_block", Bucket=bucket)).value(
+            "PublicAccessBlockConfiguration"
         )
-        private = bool(block) and all(block.values())
+        private = isinstance(settings, dict) and bool(settings) and all(settings.values())
         state.buckets.append(BucketState(bucket, private, bool(aws.find("s3", "get_bucket_encryption", Bucket=bucket))))
         if not private:
             state.problems.append(f"bucket {bucket} does not block public access")

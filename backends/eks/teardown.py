@@ -245,7 +245,9 @@ class Teardown:
         )
         await self._wait_gone(
             f"FSx {r.ident}",
-            lambda: not (aws.find("fsx", "describe_file_systems", FileSystemIds=[r.ident]) or {}).get("FileSystems"),
+            lambda: (
+                not Answer(aws.find("fsx", "describe_file_systems", FileSystemIds=[r.ident])).children("FileSystems")
+            ),
         )
         return said
 
@@ -256,7 +258,9 @@ class Teardown:
         )
         await self._wait_gone(
             f"mount target {r.ident}",
-            lambda: not (aws.find("efs", "describe_mount_targets", MountTargetId=r.ident) or {}).get("MountTargets"),
+            lambda: (
+                not Answer(aws.find("efs", "describe_mount_targets", MountTargetId=r.ident)).children("MountTargets")
+            ),
         )
         return said
 

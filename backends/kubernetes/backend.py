@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...trainer import options as trainer_options
 from ...trainer.s3url import S3Url
 from ...trainer.textmetrics import RankedText
 from ..base import (
@@ -75,10 +76,11 @@ from .jobs import (
     walk_volumes,
     world_size,
 )
-from .kind_objects import Json, PodTemplate, Volume, mapping
+from .kind_objects import Json, PodTemplate, Volume, at, mapping
 from .kinds import JOB_KINDS, KEY_BY_KIND
 from .manifests import (
     CODE_LABEL,
+    JOB_LABEL,
     PATTERN_ANNOTATION,
     POD_STUCK_AFTER_S,
     PODS_ANNOTATION,
@@ -230,7 +232,6 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         """Where the ledger is: jobs submitted are recorded there (None: not recorded)."""
         self.namespace = namespace
         """Where to look for runs; None: every namespace (or, where that is forbidden, the context's)."""
-        """Where a submit says what it waits for (the health gate before a run that asks for it)."""
         self._node_cache: dict[str, tuple[float, list[NodeMetrics]]] = {}
         self._kinds: dict[str, tuple[JobKindName, str]] = {}
         """run id -> (kind key, namespace), learned on the way."""
@@ -378,12 +379,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         return rendered_plan(self.name, spec, render(spec, plan.run_id, target=target), notes=plan.notes)
 
     def check(
-        self,
-        spec: JobSpec | None = None,
-        max_bytes: int = 16 << 20,
-        progress: Progress = silent,
-        timeout_s: float = 900.0,
-        dcgm_level: int = 1,
+        self, spec: JobSpec | None = None, step: GateStep = GateStep(), progress: Progress = silent
     ) -> GateResult:
         """The health gate on the nodes a run of ``spec`` would use: ``health.gate_spec`` submitted
         as a run of the same kind (so placed, queued and admitted as the run would be), waited for,
@@ -393,11 +389,11 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
         if spec is None:
             raise BackendError("the health gate on a cluster needs the run's spec", "torchdeck check SPEC (or flags)")
-        gate = gate_spec(spec, max_bytes, dcgm_level)
+        gate = gate_spec(spec, step)
         run_id = self.submit(gate)
         progress(f"health gate {run_id}: {gate.nodes} node(s) x {gate.nproc_per_node} rank(s), image {gate.image}")
         try:
-            status = self._wait_gate(run_id, timeout_s, progress)
+            status = self._wait_gate(run_id, step.timeout_s, progress)
             ran_on, text = self._gate_answer(run_id)
             answer = tool_result(text)  # the check's own error line raises, with its message and hint
             if status.state is not JobState.SUCCEEDED or answer is None:
@@ -1021,7 +1017,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         trainer = st.get("trainerStatus")  # a TrainJob's alone
         return JobStatus(
             run_id=name,
-            name=meta.labels.get("torchdeck.dev/job", name),
+            name=meta.labels.get(JOB_LABEL, name),
             backend=self.name,
             state=state,
             world_size=world_size(key, obj),
@@ -1220,26 +1216,26 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             return argument(obj, flag)
 
         container = pod.container(())
-        trainer = mapping(mapping(obj.get("spec")).get("trainer")).get("image")  # a TrainJob's own image
+        trainer = at(obj, ("spec", "trainer", "image"))  # a TrainJob's own image, where its pods name none
         image = container.image or (trainer if isinstance(trainer, str) else None)
         claims = [v.claim for v in map(Volume.read, walk_volumes(obj)) if v.claim]
         gpus = container.limits.get("nvidia.com/gpu")
+        found = {"name": job.meta.labels.get(JOB_LABEL), "device": arg(trainer_options.DEVICE.flag)}
+        cluster = {"data_dir": arg(trainer_options.DATA_DIR.flag), "pvc": claims[0] if claims else None}
         spec_data = {
-            "name": job.meta.labels.get("torchdeck.dev/job", "cifar10"),
+            **{k: v for k, v in found.items() if v},  # what the job does not say: the spec's defaults
             "image": image,
             "namespace": job.namespace,
-            "device": arg("--device") or "auto",
             "resources": {"gpus": int(str(gpus)) if gpus else 0},
             "cluster": {
-                "pvc": claims[0] if claims else None,
-                "data_dir": arg("--data-dir") or "/shared/data",
+                **{k: v for k, v in cluster.items() if v},
                 "service_account": pod.service_account,
                 "node_selector": dict(pod.node_selector),
             },
         }
         spec = spec_from_dict(spec_data, f"{JOB_KINDS[job.key].kind}/{job.name}")
-        checkpoint_dir = arg("--checkpoint-dir")
-        model_file = arg("--model-file") or (f"{checkpoint_dir}/model.pt" if checkpoint_dir else None)
+        checkpoint_dir = arg(trainer_options.CHECKPOINT_DIR.flag)
+        model_file = arg(trainer_options.MODEL_FILE.flag) or (f"{checkpoint_dir}/model.pt" if checkpoint_dir else None)
         if model_file is None:
             raise BackendError(f"{run_id}: the job does not say where its model goes", "pass --model-file")
         return spec, model_file

@@ -31,8 +31,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads it with the same parser's backport
     import tomli as tomllib
 
-Json = Mapping[str, object]
-"""A JSON object as decoded (a CRD, a schema, an object checked against one)."""
+from .objects import Api as Json  # a CRD, a schema, an object checked against one
 
 
 @dataclass(frozen=True)

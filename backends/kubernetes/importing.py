@@ -17,7 +17,6 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..bundle import RELAY_DIR
@@ -26,11 +25,10 @@ from ..files import parse_yaml
 from ..spec import JobKindName, JobSpec, spec_from_dict
 from ..spec_options import LOADER_ENV, MAX_JOB_NAME, reserved_env
 from . import crds
-from .kind_objects import Container, PodTemplate, at, avoided_nodes, whole
+from .kind_objects import Container, Json, PodTemplate, at, avoided_nodes, whole
 from .kinds import CONTAINERS, JobKind, importable_kind
 from .manifests import NODE_NAME_ENV, QUEUE_LABEL
 
-Json = Mapping[str, object]
 TORCHRUN_VALUED = {
     "nnodes", "nproc_per_node", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint",
     "rdzv_id", "rdzv_conf", "max_restarts", "monitor_interval", "start_method", "role", "log_dir", "redirects",

@@ -5,17 +5,15 @@ job through its kind's typed view (``kind_objects.JobObject``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..base import JobState
 from ..schema import count
 from ..spec import JobKindName
 from .client import KINDS, ApiKind
-from .kind_objects import JobObject
+from .kind_objects import JobObject, Json
 from .kinds import JOB_KINDS, KEY_BY_KIND
 from .objects import PodLike
-
-Json = Mapping[str, object]
 
 
 def api_of(kind: str) -> str | ApiKind:

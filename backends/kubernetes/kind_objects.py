@@ -15,10 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .objects import Api as Json
 from .objects import Condition
-
-Json = Mapping[str, object]
-"""A JSON object as decoded: what the client and a YAML file hand in."""
 
 
 def mapping(value: object) -> Json:

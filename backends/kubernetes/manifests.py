@@ -508,7 +508,7 @@ def render(
     target: crds.Target | None = None,
 ) -> Rendered:
     """The manifests that run ``spec`` as ``run_id`` (its object name), for ``target`` (the
-    operator release the cluster runs: ``crds.for_cluster``), by default the newest supported.
+    operator release the cluster runs: ``JobKind.target_for``), by default the newest supported.
     The user's code goes as a bundle, packed from entrypoint.code: in a ConfigMap among the
     objects, or through cluster.code_bucket where it is too large for one."""
     spec = validate(spec)

@@ -289,7 +289,7 @@ class Pod:
 
     @classmethod
     def of(cls, pod: Pod | Api) -> Pod:
-        """A view of ``pod``, whichever the caller holds (a dict where backend.py still has one)."""
+        """A view of ``pod``, whichever the caller holds (a test's dict, a view)."""
         return pod if isinstance(pod, Pod) else cls.from_api(pod)
 
     @property
@@ -357,11 +357,6 @@ class Node:
             allocatable=_quantities(status.get("allocatable")),
             capacity=_quantities(status.get("capacity")),
         )
-
-    @classmethod
-    def of(cls, node: Node | Api) -> Node:
-        """A view of ``node``, whichever the caller holds."""
-        return node if isinstance(node, Node) else cls.from_api(node)
 
     @property
     def name(self) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..base import QueueWait
 from ..spec import JobSpec
 from .client import ApiError, ApiKind, api_path, quantity
+from .crds import operator_releases
 from .diagnosis import Finding
 from .kinds import JOB_KINDS, job_kind_of
 from .objects import (
@@ -36,7 +37,8 @@ VERSIONS = ("v1beta2", "v1beta1")
 """Kueue's API versions torchdeck reads, newest first: v1beta2 from Kueue 0.15, v1beta1 before."""
 INSTALL = (
     "install Kueue (kubectl apply --server-side -f "
-    "https://github.com/kubernetes-sigs/kueue/releases/download/v0.19.2/manifests.yaml), or drop --queue"
+    f"https://github.com/kubernetes-sigs/kueue/releases/download/{operator_releases()['kueue']}/manifests.yaml), "
+    "or drop --queue"
 )
 
 

@@ -19,6 +19,7 @@ from . import crds
 from .kind_objects import at
 from .kinds import job_kind_of
 from .manifests import Rendered
+from .objects import ObjectMeta
 
 KUBERNETES_VERSION = "1.31.0"
 """The schema release checked against (EKS's default line in 2026)."""
@@ -64,7 +65,7 @@ def validate_manifests(rendered: Rendered) -> Validation:
     target = rendered.target
     for obj in rendered.objects:
         kind = obj.get("kind", "?")
-        where = f"{kind}/{obj.get('metadata', {}).get('name', '?')}"
+        where = f"{kind}/{ObjectMeta.from_api(obj).name or '?'}"
         if target is None or obj is not rendered.main:  # built-in kinds, and what a job brings along
             result.problems += _core_problems(kv, obj, where)
             continue

@@ -25,7 +25,8 @@ LONG = 100
 TABLES: dict[str, str] = {}
 """Functions over LONG lines that are declarative tables (a parser's options as data), with why."""
 FRONT_ENDS = ("cli", "tui", "monitor")
-CHAIN = re.compile(r"\.get\([^()]*\) or \{\}\)")
+CHAIN = re.compile(r"\.get\([^()]*\) or \{\}\)|\.get\([^()]*,\s*\{\}\)\.get\(|\) or \{\}\)\.get\(")
+"""A dict read as a chain of defaults: ``(x.get(k) or {}).get(...)``, ``x.get(k, {}).get(...)``."""
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from torchdeck.backends.base import GateStep
 from torchdeck.backends.health import GateResult, gate_spec, judge, node_problems
 from torchdeck.backends.spec import spec_from_dict
 from torchdeck.trainer.check import GpuWatch, bus_bandwidth, efa_facts, node_pairs, parse_dcgm, parse_fi_info, sizes
@@ -161,7 +162,7 @@ def test_the_gate_runs_the_runs_own_image_kind_and_placement_once():
             "cluster": {"kind": "mpijob", "node_selector": {"pool": "gpu"}, "queue": "team-a", "health_gate": True},
         }
     )
-    gate = gate_spec(spec, 1 << 20, dcgm_level=2)
+    gate = gate_spec(spec, GateStep(max_bytes=1 << 20, dcgm_level=2))
     assert gate.name == "a-rather-long-job-name-for-a-real-r-gate" and len(gate.name) <= 40
     assert (gate.image, gate.nodes, gate.cluster.kind, gate.cluster.queue) == (spec.image, 4, "mpijob", "team-a")
     assert gate.cluster.node_selector == {"pool": "gpu"} and not gate.cluster.health_gate
