@@ -402,6 +402,10 @@ def summary(status: JobStatus, snap: MonitorSnapshot) -> dict[str, Any]:
     }
 
 
+FINAL_STATUS_WAIT_S = 120.0
+"""How long ``train`` waits, once a run's output has ended, for its end to be recorded."""
+
+
 def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
     """Print progress until the run ends; exit 0 if it succeeded."""
     state = MonitorState()
@@ -443,10 +447,12 @@ def follow_run(backend: Backend, run_id: str, output: str, out: TextIO) -> int:
         )
         return 130
     status = backend.status(run_id)
-    for _ in range(50):  # the stream ended: wait for the launcher to record the exit status
-        if status.state.is_terminal:
-            break
-        time.sleep(0.1)
+    # the stream ended with the ranks: the launcher (or the operator) records how the run ended
+    # next, which on a loaded host takes seconds; a run still shown as going on after this long is
+    # reported as it stands
+    settled = time.monotonic() + FINAL_STATUS_WAIT_S
+    while not status.state.is_terminal and time.monotonic() < settled:
+        time.sleep(0.2)
         status = backend.status(run_id)
     snap = state.snapshot()
     if output == "json":
