@@ -105,11 +105,10 @@ METRICS_READ_BYTES = 64 * 1024
 ATTEMPT_RE = re.compile(r"attempt_(\d+)\Z")
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now, for torchrun's c10d rendezvous."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+RENDEZVOUS_PORT = 0
+"""torchrun's c10d rendezvous port here: 0, a free one its agent binds as it starts (as
+``--standalone`` does). A port picked when the run is planned could be taken by the time the plan
+is applied (a preview left open, a busy host), and the run would fail to start."""
 
 
 RANKS_READ = 256
@@ -253,7 +252,7 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
             helper["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         if spec.metrics.tags and not spec.builtin:  # which logger scalar is which (rank_output)
             helper["TORCHDECK_METRIC_TAGS"] = json.dumps(spec.metrics.tags)
-        port = free_port()
+        port = RENDEZVOUS_PORT
         # each rank's hang-triage probe answers in the run's folder (trainer/triage_probe.py), and
         # PyTorch's Flight Recorder keeps the newest collectives for it (the spec's env wins)
         probe = {TRIAGE_DIR_ENV: str(run_dir.resolve() / "triage"), "TORCH_FR_BUFFER_SIZE": FR_BUFFER_SIZE}
@@ -284,7 +283,7 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
             budget=spec.budget,
             price_per_hour=self._price(spec.node_price_per_hour),
         )
-        notes = [f"runs in {run_dir} (torchrun's rendezvous on 127.0.0.1:{port})"]
+        notes = [f"runs in {run_dir} (torchrun's rendezvous on 127.0.0.1, a port its agent picks as it starts)"]
         gate = GateStep(keeps_off=False) if spec.cluster.health_gate else None
         return Plan(
             "local", run_id, spec, command=cmd, env=env, cwd=cwd, notes=notes, gate=gate, payload=LocalLaunch(launch)
