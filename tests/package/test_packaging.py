@@ -172,6 +172,10 @@ def test_wheel_holds_every_module_stylesheet_and_template(wheel: Path) -> None:
                      "torchdeck/docker/mpi/install.sh", "torchdeck/docker/mpi/sshd_config"):  # fmt: skip
         assert expected in names
     assert not [n for n in names if n.startswith(tuple(f"torchdeck/{d}/" for d in NOT_PACKAGED))]
+    # a folder of the repository that is no package of torchdeck's (the cluster tool's modules, the
+    # tests' support) holds no __init__.py: nothing there reads as a subpackage the wheel leaves out
+    stray = [f for f in tracked_files() if f.endswith("__init__.py") and f.split("/")[0] in NOT_PACKAGED]
+    assert stray == []
     metadata = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     assert 'Requires-Dist: torch>=2.3; extra == "trainer"' in text
