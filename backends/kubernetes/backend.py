@@ -76,8 +76,8 @@ from .jobs import (
     walk_volumes,
     world_size,
 )
-from .kind_objects import Json, PodTemplate, Volume, at, mapping
-from .kinds import JOB_KINDS, KEY_BY_KIND
+from .kind_objects import JobObject, Json, PodTemplate, Volume, at, mapping
+from .kinds import JOB_KINDS, JobKind
 from .manifests import (
     CODE_LABEL,
     JOB_LABEL,
@@ -120,11 +120,17 @@ class RunJob:
     key: JobKindName
     obj: Json
     meta: ObjectMeta
+    view: JobObject
+    """What its kind reads of it (replicas, conditions, arguments), read once."""
 
     @classmethod
     def read(cls, key: JobKindName, obj: object) -> RunJob:
         data = mapping(obj) if isinstance(obj, Mapping) else {}
-        return cls(key, data, ObjectMeta.from_api(data))
+        return cls(key, data, ObjectMeta.from_api(data), JOB_KINDS[key].view(data))
+
+    @property
+    def kind(self) -> JobKind:
+        return JOB_KINDS[self.key]
 
     @property
     def name(self) -> str:
@@ -432,7 +438,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         except BackendError:
             return ran_on, ""
         batch = [(node, 0, raw) for raw in answer.data.splitlines()]
-        lines = self._log_lines(batch, nproc_per_node(job.obj), 0, self.text_reader(job.obj))[1]
+        lines = self._log_lines(batch, nproc_per_node(job.view), 0, self.text_reader(job))[1]
         return ran_on, "\n".join(line.text for line in lines)
 
     def _wait_gate(self, run_id: str, timeout_s: float, on_wait: Progress) -> JobStatus:
@@ -767,11 +773,11 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         triage.require_running(status.run_id, status.state)
         job = self._job(status.run_id)
         name, ns = job.name, job.namespace
-        nproc = nproc_per_node(job.obj)
+        nproc = nproc_per_node(job.view)
         pods = [p for p in self.pods(name, ns) if has_started(p)]
         pod_of = {rank: pod for pod, rank in node_ranks(pods).items()}
         node_of = {p.name: p.node or "?" for p in pods}
-        reader = self.text_reader(job.obj)
+        reader = self.text_reader(job)
         dumps: dict[int, object] = {}
         for node, raw in self._pod_lines(name, ns):
             stream: int | None = None
@@ -967,7 +973,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         ordered = sorted(started, key=lambda p: max(0, ranks[p.name]))[:PODS_READ]
         if not ordered:
             return
-        reader = self.text_reader(job.obj)
+        reader = self.text_reader(job)
         per_rank: dict[int, RankProgress] = {}
         events: list[MetricEvent] = []
         for i, pod in enumerate(ordered):
@@ -994,9 +1000,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             status.reason, status.hint = f"rank 0: {error.get('message')}", error.get("hint") or status.hint
 
     def _status_of(self, job: RunJob, pods: Sequence[Pod]) -> JobStatus:
-        key, obj, meta, name = job.key, job.obj, job.meta, job.name
-        view, st = JOB_KINDS[key].view(obj), mapping(obj.get("status"))
-        state, reason = job_state(key, obj, pods)
+        key, obj, meta, name, view = job.key, job.obj, job.meta, job.name, job.view
+        st = mapping(obj.get("status"))
+        state, reason = job_state(job.kind, view, pods)
         queue = meta.labels.get(QUEUE_LABEL)
         wait = queue_wait(self.client, obj, queue) if queue and not state.is_terminal else None
         if wait is not None and suspended(obj):  # Kueue holds it: it waits in the queue, nothing runs
@@ -1020,7 +1026,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             name=meta.labels.get(JOB_LABEL, name),
             backend=self.name,
             state=state,
-            world_size=world_size(key, obj),
+            world_size=world_size(job.kind, view),
             submitted_at=meta.created or 0.0,
             finished_at=timestamp(view.status.completion_time),
             reason=reason,
@@ -1213,7 +1219,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         pod = PodTemplate.read_spec(first_pod_spec(obj.get("spec")))
 
         def arg(flag: str) -> str | None:
-            return argument(obj, flag)
+            return argument(job.view, flag)
 
         container = pod.container(())
         trainer = at(obj, ("spec", "trainer", "image"))  # a TrainJob's own image, where its pods name none
@@ -1288,15 +1294,14 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         return events, lines
 
     @staticmethod
-    def text_reader(obj: Json) -> RankedText | None:
+    def text_reader(job: RunJob) -> RankedText | None:
         """For a run of the user's code (its job says what it runs), the reader of its text lines."""
-        notes = ObjectMeta.from_api(obj).annotations
+        notes = job.meta.annotations
         if PROGRAM_ANNOTATION not in notes:
             return None
-        kind = KEY_BY_KIND.get(str(obj.get("kind", "")))
         return RankedText(
-            nproc_per_node(obj),
-            world_size(kind, obj) if kind else nproc_per_node(obj),
+            nproc_per_node(job.view),
+            world_size(job.kind, job.view),
             notes.get(PATTERN_ANNOTATION),
             notes[PROGRAM_ANNOTATION],
         )
@@ -1305,11 +1310,11 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
     ) -> Iterator[builtins.list[LogLine]]:
         job = self._job(run_id)
-        name, ns, obj = job.name, job.namespace, job.obj
-        nproc = nproc_per_node(obj)
+        name, ns = job.name, job.namespace
+        nproc = nproc_per_node(job.view)
         follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow, owned=self.owner(name))
         follower.start()
-        reader = self.text_reader(obj)
+        reader = self.text_reader(job)
         try:
             while True:
                 batch, done = follower.take(poll_s)
@@ -1326,11 +1331,11 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
     async def follow(self, run_id: str) -> AsyncIterator[tuple[builtins.list[MetricEvent], builtins.list[LogLine]]]:
         """Every pod's log once, as metric events and log lines together."""
         job = await asyncio.to_thread(self._job, run_id)
-        name, ns, obj = job.name, job.namespace, job.obj
-        nproc = nproc_per_node(obj)
+        name, ns = job.name, job.namespace
+        nproc = nproc_per_node(job.view)
         follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=True, owned=self.owner(name))
         follower.start()
-        reader = self.text_reader(obj)
+        reader = self.text_reader(job)
         try:
             while True:
                 batch, done = await asyncio.to_thread(follower.take, 0.1)
@@ -1345,11 +1350,11 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         self, run_id: str, follow: bool = True, poll_s: float = 0.1
     ) -> AsyncIterator[builtins.list[MetricEvent]]:
         job = await asyncio.to_thread(self._job, run_id)
-        name, ns, obj = job.name, job.namespace, job.obj
+        name, ns = job.name, job.namespace
         follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow, owned=self.owner(name))
         follower.start()
-        reader = self.text_reader(obj)
-        nproc = nproc_per_node(obj)
+        reader = self.text_reader(job)
+        nproc = nproc_per_node(job.view)
         try:
             while True:
                 batch, done = await asyncio.to_thread(follower.take, poll_s)

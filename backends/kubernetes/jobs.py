@@ -9,10 +9,9 @@ from collections.abc import Iterable, Sequence
 
 from ..base import JobState
 from ..schema import count
-from ..spec import JobKindName
 from .client import KINDS, ApiKind
-from .kind_objects import JobObject, Json
-from .kinds import JOB_KINDS, KEY_BY_KIND
+from .kind_objects import JobObject
+from .kinds import JOB_KINDS, KEY_BY_KIND, JobKind
 from .objects import PodLike
 
 
@@ -36,26 +35,24 @@ def walk_volumes(obj: object) -> list[dict[str, object]]:
     return found
 
 
-def world_size(key: JobKindName, obj: Json) -> int:
+def world_size(kind: JobKind, job: JobObject) -> int:
     """The job's ranks: its kind's pods that run ranks, times the ranks per pod."""
-    kind = JOB_KINDS[key]
-    return nproc_per_node(obj) * kind.nodes(kind.view(obj))
+    return nproc_per_node(job) * kind.nodes(job)
 
 
-def nproc_per_node(obj: Json) -> int:
+def nproc_per_node(job: JobObject) -> int:
     """Ranks per pod, read back from the job (so any machine can reattach)."""
-    job = JobObject.read(obj)
     for value in (job.field("nprocPerNode"), job.field("trainer", "numProcPerNode")):
         ranks = count(int(value) if isinstance(value, str) and value.isdigit() else value)
         if ranks:  # "auto", "gpu": the ranks per pod are not known here
             return ranks
-    nproc = argument(obj, "--nproc-per-node")
+    nproc = argument(job, "--nproc-per-node")
     return int(nproc) if nproc and nproc.isdigit() else 1
 
 
-def argument(obj: Json, flag: str) -> str | None:
+def argument(job: JobObject, flag: str) -> str | None:
     """The value after ``flag`` in the job's container arguments, if any."""
-    for words in JobObject.read(obj).string_lists():
+    for words in job.string_lists():
         if flag in words[:-1]:
             return words[words.index(flag) + 1]
     return None
@@ -78,7 +75,6 @@ def first_pod_spec(node: object) -> dict[str, object]:
     return {}
 
 
-def job_state(key: JobKindName, obj: Json, pods: Sequence[PodLike]) -> tuple[JobState, str]:
+def job_state(kind: JobKind, job: JobObject, pods: Sequence[PodLike]) -> tuple[JobState, str]:
     """The job's own conditions mapped onto JobState, with the condition's message."""
-    kind = JOB_KINDS[key]
-    return kind.state(kind.view(obj), pods)
+    return kind.state(job, pods)

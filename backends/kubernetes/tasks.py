@@ -75,7 +75,7 @@ class TaskJobs:
             job = self.client.request("GET", path)
             owned = OwnedBy(self.client, namespace, ObjectMeta.from_api(job).uid)
             pods = [p for p in self.client.read_pods(namespace, f"{RUN_LABEL}={name}") if not owned.uid or owned(p)]
-            state, reason = job_state(TASK_KIND.key, job, pods)
+            state, reason = job_state(TASK_KIND, TASK_KIND.view(job), pods)
             if state.is_terminal:
                 break
             findings = pod_findings(self.client, namespace, pods)
