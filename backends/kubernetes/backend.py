@@ -97,7 +97,7 @@ from .manifests import (
     run_labels,
 )
 from .node_metrics import measure_nodes
-from .objects import Node, ObjectMeta, Pod, conditions_of, timestamp
+from .objects import Node, ObjectMeta, Pod, timestamp
 from .objects import items as items_of
 from .ownership import OwnedBy
 from .preflight import preflight
@@ -1017,7 +1017,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             )
         findings = [] if state.is_terminal or wait is not None else self.pod_findings(job.namespace, pods)
         limit = view.run_policy.get("backoffLimit")
-        findings += job_findings(name, conditions_of(st), limit if isinstance(limit, int) else None)
+        findings += job_findings(name, view.status.conditions, limit if isinstance(limit, int) else None)
         if findings and not reason:
             reason = str(findings[0].where) + ": " + findings[0].problem
         trainer = st.get("trainerStatus")  # a TrainJob's alone

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from ..cost import NodeUse
 from ..errors import BackendError
 from .client import KubeClient
-from .objects import Node, ObjectMeta, Pod, PodLike, pods_of
+from .objects import Node, ObjectMeta, Pod
 
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 CAPACITY_LABELS = {
@@ -73,10 +73,10 @@ def _ended_at(pod: Pod, job_ended: float | None) -> float | None:
     return job_ended or pod.meta.deleting
 
 
-def node_uses(pods: Sequence[PodLike], nodes: Mapping[str, Node], job_ended: float | None) -> list[NodeUse]:
+def node_uses(pods: Sequence[Pod], nodes: Mapping[str, Node], job_ended: float | None) -> list[NodeUse]:
     """Each bound pod's hold on its node."""
     uses = []
-    for pod in pods_of(pods):
+    for pod in pods:
         name = pod.node
         started = _bound_at(pod)
         if not name or started is None:

@@ -7,12 +7,12 @@ them. Pure functions: tests feed them realistic statuses."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import BackendError
 from .client import ApiError, KubeClient
-from .objects import Condition, ContainerStatus, Event, Node, Pod, PodLike, pods_of
+from .objects import Condition, ContainerStatus, Event, Node, Pod
 
 RDZV_PATTERNS = (
     (
@@ -237,13 +237,10 @@ def log_findings(where: str, lines: Iterable[str]) -> list[Finding]:
     return found
 
 
-def job_findings(
-    name: str, conditions: Iterable[Condition | Mapping[str, object]], backoff_limit: int | None = None
-) -> list[Finding]:
-    """The operator's own word: a job restarting, or failed after its backoff limit. (``conditions``
-    as the API's dicts: backend.py's, until it holds the job's view.)"""
+def job_findings(name: str, conditions: Iterable[Condition], backoff_limit: int | None = None) -> list[Finding]:
+    """The operator's own word: a job restarting, or failed after its backoff limit."""
     found: list[Finding] = []
-    for cond in (Condition.of(c) for c in conditions):
+    for cond in conditions:
         if not cond.is_true:
             continue
         kind, reason, message = cond.type, cond.reason, cond.message
@@ -271,11 +268,11 @@ def job_findings(
     return found
 
 
-def pod_findings(client: KubeClient, namespace: str, pods: Sequence[PodLike]) -> list[Finding]:
+def pod_findings(client: KubeClient, namespace: str, pods: Sequence[Pod]) -> list[Finding]:
     """What is wrong with these pods; the scheduler's events are read for Pending ones only."""
     return [
         f
-        for pod in pods_of(pods)
+        for pod in pods
         for f in diagnose_pod(pod, pod_events(client, namespace, pod.name) if pod.phase == "Pending" else ())
     ]
 
@@ -339,13 +336,13 @@ def pod_disruption(pod: Pod) -> str:
     return ""
 
 
-def bad_nodes(client: KubeClient, pods: Sequence[PodLike], unread: list[str] | None = None) -> dict[str, str]:
+def bad_nodes(client: KubeClient, pods: Sequence[Pod], unread: list[str] | None = None) -> dict[str, str]:
     """The nodes a run's pods were on that the cluster marks bad (NotReady, a spot interruption
     notice, gone, a pressure, evictions), each with why: what ``torchdeck resume --avoid-node``
     is for. One request a node; a node this identity may not read goes into ``unread``."""
     found: dict[str, str] = {}
     nodes: dict[str, list[Pod]] = {}
-    for pod in pods_of(pods):
+    for pod in pods:
         if pod.node:
             nodes.setdefault(pod.node, []).append(pod)
     for name, on_it in sorted(nodes.items()):

@@ -12,7 +12,7 @@ from ..schema import count
 from .client import KINDS, ApiKind
 from .kind_objects import JobObject
 from .kinds import JOB_KINDS, KEY_BY_KIND, JobKind
-from .objects import PodLike
+from .objects import Pod
 
 
 def api_of(kind: str) -> str | ApiKind:
@@ -75,6 +75,6 @@ def first_pod_spec(node: object) -> dict[str, object]:
     return {}
 
 
-def job_state(kind: JobKind, job: JobObject, pods: Sequence[PodLike]) -> tuple[JobState, str]:
+def job_state(kind: JobKind, job: JobObject, pods: Sequence[Pod]) -> tuple[JobState, str]:
     """The job's own conditions mapped onto JobState, with the condition's message."""
     return kind.state(job, pods)

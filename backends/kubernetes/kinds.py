@@ -20,7 +20,7 @@ from ..spec import KINDS, JobKindName, JobSpec
 from .client import ApiKind
 from .crds import Json, Target, operator_releases, schema_of, served_versions, spec_fields
 from .kind_objects import JobObject, PodTemplate, at, whole
-from .objects import PodLike, pods_of
+from .objects import Pod
 from .render_context import KindInputs, MpiRole, RenderContext, Resources
 
 MPI_SSH_DIR = "/home/trainer/.ssh"
@@ -205,7 +205,7 @@ class JobKind:
         """Its pods that run ranks (its world size is these times the ranks per pod)."""
         return job.replicas("Worker")
 
-    def state(self, job: JobObject, pods: Sequence[PodLike]) -> tuple[JobState, str]:
+    def state(self, job: JobObject, pods: Sequence[Pod]) -> tuple[JobState, str]:
         """Its conditions mapped onto JobState, with the condition's message (Kubeflow's here)."""
         holding = job.status.holding()
         for kind, state in KUBEFLOW_STATES:
@@ -258,9 +258,9 @@ KUBEFLOW_STATES = (
 )
 
 
-def any_running(pods: Sequence[PodLike]) -> bool:
+def any_running(pods: Sequence[Pod]) -> bool:
     """Whether any of a job's pods runs."""
-    return any(p.phase == "Running" for p in pods_of(pods))
+    return any(p.phase == "Running" for p in pods)
 
 
 @dataclass(frozen=True)
@@ -302,7 +302,7 @@ class TrainJobKind(JobKind):
     def nodes(self, job: JobObject) -> int:
         return job.count("trainer", "numNodes")
 
-    def state(self, job: JobObject, pods: Sequence[PodLike]) -> tuple[JobState, str]:
+    def state(self, job: JobObject, pods: Sequence[Pod]) -> tuple[JobState, str]:
         holding = job.status.holding()
         if "Complete" in holding:
             return JobState.SUCCEEDED, ""
@@ -407,7 +407,7 @@ class IndexedJobKind(JobKind):
     def nodes(self, job: JobObject) -> int:
         return job.count("completions")
 
-    def state(self, job: JobObject, pods: Sequence[PodLike]) -> tuple[JobState, str]:
+    def state(self, job: JobObject, pods: Sequence[Pod]) -> tuple[JobState, str]:
         holding = job.status.holding()
         if "Complete" in holding:
             return JobState.SUCCEEDED, ""

@@ -11,7 +11,7 @@ from typing import Any
 from ..base import GpuMetrics, NodeMetrics
 from ..errors import BackendError
 from .client import ApiError, KubeClient, api_path, quantity
-from .objects import NodeUsage, PodLike, items, pods_of
+from .objects import NodeUsage, Pod, items
 
 DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
 DCGM_PORT = 9400
@@ -44,10 +44,10 @@ def dcgm_gpus(client: KubeClient, nodes: set[str]) -> dict[str, list[GpuMetrics]
     return found
 
 
-def measure_nodes(client: KubeClient, pods: Sequence[PodLike]) -> list[NodeMetrics]:
+def measure_nodes(client: KubeClient, pods: Sequence[Pod]) -> list[NodeMetrics]:
     """The nodes the pods run on: CPU and memory from metrics-server, GPUs from the DCGM exporter
     where one runs (else what the API says they have)."""
-    views = pods_of(pods)
+    views = list(pods)
     node_names: list[str] = sorted({p.node for p in views if p.node})
     if not node_names:
         return []

@@ -163,11 +163,6 @@ class Condition:
             timestamp(obj.get("lastTransitionTime")),
         )
 
-    @classmethod
-    def of(cls, condition: Condition | Api) -> Condition:
-        """A view of ``condition``, whichever the caller holds."""
-        return condition if isinstance(condition, Condition) else cls.from_api(condition)
-
     @property
     def is_true(self) -> bool:
         return self.status == "True"
@@ -287,11 +282,6 @@ class Pod:
             ),
         )
 
-    @classmethod
-    def of(cls, pod: Pod | Api) -> Pod:
-        """A view of ``pod``, whichever the caller holds (a test's dict, a view)."""
-        return pod if isinstance(pod, Pod) else cls.from_api(pod)
-
     @property
     def name(self) -> str:
         return self.meta.name
@@ -313,16 +303,6 @@ class Pod:
     @property
     def ended(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
-
-
-PodLike = Pod | Api
-"""A pod as a view or as the API's dict: what the functions backend.py calls take until it holds
-views (``Pod.of`` makes either a view)."""
-
-
-def pods_of(pods: Iterable[PodLike]) -> list[Pod]:
-    """Views of ``pods``, whichever form each is in."""
-    return [Pod.of(p) for p in pods]
 
 
 # -- nodes, events, metrics ----------------------------------------------------------------

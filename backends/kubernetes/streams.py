@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..errors import BackendError
 from .client import ApiError, KubeClient, Unreachable, api_path
-from .objects import Pod, PodLike, PodList, WatchEvent
+from .objects import Pod, PodList, WatchEvent
 
 if TYPE_CHECKING:
     from urllib3.response import BaseHTTPResponse
@@ -40,15 +40,15 @@ MAX_RETRIES = 8
 """Failed watch connections in a row before the watcher gives up."""
 
 
-def has_started(pod: PodLike) -> bool:
+def has_started(pod: Pod) -> bool:
     """Whether a container of the pod has run (so it has a log to read)."""
-    return Pod.of(pod).has_started
+    return pod.has_started
 
 
-def node_ranks(pods: Sequence[PodLike]) -> dict[str, int]:
+def node_ranks(pods: Sequence[Pod]) -> dict[str, int]:
     """Which node (torchrun's node rank) each pod is, by name, from the labels its operator sets.
     One pass over the pods: a status poll of a 512-pod job asks for them all."""
-    views = [Pod.of(p) for p in pods]
+    views = list(pods)
     labels = [p.labels for p in views]
     has_master = any(lab.get("training.kubeflow.org/replica-type", "").lower() == "master" for lab in labels)
     names = sorted(p.name for p in views)

@@ -8,7 +8,7 @@ import pytest
 
 from torchdeck.backends.kubernetes import diagnosis
 from torchdeck.backends.kubernetes.diagnosis import job_findings, log_findings
-from torchdeck.backends.kubernetes.objects import Event, Node, Pod
+from torchdeck.backends.kubernetes.objects import Condition, Event, Node, Pod
 
 ECR_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/torchdeck-trainer:v3"
 
@@ -221,7 +221,7 @@ def test_job_conditions_restarting_and_failed_after_backoff():
             "message": "PyTorchJob cifar10 has failed because it has reached the specified backoff limit",
         },
     ]
-    restarting, failed = job_findings("cifar10", conditions, backoff_limit=3)
+    restarting, failed = job_findings("cifar10", [Condition.from_api(c) for c in conditions], backoff_limit=3)
     assert "1 Worker replica(s) failed" in restarting.problem
     assert failed.problem.startswith("failed after 3 restarts: PyTorchJob cifar10 has failed")
 

@@ -54,7 +54,7 @@ def test_a_pod_reads_its_place_its_owner_and_how_its_containers_fare() -> None:
     assert last is not None and (last.reason, last.exit_code) == ("OOMKilled", 137)
     assert pod.resources[0].asked("nvidia.com/gpu") == "2" and pod.resources[0].asked("cpu") == "500m"
     assert pod.conditions[0].is_true and pod.conditions[0].since == pod.meta.created + 1
-    assert Pod.of(pod) is pod and Pod.of(POD) == pod
+    assert Pod.from_api(POD) == pod  # the same answer reads as the same view
 
 
 @pytest.mark.parametrize(
