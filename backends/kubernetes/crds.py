@@ -31,7 +31,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads it with the same parser's backport
     import tomli as tomllib
 
-from .objects import Api as Json  # a CRD, a schema, an object checked against one
+from .objects import Api as Json
+from .objects import as_list, as_map  # a CRD, a schema, an object checked against one
 
 
 @dataclass(frozen=True)
@@ -72,18 +73,10 @@ def sources() -> dict[str, dict[str, str]]:
     return found
 
 
-def _object(value: object) -> Json:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[object]:
-    return value if isinstance(value, list) else []
-
-
 def served_versions(definition: Json) -> list[str]:
     """The API versions a CRD object serves (apiextensions v1, or the v1beta1 form)."""
-    spec = _object(definition.get("spec"))
-    versions = [_object(v) for v in _list(spec.get("versions"))]
+    spec = as_map(definition.get("spec"))
+    versions = [as_map(v) for v in as_list(spec.get("versions"))]
     if versions:
         return [str(v["name"]) for v in versions if v.get("served", True)]
     return [str(spec["version"])] if spec.get("version") else []
@@ -91,12 +84,12 @@ def served_versions(definition: Json) -> list[str]:
 
 def schema_of(definition: Json, version: str) -> Json | None:
     """The openAPIV3Schema a CRD object gives ``version`` (None where it gives none)."""
-    spec = _object(definition.get("spec"))
-    for v in map(_object, _list(spec.get("versions"))):
-        schema = _object(_object(v.get("schema")).get("openAPIV3Schema"))
+    spec = as_map(definition.get("spec"))
+    for v in map(as_map, as_list(spec.get("versions"))):
+        schema = as_map(as_map(v.get("schema")).get("openAPIV3Schema"))
         if v.get("name") == version and schema:
             return schema
-    return _object(_object(spec.get("validation")).get("openAPIV3Schema")) or None
+    return as_map(as_map(spec.get("validation")).get("openAPIV3Schema")) or None
 
 
 def target_schema(target: Target) -> Json:
@@ -107,7 +100,7 @@ def target_schema(target: Target) -> Json:
 
 def spec_fields(schema: Json) -> set[str]:
     """The fields a schema's ``spec`` names."""
-    return set(_object(_object(_object(schema.get("properties")).get("spec")).get("properties")))
+    return set(as_map(as_map(as_map(schema.get("properties")).get("spec")).get("properties")))
 
 
 # -- checking an object against a schema, as the API server does on create ---------------
@@ -167,9 +160,9 @@ class _Checker:
             if least is not None and len(value) < least:
                 self.problems.append(f"{where}: fewer than {schema['minItems']} items")
             for i, item in enumerate(value):
-                self.walk(item, _object(schema.get("items")), f"{path}[{i}]")
+                self.walk(item, as_map(schema.get("items")), f"{path}[{i}]")
         if isinstance(value, Mapping):
-            self._object(value, schema, path, root)
+            self.as_map(value, schema, path, root)
         self._rules(value, schema, where)
 
     def _string(self, value: str, schema: Json, where: str) -> None:
@@ -179,18 +172,18 @@ class _Checker:
         if longest is not None and len(value) > longest:
             self.problems.append(f"{where}: longer than {schema['maxLength']}")
 
-    def _object(self, value: Json, schema: Json, path: str, root: bool) -> None:
+    def as_map(self, value: Json, schema: Json, path: str, root: bool) -> None:
         props = schema.get("properties")
         extra = schema.get("additionalProperties")
         implicit = {"apiVersion", "kind", "metadata"} if root or schema.get("x-kubernetes-embedded-resource") else set()
-        for key in _list(schema.get("required")):
+        for key in as_list(schema.get("required")):
             if key not in value:
                 self.problems.append(f"{path + '.' if path else ''}{key}: required")
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key
             if isinstance(props, Mapping) and key in props:
                 if not (root and key == "metadata"):  # the API server checks ObjectMeta itself
-                    self.walk(item, _object(props[key]), sub)
+                    self.walk(item, as_map(props[key]), sub)
             elif isinstance(extra, Mapping):
                 self.walk(item, extra, sub)
             elif key in implicit or extra is True or schema.get("x-kubernetes-preserve-unknown-fields"):
@@ -199,7 +192,7 @@ class _Checker:
                 self.problems.append(f"{sub}: unknown field (this release of the CRD would drop it)")
 
     def _rules(self, value: object, schema: Json, where: str) -> None:
-        for rule in map(_object, _list(schema.get("x-kubernetes-validations"))):
+        for rule in map(as_map, as_list(schema.get("x-kubernetes-validations"))):
             text = str(rule.get("rule", ""))
             if "oldSelf" in text:
                 continue  # transition rules apply to updates only

@@ -31,16 +31,18 @@ EMPTY: Mapping[str, object] = {}
 # -- reading the API's JSON, tolerantly ------------------------------------------------------
 
 
-def _map(value: object) -> Api:
+def as_map(value: object) -> Api:
+    """``value`` where it is a JSON object; anything else (absent, null, another shape) reads as empty."""
     return value if isinstance(value, Mapping) else EMPTY
 
 
-def _list(value: object) -> list[object]:
+def as_list(value: object) -> list[object]:
+    """``value`` where it is a JSON array; anything else reads as empty."""
     return value if isinstance(value, list) else []
 
 
 def _maps(value: object) -> list[Api]:
-    return [item for item in _list(value) if isinstance(item, Mapping)]
+    return [item for item in as_list(value) if isinstance(item, Mapping)]
 
 
 def _text(value: object) -> str:
@@ -49,7 +51,7 @@ def _text(value: object) -> str:
 
 def _strings(value: object) -> dict[str, str]:
     """A map of strings (labels, annotations, a ConfigMap's data); other entries left out."""
-    return {k: v for k, v in _map(value).items() if isinstance(k, str) and isinstance(v, str)}
+    return {k: v for k, v in as_map(value).items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _quantity_text(value: object) -> str:
@@ -62,7 +64,7 @@ def _quantity_text(value: object) -> str:
 
 
 def _quantities(value: object) -> dict[str, str]:
-    return {k: text for k, v in _map(value).items() if isinstance(k, str) and (text := _quantity_text(v))}
+    return {k: text for k, v in as_map(value).items() if isinstance(k, str) and (text := _quantity_text(v))}
 
 
 def timestamp(text: object) -> float | None:
@@ -78,7 +80,7 @@ def timestamp(text: object) -> float | None:
 
 def items(answer: object) -> list[Api]:
     """The objects of a list answer (``{"items": [...]}``)."""
-    return _maps(_map(answer).get("items"))
+    return _maps(as_map(answer).get("items"))
 
 
 # -- what every object has -----------------------------------------------------------------
@@ -123,7 +125,7 @@ class ObjectMeta:
     @classmethod
     def from_api(cls, obj: Api) -> ObjectMeta:
         """The metadata of ``obj`` (the whole object, as the API answered it)."""
-        meta = _map(obj.get("metadata"))
+        meta = as_map(obj.get("metadata"))
         return cls(
             name=_text(meta.get("name")),
             namespace=_text(meta.get("namespace")),
@@ -215,8 +217,8 @@ class ContainerStatus:
 
     @classmethod
     def from_api(cls, obj: Api) -> ContainerStatus:
-        state, last = _map(obj.get("state")), _map(obj.get("lastState"))
-        waiting = _map(state.get("waiting"))
+        state, last = as_map(obj.get("state")), as_map(obj.get("lastState"))
+        waiting = as_map(state.get("waiting"))
         restarts = obj.get("restartCount")
         return cls(
             name=_text(obj.get("name")),
@@ -225,8 +227,8 @@ class ContainerStatus:
             running="running" in state,
             waiting_reason=_text(waiting.get("reason")),
             waiting_message=_text(waiting.get("message")),
-            terminated=Terminated.from_api(_map(state.get("terminated"))) if "terminated" in state else None,
-            last_terminated=Terminated.from_api(_map(last["terminated"])) if "terminated" in last else None,
+            terminated=Terminated.from_api(as_map(state.get("terminated"))) if "terminated" in state else None,
+            last_terminated=Terminated.from_api(as_map(last["terminated"])) if "terminated" in last else None,
         )
 
 
@@ -264,7 +266,7 @@ class Pod:
 
     @classmethod
     def from_api(cls, obj: Api) -> Pod:
-        spec, status = _map(obj.get("spec")), _map(obj.get("status"))
+        spec, status = as_map(obj.get("spec")), as_map(obj.get("status"))
         return cls(
             meta=ObjectMeta.from_api(obj),
             node=_text(spec.get("nodeName")),
@@ -278,7 +280,7 @@ class Pod:
             resources=tuple(
                 Resources(_quantities(r.get("requests")), _quantities(r.get("limits")))
                 for c in _maps(spec.get("containers"))
-                for r in [_map(c.get("resources"))]
+                for r in [as_map(c.get("resources"))]
             ),
         )
 
@@ -328,7 +330,7 @@ class Node:
 
     @classmethod
     def from_api(cls, obj: Api) -> Node:
-        spec, status = _map(obj.get("spec")), _map(obj.get("status"))
+        spec, status = as_map(obj.get("spec")), as_map(obj.get("status"))
         return cls(
             meta=ObjectMeta.from_api(obj),
             unschedulable=bool(spec.get("unschedulable")),
@@ -374,7 +376,7 @@ class NodeUsage:
 
     @classmethod
     def from_api(cls, obj: Api) -> NodeUsage:
-        usage = _map(obj.get("usage"))
+        usage = as_map(obj.get("usage"))
         return cls(ObjectMeta.from_api(obj).name, _quantity_text(usage.get("cpu")), _quantity_text(usage.get("memory")))
 
 
@@ -389,7 +391,7 @@ class ClaimPhase:
 
     @classmethod
     def from_api(cls, obj: Api) -> ClaimPhase:
-        return cls(_text(_map(obj.get("status")).get("phase")))
+        return cls(_text(as_map(obj.get("status")).get("phase")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,7 +402,7 @@ class AccessReview:
 
     @classmethod
     def from_api(cls, obj: Api) -> AccessReview:
-        return cls(bool(_map(obj.get("status")).get("allowed")))
+        return cls(bool(as_map(obj.get("status")).get("allowed")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,7 +413,7 @@ class SubjectReview:
 
     @classmethod
     def from_api(cls, obj: Api) -> SubjectReview:
-        user = _map(_map(obj.get("status")).get("userInfo"))
+        user = as_map(as_map(obj.get("status")).get("userInfo"))
         return cls(_text(user.get("username")))
 
 
@@ -423,7 +425,7 @@ class ServedVersions:
 
     @classmethod
     def from_api(cls, obj: Api) -> ServedVersions:
-        spec = _map(obj.get("spec"))
+        spec = as_map(obj.get("spec"))
         return cls(frozenset(_text(v.get("name")) for v in _maps(spec.get("versions")) if v.get("served")))
 
 
@@ -445,7 +447,7 @@ class PodList:
 
     @classmethod
     def from_api(cls, obj: Api) -> PodList:
-        version = _map(obj.get("metadata")).get("resourceVersion")
+        version = as_map(obj.get("metadata")).get("resourceVersion")
         return cls([Pod.from_api(p) for p in items(obj)], version if isinstance(version, str) and version else None)
 
 
@@ -461,7 +463,7 @@ class WatchEvent:
 
     @classmethod
     def from_api(cls, obj: Api) -> WatchEvent:
-        kind, body = _text(obj.get("type")), _map(obj.get("object"))
+        kind, body = _text(obj.get("type")), as_map(obj.get("object"))
         if kind == "ERROR":
             code = body.get("code")
             return cls(
@@ -483,7 +485,7 @@ class LocalQueue:
 
     @classmethod
     def from_api(cls, obj: Api) -> LocalQueue:
-        return cls(ObjectMeta.from_api(obj).name, _text(_map(obj.get("spec")).get("clusterQueue")))
+        return cls(ObjectMeta.from_api(obj).name, _text(as_map(obj.get("spec")).get("clusterQueue")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,11 +520,11 @@ class ClusterQueue:
 
     @classmethod
     def from_api(cls, obj: Api) -> ClusterQueue:
-        spec = _map(obj.get("spec"))
+        spec = as_map(obj.get("spec"))
         return cls(
             groups=tuple(
                 ResourceGroup(
-                    tuple(_text(r) for r in _list(group.get("coveredResources"))),
+                    tuple(_text(r) for r in as_list(group.get("coveredResources"))),
                     tuple(_flavor(f) for f in _maps(group.get("flavors"))),
                 )
                 for group in _maps(spec.get("resourceGroups"))
@@ -557,9 +559,9 @@ class Workload:
 
     @classmethod
     def from_api(cls, obj: Api) -> Workload:
-        status = _map(obj.get("status"))
+        status = as_map(obj.get("status"))
         return cls(
-            ObjectMeta.from_api(obj), _text(_map(status.get("admission")).get("clusterQueue")), conditions_of(status)
+            ObjectMeta.from_api(obj), _text(as_map(status.get("admission")).get("clusterQueue")), conditions_of(status)
         )
 
 
