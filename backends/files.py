@@ -42,6 +42,14 @@ MAX_DIGITS = 40
 ValueError from Python's int, and a float of 400 digits an infinity)."""
 
 
+def size_words(n: int) -> str:
+    """A count of bytes as a person reads it: ``16 MiB``, ``44.8 KiB``, ``27 B``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -16,7 +16,7 @@ from torchdeck.backends import BACKENDS, open_backend
 from torchdeck.backends.base import Backend, GateStep, JobState, JobStatus, TestResult
 from torchdeck.backends.capabilities import BudgetChange, CifarTasks, HangTriage, HealthGate, JobAdoption, NodeCordon
 from torchdeck.backends.errors import BackendError, RunNotFound, SpecError
-from torchdeck.backends.files import read_stdin_text, read_text
+from torchdeck.backends.files import read_stdin_text, read_text, size_words
 from torchdeck.backends.health import GateResult
 from torchdeck.backends.spec import (
     JobKindName,
@@ -629,13 +629,6 @@ def check_report(result: GateResult) -> str:
     else:
         out.append(f"every node passed ({len(nodes) or 1} measured)")
     return printable("\n".join(out))
-
-
-def size_words(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n} B"
 
 
 def cmd_triage(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:

@@ -34,6 +34,7 @@ from ...trainer.triage_probe import FR_BUFFER_SIZE, STUCK_ENV, TRIAGE_DIR_ENV
 from .. import bundle as code_bundle
 from ..base import Plan, PlanPayload
 from ..errors import SpecError
+from ..files import size_words
 from ..names import check_run_id
 from ..spec import KINDS, JobKindName, JobSpec, trainer_arguments, validate
 from . import crds
@@ -126,17 +127,13 @@ class Rendered(PlanPayload):
         if self.bundle is None:
             return []
         b = self.bundle
-        return [f"code bundle: {b.files} file(s), {_bytes(b.size)} ({_bytes(len(b.data))} packed) from {b.source}"]
+        return [
+            f"code bundle: {b.files} file(s), {size_words(b.size)} ({size_words(len(b.data))} packed) from {b.source}"
+        ]
 
     def to_yaml(self) -> str:
         header = "".join(f"# warning: {w}\n" for w in self.warnings)
         return header + yaml.safe_dump_all(self.objects, sort_keys=False, width=120)
-
-
-def _bytes(n: int) -> str:
-    return next(
-        (f"{n / scale:.1f} {unit}" for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)) if n >= scale), f"{n} B"
-    )
 
 
 def rendered_plan(
