@@ -223,8 +223,10 @@ def test_the_console_in_a_real_terminal_lists_and_monitors_a_real_pytorchjob(
 
     run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--epochs", "50",
                       "--batch-size", "32", "--name", "terminal")  # fmt: skip
-    server = f"torchdeck-e2e-{time.monotonic_ns()}"
-    tmux = ["tmux", "-L", server]
+    # each console gets a tmux server of its own: a server whose last session was killed exits, and a
+    # new session asked of it in that moment fails ("server exited unexpectedly")
+    servers: list[str] = []
+    tmux: list[str] = []
     session = "runs"
     exports = " ".join(f"{k}={v!r}" for k, v in on_cluster.env.items()
                        if k.startswith(("TORCHDECK_", "PATH", "HOME", "KUBECONFIG", "AWS_")))  # fmt: skip
@@ -234,13 +236,15 @@ def test_the_console_in_a_real_terminal_lists_and_monitors_a_real_pytorchjob(
 
     def console(*args: str) -> None:
         command = f"cd {REPO} && env {exports} {sys.executable} -m torchdeck --backend kubernetes {' '.join(args)}"
+        servers.append(f"torchdeck-e2e-{time.monotonic_ns()}")
+        tmux[:] = ["tmux", "-L", servers[-1]]
         subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "110", "-y", "30", command], check=True)
 
     try:
         console()
         shown = wait(lambda: run_id in (s := screen()) and s, "the run on the runs screen", 60, every=0.3)
         assert "kubernetes" in shown
-        subprocess.run([*tmux, "kill-session", "-t", session], check=False)
+        subprocess.run([*tmux, "kill-server"], check=False)
         session = "monitor"
         console("--ascii", "monitor", run_id)
         wait(lambda: "RUNNING" in (s := screen()) and " r1 " in s and s, "both ranks in the monitor", 300, every=0.5)
@@ -249,7 +253,8 @@ def test_the_console_in_a_real_terminal_lists_and_monitors_a_real_pytorchjob(
         subprocess.run([*tmux, "send-keys", "-t", session, "y"], check=True)
         wait(lambda: "CANCELLED" in screen(), "the run cancelled", 120, every=0.5)
     finally:
-        subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
+        for server in servers:
+            subprocess.run(["tmux", "-L", server, "kill-server"], check=False, capture_output=True)
     wait(lambda: not objects_of(real_cluster, run_id), "every object of the run to go", 120)
 
 

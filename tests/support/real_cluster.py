@@ -227,7 +227,7 @@ spec:
 
 
 @pytest.fixture
-def on_cluster(real_cluster: Cluster, volume: Path, tmp_path: Path):
+def on_cluster(real_cluster: Cluster, volume: Path, tmp_path: Path) -> Iterator:
     """``torchdeck --backend kubernetes ARGS`` against the real cluster, with a state folder of its own."""
     env = {**cli_env(tmp_path / "state"), **NO_AWS, "KUBECONFIG": str(real_cluster.kubeconfig), "HOME": str(tmp_path)}
 
@@ -235,7 +235,16 @@ def on_cluster(real_cluster: Cluster, volume: Path, tmp_path: Path):
         return run_cli(["--backend", "kubernetes", *args], env, cwd, timeout)
 
     torchdeck.env = env  # type: ignore[attr-defined]
-    return torchdeck
+    yield torchdeck
+    # a test that failed half way leaves its runs going; the next test on this one node would wait
+    # behind them for CPU, so whatever a test left in the namespace is removed before the next starts
+    real_cluster.kubectl("delete", ",".join(RUN_KINDS), "-n", NAMESPACE, "-l", "torchdeck.dev/run",
+                         "--ignore-not-found", "--wait=true", "--timeout=180s", check=False)  # fmt: skip
+
+
+RUN_KINDS = ("pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org", "trainjobs.trainer.kubeflow.org",
+             "jobsets.jobset.x-k8s.io", "jobs.batch", "pods")  # fmt: skip
+"""Every kind a run's workload takes on the test cluster (the controllers' children go with them)."""
 
 
 # -- what the end-to-end tests share ---------------------------------------------------------------
