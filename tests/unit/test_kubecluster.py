@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 import yaml
 
@@ -60,6 +61,43 @@ def test_nodes_are_values_of_their_own_and_the_first_keeps_the_single_node_names
     assert len({n.ip for n in made.nodes}) == len({n.containerd_root for n in made.nodes}) == 3
     assert made.control.containerd_root == tmp_path / "cache" / "containerd-root"
     assert made.programs.kube_bin.parent.name.startswith(f"kubernetes-{read_versions().kubernetes}-")
+    # each node a machine of its own: its namespaces, cgroup subtree, fabric address, EKS's names
+    assert len({n.netns for n in made.nodes}) == len({n.cgroup for n in made.nodes}) == 3
+    assert len({n.fabric_ip for n in made.nodes} - {""}) == 3 and made.control.name == "torchdeck-node"
+    assert [n.name for n in made.workers] == ["ip-10-244-1-1.ec2.internal", "ip-10-244-2-1.ec2.internal"]
+    assert {n.labels["topology.kubernetes.io/zone"] for n in made.workers} == {"us-east-1a", "us-east-1b"}
+    assert made.node("2") is made.node("ip-10-244-1-1.ec2.internal") is made.nodes[1]
+    config = kubelet_config(made, made.control)
+    assert config["registerWithTaints"] == [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+    assert kubelet_config(made, made.nodes[1])["cgroupRoot"] == "/torchdeck-kube/node-2"
+    single = cluster(tmp_path)
+    assert single.workers == single.nodes and kubelet_config(single, single.control)["registerWithTaints"] == []
+
+
+def test_a_fault_names_a_node_there_is_and_spares_the_control_plane(tmp_path):
+    from kubecluster.faults import fault
+    from kubecluster.processes import NoCluster
+
+    made = cluster(tmp_path, nodes=3)
+    with pytest.raises(ValueError, match=r"no node gpu-7 \(the nodes: torchdeck-node, ip-10-244-1-1"):
+        fault(made, "gpu-7", "crash", [])
+    with pytest.raises(NoCluster, match="runs the control plane"):
+        fault(made, "torchdeck-node", "crash", [])
+    assert not fault(made, "2", "explode", []) and not fault(made, "2", "slow", ["lots"])
+    assert not fault(made, "2", "crash", ["now"])
+
+
+def test_the_node_count_is_the_running_clusters_else_the_environments(tmp_path, monkeypatch):
+    from kubecluster.layout import NODES_FILE, node_count
+
+    monkeypatch.setenv("TORCHDECK_KUBE_NODES", "3")
+    assert node_count(tmp_path) == 3
+    (tmp_path / NODES_FILE).write_text("2\n")
+    assert node_count(tmp_path) == 2
+    (tmp_path / NODES_FILE).unlink()
+    monkeypatch.setenv("TORCHDECK_KUBE_NODES", "many")
+    with pytest.raises(ValueError, match="a node count from 1 to 8"):
+        node_count(tmp_path)
 
 
 def test_kueue_runs_with_the_integrations_the_kueue_tests_expect():

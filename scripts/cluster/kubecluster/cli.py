@@ -7,8 +7,13 @@
   load IMAGE...  Docker images into the node's containerd through the cluster's registry (by layer:
               what the registry and the node hold already does not move again)
   kubectl ARGS  kubectl against the cluster, from the host
-  ctr ARGS    the node's containerd (namespace k8s.io), e.g. `ctr images ls`
+  ctr [--node NAME] ARGS  a node's containerd (namespace k8s.io; the first node's by default), e.g.
+              `ctr images ls`
   build       only build (or find) the programs
+  nodes       the nodes: name, address, zone (TORCHDECK_KUBE_NODES=N at start: N nodes, the control
+              plane's taking no pods when N > 1)
+  node NAME crash|start|freeze|thaw|cut|join|slow PERCENT|unslow  a fault on a node, and its undoing
+              (kubecluster/faults.py says what each does)
   kueue-integrations default|torchdeck  run Kueue again with its own default integrations (no
               kubeflow.org/pytorchjob from v0.19), or with those torchdeck submits (as start does)
 
@@ -24,19 +29,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from kubecluster.build import GO_ENV, build
 from kubecluster.components import kueue_integrations, start_addons, start_controllers
 from kubecluster.control_plane import make_pki, start_control_plane
+from kubecluster.faults import FAULTS, fault
 from kubecluster.host import make_namespace, remember_host
-from kubecluster.layout import Cluster, cluster_from_environment
-from kubecluster.node import ctr, start_node
+from kubecluster.layout import NODES_FILE, Cluster, cluster_from_environment, default_nodes, wanted_node_count
+from kubecluster.node import ctr, start_nodes
 from kubecluster.owned import private_dir
 from kubecluster.processes import NoCluster, running, say
 from kubecluster.registry import load, start_registry
 from kubecluster.stop import stop
 
-USAGE = "start|stop|status|kubeconfig|load IMAGE...|kubectl ARGS|ctr ARGS|build|kueue-integrations default|torchdeck"
+USAGE = (
+    "start|stop|status|kubeconfig|load IMAGE...|kubectl ARGS|ctr [--node NAME] ARGS|build|nodes|"
+    f"node NAME {FAULTS}|kueue-integrations default|torchdeck"
+)
 
 
 def status(cluster: Cluster) -> int:
@@ -56,25 +66,27 @@ def start(cluster: Cluster) -> int:
         raise NoCluster("not Linux")
     if os.geteuid() != 0:
         raise NoCluster("not root (the kubelet and containerd need it)")
-    if _quietly(status, cluster) == 0:
+    wanted = len(default_nodes(cluster.state, cluster.cache, wanted_node_count()))
+    if _quietly(status, cluster) == 0 and wanted == len(cluster.nodes):
         print(f"KUBECONFIG={cluster.kubeconfig}")
         return 0
     stop(cluster)
+    cluster = replace(cluster, nodes=default_nodes(cluster.state, cluster.cache, wanted))
     build(cluster)
     started = time.monotonic()
     private_dir(cluster.state, cluster.logs, cluster.pids)
+    (cluster.state / NODES_FILE).write_text(f"{wanted}\n")
     remember_host(cluster)
     make_namespace(cluster)
     make_pki(cluster)
     start_control_plane(cluster)
-    for node in cluster.nodes:
-        start_node(cluster, node)
+    start_nodes(cluster)
     start_registry(cluster)
     start_addons(cluster)
     start_controllers(cluster)
     shutil.copytree(cluster.logs, cluster.cache / "last-logs", dirs_exist_ok=True)
     v = cluster.versions
-    say(f"up in {round(time.monotonic() - started)} s: Kubernetes {v.kubernetes}, containerd {v.containerd}, "
+    say(f"up in {round(time.monotonic() - started)} s, {len(cluster.nodes)} node(s): Kubernetes {v.kubernetes}, containerd {v.containerd}, "
         f"Training Operator {v.training_operator}, JobSet {v.jobset}, Trainer {v.trainer}, "
         f"MPI Operator {v.mpi_operator}, Kueue {v.kueue}")  # fmt: skip
     print(f"KUBECONFIG={cluster.kubeconfig}")
@@ -123,7 +135,18 @@ def dispatch(cluster: Cluster, command: str, args: list[str]) -> int:
         load(cluster, args)
         return 0
     if command == "ctr":
-        return _exec([*ctr(cluster, cluster.control), *args])
+        node = cluster.control
+        if args[:1] == ["--node"] and len(args) > 1:
+            node, args = cluster.node(args[1]), args[2:]
+        return _exec([*ctr(cluster, node), *args])
+    if command == "nodes":
+        for node in cluster.nodes:
+            print(node.name, node.ip, node.zone, "control-plane" if node is cluster.control else "worker")
+        return 0
+    if command == "node":
+        if len(args) < 2 or not fault(cluster, args[0], args[1], args[2:]):
+            return _usage(f"node NAME {FAULTS}")
+        return 0
     if command == "kubectl":
         if not cluster.kubeconfig.is_file():
             raise NoCluster("not started")
@@ -142,12 +165,16 @@ def main(argv: list[str]) -> int:
     try:
         cluster = cluster_from_environment()
     except ValueError as error:
-        print(f"torchdeck: no cluster: {error}; TORCHDECK_KUBE_PORT and TORCHDECK_REGISTRY_PORT are port numbers",
-              file=sys.stderr)  # fmt: skip
+        hint = (
+            ""
+            if "TORCHDECK_KUBE_NODES" in str(error)
+            else "; TORCHDECK_KUBE_PORT and TORCHDECK_REGISTRY_PORT are port numbers"
+        )
+        print(f"torchdeck: no cluster: {error}{hint}", file=sys.stderr)
         return 3
     try:
         return dispatch(cluster, command, args)
-    except NoCluster as error:
+    except (NoCluster, ValueError) as error:
         print(f"torchdeck: no cluster: {error}", file=sys.stderr)
         return 3
     except subprocess.CalledProcessError as error:

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 from kubecluster.layout import CGROUP_ROOT, FIXED_PATHS, SERVICE_CIDR, SYSCTLS, Cluster
-from kubecluster.owned import mount_table
-from kubecluster.processes import NoCluster, in_netns, run
+from kubecluster.owned import cgroup_hierarchies, mount_table
+from kubecluster.processes import NoCluster, run
 
 
 def _record(cluster: Cluster, line: str) -> None:
@@ -64,25 +64,26 @@ def place_fixed(cluster: Cluster, folder: Path, *files: Path) -> None:
             _record(cluster, f"made {target}")
 
 
-def cgroup_hierarchies() -> list[Path]:
-    """The mounted cgroup hierarchies (each v1 controller's, and the unified one)."""
-    found = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        if len(fields) > 2 and fields[2] in ("cgroup", "cgroup2"):
-            found.append(Path(fields[1]))
-    return found
-
-
-def make_cgroup_root() -> None:
-    """The kubelet checks that its cgroupRoot exists in every hierarchy."""
+def make_cgroup(path: str) -> None:
+    """The cgroup PATH (relative to each hierarchy's top) and its parents in every hierarchy; a new
+    cpuset cgroup starts with no CPUs and no memory nodes, so each level takes its parent's."""
     for hierarchy in cgroup_hierarchies():
-        root = hierarchy / CGROUP_ROOT
-        root.mkdir(parents=True, exist_ok=True)
-        # (a new cpuset cgroup starts with no CPUs and no memory nodes)
-        for name in ("cpuset.cpus", "cpuset.mems"):
-            if (hierarchy / name).is_file():
-                (root / name).write_text((hierarchy / name).read_text())
+        parent = hierarchy
+        for part in path.strip("/").split("/"):
+            folder = parent / part
+            folder.mkdir(exist_ok=True)
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if (parent / name).is_file() and not (folder / name).read_text().strip():
+                    (folder / name).write_text((parent / name).read_text())
+            parent = folder
+
+
+def make_cgroup_root(cluster: Cluster) -> None:
+    """The kubelet checks that its cgroupRoot exists in every hierarchy: each node's subtree, with the
+    node's own processes (kubelet, containerd, kube-proxy) in its system cgroup."""
+    make_cgroup(CGROUP_ROOT)
+    for node in cluster.nodes:
+        make_cgroup(f"{node.cgroup}/system")
 
 
 def sysctl(name: str) -> str:
@@ -96,21 +97,47 @@ def remember_host(cluster: Cluster) -> None:
     cluster.before.write_text("".join(f"sysctl {name} {sysctl(name)}\n" for name in SYSCTLS))
     for path in FIXED_PATHS:
         make_fixed(cluster, Path(path))
-    make_cgroup_root()
+    make_cgroup_root(cluster)
 
 
 def make_namespace(cluster: Cluster) -> None:
-    """The network namespace every component and pod lives in: a bridge with each node's address and no
-    route out but the service range's, which the node itself reaches Services by (kube-proxy's DNAT in
-    OUTPUT), as a controller in a pod would."""
-    ns = cluster.netns
-    run(["ip", "netns", "add", ns])
-    run(["ip", "-n", ns, "link", "set", "lo", "up"])
-    run(["ip", "-n", ns, "link", "add", "cni0", "type", "bridge"])
+    """The network namespaces: the cluster's (the control plane, the first node), and one per other
+    node, joined by a bridge (the fabric) in the cluster's, each node's pod range routed to its fabric
+    address. Each node has a bridge for its pods with its own address and no route out but the pods'
+    and the service range's, which the node itself reaches Services by (kube-proxy's DNAT in OUTPUT),
+    as a controller in a pod would."""
     for node in cluster.nodes:
+        ns = node.netns
+        run(["ip", "netns", "add", ns])
+        run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        run(["ip", "-n", ns, "link", "add", "cni0", "type", "bridge"])
         run(["ip", "-n", ns, "addr", "add", f"{node.ip}/24", "dev", "cni0"])
-    run(["ip", "-n", ns, "link", "set", "cni0", "up"])
-    run(["ip", "-n", ns, "route", "add", SERVICE_CIDR, "dev", "cni0", "src", cluster.control.ip])
-    forwarding = in_netns(cluster, ["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"])
-    if subprocess.run(forwarding, capture_output=True).returncode != 0:
-        run(in_netns(cluster, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
+        run(["ip", "-n", ns, "link", "set", "cni0", "up"])
+        run(["ip", "-n", ns, "route", "add", SERVICE_CIDR, "dev", "cni0", "src", node.ip])
+        settings = ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"]
+        run(in_ns(ns, ["sysctl", "-qw", *settings]))
+        subprocess.run(in_ns(ns, ["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1"]), capture_output=True)
+    if len(cluster.nodes) > 1:
+        make_fabric(cluster)
+
+
+def make_fabric(cluster: Cluster) -> None:
+    control = cluster.control
+    run(["ip", "-n", control.netns, "link", "add", "fabric0", "type", "bridge"])
+    run(["ip", "-n", control.netns, "addr", "add", f"{control.fabric_ip}/24", "dev", "fabric0"])
+    run(["ip", "-n", control.netns, "link", "set", "fabric0", "up"])
+    for node in cluster.nodes[1:]:
+        run(["ip", "-n", control.netns, "link", "add", node.link, "type", "veth", "peer", "name", "eth0",
+             "netns", node.netns])  # fmt: skip
+        run(["ip", "-n", control.netns, "link", "set", node.link, "master", "fabric0", "up"])
+        run(["ip", "-n", node.netns, "addr", "add", f"{node.fabric_ip}/24", "dev", "eth0"])
+        run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
+    for node in cluster.nodes:
+        device = "eth0" if node is not control else "fabric0"
+        for other in cluster.nodes:
+            if other is not node:
+                run(["ip", "-n", node.netns, "route", "add", other.pod_cidr, "via", other.fabric_ip, "dev", device])
+
+
+def in_ns(netns: str, command: list[str]) -> list[str]:
+    return ["nsenter", f"--net=/run/netns/{netns}", *command]

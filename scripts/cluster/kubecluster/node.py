@@ -7,12 +7,23 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from functools import partial
+from pathlib import Path
 
 from kubecluster.api import Kubectl
 from kubecluster.control_plane import as_flags
 from kubecluster.formats import Data, toml_text, write_file, yaml_text
-from kubecluster.layout import CGROUP_ROOT, INIT_IMAGE, PACK_IMAGE, PAUSE_IMAGE, SERVICE_CIDR, Cluster, Node
-from kubecluster.processes import NoCluster, start_component, succeeds, wait_for
+from kubecluster.layout import (
+    INIT_IMAGE,
+    NODE_FIXED_PATHS,
+    PACK_IMAGE,
+    PAUSE_IMAGE,
+    POD_NETWORK,
+    SERVICE_CIDR,
+    Cluster,
+    Node,
+)
+from kubecluster.processes import NoCluster, in_netns, in_node, run, start_component, succeeds, wait_for
 
 BUSYBOX_LINKS = ("sh", "nslookup", "seq", "sleep", "echo", "sed")
 """What the Training Operator's init-container command runs."""
@@ -28,7 +39,7 @@ def cni_config(cluster: Cluster, node: Node) -> dict[str, Data]:
         "type": "host-local",
         "dataDir": str(node.state / "cni-ipam"),
         "ranges": [[{"subnet": node.pod_cidr, "gateway": node.ip}]],
-        "routes": [{"dst": node.pod_cidr}, {"dst": SERVICE_CIDR}],
+        "routes": [{"dst": POD_NETWORK}, {"dst": SERVICE_CIDR}],
     }
     return {
         "cniVersion": "1.0.0",
@@ -59,7 +70,7 @@ def containerd_config(cluster: Cluster, node: Node) -> dict[str, Data]:
         "version": 3,
         "root": str(node.containerd_root),
         "state": str(node.containerd_dir / "state"),
-        "cgroup": {"path": f"/{CGROUP_ROOT}/{node.component('containerd')}"},
+        "cgroup": {"path": f"/{node.cgroup}/containerd"},
         "grpc": {"address": str(node.containerd_socket)},
         "ttrpc": {"address": f"{node.containerd_socket}.ttrpc"},
         "plugins": {
@@ -72,8 +83,11 @@ def containerd_config(cluster: Cluster, node: Node) -> dict[str, Data]:
 
 
 def kubelet_config(cluster: Cluster, node: Node) -> dict[str, Data]:
-    """The node's KubeletConfiguration: cgroup v1 (cgroupfs) under the cluster's own root, images kept
-    (no GC: the trainer image is loaded once), its API on the node's address only."""
+    """The node's KubeletConfiguration: cgroup v1 (cgroupfs) under its own subtree of the cluster's
+    cgroup root, images kept (no GC: the trainer image is loaded once), its API on the node's address
+    only; in a cluster of several nodes the control plane's node takes no pods (as on EKS, where the
+    control plane is not a node at all)."""
+    taints = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -81,7 +95,7 @@ def kubelet_config(cluster: Cluster, node: Node) -> dict[str, Data]:
                            "x509": {"clientCAFile": str(cluster.pki / "ca.crt")}},
         "authorization": {"mode": "Webhook"},
         "cgroupDriver": "cgroupfs",
-        "cgroupRoot": f"/{CGROUP_ROOT}",
+        "cgroupRoot": f"/{node.cgroup}",
         "failSwapOn": False,
         "protectKernelDefaults": False,
         "makeIPTablesUtilChains": False,
@@ -100,6 +114,7 @@ def kubelet_config(cluster: Cluster, node: Node) -> dict[str, Data]:
         "imageMinimumGCAge": "87600h",
         "serializeImagePulls": False,
         "localStorageCapacityIsolation": False,
+        "registerWithTaints": taints if node is cluster.control and len(cluster.nodes) > 1 else [],
     }  # fmt: skip
 
 
@@ -109,7 +124,7 @@ def kube_proxy_config(cluster: Cluster, node: Node) -> dict[str, Data]:
         "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": str(cluster.admin_kubeconfig)},
         "mode": "iptables",
-        "clusterCIDR": node.pod_cidr,
+        "clusterCIDR": POD_NETWORK,
         "hostnameOverride": node.name,
         "bindAddress": "127.0.0.1",
         "healthzBindAddress": "127.0.0.1:10256",
@@ -140,26 +155,71 @@ def node_ready(cluster: Cluster, node: Node) -> bool:
     return Kubectl(cluster).condition("node", node.name, "Ready")
 
 
+def kubelet_kubeconfig(cluster: Cluster, node: Node) -> Path:
+    """The node's kubelet credentials (system:node:NAME, which the Node authorizer and NodeRestriction
+    hold it to): kubeadm's for the control plane's node, one made the same way for each other."""
+    if node is cluster.control:
+        return cluster.pki / "kubelet.conf"
+    folder = node.state / "pki"
+    folder.mkdir(parents=True, exist_ok=True)
+    run(in_netns(cluster, [cluster.programs.kube, "kubeadm", "init", "phase", "kubeconfig", "kubelet",
+                           "--cert-dir", cluster.pki, "--kubeconfig-dir", folder,
+                           "--apiserver-advertise-address", cluster.control.ip, "--node-name", node.name,
+                           "--kubernetes-version", cluster.versions.kubernetes]))  # fmt: skip
+    return folder / "kubelet.conf"
+
+
+def start_node_mounts(cluster: Cluster, node: Node) -> None:
+    """The node's mount namespace, held by a process of its own (a follower of the host's mounts), with
+    the node's copies of the fixed paths bound over them; it goes when its last process does."""
+    holder = node.component("node-mounts")
+    start_component(cluster, holder, ["nsenter", f"--net=/run/netns/{node.netns}", "unshare", "--mount",
+                                      "--propagation", "slave", "sleep", "infinity"], node=node, wrapped=True)  # fmt: skip
+
+    def entered() -> bool:  # the holder has unshared (its mount namespace is no longer the host's)
+        pid = (cluster.pid_file(holder).read_text().split() or ["0"])[0]
+        return os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+
+    wait_for(cluster, 10, f"{node.name}'s mount namespace", entered)
+    for path in NODE_FIXED_PATHS:
+        own = node.fixed / path.strip("/").replace("/", "-")
+        own.mkdir(parents=True, exist_ok=True)
+        run(in_node(cluster, node, ["mount", "--bind", own, path]))
+
+
 def start_node(cluster: Cluster, node: Node) -> None:
+    """NODE's processes started (in its namespaces and cgroup); node_ready says when it has joined."""
     programs = cluster.programs
     for folder in (node.conf / "cni", node.containerd_dir, node.state / "kubelet", node.state / "pod-logs"):
         folder.mkdir(parents=True, exist_ok=True)
     node.containerd_root.mkdir(parents=True, exist_ok=True)
+    start_node_mounts(cluster, node)
     write_file(node.conf / "cni" / "10-bridge.conflist", json.dumps(cni_config(cluster, node), indent=1))
     write_file(node.conf / "containerd.toml", toml_text(containerd_config(cluster, node)))
     path = f"{programs.containerd}:{programs.runc}:{os.environ.get('PATH', '')}"
     start_component(cluster, node.component("containerd"),
                     [programs.containerd / "containerd", "--config", node.conf / "containerd.toml"],
-                    env={"PATH": path})  # fmt: skip
+                    env={"PATH": path}, node=node)  # fmt: skip
     wait_for(cluster, 30, "containerd", lambda: succeeds([*ctr(cluster, node), "version"]))
     import_small_images(cluster, node)
     write_file(node.conf / "kubelet.yaml", yaml_text(kubelet_config(cluster, node)))
     write_file(node.conf / "resolv.conf", f"nameserver {cluster.control.ip}\n")
+    labels = ",".join(f"{key}={value}" for key, value in node.labels.items())
     start_component(cluster, node.component("kubelet"), [programs.kube, "kubelet", *as_flags({
-        "config": node.conf / "kubelet.yaml", "kubeconfig": cluster.pki / "kubelet.conf",
+        "config": node.conf / "kubelet.yaml", "kubeconfig": kubelet_kubeconfig(cluster, node),
         "root-dir": node.state / "kubelet", "cert-dir": node.state / "kubelet-pki",
-        "node-ip": node.ip, "hostname-override": node.name})])  # fmt: skip
+        "node-ip": node.ip, "hostname-override": node.name, "node-labels": labels})], node=node)  # fmt: skip
     write_file(node.conf / "kube-proxy.yaml", yaml_text(kube_proxy_config(cluster, node)))
     start_component(cluster, node.component("kube-proxy"),
-                    [programs.kube, "kube-proxy", "--config", node.conf / "kube-proxy.yaml"])  # fmt: skip
-    wait_for(cluster, 90, f"the node {node.name}", lambda: node_ready(cluster, node))
+                    [programs.kube, "kube-proxy", "--config", node.conf / "kube-proxy.yaml"], node=node)  # fmt: skip
+
+
+def start_nodes(cluster: Cluster) -> None:
+    """Every node started, then each waited for until Ready; the control plane's node labelled as
+    kubeadm labels it (its kubelet may not label itself node-role.kubernetes.io)."""
+    for node in cluster.nodes:
+        start_node(cluster, node)
+    for node in cluster.nodes:
+        wait_for(cluster, 90, f"the node {node.name}", partial(node_ready, cluster, node))
+    if len(cluster.nodes) > 1:
+        Kubectl(cluster)("label", "node", cluster.control.name, "node-role.kubernetes.io/control-plane=", "--overwrite")

@@ -106,3 +106,13 @@ def mounts_since(before: Sequence[str] | None, prefixes: Iterable[Path | str]) -
         if any(point == root or point.startswith(root + "/") for root in roots):
             found.append(point)
     return [unescape_mount(point) for point in sorted(found, key=len, reverse=True)]
+
+
+def cgroup_hierarchies() -> list[Path]:
+    """The mounted cgroup hierarchies (each v1 controller's, and the unified one)."""
+    found = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] in ("cgroup", "cgroup2"):
+            found.append(Path(fields[1]))
+    return found

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from kubecluster.layout import Cluster
-from kubecluster.owned import owned_pid, remember_pid
+from kubecluster.layout import Cluster, Node
+from kubecluster.owned import cgroup_hierarchies, owned_pid, remember_pid
 
 Command = Sequence[str | Path]
 
@@ -53,16 +53,40 @@ def in_netns(cluster: Cluster, command: Command) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{cluster.netns}", *(str(part) for part in command)]
 
 
-def start_component(cluster: Cluster, name: str, command: Command, env: Mapping[str, str] | None = None) -> None:
-    """Component NAME started in the namespace, in a session of its own, its output in its log."""
+def in_node(cluster: Cluster, node: Node, command: Command) -> list[str]:
+    """COMMAND inside NODE's network and mount namespaces (the latter held by its node-mounts process)."""
+    holder = owned_pid(cluster.pid_file(node.component("node-mounts")))
+    if holder is None:
+        raise NoCluster(f"the node {node.name} is not running (its mount namespace is gone)")
+    return ["nsenter", f"--net=/run/netns/{node.netns}", f"--mount=/proc/{holder}/ns/mnt",
+            *(str(part) for part in command)]  # fmt: skip
+
+
+def start_component(cluster: Cluster, name: str, command: Command, env: Mapping[str, str] | None = None,
+                    node: Node | None = None, wrapped: bool = False) -> None:  # fmt: skip
+    """Component NAME started in a session of its own, its output in its log: in the cluster's network
+    namespace, or (a NODE's) in that node's namespaces and its system cgroup. WRAPPED: COMMAND already
+    says where it runs."""
+    if wrapped:
+        argv = [str(part) for part in command]
+    else:
+        argv = in_node(cluster, node, command) if node else in_netns(cluster, command)
+    procs = [h / (node.cgroup + "/system") / "cgroup.procs" for h in cgroup_hierarchies()] if node else []
+
+    def join_cgroup() -> None:  # in the child, before it runs COMMAND: everything it starts is the node's
+        for file in procs:
+            with open(file, "w") as handle:
+                handle.write("0")
+
     with (cluster.logs / f"{name}.log").open("wb") as log:
         child = subprocess.Popen(
-            in_netns(cluster, command),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             start_new_session=True,
             env=None if env is None else {**os.environ, **env},
+            preexec_fn=join_cgroup if procs else None,  # noqa: PLW1509 (no threads here)
         )
     remember_pid(cluster.pid_file(name), child.pid)
 

@@ -13,6 +13,13 @@ from kubecluster.node import ctr
 from kubecluster.processes import NoCluster, run, running, start_component, start_forwarder, wait_for
 
 IN_NAMESPACE = "127.0.0.1:5000"
+PORT = 5000
+
+
+def registry_address(cluster: Cluster, node: Node) -> str:
+    """Where NODE's containerd reaches the registry: on loopback in the cluster's own namespace, across
+    the fabric at the control plane's address from another node's."""
+    return IN_NAMESPACE if node is cluster.control else f"{cluster.control.ip}:{PORT}"
 
 
 def start_registry(cluster: Cluster) -> None:
@@ -22,7 +29,7 @@ def start_registry(cluster: Cluster) -> None:
         "version": "0.1",
         "log": {"level": "warn", "accesslog": {"disabled": True}},
         "storage": {"filesystem": {"rootdirectory": str(store)}, "maintenance": {"uploadpurging": {"enabled": False}}},
-        "http": {"addr": IN_NAMESPACE},
+        "http": {"addr": f":{PORT}"},
     }
     write_file(cluster.conf / "registry.yml", yaml_text(config))
     start_component(
@@ -54,39 +61,46 @@ def _docker_holds(image: str) -> bool:
 
 
 def load(cluster: Cluster, images: list[str]) -> None:
-    """The Docker images the node's containerd does not hold yet, through the registry: docker pushes
-    the layers it lacks (a changed image: its top layers), containerd pulls what it lacks and names the
-    image as docker does (and keeps docker's image id as a name too)."""
+    """The Docker images each node's containerd does not hold yet, through the registry: docker pushes
+    the layers it lacks (a changed image: its top layers), each containerd pulls what it lacks and names
+    the image as docker does (and keeps docker's image id as a name too)."""
     if not running(cluster, "registry"):
         raise NoCluster("not started (the registry is part of the cluster)")
-    node = cluster.control
-    references = []
+    references, pushed = [], set()
     for image in images:
         inspected = run(["docker", "image", "inspect", "--format", "{{.Id}}", image], check=False)
         if inspected.returncode != 0:
             raise NoCluster(f"docker has no image {image}")
         image_id, reference = inspected.stdout.strip(), docker_reference(image)
         references.append(reference)
-        named = [digest for _, digest in _images(cluster, node, f"name=={reference}")]
-        by_id = [digest for _, digest in _images(cluster, node, f"name=={image_id}")]
-        if named and named == by_id:
-            continue
         path = reference.split("/", 1)[1]  # the repository and tag without the registry's name
-        pushed = f"127.0.0.1:{cluster.registry_port}/{path}"
-        run(["docker", "tag", image, pushed])
-        if run(["docker", "push", "-q", pushed], check=False).returncode != 0:
-            raise NoCluster(f"docker could not push {image} to the registry")
-        run(["docker", "rmi", "--no-prune", pushed])
-        # the pull runs in containerd (its transfer service), in the namespace where the registry listens
-        pulled = f"{IN_NAMESPACE}/{path}"
-        if run([*ctr(cluster, node), "images", "pull", "--plain-http", pulled], check=False).returncode != 0:
-            raise NoCluster(f"containerd could not pull {path} from the registry")
-        run([*ctr(cluster, node), "images", "tag", "--force", pulled, reference])
-        run([*ctr(cluster, node), "images", "rm", pulled])
-    for reference in references:
-        if not run([*ctr(cluster, node), "images", "ls", "-q", f"name=={reference}"], check=False).stdout.strip():
-            raise NoCluster(f"containerd did not take {reference}")
-        prune(cluster, node, reference.rpartition(":")[0])
+        for node in cluster.nodes:
+            named = [digest for _, digest in _images(cluster, node, f"name=={reference}")]
+            by_id = [digest for _, digest in _images(cluster, node, f"name=={image_id}")]
+            if named and named == by_id:
+                continue
+            if path not in pushed:
+                push(cluster, image, path)
+                pushed.add(path)
+            # the pull runs in containerd (its transfer service), in the node's namespace
+            pulled = f"{registry_address(cluster, node)}/{path}"
+            if run([*ctr(cluster, node), "images", "pull", "--plain-http", pulled], check=False).returncode != 0:
+                raise NoCluster(f"containerd on {node.name} could not pull {path} from the registry")
+            run([*ctr(cluster, node), "images", "tag", "--force", pulled, reference])
+            run([*ctr(cluster, node), "images", "rm", pulled])
+    for node in cluster.nodes:
+        for reference in references:
+            if not run([*ctr(cluster, node), "images", "ls", "-q", f"name=={reference}"], check=False).stdout.strip():
+                raise NoCluster(f"containerd on {node.name} did not take {reference}")
+            prune(cluster, node, reference.rpartition(":")[0])
+
+
+def push(cluster: Cluster, image: str, path: str) -> None:
+    pushed = f"127.0.0.1:{cluster.registry_port}/{path}"
+    run(["docker", "tag", image, pushed])
+    if run(["docker", "push", "-q", pushed], check=False).returncode != 0:
+        raise NoCluster(f"docker could not push {image} to the registry")
+    run(["docker", "rmi", "--no-prune", pushed])
 
 
 def prune(cluster: Cluster, node: Node, repository: str) -> None:

@@ -11,9 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from kubecluster.host import cgroup_hierarchies, records
+from kubecluster.host import records
 from kubecluster.layout import CGROUP_ROOT, Cluster
-from kubecluster.owned import mounts_since, owned_pid, stop_owned
+from kubecluster.owned import cgroup_hierarchies, mounts_since, owned_pid, stop_owned
 from kubecluster.processes import NoCluster, say
 
 
@@ -73,19 +73,31 @@ def remove_made(path: Path) -> None:
         path.unlink()
 
 
+def thaw(cluster: Cluster) -> None:
+    """Every frozen cgroup of the cluster's thawed (a frozen process takes no signal, SIGKILL included)."""
+    for folder in cgroups():
+        state = folder / "freezer.state"
+        if state.is_file() and state.read_text().strip() != "THAWED":
+            state.write_text("THAWED")
+
+
 def stop(cluster: Cluster) -> None:
     if os.geteuid() != 0:
         raise NoCluster("not root")
     nodes = cluster.nodes
+    thaw(cluster)
     end(cluster, "kueue", "mpi-operator", "trainer", "jobset", "training-operator", "metrics-server", "coredns",
         "registry-forward", "registry", *(n.component("kube-proxy") for n in nodes), "kube-scheduler",
         "kube-controller-manager", *(n.component("kubelet") for n in nodes), "forward")  # fmt: skip
     # every process in the pods' cgroups (the containers), then the shims beside containerd in its
     # cgroup, then containerd; then whatever is left under the cluster's cgroup root
-    kill_cgroup("kubepods")
     for node in nodes:
-        kill_cgroup(node.component("containerd"), owned_pid(cluster.pid_file(node.component("containerd"))))
-    end(cluster, *(n.component("containerd") for n in nodes), "kube-apiserver", "etcd")
+        kill_cgroup(f"{node.cgroup.partition('/')[2]}/kubepods")
+    for node in nodes:
+        containerd = owned_pid(cluster.pid_file(node.component("containerd")))
+        kill_cgroup(f"{node.cgroup.partition('/')[2]}/containerd", containerd)
+    end(cluster, *(n.component("containerd") for n in nodes), "kube-apiserver", "etcd",
+        *(n.component("node-mounts") for n in nodes))  # fmt: skip
     kill_cgroup("")
     for mount in our_mounts(cluster):
         if subprocess.run(["umount", mount], capture_output=True).returncode != 0:
@@ -100,7 +112,8 @@ def stop(cluster: Cluster) -> None:
             except OSError:
                 pass
         time.sleep(0.2)
-    subprocess.run(["ip", "netns", "del", cluster.netns], capture_output=True)
+    for node in reversed(nodes):
+        subprocess.run(["ip", "netns", "del", node.netns], capture_output=True)
     for kind, name, value in records(cluster):
         if kind == "sysctl":
             subprocess.run(["sysctl", "-qw", f"{name}={value}"], check=False)
