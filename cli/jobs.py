@@ -547,9 +547,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         print(printable(f"hint: {status.hint}"))
     for warning in status.warnings:
         print(printable(f"warning: {warning}"))
-    for node, why in status.bad_nodes.items():
-        print(printable(f"bad node: {node}: {why}"))
-    if status.bad_nodes:
+    for node, why in status.bad_nodes.items():  # while it runs: a node lost under it, as the cluster says
+        print(printable(f"{'bad node' if status.state.is_terminal else 'node lost'}: {node}: {why}"))
+    if status.bad_nodes and status.state.is_terminal:
         avoid = " ".join(f"--avoid-node {n}" for n in status.bad_nodes)
         print(printable(f"resume: torchdeck resume {status.run_id} {avoid} (continues from its newest checkpoint)"))
     if status.triage is not None:

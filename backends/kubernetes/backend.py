@@ -64,7 +64,7 @@ from ..triage import Triage, triage_line
 from . import crds
 from .client import ApiError, KubeClient, api_path
 from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
-from .diagnosis import Finding, bad_nodes, job_findings, pod_findings
+from .diagnosis import Finding, bad_nodes, job_findings, lost_nodes, pod_findings
 from .identity import FOUND_BY_LABEL, MadeRun, NotOurs, RunRecords, made_now
 from .importing import import_job
 from .jobs import (
@@ -740,7 +740,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         pods = self.pods(job.name, ns)
         status = self._status_of(job, pods)
         status.found_by_label = self.found_by_label(status.run_id)
-        self._progress(status, ns, pods, job)
+        if not status.state.is_terminal:  # a node lost under it: which, since when, the ranks it held
+            status.bad_nodes = lost_nodes(self.client, pods, node_ranks(pods), nproc_per_node(job.view))
+        self._progress(status, ns, [p for p in pods if p.node not in status.bad_nodes], job)
         self._priced(job, pods, status)
         if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
             unread: list[str] = []

@@ -7,7 +7,8 @@ them. Pure functions: tests feed them realistic statuses."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import BackendError
@@ -302,8 +303,9 @@ SICK_TAINTS = {
 PRESSURES = {"MemoryPressure": "memory", "DiskPressure": "disk", "PIDPressure": "process ids"}
 
 
-def node_trouble(node: Node | None) -> str:
-    """Why a node is no place to run on ("" where nothing says so); None: the node is gone."""
+def node_trouble(node: Node | None, now: float | None = None) -> str:
+    """Why a node is no place to run on ("" where nothing says so); None: the node is gone. NOW (the
+    clock) adds since when a node has been NotReady."""
     if node is None:
         return "gone from the cluster (deleted: a spot reclaim, a scale-down or a replacement)"
     said: list[str] = []
@@ -311,7 +313,11 @@ def node_trouble(node: Node | None) -> str:
         kind, value = condition.type, condition.status
         why = _short(condition.message or condition.reason, 90)
         if kind == "Ready" and value != "True":
-            said.append(f"NotReady ({why})" if why else "NotReady")
+            since = ""
+            if now is not None and condition.since is not None:
+                clock = time.strftime("%H:%M:%S", time.localtime(condition.since))
+                since = f" since {clock} ({max(0, round(now - condition.since))} s)"
+            said.append(f"NotReady{since} ({why})" if why else f"NotReady{since}")
         elif kind in PRESSURES and value == "True":
             said.append(f"short of {PRESSURES[kind]}")
     for taint in node.taints:
@@ -359,3 +365,51 @@ def bad_nodes(client: KubeClient, pods: Sequence[Pod], unread: list[str] | None 
         if words:
             found[name] = words
     return found
+
+
+def cut_off(pod: Pod) -> bool:
+    """Whether a live pod shows what its node's loss does to it: no longer Ready while Running (the
+    node controller marks a lost node's pods so), being deleted, or marked for disruption."""
+    if pod.meta.deleting is not None:
+        return True
+    for condition in pod.conditions:
+        if condition.type == "DisruptionTarget" and condition.is_true:
+            return True
+        if condition.type == "Ready" and condition.status == "False" and pod.phase == "Running":
+            return True
+    return False
+
+
+def lost_nodes(client: KubeClient, pods: Sequence[Pod], ranks: Mapping[str, int], nproc: int = 1) -> dict[str, str]:
+    """The nodes a live run's pods are on that the cluster says are lost (NotReady and since when,
+    unreachable, gone, tainted as going), each with the ranks it held: read only for the nodes of pods
+    that show it (``cut_off``), so a healthy run's status reads no node at all."""
+    found: dict[str, str] = {}
+    suspects: dict[str, list[Pod]] = {}
+    for pod in pods:
+        if pod.node and cut_off(pod):
+            suspects.setdefault(pod.node, [])
+    for pod in pods:
+        if pod.node in suspects:
+            suspects[pod.node].append(pod)
+    for name, on_it in sorted(suspects.items()):
+        try:
+            node: Node | None = client.read_node(name)
+        except ApiError as exc:
+            if exc.status != 404:
+                continue  # not this identity's to read: the pods' own findings still say what they can
+            node = None
+        trouble = node_trouble(node, time.time())
+        if not trouble:
+            continue
+        held = sorted(on_it, key=lambda p: ranks.get(p.name, 0))
+        found[name] = f"{trouble}; it held {', '.join(_held(p.name, ranks.get(p.name), nproc) for p in held)}"
+    return found
+
+
+def _held(pod: str, node_rank: int | None, nproc: int) -> str:
+    """ "rank 1 (pod NAME)", "ranks 8-15 (pod NAME)": the global ranks torchrun gives a node's processes."""
+    if node_rank is None or node_rank < 0:
+        return f"pod {pod}"
+    first = node_rank * nproc
+    return f"rank {first} (pod {pod})" if nproc == 1 else f"ranks {first}-{first + nproc - 1} (pod {pod})"

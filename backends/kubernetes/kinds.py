@@ -337,13 +337,14 @@ class TrainJobKind(JobKind):
         if ctx.pod_overrides != "podSpecOverrides":
             return []
         release = target.release if target else "Trainer v2.0"
-        if ctx.affinity:
+        if ctx.affinity.get("nodeAffinity"):
             raise SpecError(
                 "cluster.avoid_nodes",
                 f"a {self.kind} for {release} cannot keep pods off nodes: its podSpecOverrides has no affinity",
                 f"upgrade Kubeflow Trainer to v2.1 or later, use a {PYTORCHJOB.kind} (cluster.kind), or cordon "
                 "the node",
             )
+        ctx.affinity = {}  # (its pods carry no run label for a spread to select)
         return [
             f"{self.kind} for {release}: its pods carry the JobSet's labels, not the run's; "
             "torchdeck finds them by the JobSet's name"

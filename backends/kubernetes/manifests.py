@@ -456,7 +456,7 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> RenderContext:
         image_pull_policy=c.image_pull_policy,
         node_selector=c.node_selector,
         tolerations=[gpu_taint] if spec.resources.gpus and c.gpu_toleration else [],
-        affinity=avoiding(c.avoid_nodes),
+        affinity=placed(run_id, spec.nodes, c.avoid_nodes),
         resources=container_resources(spec),
         env=env,
         volume_mounts=mounts,
@@ -487,6 +487,19 @@ def kept_spec(spec: JobSpec) -> str:
     data = {k: v for k, v in spec.to_dict().items() if k not in LOCAL_ONLY}
     data["entrypoint"] = {k: v for k, v in data["entrypoint"].items() if k not in ("code", "python")}
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def placed(run_id: str, nodes: int, avoid: list[str]) -> JsonObject:
+    """The pods' affinity: kept off the nodes to avoid, and, for a run of several nodes, spread one
+    to a node where the cluster has room (preferred, not required: a cluster of one node still runs
+    it, and a run that lost a node comes back on the ones left)."""
+    affinity = avoiding(avoid)
+    if nodes > 1:
+        term = {"labelSelector": {"matchLabels": {RUN_LABEL: run_id}}, "topologyKey": "kubernetes.io/hostname"}
+        affinity["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]
+        }
+    return affinity
 
 
 def avoiding(nodes: list[str]) -> JsonObject:

@@ -6,6 +6,7 @@ the pods an operator would, patch their statuses, and script their logs."""
 from __future__ import annotations
 
 import asyncio
+import calendar
 import json
 import re
 import subprocess
@@ -855,6 +856,37 @@ def test_a_run_that_failed_on_a_bad_node_is_named_and_resumed_off_it(kube_api, t
     avoided = pytorchjob["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"]
     terms = avoided["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchFields"][0]["values"] == ["cpu-1", "cpu-2"]  # what it avoided, and the new one
+
+
+def test_a_node_lost_under_a_live_run_is_named_with_since_when_and_the_ranks_it_held(kube_api, tmp_path):
+    """While the run goes on: the node lifecycle controller marks cpu-1 NotReady (Unknown: its kubelet
+    stopped reporting) and the pod on it not Ready; status names the node, since when, and the rank
+    it held, and offers no resume yet (the run is live). A healthy run reads no node at all."""
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=2)
+    torchdeck = cluster_cli(kube_api, tmp_path)
+    run_id = kube_backend.submit(make_spec())
+    make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", node="cpu-0")
+    make_pod(kube_backend, run_id, f"{run_id}-worker-0", "worker", node="cpu-1")
+    set_conditions(kube_backend, run_id, "Created", "Running")
+    assert kube_backend.status(run_id).bad_nodes == {}
+
+    lost = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+    lost |= {"message": "Kubelet stopped posting node status.", "lastTransitionTime": "2026-11-26T06:00:00Z"}
+    kube_backend.client.request("PATCH", "api/v1/nodes/cpu-1/status", body={"status": {"conditions": [lost]}})
+    assert kube_backend.status(run_id).bad_nodes == {}  # its pods do not show it yet: no node is read
+    not_ready = {"type": "Ready", "status": "False", "reason": "NodeNotReady"}
+    kube_backend.client.request(
+        "PATCH", f"api/v1/namespaces/{NS}/pods/{run_id}-worker-0/status", body={"status": {"conditions": [not_ready]}}
+    )
+    status = kube_backend.status(run_id)
+    assert status.state is JobState.RUNNING and list(status.bad_nodes) == ["cpu-1"]
+    why = status.bad_nodes["cpu-1"]
+    clock = time.strftime("%H:%M:%S", time.localtime(calendar.timegm((2026, 11, 26, 6, 0, 0))))
+    assert why.startswith(f"NotReady since {clock} (") and "s) (Kubelet stopped posting node status.)" in why
+    assert why.endswith(f"it held ranks 2-3 (pod {run_id}-worker-0)"), why  # two processes a node
+    shown = torchdeck("status", run_id)
+    assert f"node lost: cpu-1: NotReady since {clock}" in shown.stdout and "resume:" not in shown.stdout
 
 
 def test_the_monitor_offers_to_resume_a_run_that_failed_on_a_bad_node(kube_api, tmp_path):

@@ -78,6 +78,8 @@ class MonitorScreen(DeckScreen[None]):
         self.snap: MonitorSnapshot = MonitorState().snapshot()
         """The newest snapshot of the run's metrics."""
         self.status: JobStatus | None = None
+        self._lost_shown = False
+        """The pane says a node was lost under the run (it goes when the cluster no longer says so)."""
         self.nodes: list[NodeMetrics] = []
         """The newest node figures (CPU, GPU, the ranks' processes)."""
         self.frame_times = array("d")
@@ -213,6 +215,22 @@ class MonitorScreen(DeckScreen[None]):
             self.show_triage(kept)  # made elsewhere (torchdeck triage), or before this monitor opened
         if message.status.state.is_terminal and message.status.bad_nodes:
             self.show_offer(message.status)
+        elif message.status.bad_nodes:
+            self.show_lost(message.status)
+        elif self._lost_shown:
+            self._lost_shown = False
+            self.query_one("#offer", Static).set_class(False, "-shown")
+
+    def show_lost(self, status: JobStatus) -> None:
+        """A node lost under the running run, as soon as the cluster says so: which, since when, the
+        ranks it held (the pane goes when the cluster no longer says it)."""
+        text = Text()
+        text.append("node lost ", style="bold red")
+        text.append("; ".join(f"{node}: {why}" for node, why in status.bad_nodes.items()))
+        pane = self.query_one("#offer", Static)
+        pane.update(text)
+        pane.set_class(True, "-shown")
+        self._lost_shown = True
 
     def show_offer(self, status: JobStatus) -> None:
         """A run that ended on nodes the cluster marks bad: which, why, and the resume that avoids them."""
