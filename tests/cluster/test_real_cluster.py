@@ -66,7 +66,7 @@ def test_the_console_monitors_a_real_pytorchjob_with_node_cpu_from_metrics_serve
     # node CPU as metrics-server measures it (its first figures come a resolution after the pods start)
     node = wait(lambda: [n for n in backend.node_metrics(run_id) if n.cpu_percent is not None],
                 "metrics-server's figures for the node", 180, every=3)[0]  # fmt: skip
-    assert node.name == "torchdeck-node" and 0 < node.cpu_percent <= 100 and node.mem_used_mb > 0
+    assert node.name in real_cluster.workers() and 0 < node.cpu_percent <= 100 and node.mem_used_mb > 0
     settings = Settings(backend="kubernetes", state_dir=tmp_path / "console-state", refresh_hz=4)
 
     async def scenario():
@@ -85,7 +85,7 @@ def test_the_console_monitors_a_real_pytorchjob_with_node_cpu_from_metrics_serve
             line = str(screen.query_one("#status-line", Static).render())
             assert run_id in line and "RUNNING" in line and "world 2" in line
             nodes = str(screen.query_one("#nodes", Static).render())
-            assert "torchdeck-node" in nodes and "cpu" in nodes.lower()
+            assert node.name in nodes and "cpu" in nodes.lower()
 
     asyncio.run(scenario())
     stopped = on_cluster("stop", run_id)
@@ -207,7 +207,7 @@ def test_an_image_not_on_the_node_with_pull_policy_never_is_said_in_plain_words(
                       "--name", "absent")  # fmt: skip
     status = wait(lambda: "imagePullPolicy: Never" in (s := status_of(on_cluster, run_id))["reason"] and s,
                   "the reason for the missing image", 120, every=2)  # fmt: skip
-    assert f"the image {image} is not on torchdeck-node" in status["reason"]
+    assert re.search(rf"the image {re.escape(image)} is not on ip-10-244-\d-1\.ec2\.internal", status["reason"])
     assert on_cluster("stop", run_id).returncode == 0
 
 
@@ -258,39 +258,42 @@ def test_the_console_in_a_real_terminal_lists_and_monitors_a_real_pytorchjob(
     wait(lambda: not objects_of(real_cluster, run_id), "every object of the run to go", 120)
 
 
-def test_a_stopped_run_resumed_off_a_node_continues_from_its_checkpoint_and_one_off_the_only_node_waits(
+def test_a_stopped_run_resumed_off_a_node_lands_on_the_other_and_continues_from_its_checkpoint(
     real_cluster, trainer_image, volume, on_cluster
 ):
-    """``torchdeck resume --avoid-node``: the real scheduler honours the affinity. Kept off another
-    node, the resumed run lands on this cluster's one node and the trainer resumes from the stopped
-    run's snapshot on the claim; kept off the one node, it waits Pending and status says why."""
+    """``torchdeck resume --avoid-node`` on two live workers: the real scheduler honours the affinity.
+    Kept off one worker, the resumed run's pods both land on the other and the trainer resumes from the
+    stopped run's snapshot on the claim; kept off both, it waits Pending and status says why."""
+    workers = real_cluster.workers()
     run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-steps", "240",
                       "--batch-size", "32", "--set", "trainer.checkpoint_every=3", "--name", "moved")  # fmt: skip
+    first = wait(lambda: real_cluster.placed(run_id, 2), "the pods placed", 120)
+    off = first[0]["spec"]["nodeName"]
+    (other,) = [w for w in workers if w != off]
     wait(lambda: (s := status_of(on_cluster, run_id))["step"] >= 6 and s, "step 6", 600, every=2)
     assert on_cluster("stop", run_id).returncode == 0  # its job is deleted: resume reads the kept spec
     wait(lambda: not objects_of(real_cluster, run_id), "the stopped run's objects to go", 120)
     saved = max(int(p.stem.split("-")[1]) for p in (volume / "runs" / "moved").glob("ckpt-*.pt"))
     assert saved >= 3
 
-    resumed = on_cluster("resume", run_id, "--avoid-node", "gpu-node-7", "--detach")
+    resumed = on_cluster("resume", run_id, "--avoid-node", off, "--detach")
     assert resumed.returncode == 0, resumed.stderr
     new_id = resumed.stdout.strip()
-    assert f"{new_id} resumes {run_id} from" in resumed.stderr and "kept off gpu-node-7" in resumed.stderr
+    assert f"{new_id} resumes {run_id} from" in resumed.stderr and f"kept off {off}" in resumed.stderr
     job = real_cluster.get(f"pytorchjobs.kubeflow.org/{new_id}", "-n", NAMESPACE)
     assert job["metadata"]["labels"]["torchdeck.dev/resumes"] == run_id
-    pods = wait(lambda: (p := real_cluster.get("pods", "-n", NAMESPACE, "-l", f"torchdeck.dev/run={new_id}")["items"])
-                and all(x["spec"].get("nodeName") for x in p) and len(p) == 2 and p, "the pods placed", 120)  # fmt: skip
+    pods = wait(lambda: real_cluster.placed(new_id, 2), "the resumed pods placed", 120)
     for pod in pods:  # the operator carried the affinity to each pod, and the scheduler placed it elsewhere
         terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-node-7"]
-        assert pod["spec"]["nodeName"] == "torchdeck-node"
+        assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [off]
+        assert pod["spec"]["nodeName"] == other
     wait(lambda: (s := status_of(on_cluster, new_id))["step"] > saved and s, "the resumed run's steps", 600, every=2)
     said = re.search(r"resumed from /shared/runs/moved/ckpt-\d+\.pt at epoch \d+ step (\d+)",
                      on_cluster("logs", new_id, "--rank", "0").stdout)  # fmt: skip
     assert said and int(said[1]) >= saved  # from the stopped run's newest snapshot (or one written as it stopped)
     assert on_cluster("stop", new_id).returncode == 0
 
-    nowhere = on_cluster("resume", run_id, "--avoid-node", "torchdeck-node", "--detach")
+    nowhere = on_cluster("resume", run_id, *(a for w in workers for a in ("--avoid-node", w)), "--detach")
     assert nowhere.returncode == 0, nowhere.stderr
     waiting_id = nowhere.stdout.strip()
     status = wait(lambda: "node affinity" in (s := status_of(on_cluster, waiting_id))["reason"] and s,
@@ -312,7 +315,8 @@ def test_the_health_gate_runs_as_the_runs_own_pytorchjob_and_a_gated_train_follo
     assert (
         result["backend"] == "gloo" and result["world_size"] == 2 and [r["bytes"] for r in result["rows"]][-1] == 65536
     )
-    assert [n["node"] for n in result["nodes"]] == ["torchdeck-node", "torchdeck-node"]  # spec.nodeName, per pod
+    # spec.nodeName, per pod: a worker each (the control plane's node takes no pods)
+    assert {n["node"] for n in result["nodes"]} <= set(real_cluster.workers()) and len(result["nodes"]) == 2
     assert {n["host"] for n in result["nodes"]} == {f"{result['gate']}-master-0", f"{result['gate']}-worker-0"}
     (link,) = result["pairs"]
     assert link["result"]["bytes"] == 65536 and link["result"]["busbw_gbps"] > 0

@@ -33,6 +33,9 @@ SCRIPT = REPO / "scripts" / "kube-cluster.sh"
 ENGINE = REPO / "scripts" / "docker-engine.sh"
 SHARED_DATA = Path(os.environ.get("TORCHDECK_TEST_DATA", REPO.parent / "shared" / "data" / "cifar10-subset"))
 NAMESPACE = "e2e"
+NODES = 3
+"""The control plane's node (it takes no pods) and two workers, each a machine of its own (its network,
+mount namespace and cgroup subtree): a rank on another node, a node lost under a run."""
 CLAIM = "shared"
 NO_AWS = {
     "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # any AWS call fails at once
@@ -86,6 +89,18 @@ class Cluster:
     def get(self, *args: str) -> dict:
         return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
 
+    def workers(self) -> list[str]:
+        """The nodes pods run on (all but the control plane's), by name."""
+        nodes = self.get("nodes")["items"]
+        labels = [(n["metadata"]["name"], n["metadata"].get("labels") or {}) for n in nodes]
+        return sorted(name for name, label in labels if "node-role.kubernetes.io/control-plane" not in label)
+
+    def placed(self, run_id: str, count: int) -> list[dict]:
+        """The run's COUNT pods, once each is placed on a node."""
+        pods = self.get("pods", "-n", NAMESPACE, "-l", f"torchdeck.dev/run={run_id}")["items"]
+        placed = [p for p in pods if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+        return placed if len(placed) == count else []
+
 
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[Cluster]:
@@ -96,7 +111,8 @@ def real_cluster() -> Iterator[Cluster]:
     was_running = subprocess.run([str(SCRIPT), "status"], capture_output=True).returncode == 0
     before = host_state()
     with phase("cluster start (after its build, if under way)"):
-        done = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=3600)
+        done = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=3600,
+                              env={**os.environ, "TORCHDECK_KUBE_NODES": str(NODES)})  # fmt: skip
     if done.returncode == 3:
         unavailable(done.stderr.strip().splitlines()[-1])
     assert done.returncode == 0, done.stdout + done.stderr

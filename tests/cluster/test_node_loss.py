@@ -1,0 +1,47 @@
+"""Issue 54: a node lost under a run on the real cluster of three nodes (the control plane's and two
+workers, each with its own network namespace, mount namespace and cgroup subtree). The fault is put
+on the node by the cluster tool (``kube-cluster.sh node NAME crash``: every process of the node
+killed at once, as a machine that loses its power); torchdeck says which node, since when and which
+ranks it held, in ``status`` (text and JSON) while the run is live, as soon as the cluster marks
+the node NotReady."""
+
+from __future__ import annotations
+
+import subprocess
+
+from real_cluster import NAMESPACE, SCRIPT, SMALL, TRAIN, launched, status_of, wait
+
+
+def fault(node: str, what: str) -> None:
+    done = subprocess.run([str(SCRIPT), "node", node, what], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_crashed_worker_is_named_live_with_since_when_and_the_ranks_it_held(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-steps", "5000",
+                      "--batch-size", "32", "--set", "trainer.checkpoint_every=5", "--name", "crashed")  # fmt: skip
+    pods = wait(lambda: real_cluster.placed(run_id, 2), "the pods placed", 120)
+    by_pod = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    # one pod a worker: the spread torchdeck renders for a run of several nodes, honoured by the scheduler
+    assert sorted(by_pod.values()) == real_cluster.workers(), by_pod
+    wait(lambda: (s := status_of(on_cluster, run_id))["step"] >= 3 and s, "step 3", 600, every=2)
+    victim = by_pod[f"{run_id}-worker-0"]
+    assert status_of(on_cluster, run_id).get("bad_nodes", {}) == {}  # a healthy run reads no node trouble
+    fault(victim, "crash")
+    try:
+        status = wait(lambda: victim in (s := status_of(on_cluster, run_id)).get("bad_nodes", {}) and s,
+                      "the lost node named", 180, every=2)  # fmt: skip
+        said = status["bad_nodes"][victim]
+        assert said.startswith("NotReady since ") and f"it held rank 1 (pod {run_id}-worker-0)" in said, said
+        assert status["state"] in ("running", "pending"), status  # live: the master waits for its peer
+        text = on_cluster("status", run_id).stdout
+        assert f"node lost: {victim}: NotReady since" in text and "resume:" not in text, text
+    finally:
+        fault(victim, "start")
+        assert on_cluster("stop", run_id).returncode == 0
+    node = real_cluster.get("node", victim)
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+    wait(lambda: not real_cluster.get("pods", "-n", NAMESPACE, "-l", f"torchdeck.dev/run={run_id}")["items"],
+         "the run's pods to go", 180)  # fmt: skip
