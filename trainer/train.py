@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from . import checkpoint, data
+from . import attempt, checkpoint, data
 from .errors import TrainerError
 from .hardware import GpuProbe, Placement, choose_placement
 from .metrics import MetricsWriter
@@ -557,15 +557,12 @@ def _agree_on_start_time(env: DistEnv, ckpt_dir: Path | None, placement: Placeme
 
 
 def join_process_group(backend: str, env: DistEnv) -> None:
-    """Join the job's process group through a store namespace of our own.
-
-    Under torchrun's c10d rendezvous the workers of every restart share the
-    agent's TCPStore, and the default group writes its peers' addresses under
-    the same keys each time: a restarted rank can read a dead rank's address
-    and fail with "connection refused". Prefixing the keys with the restart
-    count and world size gives each attempt a clean namespace."""
+    """Join the job's process group through a store namespace of this attempt's own, named by rank 0
+    and agreed by every rank (``attempt.agreed``): not torchrun's restart count, which a pod made
+    again on another node starts over."""
     store, rank, world_size = next(dist.rendezvous("env://"))
-    store = dist.PrefixStore(f"torchdeck/restart{env.restart_count}/world{world_size}", store)
+    name = attempt.agreed(store, rank, world_size)
+    store = dist.PrefixStore(f"torchdeck/attempt{name}/world{world_size}", store)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
 
 
