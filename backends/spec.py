@@ -255,6 +255,20 @@ class ClusterOptions:
     )
     """Before the run, the health gate (``torchdeck check``) on the nodes the run would use, with
     its image, kind and node selection; the nodes that fall short are added to ``avoid_nodes``."""
+    node_loss: int | None = option(
+        None,
+        check=int_at_least(0, optional=True),
+        help="seconds a pod stays on a lost node before it is moved to a healthy one (none: Kubernetes' 300)",
+        label="Node loss (s)",
+        example="10",
+        where="cluster",
+    )
+    """Recover from a lost node without a person: the pods tolerate a NotReady or unreachable node for
+    this many seconds (``tolerationSeconds``; Kubernetes' default is 300), then the taint manager
+    evicts them; they are marked safe to delete by force (Kueue's FailureRecoveryPolicy deletes a pod
+    stuck on an unreachable node a minute after its grace period, where Kueue runs with that gate);
+    the operator makes them again on a healthy node, and the trainer resumes from the newest
+    checkpoint. None: Kubernetes' defaults, and a person resumes the run."""
     gpu_toleration: bool = option(True, check=is_bool, help="tolerate the nvidia.com/gpu taint", where="cluster")
     """Tolerate the nvidia.com/gpu taint GPU nodes carry (only when gpus > 0)."""
     min_nodes: int | None = option(

@@ -455,7 +455,9 @@ def context(spec: JobSpec, run_id: str, kind: JobKindName) -> RenderContext:
         service_account=c.service_account,
         image_pull_policy=c.image_pull_policy,
         node_selector=c.node_selector,
-        tolerations=[gpu_taint] if spec.resources.gpus and c.gpu_toleration else [],
+        tolerations=([gpu_taint] if spec.resources.gpus and c.gpu_toleration else [])
+        + node_loss_tolerations(c.node_loss),
+        pod_annotations={FORCE_DELETE_ANNOTATION: "true"} if c.node_loss is not None else {},
         affinity=placed(run_id, spec.nodes, c.avoid_nodes),
         resources=container_resources(spec),
         env=env,
@@ -487,6 +489,23 @@ def kept_spec(spec: JobSpec) -> str:
     data = {k: v for k, v in spec.to_dict().items() if k not in LOCAL_ONLY}
     data["entrypoint"] = {k: v for k, v in data["entrypoint"].items() if k not in ("code", "python")}
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+FORCE_DELETE_ANNOTATION = "kueue.x-k8s.io/safe-to-forcefully-delete"
+"""Kueue's FailureRecoveryPolicy deletes a pod that carries it by force once it is stuck terminating
+on an unreachable node (a minute after its grace period): what lets its operator make it again."""
+LOST_NODE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+
+
+def node_loss_tolerations(seconds: int | None) -> list[JsonObject]:
+    """How long the pods stay on a node that stopped answering (``cluster.node_loss``): none where the
+    spec leaves it to Kubernetes (its admission plugin adds 300 s)."""
+    if seconds is None:
+        return []
+    return [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+        for key in LOST_NODE_TAINTS
+    ]
 
 
 def placed(run_id: str, nodes: int, avoid: list[str]) -> JsonObject:

@@ -65,6 +65,8 @@ class RenderContext:
     command: list[str]
     args: list[str]
     annotations: dict[str, str]
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+    """On each pod (``cluster.node_loss``: safe for Kueue to delete by force on an unreachable node)."""
     container: str = "trainer"
     subdomain: str | None = None
     ports: list[JsonObject] = field(default_factory=list)

@@ -7,6 +7,7 @@ the node NotReady."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 from real_cluster import NAMESPACE, SCRIPT, SMALL, TRAIN, launched, status_of, wait
@@ -45,3 +46,42 @@ def test_a_crashed_worker_is_named_live_with_since_when_and_the_ranks_it_held(
     assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
     wait(lambda: not real_cluster.get("pods", "-n", NAMESPACE, "-l", f"torchdeck.dev/run={run_id}")["items"],
          "the run's pods to go", 180)  # fmt: skip
+
+
+def test_a_run_with_node_loss_set_comes_back_by_itself_on_the_healthy_node_from_its_checkpoint(
+    real_cluster, trainer_image, volume, on_cluster
+):
+    """cluster.node_loss: the pods tolerate a lost node for seconds, not 300; Kueue's failure recovery
+    deletes the pod stuck on the dead node; the operator makes it again, the scheduler puts it on the
+    healthy worker, the ranks agree on a new attempt and resume from the newest checkpoint."""
+    every = 10
+    run_id = launched(on_cluster, "--image", trainer_image, *TRAIN, *SMALL, "--nodes", "2", "--max-steps", "100000",
+                      "--batch-size", "32", "--set", f"trainer.checkpoint_every={every}",
+                      "--set", "cluster.node_loss=5", "--name", "recovers")  # fmt: skip
+    pods = wait(lambda: real_cluster.placed(run_id, 2), "the pods placed", 120)
+    for pod in pods:  # what the field renders, as the operator carried it to each pod
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/safe-to-forcefully-delete"] == "true"
+        seconds = {t["key"]: t.get("tolerationSeconds") for t in pod["spec"]["tolerations"]}
+        assert seconds["node.kubernetes.io/unreachable"] == seconds["node.kubernetes.io/not-ready"] == 5
+    by_pod = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    victim = by_pod[f"{run_id}-worker-0"]
+    (survivor,) = [n for n in real_cluster.workers() if n != victim]
+    wait(lambda: (s := status_of(on_cluster, run_id))["step"] >= 2 * every and s, "two checkpoints", 600, every=2)
+    fault(victim, "crash")
+    try:
+        crashed_at = status_of(on_cluster, run_id)["step"]
+        wait(lambda: victim in status_of(on_cluster, run_id).get("bad_nodes", {}), "the lost node named", 180, every=2)
+        moved = wait(lambda: (p := real_cluster.placed(run_id, 2)) and all(x["spec"]["nodeName"] == survivor for x in p)
+                     and p, "the lost pod made again on the healthy node", 420, every=2)  # fmt: skip
+        assert {p["metadata"]["name"] for p in moved} == set(by_pod)
+        status = wait(lambda: (s := status_of(on_cluster, run_id))["step"] > crashed_at + every and s,
+                      "both ranks stepping again", 420, every=2)  # fmt: skip
+        assert status["state"] == "running" and victim not in status.get("bad_nodes", {}), status
+        logs = on_cluster("logs", run_id, "--rank", "1").stdout
+        resumed = [
+            int(m) for m in re.findall(r"resumed from /shared/runs/recovers/ckpt-\d+\.pt at epoch \d+ step (\d+)", logs)
+        ]
+        assert resumed and crashed_at - resumed[-1] <= every + 2, (crashed_at, resumed)  # at most one interval lost
+    finally:
+        fault(victim, "start")
+        assert on_cluster("stop", run_id).returncode == 0

@@ -355,8 +355,10 @@ def kueue_config(cluster: Cluster, kubectl: Kubectl, frameworks: Sequence[str]) 
 
 def _start_kueue_process(cluster: Cluster) -> None:
     # (--kubeconfig, not KUBECONFIG: its visibility server delegates authentication to the cluster through it)
+    # (FailureRecoveryPolicy: it deletes by force a pod stuck on an unreachable node that says it is
+    # safe to, which torchdeck's cluster.node_loss marks; alpha in v0.19, off by default)
     command: list[str | Path] = [cluster.programs.kueue / "kueue", "--config", cluster.conf / "kueue.yaml",
-               "--kubeconfig", cluster.admin_kubeconfig]  # fmt: skip
+               "--kubeconfig", cluster.admin_kubeconfig, "--feature-gates=FailureRecoveryPolicy=true"]  # fmt: skip
     start_component(cluster, "kueue", with_private_tmp(cluster.state / "kueue-webhook-service-tmp", command))
 
 
