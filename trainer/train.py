@@ -561,9 +561,24 @@ def join_process_group(backend: str, env: DistEnv) -> None:
     and agreed by every rank (``attempt.agreed``): not torchrun's restart count, which a pod made
     again on another node starts over."""
     store, rank, world_size = next(dist.rendezvous("env://"))
-    name = attempt.agreed(store, rank, world_size)
-    store = dist.PrefixStore(f"torchdeck/attempt{name}/world{world_size}", store)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    joined = attempt.agreed(store, rank, world_size)
+    group_store = dist.PrefixStore(f"torchdeck/attempt{joined.name}/world{world_size}", store)
+    dist.init_process_group(backend, store=group_store, rank=rank, world_size=world_size)
+    if world_size > 1:
+        global _WATCH
+        _WATCH = attempt.Watch(joined, rank, _watch_store).start()
+
+
+_WATCH: attempt.Watch | None = None
+"""This process's watch over its attempt (a rank made again, a silent store: it leaves)."""
+
+
+def _watch_store() -> attempt.Store:
+    """A connection of the watch's own to the job's store, which gives up in 30 s."""
+    from datetime import timedelta
+
+    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    return dist.TCPStore(address, port, is_master=False, timeout=timedelta(seconds=30))
 
 
 def run(cfg: TrainConfig, env: DistEnv) -> dict[str, object]:
@@ -584,6 +599,8 @@ def run(cfg: TrainConfig, env: DistEnv) -> dict[str, object]:
             dist.barrier()
         return summary
     finally:
+        if _WATCH is not None:
+            _WATCH.stop()
         if dist.is_initialized():
             dist.destroy_process_group()
 
