@@ -858,35 +858,83 @@ def test_a_run_that_failed_on_a_bad_node_is_named_and_resumed_off_it(kube_api, t
     assert terms[0]["matchFields"][0]["values"] == ["cpu-1", "cpu-2"]  # what it avoided, and the new one
 
 
-def test_a_node_lost_under_a_live_run_is_named_with_since_when_and_the_ranks_it_held(kube_api, tmp_path):
-    """While the run goes on: the node lifecycle controller marks cpu-1 NotReady (Unknown: its kubelet
-    stopped reporting) and the pod on it not Ready; status names the node, since when, and the rank
-    it held, and offers no resume yet (the run is live). A healthy run reads no node at all."""
-    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
-    install(kube_backend, cpu_nodes=2)
-    torchdeck = cluster_cli(kube_api, tmp_path)
+def lose_a_node_under(kube_backend, run_id, node="cpu-1", pod_ready="False"):
+    """What the node lifecycle controller writes when NODE's kubelet stops reporting (the node's Ready
+    Unknown since 06:00 UTC), and what it then writes on the pod there (Ready POD_READY)."""
+    lost = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
+    lost |= {"message": "Kubelet stopped posting node status.", "lastTransitionTime": "2026-11-26T06:00:00Z"}
+    kube_backend.client.request("PATCH", f"api/v1/nodes/{node}/status", body={"status": {"conditions": [lost]}})
+    set_pod_ready(kube_backend, f"{run_id}-worker-0", pod_ready)
+
+
+def set_pod_ready(kube_backend, pod, status):
+    ready = {"type": "Ready", "status": status, "reason": "NodeNotReady" if status == "False" else ""}
+    kube_backend.client.request(
+        "PATCH", f"api/v1/namespaces/{NS}/pods/{pod}/status", body={"status": {"conditions": [ready]}}
+    )
+
+
+def running_on_two_nodes(kube_backend):
     run_id = kube_backend.submit(make_spec())
     make_pod(kube_backend, run_id, f"{run_id}-master-0", "master", node="cpu-0")
     make_pod(kube_backend, run_id, f"{run_id}-worker-0", "worker", node="cpu-1")
     set_conditions(kube_backend, run_id, "Created", "Running")
-    assert kube_backend.status(run_id).bad_nodes == {}
+    return run_id
 
-    lost = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}
-    lost |= {"message": "Kubelet stopped posting node status.", "lastTransitionTime": "2026-11-26T06:00:00Z"}
-    kube_backend.client.request("PATCH", "api/v1/nodes/cpu-1/status", body={"status": {"conditions": [lost]}})
+
+LOST_SINCE = time.strftime("%H:%M:%S", time.localtime(calendar.timegm((2026, 11, 26, 6, 0, 0))))
+
+
+def test_a_node_lost_under_a_live_run_is_named_with_since_when_and_the_ranks_it_held(kube_api, tmp_path):
+    """While the run goes on: the node lifecycle controller marks cpu-1 NotReady (Unknown: its kubelet
+    stopped reporting) and the pod on it not Ready; status names the node, since when, and the ranks
+    it held, and offers no resume yet (the run is live). A healthy run reads no node at all."""
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=2)
+    torchdeck = cluster_cli(kube_api, tmp_path)
+    run_id = running_on_two_nodes(kube_backend)
+    assert kube_backend.status(run_id).bad_nodes == {}
+    lose_a_node_under(kube_backend, run_id, pod_ready="True")
     assert kube_backend.status(run_id).bad_nodes == {}  # its pods do not show it yet: no node is read
-    not_ready = {"type": "Ready", "status": "False", "reason": "NodeNotReady"}
-    kube_backend.client.request(
-        "PATCH", f"api/v1/namespaces/{NS}/pods/{run_id}-worker-0/status", body={"status": {"conditions": [not_ready]}}
-    )
+    lose_a_node_under(kube_backend, run_id)
     status = kube_backend.status(run_id)
     assert status.state is JobState.RUNNING and list(status.bad_nodes) == ["cpu-1"]
     why = status.bad_nodes["cpu-1"]
-    clock = time.strftime("%H:%M:%S", time.localtime(calendar.timegm((2026, 11, 26, 6, 0, 0))))
-    assert why.startswith(f"NotReady since {clock} (") and "s) (Kubelet stopped posting node status.)" in why
+    assert why.startswith(f"NotReady since {LOST_SINCE} (") and "s) (Kubelet stopped posting node status.)" in why
     assert why.endswith(f"it held ranks 2-3 (pod {run_id}-worker-0)"), why  # two processes a node
     shown = torchdeck("status", run_id)
-    assert f"node lost: cpu-1: NotReady since {clock}" in shown.stdout and "resume:" not in shown.stdout
+    assert f"node lost: cpu-1: NotReady since {LOST_SINCE}" in shown.stdout and "resume:" not in shown.stdout
+
+
+def test_the_monitor_says_a_node_was_lost_while_the_run_goes_on_and_stops_saying_it_once_it_is_back(kube_api, tmp_path):
+    from textual.widgets import Static
+    from tui_support import wait_for
+
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.monitor import MonitorScreen
+
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=2)
+    run_id = running_on_two_nodes(kube_backend)
+    lose_a_node_under(kube_backend, run_id)
+    settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
+
+    async def scenario():
+        app = make_app(settings, KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state"), run_id)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
+            offer = app.screen.query_one("#offer", Static)
+            await wait_for(pilot, lambda: "cpu-1" in str(offer.render()), what="the lost node", timeout=30)
+            text = str(offer.render())
+            assert text.startswith(f"node lost cpu-1: NotReady since {LOST_SINCE}") and "r resumes" not in text
+            assert offer.has_class("-shown")
+            back = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready"}
+            kube_backend.client.request("PATCH", "api/v1/nodes/cpu-1/status", body={"status": {"conditions": [back]}})
+            set_pod_ready(kube_backend, f"{run_id}-worker-0", "True")
+            await wait_for(pilot, lambda: not offer.has_class("-shown"), what="the pane gone", timeout=30)
+
+    asyncio.run(scenario())
 
 
 def test_the_monitor_offers_to_resume_a_run_that_failed_on_a_bad_node(kube_api, tmp_path):
