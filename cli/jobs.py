@@ -504,6 +504,10 @@ def cmd_jobs(args: argparse.Namespace, settings: Settings, backend: Backend) -> 
         print("no runs yet; `torchdeck train` starts one")
     else:
         print(format_status_table(statuses))
+        for status in statuses:  # a node lost under a live run, as status says it
+            for node, why in status.bad_nodes.items():
+                if not status.state.is_terminal:
+                    print(printable(f"node lost under {status.run_id}: {node}: {why}"))
     return 0
 
 

@@ -1065,7 +1065,10 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             owned = self._owners.get(name)
             if owned is None or owned.uid != uid:
                 owned = OwnedBy(self.client, job.namespace, uid)
-            self._priced(job, [p for p in pods.get(name, []) if not owned.uid or owned(p)], status)
+            run_pods = [p for p in pods.get(name, []) if not owned.uid or owned(p)]
+            self._priced(job, run_pods, status)
+            if not status.state.is_terminal:  # a node lost under it (read only where its pods show it)
+                status.bad_nodes = lost_nodes(self.client, run_pods, node_ranks(run_pods), nproc_per_node(job.view))
             out.append(status)
         return sorted(out, key=lambda s: s.submitted_at, reverse=True)
 

@@ -59,6 +59,7 @@ def test_a_lost_worker_is_named_live_and_a_run_with_node_loss_set_comes_back_by_
         assert status["state"] in ("running", "pending"), status  # live: the master waits for its peer
         text = on_cluster("status", run_id).stdout
         assert f"node lost: {victim}: NotReady since" in text and "resume:" not in text, text
+        assert f"node lost under {run_id}: {victim}: NotReady since" in on_cluster("jobs").stdout
 
         moved = wait(lambda: (p := real_cluster.placed(run_id, 2)) and all(x["spec"]["nodeName"] == survivor for x in p)
                      and p, "the lost pod made again on the healthy node", 420, every=2)  # fmt: skip

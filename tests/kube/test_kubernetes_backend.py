@@ -904,6 +904,10 @@ def test_a_node_lost_under_a_live_run_is_named_with_since_when_and_the_ranks_it_
     assert why.endswith(f"it held ranks 2-3 (pod {run_id}-worker-0)"), why  # two processes a node
     shown = torchdeck("status", run_id)
     assert f"node lost: cpu-1: NotReady since {LOST_SINCE}" in shown.stdout and "resume:" not in shown.stdout
+    listed = torchdeck("jobs")
+    assert f"node lost under {run_id}: cpu-1: NotReady since {LOST_SINCE}" in listed.stdout, listed.stdout
+    (row,) = [r for r in json.loads(torchdeck("jobs", "--output", "json").stdout) if r["run_id"] == run_id]
+    assert list(row["bad_nodes"]) == ["cpu-1"]
 
 
 def test_the_monitor_says_a_node_was_lost_while_the_run_goes_on_and_stops_saying_it_once_it_is_back(kube_api, tmp_path):
