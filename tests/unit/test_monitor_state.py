@@ -160,3 +160,21 @@ def test_a_run_with_nothing_readable_after_a_minute_says_what_torchdeck_looks_fo
     assert said is not None and said.startswith("nothing readable after 75 s") and "metrics.pattern" in said
     state.ingest([MetricEvent("step", 0, 1076.0, {"event": "step", "rank": 0, "step": 1, "loss": 2.0})])
     assert unread_words(state.snapshot(now=1080.0), 1080.0) is None
+
+
+def test_the_node_panel_tells_eks_nodes_apart_by_their_host_part():
+    """EKS names a node by its private address and domain; two nodes of one subnet share their first
+    14 characters, which the panel once cut every name to."""
+    from torchdeck.backends.base import NodeMetrics
+    from torchdeck.tui.glyphs import glyphs_for
+    from torchdeck.tui.widgets.node_bars import NodeBars, short_node_name
+
+    assert short_node_name("ip-192-168-12-34.ec2.internal") == "ip-192-168-12-34"
+    assert short_node_name("ip-10-0-1-7.us-west-2.compute.internal") == "ip-10-0-1-7"
+    assert short_node_name("10.0.1.7") == "10.0.1.7" and short_node_name("cpu-0") == "cpu-0"
+    panel, drawn = NodeBars(glyphs_for(ascii_only=True)), []
+    panel.update = lambda text, layout=False: drawn.append(str(text))  # type: ignore[method-assign]
+    nodes = [NodeMetrics(f"ip-192-168-12-{n}.ec2.internal", 50.0, 8, 1.0, 2.0) for n in (34, 35)]
+    panel.show(nodes, 120)
+    (shown,) = drawn
+    assert "ip-192-168-12-34 " in shown and "ip-192-168-12-35 " in shown, shown

@@ -36,11 +36,13 @@ class NodeBars(Static):
         text = Text(no_wrap=True, overflow="ellipsis")
         if not nodes:
             text.append("no node figures yet: no pod of the run is on a node", style="dim")
+        names = [short_node_name(node.name) for node in nodes]
+        column = max(14, min(24, max(map(len, names), default=0)))
         for i, node in enumerate(nodes):
             if i:
                 text.append("\n")
             mem = node.mem_used_mb / node.mem_total_mb * 100 if node.mem_total_mb else 0.0
-            text.append(f"{node.name[:14]:<14} ", style="bold")
+            text.append(f"{names[i][:column]:<{column}} ", style="bold")
             text.append("cpu ")
             text.append(bar(node.cpu_percent / 100, gauge, g), style=_level(node.cpu_percent))
             text.append(f" {node.cpu_percent:3.0f}%  mem ")
@@ -67,10 +69,18 @@ class NodeBars(Static):
             else:
                 text.append(node.gpu_note or "no GPU", style="dim")
             if node.processes:
-                text.append("\n" + " " * 15)
+                text.append("\n" + " " * (column + 1))
                 parts = [f"r{p.rank} {p.cpu_percent:3.0f}% {p.rss_mb:4.0f}M" for p in node.processes[:8]]
                 more = f"  +{len(node.processes) - 8} ranks" if len(node.processes) > 8 else ""
                 text.append("  ".join(parts) + more, style="dim")
         lines = text.plain.count("\n") + 1
         self.update(text, layout=lines != self._lines)  # a new layout only when the height changes
         self._lines = lines
+
+
+def short_node_name(name: str) -> str:
+    """A node's name without its DNS domain, as EKS names nodes by their private address
+    (ip-192-168-12-34.ec2.internal, ip-10-0-1-7.us-west-2.compute.internal): the host part is what
+    tells two nodes apart, and a cut at a fixed width would keep only their common prefix."""
+    host = name.split(".", 1)[0]
+    return name if not host or host.isdigit() else host  # (a node named by its IP address keeps it whole)
