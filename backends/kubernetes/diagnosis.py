@@ -49,6 +49,11 @@ RDZV_PATTERNS = (
 )
 
 
+CONTROL_PLANE_TAINT = re.compile(
+    r"\d+ node\(s\) had untolerated taint\(?s?\)? ?\{node-role\.kubernetes\.io/(?:control-plane|master)[^}]*\}"
+)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong, for one pod or the whole job."""
@@ -92,8 +97,10 @@ def _pending(name: str, pod: Pod, events: list[Event]) -> list[Finding]:
 
 
 def _unschedulable(name: str, message: str) -> Finding:
-    """The scheduler's message (0/3 nodes are available: 3 Insufficient nvidia.com/gpu ...) in words."""
-    lower = message.lower()
+    """The scheduler's message (0/3 nodes are available: 3 Insufficient nvidia.com/gpu ...) in words.
+    The control plane's own taint (a node kubeadm made, which no training pod is meant for) is not
+    the reason the user can act on, and is passed over for the clauses beside it."""
+    lower = CONTROL_PLANE_TAINT.sub("", message.lower())
     if "insufficient nvidia.com/gpu" in lower:
         return Finding(
             name,
