@@ -49,11 +49,6 @@ RDZV_PATTERNS = (
 )
 
 
-CONTROL_PLANE_TAINT = re.compile(
-    r"\d+ node\(s\) had untolerated taint\(?s?\)? ?\{node-role\.kubernetes\.io/(?:control-plane|master)[^}]*\}"
-)
-
-
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong, for one pod or the whole job."""
@@ -98,9 +93,10 @@ def _pending(name: str, pod: Pod, events: list[Event]) -> list[Finding]:
 
 def _unschedulable(name: str, message: str) -> Finding:
     """The scheduler's message (0/3 nodes are available: 3 Insufficient nvidia.com/gpu ...) in words.
-    The control plane's own taint (a node kubeadm made, which no training pod is meant for) is not
-    the reason the user can act on, and is passed over for the clauses beside it."""
-    lower = CONTROL_PLANE_TAINT.sub("", message.lower())
+    Where some nodes do not match the pod's selector or the nodes it avoids, that is said before a
+    taint on others (a cluster's control-plane nodes carry one no training pod is meant to tolerate,
+    and the scheduler's message says only "had untolerated taint(s)")."""
+    lower = message.lower()
     if "insufficient nvidia.com/gpu" in lower:
         return Finding(
             name,
@@ -117,6 +113,12 @@ def _unschedulable(name: str, message: str) -> Finding:
             f"Pending: not enough free memory on any node ({_short(message)})",
             "lower resources.memory or add nodes with more memory",
         )
+    if "didn't match pod's node affinity/selector" in lower or "node affinity" in lower:
+        return Finding(
+            name,
+            f"Pending: no node matches its node selector or is left by the nodes it avoids ({_short(message)})",
+            "fix cluster.node_selector or avoid fewer nodes (cluster.avoid_nodes); kubectl get nodes --show-labels",
+        )
     if "untolerated taint" in lower or "had taint" in lower:
         return Finding(
             name,
@@ -128,12 +130,6 @@ def _unschedulable(name: str, message: str) -> Finding:
             name,
             f"Pending: its PersistentVolumeClaim is not bound ({_short(message)})",
             "check the claim with `kubectl describe pvc` (storage class, CSI driver, capacity)",
-        )
-    if "didn't match pod's node affinity/selector" in lower or "node affinity" in lower:
-        return Finding(
-            name,
-            f"Pending: no node matches its node selector or is left by the nodes it avoids ({_short(message)})",
-            "fix cluster.node_selector or avoid fewer nodes (cluster.avoid_nodes); kubectl get nodes --show-labels",
         )
     return Finding(
         name,

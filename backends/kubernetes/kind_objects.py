@@ -284,10 +284,13 @@ def avoided_nodes(affinity: Json) -> list[str] | None:
     if not isinstance(terms, list) or len(terms) != 1 or set(mapping(terms[0])) != {"matchFields"}:
         return None
     fields = mapping(terms[0])["matchFields"]
-    if not isinstance(fields, list) or len(fields) != 1:
+    if not isinstance(fields, list) or not fields:
         return None
-    term = mapping(fields[0])
-    values = term.get("values")
-    if term.get("key") != "metadata.name" or term.get("operator") != "NotIn" or not isinstance(values, list):
-        return None
-    return [str(v) for v in values]
+    found: list[str] = []
+    for requirement in fields:  # one a node (the API takes one value for metadata.name)
+        term = mapping(requirement)
+        values = term.get("values")
+        if term.get("key") != "metadata.name" or term.get("operator") != "NotIn" or not isinstance(values, list):
+            return None
+        found += [str(v) for v in values]
+    return found

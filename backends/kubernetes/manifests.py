@@ -526,7 +526,9 @@ def avoiding(nodes: list[str]) -> JsonObject:
     ``kubectl get nodes`` and a pod's ``spec.nodeName`` say; the hostname label may differ)."""
     if not nodes:
         return {}
-    term = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": sorted(set(nodes))}]}
+    # one requirement a node: the API takes a single value for a metadata.name field selector
+    fields = [{"key": "metadata.name", "operator": "NotIn", "values": [node]} for node in sorted(set(nodes))]
+    term = {"matchFields": fields}
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
 

@@ -83,10 +83,9 @@ def unschedulable(message):
             "node selector",
             "cluster.node_selector",
         ),
-        (  # what the real scheduler says of a run kept off both workers: the control plane's taint is no news
-            "0/3 nodes are available: 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "
-            "2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: "
-            "3 Preemption is not helpful for scheduling.",
+        (  # what the real scheduler (1.34) says of a run kept off both workers: the control plane's taint is no news
+            "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 node(s) didn't match Pod's node "
+            "affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
             "the nodes it avoids",
             "cluster.avoid_nodes",
         ),

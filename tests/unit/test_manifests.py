@@ -118,8 +118,12 @@ def avoided_in(patch: object) -> list[list[str]]:
     found: list[list[str]] = []
     if isinstance(patch, dict):
         for key, value in patch.items():
-            if key == "matchFields":
-                found += [f["values"] for f in value if f["key"] == "metadata.name" and f["operator"] == "NotIn"]
+            if key == "matchFields":  # one requirement a node: the API takes one value for metadata.name
+                names = [
+                    v for f in value if f["key"] == "metadata.name" and f["operator"] == "NotIn" for v in f["values"]
+                ]
+                assert all(len(f["values"]) == 1 for f in value)
+                found.append(names)
             else:
                 found += avoided_in(value)
     elif isinstance(patch, list):
