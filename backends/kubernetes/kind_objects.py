@@ -272,13 +272,26 @@ def string_lists(node: object) -> Iterator[list[str]]:
             yield from string_lists(value)
 
 
+def _spread_only(anti: object) -> bool:
+    """No pod anti-affinity, or only the preferred one-a-node spread torchdeck renders by itself."""
+    if anti is None:
+        return True
+    preferred = mapping(anti).get("preferredDuringSchedulingIgnoredDuringExecution")
+    if set(mapping(anti)) != {"preferredDuringSchedulingIgnoredDuringExecution"} or not isinstance(preferred, list):
+        return False
+    terms = [mapping(mapping(t).get("podAffinityTerm")) for t in preferred]
+    return all(t.get("topologyKey") == "kubernetes.io/hostname" for t in terms)
+
+
 def avoided_nodes(affinity: Json) -> list[str] | None:
     """The nodes an affinity keeps pods off, where it says only that (the shape ``cluster.avoid_nodes``
     renders: one required term, ``metadata.name NotIn [...]``); None for any other affinity."""
+    if not set(affinity) <= {"nodeAffinity", "podAntiAffinity"} or not _spread_only(affinity.get("podAntiAffinity")):
+        return None
+    if "nodeAffinity" not in affinity:
+        return []  # only the spread a run of several nodes renders by itself
     node_affinity = affinity.get("nodeAffinity")
-    if set(affinity) != {"nodeAffinity"} or set(mapping(node_affinity)) != {
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    }:
+    if set(mapping(node_affinity)) != {"requiredDuringSchedulingIgnoredDuringExecution"}:
         return None
     terms = at(node_affinity, ("requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
     if not isinstance(terms, list) or len(terms) != 1 or set(mapping(terms[0])) != {"matchFields"}:

@@ -86,7 +86,8 @@ def test_torchdecks_own_rendering_imports_back_to_the_same_job(tmp_path, kind):
     spec = spec_from_dict({
         "name": "mine", "image": "r/t:1", "nodes": 2, "nproc_per_node": 3, "namespace": "team",
         "resources": {"cpu": "4", "memory": "8Gi"},
-        "cluster": {"kind": kind, "pvc": "shared", "service_account": "s3", "node_selector": {"pool": "cpu"}},
+        "cluster": {"kind": kind, "pvc": "shared", "service_account": "s3", "node_selector": {"pool": "cpu"},
+                    "avoid_nodes": ["ip-10-0-1-7.ec2.internal", "ip-10-0-1-8.ec2.internal"]},
         "entrypoint": {"script": "train.py", "args": ["--lr", "0.1"], "code": str(tmp_path)},
     })  # fmt: skip
     text = render(spec, "mine-1", kind).to_yaml()
@@ -94,8 +95,12 @@ def test_torchdecks_own_rendering_imports_back_to_the_same_job(tmp_path, kind):
         with pytest.raises(SpecError, match="holds no PyTorchJob, ElasticJob, MPIJob or Job"):
             import_manifest(text)
         return
-    back = import_manifest(text).spec
+    imported = import_manifest(text)
+    back = imported.spec
     assert (back.name, back.namespace, back.image, back.nodes, back.nproc_per_node) == ("mine-1", "team", "r/t:1", 2, 3)
+    # the nodes it avoids come back beside the one-a-node spread torchdeck renders by itself
+    assert back.cluster.avoid_nodes == ["ip-10-0-1-7.ec2.internal", "ip-10-0-1-8.ec2.internal"]
+    assert not any(note.startswith("affinity") for note in imported.notes), imported.notes
     assert (back.entrypoint.in_image, back.entrypoint.script) == ("/workspace/code", "train.py")
     assert back.entrypoint.args == ["--lr", "0.1"]
     assert (back.cluster.pvc, back.cluster.service_account, back.cluster.node_selector) == (
