@@ -48,6 +48,10 @@ class NodeCordon:
         """Nothing new is scheduled on ``node``; what runs there stays."""
         raise NotImplementedError  # each backend that declares the capability has its own
 
+    def uncordon(self, node: str) -> bool:
+        """New pods may be scheduled on ``node`` again; False where it was not cordoned."""
+        raise NotImplementedError  # each backend that declares the capability has its own
+
 
 class NodeMeasures:
     """CPU, memory and GPU of the machines a run uses, and of its rank processes (the monitor's nodes)."""

@@ -14,7 +14,7 @@ from typing import Any
 from torchdeck.trainer.metrics import SCHEMA_VERSION, parse_line
 
 from .base import JobStatus, MetricEvent, RankProgress
-from .step_times import StepGaps, relative_scores
+from .step_times import StepFigures, StepGaps, relative_scores
 
 try:  # five times faster than json on metric lines; the monitor ingests tens of thousands a second
     from orjson import loads as _loads
@@ -102,10 +102,12 @@ def fold_progress(status: JobStatus, events: Iterable[MetricEvent]) -> dict[str,
     error = None
     for event in events:
         r = event.record
+        count = r.get("restart_count")
+        if isinstance(count, int) and not isinstance(count, bool):  # on the start, and on every line after a restart
+            status.restarts = max(status.restarts, count)
         if event.event == "start":
             status.epochs = r.get("epochs") or status.epochs
             status.total_steps = r.get("total_steps") or status.total_steps
-            status.restarts = max(status.restarts, r.get("restart_count") or 0)
         elif event.event in ("step", "epoch"):
             status.step = step_after(status.step, r)
             status.epoch = r.get("epoch") or status.epoch
@@ -138,7 +140,7 @@ def fold_ranks(events: Iterable[MetricEvent], ranks: dict[int, RankProgress] | N
             view.epoch = r.get("epoch") or view.epoch
             if event.event == "step":
                 if r.get("source") != "logger" and isinstance(r.get("step"), int):  # a logger's step is its own count
-                    clocks.setdefault(event.rank, StepGaps()).feed(event.time, r["step"])
+                    clocks.setdefault(event.rank, StepGaps()).feed(event.time, r["step"], r.get("compute_s"))
                 view.loss = r.get("loss") if r.get("loss") is not None else view.loss
                 view.samples_per_s = r.get("samples_per_s") or view.samples_per_s
                 view.steps_per_s = r.get("steps_per_s") or view.steps_per_s
@@ -162,6 +164,7 @@ def score_ranks(ranks: dict[int, RankProgress], clocks: dict[int, StepGaps]) -> 
         if f is not None:
             view = ranks[rank]
             view.step_s_median, view.step_s_p95 = round(f.median_s, 6), round(f.p95_s, 6)
+            view.compute_s_median = round(f.compute_s, 6) if f.compute_s else None
             view.individual_score = round(f.individual, 3)
     relate_ranks(ranks)
 
@@ -169,8 +172,12 @@ def score_ranks(ranks: dict[int, RankProgress], clocks: dict[int, StepGaps]) -> 
 def relate_ranks(ranks: dict[int, RankProgress]) -> None:
     """Each rank's relative score among all of ``ranks`` (call again once ranks folded apart, a
     pod's log each, are together)."""
-    medians = {rank: v.step_s_median for rank, v in ranks.items() if v.step_s_median}
-    for rank, score in relative_scores(medians).items():
+    figures = {
+        rank: StepFigures(v.step_s_median, v.step_s_p95 or v.step_s_median, 1.0, v.compute_s_median)
+        for rank, v in ranks.items()
+        if v.step_s_median
+    }
+    for rank, score in relative_scores(figures).items():
         ranks[rank].relative_score = round(score, 3)
 
 
@@ -231,6 +238,11 @@ def describe_record(record: dict[str, Any]) -> str:
         )
     if event == "stopped":
         return f"stopped at step {r('step')} ({r('signal')}): a snapshot for a resume"
+    if event == "restarting":
+        return (
+            f"left at step {r('step')} for a restart: {r('ranks_stopped')} rank(s) were stopped (a pod deleted "
+            "or evicted), not the run; the next attempt resumes from this step's snapshot"
+        )
     if event == "error":
         hint = r("hint")
         return f"error: {r('message')}" + (f" ({hint})" if hint else "")

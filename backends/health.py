@@ -210,6 +210,16 @@ def judge(result: GateResult, instance_types: Mapping[str, str] | None = None) -
                 f"{nvlink} GB/s NVLink"
             )
 
+    # a node's own arithmetic, against the others' (two nodes: the other's): a throttled or sick machine
+    arithmetic = {str(n["node"]): float(c["gflops"]) for n in nodes if (c := n.get("compute")) and c.get("gflops")}
+    for name, value in arithmetic.items():
+        others = [v for k, v in arithmetic.items() if k != name]
+        if others and value < floors["against_others"] * statistics.median(others):
+            whose = "the other nodes'" if len(others) > 1 else "the other node's"
+            found[name].append(
+                f"its arithmetic reaches {value:.1f} GFLOP/s, under half {whose} {statistics.median(others):.1f}"
+            )
+
     # the links between nodes: a node in most of the slow pairs is the one; a lone slow pair names both ends
     pairs: list[tuple[str, str, float]] = []
     for p in result.pairs:

@@ -66,6 +66,7 @@ from .events import describe_record, fold_progress, fold_ranks, parse_metric_lin
 from .files import read_bytes, write_atomically
 from .gpu import read_gpus
 from .names import check_run_id, new_run_id
+from .recovery import RecoveryLog
 from .run_files import STATUS_FILE, FileTail, first_line, kept_status, tail_lines
 from .run_members import reap_run, run_members
 from .triage import Triage
@@ -448,6 +449,9 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
         error = fold_progress(status, [first] if first is not None and first.event == "start" else [])
         tail = parse_metric_lines(tail_lines(files[0], 16384))
         error = fold_progress(status, tail) or error
+        recovered = RecoveryLog()
+        recovered.feed(tail)
+        status.recovery = recovered.lines()
         ranks = fold_ranks(tail)
         for path in files[1 : 1 + RANKS_READ]:  # each rank's last lines: its progress, its error
             events = parse_metric_lines(tail_lines(path, 4096))

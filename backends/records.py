@@ -71,6 +71,9 @@ class RankProgress:
     percentile, its relative score (the fastest rank's median over its own: 1.0 is the fastest) and
     its individual score (its own best stretch over its newest: 1.0 is as fast as it has been)."""
     step_s_p95: float | None = None
+    compute_s_median: float | None = None
+    """The median of its own compute seconds a step (the built-in trainer's forward pass), where its
+    lines say them: the relative score is made from these where every rank has them."""
     relative_score: float | None = None
     individual_score: float | None = None
 
@@ -142,6 +145,13 @@ class JobStatus:
     """A cluster run torchdeck has no record of making here (made from another machine, or by
     someone else with torchdeck's labels): shown, followed, and stopped or resumed only when the
     user says it is theirs."""
+    recovery: list[str] = field(default_factory=list)
+    """How the run came back inside itself, a line each, oldest first: each attempt after the first
+    (where its ranks moved, the step it resumed from, the steps lost), as far back as the status
+    reads its ranks' events (``backends/recovery.py``)."""
+    coming_back: list[str] = field(default_factory=list)
+    """A live run's ranks on their way back, a line each: a pod made again on another node, not yet
+    in the run."""
     bad_nodes: dict[str, str] = field(default_factory=dict)
     """An ended run's nodes that the cluster marks bad (NotReady, a spot interruption notice, gone,
     evictions), each with why: ``torchdeck resume RUN --avoid-node NODE`` keeps the next run off them."""
@@ -149,6 +159,8 @@ class JobStatus:
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["bad_nodes"] = dict(self.bad_nodes)
+        out["recovery"] = list(self.recovery)
+        out["coming_back"] = list(self.coming_back)
         out["state"] = self.state.value
         out["ranks"] = [dict(r.__dict__) for r in self.ranks]
         out["cost"] = self.cost.to_dict() if self.cost is not None else None

@@ -24,12 +24,13 @@ import orjson
 
 from .errors import SpecError
 from .files import read_bytes, write_atomically
+from .recovery import Recovery, RecoveryLog
 
 if TYPE_CHECKING:
     from .base import Backend, JobStatus, MetricEvent
     from .spec import JobSpec
 
-DIGEST_VERSION = 2
+DIGEST_VERSION = 3
 RANK_POINTS = 500
 """Points kept of each rank's curve."""
 MEAN_POINTS = 2000
@@ -157,10 +158,21 @@ class RunDigest:
     """The step it resumed from (its ``resume`` event): a restart's start."""
     complete: bool = False
     """Made from every event of an ended run: kept, and never read again."""
+    recovery: RecoveryLog = field(default_factory=RecoveryLog)
+    """Its recoveries inside it (each attempt after the first), folded from its events."""
+    kept_recoveries: list[Recovery] | None = None
+    """Those read back from a kept digest, or joined from a lineage (``then``)."""
+
+    @property
+    def recoveries(self) -> list[Recovery]:
+        """Each attempt after the first inside the run (not a ``torchdeck resume``: that is a run of its own)."""
+        return self.kept_recoveries if self.kept_recoveries is not None else self.recovery.recoveries()
 
     def ingest(self, events: Iterable[MetricEvent]) -> int:
         n = 0
         ranks, mean = self.ranks, self.mean
+        events = list(events)
+        self.recovery.feed(events)
         for ev in events:
             n += 1
             rec = ev.record
@@ -271,6 +283,7 @@ class RunDigest:
         out.stopped = later.stopped
         out.checkpoint_step = later.checkpoint_step if later.checkpoint_step is not None else self.checkpoint_step
         out.resumed_at = self.resumed_at
+        out.kept_recoveries = self.recoveries + later.recoveries
         out.mean = self.mean.up_to(cut).then(later.mean)
         out.val = {k: list(v) for k, v in self.val.items() if k <= cut} | {k: list(v) for k, v in later.val.items()}
         out.accuracy = {k: v for k, v in self.accuracy.items() if k <= cut} | dict(later.accuracy)
@@ -298,6 +311,7 @@ class RunDigest:
                 "stopped": self.stopped,
                 "checkpoint_step": self.checkpoint_step,
                 "resumed_at": self.resumed_at,
+                "recoveries": [r.to_json() for r in self.recoveries],
                 "mean": self.mean.to_json(),
                 "val": [[k, v[0], v[1]] for k, v in sorted(self.val.items())],
                 "accuracy": sorted(self.accuracy.items()),
@@ -324,6 +338,7 @@ class RunDigest:
             digest.events, digest.stopped = int(raw["events"]), bool(raw["stopped"])
             for key in ("checkpoint_step", "resumed_at"):
                 setattr(digest, key, None if raw[key] is None else float(raw[key]))
+            digest.kept_recoveries = [Recovery.from_json(r) for r in raw["recoveries"]]
             digest.mean = BucketCurve.from_json(raw["mean"], MEAN_POINTS)
             digest.val = {float(k): [float(s), float(n)] for k, s, n in raw["val"]}
             digest.accuracy = {float(k): float(v) for k, v in raw["accuracy"]}

@@ -3,7 +3,15 @@ median and a 95th percentile of its paces over five steps among its recent steps
 over this rank's: 1.0 is the fastest, 0.5 takes twice as long) and an individual score (the
 rank's own best stretch over its recent one: 1.0 is as fast as it has been), after NVIDIA's
 resiliency extension's straggler scores. The status fold (``events.fold_ranks``) and the
-monitor's state (``monitor/state.py``) both keep their gaps here."""
+monitor's state (``monitor/state.py``) both keep their gaps here.
+
+Ranks of a synchronous job (DDP) step together: a fast rank waits in the gradients' all-reduce for
+a slow one, so their paces are the same and name no straggler. Where the lines say each rank's own
+compute (the built-in trainer's ``compute_s``: its model's forward pass, which holds no collective)
+the relative score is made from that instead: 1 less the share of each step the rank's slower
+compute holds the others back. From paces alone, a rank is scored below 1.0 only
+where its median is beyond the fastest rank's own spread (its p95): a healthy run's swings (steps
+of one rank taking 0.04 s and then 0.4 s on a busy host) name no rank."""
 
 from __future__ import annotations
 
@@ -28,19 +36,25 @@ class StepGaps:
     timed when torchdeck reads them, and lines read together in one burst share a time, which
     makes single gaps zero or many steps long while a few steps' pace stays right."""
 
-    __slots__ = ("points", "best")
+    __slots__ = ("points", "best", "compute")
 
     def __init__(self) -> None:
         self.points: deque[tuple[float, int]] = deque(maxlen=WINDOW + 1)
         self.best: float | None = None
         """The lowest stretch pace seen (kept beyond the window)."""
+        self.compute: deque[float] = deque(maxlen=WINDOW)
+        """The rank's own compute seconds of its recent step lines, where they say it."""
 
-    def feed(self, time: float, step: int) -> None:
-        """A step line (a step that went back, a restart, starts the points again)."""
+    def feed(self, time: float, step: int, compute_s: object = None) -> None:
+        """A step line (a step that went back, a restart, starts the points again), with the rank's
+        own compute seconds where the line says them."""
         if self.points and (step < self.points[-1][1] or time < self.points[-1][0]):
             self.points.clear()
+            self.compute.clear()
         if self.points and step == self.points[-1][1]:
             return
+        if isinstance(compute_s, (int, float)) and not isinstance(compute_s, bool) and compute_s > 0:
+            self.compute.append(float(compute_s))
         self.points.append((time, step))
         stretch = self._pace(STRETCH)
         if stretch is not None:
@@ -70,7 +84,8 @@ class StepGaps:
         p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
         recent = self._pace(STRETCH) or paces[-1]
         best = min(self.best, recent) if self.best is not None else recent
-        return StepFigures(statistics.median(ordered), p95, best / recent if recent > 0 else 1.0)
+        compute = statistics.median(self.compute) if len(self.compute) >= MIN_GAPS else None
+        return StepFigures(statistics.median(ordered), p95, best / recent if recent > 0 else 1.0, compute)
 
 
 @dataclass(frozen=True)
@@ -79,9 +94,36 @@ class StepFigures:
     p95_s: float
     individual: float
     """The rank's best stretch over its newest (1.0: as fast as it has been)."""
+    compute_s: float | None = None
+    """The median of its own compute seconds, where its lines say them."""
 
 
-def relative_scores(medians: dict[int, float]) -> dict[int, float]:
-    """Each rank's relative score: the fastest median over its own."""
-    fastest = min((m for m in medians.values() if m > 0), default=0.0)
-    return {rank: (fastest / m if m > 0 and fastest else 1.0) for rank, m in medians.items()}
+COMPUTE_PER_FORWARD = 3.0
+"""A training step's compute over its forward pass's: the backward pass takes about twice the
+forward's arithmetic (the usual rule: 2 FLOPs a parameter a sample forward, 4 backward)."""
+
+
+def held_back(figures: StepFigures, fastest_compute: float) -> float:
+    """The share of each step the run would save were this rank's compute as fast as the fastest
+    rank's: its forward's excess, times ``COMPUTE_PER_FORWARD``, over the step (0 to 1)."""
+    excess = COMPUTE_PER_FORWARD * ((figures.compute_s or 0.0) - fastest_compute)
+    return min(1.0, max(0.0, excess / figures.median_s)) if figures.median_s > 0 else 0.0
+
+
+def relative_scores(figures: dict[int, StepFigures]) -> dict[int, float]:
+    """Each rank's relative score. Where every rank says its compute: 1 less the share of each step
+    its slower compute holds every rank back (``held_back``): a rank whose forward pass is twice
+    the fastest's but a sliver of a step long costs the run little, and scores near 1.0. Else the
+    fastest median pace over its own, 1.0 where its median is within the fastest rank's spread
+    (under that rank's p95)."""
+    if figures and all(f.compute_s for f in figures.values()):
+        fastest = min(f.compute_s or 0.0 for f in figures.values())
+        return {rank: 1.0 - held_back(f, fastest) for rank, f in figures.items()}
+    paced = {rank: f for rank, f in figures.items() if f.median_s > 0}
+    if not paced:
+        return {rank: 1.0 for rank in figures}
+    top = min(paced.values(), key=lambda f: f.median_s)
+    return {
+        rank: (top.median_s / f.median_s if f.median_s > 0 and f.median_s > top.p95_s else 1.0)
+        for rank, f in figures.items()
+    }

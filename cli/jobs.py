@@ -553,6 +553,10 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         print(printable(f"warning: {warning}"))
     for node, why in status.bad_nodes.items():  # while it runs: a node lost under it, as the cluster says
         print(printable(f"{'bad node' if status.state.is_terminal else 'node lost'}: {node}: {why}"))
+    for line in status.recovery:  # how it came back inside itself
+        print(printable(f"recovery: {line}"))
+    for line in status.coming_back:  # a rank on its way back
+        print(printable(f"coming back: {line}"))
     if status.bad_nodes and status.state.is_terminal:
         avoid = " ".join(f"--avoid-node {n}" for n in status.bad_nodes)
         print(printable(f"resume: torchdeck resume {status.run_id} {avoid} (continues from its newest checkpoint)"))
@@ -565,6 +569,16 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
 def cmd_check(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
     """The health gate: each size's time and bandwidths between all the ranks, then (on a cluster)
     each node's own and each pair's, what each node is, and the nodes that fall short."""
+    if args.uncordon:  # undo a cordon, and nothing else
+        cordoning = backend.capability(NodeCordon)
+        if cordoning is None:
+            return fail("--uncordon is for a cluster's nodes (hint: --backend kubernetes)", EXIT_USAGE)
+        for node in args.uncordon:
+            if cordoning.uncordon(node):
+                print(printable(f"uncordoned {node}: new pods may be scheduled there again"))
+            else:
+                print(printable(f"{node} was not cordoned: nothing to undo"))
+        return 0
     if not 4096 <= args.max_bytes <= 1 << 32:
         return fail(f"--max-bytes {args.max_bytes}: give 4096 to 4294967296 (hint: --max-bytes 16777216)", EXIT_USAGE)
     spec = spec_for(args, settings)
@@ -582,7 +596,7 @@ def cmd_check(args: argparse.Namespace, settings: Settings, backend: Backend) ->
         for node in result.short:
             if args.yes or ask(f"cordon {node} (nothing new is scheduled there; what runs stays)? [y/N] "):
                 nodes.cordon(node)
-                print(printable(f"cordoned {node} (kubectl uncordon {node} undoes it)"))
+                print(printable(f"cordoned {node} (torchdeck check --uncordon {node} undoes it)"))
     return 0
 
 
@@ -602,7 +616,7 @@ def check_report(result: GateResult) -> str:
     nodes, types = result.nodes, result.instance_types
     if len(nodes) > 1 or any(gpus.get("count") for n in nodes if (gpus := n.get("gpus"))):
         out.append("")
-        out.append(f"{'node':<40} {'type':<14} {'ranks':>5} {'own busbw':>11}  GPUs  DCGM  EFA")
+        out.append(f"{'node':<40} {'type':<14} {'ranks':>5} {'own busbw':>11} {'GFLOP/s':>8}  GPUs  DCGM  EFA")
         for n in nodes:
             intra = n.get("intra")
             own = intra["busbw_gbps"] if intra else None
@@ -615,6 +629,7 @@ def check_report(result: GateResult) -> str:
             out.append(
                 f"{name[:40]:<40} {types.get(name, '-'):<14} {len(n.get('ranks') or []):>5} "
                 + (f"{own:>6.3f} GB/s" if own is not None else f"{'-':>11}")
+                + (f" {compute['gflops']:>8.1f}" if (compute := n.get("compute")) else f" {'-':>8}")
                 + f"  {gpus.get('count', 0):>4}  {dcgm_cell:>4}  {efa:>3}"
             )
     pairs = [(p, link) for p in result.pairs if (link := p.get("result"))]
@@ -691,6 +706,11 @@ def cmd_compare(args: argparse.Namespace, settings: Settings, backend: Backend) 
     print()
     for line in format_rows(comparison.rows(), [r.label for r in runs]).splitlines():
         print(printable(line))
+    recovered = comparison.recovery_lines()
+    if recovered:  # a run that came back inside itself (a node lost, a pod made again): how, a line each
+        print()
+        for line in recovered:
+            print(printable(f"recovered {line}"))
     print("\n* best of the row", file=sys.stderr)
     return 0
 

@@ -240,6 +240,7 @@ def add_run_commands(sub: Commands, spec_flags: bool) -> None:
     )
     p.add_argument("--cordon", action="store_true", help="cluster: offer to cordon each node that falls short")
     p.add_argument("--yes", action="store_true", help="with --cordon: cordon them without asking")
+    p.add_argument("--uncordon", action="append", default=[], metavar="NODE", help="cluster: open NODE again; no check")
     p.add_argument("--output", choices=("text", "json"), default="text")
 
     p = sub.add_parser(

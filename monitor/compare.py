@@ -241,7 +241,9 @@ class Comparison:
             loss_at_common_step=run.digest.loss_at(self.common_step) if self.common_step else None,
             cost=cost.to_dict() if cost is not None else None,
             restarts=run.lineage[:-1],
-            steps_lost=sum(lost_steps(a.digest, b.digest) for a, b in zip(run.earlier, [*run.earlier[1:], run])),
+            recoveries=[r.to_json() for r in run.digest.recoveries],
+            steps_lost=sum(lost_steps(a.digest, b.digest) for a, b in zip(run.earlier, [*run.earlier[1:], run]))
+            + sum(r.lost or 0 for r in run.digest.recoveries),
         )
         return summary
 
@@ -279,8 +281,8 @@ class Comparison:
         out.append(
             Row(unit.pop() if len(unit) == 1 else "speed", [_num(v, ",.0f") for v in speeds], _best(speeds, False))
         )
-        if any(r.earlier for r in self.runs):
-            out.append(Row("restarts", [str(len(r.earlier)) for r in self.runs]))
+        if any(r.earlier or r.digest.recoveries for r in self.runs):  # resumes, and recoveries inside a run
+            out.append(Row("restarts", [str(len(r.earlier) + len(r.digest.recoveries)) for r in self.runs]))
             out.append(
                 Row("steps lost", [str(f["steps_lost"]) for f in figs], _best([f["steps_lost"] for f in figs], True))
             )
@@ -291,6 +293,11 @@ class Comparison:
         for key, values in self.differing().items():
             out.append(Row(key, values, spec=True))
         return out
+
+    def recovery_lines(self) -> list[str]:
+        """Each recovery inside a run, a line each, named by the run's label: where its ranks moved,
+        the step it resumed from, the steps lost."""
+        return [f"{run.label}: {r.words()}" for run in self.runs for r in run.digest.recoveries]
 
     def mean_curves(self) -> dict[int, tuple[array, array]]:
         """Each run's loss, its ranks averaged, keyed by the run's place in the comparison."""

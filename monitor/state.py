@@ -223,7 +223,7 @@ class MonitorState:
                     if loss is not None and (logged or not view.logged_loss):
                         view.loss_curve.add(step, loss)
                     if not logged and isinstance(step, int):
-                        view.gaps.feed(ev.time, step)
+                        view.gaps.feed(ev.time, step, rec.get("compute_s"))
                     if view.step_time is not None and step > view.step:
                         gap = (ev.time - view.step_time) / (step - view.step)
                         view.step_interval = gap if view.step_interval is None else 0.8 * view.step_interval + 0.2 * gap
@@ -308,7 +308,7 @@ class MonitorState:
             threshold = max(SILENT_FLOOR_S, 5 * typical)
             freshest = max((v.last_time for v in views), default=0.0)
             figures = {v.rank: f for v in views if not v.finished and (f := v.gaps.figures()) is not None}
-            relative = relative_scores({r: f.median_s for r, f in figures.items()}) if len(figures) >= 2 else {}
+            relative = relative_scores(figures) if len(figures) >= 2 else {}
             rows, stragglers, silent = [], [], []
             for v in views:
                 flag, detail = "", ""
@@ -320,11 +320,12 @@ class MonitorState:
                 elif freshest - v.last_time > threshold:
                     flag, detail = "silent", f"no line for {freshest - v.last_time:.0f} s"
                     silent.append(v.rank)
-                elif (
-                    median_speed
+                elif (rel is not None and rel < self.straggler_ratio) or (
+                    rel is None  # a speed a line says: its latest step's alone, so only where no scores are made yet
+                    and median_speed
                     and v.samples_per_s is not None
                     and v.samples_per_s < self.straggler_ratio * median_speed
-                ) or (rel is not None and rel < self.straggler_ratio):
+                ):
                     flag = "slow"
                     detail = slow_words(v, views, fig, rel, median_speed)
                     stragglers.append(v.rank)
@@ -479,7 +480,14 @@ def slow_words(
     against the fastest and against its own best, its GPU's and CPU's utilisation, the part of
     each step it waits on its data loader, its node."""
     said = []
-    if rel is not None and fig is not None:
+    computes = [f for o in views if o.rank != v.rank and (f := o.gaps.figures()) is not None and f.compute_s]
+    if rel is not None and fig is not None and fig.compute_s and computes:
+        fastest = min(f.compute_s or 0.0 for f in computes)
+        said.append(
+            f"its compute holds each step back {1 - rel:.0%} ({fig.compute_s:.3g} s a forward pass, the "
+            f"fastest rank's {fastest:.3g} s, in steps of {fig.median_s:.3g} s)"
+        )
+    elif rel is not None and fig is not None:
         said.append(f"{rel:.0%} of the fastest pace ({fig.median_s:.3g} s/step, p95 {fig.p95_s:.3g} s)")
         said.append(f"{fig.individual:.0%} of its own best")
     elif median_speed and v.samples_per_s is not None:

@@ -62,6 +62,11 @@ class Attempt:
     hellos: int
     """The ranks' hellos the store had counted when every rank of this attempt had said its own."""
 
+    @property
+    def restarts(self) -> int:
+        """The attempts before this one (the store counts them from 1)."""
+        return int(self.name) - 1 if self.name.isdigit() else 0
+
 
 def agreed(store: Store, rank: int, world_size: int, timeout_s: float = 300.0) -> Attempt:
     """The attempt, the same on every rank of it."""

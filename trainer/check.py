@@ -93,6 +93,7 @@ class NodeReport(TypedDict, total=False):
     gpus: GpuFacts
     dcgm: DcgmFacts
     efa: EfaFacts
+    compute: Compute
 
 
 class PairReport(TypedDict):
@@ -105,6 +106,13 @@ class PairReport(TypedDict):
     result: Timing | None
 
 
+class Compute(TypedDict):
+    """A node's own arithmetic: matrix products on its first rank's device, timed alone."""
+
+    gflops: float
+    seconds: float
+
+
 class LeaderReport(TypedDict, total=False):
     """What a rank measured that rank 0 did not see (the groups it led), and what its node is."""
 
@@ -114,6 +122,7 @@ class LeaderReport(TypedDict, total=False):
     gpus: GpuFacts
     dcgm: DcgmFacts
     efa: EfaFacts
+    compute: Compute
 
 
 def sizes(max_bytes: int) -> list[int]:
@@ -392,9 +401,31 @@ class Sweep:
                           "b_host": nodes[b]["host"], "result": None})  # fmt: skip
         return pairs
 
+    def compute(self, budget_s: float = 0.5) -> Compute:
+        """Matrix products on this rank's device for about ``budget_s``: its GFLOP/s. Every node's first
+        rank runs them at once (after a barrier), so a node throttled or sick shows against the others
+        whatever the host's load: a link's all-reduce does not (two nodes that wait on each other)."""
+        torch = self.torch
+        n = 2048 if self.gpu else 256
+        a = torch.randn(n, n, device=self.device)
+        b = torch.randn(n, n, device=self.device)
+        torch.mm(a, b)  # warm
+        self._synchronize()
+        done, started = 0, time.perf_counter()
+        while True:
+            for _ in range(4):
+                torch.mm(a, b)
+            done += 4
+            self._synchronize()
+            took = time.perf_counter() - started
+            if took >= budget_s:
+                return {"gflops": 2 * n**3 * done / took / 1e9, "seconds": took}
+
     def node_facts(self, mine: LeaderReport) -> None:
-        """What a node's first rank finds about its node: GPUs, DCGM, EFA."""
+        """What a node's first rank finds about its node: its arithmetic, GPUs, DCGM, EFA."""
+        self.dist.barrier()
         if self.watch is not None:
+            mine["compute"] = self.compute()
             mine["gpus"] = self.watch.facts()
             mine["dcgm"] = dcgm_facts(self.args.dcgm_level)
             mine["efa"] = efa_facts(asked=self.args.efa)
@@ -415,6 +446,8 @@ def _merge(said: list[LeaderReport], nodes: list[NodeReport], pairs: list[PairRe
             node["dcgm"] = got["dcgm"]
         if "efa" in got:
             node["efa"] = got["efa"]
+        if "compute" in got:
+            node["compute"] = got["compute"]
         if got.get("intra") is not None:
             node["intra"] = got["intra"]
         for i, result in got.get("pairs", []):

@@ -4,12 +4,14 @@ Schema version 1. Every line carries:
 
 =============  ==============================================================
 ``schema``     1
-``event``      start, step, epoch, eval, checkpoint, resume, done, stopped or error
+``event``      start, step, epoch, eval, checkpoint, resume, done, stopped, restarting or error
 ``rank``       global rank; ``local_rank`` and ``world_size`` likewise
 ``host``       the host name
 ``time``       unix seconds
 ``elapsed_s``  seconds since the job first started, across restarts
 =============  ==============================================================
+
+and, on every line of an attempt after the first, ``restart_count``.
 
 and by event:
 
@@ -17,7 +19,8 @@ and by event:
   global_batch, epochs, steps_per_epoch, total_steps, train_size, test_size,
   params, restart_count.
 - ``step``: epoch (1-based), step (optimiser steps done, job-wide), loss, lr,
-  samples_per_s (this rank), step_s, data_s; with CUDA gpu_util (percent,
+  samples_per_s (this rank), step_s, data_s, compute_s (the model's own forward pass: no
+  collective in it, so a rank on a slow node shows by it); with CUDA gpu_util (percent,
   null where NVML is unavailable) and gpu_mem_mb.
 - ``epoch``: epoch, step, loss (mean over the epoch), samples_per_s, epoch_s.
 - ``eval``: epoch, step, accuracy (0..1), loss, per_class (accuracy per class).
@@ -25,6 +28,8 @@ and by event:
 - ``resume``: epoch, step, path, restart_count, skipped (unreadable newer checkpoints).
 - ``done``: epoch, step, accuracy, best_accuracy, model_file, train_s.
 - ``stopped``: epoch, step, signal, train_s: asked to stop (SIGTERM), after a snapshot.
+- ``restarting``: epoch, step, ranks_stopped: some ranks, not all, were asked to stop (a pod
+  deleted or evicted); every rank leaves after a snapshot for the next attempt (exit status 75).
 - ``error``: message, hint.
 
 The trainer's tools (``torchdeck.trainer.data``, ``.evaluate``, ``.model_file``) end their
@@ -50,7 +55,7 @@ from typing import IO, Any
 from .kubeflow_status import TrainerStatus
 
 SCHEMA_VERSION = 1
-EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "stopped", "error")
+EVENTS = ("start", "step", "epoch", "eval", "checkpoint", "resume", "done", "stopped", "restarting", "error")
 
 
 def finite(value: object) -> object:
@@ -82,8 +87,12 @@ class MetricsWriter:
         job_started_at: float | None = None,
         metrics_file: str | None = None,
         stream: IO[str] | None = None,
+        restart_count: int = 0,
     ):
         self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
+        self.restart_count = restart_count
+        """The attempt's restarts, on every line of an attempt after the first (a status that reads a
+        log's tail alone still counts them)."""
         self.host = socket.gethostname()
         self.job_started_at = job_started_at if job_started_at is not None else time.time()
         self.stream = stream if stream is not None else sys.stdout
@@ -111,6 +120,8 @@ class MetricsWriter:
             "time": round(now, 3),
             "elapsed_s": round(now - self.job_started_at, 3),
         }
+        if self.restart_count:
+            record["restart_count"] = self.restart_count
         record.update(fields)
         line = strict_json(record, separators=(",", ":")) + "\n"
         self.stream.write(line)

@@ -16,6 +16,22 @@ import threading
 
 GRACE_S = 25.0
 """How long a rank may take, after SIGTERM, to reach its next step and write a snapshot."""
+PARTIAL_STOP_RECHECK_S = 1.0
+"""How long the ranks wait, when only some were asked to stop, before they look again: the signal
+of a whole stop (torchrun's, a job's pods deleted together) reaches each rank a moment apart."""
+
+
+class RanksStopped(Exception):
+    """Some ranks, not all, were asked to stop (their pod deleted or evicted, a node drained): the run
+    goes on. Every rank has left the step it agreed on, after a snapshot, for the next attempt
+    (torchrun's restart, the operator's new pod), which resumes from it."""
+
+    def __init__(self, ranks: int, step: int):
+        super().__init__(
+            f"{ranks} rank(s) were asked to stop (a pod deleted or evicted), not the run: every rank "
+            f"leaves at step {step}, after a snapshot, for a restart that resumes from it"
+        )
+        self.ranks, self.step = ranks, step
 
 
 class StopRequest:

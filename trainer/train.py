@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from . import attempt, checkpoint, data
+from .check import NODE_NAME_ENV
 from .errors import TrainerError
 from .hardware import GpuProbe, Placement, choose_placement
 from .metrics import MetricsWriter
@@ -36,7 +37,7 @@ from .model_file import save_model
 from .models import ModelUnavailable, build_model
 from .options import TRAINER_OPTIONS, add_to, below_minimum
 from .recipes import RECIPES, Recipe, lr_at
-from .stopping import StopRequest
+from .stopping import PARTIAL_STOP_RECHECK_S, RanksStopped, StopRequest
 
 
 @dataclass
@@ -71,6 +72,8 @@ class DistEnv:
     local_rank: int = 0
     world_size: int = 1
     restart_count: int = 0
+    nodes: tuple[str, ...] = ()
+    """The node (machine) of each rank, by rank, once the ranks have joined (each says its own)."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> DistEnv:
@@ -159,11 +162,16 @@ class Trainer:
         self.stop = stop or StopRequest()
         """A stop asked from outside (SIGTERM): honoured at the next step every rank reports."""
         self.stopped = False
+        self.stop_whole = True
+        """Whether every rank was asked to stop (the run stopped), not some (a pod deleted or evicted)."""
+        self.ranks_asked = 0
         self.recipe = cfg.recipe
         self.device = placement.device
         self.train_set, self.test_set, self.dataset_name = train_set, test_set, dataset_name
         self.ckpt_dir = Path(cfg.checkpoint_dir).expanduser() if cfg.checkpoint_dir else None
-        self.metrics = MetricsWriter(env.rank, env.local_rank, env.world_size, job_started_at, cfg.metrics_file)
+        self.metrics = MetricsWriter(
+            env.rank, env.local_rank, env.world_size, job_started_at, cfg.metrics_file, restart_count=env.restart_count
+        )
         self.gpu = GpuProbe(self.device)
         self.global_batch = cfg.batch_size * env.world_size
         self.sampler = data.ShardedSampler(len(train_set), env.rank, env.world_size, seed=cfg.seed)
@@ -181,6 +189,7 @@ class Trainer:
         if self.recipe.channels_last:
             model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes it
         self.model = model.to(self.device)
+        self.compute = ComputeClock(self.model, self.device)
         mean, std = data.normalisation(self.recipe.standardise)
         self.pipeline = data.BatchPipeline(
             train_set,
@@ -364,6 +373,7 @@ class Trainer:
                     samples_per_s=round(len(y) / step_s, 2),
                     step_s=round(step_s, 5),
                     data_s=round(t1 - t0, 5),
+                    **({"compute_s": round(c, 5)} if (c := self.compute.seconds()) is not None else {}),
                     **self.gpu.sample(),
                 )
                 if self.stop_agreed():
@@ -391,13 +401,25 @@ class Trainer:
     def stop_agreed(self) -> bool:
         """Whether any rank has been asked to stop, agreed by all at a step they all reach (a step
         they report): each then stops after the same step, and none waits in a collective for a
-        rank that has left."""
+        rank that has left. Where only some ranks were asked (``stop_whole`` False after): one pod
+        deleted or evicted, not the run stopped; the others learn it here and leave for a restart."""
+        asked = self._ranks_asked()
+        if 0 < asked < self.env.world_size:
+            # the signal of a whole stop reaches each rank a moment apart: look again once
+            time.sleep(PARTIAL_STOP_RECHECK_S)
+            asked = self._ranks_asked()
+        self.stop_whole = asked >= self.env.world_size
+        self.ranks_asked = int(asked)
+        return asked > 0
+
+    def _ranks_asked(self) -> int:
+        """How many ranks have been asked to stop (every rank calls it at the same step)."""
         asked = 1.0 if self.stop.asked else 0.0
         if self.env.world_size > 1 and dist.is_initialized():
             flag = torch.tensor([asked], device=self.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            dist.all_reduce(flag, op=dist.ReduceOp.SUM)
             asked = flag.item()
-        return asked > 0
+        return round(asked)
 
     def evaluate(self) -> tuple[float, float, list[float]]:
         """Accuracy, mean loss and per-class accuracy on the test set; each
@@ -437,6 +459,7 @@ class Trainer:
             params=params,
             restart_count=self.env.restart_count,
             start_step=self.step,
+            **({"nodes": list(self.env.nodes)} if self.env.nodes else {}),
         )
         train_started = time.perf_counter()
         while self.step < self.total_steps:
@@ -444,11 +467,11 @@ class Trainer:
             finished = self.run_epoch(epoch)
             if self.stopped:  # asked to stop: the snapshot now, then leave (a resume continues here)
                 self.save_snapshot()
-                summary = {
-                    "epoch": self.epoch_of(self.step),
-                    "step": self.step,
-                    "signal": self.stop.signal_name or "SIGTERM",
-                }
+                summary: dict[str, object] = {"epoch": self.epoch_of(self.step), "step": self.step}
+                if not self.stop_whole:  # some ranks' pods went: every rank leaves for the next attempt
+                    self.metrics.emit("restarting", **summary, ranks_stopped=self.ranks_asked)
+                    raise RanksStopped(self.ranks_asked, self.step)
+                summary["signal"] = self.stop.signal_name or "SIGTERM"
                 self.metrics.emit("stopped", **summary, train_s=round(time.perf_counter() - train_started, 3))
                 return {**summary, "stopped": True}
             accuracy, loss, per_class = self.evaluate()
@@ -556,7 +579,42 @@ def _agree_on_start_time(env: DistEnv, ckpt_dir: Path | None, placement: Placeme
     return started
 
 
-def join_process_group(backend: str, env: DistEnv) -> None:
+class ComputeClock:
+    """The seconds of the model's own forward pass, the newest one (``seconds``): hooks on the model
+    inside DDP, so the buffers' broadcast DDP starts its forward with (a collective, where a fast rank
+    waits for a slow one) is not in it. What tells a rank on a slow node from the ranks that wait for
+    it in the all-reduce: their steps take the same time. On CUDA, events on the stream (read once,
+    on a line the trainer writes, where it synchronises anyway)."""
+
+    def __init__(self, model: nn.Module, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.began = self.ended = 0.0
+        self.events: tuple[torch.cuda.Event, torch.cuda.Event] | None = (
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if self.cuda else None
+        )
+        model.register_forward_pre_hook(lambda module, args: self._mark(0))
+        model.register_forward_hook(lambda module, args, out: self._mark(1))
+
+    def _mark(self, end: int) -> None:
+        if self.events is not None:
+            self.events[end].record()
+        elif end:
+            self.ended = time.perf_counter()
+        else:
+            self.began = time.perf_counter()
+
+    def seconds(self) -> float | None:
+        """The newest forward pass's seconds (None before the first)."""
+        if self.events is not None:
+            try:
+                self.events[1].synchronize()
+                return self.events[0].elapsed_time(self.events[1]) / 1000.0
+            except RuntimeError:  # an event not recorded yet
+                return None
+        return self.ended - self.began if self.ended > self.began else None
+
+
+def join_process_group(backend: str, env: DistEnv) -> attempt.Attempt:
     """Join the job's process group through a store namespace of this attempt's own, named by rank 0
     and agreed by every rank (``attempt.agreed``): not torchrun's restart count, which a pod made
     again on another node starts over."""
@@ -567,6 +625,18 @@ def join_process_group(backend: str, env: DistEnv) -> None:
     if world_size > 1:
         global _WATCH
         _WATCH = attempt.Watch(joined, rank, _watch_store).start()
+    return joined
+
+
+def _ranks_nodes(env: DistEnv) -> tuple[str, ...]:
+    """Each rank's node, by rank (a pod's node as the downward API says it, else the host's name): an
+    attempt's start says where every rank is, so a rank made again elsewhere shows as moved."""
+    import socket
+
+    mine = os.environ.get(NODE_NAME_ENV) or socket.gethostname()
+    every: list[object] = [None] * env.world_size
+    dist.all_gather_object(every, mine)
+    return tuple(str(n) for n in every)
 
 
 _WATCH: attempt.Watch | None = None
@@ -587,7 +657,10 @@ def run(cfg: TrainConfig, env: DistEnv) -> dict[str, object]:
     ckpt_dir = checkpoint.prepare_dir(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     train_set, test_set, name = load_datasets(cfg)
     if env.world_size > 1 and not dist.is_initialized():
-        join_process_group(placement.backend, env)
+        joined = join_process_group(placement.backend, env)
+        # the restarts: torchrun's count, or the attempts the ranks agreed on where more (a pod made
+        # again on another node starts torchrun's count over; a rank joining is no failure to it)
+        env = replace(env, restart_count=max(env.restart_count, joined.restarts), nodes=_ranks_nodes(env))
     try:
         started = _agree_on_start_time(env, ckpt_dir, placement)
         stop = StopRequest()
@@ -621,6 +694,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"torchdeck.trainer: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    except RanksStopped as exc:
+        print(f"torchdeck.trainer: {exc}", file=sys.stderr, flush=True)
+        return attempt.LEAVE_EXIT
     except KeyboardInterrupt:
         print("torchdeck.trainer: interrupted", file=sys.stderr, flush=True)
         return 130

@@ -172,6 +172,8 @@ class RunsCompared(Message):
     legend: dict[int, str]
     running: int
     """Runs in it still running (they keep updating)."""
+    recovered: list[str] = field(default_factory=list)
+    """Each recovery inside a run, a line each (``Comparison.recovery_lines``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -180,3 +182,4 @@ class RunsCompared(Message):
             dataclasses.replace(r, name=as_shown(r.name), cells=[as_shown(c) for c in r.cells]) for r in self.rows
         ]
         self.legend = {k: as_shown(v) for k, v in self.legend.items()}
+        self.recovered = [as_shown(line) for line in self.recovered]

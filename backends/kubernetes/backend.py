@@ -58,13 +58,23 @@ from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
 from ..errors import BackendError, FoundByLabel, RunIdTaken, RunNotFound, SpecError
 from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines, relate_ranks, tool_result
 from ..names import new_run_id
+from ..recovery import RecoveryLog
 from ..schema import number
 from ..spec import KINDS, JobKindName, JobSpec, spec_from_dict, validate
 from ..triage import Triage, triage_line
 from . import crds
 from .client import ApiError, KubeClient, api_path
 from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
-from .diagnosis import Finding, bad_nodes, job_findings, lost_nodes, pod_findings
+from .diagnosis import (
+    Finding,
+    bad_nodes,
+    coming_back,
+    job_findings,
+    lost_node_down,
+    lost_nodes,
+    node_trouble,
+    pod_findings,
+)
 from .identity import FOUND_BY_LABEL, MadeRun, NotOurs, RunRecords, made_now
 from .importing import import_job
 from .jobs import (
@@ -80,6 +90,7 @@ from .kind_objects import JobObject, Json, PodTemplate, Volume, at, mapping
 from .kinds import JOB_KINDS, JobKind
 from .manifests import (
     CODE_LABEL,
+    FORCE_DELETE_ANNOTATION,
     JOB_LABEL,
     PATTERN_ANNOTATION,
     POD_STUCK_AFTER_S,
@@ -477,6 +488,19 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         """Mark a node unschedulable (``kubectl cordon``): what it runs stays, nothing new lands."""
         self.client.request("PATCH", api_path("Node", name=node), body={"spec": {"unschedulable": True}})
 
+    def uncordon(self, node: str) -> bool:
+        """Let pods be scheduled on a node again (``kubectl uncordon``); False where it was not cordoned."""
+        try:
+            found = self.client.read_node(node)
+        except ApiError as exc:
+            if exc.status == 404:
+                raise BackendError(f"no node {node} in this cluster", "kubectl get nodes lists them") from None
+            raise
+        if found is None or not found.unschedulable:
+            return False
+        self.client.request("PATCH", api_path("Node", name=node), body={"spec": {"unschedulable": False}})
+        return True
+
     def _run_taken(self, run_id: str) -> bool:
         """Whether a job of any kind, in any namespace, carries this run id (ids name runs cluster-wide)."""
         return bool(self._list_jobs(f"{RUN_LABEL}={run_id}"))
@@ -742,6 +766,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         status.found_by_label = self.found_by_label(status.run_id)
         if not status.state.is_terminal:  # a node lost under it: which, since when, the ranks it held
             status.bad_nodes = lost_nodes(self.client, pods, node_ranks(pods), nproc_per_node(job.view))
+            self._release_lost(status, pods)
         self._progress(status, ns, [p for p in pods if p.node not in status.bad_nodes], job)
         self._priced(job, pods, status)
         if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
@@ -764,6 +789,50 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
             status.triage = load(self.ledger_dir / "triage" / status.run_id)
         return status
+
+    def _node_trouble(self, name: str) -> str:
+        """What the cluster says is wrong with a node now ("" where nothing, or it may not be read)."""
+        try:
+            return node_trouble(self.client.read_node(name), time.time())
+        except ApiError as exc:
+            return node_trouble(None) if exc.status == 404 else ""
+        except BackendError:
+            return ""
+
+    def _release_lost(self, status: JobStatus, pods: Sequence[Pod]) -> None:
+        """Delete for good the run's pods evicted off a lost node (its ``cluster.node_loss`` ran out)
+        that the node can no longer end itself, where the run said they are safe to delete so (the
+        annotation ``cluster.node_loss`` renders): the operator makes them again on a live node now.
+        Kueue's recovery does the same a minute after, where it runs; nothing else does at all, and a
+        pod on a dead kubelet stays Terminating. Said in the node's line; a refusal is a warning."""
+        for pod in pods:
+            why = status.bad_nodes.get(pod.node or "")
+            if why is None or pod.meta.deleting is None or pod.meta.annotations.get(FORCE_DELETE_ANNOTATION) != "true":
+                continue
+            try:
+                down = lost_node_down(self.client.read_node(pod.node or ""))
+            except ApiError as exc:
+                down = exc.status == 404
+            if not down:
+                continue
+            body: dict[str, object] = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+            if pod.meta.uid:  # this pod, not one made again under its name meanwhile
+                body["preconditions"] = {"uid": pod.meta.uid}
+            try:
+                self.client.request("DELETE", api_path("Pod", pod.meta.namespace, pod.name), body=body)
+            except ApiError as exc:
+                if exc.status not in (404, 409):  # gone already, or made again under the same name
+                    status.warnings.append(
+                        f"could not delete pod {pod.name} off lost node {pod.node} for good ({exc.status}: "
+                        "not this identity's to delete): it stays Terminating until Kueue's recovery, or a person, deletes it"
+                    )
+                continue
+            except BackendError:
+                continue
+            status.bad_nodes[pod.node or ""] = (
+                f"{why}; torchdeck deleted pod {pod.name} for good (the node cannot end it; cluster.node_loss "
+                "allows it), and its operator makes it again on a live node"
+            )
 
     def triage(self, run_id: str, wait_s: float = 5.0) -> Triage:
         """Where each rank is, from what its probe said in its pod's log (in pods nobody can ask: a
@@ -978,6 +1047,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         reader = self.text_reader(job)
         per_rank: dict[int, RankProgress] = {}
         events: list[MetricEvent] = []
+        recovered = RecoveryLog()
         for i, pod in enumerate(ordered):
             name = pod.name
             try:
@@ -992,12 +1062,18 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             else:
                 found = parse_metric_lines(tail.splitlines())
             fold_ranks(found, per_rank)
+            recovered.feed(found)
             if i == 0:
                 lowest = min((e.rank for e in found), default=0)
                 events = [e for e in found if e.rank == lowest]  # the lowest rank, as the local backend reads
         relate_ranks(per_rank)  # each pod's ranks were folded apart: the fastest among them all
         status.ranks = [per_rank[r] for r in sorted(per_rank)]
         error = fold_progress(status, events)
+        status.restarts = max(status.restarts, recovered.attempt)
+        status.recovery = recovered.lines()
+        status.coming_back = coming_back(
+            recovered, pods, node_ranks(pods), nproc_per_node(job.view), self._node_trouble
+        )
         if error is not None and (not status.reason or status.state is JobState.FAILED):
             status.reason, status.hint = f"rank 0: {error.get('message')}", error.get("hint") or status.hint
 
@@ -1069,6 +1145,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             self._priced(job, run_pods, status)
             if not status.state.is_terminal:  # a node lost under it (read only where its pods show it)
                 status.bad_nodes = lost_nodes(self.client, run_pods, node_ranks(run_pods), nproc_per_node(job.view))
+                self._release_lost(status, run_pods)
             out.append(status)
         return sorted(out, key=lambda s: s.submitted_at, reverse=True)
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import BackendError
+from ..recovery import RecoveryLog
 from .client import ApiError, KubeClient
 from .objects import Condition, ContainerStatus, Event, Node, Pod
 
@@ -406,8 +407,29 @@ def lost_nodes(client: KubeClient, pods: Sequence[Pod], ranks: Mapping[str, int]
         if not trouble:
             continue
         held = sorted(on_it, key=lambda p: ranks.get(p.name, 0))
-        found[name] = f"{trouble}; it held {', '.join(_held(p.name, ranks.get(p.name), nproc) for p in held)}"
+        found[name] = (
+            f"{trouble}; it held {', '.join(_held(p.name, ranks.get(p.name), nproc) + _evicted(p) for p in held)}"
+        )
     return found
+
+
+def lost_node_down(node: Node | None) -> bool:
+    """Whether a node can no longer end its pods itself: gone, or its kubelet silent (Ready not True,
+    or the node controller's unreachable taint). A cordoned node or one short of memory still can."""
+    if node is None:
+        return True
+    ready = next((c for c in node.conditions if c.type == "Ready"), None)
+    return (ready is not None and ready.status != "True") or any(
+        t.key == "node.kubernetes.io/unreachable" for t in node.taints
+    )
+
+
+def _evicted(pod: Pod) -> str:
+    """ ", evicted at 10:53:02": the pod being deleted off its lost node (the taint's toleration ran out)."""
+    if pod.meta.deleting is None:
+        return ""
+    marked = next((c.since for c in pod.conditions if c.type == "DisruptionTarget" and c.is_true), None)
+    return ", evicted" + (f" at {time.strftime('%H:%M:%S', time.localtime(marked))}" if marked else "")
 
 
 def _held(pod: str, node_rank: int | None, nproc: int) -> str:
@@ -416,3 +438,32 @@ def _held(pod: str, node_rank: int | None, nproc: int) -> str:
         return f"pod {pod}"
     first = node_rank * nproc
     return f"rank {first} (pod {pod})" if nproc == 1 else f"ranks {first}-{first + nproc - 1} (pod {pod})"
+
+
+def coming_back(
+    log: RecoveryLog,
+    pods: Sequence[Pod],
+    ranks: Mapping[str, int],
+    nproc: int = 1,
+    trouble: Callable[[str], str] = lambda node: "",
+) -> list[str]:
+    """The ranks whose pod was made again on another node since the run's newest attempt began, and
+    which are not back in the run yet (its ranks' events say where each rank was): "rank 1's pod P made
+    again on node B (it was on node A: NotReady since ...): Pending, not back in the run yet" (``trouble``:
+    what is wrong with a node, "" where nothing)."""
+    where, since = log.where(), log.started.get(log.attempt)
+    if not where or since is None:
+        return []
+    out = []
+    for pod in sorted(pods, key=lambda p: ranks.get(p.name, 0)):
+        node_rank = ranks.get(pod.name, -1)
+        was = where.get(node_rank * nproc) if node_rank >= 0 else None
+        if was is None or pod.node == was or pod.meta.deleting is not None or (pod.meta.created or 0) <= since:
+            continue
+        place = f"on node {pod.node}" if pod.node else "(no node yet)"
+        why = trouble(was)
+        out.append(
+            f"{_held(pod.name, node_rank, nproc).split(' (')[0]}'s pod {pod.name} made again {place} "
+            f"(it was on node {was}{': ' + why if why else ''}): {pod.phase or 'Pending'}, not back in the run yet"
+        )
+    return out

@@ -12,7 +12,7 @@ import re
 import time
 
 from hangs import hang_script
-from real_cluster import NAMESPACE, SMALL, TRAIN, ended, launched, status_of, wait
+from real_cluster import NAMESPACE, SMALL, TRAIN, ended, fault, launched, status_of, wait
 
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 
@@ -183,10 +183,10 @@ def test_a_rank_pod_deleted_mid_run_is_restarted_by_the_operator_and_resumes_fro
     worker = f"{run_id}-worker-0"
     real_cluster.kubectl("delete", "pod", "-n", NAMESPACE, worker, "--wait=false")
     final = ended(on_cluster, run_id)
-    assert final["state"] == "succeeded", final
-    assert final["restarts"] >= 1, final
     logs = on_cluster("logs", run_id).stdout
-    assert "resum" in logs.lower(), logs[-2000:]
+    assert final["state"] == "succeeded" and final["step"] == 240, (final, logs[-3000:])
+    assert final["restarts"] >= 1, (final, logs[-3000:])
+    assert "resum" in logs.lower(), logs[-3000:]
 
 
 def test_a_job_asking_for_more_cpu_than_the_node_has_says_the_schedulers_reason(
@@ -322,6 +322,23 @@ def test_the_health_gate_runs_as_the_runs_own_pytorchjob_and_a_gated_train_follo
     assert link["result"]["bytes"] == 65536 and link["result"]["busbw_gbps"] > 0
     assert all(n["gpus"]["count"] == 0 and n["dcgm"]["note"] == "dcgmi is not in the image" for n in result["nodes"])
     assert result["short"] == {} and not objects_of(real_cluster, result["gate"])
+    assert all(n["compute"]["gflops"] > 0 for n in result["nodes"])  # each node's own arithmetic
+
+    # one worker held to a fifth of a CPU: its link is as slow for both ends, its own arithmetic names it;
+    # --cordon --yes cordons it, and a command says when it is open again
+    victim = sorted(n["node"] for n in result["nodes"])[0]
+    fault(victim, "slow", "20")
+    try:
+        slowed = on_cluster("check", *gate, "--cordon", "--yes", timeout=600)
+    finally:
+        fault(victim, "unslow")
+    assert slowed.returncode == 0, slowed.stderr
+    assert f"falls short: {victim}: its arithmetic reaches " in slowed.stdout, slowed.stdout
+    assert "under half the other node's" in slowed.stdout and f"cordoned {victim}" in slowed.stdout
+    assert real_cluster.get("node", victim)["spec"]["unschedulable"] is True
+    opened = on_cluster("check", "--uncordon", victim)
+    assert opened.stdout.strip() == f"uncordoned {victim}: new pods may be scheduled there again", opened
+    assert not real_cluster.get("node", victim)["spec"].get("unschedulable")
 
     started = on_cluster("train", "--detach", "--check", *gate[:-2], "--max-steps", "4", "--batch-size", "32",
                          "--name", "gated", timeout=600)  # fmt: skip

@@ -1081,6 +1081,17 @@ def test_the_health_gate_names_the_node_behind_the_slow_links_and_cordons_it_whe
     why = kube_backend.status(run_id).bad_nodes["cpu-2"]
     assert why.startswith("cordoned; fell short in torchdeck's health gate (") and "its link to cpu-0" in why
 
+    # the node mended: a command says it is open again, and says so of one that was not cordoned
+    undone = torchdeck("check", "--uncordon", "cpu-2", "--uncordon", "cpu-1")
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.splitlines() == [
+        "uncordoned cpu-2: new pods may be scheduled there again",
+        "cpu-1 was not cordoned: nothing to undo",
+    ]
+    assert kube_backend.client.request("GET", "api/v1/nodes/cpu-2")["spec"]["unschedulable"] is False
+    missing = torchdeck("check", "--uncordon", "cpu-9")
+    assert missing.returncode != 0 and "no node cpu-9 in this cluster" in missing.stderr
+
 
 def test_the_health_gate_believes_only_its_own_rank_0_and_names_only_its_own_pods_nodes(kube_api, tmp_path):
     """Issue 51: a pod someone planted with the gate's labels prints an answer of its own (cpu-0 and
@@ -1115,3 +1126,64 @@ def test_the_health_gate_believes_only_its_own_rank_0_and_names_only_its_own_pod
     assert sorted(n["node"] for n in result["nodes"]) == ["cpu-0", "cpu-1", "cpu-2"]
     for node in ("cpu-0", "cpu-1", "cpu-2", "control-plane"):
         assert "unschedulable" not in kube_backend.client.request("GET", f"api/v1/nodes/{node}").get("spec", {})
+
+
+def test_a_rank_made_again_on_another_node_is_followed_back_into_the_run_and_compare_draws_the_recovery(
+    kube_api, tmp_path
+):
+    """Ranks 2-3 were on cpu-1 (the attempt's start says where each rank is); their pod is made again
+    on cpu-2: status says it is coming back, not yet in. Then the next attempt starts, ranks 2-3 on
+    cpu-2, resumed from step 36 after the run got to 40: status and compare say so in a line."""
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=3)
+    torchdeck = cluster_cli(kube_api, tmp_path)
+    run_id = kube_backend.submit(make_spec())
+    master, worker = f"{run_id}-master-0", f"{run_id}-worker-0"
+    begun = time.time() - 600  # the first attempt began before the worker's new pod was made
+
+    def start(attempt, nodes, at):
+        line = {"schema": 1, "event": "start", "rank": 0, "world_size": 2, "time": at, "restart_count": attempt}
+        return json.dumps(line | {"total_steps": 80, "nodes": nodes})
+
+    first = [start(0, ["cpu-0", "cpu-0", "cpu-1", "cpu-1"], begun)]
+    first += [metric_line(0, s, world_size=2, time=begun + s) for s in range(1, 41)]
+    em = kube_api.emulator
+    kube_api.call(em.script_log, NS, master, first)
+    make_pod(kube_backend, run_id, master, "master", node="cpu-0")
+    make_pod(kube_backend, run_id, worker, "worker", node="cpu-2", phase="Pending")
+    set_conditions(kube_backend, run_id, "Created", "Running")
+    status = kube_backend.status(run_id)
+    assert status.coming_back == [
+        f"ranks 2-3's pod {worker} made again on node cpu-2 (it was on node cpu-1): Pending, not back in the run yet"
+    ], status.coming_back
+    assert status.recovery == [] and status.restarts == 0
+    assert f"coming back: ranks 2-3's pod {worker} made again on node cpu-2" in torchdeck("status", run_id).stdout
+
+    back = begun + 100
+    resumed = {"schema": 1, "event": "resume", "rank": 0, "time": back + 1, "step": 36, "restart_count": 1}
+    again = [start(1, ["cpu-0", "cpu-0", "cpu-2", "cpu-2"], back), json.dumps(resumed)]
+    again += [metric_line(0, s, world_size=2, time=back + s) for s in range(37, 45)]
+    kube_api.call(em.script_log, NS, master, first + again)
+    set_phase(kube_backend, worker, "Running")
+    status = kube_backend.status(run_id)
+    clock = time.strftime("%H:%M:%S", time.localtime(back))
+    said = f"attempt 2 at {clock}: ranks 2-3 moved from node cpu-1 to node cpu-2; resumed from step 36 (the run got to 40: 4 steps lost)"
+    assert status.recovery == [said] and status.coming_back == [] and status.restarts == 1, status
+    assert f"recovery: {said}" in torchdeck("status", run_id).stdout
+
+    other = kube_backend.submit(make_spec())
+    kube_api.call(em.script_log, NS, f"{other}-master-0", [metric_line(0, s, world_size=1) for s in range(1, 5)])
+    make_pod(kube_backend, other, f"{other}-master-0", "master", node="cpu-0")
+    compared = torchdeck("compare", run_id, other)
+    assert compared.returncode == 0, compared.stderr
+    assert any(line.startswith("restarts") and line.split()[1:3] == ["1", "0"] for line in compared.stdout.splitlines())
+    assert any(
+        line.startswith("steps lost") and line.split()[2:4] == ["4", "0*"] for line in compared.stdout.splitlines()
+    ), compared.stdout
+    label = compared.stdout.split()[0]  # the run's short name, as the table heads it
+    assert f"recovered {label}: {said}" in compared.stdout, compared.stdout
+    (figures, _) = json.loads(torchdeck("compare", run_id, other, "--output", "json").stdout)["runs"]
+    assert figures["steps_lost"] == 4 and figures["recoveries"][0]["moved"] == {
+        "2": ["cpu-1", "cpu-2"],
+        "3": ["cpu-1", "cpu-2"],
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -185,6 +186,8 @@ def make_pod(
         "kind": "Pod",
         "metadata": {
             "name": name,
+            # as an API server sets it (kmock keeps what it is sent, and sets none)
+            "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "labels": {
                 (own or RUN_LABEL): run_id,
                 "training.kubeflow.org/replica-type": replica_type,

@@ -102,6 +102,13 @@ class Cluster:
         return placed if len(placed) == count else []
 
 
+def fault(node: str, *what: str) -> None:
+    """``kube-cluster.sh node NODE WHAT...``: a fault put on the node (crash, freeze, cut, slow
+    PERCENT), or taken off (start, thaw, join, unslow)."""
+    done = subprocess.run([str(SCRIPT), "node", node, *what], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[Cluster]:
     if os.geteuid() != 0 or shutil.which("go") is None:

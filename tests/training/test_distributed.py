@@ -1,5 +1,5 @@
 """Real torchrun jobs over gloo on this machine: two ranks on the real
-CIFAR-10 subset, and a worker killed with SIGKILL mid-run."""
+CIFAR-10 subset, and a worker killed (SIGKILL) or stopped alone (SIGTERM) mid-run."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ def test_two_ranks_train_on_the_real_subset(cifar_dir: Path, tmp_path: Path) -> 
         steps = [r for r in mine if r["event"] == "step"]
         assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
         assert all(math.isfinite(r["loss"]) and r["loss"] > 0 for r in steps)
+        # the rank's own compute (its forward pass), inside the step that also holds the all-reduce
+        assert all(0 < r["compute_s"] < r["step_s"] for r in steps), steps
+        assert start["nodes"] == [start["host"]] * 2  # where each rank is: both on this machine
         assert mine[-1]["event"] == "done"
     # Each rank reports its own batch's loss; the evaluation is job-wide and agrees.
     loss = {r["rank"]: r["loss"] for r in lines if r["event"] == "step" and r["step"] == 1}
@@ -56,7 +59,11 @@ def _worker(parent: psutil.Process, rank: str) -> psutil.Process | None:
     return None
 
 
-def test_killed_worker_restarts_from_the_checkpoint(cifar_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped-alone"])
+def test_killed_worker_restarts_from_the_checkpoint(cifar_dir: Path, tmp_path: Path, how: signal.Signals) -> None:
+    """A rank killed, or asked to stop alone (SIGTERM to its process: its pod deleted or evicted, not
+    the run stopped), is restarted by torchrun and the job continues from a snapshot to its end; the
+    one stopped alone first has every rank leave at one step after a snapshot there, so no step is lost."""
     ck = tmp_path / "ck"
     out = tmp_path / "stdout.log"
     with open(out, "w") as stdout:
@@ -94,7 +101,7 @@ def test_killed_worker_restarts_from_the_checkpoint(cifar_dir: Path, tmp_path: P
         assert job.poll() is None, "the job ended before rank 1 could be killed"
         victim = _worker(psutil.Process(job.pid), "1")
         assert victim is not None and victim.is_running(), "rank 1 ended before it could be killed"
-        os.kill(victim.pid, signal.SIGKILL)
+        os.kill(victim.pid, how)
         _, stderr = job.communicate(timeout=240)
     finally:
         if job.poll() is None:
@@ -104,6 +111,11 @@ def test_killed_worker_restarts_from_the_checkpoint(cifar_dir: Path, tmp_path: P
     resumes = [r for r in lines if r["event"] == "resume"]
     assert {r["rank"] for r in resumes} == {0, 1}
     assert all(r["restart_count"] == 1 and r["step"] >= 4 for r in resumes)
+    assert not [r for r in lines if r["event"] == "stopped"]  # the run was never stopped
+    if how == signal.SIGTERM:
+        left = [r for r in lines if r["event"] == "restarting"]
+        assert {r["rank"] for r in left} == {0, 1} and {r["ranks_stopped"] for r in left} == {1}
+        assert {r["step"] for r in resumes} == {left[0]["step"]}, (left, resumes)  # nothing lost
     restarted = [r for r in lines if r["event"] == "start" and r["restart_count"] == 1]
     assert len(restarted) == 2 and restarted[0]["start_step"] == resumes[0]["step"]
     # After the restart, training continues from the checkpoint, not from step 1.

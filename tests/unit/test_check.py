@@ -146,6 +146,19 @@ def test_a_pod_that_asked_for_efa_and_sees_none_is_named_whatever_its_type():
     assert node_problems(node("e2", efa={"devices": ["rdmap0s31"] * 4, "asked": 4}), None) == []
 
 
+def test_a_node_whose_arithmetic_is_under_half_the_others_is_named_even_of_two():
+    """A throttled machine (its CPU capped, a GPU clocked down): its link to the other node is as slow
+    for both ends, but its own matrix products name it, against the other node where there are two."""
+
+    def computed(name, gflops):
+        return node(name) | {"compute": {"gflops": gflops, "seconds": 0.5}}
+
+    two = {"backend": "gloo", "nodes": [computed("w1", 20.0), computed("w2", 6.0)], "pairs": [pair("w1", "w2", 0.3)]}
+    assert judged(two) == {"w2": "its arithmetic reaches 6.0 GFLOP/s, under half the other node's 20.0"}
+    many = {"backend": "gloo", "nodes": [computed(n, g) for n, g in (("a", 20.0), ("b", 18.0), ("c", 12.0))]}
+    assert judged(many) == {}  # 12 against 19: slower, not under half
+
+
 def test_a_healthy_cpu_node_says_nothing():
     assert node_problems(node("cpu-0"), "m5.xlarge") == []
     assert node_problems(node("cpu-0"), None) == []

@@ -194,3 +194,32 @@ def test_a_run_and_its_restart_are_one_line_that_drops_the_steps_the_restart_did
     assert rows["cost"].cells[0] == "$0.75"
     figures = comparison.figures(later)
     assert figures["restarts"] == ["job-a"] and figures["steps_lost"] == 30 and "resumes" not in rows
+
+
+def test_a_recovery_inside_a_run_is_folded_from_any_ranks_order_kept_and_joined_through_a_resume():
+    """Rank 1's new pod's events may be read before rank 0's: the attempt, where ranks moved (rank 0's
+    gathered nodes), the step resumed from and the steps done again come out the same; a kept digest
+    reads them back; a run resumed from this one carries them into its line."""
+    nodes0, nodes1 = ["a", "b"], ["a", "c"]
+    rank0 = [MetricEvent("start", 0, 0.0, {"restart_count": 0, "nodes": nodes0}), *steps(0, 40, lambda s: 1.0)]
+    rank0 += [MetricEvent("start", 0, 100.0, {"restart_count": 1, "nodes": nodes1})]
+    rank0 += [MetricEvent("resume", 0, 101.0, {"restart_count": 1, "step": 36}), *steps(0, 50, lambda s: 1.0, start=37)]
+    rank1 = [MetricEvent("start", 1, 99.0, {"restart_count": 1, "nodes": nodes1})]
+    rank1 += [MetricEvent("resume", 1, 101.0, {"restart_count": 1, "step": 36}), *steps(1, 50, lambda s: 1.0, start=37)]
+    for order in ([rank0, rank1], [rank1, rank0]):
+        digest = RunDigest("r")
+        for events in order:
+            digest.ingest(events)
+        (rec,) = digest.recoveries
+        assert (rec.attempt, rec.at, rec.reached, rec.resumed_from, rec.lost) == (1, 99.0, 40.0, 36.0, 4)
+        assert rec.moved == {1: ("b", "c")}
+        assert (
+            "rank 1 moved from node b to node c; resumed from step 36 (the run got to 40: 4 steps lost)" in rec.words()
+        )
+    again = RunDigest.from_bytes(digest.to_bytes())
+    assert again is not None and [r.to_json() for r in again.recoveries] == [rec.to_json()]
+    later = RunDigest("r2")
+    later.ingest(
+        [MetricEvent("resume", 0, 200.0, {"restart_count": 0, "step": 48}), *steps(0, 60, lambda s: 1.0, start=49)]
+    )
+    assert later.recoveries == [] and [r.attempt for r in digest.then(later).recoveries] == [1]

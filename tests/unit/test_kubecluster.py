@@ -84,6 +84,7 @@ def test_a_fault_names_a_node_there_is_and_spares_the_control_plane(tmp_path):
     with pytest.raises(NoCluster, match="runs the control plane"):
         fault(made, "torchdeck-node", "crash", [])
     assert not fault(made, "2", "explode", []) and not fault(made, "2", "slow", ["lots"])
+    assert not fault(made, "2", "slow", ["5"])  # under the kernel's least quota a slice
     assert not fault(made, "2", "crash", ["now"])
 
 

@@ -4,6 +4,8 @@ status fold (``status --output json``), the monitor's state and its rank table."
 
 from __future__ import annotations
 
+import random
+
 from torchdeck.backends.base import MetricEvent
 from torchdeck.backends.events import fold_ranks
 from torchdeck.backends.step_times import StepGaps
@@ -87,3 +89,43 @@ def test_lines_read_in_bursts_still_give_the_pace():
         gaps.feed(1000 + ((i + 3) // 4) * 4 * 0.2, i)  # 0.2 s a step, read every fourth
     figures = gaps.figures()
     assert figures is not None and 0.15 <= figures.median_s <= 0.25
+
+
+def test_ranks_in_lockstep_are_told_apart_by_their_own_compute_and_a_noisy_healthy_run_flags_none():
+    """Synchronous ranks step together (the fast one waits in the all-reduce): equal paces. Where the
+    lines say each rank's own compute (the built-in trainer's compute_s, its forward pass), the rank
+    on the slow node scores by it and is flagged, with its compute in the words. A healthy run whose
+    steps swing tenfold (a busy host), with no compute said, flags no rank."""
+    state = MonitorState(straggler_ratio=0.75, clock=lambda: 1007.0)
+    events = steps(0, 0.2) + steps(1, 0.2)
+    for e in events:
+        e.record["compute_s"] = 0.05 if e.rank == 1 else 0.02  # rank 1's forward: 0.03 s more, 0.09 s a step
+    state.ingest(sorted(events, key=lambda e: e.time))
+    snap = state.snapshot()
+    assert snap.stragglers == [1] and round(snap.ranks[1].relative, 3) == 0.55 and snap.ranks[0].relative == 1.0
+    assert snap.ranks[1].detail.startswith(
+        "its compute holds each step back 45% (0.05 s a forward pass, the fastest rank's 0.02 s, in steps of 0.2 s)"
+    ), snap.ranks[1].detail
+    ranks = fold_ranks(sorted(events, key=lambda e: e.time))
+    assert (ranks[0].relative_score, ranks[1].relative_score, ranks[1].compute_s_median) == (1.0, 0.55, 0.05)
+    # a forward twice the fastest's, but a sliver of a long step: it costs the run little, and is no SLOW
+    for e in events:
+        e.record["compute_s"] = 0.004 if e.rank == 1 else 0.002
+    state = MonitorState(straggler_ratio=0.75, clock=lambda: 1007.0)
+    state.ingest(sorted(events, key=lambda e: e.time))
+    assert state.snapshot().stragglers == [] and round(state.snapshot().ranks[1].relative, 2) == 0.97
+
+    # the healthy run a user tried: two ranks in lockstep on a busy host, each line's samples/s its
+    # latest step's alone, swinging from 2,400 to 25,000 (rank 1's latest line a slow step's)
+    swings = random.Random(7)
+    noisy, t = [], 1000.0
+    for i in range(1, 121):
+        t += swings.choice([0.04, 0.05, 0.08, 0.4])
+        for rank in (0, 1):
+            speed = 2400.0 if (rank, i) == (1, 120) else 25000.0 if i == 120 else swings.uniform(2400, 25000)
+            rec = {"event": "step", "rank": rank, "step": i, "samples_per_s": speed, "time": t}
+            noisy.append(MetricEvent("step", rank, t, rec))
+    state = MonitorState(straggler_ratio=0.75, clock=lambda: t)
+    state.ingest(noisy)
+    assert state.snapshot().stragglers == [], state.snapshot().ranks[1].detail
+    assert {r.relative_score for r in fold_ranks(noisy).values()} == {1.0}

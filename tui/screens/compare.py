@@ -51,6 +51,7 @@ class CompareScreen(DeckScreen[None]):
         yield Static(f"comparing {len(self.run_ids)} runs...", id="compare-title")
         yield LossChart(self.app.glyphs, id="compare-chart")
         yield DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield Static(id="compare-recovered")  # each recovery inside a run, a line each
         yield self.app.footer()
 
     def on_mount(self) -> None:
@@ -80,6 +81,7 @@ class CompareScreen(DeckScreen[None]):
             comparison.now = time.time()  # a running run's wall time: until now
             self.versions = tuple(r.digest.events for r in comparison.runs)
             rows = comparison.rows()
+            recovered = comparison.recovery_lines()
             if self.view == "ranks":
                 curves, names = comparison.rank_curves(CHART_RANKS)
                 legend = dict(enumerate(names))
@@ -87,7 +89,7 @@ class CompareScreen(DeckScreen[None]):
                 curves = comparison.val_curves() if self.view == "val" else comparison.mean_curves()
                 legend = {i: r.label for i, r in enumerate(comparison.runs)}
         running = sum(not r.status.state.is_terminal for r in comparison.runs)
-        return RunsCompared([r.label for r in comparison.runs], rows, curves, legend, running)
+        return RunsCompared([r.label for r in comparison.runs], rows, curves, legend, running, recovered)
 
     def _redraw_if_grown(self) -> None:
         comparison = self.comparison
@@ -124,6 +126,14 @@ class CompareScreen(DeckScreen[None]):
             ("compare ", "bold"), f"{len(message.heads)} runs{live}", ("  r: per rank  a: averaged  v: val loss", "dim")
         )
         self.query_one("#compare-title", Static).update(title)
+        recovered = Text()
+        for line in message.recovered:  # a run that came back inside itself: how
+            recovered.append("\n" if recovered.plain else "")
+            recovered.append("recovered ", style="bold yellow")
+            recovered.append(line)
+        pane = self.query_one("#compare-recovered", Static)
+        pane.update(recovered)
+        pane.set_class(bool(message.recovered), "-shown")
         self.reads += 1
 
     def action_view(self, view: str) -> None:

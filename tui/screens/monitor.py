@@ -80,6 +80,9 @@ class MonitorScreen(DeckScreen[None]):
         self.status: JobStatus | None = None
         self._lost_shown = False
         """The pane says a node was lost under the run (it goes when the cluster no longer says so)."""
+        self._recoveries_told: set[str] | None = None
+        """The attempts after the first already said (a notice each; those before the monitor opened
+        are not news: None until the first status)."""
         self.nodes: list[NodeMetrics] = []
         """The newest node figures (CPU, GPU, the ranks' processes)."""
         self.frame_times = array("d")
@@ -213,9 +216,14 @@ class MonitorScreen(DeckScreen[None]):
         kept = message.status.triage
         if kept is not None and (self.triage is None or kept.time > self.triage.time):
             self.show_triage(kept)  # made elsewhere (torchdeck triage), or before this monitor opened
+        told = self._recoveries_told
+        for line in message.status.recovery:  # an attempt back in the run while the monitor is open: said once
+            if told is not None and line not in told:
+                self.notify(line, title="recovered", timeout=30)
+        self._recoveries_told = (told or set()) | set(message.status.recovery)
         if message.status.state.is_terminal and message.status.bad_nodes:
             self.show_offer(message.status)
-        elif message.status.bad_nodes:
+        elif message.status.bad_nodes or message.status.coming_back:
             self.show_lost(message.status)
         elif self._lost_shown:
             self._lost_shown = False
@@ -225,8 +233,13 @@ class MonitorScreen(DeckScreen[None]):
         """A node lost under the running run, as soon as the cluster says so: which, since when, the
         ranks it held (the pane goes when the cluster no longer says it)."""
         text = Text()
-        text.append("node lost ", style="bold red")
-        text.append("; ".join(f"{node}: {why}" for node, why in status.bad_nodes.items()))
+        if status.bad_nodes:
+            text.append("node lost ", style="bold red")
+            text.append("; ".join(f"{node}: {why}" for node, why in status.bad_nodes.items()))
+        for line in status.coming_back:
+            text.append("\n" if text.plain else "")
+            text.append("coming back ", style="bold yellow")
+            text.append(line)
         pane = self.query_one("#offer", Static)
         pane.update(text)
         pane.set_class(True, "-shown")

@@ -5,7 +5,9 @@
   freeze  the node's whole cgroup subtree frozen (a hung kernel, a GPU that stops answering): every
           process is there and none runs; `thaw`
   cut     the node's link to the fabric down (a partition): it runs on, alone; `join`
-  slow    the node's subtree held to PERCENT of one CPU (a throttled or sick machine); `unslow`
+  slow    the node's subtree held to PERCENT of one CPU (10 to 800), in slices of 10 ms: a slower
+          machine (a throttled CPU, a GPU clocked down), not one that stops for a tenth of a
+          second at a time; `unslow`
 
 The control plane's node takes none of them: the cluster would have no API server to tell of it."""
 
@@ -19,7 +21,8 @@ from kubecluster.owned import cgroup_hierarchies
 from kubecluster.processes import NoCluster, run, say, wait_for
 from kubecluster.stop import kill_cgroup
 
-PERIOD_US = 100_000
+PERIOD_US = 10_000
+"""The CPU quota's period: its share a 10 ms slice (the kernel's least quota is 1 ms: 10% of a CPU)."""
 FAULTS = "crash|start|freeze|thaw|cut|join|slow PERCENT|unslow"
 
 
@@ -84,7 +87,7 @@ def fault(cluster: Cluster, name: str, what: str, args: list[str]) -> bool:
     if node is cluster.control and len(cluster.nodes) > 1:
         raise NoCluster(f"{node.name} runs the control plane; faults are for the other nodes")
     if what == "slow":
-        if len(args) != 1 or not args[0].isdigit() or not 1 <= int(args[0]) <= 800:
+        if len(args) != 1 or not args[0].isdigit() or not 10 <= int(args[0]) <= 800:
             return False
         slow(cluster, node, int(args[0]))
         return True
