@@ -401,31 +401,45 @@ class Sweep:
                           "b_host": nodes[b]["host"], "result": None})  # fmt: skip
         return pairs
 
-    def compute(self, budget_s: float = 0.5) -> Compute:
-        """Matrix products on this rank's device for about ``budget_s``: its GFLOP/s. Every node's first
-        rank runs them at once (after a barrier), so a node throttled or sick shows against the others
-        whatever the host's load: a link's all-reduce does not (two nodes that wait on each other)."""
+    def compute(self, rounds: int = 8, round_s: float = 0.06) -> Compute | None:
+        """Matrix products on this rank's device, in ``rounds`` short rounds every node's first rank
+        runs at once (a barrier of every rank before each): the best round's GFLOP/s (None on a rank
+        that leads no node). The best, not the mean: a healthy node on a busy host gets its share in
+        some round; a throttled or sick one reaches its fraction in every round."""
         torch = self.torch
         n = 2048 if self.gpu else 256
-        a = torch.randn(n, n, device=self.device)
-        b = torch.randn(n, n, device=self.device)
-        torch.mm(a, b)  # warm
-        self._synchronize()
-        done, started = 0, time.perf_counter()
-        while True:
-            for _ in range(4):
-                torch.mm(a, b)
-            done += 4
+        a = b = None
+        threads = torch.get_num_threads()
+        if not self.gpu:  # one core's arithmetic: threads that outnumber the cores wait on each other
+            torch.set_num_threads(1)
+        if self.watch is not None:
+            a = torch.randn(n, n, device=self.device)
+            b = torch.randn(n, n, device=self.device)
+            torch.mm(a, b)  # warm
             self._synchronize()
-            took = time.perf_counter() - started
-            if took >= budget_s:
-                return {"gflops": 2 * n**3 * done / took / 1e9, "seconds": took}
+        best, spent = 0.0, 0.0
+        for _ in range(rounds):
+            self.dist.barrier()
+            if a is None or b is None:
+                continue
+            done, started = 0, time.perf_counter()
+            while True:
+                torch.mm(a, b)
+                done += 1
+                self._synchronize()
+                took = time.perf_counter() - started
+                if took >= round_s:
+                    break
+            best, spent = max(best, 2 * n**3 * done / took / 1e9), spent + took
+        torch.set_num_threads(threads)
+        return {"gflops": best, "seconds": spent} if a is not None else None
 
     def node_facts(self, mine: LeaderReport) -> None:
         """What a node's first rank finds about its node: its arithmetic, GPUs, DCGM, EFA."""
-        self.dist.barrier()
+        compute = self.compute()  # every rank takes part: its rounds' barriers
+        if compute is not None:
+            mine["compute"] = compute
         if self.watch is not None:
-            mine["compute"] = self.compute()
             mine["gpus"] = self.watch.facts()
             mine["dcgm"] = dcgm_facts(self.args.dcgm_level)
             mine["efa"] = efa_facts(asked=self.args.efa)

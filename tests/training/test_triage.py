@@ -134,7 +134,7 @@ def test_the_health_gates_bandwidth_sweep_between_local_ranks(tmp_path):
         assert row["time_s"] > 0 and row["busbw_gbps"] == row["algbw_gbps"] == row["bytes"] / row["time_s"] / 1e9
     (node,) = result["nodes"]  # this machine: its own links are the whole sweep's; no pair of nodes
     assert node["ranks"] == [0, 1] and node["intra"]["bytes"] == 65536 and result["pairs"] == []
-    assert node["compute"]["gflops"] > 0 and node["compute"]["seconds"] >= 0.5  # its first rank's matrix products
+    assert node["compute"]["gflops"] > 0 and node["compute"]["seconds"] >= 8 * 0.06  # its first rank's best round
     assert node["gpus"]["count"] == 0 and node["gpus"]["note"].startswith("NVML not loaded")
     assert node["dcgm"] == {"ran": False, "note": "dcgmi is not in the image"} and result["short"] == {}
     text = run_cli(["check", "--max-bytes", "16384"], env, tmp_path).stdout
