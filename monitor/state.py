@@ -327,7 +327,7 @@ class MonitorState:
                     and v.samples_per_s < self.straggler_ratio * median_speed
                 ):
                     flag = "slow"
-                    detail = slow_words(v, views, fig, rel, median_speed)
+                    detail = slow_words(v, views, fig, rel, median_speed, figures)
                     stragglers.append(v.rank)
                 rows.append(
                     RankRow(
@@ -474,15 +474,20 @@ READ_FORMATS = (
 
 
 def slow_words(
-    v: RankView, views: list[RankView], fig: StepFigures | None, rel: float | None, median_speed: float | None
+    v: RankView,
+    views: list[RankView],
+    fig: StepFigures | None,
+    rel: float | None,
+    median_speed: float | None,
+    figures: dict[int, StepFigures],
 ) -> str:
     """Why a rank is flagged slow, with its numbers and what differs from the others: its pace
     against the fastest and against its own best, its GPU's and CPU's utilisation, the part of
-    each step it waits on its data loader, its node."""
+    each step it waits on its data loader, its node (``figures``: every rank's, as the snapshot made them)."""
     said = []
-    computes = [f for o in views if o.rank != v.rank and (f := o.gaps.figures()) is not None and f.compute_s]
+    computes = [f.compute_s for rank, f in figures.items() if rank != v.rank and f.compute_s]
     if rel is not None and fig is not None and fig.compute_s and computes:
-        fastest = min(f.compute_s or 0.0 for f in computes)
+        fastest = min(computes)
         said.append(
             f"its compute holds each step back {1 - rel:.0%} ({fig.compute_s:.3g} s a forward pass, the "
             f"fastest rank's {fastest:.3g} s, in steps of {fig.median_s:.3g} s)"

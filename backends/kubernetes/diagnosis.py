@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import BackendError
-from ..recovery import RecoveryLog
+from ..recovery import RecoveryLog, ranks_words
 from .client import ApiError, KubeClient
 from .objects import Condition, ContainerStatus, Event, Node, Pod
 
@@ -463,7 +463,7 @@ def coming_back(
         place = f"on node {pod.node}" if pod.node else "(no node yet)"
         why = trouble(was)
         out.append(
-            f"{_held(pod.name, node_rank, nproc).split(' (')[0]}'s pod {pod.name} made again {place} "
+            f"{ranks_words(list(range(node_rank * nproc, (node_rank + 1) * nproc)))}'s pod {pod.name} made again {place} "
             f"(it was on node {was}{': ' + why if why else ''}): {pod.phase or 'Pending'}, not back in the run yet"
         )
     return out
