@@ -22,13 +22,19 @@ STATUS_FILE = "status.json"
 
 
 def kept_status(run_dir: str) -> JobStatus | None:
-    """An ended run's status.json, if it is there and is one (else None: work it out again). Its
-    fields are typed as ``run_records`` types every record: a field of the wrong type is unknown."""
+    """An ended run's status.json, if it is there and is one (else None: work it out again)."""
+    return read_kept_status(Path(run_dir) / STATUS_FILE, os.path.basename(run_dir), "local", run_dir)
+
+
+def read_kept_status(path: Path, run_id: str, backend: str, location: str) -> JobStatus | None:
+    """The status of ``run_id`` kept at ``path`` (a local run's folder's, or a cluster run's kept when
+    its job was deleted), if it is there and is one. Its fields are typed as ``run_records`` types
+    every record: a field of the wrong type is unknown."""
     try:
-        kept = read_record(Path(run_dir) / STATUS_FILE, STATUS_BYTES)
+        kept = read_record(path, STATUS_BYTES)
     except RunRecordError:
         return None  # worked out again, and kept anew over what was there
-    if kept is None or kept.get("run_id") != os.path.basename(run_dir):
+    if kept is None or kept.get("run_id") != run_id:
         return None
     try:
         state = JobState(kept.get("state"))
@@ -45,11 +51,11 @@ def kept_status(run_dir: str) -> JobStatus | None:
         JobStatus,
         kept,
         state=state,
-        location=run_dir,
+        location=location,
         ranks=ranks,
         cost=cost,
-        backend="local",
-        name=defaults.name or os.path.basename(run_dir),
+        backend=backend,
+        name=defaults.name or run_id,
         world_size=defaults.world_size,
         submitted_at=defaults.submitted_at,
     )

@@ -118,7 +118,8 @@ class RankRow:
     samples_per_s: float | None
     seen_ago_s: float
     flag: str
-    """"", "slow", "silent", "error" or "done"."""
+    """"", "slow", "silent", "error", "done" or "left" (a rank the run's newest attempt has no place
+    for: an elastic run gone on with fewer ranks)."""
     detail: str = ""
     relative: float | None = None
     """The fastest rank's median seconds per step over this rank's (1.0: the fastest)."""
@@ -160,6 +161,9 @@ class MonitorSnapshot:
     """What the ranks' speed counts: img/s (the built-in trainer), smp/s, or it/s (a bar's steps)."""
     checkpoint_step: int | None = None
     """The step of the newest checkpoint the run said it wrote: where a resume starts."""
+    world_most: int = 0
+    """The most ranks an attempt of the run had: above ``world_size`` where an elastic run went on
+    with fewer."""
 
     @property
     def fraction(self) -> float:
@@ -186,6 +190,7 @@ class MonitorState:
         evaluation and its logger's record of it are one point), the newest 64."""
         """(epoch, loss) of the validation or test losses reported, newest last."""
         self.world_size = 0
+        self.world_most = 0
         self.epochs: int | None = None
         self.total_steps: int | None = None
         self.restarts = 0
@@ -254,6 +259,7 @@ class MonitorState:
                 elif kind == "start":
                     self.info = {k: said(v, 253) if isinstance(v, str) else v for k, v in rec.items()}
                     self.world_size = rec.get("world_size") or self.world_size
+                    self.world_most = max(self.world_most, self.world_size)
                     self.epochs = rec.get("epochs") or self.epochs
                     self.total_steps = rec.get("total_steps") or self.total_steps
                     view.restarts = rec.get("restart_count") or 0
@@ -317,6 +323,8 @@ class MonitorState:
                     flag, detail = "error", v.error
                 elif v.finished:
                     flag = "done"
+                elif self.world_size and v.rank >= self.world_size:
+                    flag, detail = "left", f"not in the run's newest attempt: it goes on with {self.world_size}"
                 elif freshest - v.last_time > threshold:
                     flag, detail = "silent", f"no line for {freshest - v.last_time:.0f} s"
                     silent.append(v.rank)
@@ -368,6 +376,7 @@ class MonitorState:
             quiet = now - freshest if running and freshest and now - freshest > threshold else None
             return MonitorSnapshot(
                 world_size=self.world_size or len(views),
+                world_most=max(self.world_most, self.world_size or len(views)),
                 ranks=rows,
                 curves=curves,
                 evals=sorted(self.evals.items()),

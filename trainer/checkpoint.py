@@ -24,6 +24,9 @@ from .errors import TrainerError
 
 PATTERN = re.compile(r"^ckpt-(\d{8,})\.pt\Z")
 JOB_FILE = "job.json"
+ATTEMPTS_FILE = "attempts.json"
+KEPT_RUNS = 16
+"""The runs whose attempts the file counts at most (a folder resumed by run after run), newest kept."""
 
 
 @dataclass
@@ -145,3 +148,25 @@ def job_start_time(folder: Path | None) -> float:
     except (OSError, ValueError, KeyError, TypeError):
         atomic_write_bytes(path, lambda f: f.write(json.dumps({"started_at": now}).encode()))
         return now
+
+
+def next_attempt(folder: Path | None, run_id: str) -> int | None:
+    """This attempt of run ``run_id``, counted from 1 in ``attempts.json`` in the checkpoint folder
+    (rank 0 alone calls it, once an attempt). torchrun's restart count cannot say it: a pod made
+    again starts it over, and a node that joins an elastic run is no restart to it; the count of the
+    job's store cannot either where the store is made again each round. None without a folder."""
+    if folder is None:
+        return None
+    path = folder / ATTEMPTS_FILE
+    try:
+        counts = json.loads(path.read_text())
+    except (OSError, ValueError):
+        counts = {}
+    if not isinstance(counts, dict):
+        counts = {}
+    kept = {k: v for k, v in counts.items() if isinstance(k, str) and isinstance(v, int) and k != run_id}
+    number = counts.get(run_id, 0) + 1 if isinstance(counts.get(run_id), int) else 1
+    kept = dict(list(kept.items())[-(KEPT_RUNS - 1) :])
+    kept[run_id] = number
+    atomic_write_bytes(path, lambda f: f.write(json.dumps(kept).encode()))
+    return number

@@ -281,11 +281,10 @@ class Trainer:
             ) from exc
         if "scaler" in state and state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
-        self.step = int(state["step"])
+        saved = self.step = int(state["step"])
         self.best_accuracy = float(state.get("best_accuracy", 0.0))
         if state.get("steps_per_epoch") not in (None, self.steps_per_epoch):
-            # The world size changed (elastic): finish the interrupted epoch from its start.
-            self.step = int(state["epoch"]) * self.steps_per_epoch
+            self.step = self.step_in_this_world(state)
         if "rng_cpu" in state:
             torch.set_rng_state(state["rng_cpu"])
         if self.device.type == "cuda" and state.get("rng_cuda") is not None and state["rng_cuda"].numel():
@@ -297,7 +296,22 @@ class Trainer:
             path=str(loaded.path),
             restart_count=self.env.restart_count,
             skipped=[p.name for p, _ in loaded.skipped],
+            **({"saved_step": saved, "saved_world_size": state.get("world_size")} if self.step != saved else {}),
         )
+
+    def step_in_this_world(self, state: Mapping[str, object]) -> int:
+        """The step a snapshot taken with another world size stands for here (an elastic run gone on
+        with fewer nodes, or grown back): the samples its epoch had taken, in this world's batches.
+        The ranks take a permutation's indices in turn, so the samples a world of W ranks had
+        taken after K batches each are the permutation's first W*K: where this world's batches
+        divide them, none is taken twice and none is skipped. A snapshot that does not say its world
+        size starts its epoch again."""
+        epoch, old_world = int(str(state["epoch"])), state.get("world_size")
+        start = epoch * self.steps_per_epoch
+        if not isinstance(old_world, int) or old_world < 1 or not isinstance(state.get("steps_per_epoch"), int):
+            return start
+        batches = (int(str(state["step"])) - epoch * int(str(state["steps_per_epoch"]))) * old_world
+        return start + min(batches // self.env.world_size, self.steps_per_epoch)
 
     def epoch_of(self, step: int) -> int:
         """The 1-based epoch that optimiser step ``step`` belongs to, as in step lines."""
@@ -562,21 +576,23 @@ def evaluate_model(
     )
 
 
-def _agree_on_start_time(env: DistEnv, ckpt_dir: Path | None, placement: Placement) -> float:
+def _agree_on_start(env: DistEnv, ckpt_dir: Path | None, placement: Placement) -> tuple[float, int]:
     """Rank 0 decides when the job first started (TORCHDECK_JOB_STARTED_AT set
-    by a launcher, else job.json in the checkpoint folder, else now) and the
-    other ranks take its word, so every rank's elapsed_s agrees."""
-    started = time.time()
+    by a launcher, else job.json in the checkpoint folder, else now) and which attempt of the run
+    this is (counted in the checkpoint folder: ``checkpoint.next_attempt``; 0 where there is none),
+    and the other ranks take its word, so every rank's elapsed_s and attempt agree."""
+    started, number = time.time(), 0
     if env.rank == 0:
         try:
             started = float(os.environ["TORCHDECK_JOB_STARTED_AT"])
         except (KeyError, ValueError):
             started = checkpoint.job_start_time(ckpt_dir)
+        number = checkpoint.next_attempt(ckpt_dir, os.environ.get("TORCHDECK_RUN_ID") or "run") or 0
     if env.world_size > 1:
-        value = torch.tensor([started], dtype=torch.float64, device=placement.device)
+        value = torch.tensor([started, number], dtype=torch.float64, device=placement.device)
         dist.broadcast(value, src=0)
-        started = value.item()
-    return started
+        started, number = value[0].item(), round(value[1].item())
+    return started, number
 
 
 class ComputeClock:
@@ -628,14 +644,18 @@ def join_process_group(backend: str, env: DistEnv) -> attempt.Attempt:
     return joined
 
 
-def _ranks_nodes(env: DistEnv) -> tuple[str, ...]:
-    """Each rank's node, by rank (a pod's node as the downward API says it, else the host's name): an
-    attempt's start says where every rank is, so a rank made again elsewhere shows as moved."""
+def _my_node() -> str:
+    """This rank's node: a pod's node as the downward API says it, else the host's name."""
     import socket
 
-    mine = os.environ.get(NODE_NAME_ENV) or socket.gethostname()
+    return os.environ.get(NODE_NAME_ENV) or socket.gethostname()
+
+
+def _ranks_nodes(env: DistEnv) -> tuple[str, ...]:
+    """Each rank's node, by rank: an attempt's start says where every rank is, so a rank made again
+    elsewhere shows as moved."""
     every: list[object] = [None] * env.world_size
-    dist.all_gather_object(every, mine)
+    dist.all_gather_object(every, _my_node())
     return tuple(str(n) for n in every)
 
 
@@ -661,8 +681,13 @@ def run(cfg: TrainConfig, env: DistEnv) -> dict[str, object]:
         # the restarts: torchrun's count, or the attempts the ranks agreed on where more (a pod made
         # again on another node starts torchrun's count over; a rank joining is no failure to it)
         env = replace(env, restart_count=max(env.restart_count, joined.restarts), nodes=_ranks_nodes(env))
+    else:
+        env = replace(env, nodes=(_my_node(),))
     try:
-        started = _agree_on_start_time(env, ckpt_dir, placement)
+        started, number = _agree_on_start(env, ckpt_dir, placement)
+        # and the attempts the checkpoint folder counted (an elastic run's node joining again, a pod
+        # made again whose store and torchrun both started over)
+        env = replace(env, restart_count=max(env.restart_count, number - 1))
         stop = StopRequest()
         stop.install()
         trainer = Trainer(cfg, env, placement, train_set, test_set, name, started, stop)

@@ -64,7 +64,15 @@ from ..spec import KINDS, JobKindName, JobSpec, spec_from_dict, validate
 from ..triage import Triage, triage_line
 from . import crds
 from .client import ApiError, KubeClient, api_path
-from .costs import COST_ANNOTATION, STOPPED_ANNOTATION, NodeBook, annotate, node_uses, read_annotation
+from .costs import (
+    COST_ANNOTATION,
+    RECOVERY_ANNOTATION,
+    STOPPED_ANNOTATION,
+    NodeBook,
+    annotate,
+    node_uses,
+    read_annotation,
+)
 from .diagnosis import (
     Finding,
     bad_nodes,
@@ -759,7 +767,16 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
     # -- state ----------------------------------------------------------------------
 
     def status(self, run_id: str) -> JobStatus:
-        job = self._job(run_id)
+        try:
+            job = self._job(run_id)
+        except RunNotFound:  # a run torchdeck stopped: its job was deleted, its last status kept
+            kept = self._kept_ended(run_id)
+            if kept is None:
+                raise
+            return kept
+        return self._status_for(job)
+
+    def _status_for(self, job: RunJob) -> JobStatus:
         ns = job.meta.namespace or self.namespace or "default"
         pods = self.pods(job.name, ns)
         status = self._status_of(job, pods)
@@ -1047,7 +1064,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         reader = self.text_reader(job)
         per_rank: dict[int, RankProgress] = {}
         events: list[MetricEvent] = []
-        recovered = RecoveryLog()
+        kept = read_annotation(job.obj, RECOVERY_ANNOTATION)
+        recovered = RecoveryLog.from_json(kept)
         for i, pod in enumerate(ordered):
             name = pod.name
             try:
@@ -1069,7 +1087,13 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         relate_ranks(per_rank)  # each pod's ranks were folded apart: the fastest among them all
         status.ranks = [per_rank[r] for r in sorted(per_rank)]
         error = fold_progress(status, events)
+        recovered.recoveries()  # where ranks moved, or the world changed: worked out before it is kept
+        learnt = recovered.to_json()
+        if learnt != (kept or RecoveryLog().to_json()) and not status.found_by_label:
+            with contextlib.suppress(BackendError):  # kept where it may be: else learnt again while the lines last
+                annotate(self.client, job.path, {RECOVERY_ANNOTATION: learnt})
         status.restarts = max(status.restarts, recovered.attempt)
+        status.world_size = recovered.world or status.world_size  # an elastic run's, as its newest attempt has it
         status.recovery = recovered.lines()
         status.coming_back = coming_back(
             recovered, pods, node_ranks(pods), nproc_per_node(job.view), self._node_trouble
@@ -1169,15 +1193,54 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         stopped only with ``trust_label`` (the user said it is theirs)."""
         job = self._job(run_id)
         self._require_made(job.name, trust_label, "stop")
+        status = self._keep_ended(job)
         self._delete_run(job)
-        status = self._status_of(job, [])
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
         return status
 
     def discard(self, run_id: str, trust_label: bool = False) -> builtins.list[str]:
         job = self._job(run_id)
         self._require_made(job.name, trust_label, "stop")
+        self._keep_ended(job)
         return self._delete_run(job)
+
+    def _keep_ended(self, job: RunJob) -> JobStatus:
+        """The run's last status and its digest (its curves, what ``compare`` draws), read before its job
+        and pods go and kept in the state folder, so that ``status``, ``compare`` and a resumed run's
+        lineage still find it; its status, as it ends there (stopped now, unless it had ended)."""
+        status = self._status_for(job)
+        if not status.state.is_terminal:
+            status.state, status.finished_at = JobState.CANCELLED, time.time()
+            status.reason = f"stopped by the user at {time.strftime('%H:%M:%S', time.localtime(status.finished_at))}"
+        status.coming_back = []  # nothing of it comes back now; the nodes it lost stay named (resume --avoid-node)
+        made = self._made(job.name)
+        path = self.records.ended_path(self.client.server, job.name) if made is not None else None
+        if path is None or self.ledger_dir is None:
+            return status
+        from ...trainer.metrics import strict_json
+        from ..files import write_atomically
+        from ..run_digest import DigestStore, fold_run
+
+        if len(self.pods(job.name, job.namespace)) <= PODS_READ:  # a stop waits for no thousand logs
+            with contextlib.suppress(BackendError, OSError):
+                digest = fold_run(self, job.name)
+                digest.complete = True
+                store = DigestStore(self.ledger_dir)
+                store.write(store.path(self.scope, status), digest)
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_atomically(path, strict_json(status.to_dict()))
+        return status
+
+    def _kept_ended(self, run_id: str) -> JobStatus | None:
+        """The last status kept of a run torchdeck made and stopped (its job deleted)."""
+        made = self._made(run_id)
+        path = self.records.ended_path(self.client.server, run_id) if made is not None else None
+        if made is None or path is None:
+            return None
+        from ..run_files import read_kept_status
+
+        return read_kept_status(path, run_id, self.name, f"{made.namespace}/{JOB_KINDS[made.kind].kind}")
 
     def adopt(
         self,

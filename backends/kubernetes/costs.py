@@ -26,6 +26,10 @@ CAPACITY_LABELS = {
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 COST_ANNOTATION = "torchdeck.dev/cost"
 """An ended run's cost, kept on its job: its pods, and the nodes' labels, may be gone later."""
+RECOVERY_ANNOTATION = "torchdeck.dev/recovery"
+"""What the run's status has learnt of its attempts (``recovery.RecoveryLog``), kept on its job: a
+status reads only the newest lines of each pod's log, and an attempt's start scrolls out of them in
+seconds."""
 STOPPED_ANNOTATION = "torchdeck.dev/stopped"
 """Why torchdeck stopped the job (its budget), kept on the job it suspended."""
 NODES_TTL_S = 30.0

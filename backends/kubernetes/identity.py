@@ -116,6 +116,12 @@ class RunRecords:
         place.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomically(place / f"{check_run_id(made.run_id)}.json", json.dumps(asdict(made), indent=1))
 
+    def ended_path(self, server: str, run_id: str) -> Path | None:
+        """Where the last status of a run whose job torchdeck deleted (``stop``) is kept: beside its
+        record, which it needs (None without a state folder)."""
+        place = self._place(server)
+        return None if place is None else place / "ended" / f"{check_run_id(run_id)}.json"
+
     def get(self, server: str, run_id: str) -> MadeRun | None:
         """The record of ``run_id`` on the cluster at ``server``; None where there is none (or it is
         not a record: a file that does not read as one is no record)."""

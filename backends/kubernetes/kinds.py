@@ -28,6 +28,12 @@ MPI_SSH_DIR = "/home/trainer/.ssh"
 user (the operator's default, /root/.ssh, is not that user's)."""
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RDZV_PORT = 29400
+OWN_ROUND_STORES: dict[str, object] = {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"}
+"""For a run on torchrun's c10d rendezvous (elastic, or an indexed Job's): each round's ranks get a
+store of that round's own. With the store the agents share since the first round (torch's default),
+a node that joins a later round (a lost node's pod made again, an elastic run growing back) waits
+for the address of a store the first round's agents never write again, and both time out after a
+minute (seen with torch 2.13 on the real Training Operator)."""
 # Images torchdeck itself chooses are pinned by digest: a tag can be moved to other bytes.
 # The etcd digest is the one public manifests pin v3.5.17 to; it was not resolved against quay.io
 # from the machine that wrote this (no registry access there): `crane digest` it when bumping.
@@ -279,6 +285,8 @@ class PyTorchJobKind(JobKind):
         ctx.replica_roles = (
             [("Worker", nodes)] if ctx.elastic else [("Master", 1)] + ([("Worker", nodes - 1)] if nodes > 1 else [])
         )
+        if ctx.elastic:  # the operator's elastic policy: torchrun's c10d rendezvous
+            ctx.env = [*ctx.env, OWN_ROUND_STORES]
 
     def read_import(self, job: JobObject) -> ImportShape:
         roles = job.replica_specs
@@ -426,6 +434,7 @@ class IndexedJobKind(JobKind):
             {"name": "PET_RDZV_BACKEND", "value": "c10d"},
             {"name": "PET_RDZV_ENDPOINT", "value": f"{run_id}-0.{run_id}:{RDZV_PORT}"},
             {"name": "PET_RDZV_ID", "value": run_id},
+            OWN_ROUND_STORES,
         ]
 
     def read_import(self, job: JobObject) -> ImportShape:

@@ -206,7 +206,9 @@ def test_an_image_not_on_the_node_with_pull_policy_never_is_said_in_plain_words(
     run_id = launched(on_cluster, "--image", image, *TRAIN, *SMALL, "--set", "cluster.image_pull_policy=Never",
                       "--name", "absent")  # fmt: skip
     status = wait(lambda: "imagePullPolicy: Never" in (s := status_of(on_cluster, run_id))["reason"] and s,
-                  "the reason for the missing image", 120, every=2)  # fmt: skip
+                  "the reason for the missing image", 300, every=2,
+                  shown=lambda: real_cluster.kubectl("describe", "pods", "-n", NAMESPACE, check=False).stdout
+                  + on_cluster("status", run_id).stdout)  # fmt: skip
     assert re.search(rf"the image {re.escape(image)} is not on ip-10-244-\d-1\.ec2\.internal", status["reason"])
     assert on_cluster("stop", run_id).returncode == 0
 

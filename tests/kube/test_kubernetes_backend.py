@@ -1187,3 +1187,47 @@ def test_a_rank_made_again_on_another_node_is_followed_back_into_the_run_and_com
         "2": ["cpu-1", "cpu-2"],
         "3": ["cpu-1", "cpu-2"],
     }
+    # hundreds of steps later the attempt's start has scrolled out of the lines a status reads: what
+    # was learnt is kept on the job, and said again
+    later = [metric_line(0, s, world_size=2, time=back + s, restart_count=1) for s in range(45, 400)]
+    kube_api.call(em.script_log, NS, master, later)
+    job = kube_backend.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}")
+    assert [a["attempt"] for a in json.loads(job["metadata"]["annotations"]["torchdeck.dev/recovery"])["attempts"]] == [
+        1
+    ]
+    status = kube_backend.status(run_id)
+    assert status.recovery == [said] and status.restarts == 1, status
+
+
+def test_a_stopped_runs_last_status_and_curve_are_kept_so_status_and_a_resumed_runs_lineage_still_read_it(
+    kube_api, tmp_path
+):
+    """``stop`` deletes the job and its pods (their logs go with them): the run's last status and its
+    digest are kept first, so ``status`` still says where it stood, and ``compare`` of the run that
+    resumed it draws one line from the first step, with the steps the restart did again counted."""
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=2)
+    torchdeck = cluster_cli(kube_api, tmp_path)
+    run_id = kube_backend.submit(make_spec())
+    master = f"{run_id}-master-0"
+    lines = [metric_line(0, s, world_size=2, loss=3.0 - s / 100) for s in range(1, 31)]
+    lines.append(json.dumps({"schema": 1, "event": "checkpoint", "rank": 0, "step": 25, "time": time.time()}))
+    kube_api.call(kube_api.emulator.script_log, NS, master, lines)
+    make_pod(kube_backend, run_id, master, "master", node="cpu-0")
+    set_conditions(kube_backend, run_id, "Created", "Running")
+    stopped = torchdeck("stop", run_id)
+    assert stopped.returncode == 0 and f"{run_id} cancelled" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert kube_backend.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs")["items"] == []
+    kept = json.loads(torchdeck("status", run_id, "--output", "json").stdout)
+    assert kept["state"] == "cancelled" and kept["step"] == 30 and kept["reason"].startswith("stopped by the user at")
+    assert "cancelled" in torchdeck("status", run_id).stdout
+
+    later = kube_backend.submit(make_spec(resumes=run_id))
+    resumed = [json.dumps({"schema": 1, "event": "resume", "rank": 0, "step": 25, "time": time.time()})]
+    resumed += [metric_line(0, s, world_size=2, loss=1.0) for s in range(26, 41)]
+    kube_api.call(kube_api.emulator.script_log, NS, f"{later}-master-0", resumed)
+    make_pod(kube_backend, later, f"{later}-master-0", "master", node="cpu-1")
+    compared = torchdeck("compare", later, run_id, "--output", "json")
+    assert compared.returncode == 0, compared.stderr
+    first, _ = json.loads(compared.stdout)["runs"]
+    assert first["restarts"] == [run_id] and first["steps_lost"] == 5, first

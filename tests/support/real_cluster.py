@@ -277,14 +277,17 @@ SMALL = ("--set", "resources.cpu=500m", "--set", "resources.memory=1500Mi", "--s
 """Two pods of this fit the node's two cores beside the control plane."""
 
 
-def wait(condition, what: str, timeout: float = 600, every: float = 1.0):
+def wait(condition, what: str, timeout: float = 600, every: float = 1.0, shown=None):
+    """``condition()`` until it is true; past ``timeout``, an error that says what ``shown()`` says then
+    (what the cluster or torchdeck showed, for the one reading the failure)."""
     deadline = time.monotonic() + timeout
     while True:
         found = condition()
         if found:
             return found
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            seen = f"\n{shown()}" if shown is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
         time.sleep(every)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,18 @@ except TrainerError as exc:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001.pt"]  # no temporary left
     loaded = checkpoint.load_newest(tmp_path)
     assert loaded.state is not None and loaded.state["step"] == 1
+
+
+def test_each_attempt_of_a_run_is_counted_in_its_checkpoint_folder_and_runs_apart(tmp_path: Path) -> None:
+    """Rank 0 counts each attempt of its run there: a pod made again, or an elastic run's node joining
+    again, whose torchrun and store both started over, still come after the attempts before them; a
+    run resumed into the same folder counts its own from 1; a damaged file starts the count again."""
+    assert checkpoint.next_attempt(None, "a") is None
+    assert [checkpoint.next_attempt(tmp_path, "a") for _ in range(3)] == [1, 2, 3]
+    assert checkpoint.next_attempt(tmp_path, "b") == 1 and checkpoint.next_attempt(tmp_path, "a") == 4
+    (tmp_path / checkpoint.ATTEMPTS_FILE).write_text('{"a": "x", "b": [1]')
+    assert checkpoint.next_attempt(tmp_path, "a") == 1
+    for i in range(40):
+        checkpoint.next_attempt(tmp_path, f"run-{i}")
+    kept = json.loads((tmp_path / checkpoint.ATTEMPTS_FILE).read_text())
+    assert len(kept) == checkpoint.KEPT_RUNS and kept["run-39"] == 1 and "a" not in kept

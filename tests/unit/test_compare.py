@@ -5,6 +5,7 @@ it (``backends/cost.py``)."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -223,3 +224,64 @@ def test_a_recovery_inside_a_run_is_folded_from_any_ranks_order_kept_and_joined_
         [MetricEvent("resume", 0, 200.0, {"restart_count": 0, "step": 48}), *steps(0, 60, lambda s: 1.0, start=49)]
     )
     assert later.recoveries == [] and [r.attempt for r in digest.then(later).recoveries] == [1]
+
+
+def test_an_elastic_run_that_went_on_with_fewer_ranks_and_grew_back_says_both_changes_of_size():
+    """Attempt 2 has rank 0 alone (rank 1's node lost); attempt 3 has both again, rank 1 back on its
+    node: each says its size, which rank left or joined and on which node, not that a rank moved."""
+    from torchdeck.backends.recovery import Recovery, RecoveryLog
+
+    def start(rank: int, at: float, attempt: int, nodes: list[str]) -> MetricEvent:
+        return MetricEvent("start", rank, at, {"restart_count": attempt, "world_size": len(nodes), "nodes": nodes})
+
+    events = [start(0, 0.0, 0, ["a", "b"]), start(1, 0.0, 0, ["a", "b"]), *steps(0, 25, lambda s: 1.0)]
+    events += [*steps(1, 25, lambda s: 1.0), start(0, 60.0, 1, ["a"])]
+    events += [MetricEvent("resume", 0, 61.0, {"restart_count": 1, "step": 20}), *steps(0, 45, lambda s: 1.0, start=21)]
+    events += [start(1, 120.0, 2, ["a", "b"]), start(0, 121.0, 2, ["a", "b"])]
+    events += [MetricEvent("resume", r, 122.0, {"restart_count": 2, "step": 40}) for r in (0, 1)]
+    log = RecoveryLog()
+    log.feed(events)
+    shrunk, grown = log.recoveries()
+    assert (shrunk.world, shrunk.most, shrunk.left, shrunk.joined, shrunk.moved) == (1, 2, {1: "b"}, {}, {})
+    assert "the run went on with 1 rank of 2 (rank 1 left with node b); resumed from step 20" in shrunk.words()
+    assert (grown.world, grown.joined, grown.left, grown.lost) == (2, {1: "b"}, {}, 5)
+    assert "grew back to 2 ranks (rank 1 on node b); resumed from step 40 (the run got to 45" in grown.words()
+    assert log.world == 2
+    assert [Recovery.from_json(r.to_json()).words() for r in (shrunk, grown)] == [shrunk.words(), grown.words()]
+    # an attempt of more ranks than any before grew, not grew back; a count change without nodes
+    # said names the ranks past the smaller count
+    log = RecoveryLog()
+    log.feed(
+        [
+            MetricEvent("start", 0, 0.0, {"world_size": 2}),
+            MetricEvent("start", 0, 9.0, {"restart_count": 1, "world_size": 4}),
+        ]
+    )
+    (more,) = log.recoveries()
+    assert more.joined == {2: "", 3: ""} and "grew to 4 ranks (ranks 2-3 joined)" in more.words()
+
+
+def test_what_a_status_learnt_of_the_attempts_is_kept_whole_and_anything_else_kept_there_is_nothing():
+    """The job's recovery annotation is the log's own JSON: fed on top of it, a status whose lines no
+    longer hold the attempts' starts still says them; an annotation someone else wrote is no log."""
+    from torchdeck.backends.recovery import RecoveryLog
+
+    log = RecoveryLog()
+    log.feed([MetricEvent("start", 0, 0.0, {"world_size": 2, "nodes": ["a", "b"]}), *steps(0, 30, lambda s: 1.0)])
+    log.feed([MetricEvent("start", 0, 50.0, {"restart_count": 1, "world_size": 1, "nodes": ["a"]})])
+    log.feed([MetricEvent("resume", 0, 51.0, {"restart_count": 1, "step": 40, "saved_step": 20})])
+    said = log.lines()
+    again = RecoveryLog.from_json(json.loads(json.dumps(log.to_json())))
+    again.feed(steps(0, 90, lambda s: 1.0, start=60))  # the newest lines only
+    assert again.lines() == said and again.world == 1 and again.to_json() == log.to_json()
+    assert "(its snapshot of step 20; the run got to 30: 10 steps lost)" in said[0]
+    junks: list[object] = [
+        None,
+        [],
+        {"attempts": "x"},
+        {"nodes": [1]},
+        {"attempts": [{"attempt": "one"}]},
+        {"worlds": {"a": 2}},
+    ]
+    for junk in junks:
+        assert RecoveryLog.from_json(junk).to_json() == RecoveryLog().to_json()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import math
 import pickle
 import tarfile
 import threading
@@ -108,6 +109,37 @@ def test_shards_cover_the_data_once_per_epoch(n: int, world: int) -> None:
         assert len(joined) - n < world  # only padding repeats, fewer than one per rank
         orders.append(joined.tolist())
     assert orders[0] != orders[1] != orders[2]  # reshuffled between epochs
+
+
+@pytest.mark.parametrize("before,after,done", [(2, 1, 3), (1, 2, 6), (4, 2, 2), (1, 2, 5)])
+def test_a_snapshot_taken_at_another_world_size_resumes_at_the_samples_its_epoch_had_taken(before, after, done):
+    """An elastic run's snapshot of epoch 1, ``done`` batches into it with ``before`` ranks, resumed
+    with ``after``: the new ranks take none of the samples the old ones had (where the batches
+    divide them; else at most one batch a rank again), and the epoch's samples are all taken."""
+    from types import SimpleNamespace
+
+    from torchdeck.trainer.train import Trainer
+
+    n, bs = 96, 4
+
+    def shards(world: int) -> list[list[int]]:
+        samplers = [data.ShardedSampler(n, r, world, seed=1) for r in range(world)]
+        for s in samplers:
+            s.set_epoch(1)
+        return [s.indices().tolist() for s in samplers]
+
+    spe = {w: math.ceil(math.ceil(n / w) / bs) for w in (before, after)}
+    state = {"epoch": 1, "step": spe[before] + done, "steps_per_epoch": spe[before], "world_size": before}
+    here = SimpleNamespace(steps_per_epoch=spe[after], env=SimpleNamespace(world_size=after))
+    step = Trainer.step_in_this_world(here, state)  # type: ignore[arg-type]  # what the method reads of a trainer
+    assert spe[after] <= step < 2 * spe[after]  # in the same epoch
+    taken = {i for shard in shards(before) for i in shard[: done * bs]}
+    rest = [i for shard in shards(after) for i in shard[(step - spe[after]) * bs :]]
+    assert taken | set(rest) == set(range(n))
+    # taken again: the batches that do not fill a batch of every new rank (none where they divide)
+    assert len(taken & set(rest)) == (done * before) % after * bs < after * bs
+    unsaid = {**state, "world_size": None}  # a snapshot that does not say its world size: its epoch again
+    assert Trainer.step_in_this_world(here, unsaid) == spe[after]  # type: ignore[arg-type]
 
 
 def test_sampler_is_deterministic_for_an_epoch() -> None:

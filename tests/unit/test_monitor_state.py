@@ -183,3 +183,26 @@ def test_the_node_panel_tells_eks_nodes_apart_by_their_host_part():
     panel.show(nodes, 120)
     (shown,) = drawn
     assert "ip-192-168-12-34 " in shown and "ip-192-168-12-35 " in shown, shown
+
+
+def test_an_elastic_run_gone_on_with_fewer_ranks_shows_the_rest_as_left_not_silent_and_takes_them_back():
+    """Rank 0's start of attempt 2 says one rank: rank 1, quiet since, is out of the run (``left``),
+    neither silent nor slow, and its curve stops; its start of attempt 3 takes it back, its curve
+    going on from the step it resumed at."""
+    state = MonitorState(clock=lambda: 100.0)
+
+    def start(rank: int, t: float, world: int, attempt: int) -> MetricEvent:
+        return MetricEvent("start", rank, t, {"world_size": world, "restart_count": attempt})
+
+    state.ingest([start(0, 0.0, 2, 0), start(1, 0.0, 2, 0)])
+    state.ingest([step(r, n, n * 0.1, loss=2.0 - n / 100) for n in range(1, 30) for r in (0, 1)])
+    state.ingest([start(0, 10.0, 1, 1), *[step(0, n, 10 + n, loss=1.5) for n in range(20, 90)]])
+    snap = state.snapshot()
+    rows = {r.rank: r for r in snap.ranks}
+    assert (snap.world_size, snap.world_most) == (1, 2)
+    assert rows[1].flag == "left" and "goes on with 1" in rows[1].detail and snap.silent == []
+    assert list(snap.curves[1][0])[-1] == 29.0  # its curve stops where it left
+    state.ingest([start(1, 95.0, 2, 2), start(0, 95.0, 2, 2), step(1, 80, 96.0), step(0, 80, 96.0)])
+    snap = state.snapshot()
+    assert (snap.world_size, snap.world_most) == (2, 2) and {r.flag for r in snap.ranks} <= {""}
+    assert list(snap.curves[1][0])[-1] == 80.0

@@ -378,6 +378,7 @@ class MonitorScreen(DeckScreen[None]):
         line.append(
             f" epoch {epochs}  step {steps}  ETA {format_duration(snap.eta_s)}  "
             f"restarts {max(snap.restarts, status.restarts if status else 0)}  world {snap.world_size}"
+            + (f" of {snap.world_most}" if snap.world_most > snap.world_size else "")
         )
         cost = status.cost if status else None
         if cost is not None:  # the running total, and the budget's share where there is one

@@ -27,6 +27,7 @@ FLAG_STYLE = {
     "SILENT": Style(color="red", bold=True),
     "ERROR": Style(color="red", bold=True),
     "done": Style(color="green"),
+    "left": Style(dim=True),
 }
 
 
