@@ -294,6 +294,14 @@ def test_a_stopped_run_resumed_off_a_node_lands_on_the_other_and_continues_from_
                      on_cluster("logs", new_id, "--rank", "0").stdout)  # fmt: skip
     assert said and int(said[1]) >= saved  # from the stopped run's newest snapshot (or one written as it stopped)
     assert on_cluster("stop", new_id).returncode == 0
+    # both jobs deleted: their last status and curves were kept at stop, and compare draws them as one line
+    kept = status_of(on_cluster, run_id)
+    assert kept["state"] == "cancelled" and kept["step"] >= 6, kept
+    compared = on_cluster("compare", new_id, run_id, "--output", "json")
+    assert compared.returncode == 0, compared.stderr
+    line, old = json.loads(compared.stdout)["runs"]
+    assert old["state"] == "cancelled" and old["steps"] >= kept["step"], old  # its curve, kept: its pods' logs are gone
+    assert line["restarts"] == [run_id] and line["steps_lost"] == max(0, old["steps"] - int(said[1])), (line, old)
 
     nowhere = on_cluster("resume", run_id, *(a for w in workers for a in ("--avoid-node", w)), "--detach")
     assert nowhere.returncode == 0, nowhere.stderr
