@@ -16,11 +16,16 @@ from kubecluster.layout import CGROUP_ROOT, Cluster
 from kubecluster.owned import cgroup_hierarchies, mounts_since, owned_pid, stop_owned
 from kubecluster.processes import NoCluster, say
 
+END_GRACE_S = 3
+"""How long a component has after SIGTERM before SIGKILL. Nothing of a stopped cluster is kept (its
+state folder goes), and two of them never end by themselves in time: Kubeflow Trainer's controller
+and the API server with etcd both took the whole 15 s this once was (30 s of every stop)."""
+
 
 def end(cluster: Cluster, *names: str) -> None:
-    """The components still running as started: SIGTERM, then SIGKILL after 15 s (the API server drains
-    for ~8 s); a pid file whose pid is now another process's is passed over."""
-    stop_owned(15, [cluster.pid_file(name) for name in names])
+    """The components still running as started: SIGTERM, then SIGKILL after END_GRACE_S; a pid file
+    whose pid is now another process's is passed over."""
+    stop_owned(END_GRACE_S, [cluster.pid_file(name) for name in names])
 
 
 def cgroups(under: str = "") -> list[Path]:
