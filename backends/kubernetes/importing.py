@@ -27,7 +27,7 @@ from ..spec_options import LOADER_ENV, MAX_JOB_NAME, reserved_env
 from . import crds
 from .kind_objects import Container, Json, PodTemplate, at, avoided_nodes, whole
 from .kinds import CONTAINERS, JobKind, importable_kind
-from .manifests import NODE_NAME_ENV, QUEUE_LABEL
+from .manifests import LOST_NODE_TAINTS, NODE_NAME_ENV, QUEUE_LABEL
 
 TORCHRUN_VALUED = {
     "nnodes", "nproc_per_node", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint",
@@ -345,9 +345,13 @@ class _Reader:
             cluster["image_pull_policy"] = container.image_pull_policy
         if pod.node_selector:
             cluster["node_selector"] = {str(k): str(v) for k, v in pod.node_selector.items()}
+        lost = {pod.toleration_seconds.get(key) for key in LOST_NODE_TAINTS}
+        if len(lost) == 1 and None not in lost and (seconds := lost.pop()) is not None and seconds >= 0:
+            cluster["node_loss"] = seconds  # how long its pods stay on a lost node, as torchdeck renders it
         for taint in pod.tolerations:
-            if taint != "nvidia.com/gpu":
-                self.notes.append(f"toleration {taint}: left out (torchdeck tolerates the GPU taint only)")
+            if taint != "nvidia.com/gpu" and not (taint in LOST_NODE_TAINTS and "node_loss" in cluster):
+                self.notes.append(f"toleration {taint}: left out (torchdeck tolerates the GPU taint and, as "
+                                  "cluster.node_loss, a lost node's two taints for the same seconds)")  # fmt: skip
         if pod.affinity:
             avoided = avoided_nodes(pod.affinity)
             if avoided is not None:

@@ -165,6 +165,8 @@ class PodTemplate:
     """The keys of its tolerations."""
     affinity: Json | None = None
     volumes: tuple[Volume, ...] = ()
+    toleration_seconds: Mapping[str, int] = field(default_factory=dict)
+    """key -> ``tolerationSeconds``, of its tolerations that say how long (a lost node's taints)."""
 
     def container(self, names: Sequence[str]) -> Container:
         """The training container: the first named one of ``names``, else the first."""
@@ -183,6 +185,13 @@ class PodTemplate:
             tuple(optional_text(mapping(t).get("key")) for t in items(pod.get("tolerations"))),
             mapping(affinity) if affinity else None,
             tuple(Volume.read(v) for v in items(pod.get("volumes"))),
+            {
+                str(key): int(seconds)
+                for t in items(pod.get("tolerations"))
+                if isinstance(key := mapping(t).get("key"), str)
+                and isinstance(seconds := mapping(t).get("tolerationSeconds"), int)
+                and not isinstance(seconds, bool)
+            },
         )
 
     @classmethod

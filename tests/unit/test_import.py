@@ -87,7 +87,7 @@ def test_torchdecks_own_rendering_imports_back_to_the_same_job(tmp_path, kind):
         "name": "mine", "image": "r/t:1", "nodes": 2, "nproc_per_node": 3, "namespace": "team",
         "resources": {"cpu": "4", "memory": "8Gi"},
         "cluster": {"kind": kind, "pvc": "shared", "service_account": "s3", "node_selector": {"pool": "cpu"},
-                    "avoid_nodes": ["ip-10-0-1-7.ec2.internal", "ip-10-0-1-8.ec2.internal"]},
+                    "avoid_nodes": ["ip-10-0-1-7.ec2.internal", "ip-10-0-1-8.ec2.internal"], "node_loss": 7},
         "entrypoint": {"script": "train.py", "args": ["--lr", "0.1"], "code": str(tmp_path)},
     })  # fmt: skip
     text = render(spec, "mine-1", kind).to_yaml()
@@ -100,7 +100,8 @@ def test_torchdecks_own_rendering_imports_back_to_the_same_job(tmp_path, kind):
     assert (back.name, back.namespace, back.image, back.nodes, back.nproc_per_node) == ("mine-1", "team", "r/t:1", 2, 3)
     # the nodes it avoids come back beside the one-a-node spread torchdeck renders by itself
     assert back.cluster.avoid_nodes == ["ip-10-0-1-7.ec2.internal", "ip-10-0-1-8.ec2.internal"]
-    assert not any(note.startswith("affinity") for note in imported.notes), imported.notes
+    assert not any(note.startswith(("affinity", "toleration")) for note in imported.notes), imported.notes
+    assert back.cluster.node_loss == 7  # the lost node's two taints, tolerated for its seconds
     assert (back.entrypoint.in_image, back.entrypoint.script) == ("/workspace/code", "train.py")
     assert back.entrypoint.args == ["--lr", "0.1"]
     assert (back.cluster.pvc, back.cluster.service_account, back.cluster.node_selector) == (
@@ -131,3 +132,23 @@ def test_a_manifest_with_aliases_is_refused_in_one_line():
     text = text.replace("replicas: 1", "replicas: *one")
     with pytest.raises(SpecError, match=r"not valid YAML: line [0-9]+: YAML aliases \(\*name\) are not taken here"):
         import_manifest(text, "job.yaml")
+
+
+@pytest.mark.parametrize(
+    "seconds,node_loss", [((30, 30), 30), ((10, 20), None), ((30, None), None)], ids=["same", "differ", "one"]
+)
+def test_a_lost_nodes_taints_tolerated_for_the_same_seconds_become_node_loss_and_others_a_note(seconds, node_loss):
+    """An upstream example with its own tolerations: the two a lost node gets (unreachable and
+    not-ready) for the same seconds are ``cluster.node_loss``; anything else is named as left out."""
+    job = yaml.safe_load((IMPORTS / "pytorchjob-simple.yaml").read_text())
+    taints = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+    tolerations = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", **({"tolerationSeconds": s} if s is not None else {})}
+        for key, s in zip(taints, seconds)
+    ]
+    for role in job["spec"]["pytorchReplicaSpecs"].values():
+        role["template"]["spec"]["tolerations"] = [dict(t) for t in tolerations]
+    found = import_manifest(json.dumps(job), "with-tolerations.yaml")
+    assert found.spec.cluster.node_loss == node_loss
+    left_out = [n for n in found.notes if n.startswith("toleration node.kubernetes.io/")]
+    assert len(left_out) == (0 if node_loss is not None else 2), found.notes
