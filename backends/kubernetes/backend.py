@@ -66,6 +66,7 @@ from . import crds
 from .client import ApiError, KubeClient, api_path
 from .costs import (
     COST_ANNOTATION,
+    PROGRESS_ANNOTATION,
     RECOVERY_ANNOTATION,
     STOPPED_ANNOTATION,
     NodeBook,
@@ -178,6 +179,10 @@ def spec_of(job: RunJob) -> JobSpec | None:
 CRD_CACHE_S = 5.0
 NODE_METRICS_TTL_S = 5.0
 PODS_READ = 16
+ROW_READS = 32
+"""The runs whose newest log lines one listing reads for their rows' figures (one request each), the
+newest first; an ended run's are read once and kept on its job."""
+ROW_FIGURES = ("epoch", "epochs", "step", "total_steps", "loss", "accuracy", "val_loss")
 """Pods whose log tails ``status`` reads for each rank's progress (one request each)."""
 
 
@@ -1059,7 +1064,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         started = [p for p in pods if has_started(p)]
         ranks = node_ranks(started)
         ordered = sorted(started, key=lambda p: max(0, ranks[p.name]))[:PODS_READ]
-        if not ordered:
+        if not ordered:  # its pods gone (an ended run's, later): what was kept of it as it ended
+            self._kept_figures(job, status)
             return
         reader = self.text_reader(job)
         per_rank: dict[int, RankProgress] = {}
@@ -1067,18 +1073,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         kept = read_annotation(job.obj, RECOVERY_ANNOTATION)
         recovered = RecoveryLog.from_json(kept)
         for i, pod in enumerate(ordered):
-            name = pod.name
-            try:
-                tail = self.client.request(
-                    "GET", api_path("Pod", namespace, name, "log"), query={"tailLines": 200}, stream=True, timeout=10
-                ).data
-            except BackendError:
+            found = self._tail_events(namespace, pod.name, max(0, ranks[pod.name]), reader)
+            if found is None:
                 continue
-            if reader is not None:  # the user's code: its ranks' records among the pod's lines
-                batch = [(max(0, ranks[name]), 0, line) for line in tail.splitlines()]
-                found = self._log_lines(batch, 1, 0, reader)[0]
-            else:
-                found = parse_metric_lines(tail.splitlines())
             fold_ranks(found, per_rank)
             recovered.feed(found)
             if i == 0:
@@ -1100,6 +1097,58 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         )
         if error is not None and (not status.reason or status.state is JobState.FAILED):
             status.reason, status.hint = f"rank 0: {error.get('message')}", error.get("hint") or status.hint
+        self._keep_figures(job, status)
+
+    def _tail_events(
+        self, namespace: str, pod: str, rank: int, reader: RankedText | None
+    ) -> builtins.list[MetricEvent] | None:
+        """The events among a pod's newest 200 lines (None where its log cannot be read)."""
+        try:
+            tail = self.client.request(
+                "GET", api_path("Pod", namespace, pod, "log"), query={"tailLines": 200}, stream=True, timeout=10
+            ).data
+        except BackendError:
+            return None
+        if reader is not None:  # the user's code: its ranks' records among the pod's lines
+            return self._log_lines([(rank, 0, line) for line in tail.splitlines()], 1, 0, reader)[0]
+        return parse_metric_lines(tail.splitlines())
+
+    def _keep_figures(self, job: RunJob, status: JobStatus) -> None:
+        """An ended run's last figures, kept on its job once (its pods, and their logs, go later), for
+        the rows of ``jobs`` and the runs screen to say how it finished."""
+        if not status.state.is_terminal or status.found_by_label or not status.step:
+            return
+        if read_annotation(job.obj, PROGRESS_ANNOTATION) is None:
+            with contextlib.suppress(BackendError):
+                annotate(self.client, job.path, {PROGRESS_ANNOTATION: {k: getattr(status, k) for k in ROW_FIGURES}})
+
+    def _kept_figures(self, job: RunJob, status: JobStatus) -> bool:
+        """The figures kept on an ended run's job, into ``status``; False where none were kept."""
+        kept = read_annotation(job.obj, PROGRESS_ANNOTATION)
+        if kept is None:
+            return False
+        for key in ROW_FIGURES:
+            value = kept.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                setattr(status, key, int(value) if key in ("epoch", "epochs", "step", "total_steps") else value)
+        return True
+
+    def _row_figures(self, job: RunJob, status: JobStatus, pods: Sequence[Pod], reads: builtins.list[int]) -> None:
+        """A listed run's epoch, step, loss and accuracy, read as ``status`` reads them: an ended run's
+        from what was kept on its job, else from its lowest rank's newest lines (one request; at
+        most ``ROW_READS`` a listing, counted in ``reads``), and then kept where it has ended."""
+        if self._kept_figures(job, status):
+            return
+        started = [p for p in pods if has_started(p)]
+        if not started or len(reads) >= ROW_READS:
+            return
+        reads.append(1)
+        ranks = node_ranks(started)
+        first = min(started, key=lambda p: max(0, ranks[p.name]))
+        found = self._tail_events(job.namespace, first.name, max(0, ranks[first.name]), self.text_reader(job))
+        lowest = min((e.rank for e in found or []), default=0)
+        fold_progress(status, [e for e in found or [] if e.rank == lowest])
+        self._keep_figures(job, status)
 
     def _status_of(self, job: RunJob, pods: Sequence[Pod]) -> JobStatus:
         key, obj, meta, name, view = job.key, job.obj, job.meta, job.name, job.view
@@ -1147,6 +1196,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         records = self.records.on(self.client.server) if jobs else {}
         seen = Counter(job.name for job in jobs)
         out = []
+        reads: builtins.list[int] = []
         for job in jobs:
             name, uid = job.name, job.meta.uid
             made = records.get(name)
@@ -1167,6 +1217,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 owned = OwnedBy(self.client, job.namespace, uid)
             run_pods = [p for p in pods.get(name, []) if not owned.uid or owned(p)]
             self._priced(job, run_pods, status)
+            self._row_figures(job, status, run_pods, reads)
             if not status.state.is_terminal:  # a node lost under it (read only where its pods show it)
                 status.bad_nodes = lost_nodes(self.client, run_pods, node_ranks(run_pods), nproc_per_node(job.view))
                 self._release_lost(status, run_pods)

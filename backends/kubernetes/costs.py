@@ -26,6 +26,9 @@ CAPACITY_LABELS = {
 ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
 COST_ANNOTATION = "torchdeck.dev/cost"
 """An ended run's cost, kept on its job: its pods, and the nodes' labels, may be gone later."""
+PROGRESS_ANNOTATION = "torchdeck.dev/progress"
+"""An ended run's last epoch, step, loss and accuracy, kept on its job: a listing's row says how it
+finished after its pods and their logs are gone."""
 RECOVERY_ANNOTATION = "torchdeck.dev/recovery"
 """What the run's status has learnt of its attempts (``recovery.RecoveryLog``), kept on its job: a
 status reads only the newest lines of each pod's log, and an attempt's start scrolls out of them in

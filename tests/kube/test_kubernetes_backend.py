@@ -1231,3 +1231,42 @@ def test_a_stopped_runs_last_status_and_curve_are_kept_so_status_and_a_resumed_r
     assert compared.returncode == 0, compared.stderr
     first, _ = json.loads(compared.stdout)["runs"]
     assert first["restarts"] == [run_id] and first["steps_lost"] == 5, first
+
+
+def test_a_listed_runs_row_says_how_far_it_got_running_and_how_it_finished_after_its_pods_are_gone(kube_api, tmp_path):
+    """Issue 55's first point: ``jobs`` showed an ended cluster run at epoch 0, step 0, no loss, no
+    accuracy, while ``status`` said 2/2, 128/128, 0.689, 82.8%. A row reads the run as status does (its
+    lowest rank's newest lines); an ended run's figures are kept on its job, and still said once its
+    pods, and their logs, are gone."""
+    kube_backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(kube_backend, cpu_nodes=2)
+    torchdeck = cluster_cli(kube_api, tmp_path)
+    live, ended = kube_backend.submit(make_spec()), kube_backend.submit(make_spec())
+    em = kube_api.emulator
+    kube_api.call(em.script_log, NS, f"{live}-master-0", [metric_line(0, s, loss=2.0 - s / 100) for s in range(1, 13)])
+    make_pod(kube_backend, live, f"{live}-master-0", "master", node="cpu-0")
+    set_conditions(kube_backend, live, "Created", "Running")
+    start = {"schema": 1, "event": "start", "rank": 0, "time": time.time(), "epochs": 2, "total_steps": 128}
+    done = [json.dumps(start), *(metric_line(0, s, loss=0.689, epoch=2) for s in range(1, 129))]
+    done.append(
+        json.dumps({"schema": 1, "event": "eval", "rank": 0, "time": time.time(), "epoch": 2, "accuracy": 0.828})
+    )
+    kube_api.call(em.script_log, NS, f"{ended}-master-0", done)
+    make_pod(kube_backend, ended, f"{ended}-master-0", "master", node="cpu-1", phase="Succeeded")
+    set_conditions(kube_backend, ended, "Created", "Succeeded")
+
+    def rows() -> dict[str, dict]:
+        listed = torchdeck("jobs", "--output", "json")
+        assert listed.returncode == 0, listed.stderr
+        return {r["run_id"]: r for r in json.loads(listed.stdout)}
+
+    first = rows()
+    assert (first[live]["step"], first[live]["loss"]) == (12, pytest.approx(1.88)), first[live]
+    figures = {k: first[ended][k] for k in ("epoch", "epochs", "step", "total_steps", "loss", "accuracy")}
+    assert figures == {"epoch": 2, "epochs": 2, "step": 128, "total_steps": 128, "loss": 0.689, "accuracy": 0.828}
+    table = torchdeck("jobs").stdout
+    assert any(ended in line and "128" in line and "0.689" in line and "82.8%" in line for line in table.splitlines())
+    kube_backend.client.request("DELETE", f"api/v1/namespaces/{NS}/pods/{ended}-master-0")
+    again = rows()[ended]
+    assert {k: again[k] for k in figures} == figures
+    assert kube_backend.status(ended).step == 128  # status too, from what was kept
