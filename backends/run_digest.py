@@ -366,9 +366,11 @@ class RunDigest:
             return None
 
 
-def lost_steps(before: RunDigest, after: RunDigest) -> int:
-    """The steps a restart did again: how far ``before`` got past the step ``after`` resumed from."""
-    start = after.resumed_at if after.resumed_at is not None else before.checkpoint_step
+def lost_steps(before: RunDigest, after: RunDigest, resumed_at: float | None = None) -> int:
+    """The steps a restart did again: how far ``before`` got past the step ``after`` resumed from
+    (``resumed_at`` where the caller knows it: ``after`` may be a line joined already), else past its
+    newest checkpoint."""
+    start = next((s for s in (resumed_at, after.resumed_at) if s is not None), before.checkpoint_step)
     return max(0, int(before.max_step - start)) if start is not None else 0
 
 

@@ -40,6 +40,9 @@ class ComparedRun:
     earlier: list[ComparedRun] = field(default_factory=list)
     """The runs this one resumed, oldest first (``torchdeck resume``): its digest is theirs and its
     own as one line; its wall time starts with the first and its cost adds theirs."""
+    resumed_at: float | None = None
+    """The step its own digest resumed from (the joined line's is the first run's): where the run it
+    resumed lost its steps from."""
 
     @property
     def lineage(self) -> list[str]:
@@ -85,6 +88,7 @@ def load_run(backend: Backend, store: DigestStore, run_id: str, live: bool = Fal
     else:
         run = ComparedRun(status, spec, digest_of(backend, store, status))
     run.earlier = earlier_runs(backend, store, run)
+    run.resumed_at = run.digest.resumed_at
     if run.earlier:
         digest = run.earlier[0].digest
         for later in [*run.earlier[1:], run]:
@@ -242,7 +246,9 @@ class Comparison:
             cost=cost.to_dict() if cost is not None else None,
             restarts=run.lineage[:-1],
             recoveries=[r.to_json() for r in run.digest.recoveries],
-            steps_lost=sum(lost_steps(a.digest, b.digest) for a, b in zip(run.earlier, [*run.earlier[1:], run]))
+            steps_lost=sum(
+                lost_steps(a.digest, b.digest, b.resumed_at) for a, b in zip(run.earlier, [*run.earlier[1:], run])
+            )
             + sum(r.lost or 0 for r in run.digest.recoveries),
         )
         return summary

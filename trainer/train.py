@@ -579,7 +579,8 @@ def evaluate_model(
 def _agree_on_start(env: DistEnv, ckpt_dir: Path | None, placement: Placement) -> tuple[float, int]:
     """Rank 0 decides when the job first started (TORCHDECK_JOB_STARTED_AT set
     by a launcher, else job.json in the checkpoint folder, else now) and which attempt of the run
-    this is (counted in the checkpoint folder: ``checkpoint.next_attempt``; 0 where there is none),
+    this is (counted in the checkpoint folder: ``checkpoint.next_attempt``; 0 where there is none, or
+    no run of torchdeck's: the trainer run by hand twice is two runs, not two attempts),
     and the other ranks take its word, so every rank's elapsed_s and attempt agree."""
     started, number = time.time(), 0
     if env.rank == 0:
@@ -587,7 +588,8 @@ def _agree_on_start(env: DistEnv, ckpt_dir: Path | None, placement: Placement) -
             started = float(os.environ["TORCHDECK_JOB_STARTED_AT"])
         except (KeyError, ValueError):
             started = checkpoint.job_start_time(ckpt_dir)
-        number = checkpoint.next_attempt(ckpt_dir, os.environ.get("TORCHDECK_RUN_ID") or "run") or 0
+        run_id = os.environ.get("TORCHDECK_RUN_ID")  # a run torchdeck launched: its attempts are counted
+        number = (checkpoint.next_attempt(ckpt_dir, run_id) or 0) if run_id else 0
     if env.world_size > 1:
         value = torch.tensor([started, number], dtype=torch.float64, device=placement.device)
         dist.broadcast(value, src=0)
