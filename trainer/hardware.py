@@ -113,7 +113,10 @@ class GpuProbe:
         last, self._cpu_mark = self._cpu_mark, (now, used)
         if now <= last[0]:
             return {}
-        return {"cpu_util": round(100.0 * (used - last[1]) / (now - last[0]), 1)}
+        # the kernel counts CPU time in ticks: over a short span the share can come out above what the
+        # process's cores allow (205% on two, once); never more than all of them
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return {"cpu_util": round(min(100.0 * (used - last[1]) / (now - last[0]), 100.0 * cores), 1)}
 
     def sample(self) -> dict[str, float | None]:
         """``cpu_util`` on every device; ``gpu_util`` and ``gpu_mem_mb`` on CUDA."""
