@@ -781,9 +781,10 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             return kept
         return self._status_for(job)
 
-    def _status_for(self, job: RunJob) -> JobStatus:
+    def _status_for(self, job: RunJob, pods: Sequence[Pod] | None = None) -> JobStatus:
+        """The live job's status, from ``pods`` (its pods, read here where not given)."""
         ns = job.meta.namespace or self.namespace or "default"
-        pods = self.pods(job.name, ns)
+        pods = self.pods(job.name, ns) if pods is None else pods
         status = self._status_of(job, pods)
         status.found_by_label = self.found_by_label(status.run_id)
         if not status.state.is_terminal:  # a node lost under it: which, since when, the ranks it held
@@ -1259,7 +1260,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         """The run's last status and its digest (its curves, what ``compare`` draws), read before its job
         and pods go and kept in the state folder, so that ``status``, ``compare`` and a resumed run's
         lineage still find it; its status, as it ends there (stopped now, unless it had ended)."""
-        status = self._status_for(job)
+        pods = self.pods(job.name, job.meta.namespace or self.namespace or "default")
+        status = self._status_for(job, pods)
         if not status.state.is_terminal:
             status.state, status.finished_at = JobState.CANCELLED, time.time()
             status.reason = f"stopped by the user at {time.strftime('%H:%M:%S', time.localtime(status.finished_at))}"
@@ -1272,7 +1274,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         from ..files import write_atomically
         from ..run_digest import DigestStore, fold_run
 
-        if len(self.pods(job.name, job.namespace)) <= PODS_READ:  # a stop waits for no thousand logs
+        if len(pods) <= PODS_READ:  # a stop waits for no thousand logs
             with contextlib.suppress(BackendError, OSError):
                 digest = fold_run(self, job.name)
                 digest.complete = True
