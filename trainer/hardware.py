@@ -88,6 +88,9 @@ class GpuProbe:
         self.device = device
         self.enabled = device.type == "cuda"
         self._cpu_mark = (time.perf_counter(), time.process_time())
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self._cpu_most = 100.0 * cores
+        """All the cores this process may use, in percent of one: what a sample never reads above."""
         self._handle = None
         self._nvml = None
         if self.enabled:
@@ -115,8 +118,7 @@ class GpuProbe:
             return {}
         # the kernel counts CPU time in ticks: over a short span the share can come out above what the
         # process's cores allow (205% on two, once); never more than all of them
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return {"cpu_util": round(min(100.0 * (used - last[1]) / (now - last[0]), 100.0 * cores), 1)}
+        return {"cpu_util": round(min(100.0 * (used - last[1]) / (now - last[0]), self._cpu_most), 1)}
 
     def sample(self) -> dict[str, float | None]:
         """``cpu_util`` on every device; ``gpu_util`` and ``gpu_mem_mb`` on CUDA."""

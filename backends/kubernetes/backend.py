@@ -1134,22 +1134,22 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 setattr(status, key, int(value) if key in ("epoch", "epochs", "step", "total_steps") else value)
         return True
 
-    def _row_figures(self, job: RunJob, status: JobStatus, pods: Sequence[Pod], reads: builtins.list[int]) -> None:
+    def _row_figures(self, job: RunJob, status: JobStatus, pods: Sequence[Pod], may_read: bool) -> bool:
         """A listed run's epoch, step, loss and accuracy, read as ``status`` reads them: an ended run's
-        from what was kept on its job, else from its lowest rank's newest lines (one request; at
-        most ``ROW_READS`` a listing, counted in ``reads``), and then kept where it has ended."""
+        from what was kept on its job, else (``may_read``: at most ``ROW_READS`` a listing) from its
+        lowest rank's newest lines, and then kept where it has ended. Whether it read a log."""
         if self._kept_figures(job, status):
-            return
+            return False
         started = [p for p in pods if has_started(p)]
-        if not started or len(reads) >= ROW_READS:
-            return
-        reads.append(1)
+        if not started or not may_read:
+            return False
         ranks = node_ranks(started)
         first = min(started, key=lambda p: max(0, ranks[p.name]))
         found = self._tail_events(job.namespace, first.name, max(0, ranks[first.name]), self.text_reader(job))
         lowest = min((e.rank for e in found or []), default=0)
         fold_progress(status, [e for e in found or [] if e.rank == lowest])
         self._keep_figures(job, status)
+        return True
 
     def _status_of(self, job: RunJob, pods: Sequence[Pod]) -> JobStatus:
         key, obj, meta, name, view = job.key, job.obj, job.meta, job.name, job.view
@@ -1197,7 +1197,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         records = self.records.on(self.client.server) if jobs else {}
         seen = Counter(job.name for job in jobs)
         out = []
-        reads: builtins.list[int] = []
+        reads = 0  # the runs whose logs this listing read for their rows
         for job in jobs:
             name, uid = job.name, job.meta.uid
             made = records.get(name)
@@ -1218,7 +1218,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 owned = OwnedBy(self.client, job.namespace, uid)
             run_pods = [p for p in pods.get(name, []) if not owned.uid or owned(p)]
             self._priced(job, run_pods, status)
-            self._row_figures(job, status, run_pods, reads)
+            reads += self._row_figures(job, status, run_pods, reads < ROW_READS)
             if not status.state.is_terminal:  # a node lost under it (read only where its pods show it)
                 status.bad_nodes = lost_nodes(self.client, run_pods, node_ranks(run_pods), nproc_per_node(job.view))
                 self._release_lost(status, run_pods)
