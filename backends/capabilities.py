@@ -20,6 +20,7 @@ from .triage import Triage
 if TYPE_CHECKING:
     from .health import GateResult
     from .spec import JobKindName, JobSpec
+    from .views import NodesView, QueuesView
 
 
 class HealthGate:
@@ -138,6 +139,23 @@ class HangTriage:
         raise NotImplementedError  # each backend that declares the capability has its own
 
 
+class ClusterViews:
+    """The whole shared cluster beside the runs: every node's room, use and trouble, and every
+    queue's quota, usage and waiting line (``torchdeck nodes``, ``torchdeck queues``)."""
+
+    what: ClassVar[str] = "the nodes and queues of a shared cluster"
+    elsewhere: ClassVar[str] = "a cluster's: torchdeck --backend kubernetes nodes (or queues)"
+
+    def nodes_view(self) -> NodesView:
+        """Every node now: allocatable, requested and used CPU, memory and GPUs, its training
+        jobs, and why it is bad."""
+        raise NotImplementedError  # each backend that declares the capability has its own
+
+    def queues_view(self) -> QueuesView:
+        """Every queue this identity may read, its usage and its waiting workloads in order."""
+        raise NotImplementedError  # each backend that declares the capability has its own
+
+
 class JobAdoption:
     """Following a job made elsewhere as a run of its own (``torchdeck import KIND/NAME``)."""
 
@@ -175,6 +193,7 @@ CAPABILITIES: tuple[type, ...] = (
     HangTriage,
     JobAdoption,
     BudgetChange,
+    ClusterViews,
 )
 """Every capability, for the docs and the test that checks each backend declares what it does."""
 

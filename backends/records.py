@@ -145,6 +145,14 @@ class JobStatus:
     """A cluster run torchdeck has no record of making here (made from another machine, or by
     someone else with torchdeck's labels): shown, followed, and stopped or resumed only when the
     user says it is theirs."""
+    made_by: str = ""
+    """A cluster's training job torchdeck did not make (no torchdeck label): who did, as far as
+    the cluster says (``kubectl``, a pipeline's or an SDK's client; ``someone else``). Such a job
+    is shown and followed read-only under its reference, ``kind/namespace/name``; "" for a run."""
+    namespace: str = ""
+    """A cluster job's namespace ("" on this machine)."""
+    kind: str = ""
+    """A cluster job's kind as Kubernetes names it (PyTorchJob, TrainJob, ...; "" on this machine)."""
     recovery: list[str] = field(default_factory=list)
     """How the run came back inside itself, a line each, oldest first: each attempt after the first
     (where its ranks moved, the step it resumed from, the steps lost), as far back as the status

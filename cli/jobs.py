@@ -65,6 +65,10 @@ def dispatch(args: argparse.Namespace) -> int:
 
             return dispatch_resources(args, settings)
         backend = open_backend(settings.backend, settings)
+        if command in ("nodes", "queues"):
+            from .fleet import cmd_nodes, cmd_queues
+
+            return (cmd_nodes if command == "nodes" else cmd_queues)(args, settings, backend)
         return {
             "train": cmd_train,
             "data": cmd_data,
@@ -120,8 +124,9 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     if live is not None:  # a job in the cluster: read there, then followed as a run of its own
         here = open_backend(settings.backend, settings)  # a backend without such jobs: the cluster's
         adoption = here.capability(JobAdoption) or open_backend("kubernetes", settings).require(JobAdoption)
+        key, name, namespace = live
         spec, notes, run_id = adoption.adopt(
-            *live, args.namespace, lambda read: save_spec(read, path, replace=args.force)
+            key, name, namespace or args.namespace, lambda read: save_spec(read, path, replace=args.force)
         )
     else:
         hint = "a manifest is a YAML file (kubectl get pytorchjob NAME -o yaml), or KIND/NAME of a job in the cluster"
@@ -146,20 +151,22 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def live_job(word: str) -> tuple[JobKindName, str] | None:
-    """``KIND/NAME`` (as kubectl names a job: plural and with its group too, pytorchjobs.kubeflow.org,
-    jobs.batch) where no file of that name exists; None: a file. Which kinds are read from a cluster
-    is theirs to say (``JobKind.live``)."""
+def live_job(word: str) -> tuple[JobKindName, str, str | None] | None:
+    """``KIND/NAME`` or ``KIND/NAMESPACE/NAME`` (a job's reference, as ``jobs`` lists another's; the
+    kind as kubectl names it: plural and with its group too, pytorchjobs.kubeflow.org, jobs.batch)
+    where no file of that name exists; None: a file. Which kinds are read from a cluster is theirs
+    to say (``JobKind.live``)."""
     from torchdeck.backends.kubernetes.kinds import live_kind, live_words
 
-    if os.path.lexists(word) or word.count("/") != 1:
+    if os.path.lexists(word) or word.count("/") not in (1, 2):
         return None
-    kind, name = word.split("/")
+    parts = word.split("/")
+    kind, name = parts[0], parts[-1]
     key = live_kind(kind)
     if key is None:
         raise SpecError("", f"{word}: no such file, and {kind} is not a kind torchdeck imports from a cluster",
                         f"{live_words()}; a manifest file by its path")  # fmt: skip
-    return key, name
+    return key, name, parts[1] if len(parts) == 3 else None
 
 
 def entrypoint_fields(script: str | None, module: str | None, script_args: list[str], cwd: Path) -> dict[str, Any]:
@@ -332,7 +339,7 @@ def cmd_resume(args: argparse.Namespace, settings: Settings, backend: Backend) -
 def trusted(args: argparse.Namespace, status: JobStatus, verb: str) -> bool:
     """Whether to act on a run found by its label alone: the user says so (``--yes``, or yes when
     asked on a terminal); False for a run torchdeck recorded making (nothing to ask)."""
-    if not status.found_by_label:
+    if not status.found_by_label or status.made_by:  # another's job: the backend refuses it in one line
         return False
     say(
         f"{status.run_id} ({status.location}) was found by its label only: torchdeck has no record of "
@@ -483,25 +490,40 @@ REASON_WIDTH = 60
 
 
 def format_status_table(statuses: list[JobStatus], reasons: bool = True) -> str:
-    head = ("RUN", "STATE", "RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "COST")
+    """The runs table; a cluster's jobs also say where each is, its queue and who made it."""
+    from torchdeck.monitor.state import place_cells
+
+    placed = any(s.kind for s in statuses)
+    head: tuple[str, ...] = ("RUN", "STATE", *(("WHERE", "QUEUE", "BY") if placed else ()))
+    head += ("RANKS", "EPOCH", "STEP", "LOSS", "ACC", "AGE", "COST")
     rows: list[tuple[str, ...]] = [(*head, "REASON") if reasons else (*head, "")]
     now = time.time()
     # a run's reason and its names come from the run, the cluster or a file: nothing in them drives the terminal
     for s in statuses:
         reason = s.reason if len(s.reason) <= REASON_WIDTH else s.reason[: REASON_WIDTH - 3] + "..."
-        rows.append(tuple(printable(c) for c in (*status_cells(s, now), reason if reasons else "")))
+        run, state, *figures = status_cells(s, now)
+        cells = (run, state, *(place_cells(s) if placed else ()), *figures, reason if reasons else "")
+        rows.append(tuple(printable(c) for c in cells))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
 
 
 def cmd_jobs(args: argparse.Namespace, settings: Settings, backend: Backend) -> int:
-    statuses = backend.list()
+    from torchdeck.monitor.state import SORTS, RowFilter
+
+    wanted = RowFilter(args.namespace or "", args.mine, args.queue or "", args.state or "")
+    listed = backend.list()
+    statuses = sorted((s for s in listed if wanted.keeps(s)), key=SORTS[args.sort])
     for line in backend.unseen():  # what this identity could not list: said, and the rest shown
         say(f"note: {line}")
     if args.output == "json":
         print(strict_json([s.to_dict() for s in statuses], indent=2))
     elif not statuses:
-        print("no runs yet; `torchdeck train` starts one")
+        print(
+            f"no jobs here match {wanted.words()} (of {len(listed)})"
+            if listed
+            else "no runs yet; `torchdeck train` starts one"
+        )
     else:
         print(format_status_table(statuses))
         for status in statuses:  # a node lost under a live run, as status says it

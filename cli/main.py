@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from torchdeck import __version__
 
 if TYPE_CHECKING:  # the sub-commands' type: its module is not loaded for --help
+    from torchdeck.backends.states import JobState
+
     from .output import Commands
 
 OVERVIEW = """\
@@ -25,7 +27,9 @@ Kubernetes and on AWS EKS, and shows them live.
   torchdeck train train.py -- --lr 0.1
                                    your own script on every rank (its text is read as metrics)
   torchdeck import job.yaml        a spec from a PyTorchJob, ElasticJob, MPIJob or Job manifest
-  torchdeck jobs                   list the runs
+  torchdeck jobs                   list the runs (on a cluster: every training job you may see)
+  torchdeck queues                 a cluster's Kueue queues: usage, who waits, in what order, why
+  torchdeck nodes                  a cluster's nodes: room, use, training jobs, why one is bad
   torchdeck compare RUN RUN...     runs side by side: losses, what differs in their specs, cost
   torchdeck monitor RUN            watch a run in the console
   torchdeck logs RUN --rank 1 -f   follow one rank's output
@@ -133,6 +137,9 @@ def build_parser(spec_flags: bool = True) -> argparse.ArgumentParser:
     add_resource_parsers(sub)
 
     add_run_commands(sub, spec_flags)
+    from .fleet import add_fleet_commands
+
+    add_fleet_commands(sub)
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -208,13 +215,29 @@ def add_spec_commands(sub: Commands, spec_flags: bool) -> None:
     p.add_argument("--output", choices=("text", "json"), default="text")
 
 
+def add_jobs_command(sub: Commands, states: type[JobState]) -> None:
+    """``jobs``: the runs, and on a cluster every training job, with its filters and orders."""
+    p = sub.add_parser(
+        "jobs",
+        help="list runs and their state (the home screen, headless); on a cluster every training job "
+        "you may see, others' too (read-only, by KIND/NAMESPACE/NAME)",
+    )
+    p.add_argument("--namespace", metavar="NS", help="only the jobs in namespace NS")
+    p.add_argument("--mine", action="store_true", help="only torchdeck's runs, not the jobs others made")
+    p.add_argument("--queue", metavar="Q", help="only the jobs submitted through Kueue's LocalQueue Q")
+    p.add_argument("--state", choices=[s.value for s in states], help="only the jobs in this state")
+    p.add_argument("--sort", choices=("age", "name", "state", "namespace", "queue"), default="age",
+                   help="the order (age: the newest first)")  # fmt: skip
+    p.add_argument("--output", choices=("text", "json"), default="text")
+
+
 def add_run_commands(sub: Commands, spec_flags: bool) -> None:
     """The commands about runs and the nodes they run on: jobs, status, check, triage, resume,
     compare, logs, stop, budget, monitor."""
     from torchdeck.backends.records import GateStep  # the health gate's defaults, declared there once
+    from torchdeck.backends.states import JobState
 
-    p = sub.add_parser("jobs", help="list runs and their state (the home screen, headless)")
-    p.add_argument("--output", choices=("text", "json"), default="text")
+    add_jobs_command(sub, JobState)
 
     p = sub.add_parser("status", help="one run's state, progress and failure reason")
     p.add_argument("run", help="run id or a unique prefix")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchdeck.backends.base import JobStatus, MetricEvent, NodeMetrics
+from torchdeck.backends.base import JobState, JobStatus, MetricEvent, NodeMetrics
 from torchdeck.backends.events import step_after
 from torchdeck.backends.step_times import StepFigures, StepGaps, relative_scores
 from torchdeck.terminal import printable
@@ -426,7 +426,7 @@ def status_cells(s: JobStatus, now: float) -> tuple[str, ...]:
     epoch, step, loss, accuracy, age, cost (``?`` where its price is unknown). A cluster run found by
     its label alone (no record of torchdeck making it here) says so by its id."""
     return (
-        f"{s.run_id} (label only)" if s.found_by_label else s.run_id,
+        f"{s.run_id} (label only)" if s.found_by_label and not s.made_by else s.run_id,
         s.state.value,
         str(s.world_size),
         f"{s.epoch}/{s.epochs}" if s.epochs else str(s.epoch),
@@ -436,6 +436,77 @@ def status_cells(s: JobStatus, now: float) -> tuple[str, ...]:
         format_duration(now - s.submitted_at) if s.submitted_at else "-",
         "-" if s.cost is None else s.cost.cell(),
     )
+
+
+def place_cells(s: JobStatus) -> tuple[str, str, str]:
+    """A cluster job's place in the runs table: where (namespace/Kind), its queue, and who made it
+    (torchdeck, or who the cluster says made a job torchdeck did not)."""
+    return (
+        f"{s.namespace}/{s.kind}" if s.kind else "-",
+        s.queue.local_queue if s.queue is not None else "-",
+        s.made_by or "torchdeck",
+    )
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """Which rows of the runs table show (``jobs --namespace --mine --queue --state``, the runs
+    screen's ``/``): every condition given must hold. Words as typed: ``ns:team-a mine
+    queue:gpu state:running``."""
+
+    namespace: str = ""
+    mine: bool = False
+    """Only torchdeck's runs (not the jobs others made)."""
+    queue: str = ""
+    state: str = ""
+
+    def keeps(self, s: JobStatus) -> bool:
+        if self.namespace and s.namespace != self.namespace:
+            return False
+        if self.mine and s.made_by:
+            return False
+        if self.queue and (s.queue is None or s.queue.local_queue != self.queue):
+            return False
+        return not self.state or s.state.value == self.state
+
+    @classmethod
+    def parse(cls, text: str) -> RowFilter:
+        """The filter a person typed; ValueError, with what was not understood, for anything else."""
+        fields: dict[str, str | bool] = {}
+        states = {state.value for state in JobState}
+        for word in text.split():
+            key, colon, value = word.partition(":")
+            if word == "mine":
+                fields["mine"] = True
+            elif colon and key in ("ns", "namespace") and value:
+                fields["namespace"] = value
+            elif colon and key == "queue" and value:
+                fields["queue"] = value
+            elif colon and key == "state" and value in states:
+                fields["state"] = value
+            elif word in states:
+                fields["state"] = word
+            else:
+                raise ValueError(
+                    f"{word!r}: filters are ns:NAME, mine, queue:NAME, state:STATE ({', '.join(sorted(states))})"
+                )
+        return cls(**fields)  # type: ignore[arg-type]
+
+    def words(self) -> str:
+        said = [f"ns:{self.namespace}"] if self.namespace else []
+        said += ["mine"] if self.mine else []
+        said += [f"queue:{self.queue}"] if self.queue else []
+        return " ".join(said + ([f"state:{self.state}"] if self.state else []))
+
+
+SORTS: dict[str, Callable[[JobStatus], tuple[object, ...]]] = {
+    "age": lambda s: (-s.submitted_at,),
+    "name": lambda s: (s.run_id,),
+    "state": lambda s: (s.state.is_terminal, s.state.value, -s.submitted_at),
+    "namespace": lambda s: (s.namespace, -s.submitted_at),
+    "queue": lambda s: (s.queue is None, s.queue.local_queue if s.queue else "", -s.submitted_at),
+}
+"""The runs table's orders (``jobs --sort``, the runs screen's ``o``): the newest first within each."""
 
 
 CHART_RANKS = 8

@@ -53,17 +53,29 @@ from ..base import (
     silent,
 )
 from ..bundle import CodeStore
-from ..capabilities import CifarTasks, DataReady, HangTriage, HealthGate, JobAdoption, NodeCordon, NodeMeasures
+from ..capabilities import (
+    CifarTasks,
+    ClusterViews,
+    DataReady,
+    HangTriage,
+    HealthGate,
+    JobAdoption,
+    NodeCordon,
+    NodeMeasures,
+)
 from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
 from ..errors import BackendError, FoundByLabel, RunIdTaken, RunNotFound, SpecError
 from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines, relate_ranks, tool_result
 from ..names import new_run_id
+from ..records import QueueWait
 from ..recovery import RecoveryLog
 from ..schema import number
 from ..spec import KINDS, JobKindName, JobSpec, spec_from_dict, validate
 from ..triage import Triage, triage_line
+from ..views import NodesView, QueuesView
 from . import crds
-from .client import ApiError, KubeClient, api_path
+from .board import read_nodes_view, read_queues_view
+from .client import ApiError, ApiKind, KubeClient, api_path
 from .costs import (
     COST_ANNOTATION,
     PROGRESS_ANNOTATION,
@@ -84,6 +96,7 @@ from .diagnosis import (
     node_trouble,
     pod_findings,
 )
+from .fleet import FOREIGN_HINT, GERUND, job_ref, listed_alone_status, made_by, parse_ref, unreadable_status
 from .identity import FOUND_BY_LABEL, MadeRun, NotOurs, RunRecords, made_now
 from .importing import import_job
 from .jobs import (
@@ -96,7 +109,7 @@ from .jobs import (
     world_size,
 )
 from .kind_objects import JobObject, Json, PodTemplate, Volume, at, mapping
-from .kinds import JOB_KINDS, JobKind
+from .kinds import JOB_KINDS, LISTED_ALONE, JobKind
 from .manifests import (
     CODE_LABEL,
     FORCE_DELETE_ANNOTATION,
@@ -128,7 +141,8 @@ from .tasks import TaskJobs
 if TYPE_CHECKING:
     from ..health import GateResult
 
-MANAGED = "app.kubernetes.io/managed-by=torchdeck"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED = f"{MANAGED_BY}=torchdeck"
 
 
 @dataclass(frozen=True)
@@ -142,11 +156,21 @@ class RunJob:
     meta: ObjectMeta
     view: JobObject
     """What its kind reads of it (replicas, conditions, arguments), read once."""
+    ref: str = ""
+    """A job torchdeck did not make: its reference (``kind/namespace/name``, ``fleet.job_ref``),
+    which names it where a run id names a run; "" for a run of torchdeck's."""
 
     @classmethod
-    def read(cls, key: JobKindName, obj: object) -> RunJob:
+    def read(cls, key: JobKindName, obj: object, foreign: bool = False) -> RunJob:
         data = mapping(obj) if isinstance(obj, Mapping) else {}
-        return cls(key, data, ObjectMeta.from_api(data), JOB_KINDS[key].view(data))
+        meta = ObjectMeta.from_api(data)
+        ref = job_ref(key, meta.namespace or "default", meta.name) if foreign else ""
+        return cls(key, data, meta, JOB_KINDS[key].view(data), ref)
+
+    @property
+    def run_id(self) -> str:
+        """What names it to torchdeck: its run id, or a foreign job's reference."""
+        return self.ref or self.name
 
     @property
     def kind(self) -> JobKind:
@@ -224,7 +248,9 @@ def offline_plan(
     return plan
 
 
-class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTasks, HangTriage, JobAdoption):
+class KubernetesBackend(
+    Backend, HealthGate, NodeCordon, NodeMeasures, CifarTasks, HangTriage, JobAdoption, ClusterViews
+):
     """Jobs on a Kubernetes cluster, through one connection (``client``, a ``KubeClient``): the
     backend holds a client rather than being one, so what needs only the API (the preflight, the
     pod and log streams) takes the client."""
@@ -450,7 +476,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         any pod can print a result line; the gate's rank 0 writes the one."""
         job = self._job(run_id)
         ns = job.namespace
-        pods = self.pods(job.name, ns)
+        pods = self.pods(job.run_id, ns)
         ran_on = {p.node for p in pods if p.node}
         ranks = node_ranks([p for p in pods if has_started(p)])
         first = sorted((rank, pod) for pod, rank in ranks.items() if rank <= 0)[:1]  # the launcher (-1) first
@@ -591,38 +617,75 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
     # -- finding runs ---------------------------------------------------------------
 
+    def _listed(self, api: ApiKind, plural: str, selector: str | None) -> builtins.list[Json]:
+        """Every object of a kind matching ``selector`` (None: every one) where this identity may
+        list: in every namespace (or ``namespace``), else the context's namespace, said once in
+        ``unseen``; none where the kind is not installed or not this identity's to see."""
+        namespace = self.namespace
+        while True:
+            try:
+                query = {"labelSelector": selector} if selector else None
+                return items_of(self.client.request("GET", api_path(api, namespace), query=query))
+            except ApiError as exc:
+                if exc.status == 403 and namespace is None:  # may not list cluster-wide: the context's
+                    namespace = self.client.context_namespace or "default"
+                    self._unseen[f"list {plural}"] = (
+                        f"may not list {plural} in every namespace: those in {namespace} only"
+                    )
+                    continue
+                if exc.status == 403:
+                    self._unseen[f"list {plural} in {namespace}"] = f"may not list {plural} in namespace {namespace}"
+                if exc.status in (403, 404):
+                    return []  # kind not installed, or not ours to see
+                raise
+
     def _list_jobs(self, selector: str) -> list[RunJob]:
         """Every torchdeck job object matching ``selector``, of every installed kind."""
         found: list[RunJob] = []
-        for key in JOB_KINDS:
-            namespace = self.namespace
-            listed: list[Json] | None = None
-            while listed is None:
-                path = api_path(JOB_KINDS[key].api, namespace)
-                try:
-                    listed = items_of(self.client.request("GET", path, query={"labelSelector": selector}))
-                except ApiError as exc:
-                    if exc.status == 403 and namespace is None:  # may not list cluster-wide: the context's
-                        namespace = self.client.context_namespace or "default"
-                        self._unseen[f"list {key}"] = (
-                            f"may not list {JOB_KINDS[key].plural} in every namespace: those in {namespace} only"
-                        )
-                        continue
-                    if exc.status in (403, 404):
-                        listed = []  # kind not installed, or not ours to see
-                        continue
-                    raise
+        for key, kind in JOB_KINDS.items():
+            jobs = [RunJob.read(key, item) for item in self._listed(kind.api, kind.plural, selector)]
             # a run's job carries its own name as its run label: another value is no run of that name
-            jobs = [RunJob.read(key, item) for item in listed]
             found += [job for job in jobs if job.meta.labels.get(RUN_LABEL) == job.name]
         return found
+
+    def _fleet(self) -> tuple[builtins.list[RunJob], builtins.list[RunJob], builtins.list[JobStatus]]:
+        """Every training job this identity may list, one request a kind: torchdeck's (by its
+        labels, as ``_list_jobs`` finds them), the others of the kinds it runs (followed read-only
+        by reference), and rows of the kinds it lists alone. Indexed Jobs only where torchdeck made
+        them: a batch Job is training only when it says so."""
+        ours: list[RunJob] = []
+        others: list[RunJob] = []
+        unread: list[JobStatus] = []
+        for key, kind in JOB_KINDS.items():
+            whole = not kind.builtin
+            for item in self._listed(kind.api, kind.plural, None if whole else MANAGED):
+                meta = ObjectMeta.from_api(item)
+                mine = meta.labels.get(RUN_LABEL) == meta.name and meta.labels.get(MANAGED_BY) == "torchdeck"
+                if not mine and not whole:
+                    continue
+                try:  # anyone's object: a field of junk makes its row say so, and the others are listed
+                    job = RunJob.read(key, item, foreign=not mine)
+                except (ValueError, TypeError) as exc:
+                    unread.append(unreadable_status(kind, item, self.name, exc))
+                    continue
+                (ours if mine else others).append(job)
+        alone = unread + [
+            row
+            for listed in LISTED_ALONE
+            for item in self._listed(listed.api, listed.api.plural, None)
+            for row in [listed_alone_status(listed, item, self.name)]
+            if row is not None
+        ]
+        return ours, others, alone
 
     def _job(self, run_id: str) -> RunJob:
         """The run's job object: through torchdeck's record of making it where there is one (the
         object at the recorded place, and only with the recorded uid), else by its label, marked
         found-by-label (``_unrecorded``). ``run_id`` may be a unique prefix: an exact record, then
         an exact label, win over any prefix."""
-        records = self.records.on(self.client.server) if run_id and "/" not in run_id else {}
+        if "/" in run_id:
+            return self._foreign(run_id)
+        records = self.records.on(self.client.server) if run_id else {}
         if run_id in records:
             return self._through_record(records[run_id])
         known = self._kinds.get(run_id) if run_id in self._unrecorded else None
@@ -661,6 +724,43 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 f"torchdeck status {job.name} shows the recorded one",
             )
         self._unrecorded.add(job.name)
+        self._learn(job)
+        return job
+
+    def _foreign(self, ref: str) -> RunJob:
+        """A job torchdeck did not make, by its reference (``kind/namespace/name``): followed
+        read-only. A reference to one of torchdeck's runs is that run."""
+        found = parse_ref(ref)
+        if found is None:
+            raise RunNotFound(
+                f"{ref!r} is neither a run id nor a job's reference (kind/namespace/name)",
+                "torchdeck --backend kubernetes jobs lists every training job with its reference",
+            )
+        kind, ns, name = found
+        if not isinstance(kind, JobKind):
+            raise RunNotFound(
+                f"{kind.kind} {ns}/{name} is listed, not followed: torchdeck follows the kinds it runs",
+                f"kubectl logs -n {ns} -l {kind.pod_label}={name}",
+            )
+        try:
+            obj = self.client.request("GET", api_path(kind.api, ns, name))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise RunNotFound(
+                f"no {kind.kind} {ns}/{name} in this cluster",
+                "torchdeck --backend kubernetes jobs lists every training job with its reference",
+            ) from None
+        try:
+            job = RunJob.read(kind.key, obj, foreign=True)
+        except (ValueError, TypeError) as exc:
+            raise BackendError(
+                f"{kind.kind} {ns}/{name}'s spec does not read as a {kind.kind}'s: {str(exc)[:120]}",
+                f"kubectl get -n {ns} {kind.plural} {name} -o yaml shows it",
+            ) from None
+        if job.meta.labels.get(RUN_LABEL) == job.name and job.meta.labels.get(MANAGED_BY) == "torchdeck":
+            return self._job(job.name)  # one of torchdeck's runs, by its place
+        self._unrecorded.add(job.run_id)
         self._learn(job)
         return job
 
@@ -725,10 +825,12 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
     def _learn(self, job: RunJob) -> None:
         """Keep what a found job says of its run: its kind and place, its pods' selector and owner."""
-        name, uid = job.name, job.meta.uid
+        name, uid = job.run_id, job.meta.uid
         ns = job.meta.namespace or self.namespace or "default"
         self._kinds[name] = (job.key, ns)
-        self._selectors[name] = pod_selector(job.obj)
+        # another's job: its pods carry what its controller gives them, never torchdeck's label
+        foreign = f"{job.kind.pod_label}={job.name}" if job.ref and job.kind.pod_label else ""
+        self._selectors[name] = foreign or pod_selector(job.obj)
         if not uid:
             self._owners.pop(name, None)
             self._uids.pop(name, None)
@@ -742,11 +844,18 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         return run_id in self._unrecorded
 
     def _require_made(self, name: str, trust_label: bool, verb: str) -> None:
-        """Refuse to ``verb`` a run found by its label alone, unless the user said it is theirs."""
+        """Refuse to ``verb`` a run found by its label alone, unless the user said it is theirs; and
+        a job torchdeck did not make (a reference) always: it is followed read-only."""
+        if "/" in name:
+            raise NotOurs(
+                f"{name} is not torchdeck's ({FOREIGN_HINT}); not {GERUND.get(verb, verb)} it",
+                f"torchdeck --backend kubernetes import {name} makes it a run of torchdeck's; else ask its "
+                "owner, or kubectl",
+            )
         if name in self._unrecorded and not trust_label:
             key, ns = self._kinds.get(name, (KINDS[0], "?"))
             raise FoundByLabel(
-                f"{JOB_KINDS[key].kind} {ns}/{name} was {FOUND_BY_LABEL}; not {verb}ing it on a label's word",
+                f"{JOB_KINDS[key].kind} {ns}/{name} was {FOUND_BY_LABEL}; not {GERUND.get(verb, verb)} it on a label's word",
                 f"if it is yours (made from another machine), say so: torchdeck {verb} {name} --yes",
             )
 
@@ -784,7 +893,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
     def _status_for(self, job: RunJob, pods: Sequence[Pod] | None = None) -> JobStatus:
         """The live job's status, from ``pods`` (its pods, read here where not given)."""
         ns = job.meta.namespace or self.namespace or "default"
-        pods = self.pods(job.name, ns) if pods is None else pods
+        pods = self.pods(job.run_id, ns) if pods is None else pods
         status = self._status_of(job, pods)
         status.found_by_label = self.found_by_label(status.run_id)
         if not status.state.is_terminal:  # a node lost under it: which, since when, the ranks it held
@@ -866,6 +975,8 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         status = self.status(run_id)
         triage.require_running(status.run_id, status.state)
         job = self._job(status.run_id)
+        if job.ref:  # another's job: read-only (a run found by its label may be asked: triage changes nothing)
+            self._require_made(job.run_id, False, "triage")
         name, ns = job.name, job.namespace
         nproc = nproc_per_node(job.view)
         pods = [p for p in self.pods(name, ns) if has_started(p)]
@@ -1151,12 +1262,16 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         self._keep_figures(job, status)
         return True
 
-    def _status_of(self, job: RunJob, pods: Sequence[Pod]) -> JobStatus:
+    def _status_of(self, job: RunJob, pods: Sequence[Pod], read_queue: bool = True) -> JobStatus:
+        """The job's state from its object and ``pods``; where it waits in a queue, Kueue's word
+        (``read_queue``; else the queue's name alone, and queued while it is held suspended)."""
         key, obj, meta, name, view = job.key, job.obj, job.meta, job.name, job.view
         st = mapping(obj.get("status"))
         state, reason = job_state(job.kind, view, pods)
         queue = meta.labels.get(QUEUE_LABEL)
-        wait = queue_wait(self.client, obj, queue) if queue and not state.is_terminal else None
+        wait = None
+        if queue and not state.is_terminal:
+            wait = queue_wait(self.client, obj, queue) if read_queue else QueueWait(queue)
         if wait is not None and suspended(obj):  # Kueue holds it: it waits in the queue, nothing runs
             state, reason = JobState.QUEUED, wait_words(wait)
         elif wait is not None and wait.outside and not reason:  # a queue's label, and no Kueue behind it
@@ -1174,7 +1289,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             reason = str(findings[0].where) + ": " + findings[0].problem
         trainer = st.get("trainerStatus")  # a TrainJob's alone
         return JobStatus(
-            run_id=name,
+            run_id=job.run_id,
             name=meta.labels.get(JOB_LABEL, name),
             backend=self.name,
             state=state,
@@ -1185,14 +1300,19 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
             hint=findings[0].fix if findings else "",
             restarts=sum(cs.restarts for p in pods for cs in p.containers),
             location=f"{job.namespace}/{JOB_KINDS[key].kind}",
+            namespace=job.namespace,
+            kind=JOB_KINDS[key].kind,
+            made_by=made_by(meta) if job.ref else "",
             queue=wait,
             trainer_status=dict(trainer) if isinstance(trainer, Mapping) else None,
         )
 
     def list(self) -> list[JobStatus]:
-        """Every torchdeck-labelled job this context may list; a row whose job torchdeck has no
-        record of making here (or whose uid is not the recorded one) says it was found by label."""
-        jobs = self._list_jobs(MANAGED)
+        """Every training job this context may list: torchdeck's runs (a row whose job torchdeck
+        has no record of making here, or whose uid is not the recorded one, says it was found by
+        label), then every other job of the kinds it runs or lists (``_fleet``), read-only, under
+        its reference: no log, Workload or pod of theirs is read for their rows."""
+        jobs, others, alone = self._fleet()
         pods = self._pods_by_run({job.namespace for job in jobs})
         records = self.records.on(self.client.server) if jobs else {}
         seen = Counter(job.name for job in jobs)
@@ -1223,7 +1343,24 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
                 status.bad_nodes = lost_nodes(self.client, run_pods, node_ranks(run_pods), nproc_per_node(job.view))
                 self._release_lost(status, run_pods)
             out.append(status)
-        return sorted(out, key=lambda s: s.submitted_at, reverse=True)
+        for job in others:
+            status = self._status_of(job, [], read_queue=False)
+            status.found_by_label = True  # not torchdeck's: nothing is written to it
+            out.append(status)
+        return sorted(out + alone, key=lambda s: s.submitted_at, reverse=True)
+
+    def nodes_view(self) -> NodesView:
+        """Every node of the cluster now (``board.read_nodes_view``), with the health gate's marks."""
+        from ..health import gate_marked
+
+        marked = gate_marked(self.ledger_dir / "check") if self.ledger_dir is not None else {}
+        return read_nodes_view(self.client, marked, self.namespace)
+
+    def queues_view(self) -> QueuesView:
+        """Every queue this identity may read (``board.read_queues_view``); the workloads of the
+        runs torchdeck made here are the user's."""
+        ours = {made.uid: run_id for run_id, made in self.records.on(self.client.server).items() if made.uid}
+        return read_queues_view(self.client, ours)
 
     def unseen(self) -> builtins.list[str]:
         return sorted(set(self._unseen.values()))
@@ -1244,7 +1381,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         """Stop the run: delete its job (its pods go with it). A run found by its label alone is
         stopped only with ``trust_label`` (the user said it is theirs)."""
         job = self._job(run_id)
-        self._require_made(job.name, trust_label, "stop")
+        self._require_made(job.run_id, trust_label, "stop")
         status = self._keep_ended(job)
         self._delete_run(job)
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
@@ -1252,7 +1389,7 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
 
     def discard(self, run_id: str, trust_label: bool = False) -> builtins.list[str]:
         job = self._job(run_id)
-        self._require_made(job.name, trust_label, "stop")
+        self._require_made(job.run_id, trust_label, "stop")
         self._keep_ended(job)
         return self._delete_run(job)
 
@@ -1510,7 +1647,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         job = self._job(run_id)
         name, ns = job.name, job.namespace
         nproc = nproc_per_node(job.view)
-        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow, owned=self.owner(name))
+        follower = PodLogFollower(
+            self.client, self.pod_selector(job.run_id), name, ns, follow=follow, owned=self.owner(job.run_id)
+        )
         follower.start()
         reader = self.text_reader(job)
         try:
@@ -1531,7 +1670,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         job = await asyncio.to_thread(self._job, run_id)
         name, ns = job.name, job.namespace
         nproc = nproc_per_node(job.view)
-        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=True, owned=self.owner(name))
+        follower = PodLogFollower(
+            self.client, self.pod_selector(job.run_id), name, ns, follow=True, owned=self.owner(job.run_id)
+        )
         follower.start()
         reader = self.text_reader(job)
         try:
@@ -1549,7 +1690,9 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
     ) -> AsyncIterator[builtins.list[MetricEvent]]:
         job = await asyncio.to_thread(self._job, run_id)
         name, ns = job.name, job.namespace
-        follower = PodLogFollower(self.client, self.pod_selector(name), name, ns, follow=follow, owned=self.owner(name))
+        follower = PodLogFollower(
+            self.client, self.pod_selector(job.run_id), name, ns, follow=follow, owned=self.owner(job.run_id)
+        )
         follower.start()
         reader = self.text_reader(job)
         nproc = nproc_per_node(job.view)
@@ -1575,6 +1718,6 @@ class KubernetesBackend(Backend, HealthGate, NodeCordon, NodeMeasures, CifarTask
         if cached and time.monotonic() - cached[0] < NODE_METRICS_TTL_S:
             return cached[1]
         job = self._job(run_id)
-        result = measure_nodes(self.client, self.pods(job.name, job.namespace))
+        result = measure_nodes(self.client, self.pods(job.run_id, job.namespace))
         self._node_cache[run_id] = (time.monotonic(), result)
         return result

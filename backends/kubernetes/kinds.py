@@ -607,6 +607,31 @@ ELASTICJOB = ElasticJobKind(
 )
 JOB_KINDS: dict[JobKindName, JobKind] = {k.key: k for k in (PYTORCHJOB, TRAINJOB, MPIJOB, INDEXED_JOB, ELASTICJOB)}
 assert tuple(JOB_KINDS) == KINDS, "every kind of the spec is one object here, in the spec's order"
+
+
+@dataclass(frozen=True)
+class ListedKind:
+    """A kind of training job that ``jobs`` lists beside the kinds torchdeck runs, and does not
+    follow: its row's facts only."""
+
+    key: str
+    kind: str
+    api: ApiKind
+    pod_label: str
+    """The label its controller puts on its pods, with its name (``kubectl logs -l`` finds them)."""
+    shown_by: tuple[str, ...] = ()
+    """The kinds whose row shows it (their controller made it): it has no row of its own then."""
+
+
+JOBSET = ListedKind(
+    "jobset",
+    "JobSet",
+    ApiKind.of_group("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    JOBSET_NAME_LABEL,
+    shown_by=(TRAINJOB.kind,),  # Trainer v2 runs each TrainJob as a JobSet of its own
+)
+LISTED_ALONE: tuple[ListedKind, ...] = (JOBSET,)
+"""Kinds listed, not followed (a JobSet made with kubectl or by a pipeline)."""
 TASK_KIND = INDEXED_JOB
 """The kind of the one-pod jobs around training (data preparation, the model test)."""
 KEY_BY_KIND: dict[str, JobKindName] = {k.kind: key for key, k in JOB_KINDS.items()}

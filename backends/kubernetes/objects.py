@@ -121,6 +121,9 @@ class ObjectMeta:
     deleting: float | None = None
     """When its deletion was asked for (``deletionTimestamp``), where it was."""
     resource_version: str = ""
+    manager: str = ""
+    """Who wrote it first (``managedFields``' first manager of the object itself, not of its
+    status): ``kubectl-client-side-apply``, ``kubectl-create``, a pipeline's or an SDK's client."""
 
     @classmethod
     def from_api(cls, obj: Api) -> ObjectMeta:
@@ -136,6 +139,9 @@ class ObjectMeta:
             created=timestamp(meta.get("creationTimestamp")),
             deleting=timestamp(meta.get("deletionTimestamp")),
             resource_version=_text(meta.get("resourceVersion")),
+            manager=next(
+                (_text(f.get("manager")) for f in _maps(meta.get("managedFields")) if not f.get("subresource")), ""
+            ),
         )
 
     def controllers(self) -> list[OwnerRef]:
@@ -517,10 +523,24 @@ class ClusterQueue:
     groups: tuple[ResourceGroup, ...] = ()
     stop_policy: str = ""
     cohort: str = ""
+    used: Mapping[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    """``status.flavorsUsage``: (flavour, resource) -> (total, borrowed), as quantities' text."""
+    admitted: int | None = None
+    """``status.admittedWorkloads``, where Kueue says it."""
+    pending: int | None = None
+    """``status.pendingWorkloads``."""
 
     @classmethod
     def from_api(cls, obj: Api) -> ClusterQueue:
-        spec = as_map(obj.get("spec"))
+        spec, status = as_map(obj.get("spec")), as_map(obj.get("status"))
+        used = {
+            (_text(f.get("name")), _text(r.get("name"))): (
+                _quantity_text(r.get("total")),
+                _quantity_text(r.get("borrowed")),
+            )
+            for f in _maps(status.get("flavorsUsage"))
+            for r in _maps(f.get("resources"))
+        }
         return cls(
             groups=tuple(
                 ResourceGroup(
@@ -531,6 +551,9 @@ class ClusterQueue:
             ),
             stop_policy=_text(spec.get("stopPolicy")),
             cohort=_text(spec.get("cohortName")) or _text(spec.get("cohort")),
+            used=used,
+            admitted=count(status.get("admittedWorkloads")),
+            pending=count(status.get("pendingWorkloads")),
         )
 
 
@@ -556,12 +579,21 @@ class Workload:
     admitted_to: str = ""
     """``status.admission.clusterQueue``: "" until admitted."""
     conditions: tuple[Condition, ...] = ()
+    queue_name: str = ""
+    """``spec.queueName``: the LocalQueue it was submitted to."""
+    priority: int = 0
+    """``spec.priority`` (0 where none, or no whole number)."""
 
     @classmethod
     def from_api(cls, obj: Api) -> Workload:
-        status = as_map(obj.get("status"))
+        status, spec = as_map(obj.get("status")), as_map(obj.get("spec"))
+        priority = spec.get("priority")
         return cls(
-            ObjectMeta.from_api(obj), _text(as_map(status.get("admission")).get("clusterQueue")), conditions_of(status)
+            ObjectMeta.from_api(obj),
+            _text(as_map(status.get("admission")).get("clusterQueue")),
+            conditions_of(status),
+            _text(spec.get("queueName")),
+            priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         )
 
 

@@ -166,6 +166,17 @@ def test_kueue_queues_admits_preempts_and_refuses_what_can_never_fit(real_cluste
         assert waiting["queue"]["local_queue"] == "e2e-queue", waiting
         assert waiting["queue"]["cluster_queue"] == "e2e-cluster-queue", waiting
         assert "queued in e2e-queue (ClusterQueue e2e-cluster-queue), position" in waiting["reason"], waiting
+        # issue 55: the queues view says the same, in Kueue's own order, and what is ahead of it
+        board = json.loads(on_cluster("queues", "--output", "json").stdout)
+        (queue,) = [q for q in board["queues"] if q["name"] == "e2e-cluster-queue"]
+        assert board["ordered_by"] == "Kueue's visibility API", board
+        mine = [w for w in queue["waiting"] if w["job"] == later]
+        assert mine and mine[0]["mine"] and mine[0]["position"] == waiting["queue"]["cluster_position"] + 1, queue
+        assert f"{NAMESPACE}/e2e-queue" in queue["local_queues"] and queue["admitted"] >= 1, queue
+        used = {(u["flavor"], u["resource"]): u for u in queue["usage"]}
+        assert used[("e2e-flavor", "cpu")]["quota"] == 1 and used[("e2e-flavor", "cpu")]["used"] > 0, used
+        said = on_cluster("queues").stdout
+        assert f"your run {later}: place {mine[0]['position']} in e2e-cluster-queue" in said, said
         # the high one ends; the low one is admitted again and resumes from its checkpoint; then the third
         assert ended(on_cluster, high)["state"] == "succeeded"
         final = ended(on_cluster, low)
@@ -322,6 +333,11 @@ def test_a_user_whose_rights_end_at_one_namespace_trains_follows_stops_and_resum
     listed = on_cluster("jobs")
     assert listed.returncode == 0 and run_id in listed.stdout, listed.stdout + listed.stderr
     assert "torchdeck: note: may not list pytorchjobs in every namespace: those in e2e only" in listed.stderr
+    nodes = on_cluster("nodes")  # issue 55: what this identity may not see is one line
+    assert nodes.returncode != 0 and nodes.stderr.count("\n") == 1, nodes.stderr
+    assert "may not list the cluster's nodes" in nodes.stderr, nodes.stderr
+    queues = on_cluster("queues")
+    assert queues.returncode == 0 and "may not list Kueue's clusterqueues" in queues.stderr, queues.stderr
     shown = on_cluster("status", run_id)
     assert shown.returncode == 0 and "found by label" not in shown.stdout, shown.stdout + shown.stderr
     logs = on_cluster("logs", run_id)
@@ -360,8 +376,23 @@ def test_a_pytorchjob_made_with_kubectl_from_kubeflows_example_is_imported_and_f
                                 "--max-steps", "30", "--batch-size", "16"]  # fmt: skip
     real_cluster.kubectl("delete", "pytorchjob", "-n", namespace, name, "--ignore-not-found", "--wait")
     real_cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(job))
+    # issue 55: before it is imported, every view lists it as another's, and follows it read-only
+    ref = f"pytorchjob/{namespace}/{name}"
+    listed = on_cluster("jobs", "--namespace", namespace, "--output", "json")
+    (row,) = [r for r in json.loads(listed.stdout) if r["run_id"] == ref]
+    assert row["made_by"] == "kubectl" and row["kind"] == "PyTorchJob" and row["world_size"] == 2, row
+    table = on_cluster("jobs", "--namespace", namespace).stdout
+    assert any(line.split()[:5] == [ref, line.split()[1], f"{namespace}/PyTorchJob", "-", "kubectl"]
+               for line in table.splitlines()), table  # fmt: skip
+    before = real_cluster.get("pytorchjob", "-n", namespace, name)["metadata"]
+    read = wait(lambda: (s := status_of(on_cluster, ref))["step"] >= 1 and s, "its steps read from its pods' logs", 600)
+    assert read["run_id"] == ref and {r["rank"] for r in read["ranks"]} <= {0, 1}, read
+    refused = on_cluster("stop", ref, "--yes")
+    assert refused.returncode != 0 and f"{ref} is not torchdeck's" in refused.stderr, refused.stderr
+    after = real_cluster.get("pytorchjob", "-n", namespace, name)["metadata"]
+    assert (after.get("labels"), after.get("annotations")) == (before.get("labels"), before.get("annotations"))
     spec = tmp_path / "imported.yaml"
-    done = on_cluster("import", f"pytorchjob/{name}", "--namespace", namespace, "-o", str(spec))
+    done = on_cluster("import", ref, "-o", str(spec))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"following {name} as run {name}" in done.stdout and "2 node(s)" in done.stdout, done.stdout
     assert yaml.safe_load(spec.read_text())["cluster"]["kind"] == "pytorchjob"

@@ -117,7 +117,7 @@ def test_real_terminal_80x24_over_tmux(tmp_path, cifar_dir):
         assert "n New " in home  # the keys come with the first frame, the runs after it
         wait_screen("No runs yet")
         subprocess.run([*tmux, "send-keys", "-t", session, "?"], check=True)
-        wait_screen("Launch")
+        wait_screen("Keys: n New")  # the help screen, its first screen's keys
         subprocess.run([*tmux, "send-keys", "-t", session, "q"], check=True)
         subprocess.run([*tmux, "send-keys", "-t", session, "q"], check=True)
         time.sleep(1)

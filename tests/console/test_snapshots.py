@@ -20,6 +20,7 @@ from textual.widgets import Input
 from tui_support import (
     RECORDED,
     RECORDED_RUN,
+    FleetSnapshotBackend,
     SnapshotBackend,
     fixed_context_cloud,
     recorded_state,
@@ -32,6 +33,7 @@ from torchdeck.backends import triage
 from torchdeck.backends.base import JobState
 from torchdeck.backends.eks.plan import ClusterPlan, parse_nodegroup, save_plan
 from torchdeck.tui.app import make_app
+from torchdeck.tui.screens.board import NodesScreen, QueuesScreen
 from torchdeck.tui.screens.cluster import ClusterScreen
 from torchdeck.tui.screens.confirm import ConfirmScreen
 from torchdeck.tui.screens.help import HelpScreen
@@ -99,7 +101,12 @@ CASES = {
     "pick_ranks": (True, None),
     "triage": (True, None),
     "resume_offer": (True, None),
+    "fleet": (True, _runs_listed),
+    "nodes": (True, lambda pilot: _open(pilot, "m", NodesScreen, lambda s: s.reads > 0)),
+    "queues": (True, lambda pilot: _open(pilot, "w", QueuesScreen, lambda s: s.reads > 0)),
 }
+CLUSTER_VIEWS = ("fleet", "nodes", "queues")
+"""The cases drawn on a cluster backend's stand-in (``FleetSnapshotBackend``)."""
 LOST_NODE = {
     "ip-10-0-1-7.us-west-2.compute.internal": (
         "NotReady (Kubelet stopped posting node status.); ended its pod "
@@ -135,7 +142,7 @@ def _case_app(tmp_path, monkeypatch, case: str, ascii: bool):
         _filled_plan(tmp_path)
     if case == "triage":
         _kept_triage(state)
-    backend = SnapshotBackend(state)
+    backend = FleetSnapshotBackend(state) if case in CLUSTER_VIEWS else SnapshotBackend(state)
     if case == "resume_offer":  # the recorded run, as a cluster run that failed on a lost node shows
         backend.ended_on = (JobState.FAILED, LOST_NODE)
     return make_app(settings_for(state, ascii=ascii), backend, cloud=fixed_context_cloud(state))
@@ -204,6 +211,9 @@ PICTURES = {
     "compare": "test_compare_screen/test_comparison_picture[120x40].svg",
     "triage": "test_snapshots/test_screen[120x40-triage].svg",
     "resume-offer": "test_snapshots/test_screen[120x40-resume_offer].svg",
+    "fleet": "test_snapshots/test_screen[120x40-fleet].svg",
+    "nodes": "test_snapshots/test_screen[120x40-nodes].svg",
+    "queues": "test_snapshots/test_screen[120x40-queues].svg",
 }
 """The pictures of the README and the guides (docs/screens/NAME.svg): copies of the reviewed snapshots, made by
 scripts/screenshots."""

@@ -287,7 +287,12 @@ def test_a_job_made_with_kubectl_is_adopted_and_followed_as_a_run_of_its_own(kub
     job = yaml.safe_load((IMPORTS / "pytorchjob-simple.yaml").read_text())
     job["metadata"]["namespace"] = NS
     kube_backend.client.request("POST", api_path(api_of("PyTorchJob"), NS), body=job)
-    assert kube_backend.list() == []  # not torchdeck's: not listed
+    (listed,) = kube_backend.list()  # not torchdeck's: listed read-only, by its reference, with who made it
+    assert (listed.run_id, listed.made_by, listed.found_by_label) == (
+        "pytorchjob/training/pytorch-simple",
+        "someone else",
+        True,
+    )
     own = "training.kubeflow.org/job-name"
     make_pod(kube_backend, "pytorch-simple", "pytorch-simple-master-0", "master", own=own)
     make_pod(kube_backend, "pytorch-simple", "pytorch-simple-worker-0", "worker", own=own)

@@ -9,10 +9,11 @@ what the job asks. ``import`` carries the label over; an ElasticJob cannot be qu
 from __future__ import annotations
 
 import pytest
-from kube_jobs import NS, install, install_crd, make_spec, set_conditions
+from kube_jobs import NS, cluster_cli, install, install_crd, make_spec, set_conditions, their_job
 
 from torchdeck.backends.base import JobState
 from torchdeck.backends.errors import BackendError, SpecError
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.client import api_path
 from torchdeck.backends.kubernetes.importing import import_manifest
 from torchdeck.backends.kubernetes.jobs import api_of
@@ -415,3 +416,48 @@ def test_the_monitor_shows_a_queued_job_where_it_waits_and_why_then_admitted_the
             )
 
     asyncio.run(scenario())
+
+
+def test_queues_say_usage_who_waits_in_what_order_and_whats_ahead_of_your_run(kube_api, tmp_path):
+    cli = cluster_cli(kube_api, tmp_path)
+    backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(backend)
+    with_kueue(backend)
+    run_id = backend.submit(make_spec(cluster={"queue": "team-a"}))
+    ours = backend.client.request("GET", api_path(api_of("PyTorchJob"), NS, run_id))
+    waits = [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": QUOTA}]
+    mine = workload(ours, waits)
+    mine["spec"]["priority"] = 10
+    mine["metadata"]["creationTimestamp"] = "2026-11-25T12:00:00Z"  # as the API server stamps it
+    backend.client.request("POST", f"{KUEUE}/namespaces/{NS}/workloads", body=mine)
+    for name, priority in (("early", 10), ("urgent", 100), ("late", 0)):
+        theirs = their_job(backend, name, NS, queue="team-a")
+        w = workload(theirs, waits)
+        w["metadata"]["name"] = f"pytorchjob-{name}-1"
+        w["metadata"]["creationTimestamp"] = "2026-11-25T00:00:00Z" if name == "early" else "2026-11-26T00:00:00Z"
+        w["spec"]["priority"] = priority
+        backend.client.request("POST", f"{KUEUE}/namespaces/{NS}/workloads", body=w)
+    backend.client.request(
+        "PATCH", f"{KUEUE}/clusterqueues/shared-cq/status",
+        body={"status": {"pendingWorkloads": 4, "admittedWorkloads": 0,
+                         "flavorsUsage": [{"name": "default", "resources": [{"name": "cpu", "total": "48"},
+                                                                            {"name": "memory", "total": "8Gi"}]}]}},
+    )  # fmt: skip
+
+    shown = cli("queues")
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "ClusterQueue shared-cq: 0 admitted, 4 waiting" in out and f"local queues: {NS}/team-a" in out
+    assert "default cpu: 48 of 64 in use" in out and "default memory: 8 GiB of 64 B in use" in out
+    order = [line.split()[1] for line in out.splitlines() if line.strip()[:2] in ("1.", "2.", "3.", "4.")]
+    # Kueue's StrictFIFO: priority first, then the older; the run is younger than "early" at the same priority
+    assert order == [f"pytorchjob/{NS}/urgent", f"pytorchjob/{NS}/early", run_id, f"pytorchjob/{NS}/late"]
+    assert f"{run_id} (yours)" in out and QUOTA in out
+    assert f"your run {run_id}: place 3 in shared-cq, 2 ahead of it" in out
+    assert "order: priority, then creation time" in out and "not Kueue's word" in out
+    # where Kueue's visibility API answers, its order is the one shown
+    kube_api.emulator.visibility[("", "shared-cq")] = [
+        {"metadata": {"name": n, "namespace": NS}} for n in (mine["metadata"]["name"], "pytorchjob-late-1")
+    ]
+    out = cli("queues").stdout
+    assert f"your run {run_id}: place 1 in shared-cq, 0 ahead of it" in out and "order: Kueue's visibility API" in out

@@ -20,7 +20,8 @@ closed here in a subclass:
 - the pod proxy (/pods/NAME:PORT/proxy/PATH) answers from ``proxied``, for a
   DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource;
 - Kueue's visibility API (an extension API server on a real cluster) answers a
-  LocalQueue's pending workloads from ``visibility`` (404 where it holds none);
+  LocalQueue's pending workloads from ``visibility`` by (namespace, name), and a
+  ClusterQueue's by ("", name) (404 where it holds none);
 - only the newest ``KEPT_REQUESTS`` requests are kept. kmock keeps every one,
   and matches each new request to its reactions by scanning them all, so its
   cost per request grows with every request served: about 10 minutes into a
@@ -67,7 +68,8 @@ NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")
 LOG_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 PROXY_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/proxy(/.*)$")
 VISIBILITY_PATH = re.compile(
-    r"^/apis/visibility\.kueue\.x-k8s\.io/v1beta[12]/namespaces/([^/]+)/localqueues/([^/]+)/pendingworkloads$"
+    r"^/apis/visibility\.kueue\.x-k8s\.io/v1beta[12]/(?:namespaces/([^/]+)/localqueues|clusterqueues)/([^/]+)"
+    r"/pendingworkloads$"
 )
 KEPT_REQUESTS = 256
 
@@ -312,7 +314,7 @@ class ClusterEmulator(KubernetesEmulator):
                 return _status(503, "ServiceUnavailable", "no endpoints available")
             return aiohttp.web.Response(text=body, content_type="text/plain")
         if m := VISIBILITY_PATH.match(raw_request.path):
-            pending = self.visibility.get((m.group(1), m.group(2)))
+            pending = self.visibility.get((m.group(1) or "", m.group(2)))  # ("", name): a ClusterQueue's
             if pending is None:
                 return _status(404, "NotFound", "the server could not find the requested resource")
             return aiohttp.web.json_response({"kind": "PendingWorkloadsSummary", "items": pending})

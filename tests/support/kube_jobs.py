@@ -18,6 +18,7 @@ from kube_cluster import running_cluster
 from torchdeck.backends.kubernetes import crds
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.client import ApiError, api_path
+from torchdeck.backends.kubernetes.jobs import api_of
 from torchdeck.backends.kubernetes.kinds import JOB_KINDS
 from torchdeck.backends.kubernetes.manifests import RUN_LABEL
 from torchdeck.backends.spec import KINDS, spec_from_dict
@@ -288,3 +289,20 @@ def cluster_cli(kube_api, tmp_path):
         )
 
     return torchdeck
+
+
+THEIRS = "team-b"
+"""Someone else's namespace."""
+
+
+def their_job(backend, name="bert", namespace=THEIRS, queue=None, manager="kubectl-client-side-apply"):
+    """A PyTorchJob someone made with kubectl in their own namespace (the API server keeps who)."""
+    meta: dict = {"name": name, "namespace": namespace, "managedFields": [{"manager": manager, "operation": "Update"}]}
+    if queue:
+        meta["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+    container = {"name": "pytorch", "image": "their/bert:1", "command": ["torchrun", "train.py"]}
+    replicas = {role: {"replicas": n, "template": {"spec": {"containers": [container]}}} for role, n in
+                (("Master", 1), ("Worker", 3))}  # fmt: skip
+    body = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
+            "spec": {"pytorchReplicaSpecs": replicas, "runPolicy": {"suspend": bool(queue)}}}  # fmt: skip
+    return backend.client.request("POST", api_path(api_of("PyTorchJob"), namespace), body=body)

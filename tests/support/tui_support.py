@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from torchdeck.backends.base import NodeMetrics, ProcessMetrics
+from torchdeck.backends.capabilities import ClusterViews
 from torchdeck.backends.local import LocalBackend
 from torchdeck.settings import Settings
 from torchdeck.tui.app import make_app
@@ -187,3 +188,73 @@ def recorded_notices(app) -> list[str]:
 
     app.notify = noting
     return said
+
+
+class FleetSnapshotBackend(SnapshotBackend, ClusterViews):
+    """For the pictures of the cluster views: the recorded run beside two jobs others made (as the
+    kubernetes backend lists them: tests/kube/test_fleet.py), and fixed nodes and queues views in
+    the kubernetes backend's words (tests/kube/test_fleet.py, test_kueue.py hold those to kmock)."""
+
+    name = "kubernetes"
+
+    def list(self):
+        from torchdeck.backends.records import JobState, JobStatus, QueueWait
+
+        rows = super().list()
+        for row in rows:
+            row.namespace, row.kind = "ml-team", "PyTorchJob"
+        started = rows[0].submitted_at if rows else 0.0
+        theirs = [
+            ("pytorchjob/vision/resnet152-sweep-3", JobState.RUNNING, 16, "vision", "PyTorchJob", "gpu-a", "kubectl"),
+            ("trainjob/nlp/llama-ft", JobState.QUEUED, 64, "nlp", "TrainJob", "gpu-a", "kubeflow-sdk"),
+            ("mpijob/vision/horovod-bench", JobState.SUCCEEDED, 8, "vision", "MPIJob", "-", "argo-workflows"),
+        ]
+        for i, (ref, state, ranks, ns, kind, queue, by) in enumerate(theirs):
+            status = JobStatus(ref, ref.rsplit("/", 1)[1], "kubernetes", state, ranks, started - 600 * (i + 1))
+            status.namespace, status.kind, status.made_by, status.found_by_label = ns, kind, by, True
+            status.queue = None if queue == "-" else QueueWait(queue)
+            rows.append(status)
+        return rows
+
+    def nodes_view(self):
+        from torchdeck.backends.views import Amounts, NodeRow, NodesView
+
+        gib = 2**30
+        rows = [
+            NodeRow("ip-10-0-3-41.ec2.internal", False, "NotReady since 14:02:11 (312 s) (Kubelet stopped posting node status.)",
+                    "p4d.24xlarge", "us-west-2b", Amounts(95, 64, None), Amounts(1100 * gib, 512 * gib), Amounts(8, 8), 9,
+                    ("pytorchjob/vision/resnet152-sweep-3",)),
+            NodeRow("ip-10-0-1-7.ec2.internal", True, "cordoned; fell short in torchdeck's health gate (2026-11-28 13:40): "
+                    "all-reduce 3.1 GB/s, under half the others'", "p4d.24xlarge", "us-west-2a",
+                    Amounts(95, 2, 1.2), Amounts(1100 * gib, 4 * gib, 9 * gib), Amounts(8, 0), 3),
+            NodeRow("ip-10-0-1-12.ec2.internal", True, "", "p4d.24xlarge", "us-west-2a", Amounts(95, 64, 58.3),
+                    Amounts(1100 * gib, 512 * gib, 610 * gib), Amounts(8, 8), 9, (RECORDED_RUN,)),
+            NodeRow("ip-10-0-2-30.ec2.internal", True, "", "p4d.24xlarge", "us-west-2b", Amounts(95, 64, 61.0),
+                    Amounts(1100 * gib, 512 * gib, 590 * gib), Amounts(8, 8), 9, ("pytorchjob/vision/resnet152-sweep-3",)),
+            NodeRow("ip-10-0-0-5.ec2.internal", True, "", "m5.xlarge", "us-west-2a", Amounts(3.92, 1.35, 0.4),
+                    Amounts(15 * gib, 2 * gib, 3 * gib), Amounts(0, 0), 12),
+        ]  # fmt: skip
+        return NodesView(tuple(rows))
+
+    def queues_view(self):
+        from torchdeck.backends.views import QueueRow, QueuesView, Usage, Waiting
+
+        now = time.time()
+        gpu = "nvidia.com/gpu"
+        waiting = (
+            Waiting(1, "trainjob-llama-ft-7c1e2", "nlp", "gpu-a", "trainjob/nlp/llama-ft", 100, now - 2400,
+                    "couldn't assign flavors to pod set node: insufficient unused quota for nvidia.com/gpu in flavor "
+                    "p4d, 64 more needed"),
+            Waiting(2, "pytorchjob-ablation-3-1b9f0", "vision", "gpu-a", "pytorchjob/vision/ablation-3", 0, now - 1500,
+                    "couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in "
+                    "flavor p4d, 16 more needed"),
+            Waiting(3, "pytorchjob-cifar10-2f7a", "ml-team", "gpu-a", RECORDED_RUN, 0, now - 300,
+                    "couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in "
+                    "flavor p4d, 8 more needed", mine=True),
+        )  # fmt: skip
+        queues = (
+            QueueRow("gpu-a", "research", "", (Usage("p4d", gpu, 32, 24), Usage("p4d", "cpu", 380, 192)), 2, 3, 1,
+                     ("ml-team/gpu-a", "nlp/gpu-a", "vision/gpu-a"), waiting),
+            QueueRow("cpu-batch", "research", "", (Usage("m5", "cpu", 64, 12),), 4, 0, 0, ("ml-team/cpu",)),
+        )  # fmt: skip
+        return QueuesView(queues, "Kueue's visibility API")

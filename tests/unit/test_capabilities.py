@@ -38,7 +38,7 @@ def test_the_backends_declare_what_they_do() -> None:
         "HealthGate", "NodeMeasures", "CifarTasks", "HangTriage", "BudgetChange"
     }  # fmt: skip
     assert {c.__name__ for c in CAPABILITIES if issubclass(KubernetesBackend, c)} == {
-        "HealthGate", "NodeCordon", "NodeMeasures", "CifarTasks", "HangTriage", "JobAdoption"
+        "HealthGate", "NodeCordon", "NodeMeasures", "CifarTasks", "HangTriage", "JobAdoption", "ClusterViews"
     }  # fmt: skip
 
 

@@ -51,3 +51,35 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+class AskScreen(ModalScreen[str | None]):
+    """A line of text asked over the current screen (the runs filter): enter gives it, escape
+    gives None (nothing changes)."""
+
+    DEFAULT_CSS = """
+    AskScreen { align: center middle; }
+    AskScreen > Vertical { width: 70; height: auto; border: thick $primary; background: $surface; padding: 1 2; }
+    AskScreen Label { width: 1fr; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, question: str, value: str = ""):
+        super().__init__()
+        self.question = question
+        self.value = value
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import Input
+
+        with Vertical():
+            yield Label(Text(self.question))
+            yield Input(self.value, id="ask-answer")
+
+    def on_input_submitted(self, event: object) -> None:
+        from textual.widgets import Input
+
+        self.dismiss(self.query_one("#ask-answer", Input).value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

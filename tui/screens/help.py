@@ -21,8 +21,8 @@ SCREENS: list[tuple[str, str, str]] = [
     (
         "Runs",
         "home",
-        "Every run, its state and cost; `space` marks runs to compare (`x`). Below: what torchdeck made in the "
-        "cloud, its cost per hour and so far.",
+        "Every run, its state and cost (on a cluster every job you may see: `/` filters, `o` sorts, `a` "
+        "imports another's); `space` marks runs to compare (`x`); below, what torchdeck made in the cloud.",
     ),
     (
         "Launch",
@@ -44,6 +44,14 @@ SCREENS: list[tuple[str, str, str]] = [
         "Marked runs side by side: their losses overlaid (one line a run, ranks averaged; `r` a line a rank, "
         "`v` validation losses) and a table of how each did (the best in green) and what differs in their specs.",
     ),
+    (
+        "Nodes and queues",
+        "board",
+        "Nodes (`m`): each node's CPU, memory and GPUs requested/allocatable (used now), its training jobs "
+        "and why it is bad (NotReady, a termination notice, pressure, cordoned, the health gate's mark). "
+        "Queues (`w`): each ClusterQueue's usage, and every waiting workload in order with Kueue's reason; "
+        "yours marked. `enter` opens a row's job in the monitor.",
+    ),
     ("Model test", "model_test", "The trained model on the CIFAR-10 test batch: accuracy per class."),
     (
         "EKS cluster",
@@ -62,7 +70,7 @@ SCREENS: list[tuple[str, str, str]] = [
 """Each screen's name, module (under tui/screens) and what it is for; its keys come from its bindings."""
 
 OUTRO = """\
-Headless, the same from a shell: `torchdeck train`, `jobs`, `status`, `logs RUN [--rank R] [-f]`,
+Headless, the same from a shell: `torchdeck train`, `jobs`, `queues`, `nodes`, `status`, `logs RUN [--rank R] [-f]`,
 `stop RUN`, `monitor RUN`, `test --run RUN`, `data prepare`, `render`,
 `cluster init|types|plan|create|connect|status|delete`, `storage create|status|delete`,
 `image build|push`, `model get`, `resources`, `cleanup`.

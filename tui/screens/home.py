@@ -24,10 +24,13 @@ if TYPE_CHECKING:
     from textual.widgets import DataTable
 
     from torchdeck.backends.base import JobStatus
+    from torchdeck.monitor.state import RowFilter
 
     from ..messages import LedgerRead, RunsListed, RunStopped
 
 COLUMNS = ("run", "state", "ranks", "epoch", "step", "loss", "acc", "age", "cost")
+PLACE_COLUMNS = ("run", "state", "where", "queue", "by", *COLUMNS[2:])
+"""A cluster's jobs also say where each is, its queue and who made it."""
 
 
 def _styled(column: int, cell: str, status: JobStatus) -> str | Text:
@@ -47,6 +50,11 @@ class HomeScreen(DeckScreen[None]):
         Binding("v", "app.storage", "Storage"),
         Binding("i", "app.image", "Image"),
         Binding("r", "refresh", "Refresh", show=False),  # it lists every 2 s anyway
+        Binding("slash", "filter", "Filter", show=False),
+        Binding("o", "sort", "Sort", show=False),
+        Binding("w", "queues", "Queues", show=False),
+        Binding("m", "nodes", "Nodes", show=False),
+        Binding("a", "adopt", "Import", show=False),
         Binding("question_mark", "app.help", "Help"),
         Binding("q", "app.quit", "Quit"),
     ]
@@ -66,6 +74,13 @@ class HomeScreen(DeckScreen[None]):
         """The runs table, mounted with the first listing: the first frame is drawn without it (it
         was most of the time the frame took) and no listing could fill it sooner anyway."""
         self._widths: list[int] = []
+        self.filter: RowFilter | None = None
+        """Which rows show (``/``; None: every one; its module is read after the first frame)."""
+        self.sort = "age"
+        """Their order (``o`` goes round SORTS)."""
+        self.listed: list[JobStatus] = []
+        """The last listing, before the filter."""
+        self.columns: tuple[str, ...] = COLUMNS
         """The columns' widths as last drawn: set here, as the widest cell, because Textual's
         own measuring (on idle) leaves rows drawn before it at the headers' widths."""
 
@@ -183,7 +198,26 @@ class HomeScreen(DeckScreen[None]):
             if line not in self._said_unseen:
                 self._said_unseen.add(line)
                 self.notify(line, title="not visible here", timeout=10)
-        self.draw(message.statuses)
+        self.listed = message.statuses
+        self.draw_listed()
+
+    def draw_listed(self) -> None:
+        """The last listing through the filter, in the chosen order."""
+        from torchdeck.monitor.state import SORTS
+
+        shown = sorted((s for s in self.listed if self.filter is None or self.filter.keeps(s)), key=SORTS[self.sort])
+        placed = PLACE_COLUMNS if any(s.kind for s in self.listed) else COLUMNS
+        if placed != self.columns:
+            self.columns, self._shown = placed, {}
+            keys = (
+                "  n: new  w: queues  m: nodes  /: filter  ?: help"
+                if placed is PLACE_COLUMNS
+                else "  n: new job  ?: help"
+            )
+            self.query_one("#title", Static).update(
+                Text.assemble(("torchdeck", "bold"), f"  runs on the {self.app.backend_name} backend", (keys, "dim"))
+            )
+        self.draw(shown)
 
     def draw(self, statuses: list[JobStatus]) -> None:
         """The table, as little redrawn as can be: with the same runs in the same order (most
@@ -196,7 +230,7 @@ class HomeScreen(DeckScreen[None]):
         now = time.time()
         self.marked = [r for r in self.marked if r in self.statuses]
         shown = {s.run_id: self._cells(s, now) for s in statuses}
-        widths = [len(name) for name in COLUMNS]
+        widths = [len(name) for name in self.columns]
         for cells in shown.values():
             widths = [max(w, len(cell)) for w, cell in zip(widths, cells, strict=True)]
         if list(shown) == list(self._shown) and table.row_count == len(shown) and widths == self._widths:
@@ -204,10 +238,10 @@ class HomeScreen(DeckScreen[None]):
                 before = self._shown[run_id]
                 for column, (old, new) in enumerate(zip(before, cells, strict=True)):
                     if old != new:
-                        table.update_cell(run_id, COLUMNS[column], _styled(column, new, self.statuses[run_id]))
+                        table.update_cell(run_id, self.columns[column], _styled(column, new, self.statuses[run_id]))
         else:
             table.clear(columns=True)
-            for name, width in zip(COLUMNS, widths, strict=True):
+            for name, width in zip(self.columns, widths, strict=True):
                 table.add_column(name, width=width, key=name)
             self._widths = widths
             for run_id, cells in shown.items():
@@ -220,11 +254,15 @@ class HomeScreen(DeckScreen[None]):
         self.show_detail()
 
     def _cells(self, status: JobStatus, now: float) -> tuple[str, ...]:
-        from torchdeck.monitor.state import status_cells  # with the first listing, after the first frame
+        from torchdeck.monitor.state import (
+            place_cells,
+            status_cells,  # with the first listing, after the first frame
+        )
 
         cells = status_cells(status, now)
         mark = "+ " if status.run_id in self.marked else ""
-        return (mark + cells[0], *cells[1:])
+        placed = place_cells(status) if len(self.columns) > len(COLUMNS) else ()
+        return (mark + cells[0], cells[1], *placed, *cells[2:])
 
     def action_mark(self) -> None:
         """Mark the run under the cursor for a comparison, or unmark it."""
@@ -242,7 +280,7 @@ class HomeScreen(DeckScreen[None]):
             self._shown = {}
             self.draw(list(self.statuses.values()))
         else:
-            table.update_cell(run_id, COLUMNS[0], cells[0])
+            table.update_cell(run_id, self.columns[0], cells[0])
             self._shown[run_id] = cells
         table.action_cursor_down()
         self.show_detail()
@@ -332,6 +370,85 @@ class HomeScreen(DeckScreen[None]):
             self.app.open_monitor(run_id)
 
     def action_refresh(self) -> None:
+        self.list_runs()
+
+    def action_filter(self) -> None:
+        """Ask which rows to show: ``ns:NAME mine queue:NAME state:STATE`` (empty: all)."""
+        from torchdeck.monitor.state import RowFilter
+
+        from .confirm import AskScreen
+
+        def given(text: str | None) -> None:
+            if text is None:
+                return
+            try:
+                self.filter = RowFilter.parse(text)
+            except ValueError as exc:
+                self.notify(str(exc), title="filter", severity="error")
+                return
+            self.draw_listed()
+            self.notify(f"showing {self.filter.words() or 'every job'}", title="filter")
+
+        question = "Show only (empty: every job): ns:NAME  mine  queue:NAME  state:STATE"
+        self.app.push_screen(AskScreen(question, self.filter.words() if self.filter else ""), given)
+
+    def action_sort(self) -> None:
+        from torchdeck.monitor.state import SORTS
+
+        order = list(SORTS)
+        self.sort = order[(order.index(self.sort) + 1) % len(order)]
+        self._shown = {}
+        self.draw_listed()
+        self.notify(f"sorted by {self.sort}", title="sort")
+
+    def action_queues(self) -> None:
+        from .board import QueuesScreen
+
+        self.app.push_screen(QueuesScreen())
+
+    def action_nodes(self) -> None:
+        from .board import NodesScreen
+
+        self.app.push_screen(NodesScreen())
+
+    def action_adopt(self) -> None:
+        """Make the job under the cursor, one torchdeck did not make, a run of torchdeck's (as
+        ``torchdeck import KIND/NAMESPACE/NAME`` does), once the user says so."""
+        from torchdeck.backends.capabilities import JobAdoption
+
+        status = self.selected_status()
+        if status is None:
+            return
+        if not status.made_by:
+            self.notify(f"{status.run_id} is torchdeck's already", severity="warning")
+            return
+        if self.app.backend.capability(JobAdoption) is None:
+            self.notify(f"{JobAdoption.what}: {JobAdoption.elsewhere}", severity="warning")
+            return
+        question = (
+            f"Import {status.run_id} (made by {status.made_by}) as a run of torchdeck's?\n\ntorchdeck adds its "
+            "labels and its spec to the job; the job's spec and pods stay as they are. It can then be stopped "
+            "and resumed from here."
+        )
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.adopt_job(status.run_id)
+
+        self.app.push_screen(ConfirmScreen(question), confirmed)
+
+    @work(thread=True, exclusive=True, group="import", exit_on_error=False)
+    def adopt_job(self, ref: str) -> None:
+        from torchdeck.backends.capabilities import JobAdoption
+        from torchdeck.backends.errors import BackendError
+        from torchdeck.backends.spec import KINDS
+
+        key, namespace, name = ref.split("/")
+        kind = next((k for k in KINDS if k == key), None)
+        if kind is None:
+            raise BackendError(f"{key} jobs are listed, not imported", "torchdeck import reads the kinds it runs")
+        run_id = self.app.backend.require(JobAdoption).adopt(kind, name, namespace)[2]
+        self.app.call_from_thread(self.notify, f"{ref} is now followed as run {run_id}", title="imported")
         self.list_runs()
 
     def action_stop(self) -> None:

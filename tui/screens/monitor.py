@@ -373,6 +373,8 @@ class MonitorScreen(DeckScreen[None]):
         line = Text()
         line.append(f" {self.run_id} ", style="bold reverse")
         line.append(f" {state.value.upper()} ", style=STATE_STYLE[state])
+        if status is not None and status.made_by:  # another's job: nothing here changes it
+            line.append(f" READ-ONLY (made by {status.made_by}) ", style="bold yellow")
         epochs = f"{snap.epoch}/{snap.epochs}" if snap.epochs else str(snap.epoch)
         steps = f"{snap.step}/{snap.total_steps}" if snap.total_steps else str(snap.step)
         line.append(
@@ -437,6 +439,12 @@ class MonitorScreen(DeckScreen[None]):
     # -- actions -----------------------------------------------------------------
 
     def action_triage(self) -> None:
+        if self.status and self.status.made_by:
+            self.notify(
+                f"{self.run_id} is not torchdeck's: shown read-only; a on the runs screen imports it",
+                severity="warning",
+            )
+            return
         if self.status and self.status.state.is_terminal:
             self.notify(f"{self.run_id} has {self.status.state.value}: only a running run's ranks can be asked")
             return
@@ -444,6 +452,12 @@ class MonitorScreen(DeckScreen[None]):
         self.triage_run()
 
     def action_resume(self) -> None:
+        if self.status and self.status.made_by:
+            self.notify(
+                f"{self.run_id} is not torchdeck's: shown read-only; a on the runs screen imports it",
+                severity="warning",
+            )
+            return
         if not (self.status and self.status.state.is_terminal):
             self.notify(f"{self.run_id} is still running: a run is resumed once it has ended (s stops it)")
             return
@@ -474,6 +488,12 @@ class MonitorScreen(DeckScreen[None]):
         self.app.push_screen(ConfirmScreen(question), confirmed)
 
     def action_stop(self) -> None:
+        if self.status and self.status.made_by:
+            self.notify(
+                f"{self.run_id} is not torchdeck's: shown read-only; a on the runs screen imports it",
+                severity="warning",
+            )
+            return
         if self.status and self.status.state.is_terminal:
             self.notify(f"{self.run_id} has already {self.status.state.value}")
             return

@@ -1,0 +1,204 @@
+"""Issue 55: the whole shared cluster in one console. Every training job the user may list, not
+only torchdeck's, with where it is, its queue and who made it; filters and sorts; a job torchdeck
+did not make followed read-only by its reference (status, logs) and never stopped or written to;
+the nodes' room, use, training jobs and trouble; the queues' usage and waiting lines."""
+
+from __future__ import annotations
+
+import json
+
+from kube_jobs import NS, THEIRS, cluster_cli, install, make_spec, metric_line, set_conditions, their_job
+
+from torchdeck.backends.kubernetes.backend import KubernetesBackend
+from torchdeck.backends.kubernetes.client import api_path
+from torchdeck.backends.kubernetes.jobs import api_of
+
+
+def their_pod(backend, job, index, node, namespace=THEIRS, cpu="2", memory="4Gi"):
+    meta = job["metadata"]
+    owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": meta["name"], "uid": meta["uid"],
+             "controller": True}  # fmt: skip
+    body = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{meta['name']}-worker-{index}", "namespace": namespace, "ownerReferences": [owner],
+                     "labels": {"training.kubeflow.org/job-name": meta["name"],
+                                "training.kubeflow.org/replica-type": "worker",
+                                "training.kubeflow.org/replica-index": str(index)}},
+        "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": "their/bert:1",
+                                                   "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+        "status": {"phase": "Running", "containerStatuses": [
+            {"name": "pytorch", "ready": True, "restartCount": 0, "state": {"running": {"startedAt": "2026-11-22T06:00:00Z"}}}]},
+    }  # fmt: skip
+    return backend.client.request("POST", f"api/v1/namespaces/{namespace}/pods", body=body)
+
+
+def test_every_training_job_is_listed_and_anothers_is_followed_read_only(kube_api, tmp_path):
+    cli = cluster_cli(kube_api, tmp_path)
+    backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(backend)
+    run_id = backend.submit(make_spec())
+    set_conditions(backend, run_id, "Created", "Running")
+    job = their_job(backend)
+    ref = f"pytorchjob/{THEIRS}/bert"
+    pod = their_pod(backend, job, 0, "cpu-0")
+    kube_api.call(kube_api.emulator.script_log, THEIRS, pod["metadata"]["name"], ["hello", metric_line(0, 12, 1.25)])
+    before = backend.client.request("GET", api_path(api_of("PyTorchJob"), THEIRS, "bert"))
+
+    listed = cli("jobs")
+    assert listed.returncode == 0, listed.stderr
+    head, *rows = listed.stdout.splitlines()
+    assert head.split()[2:5] == ["WHERE", "QUEUE", "BY"]
+    cells = {row.split()[0]: row.split() for row in rows}
+    assert cells[run_id][2:5] == [f"{NS}/PyTorchJob", "-", "torchdeck"]
+    assert (
+        cells[ref][1] == "pending"
+        and cells[ref][5] == "4"
+        and cells[ref][2:5] == [f"{THEIRS}/PyTorchJob", "-", "kubectl"]
+    )
+
+    assert [r.split()[0] for r in cli("jobs", "--mine").stdout.splitlines()[1:]] == [run_id]
+    assert [r.split()[0] for r in cli("jobs", "--namespace", THEIRS).stdout.splitlines()[1:]] == [ref]
+    none = cli("jobs", "--namespace", THEIRS, "--state", "failed")
+    assert none.returncode == 0 and none.stdout.strip() == "no jobs here match ns:team-b state:failed (of 2)"
+    by_name = [r.split()[0] for r in cli("jobs", "--sort", "name").stdout.splitlines()[1:]]
+    assert by_name == sorted(by_name)
+    as_json = {row["run_id"]: row for row in json.loads(cli("jobs", "--output", "json").stdout)}
+    assert (
+        as_json[ref]["made_by"] == "kubectl"
+        and as_json[ref]["namespace"] == THEIRS
+        and as_json[run_id]["made_by"] == ""
+    )
+
+    status = cli("status", ref, "--output", "json")  # read-only: its pods' logs, read as torchdeck reads its own
+    assert status.returncode == 0, status.stderr
+    said = json.loads(status.stdout)
+    assert said["run_id"] == ref and said["step"] == 12 and said["loss"] == 1.25 and said["world_size"] == 4
+    logs = cli("logs", ref)
+    assert logs.returncode == 0 and "hello" in logs.stdout, logs.stderr
+    for verb in ("stop", "triage"):
+        refused = cli(verb, ref, "--yes") if verb == "stop" else cli(verb, ref)
+        assert refused.returncode != 0 and refused.stderr.count("\n") == 1, refused.stderr
+        assert (
+            f"{ref} is not torchdeck's" in refused.stderr and "import pytorchjob/team-b/bert makes it" in refused.stderr
+        )
+    after = backend.client.request("GET", api_path(api_of("PyTorchJob"), THEIRS, "bert"))
+    assert after["metadata"] == before["metadata"] and after["spec"] == before["spec"]  # nothing written to it
+    assert backend.client.exists(f"api/v1/namespaces/{THEIRS}/pods/{pod['metadata']['name']}")
+
+    for bad in ("pytorchjob/team-b/nope", "rayjob/team-b/x", "jobset/team-b/x"):
+        said = cli("status", bad)
+        assert said.returncode != 0 and said.stderr.count("\n") == 1, said.stderr
+
+
+def test_a_job_of_junk_is_a_row_that_says_so_and_the_rest_are_listed(kube_api, tmp_path):
+    backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(backend)
+    their_job(backend)
+    body = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "junk"},
+            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "many"}}}}  # fmt: skip
+    backend.client.request("POST", api_path(api_of("PyTorchJob"), THEIRS), body=body)
+    rows = {s.run_id: s for s in backend.list()}
+    assert set(rows) == {f"pytorchjob/{THEIRS}/bert", f"pytorchjob/{THEIRS}/junk"}
+    assert "its spec does not read as a PyTorchJob's" in rows[f"pytorchjob/{THEIRS}/junk"].reason
+
+
+def test_nodes_say_their_room_their_use_their_training_jobs_and_why_one_is_bad(kube_api, tmp_path):
+    cli = cluster_cli(kube_api, tmp_path)
+    backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(backend, cpu_nodes=3, gpu_nodes=1)
+    job = their_job(backend)
+    their_pod(backend, job, 0, "cpu-0", cpu="3", memory="8Gi")
+    their_pod(backend, job, 1, "cpu-0", cpu="500m", memory="1Gi")
+    their_pod(backend, job, 2, "cpu-1")
+    for node in ("cpu-0", "cpu-1", "cpu-2"):  # as each kubelet reports its node
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        backend.client.request("PATCH", f"api/v1/nodes/{node}", body={"status": {"conditions": [ready]}})
+    backend.client.request("PATCH", "api/v1/nodes/cpu-2", body={"spec": {"unschedulable": True}})
+    backend.client.request(
+        "PATCH", "api/v1/nodes/gpu-0",
+        body={"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                         "message": "container runtime is down"}]}},
+    )  # fmt: skip
+
+    shown = cli("nodes")
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line for line in shown.stdout.splitlines()[1:] if line.startswith(("cpu-", "gpu-"))}
+    assert "3.5/8" in rows["cpu-0"] and "9/32Gi" in rows["cpu-0"] and f"pytorchjob/{THEIRS}/bert" in rows["cpu-0"]
+    assert rows["cpu-2"].split()[1] == "bad" and rows["cpu-2"].endswith("cordoned")
+    assert rows["gpu-0"].split()[1] == "bad" and "NotReady" in rows["gpu-0"] and "0/1" in rows["gpu-0"]
+    assert "4 nodes: 2 ready, 2 bad" in shown.stdout
+    view = json.loads(cli("nodes", "--output", "json").stdout)
+    cpu0 = next(n for n in view["nodes"] if n["name"] == "cpu-0")
+    assert cpu0["cpu"]["requested"] == 3.5 and cpu0["pods"] == 2 and cpu0["jobs"] == [f"pytorchjob/{THEIRS}/bert"]
+    assert [n["name"] for n in json.loads(cli("nodes", "--bad", "--output", "json").stdout)["nodes"]] == [
+        "cpu-2",
+        "gpu-0",
+    ]
+
+
+def test_the_console_lists_every_job_filters_them_and_shows_nodes_and_queues(kube_api, tmp_path):
+    """The runs screen on a cluster: another's job beside the run, with where, queue and by; ``/``
+    keeps the user's own; enter on another's job opens the monitor read-only, whose stop refuses;
+    ``m`` shows the nodes and ``w`` the queues (Kueue not installed here: said)."""
+    import asyncio
+
+    from textual.widgets import DataTable, Input, Static
+    from tui_support import wait_for
+
+    from torchdeck.settings import Settings
+    from torchdeck.tui.app import make_app
+    from torchdeck.tui.screens.board import NodesScreen, QueuesScreen
+    from torchdeck.tui.screens.home import HomeScreen
+    from torchdeck.tui.screens.monitor import MonitorScreen
+
+    backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(backend, cpu_nodes=2)
+    run_id = backend.submit(make_spec())
+    set_conditions(backend, run_id, "Created", "Running")
+    job = their_job(backend)
+    ref = f"pytorchjob/{THEIRS}/bert"
+    pod = their_pod(backend, job, 0, "cpu-1")
+    kube_api.call(kube_api.emulator.script_log, THEIRS, pod["metadata"]["name"], [metric_line(0, 5, 1.5)])
+    settings = Settings(backend="kubernetes", state_dir=tmp_path / "state", refresh_hz=10)
+
+    async def scenario():
+        app = make_app(settings, backend)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.table is not None)
+            home = app.screen
+            await wait_for(pilot, lambda: home.table.row_count == 2, what="the run and their job")
+            assert [c.label.plain for c in home.table.columns.values()][2:5] == ["where", "queue", "by"]
+            assert home._shown[ref][2:5] == (f"{THEIRS}/PyTorchJob", "-", "kubectl")
+            await pilot.press("slash")
+            await wait_for(pilot, lambda: isinstance(app.focused, Input), what="the filter's question")
+            app.focused.value = "mine"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: home.table.row_count == 1, what="the filter")
+            assert home.selected() == run_id
+            await pilot.press("slash")
+            await wait_for(pilot, lambda: isinstance(app.focused, Input))
+            app.focused.value = f"ns:{THEIRS}"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: home.selected() == ref, what="their job alone")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, MonitorScreen), what="the monitor")
+            line = app.screen.query_one("#status-line", Static)
+            await wait_for(pilot, lambda: "READ-ONLY (made by kubectl)" in str(line.render()), what="read-only")
+            await pilot.press("s")
+            await pilot.pause()
+            assert isinstance(app.screen, MonitorScreen)  # no question: nothing to confirm
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
+            await pilot.press("m")
+            await wait_for(pilot, lambda: isinstance(app.screen, NodesScreen) and app.screen.reads, what="nodes")
+            table = app.screen.query_one("#board-table", DataTable)
+            assert table.row_count == 2 and "2 in the cluster" in str(
+                app.screen.query_one("#board-title", Static).render()
+            )
+            await pilot.press("escape")
+            await pilot.press("w")
+            await wait_for(pilot, lambda: isinstance(app.screen, QueuesScreen) and app.screen.reads, what="queues")
+            assert "Kueue is not installed here" in str(app.screen.query_one("#board-summary", Static).render())
+        assert backend.client.exists(api_path(api_of("PyTorchJob"), THEIRS, "bert"))
+
+    asyncio.run(scenario())
