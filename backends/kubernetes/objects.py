@@ -434,6 +434,11 @@ class ServedVersions:
         spec = as_map(obj.get("spec"))
         return cls(frozenset(_text(v.get("name")) for v in _maps(spec.get("versions")) if v.get("served")))
 
+    @classmethod
+    def from_group(cls, obj: Api) -> ServedVersions:
+        """The versions an API group's discovery document (``/apis/GROUP``) lists: what is served."""
+        return cls(frozenset(_text(v.get("version")) for v in _maps(obj.get("versions"))))
+
 
 @dataclass(frozen=True, slots=True)
 class ConfigMap:

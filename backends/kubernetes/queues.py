@@ -121,14 +121,29 @@ def kueue_version(client: KubeClient, fresh: bool = False) -> str | None:
     try:
         crd = client.request("GET", api_path("CustomResourceDefinition", name=f"localqueues.{GROUP}"))
     except ApiError as exc:
-        if exc.status != 404:
+        if exc.status == 403:  # a namespace's user may not read CRDs: the group's discovery, anyone's to read
+            version = _discovered(client)
+        elif exc.status != 404:
             raise
-        version: str | None = None
+        else:
+            version = None
     else:
         served = ServedVersions.from_api(crd).versions
         version = next((v for v in VERSIONS if v in served), "")
     _versions[key] = (time.monotonic(), version)
     return version
+
+
+def _discovered(client: KubeClient) -> str | None:
+    """The newest of Kueue's API versions the API group's discovery lists (None: not served)."""
+    try:
+        group = client.request("GET", f"apis/{GROUP}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        return None
+    served = ServedVersions.from_group(group).versions
+    return next((v for v in VERSIONS if v in served), "")
 
 
 def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], QueueView | None]:

@@ -51,3 +51,32 @@ def test_a_refused_verb_is_named_with_the_resource_the_namespace_and_who_asked()
 def test_against_kmock_the_reviews_do_not_invent_a_refusal(kube_backend) -> None:
     install(kube_backend)
     assert access_findings(kube_backend.client, render(make_spec(), "cifar10-1")) == []
+
+
+class NoCrds:
+    """An API server where this identity may not read CustomResourceDefinitions (a namespace's user)
+    and may read discovery, as RBAC's system:discovery role gives everyone."""
+
+    kubeconfig, context = "no-crds", None
+
+    def __init__(self, versions: list[str] | None) -> None:
+        self.versions = versions
+
+    def request(self, method: str, path: str, **_: object) -> dict:
+        from torchdeck.backends.kubernetes.client import ApiError
+
+        if "customresourcedefinitions" in path:
+            raise ApiError('customresourcedefinitions is forbidden: User "team" cannot get', status=403)
+        if path == "apis/kueue.x-k8s.io" and self.versions is not None:
+            return {"kind": "APIGroup", "name": "kueue.x-k8s.io",
+                    "versions": [{"groupVersion": f"kueue.x-k8s.io/{v}", "version": v} for v in self.versions]}  # fmt: skip
+        raise ApiError("the server could not find the requested resource", status=404)
+
+
+def test_a_user_who_may_not_read_crds_finds_kueue_through_discovery() -> None:
+    """Issue 55, found on the real cluster: ``queues`` as a namespace's user failed on the CRD's 403."""
+    from torchdeck.backends.kubernetes.queues import kueue_version
+
+    assert kueue_version(NoCrds(["v1beta1", "v1beta2"]), fresh=True) == "v1beta2"  # type: ignore[arg-type]
+    NoCrds.kubeconfig = "no-kueue"
+    assert kueue_version(NoCrds(None), fresh=True) is None  # type: ignore[arg-type]

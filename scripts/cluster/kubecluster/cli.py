@@ -14,6 +14,8 @@
               plane's taking no pods when N > 1)
   node NAME crash|start|freeze|thaw|cut|join|slow PERCENT|unslow  a fault on a node, and its undoing
               (kubecluster/faults.py says what each does)
+  kwok start [PODS_LOGS]|stop  KWOK's simulated nodes (those labelled type=kwok) on the API server
+              (built on demand); PODS_LOGS: lines "NAMESPACE POD FILE", each pod's log that file
   kueue-integrations default|torchdeck  run Kueue again with its own default integrations (no
               kubeflow.org/pytorchjob from v0.19), or with those torchdeck submits (as start does)
 
@@ -30,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from kubecluster.build import GO_ENV, build
 from kubecluster.components import kueue_integrations, start_addons, start_controllers
@@ -45,7 +48,7 @@ from kubecluster.stop import stop
 
 USAGE = (
     "start|stop|status|kubeconfig|load IMAGE...|kubectl ARGS|ctr [--node NAME] ARGS|build|nodes|"
-    f"node NAME {FAULTS}|kueue-integrations default|torchdeck"
+    f"node NAME {FAULTS}|kwok start [PODS_LOGS]|stop|kueue-integrations default|torchdeck"
 )
 
 
@@ -129,6 +132,17 @@ def dispatch(cluster: Cluster, command: str, args: list[str]) -> int:
             raise NoCluster("not started")
         print(cluster.kubeconfig)
         return 0
+    if command == "kwok":
+        from kubecluster.kwok import start_kwok
+        from kubecluster.stop import end
+
+        if args[:1] == ["start"] and len(args) <= 2:
+            start_kwok(cluster, Path(args[1]) if len(args) == 2 else None)
+            return 0
+        if args == ["stop"]:
+            end(cluster, "kwok")
+            return 0
+        return _usage("kwok start [PODS_LOGS]|stop")
     if command == "load":
         if not args:
             return _usage("load IMAGE...")

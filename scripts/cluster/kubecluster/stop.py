@@ -91,7 +91,7 @@ def stop(cluster: Cluster) -> None:
         raise NoCluster("not root")
     nodes = cluster.nodes
     thaw(cluster)
-    end(cluster, "kueue", "mpi-operator", "trainer", "jobset", "training-operator", "metrics-server", "coredns",
+    end(cluster, "kwok", "kueue", "mpi-operator", "trainer", "jobset", "training-operator", "metrics-server", "coredns",
         "registry-forward", "registry", *(n.component("kube-proxy") for n in nodes), "kube-scheduler",
         "kube-controller-manager", *(n.component("kubelet") for n in nodes), "forward")  # fmt: skip
     # every process in the pods' cgroups (the containers), then the shims beside containerd in its

@@ -22,6 +22,7 @@ class Versions:
     cni_plugins: str
     coredns: str
     metrics_server: str
+    kwok: str
     registry: str
     training_operator: str
     trainer: str
