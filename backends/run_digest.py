@@ -414,7 +414,8 @@ class DigestStore:
         if status.backend == "local" and status.location and Path(status.location).is_dir():
             return Path(status.location) / DIGEST_FILE
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in scope)
-        return self.state_dir / "digests" / safe / f"{status.run_id}.json"
+        # a job torchdeck did not make is named kind/namespace/name: one file, not folders
+        return self.state_dir / "digests" / safe / f"{status.run_id.replace('/', '~')}.json"
 
     def read(self, path: Path) -> RunDigest | None:
         """The digest kept at ``path``; None where there is none, or none readable (it lies in a run's

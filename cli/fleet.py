@@ -106,8 +106,7 @@ def format_queues(view: QueuesView, first: int = 10) -> str:
             out.append(f"  ... {len(q.waiting) - first} more waiting (--waiting N shows more)")
     for q in view.queues:
         for w in q.waiting:
-            if w.mine:
-                ahead = view.ahead_of(w.job)
-                out.append(f"your run {w.job}: place {w.position} in {q.name}, {len(ahead)} ahead of it")
+            if w.mine:  # Kueue's place: the workloads ahead are those before it, seen here or not
+                out.append(f"your run {w.job}: place {w.position} in {q.name}, {w.position - 1} ahead of it")
     out.append(f"order: {view.ordered_by}")
     return "\n".join(out)

@@ -552,7 +552,11 @@ def cmd_status(args: argparse.Namespace, settings: Settings, backend: Backend) -
         print(strict_json(status.to_dict(), indent=2))
         return 0
     print(format_status_table([status], reasons=False).rstrip())
-    if status.found_by_label:
+    if status.made_by:  # another's job: followed read-only
+        print(
+            printable(f"not torchdeck's: made by {status.made_by}, shown read-only (torchdeck import makes it a run)")
+        )
+    elif status.found_by_label:
         print(
             printable(
                 f"found by label: torchdeck has no record of making {status.run_id} here ({status.location}); "

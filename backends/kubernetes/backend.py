@@ -759,7 +759,11 @@ class KubernetesBackend(
                 f"kubectl get -n {ns} {kind.plural} {name} -o yaml shows it",
             ) from None
         if job.meta.labels.get(RUN_LABEL) == job.name and job.meta.labels.get(MANAGED_BY) == "torchdeck":
-            return self._job(job.name)  # one of torchdeck's runs, by its place
+            with contextlib.suppress(RunNotFound, NotOurs):
+                run = self._job(job.name)
+                if run.meta.uid == job.meta.uid:
+                    return run  # one of torchdeck's runs, by its place
+            # torchdeck's labels on another object than the run of that name: followed as another's
         self._unrecorded.add(job.run_id)
         self._learn(job)
         return job
@@ -898,7 +902,8 @@ class KubernetesBackend(
         status.found_by_label = self.found_by_label(status.run_id)
         if not status.state.is_terminal:  # a node lost under it: which, since when, the ranks it held
             status.bad_nodes = lost_nodes(self.client, pods, node_ranks(pods), nproc_per_node(job.view))
-            self._release_lost(status, pods)
+            if not job.ref:  # another's job: its pods are never deleted from here
+                self._release_lost(status, pods)
         self._progress(status, ns, [p for p in pods if p.node not in status.bad_nodes], job)
         self._priced(job, pods, status)
         if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
@@ -1360,7 +1365,7 @@ class KubernetesBackend(
         """Every queue this identity may read (``board.read_queues_view``); the workloads of the
         runs torchdeck made here are the user's."""
         ours = {made.uid: run_id for run_id, made in self.records.on(self.client.server).items() if made.uid}
-        return read_queues_view(self.client, ours)
+        return read_queues_view(self.client, ours, self.namespace)
 
     def unseen(self) -> builtins.list[str]:
         return sorted(set(self._unseen.values()))
@@ -1550,6 +1555,8 @@ class KubernetesBackend(
         """The spec read back from the job object (image, namespace, volume,
         service account, paths), and the model file its trainer writes."""
         job = self._job(run_id)
+        if job.ref:  # its image, account and paths would run the copy or the test, in its namespace
+            self._require_made(job.run_id, False, "copy the model of")
         obj = job.obj
         pod = PodTemplate.read_spec(first_pod_spec(obj.get("spec")))
 

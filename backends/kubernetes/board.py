@@ -43,22 +43,25 @@ INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 def pod_job(pod: Pod) -> str:
     """The training job a pod is of: a torchdeck run's id, another job's reference, or "" (not a
     training pod). Kinds that label their pods alike (a PyTorchJob's and an MPIJob's) are told
-    apart by the pod's controller; a TrainJob's pods are its JobSet's."""
+    apart by the pod's controller where it is the job itself; a pod a JobSet made (a TrainJob's
+    too) is its JobSet's; else the first kind whose label it bears."""
     run = pod.labels.get(RUN_LABEL)
     if run:
         return run
     ns = pod.meta.namespace or "default"
     owners = {ref.kind for ref in pod.meta.controllers()}
-    found = ""
+    guess = ""
     for kind in JOB_KINDS.values():
         name = pod.labels.get(kind.pod_label) if kind.pod_label and not kind.builtin else None
-        if name and (kind.kind in owners or not found):
-            found = job_ref(kind.key, ns, name)
-    for listed in LISTED_ALONE:
+        if name and kind.kind in owners:
+            return job_ref(kind.key, ns, name)  # its controller says which
+        if name and not guess and kind.pod_label not in {listed.pod_label for listed in LISTED_ALONE}:
+            guess = job_ref(kind.key, ns, name)
+    for listed in LISTED_ALONE:  # a JobSet's pods (a TrainJob's too: its JobSet bears its name)
         name = pod.labels.get(listed.pod_label)
-        if name and not found:
-            found = job_ref(listed.key, ns, name)
-    return found
+        if name:
+            return job_ref(listed.key, ns, name)
+    return guess
 
 
 def _asked(pod: Pod, resource: str) -> float:
@@ -146,7 +149,7 @@ def _workload_job(workload: Workload) -> tuple[str, str]:
     return "", ""
 
 
-def read_queues_view(client: KubeClient, ours: Mapping[str, str]) -> QueuesView:
+def read_queues_view(client: KubeClient, ours: Mapping[str, str], namespace: str | None = None) -> QueuesView:
     """Every ClusterQueue this identity may read, with its LocalQueues, quota and usage, admitted,
     waiting (in order, with Kueue's reason) and preempted workloads. ``ours``: the uids of the jobs
     torchdeck made here, by uid -> run id (their workloads are the user's)."""
@@ -155,8 +158,8 @@ def read_queues_view(client: KubeClient, ours: Mapping[str, str]) -> QueuesView:
         return QueuesView(notes=("Kueue is not installed here (no kueue.x-k8s.io API): jobs are not queued",))
     notes: list[str] = []
     cluster_queues = _listed(client, kueue_kind(version, "clusterqueues", namespaced=False), notes)
-    local_queues = _listed(client, kueue_kind(version, "localqueues"), notes)
-    workloads = [Workload.from_api(w) for w in _listed(client, kueue_kind(version, "workloads"), notes)]
+    local_queues = _listed(client, kueue_kind(version, "localqueues"), notes, namespace)
+    workloads = [Workload.from_api(w) for w in _listed(client, kueue_kind(version, "workloads"), notes, namespace)]
     on_queue: dict[str, list[str]] = {}
     for lq in local_queues:
         meta = ObjectMeta.from_api(lq)
@@ -182,14 +185,26 @@ def read_queues_view(client: KubeClient, ours: Mapping[str, str]) -> QueuesView:
     return QueuesView(tuple(rows), ordered_by if rows else "", tuple(notes))
 
 
-def _listed(client: KubeClient, kind: ApiKind, notes: list[str]) -> list[Api]:
+def _listed(client: KubeClient, kind: ApiKind, notes: list[str], namespace: str | None = None) -> list[Api]:
+    """Every object of a Kueue kind this identity may list: in every namespace, else (a namespaced
+    kind) in its own namespace, said in a note; none, said, where it may not list them at all."""
     try:
         return items(client.request("GET", api_path(kind)))
     except ApiError as exc:
         if exc.status != 403:
             raise
-        notes.append(f"may not list Kueue's {kind.plural} here: those are left out")
-        return []
+    where = namespace or client.context_namespace or "default"
+    if kind.namespaced:
+        try:
+            found = items(client.request("GET", api_path(kind, where)))
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+        else:
+            notes.append(f"may not list Kueue's {kind.plural} in every namespace: those in {where} only")
+            return found
+    notes.append(f"may not list Kueue's {kind.plural} here: those are left out")
+    return []
 
 
 def _cluster_queue_of(workload: Workload, lq_target: Mapping[tuple[str, str], str]) -> str:

@@ -8,6 +8,7 @@ the client itself is imported for the first write, never before."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,6 +68,13 @@ class Unreachable(BackendError):
 
 
 def quantity(text: object) -> float:
+    """A Kubernetes quantity as a number: "3500m" -> 3.5, "8Gi" -> 8589934592, "2" -> 2; 0.0 for
+    anything that is no finite number ("NaN", "1e999", junk)."""
+    value = _quantity(text)
+    return value if math.isfinite(value) else 0.0
+
+
+def _quantity(text: object) -> float:
     """A Kubernetes quantity as a number: "3500m" -> 3.5, "8Gi" -> 8589934592, "2" -> 2."""
     text = str(text).strip()
     units = {

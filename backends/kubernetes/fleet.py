@@ -12,7 +12,7 @@ from .kinds import JOB_KINDS, LISTED_ALONE, JobKind, ListedKind
 from .objects import Api, ObjectMeta, as_list, as_map, conditions_of, true_condition
 
 FOREIGN_HINT = "shown and followed read-only"
-GERUND = {"stop": "stopping", "resume": "resuming", "triage": "triaging"}
+GERUND = {"stop": "stopping", "resume": "resuming", "triage": "triaging", "copy the model of": "copying the model of"}
 """The verbs refused of a job that is not torchdeck's, as the refusal says them."""
 
 

@@ -202,3 +202,45 @@ def test_the_console_lists_every_job_filters_them_and_shows_nodes_and_queues(kub
         assert backend.client.exists(api_path(api_of("PyTorchJob"), THEIRS, "bert"))
 
     asyncio.run(scenario())
+
+
+def test_a_reference_to_a_copy_of_a_runs_labels_is_that_copy_and_nothing_of_anothers_is_changed(kube_api, tmp_path):
+    """Review of issue 55: a reference resolves to a run only where it is that very object; another's
+    job is never tested, model-copied, or has its pods deleted off a lost node, whatever it carries."""
+    import pytest
+
+    cli = cluster_cli(kube_api, tmp_path)
+    backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    install(backend)
+    run_id = backend.submit(make_spec())
+    ours = backend.client.request("GET", api_path(api_of("PyTorchJob"), NS, run_id))
+    copy = {"apiVersion": ours["apiVersion"], "kind": ours["kind"], "spec": ours["spec"],
+            "metadata": {"name": run_id, "namespace": THEIRS, "labels": ours["metadata"]["labels"]}}  # fmt: skip
+    backend.client.request("POST", api_path(api_of("PyTorchJob"), THEIRS), body=copy)
+    ref = f"pytorchjob/{THEIRS}/{run_id}"
+    said = json.loads(cli("status", ref, "--output", "json").stdout)
+    assert said["run_id"] == ref and said["made_by"] == "someone else"  # the copy, not the recorded run
+    for args in (("stop", ref, "--yes"), ("test", "--run", ref)):
+        refused = cli(*args)
+        assert refused.returncode != 0 and f"{ref} is not torchdeck's" in refused.stderr, (args, refused.stderr)
+    assert backend.client.exists(api_path(api_of("PyTorchJob"), NS, run_id))
+    assert backend.client.exists(api_path(api_of("PyTorchJob"), THEIRS, run_id))
+    # a lost node under another's job: its pods are never deleted from here
+    their = their_job(backend, "lost")
+    their_pod(backend, their, 0, "cpu-0")
+    fresh = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
+    fresh._release_lost = lambda *args: pytest.fail("released the pods of a job torchdeck did not make")  # type: ignore[method-assign]
+    assert fresh.status(f"pytorchjob/{THEIRS}/lost").run_id == f"pytorchjob/{THEIRS}/lost"
+
+
+def test_a_quantity_that_is_no_finite_number_is_none() -> None:
+    from torchdeck.backends.kubernetes.client import quantity
+
+    assert [quantity(q) for q in ("NaN", "1e999", "-inf", "junk", "8Gi", "500m")] == [
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        8 * 2**30,
+        0.5,
+    ]

@@ -205,6 +205,8 @@ class HomeScreen(DeckScreen[None]):
         """The last listing through the filter, in the chosen order."""
         from torchdeck.monitor.state import SORTS
 
+        if self.table is None:  # nothing listed yet: the first listing draws it
+            return
         shown = sorted((s for s in self.listed if self.filter is None or self.filter.keeps(s)), key=SORTS[self.sort])
         placed = PLACE_COLUMNS if any(s.kind for s in self.listed) else COLUMNS
         if placed != self.columns:
