@@ -67,6 +67,12 @@ class Usage:
     used: float
     borrowed: float = 0.0
 
+    def shown(self, value: float) -> str:
+        """An amount of this resource as a person reads it: memory in bytes' units, else as counted."""
+        from .files import size_words
+
+        return size_words(int(value)) if self.resource == "memory" else f"{value:g}"
+
 
 @dataclass(frozen=True)
 class Waiting:

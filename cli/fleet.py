@@ -8,7 +8,6 @@ import time
 
 from torchdeck.backends.base import Backend
 from torchdeck.backends.capabilities import ClusterViews
-from torchdeck.backends.files import size_words
 from torchdeck.backends.views import NodesView, QueuesView, node_cells
 from torchdeck.settings import Settings
 from torchdeck.terminal import printable
@@ -92,9 +91,8 @@ def format_queues(view: QueuesView, first: int = 10) -> str:
         if q.local_queues:
             out.append("  local queues: " + ", ".join(q.local_queues))
         for u in q.usage:
-            n = (lambda v: size_words(int(v))) if u.resource == "memory" else (lambda v: f"{v:g}")
-            borrowed = f", {n(u.borrowed)} borrowed" if u.borrowed else ""
-            out.append(f"  {u.flavor} {u.resource}: {n(u.used)} of {n(u.quota)} in use{borrowed}")
+            borrowed = f", {u.shown(u.borrowed)} borrowed" if u.borrowed else ""
+            out.append(f"  {u.flavor} {u.resource}: {u.shown(u.used)} of {u.shown(u.quota)} in use{borrowed}")
         for w in q.waiting[:first]:
             waited = f"{(now - w.since) / 60:.0f} min" if w.since else "?"
             mine = " (yours)" if w.mine else ""

@@ -183,7 +183,6 @@ class QueuesScreen(BoardScreen):
         return views.queues_view()
 
     def draw(self, view: QueuesView | NodesView) -> None:
-        from torchdeck.backends.files import size_words
 
         assert isinstance(view, QueuesView)
         self.view = view
@@ -201,8 +200,7 @@ class QueuesScreen(BoardScreen):
             summary.append(f" {q.admitted} admitted, {q.pending} waiting")
             summary.append(f", {q.preempted} preempted" if q.preempted else "")
             for u in q.usage[:3]:
-                n = (lambda v: size_words(int(v))) if u.resource == "memory" else (lambda v: f"{v:g}")
-                summary.append(f"  {u.resource} {n(u.used)}/{n(u.quota)}", style="dim")
+                summary.append(f"  {u.resource} {u.shown(u.used)}/{u.shown(u.quota)}", style="dim")
             summary.append("\n")
         summary.append(self.notes(view.notes), style="yellow")
         self.query_one("#board-summary", Static).update(summary)
