@@ -501,11 +501,7 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
             text = line.decode(errors="replace").strip()
             if ("Error" in text or "error" in text) and "To enable traceback" not in text:
                 return text[:300], ""
-        if code < 0 or code > 128:
-            sig = -code if code < 0 else code - 128
-            with contextlib.suppress(ValueError):
-                return f"torchrun was killed by {signal.Signals(sig).name}", ""
-        return f"torchrun exited with code {code}", ""
+        return killed_words(code), ""
 
     def _status_of(self, run_dir: Path) -> JobStatus:
         """The run's status: from its ``status.json`` once it has ended (its launcher writes it as
@@ -583,8 +579,10 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
             else:
                 status.state = JobState.FAILED
                 if done.reaped and (status.exit_code or 0) < 0:  # torchrun itself was killed
-                    reason, _ = self._failure_reason(run_dir, status.exit_code or 1)
-                    status.reason = f"{reason}; the {done.reaped} processes it left were stopped"
+                    # what its ranks said after (its store gone, their collectives broken) follows from it
+                    status.reason = (
+                        f"{killed_words(status.exit_code or 1)}; the {done.reaped} processes it left were stopped"
+                    )
                     status.hint = f"`torchdeck resume {run_dir.name}` continues from its last checkpoint"
                 if not status.reason:
                     status.reason, hint = self._failure_reason(run_dir, status.exit_code or 1)
@@ -1008,3 +1006,12 @@ def resumed_by(run_dir: Path) -> str:
         return check_run_id(text) if text else ""
     except (FileNotFoundError, SpecError):
         return ""
+
+
+def killed_words(code: int) -> str:
+    """How torchrun ended from its exit code: the signal that killed it (a negative code, or
+    128 + the signal as a shell reports it), else the code."""
+    if code < 0 or code > 128:
+        with contextlib.suppress(ValueError):
+            return f"torchrun was killed by {signal.Signals(-code if code < 0 else code - 128).name}"
+    return f"torchrun exited with code {code}"
