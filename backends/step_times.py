@@ -16,6 +16,7 @@ of one rank taking 0.04 s and then 0.4 s on a busy host) name no rank."""
 from __future__ import annotations
 
 import statistics
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -36,48 +37,80 @@ class StepGaps:
     timed when torchdeck reads them, and lines read together in one burst share a time, which
     makes single gaps zero or many steps long while a few steps' pace stays right."""
 
-    __slots__ = ("points", "best", "compute")
+    __slots__ = ("_times", "_steps", "best", "compute", "_figures")
 
     def __init__(self) -> None:
-        self.points: deque[tuple[float, int]] = deque(maxlen=WINDOW + 1)
+        self._times = array("d")
+        self._steps = array("d")  # (a float each: a line may say any integer)
+        """The points, in two arrays (kept up to twice ``WINDOW``, then cut back to the newest):
+        a monitor of 1,024 ranks holds 200 of them a rank for hours, and as tuples of a float and an
+        int they took 22 MB, and pinned the allocator's pools around them."""
         self.best: float | None = None
         """The lowest stretch pace seen (kept beyond the window)."""
         self.compute: deque[float] = deque(maxlen=WINDOW)
         """The rank's own compute seconds of its recent step lines, where they say it."""
+        self._figures: StepFigures | None | bool = False
+        """``figures()`` as last made (False: a point came since): a monitor of 1,024 ranks asks
+        for every rank's twenty times a second, and most have no new step between two asks."""
+
+    @property
+    def points(self) -> list[tuple[float, float]]:
+        """The newest ``WINDOW`` + 1 points, as (time, step)."""
+        return list(zip(self._times[-(WINDOW + 1) :], self._steps[-(WINDOW + 1) :]))
 
     def feed(self, time: float, step: int, compute_s: object = None) -> None:
         """A step line (a step that went back, a restart, starts the points again), with the rank's
         own compute seconds where the line says them."""
-        if self.points and (step < self.points[-1][1] or time < self.points[-1][0]):
-            self.points.clear()
+        times, steps = self._times, self._steps
+        if steps and (step < steps[-1] or time < times[-1]):
+            del times[:], steps[:]
             self.compute.clear()
-        if self.points and step == self.points[-1][1]:
+        if steps and step == steps[-1]:
             return
         if isinstance(compute_s, (int, float)) and not isinstance(compute_s, bool) and compute_s > 0:
             self.compute.append(float(compute_s))
-        self.points.append((time, step))
+        times.append(time)
+        steps.append(step)
+        if len(steps) > 2 * (WINDOW + 1):
+            del times[: -(WINDOW + 1)], steps[: -(WINDOW + 1)]
+        self._figures = False
         stretch = self._pace(STRETCH)
         if stretch is not None:
             self.best = stretch if self.best is None else min(self.best, stretch)
 
-    def _pace(self, steps: int, end: int | None = None) -> float | None:
-        """Seconds per step over the newest ``steps`` steps before point ``end`` (the last: None)."""
-        points = list(self.points)[: None if end is None else end + 1]
-        if len(points) < 2:
+    def _pace(self, steps: int) -> float | None:
+        """Seconds per step over the newest ``steps`` steps (from the newest point back to the
+        nearest one at least that many steps before it, within the window)."""
+        times, marks = self._times, self._steps
+        n = min(len(marks), WINDOW + 1)
+        if n < 2:
             return None
-        t1, s1 = points[-1]
-        for t0, s0 in reversed(points[:-1]):
-            if s1 - s0 >= steps:
-                return (t1 - t0) / (s1 - s0)
+        t1, s1 = times[-1], marks[-1]
+        for i in range(2, n + 1):
+            if s1 - marks[-i] >= steps:
+                return (t1 - times[-i]) / (s1 - marks[-i])
         return None
 
+    def _paces(self) -> list[float]:
+        """The pace over ``SPAN`` steps or more ending at each point, in one pass: the points' steps
+        only grow, so the nearest point ``SPAN`` steps back only moves forward."""
+        points = self.points
+        paces, j = [], -1
+        for t1, s1 in points:
+            while j + 1 < len(points) and s1 - points[j + 1][1] >= SPAN:
+                j += 1
+            if j >= 0:
+                t0, s0 = points[j]
+                paces.append((t1 - t0) / (s1 - s0))
+        return paces
+
     def figures(self) -> StepFigures | None:
-        points = list(self.points)
-        paces = []
-        for i in range(len(points)):
-            pace = self._pace(SPAN, i)
-            if pace is not None:
-                paces.append(pace)
+        if self._figures is False:
+            self._figures = self._made()
+        return self._figures if isinstance(self._figures, StepFigures) else None
+
+    def _made(self) -> StepFigures | None:
+        paces = self._paces()
         if len(paces) < MIN_GAPS:
             return None
         ordered = sorted(paces)

@@ -135,9 +135,41 @@ def big_pods(workers: int) -> list[str]:
     return [f"{BIG}-master-0", *(f"{BIG}-worker-{i}" for i in range(workers))]
 
 
-def writer(folder: Path, pods: list[str], stop: threading.Event) -> None:
-    """A step line a second in each pod's log file, as the built-in trainer writes it (rank = pod)."""
-    files = [(rank, (folder / f"{pod}.log").open("a", buffering=1)) for rank, pod in enumerate(pods)]
+def log_file(folder: Path, pod: str) -> Path:
+    """A pod's log file, in a folder of its own as a kubelet keeps it (/var/log/pods/NS_POD_UID/C/0.log):
+    KWOK follows each file with inotify on its folder, and 1,024 files in one folder sent each of the
+    1,024 watches every file's writes (their queues overflowed, and the streams ended)."""
+    return folder / pod / "0.log"
+
+
+def addressed(kubeconfig: str) -> int:
+    """Every KWOK node with its InternalIP (KWOK's own, one for all its nodes), where one has none;
+    how many were given it. KWOK's node-initialize stage sets it once, for a node not yet Ready; a
+    KWOK started again over Ready nodes (a second run) wrote their status without it, and the API
+    server could not reach their pods' logs ("no preferred addresses found"): 650 of 1,024 streams
+    failed, asked for again 50 times a second."""
+    from torchdeck.backends.kubernetes.backend import KubernetesBackend
+
+    client = KubernetesBackend(kubeconfig).client
+    nodes = [n for n in client.request("GET", "api/v1/nodes", query={"labelSelector": "type=kwok"})["items"]]
+    known = [a for n in nodes for a in (n["status"].get("addresses") or []) if a["type"] == "InternalIP"]
+    given = 0
+    for n in nodes if known else ():
+        if not any(a["type"] == "InternalIP" for a in n["status"].get("addresses") or []):
+            addresses = [*(n["status"].get("addresses") or []), known[0]]
+            client.request(
+                "PATCH", f"api/v1/nodes/{n['metadata']['name']}/status", body={"status": {"addresses": addresses}}
+            )
+            given += 1
+    return given
+
+
+def writer(folder: Path, pods: list[str]) -> None:
+    """A step line a second in each pod's log file, as the built-in trainer writes it (rank = pod),
+    until stdin closes. Run as a process of its own (``--write``): its CPU is not the console's."""
+    files = [(rank, log_file(folder, pod).open("a", buffering=1)) for rank, pod in enumerate(pods)]
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     step = 0
     while not stop.is_set():
         step += 1
@@ -271,7 +303,11 @@ def main() -> None:
     parser.add_argument("--big-workers", type=int, default=1023)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--clean", action="store_true", help="delete what the benchmark made, and stop KWOK")
+    parser.add_argument("--write", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.write:
+        writer(Path(args.write), big_pods(args.big_workers))
+        return
     print(calibration())
     if args.clean:
         for ns in [*NAMESPACES, BIG_NS]:
@@ -285,11 +321,13 @@ def main() -> None:
     logs.chmod(0o755)
     pods = big_pods(args.big_workers)
     listing = logs / "pods.txt"
-    listing.write_text("".join(f"{BIG_NS} {pod} {logs / (pod + '.log')}\n" for pod in pods))
+    listing.write_text("".join(f"{BIG_NS} {pod} {log_file(logs, pod)}\n" for pod in pods))
     for pod in pods:
-        (logs / f"{pod}.log").touch()
-    stop = threading.Event()
-    threading.Thread(target=writer, args=(logs, pods, stop), daemon=True).start()
+        log_file(logs, pod).parent.mkdir(mode=0o755)
+        log_file(logs, pod).touch()
+    writing = subprocess.Popen(
+        [sys.executable, __file__, "--write", str(logs), "--big-workers", str(args.big_workers)], stdin=subprocess.PIPE
+    )
     t = time.monotonic()
     subprocess.run([str(SCRIPT), "kwok", "start", str(listing)], check=True)
     create([node(i) for i in range(args.nodes)])
@@ -307,6 +345,7 @@ def main() -> None:
             break
         time.sleep(5)
     print(f"the big job's pods running: {running} of {len(pods)} after {time.monotonic() - t:.0f} s")
+    print(f"KWOK nodes given their InternalIP: {addressed(kubeconfig)}")
     pending = json.loads(kubectl("get", "workloads", "-A", "-o", "json"))["items"]
     waiting = sum(1 for w in pending if not (w.get("status") or {}).get("admission"))
     print(f"workloads: {len(pending)}, waiting {waiting}")
@@ -341,7 +380,9 @@ def main() -> None:
 
     anchor_list = {k: round(v - idle.get(k, 0.0), 2) for k, v in window(30.0, k9s).items() if k.startswith("LIST")}
     print("anchor a LIST of the pods every 2 s (k9s's refresh), req/s:", json.dumps(anchor_list))
-    stop.set()
+    assert writing.stdin is not None
+    writing.stdin.close()
+    writing.wait(10)
     print(f"console process: {psutil.Process().memory_info().rss >> 20} MiB now")
 
 

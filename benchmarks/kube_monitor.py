@@ -51,6 +51,14 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
     run_id = backend.submit(spec)
     lines = int(rate * seconds)
     start = time.time()
+    job = backend.client.request("GET", f"apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs/{run_id}")
+    owner = {  # as the Training Operator makes them: its pods are the job's (torchdeck follows no others)
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "name": run_id,
+        "uid": job["metadata"]["uid"],
+        "controller": True,
+    }
     for i in range(pods):
         name = f"{run_id}-worker-{i}"
         log = [
@@ -78,6 +86,7 @@ def serve(tmp: str, pods: int, rate: float, seconds: float) -> None:
                 "kind": "Pod",
                 "metadata": {
                     "name": name,
+                    "ownerReferences": [owner],
                     "labels": {
                         "torchdeck.dev/run": run_id,
                         "training.kubeflow.org/replica-type": "worker",

@@ -137,6 +137,7 @@ from .preflight import preflight
 from .queues import queue_findings, queue_wait, suspended, wait_words
 from .streams import PodLogFollower, has_started, node_ranks
 from .tasks import TaskJobs
+from .watched import WatchedPods
 
 if TYPE_CHECKING:
     from ..health import GateResult
@@ -306,6 +307,8 @@ class KubernetesBackend(
         self._uids: dict[str, str] = {}
         """run id -> the uid of the job learned for it (kept in a copy for another process, where
         ``_owners`` is made again)."""
+        self.watched = WatchedPods(self.client)
+        """A big run's pods, kept by a watch while it is followed (``watched``)."""
         self._unseen: dict[str, str] = {}
         """What this identity may not see that a listing would show (a namespace's user on a shared
         cluster), one line each, by what was asked (``unseen``)."""
@@ -874,9 +877,7 @@ class KubernetesBackend(
 
     def pods(self, run_id: str, namespace: str) -> builtins.list[Pod]:
         """The run's pods: those matching its selector that its job owns."""
-        found = self.client.read_pods(namespace, self.pod_selector(run_id))
-        owned = self.owner(run_id)
-        return found if owned is None else [p for p in found if owned(p)]
+        return self.watched.pods(namespace, self.pod_selector(run_id), self.owner(run_id))
 
     def pod_findings(self, namespace: str, pods: Sequence[Pod]) -> builtins.list[Finding]:
         """What is wrong with these pods (``diagnosis.pod_findings``)."""
@@ -1277,6 +1278,8 @@ class KubernetesBackend(
         wait = None
         if queue and not state.is_terminal:
             wait = queue_wait(self.client, obj, queue) if read_queue else QueueWait(queue)
+        elif queue:  # ended: the queue it went through, by name (Kueue keeps nothing more of it to read)
+            wait = QueueWait(queue)
         if wait is not None and suspended(obj):  # Kueue holds it: it waits in the queue, nothing runs
             state, reason = JobState.QUEUED, wait_words(wait)
         elif wait is not None and wait.outside and not reason:  # a queue's label, and no Kueue behind it

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import BackendError
 from ..recovery import RecoveryLog, ranks_words
-from .client import ApiError, KubeClient
+from .client import KubeClient
 from .objects import Condition, ContainerStatus, Event, Node, Pod
 
 RDZV_PATTERNS = (
@@ -349,21 +349,19 @@ def pod_disruption(pod: Pod) -> str:
 def bad_nodes(client: KubeClient, pods: Sequence[Pod], unread: list[str] | None = None) -> dict[str, str]:
     """The nodes a run's pods were on that the cluster marks bad (NotReady, a spot interruption
     notice, gone, a pressure, evictions), each with why: what ``torchdeck resume --avoid-node``
-    is for. One request a node; a node this identity may not read goes into ``unread``."""
+    is for. A node this identity may not read goes into ``unread``."""
     found: dict[str, str] = {}
     nodes: dict[str, list[Pod]] = {}
     for pod in pods:
         if pod.node:
             nodes.setdefault(pod.node, []).append(pod)
+    read, forbidden = client.nodes_named(nodes)
+    if unread is not None:
+        unread += forbidden  # not ours to read (a namespace's user): the caller says so
     for name, on_it in sorted(nodes.items()):
-        try:
-            node: Node | None = client.read_node(name)
-        except ApiError as exc:
-            if exc.status != 404:
-                if unread is not None:
-                    unread.append(name)  # not ours to read (a namespace's user): the caller says so
-                continue
-            node = None
+        if name not in read:
+            continue
+        node = read[name]
         said = [node_trouble(node)] + [pod_disruption(p) for p in on_it]
         words = "; ".join(s for s in said if s)
         if words:
@@ -396,14 +394,11 @@ def lost_nodes(client: KubeClient, pods: Sequence[Pod], ranks: Mapping[str, int]
     for pod in pods:
         if pod.node in suspects:
             suspects[pod.node].append(pod)
+    read, _ = client.nodes_named(suspects)  # one not this identity's to read: its pods' own findings say what they can
     for name, on_it in sorted(suspects.items()):
-        try:
-            node: Node | None = client.read_node(name)
-        except ApiError as exc:
-            if exc.status != 404:
-                continue  # not this identity's to read: the pods' own findings still say what they can
-            node = None
-        trouble = node_trouble(node, time.time())
+        if name not in read:
+            continue
+        trouble = node_trouble(read[name], time.time())
         if not trouble:
             continue
         held = sorted(on_it, key=lambda p: ranks.get(p.name, 0))

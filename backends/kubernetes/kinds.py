@@ -82,6 +82,10 @@ class JobKind:
     pod_label: str = ""
     """The label its controller puts on the job's pods, with the job's name (seen on the real Training
     Operator v1.9.4, MPI Operator v0.8.2, Kubernetes 1.34 and JobSet v0.12.0); empty: none known."""
+    operator_name: str = ""
+    """What its controller says it is on the pods (``training.kubeflow.org/operator-name``): kinds
+    whose pods bear the same ``pod_label`` are told apart by it where the pod's controller is not
+    the job (an MPIJob's launcher is a batch Job's pod)."""
     suspend_at: tuple[str, ...] = ()
     """Where the job keeps its suspend flag (empty: it cannot be suspended)."""
     queued: bool = True
@@ -514,6 +518,7 @@ PYTORCHJOB = PyTorchJobKind(
     'kubectl apply --server-side -k "github.com/kubeflow/trainer.git/manifests/overlays/standalone'
     f'?ref={TRAINING_OPERATOR}"',
     pod_label="training.kubeflow.org/job-name",
+    operator_name="pytorchjob-controller",
     suspend_at=RUN_POLICY_SUSPEND,
     targets=(
         Target(f"Kubeflow Training Operator {TRAINING_OPERATOR}", f"pytorchjob-trainer-{TRAINING_OPERATOR}.yaml", "v1"),
@@ -557,6 +562,7 @@ MPIJOB = MpiJobKind(
     "MPIJob: the image needs OpenMPI and an SSH server that runs as uid 1000 with its keys "
     f"in {MPI_SSH_DIR}, as torchdeck image build --mpi makes it",
     pod_label="training.kubeflow.org/job-name",
+    operator_name="mpi-operator",
     suspend_at=RUN_POLICY_SUSPEND,
     targets=(Target(f"Kubeflow MPI Operator {MPI_OPERATOR}", f"mpijob-mpi-operator-{MPI_OPERATOR}.yaml", "v2beta1"),),
     # the Training Operator v1 serves MPIJob v1: its manifests import, though torchdeck renders v2beta1

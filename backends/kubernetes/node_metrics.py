@@ -4,7 +4,6 @@ proxy) where one runs."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from ..base import GpuMetrics, NodeMetrics
 from ..errors import BackendError
 from .client import ApiError, KubeClient, api_path, quantity
-from .objects import Node, NodeUsage, Pod, items
+from .objects import NodeUsage, Pod, items
 
 DCGM_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
 DCGM_PORT = 9400
@@ -45,10 +44,6 @@ def dcgm_gpus(client: KubeClient, nodes: set[str]) -> dict[str, list[GpuMetrics]
     return found
 
 
-NODES_ONE_BY_ONE = 16
-"""A run on more nodes than this has them read in one list request, not one request each."""
-
-
 def measure_nodes(client: KubeClient, pods: Sequence[Pod]) -> list[NodeMetrics]:
     """The nodes the pods run on: CPU and memory from metrics-server, GPUs from the DCGM exporter
     where one runs (else what the API says they have)."""
@@ -69,15 +64,11 @@ def measure_nodes(client: KubeClient, pods: Sequence[Pod]) -> list[NodeMetrics]:
             else "no metrics-server: install it for node CPU and memory"
         )
     dcgm = dcgm_gpus(client, set(node_names))
-    listed: dict[str, Node] | None = None
-    if len(node_names) > NODES_ONE_BY_ONE:  # one list, whatever the run's size, rather than a request a node
-        with contextlib.suppress(ApiError):
-            listed = {n.name: n for n in client.read_nodes()}
+    read, _ = client.nodes_named(node_names)
     out = []
     for node_name in node_names:
-        try:
-            node = listed[node_name] if listed is not None else client.read_node(node_name)
-        except (ApiError, KeyError):
+        node = read.get(node_name)
+        if node is None:
             continue
         alloc = node.allocatable
         cpu_total = quantity(alloc.get("cpu", "0"))

@@ -458,8 +458,18 @@ class PodList:
 
     @classmethod
     def from_api(cls, obj: Api) -> PodList:
-        version = as_map(obj.get("metadata")).get("resourceVersion")
-        return cls([Pod.from_api(p) for p in items(obj)], version if isinstance(version, str) and version else None)
+        return cls.from_pages([obj])
+
+    @classmethod
+    def from_pages(cls, pages: Iterable[Api]) -> PodList:
+        """The pods of a list's pages (``KubeClient.list_pages``): the resourceVersion is the list's
+        (every page of one list is read at the same version)."""
+        pods: list[Pod] = []
+        version: object = None
+        for page in pages:
+            pods += [Pod.from_api(p) for p in items(page)]
+            version = as_map(page.get("metadata")).get("resourceVersion") or version
+        return cls(pods, version if isinstance(version, str) and version else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,7 +107,7 @@ class PodWatcher:
         while not self._stop.is_set():
             try:
                 if rv is None:
-                    listing = PodList.from_api(self.client.request("GET", path, query={"labelSelector": selector}))
+                    listing = PodList.from_pages(self.client.list_pages(path, {"labelSelector": selector}))
                     self.pods = {p.name: p for p in self.theirs(listing.pods)}
                     rv = listing.resource_version
                     self.relists += 1

@@ -6,6 +6,7 @@ the nodes' room, use, training jobs and trouble; the queues' usage and waiting l
 from __future__ import annotations
 
 import json
+import time
 
 from kube_jobs import NS, THEIRS, cluster_cli, install, make_spec, metric_line, set_conditions, their_job
 
@@ -244,3 +245,84 @@ def test_a_quantity_that_is_no_finite_number_is_none() -> None:
         8 * 2**30,
         0.5,
     ]
+
+
+def test_a_big_runs_pods_asked_for_again_are_kept_by_a_watch_and_a_small_runs_are_listed(kube_api, monkeypatch):
+    """A monitor asks for its run's status once a second: for a run of WATCH_FROM_PODS pods or more,
+    the second ask starts a watch of its pods and the asks after read it (no LIST of them all each
+    time); a change reaches the status through the watch; the watch ends once nobody asks. A run of
+    two pods is listed every time, so what it says is never older than the request. Lists (the
+    watch's first too) come a page at a time (here 10 pods a page)."""
+    from kube_jobs import make_pod, set_phase
+
+    from torchdeck.backends.kubernetes import client, watched
+
+    monkeypatch.setattr(client, "LIST_PAGE", 10)
+
+    backend = KubernetesBackend(kube_api.kubeconfig)
+    install(backend)
+    big = backend.submit(make_spec(name="big", nodes=watched.WATCH_FROM_PODS, nproc_per_node=1))
+    small = backend.submit(make_spec(name="small", nodes=2, nproc_per_node=1))
+    for i in range(watched.WATCH_FROM_PODS):
+        make_pod(backend, big, f"{big}-worker-{i}", "worker", i)
+    for i in range(2):
+        make_pod(backend, small, f"{small}-worker-{i}", "worker", i)
+    listed = []
+    read_pods = backend.client.read_pods
+
+    def counted(namespace, selector):
+        listed.append(selector)
+        return read_pods(namespace, selector)
+
+    monkeypatch.setattr(backend.client, "read_pods", counted)
+    watches = kube_api.emulator.watches
+    for _ in range(2):
+        assert len(backend.pods(big, NS)) == watched.WATCH_FROM_PODS
+        assert len(backend.pods(small, NS)) == 2
+    assert len(listed) == 4 and len(backend.watched.watching()) == 1
+    for _ in range(3000):  # until the watch has its first listing (until then each ask lists)
+        before = len(listed)
+        backend.pods(big, NS)
+        if len(listed) == before:
+            break
+        time.sleep(0.01)
+    served = len(listed)
+    for _ in range(5):
+        assert len(backend.pods(big, NS)) == watched.WATCH_FROM_PODS
+    backend.status(big)
+    assert len(listed) == served and kube_api.emulator.watches == watches + 1  # one watch, and no LIST since
+
+    set_phase(backend, f"{big}-worker-3", "Failed")
+    for _ in range(3000):  # the change comes through the watch
+        failed = [p.name for p in backend.pods(big, NS) if p.phase == "Failed"]
+        if failed:
+            break
+        time.sleep(0.01)
+    assert failed == [f"{big}-worker-3"] and len(listed) == served
+    small_asked = sum(s.endswith(small) for s in listed)
+    backend.pods(small, NS)
+    assert sum(s.endswith(small) for s in listed) == small_asked + 1  # a small run is listed each time
+
+    monkeypatch.setattr(watched, "IDLE_S", 0.0)
+    backend.pods(small, NS)  # any ask ends the watches nobody asked for since
+    assert backend.watched.watching() == []
+
+
+def test_an_mpijobs_launcher_a_batch_jobs_pod_is_its_mpijobs_on_the_nodes_view() -> None:
+    """The MPI Operator's launcher pod is owned by a batch Job, and bears the same job-name label as a
+    PyTorchJob's pods: the operator it names (as the real MPI Operator v0.8.2 and Training Operator
+    label them, seen on the real cluster) says whose it is."""
+    from torchdeck.backends.kubernetes.board import pod_job
+    from torchdeck.backends.kubernetes.objects import Pod
+
+    def pod(operator: str, owner: str, role: dict[str, str]) -> Pod:
+        labels = {"training.kubeflow.org/job-name": "bert", "training.kubeflow.org/operator-name": operator, **role}
+        owners = [{"apiVersion": "v1", "kind": owner, "name": "bert-launcher", "uid": "u1", "controller": True}]
+        return Pod.from_api(
+            {"metadata": {"name": "p", "namespace": "team-b", "labels": labels, "ownerReferences": owners}}
+        )
+
+    assert pod_job(pod("mpi-operator", "Job", {"training.kubeflow.org/job-role": "launcher"})) == "mpijob/team-b/bert"
+    assert pod_job(pod("mpi-operator", "MPIJob", {"training.kubeflow.org/job-role": "worker"})) == "mpijob/team-b/bert"
+    worker = pod("pytorchjob-controller", "PyTorchJob", {"training.kubeflow.org/replica-type": "worker"})
+    assert pod_job(worker) == "pytorchjob/team-b/bert"

@@ -20,6 +20,7 @@ from torchdeck.backends.kubernetes.jobs import api_of
 from torchdeck.backends.kubernetes.manifests import QUEUE_LABEL, render, render_task
 from torchdeck.backends.kubernetes.queues import queue_findings
 from torchdeck.backends.kubernetes.validation import validate_manifests
+from torchdeck.monitor.state import RowFilter, place_cells
 
 KUEUE = "apis/kueue.x-k8s.io/v1beta2"
 QUEUED_KINDS = ("pytorchjob", "trainjob", "mpijob", "job")
@@ -351,6 +352,12 @@ def test_a_queued_job_says_where_it_waits_and_why_until_admitted_and_again_when_
     status = kube_backend.status(run_id)
     assert status.state is JobState.QUEUED and status.queue is not None and status.queue.preempted is True
     assert "preempted by Kueue: Preempted to accommodate a workload" in status.reason and QUOTA in status.reason
+    # it ends: its row still says the queue it went through (jobs --queue finds it), and nothing waits
+    kube_backend.client.request("PATCH", path, body={"spec": {"runPolicy": {"suspend": False}}})
+    set_conditions(kube_backend, run_id, "Created", "Running", "Succeeded")
+    (row,) = [s for s in kube_backend.list() if s.run_id == run_id]
+    assert row.state is JobState.SUCCEEDED and place_cells(row)[1] == "team-a"
+    assert RowFilter(queue="team-a").keeps(row) and row.queue is not None and not row.queue.reason
 
 
 def test_the_monitor_shows_a_queued_job_where_it_waits_and_why_then_admitted_then_preempted(

@@ -6,7 +6,8 @@ closed here in a subclass:
 - create answers 201 Created, as the API server does (kmock answers 200, and
   the official client then returns None for custom objects), and gives the
   object a uid of its own, whatever the body said (kmock keeps none);
-- label selectors filter lists and watches (kmock ignores them);
+- label selectors filter lists and watches (kmock ignores them); ``limit`` and
+  ``continue`` page a list (the token here is the next item's place);
 - every change gets a resourceVersion; lists carry the current one; a watch
   from a resourceVersion replays what changed after it, and answers 410 Gone
   (an ERROR event) when that version has been compacted away;
@@ -237,12 +238,16 @@ class ClusterEmulator(KubernetesEmulator):
     async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
         if not self._installed(request.resource):
             return await super()._serve_list(request)  # kmock's 404 for an unknown resource
-        return {
-            "apiVersion": "v1",
-            "kind": "List",
-            "metadata": {"resourceVersion": str(self.rv)},
-            "items": self._matching(request),
-        }
+        found = self._matching(request)
+        metadata: dict[str, Any] = {"resourceVersion": str(self.rv)}
+        limit = request.params.get("limit")
+        if limit and limit.isdigit() and int(limit) > 0:  # a page, and where the next starts, as the API server pages
+            start = int(request.params.get("continue") or 0)
+            found, rest = found[start : start + int(limit)], found[start + int(limit) :]
+            if rest:
+                metadata["continue"] = str(start + int(limit))
+                metadata["remainingItemCount"] = len(rest)
+        return {"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": found}
 
     def fail_next_watch(self, how: str, after: int = 0) -> None:
         """The next watch answers 410 Gone ("gone"), or drops after ``after`` events ("cut")."""

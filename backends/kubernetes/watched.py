@@ -1,0 +1,124 @@
+"""A big run's pods kept by a watch while they are asked for again and again (the monitor asks for
+its run's status once a second). A LIST of 1,024 pods is megabytes of JSON for the API server to make
+and for the console to read, every time; a watch sends what changes, and the API server's load no
+longer grows with the pods shown. A run of a few pods, or pods asked for once (a ``status`` from the
+command line), are listed as before: what a LIST says is never older than the request."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from .client import KubeClient
+from .objects import Pod
+from .streams import PodWatcher
+
+WATCH_FROM_PODS = 64
+"""Pods from which a run asked for again is watched rather than listed."""
+ASKED_AGAIN_S = 10.0
+"""Asked for again within this long: someone follows the run (a monitor)."""
+IDLE_S = 30.0
+"""A watch nobody asked for this long ends."""
+
+Owned = Callable[[Pod], bool]
+
+
+class PodWatch:
+    """One selector's pods, kept current by a ``PodWatcher`` on a thread of its own. ``pods()`` is
+    None until its first listing came, and while its connection is broken (the caller lists)."""
+
+    def __init__(self, client: KubeClient, namespace: str, selector: str, owned: Owned | None):
+        self._latest: dict[str, Pod] | None = None
+        self._broken = False
+        self.asked = time.monotonic()
+        self.watcher = PodWatcher(client, selector, namespace, self._changed, self._retrying, owned)
+        self._thread = threading.Thread(target=self.watcher.run, name=f"pods-{selector[:40]}", daemon=True)
+        self._thread.start()
+        self._idle_check()
+
+    def _idle_check(self) -> None:
+        """End the watch once nobody has asked for IDLE_S (the monitor closed); else look again then."""
+        if time.monotonic() - self.asked > IDLE_S:
+            self.stop()
+            return
+        timer = threading.Timer(IDLE_S / 2, self._idle_check)
+        timer.daemon = True
+        timer.start()
+
+    def _changed(self, pods: dict[str, Pod]) -> None:
+        self._latest, self._broken = pods, False  # the watcher's copy: read whole by other threads
+
+    def _retrying(self, attempt: int, wait: float, why: str) -> None:
+        self._broken = True
+
+    def pods(self) -> list[Pod] | None:
+        self.asked = time.monotonic()
+        latest = self._latest
+        if latest is None or self._broken or not self._thread.is_alive():
+            return None
+        return list(latest.values())
+
+    @property
+    def ended(self) -> bool:
+        return not self._thread.is_alive()
+
+    def stop(self) -> None:
+        self.watcher.stop()
+
+
+class WatchedPods:
+    """The watches a backend holds, by (namespace, selector): started for a run of
+    ``WATCH_FROM_PODS`` pods or more asked for twice within ``ASKED_AGAIN_S``, ended ``IDLE_S``
+    after the last ask (or when their watch gave up)."""
+
+    def __init__(self, client: KubeClient):
+        self.client = client
+        self._watches: dict[tuple[str, str], PodWatch] = {}
+        self._listed: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[type[WatchedPods], tuple[KubeClient]]:
+        """A copy for another process holds no watch: it starts its own."""
+        return WatchedPods, (self.client,)
+
+    def pods(self, namespace: str, selector: str, owned: Owned | None) -> list[Pod]:
+        """The pods that match ``selector`` in ``namespace`` that ``owned`` keeps: from the watch
+        where one serves them, else from a LIST."""
+        key = (namespace, selector)
+        now = time.monotonic()
+        with self._lock:
+            self._end_idle(now)
+            watch = self._watches.get(key)
+        if watch is not None:
+            kept = watch.pods()
+            if kept is not None:
+                return kept
+        found = self.client.read_pods(namespace, selector)
+        mine = found if owned is None else [p for p in found if owned(p)]
+        with self._lock:
+            again = now - self._listed.get(key, float("-inf")) < ASKED_AGAIN_S
+            self._listed[key] = now
+            if again and len(mine) >= WATCH_FROM_PODS and key not in self._watches:
+                self._watches[key] = PodWatch(self.client, namespace, selector, owned)
+        return mine
+
+    def watching(self) -> list[tuple[str, str]]:
+        """The (namespace, selector) of each watch held now."""
+        with self._lock:
+            return sorted(self._watches)
+
+    def _end_idle(self, now: float) -> None:
+        for key, watch in list(self._watches.items()):
+            if watch.ended or now - watch.asked > IDLE_S:
+                watch.stop()
+                del self._watches[key]
+        for key, at in list(self._listed.items()):
+            if now - at > ASKED_AGAIN_S:
+                del self._listed[key]
+
+    def close(self) -> None:
+        with self._lock:
+            for watch in self._watches.values():
+                watch.stop()
+            self._watches.clear()
