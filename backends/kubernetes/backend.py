@@ -1280,7 +1280,7 @@ class KubernetesBackend(
             wait = queue_wait(self.client, obj, queue) if read_queue else QueueWait(queue)
         elif queue:  # ended: the queue it went through, by name (Kueue keeps nothing more of it to read)
             wait = QueueWait(queue)
-        if wait is not None and suspended(obj):  # Kueue holds it: it waits in the queue, nothing runs
+        if wait is not None and not state.is_terminal and suspended(obj):  # Kueue holds it: it waits, nothing runs
             state, reason = JobState.QUEUED, wait_words(wait)
         elif wait is not None and wait.outside and not reason:  # a queue's label, and no Kueue behind it
             reason = wait.reason

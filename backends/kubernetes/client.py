@@ -383,18 +383,21 @@ class KubeClient:
 
     def nodes_named(self, names: Iterable[str]) -> tuple[dict[str, Node | None], list[str]]:
         """The named nodes (None: no such node now), and those this identity may not read. A GET
-        each for up to ``NODES_ONE_BY_ONE``; for more, one LIST of every node: a run of 1,024 pods on
-        500 nodes asks once, not 500 times, each time its status is read."""
+        each for up to ``NODES_ONE_BY_ONE``; for more, one LIST of every node, kept ``NODES_LISTED_S``
+        (listed again for a name it lacks): a run of 1,024 pods on 500 nodes asks once, not 500 times.
+        An identity that may get nodes but not list them reads them one by one."""
         wanted = sorted({name for name in names if name})
         if len(wanted) > NODES_ONE_BY_ONE:
             when, listed = self._nodes_listed
-            if not when or time.monotonic() - when > NODES_LISTED_S:
+            kept = bool(when) and time.monotonic() - when <= NODES_LISTED_S
+            if not kept or any(name not in listed for name in wanted):  # (a node newer than the list kept)
                 try:
                     listed = {node.name: node for node in self.read_nodes()}
-                except ApiError:  # not this identity's to list: none of them is known
-                    return {}, wanted
-                self._nodes_listed = (time.monotonic(), listed)
-            return {name: listed.get(name) for name in wanted}, []
+                    self._nodes_listed = (time.monotonic(), listed)
+                except ApiError:  # not this identity's to list (a role that may get them): one by one
+                    listed = {}
+            if listed:
+                return {name: listed.get(name) for name in wanted}, []
         found: dict[str, Node | None] = {}
         unread = []
         for name in wanted:

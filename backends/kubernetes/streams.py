@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 MAX_RETRIES = 8
 """Failed watch connections in a row before the watcher gives up."""
+WATCH_S = 300
+"""How long the API server holds a watch open before it ends it (the watcher goes on from there); a
+read waits this and half a minute more before the connection is taken for dead."""
 
 
 def has_started(pod: Pod) -> bool:
@@ -120,10 +123,10 @@ class PodWatcher:
                         "watch": "true",
                         "resourceVersion": rv,
                         "allowWatchBookmarks": "true",
-                        "timeoutSeconds": 300,
+                        "timeoutSeconds": WATCH_S,
                     },
                     stream=True,
-                    timeout=None,
+                    timeout=WATCH_S + 30,  # a connection gone silent (half-open) is asked for again
                 )
                 failures = 0
                 for line in _lines(self._response):

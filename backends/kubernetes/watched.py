@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-
 from .client import KubeClient
 from .objects import Pod
+from .ownership import OwnedBy
 from .streams import PodWatcher
 
 WATCH_FROM_PODS = 64
@@ -21,18 +20,18 @@ ASKED_AGAIN_S = 10.0
 IDLE_S = 30.0
 """A watch nobody asked for this long ends."""
 
-Owned = Callable[[Pod], bool]
-
-
 class PodWatch:
     """One selector's pods, kept current by a ``PodWatcher`` on a thread of its own. ``pods()`` is
     None until its first listing came, and while its connection is broken (the caller lists)."""
 
-    def __init__(self, client: KubeClient, namespace: str, selector: str, owned: Owned | None):
+    def __init__(self, client: KubeClient, namespace: str, selector: str, owned: OwnedBy | None):
         self._latest: dict[str, Pod] | None = None
         self._broken = False
         self.asked = time.monotonic()
-        self.watcher = PodWatcher(client, selector, namespace, self._changed, self._retrying, owned)
+        self.owned = owned
+        """Which of the selector's pods are the run's: asked at each read, not as the watch takes a
+        pod in (an owner between the job and a pod that could not be read once is asked again)."""
+        self.watcher = PodWatcher(client, selector, namespace, self._changed, self._retrying)
         self._thread = threading.Thread(target=self.watcher.run, name=f"pods-{selector[:40]}", daemon=True)
         self._thread.start()
         self._idle_check()
@@ -41,6 +40,7 @@ class PodWatch:
         """End the watch once nobody has asked for IDLE_S (the monitor closed); else look again then."""
         if time.monotonic() - self.asked > IDLE_S:
             self.stop()
+            self._latest = None  # its pods go now, not when the next ask drops the watch
             return
         timer = threading.Timer(IDLE_S / 2, self._idle_check)
         timer.daemon = True
@@ -57,7 +57,8 @@ class PodWatch:
         latest = self._latest
         if latest is None or self._broken or not self._thread.is_alive():
             return None
-        return list(latest.values())
+        owned = self.owned
+        return [p for p in latest.values() if owned is None or owned(p)]
 
     @property
     def ended(self) -> bool:
@@ -68,24 +69,25 @@ class PodWatch:
 
 
 class WatchedPods:
-    """The watches a backend holds, by (namespace, selector): started for a run of
+    """The watches a backend holds, by (namespace, selector, job uid): started for a run of
     ``WATCH_FROM_PODS`` pods or more asked for twice within ``ASKED_AGAIN_S``, ended ``IDLE_S``
     after the last ask (or when their watch gave up)."""
 
     def __init__(self, client: KubeClient):
         self.client = client
-        self._watches: dict[tuple[str, str], PodWatch] = {}
-        self._listed: dict[tuple[str, str], float] = {}
+        self._watches: dict[tuple[str, str, str], PodWatch] = {}
+        self._listed: dict[tuple[str, str, str], float] = {}
         self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple[type[WatchedPods], tuple[KubeClient]]:
         """A copy for another process holds no watch: it starts its own."""
         return WatchedPods, (self.client,)
 
-    def pods(self, namespace: str, selector: str, owned: Owned | None) -> list[Pod]:
+    def pods(self, namespace: str, selector: str, owned: OwnedBy | None) -> list[Pod]:
         """The pods that match ``selector`` in ``namespace`` that ``owned`` keeps: from the watch
-        where one serves them, else from a LIST."""
-        key = (namespace, selector)
+        where one serves them, else from a LIST. (A job made again under its name has an owner of
+        its own uid, and so a watch of its own.)"""
+        key = (namespace, selector, owned.uid if owned is not None else "")
         now = time.monotonic()
         with self._lock:
             self._end_idle(now)
@@ -103,8 +105,8 @@ class WatchedPods:
                 self._watches[key] = PodWatch(self.client, namespace, selector, owned)
         return mine
 
-    def watching(self) -> list[tuple[str, str]]:
-        """The (namespace, selector) of each watch held now."""
+    def watching(self) -> list[tuple[str, str, str]]:
+        """The (namespace, selector, job uid) of each watch held now."""
         with self._lock:
             return sorted(self._watches)
 

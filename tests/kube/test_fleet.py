@@ -308,6 +308,69 @@ def test_a_big_runs_pods_asked_for_again_are_kept_by_a_watch_and_a_small_runs_ar
     assert backend.watched.watching() == []
 
 
+def test_a_job_made_again_under_its_name_is_not_served_by_the_old_ones_watch(kube_api) -> None:
+    """Another's big job, followed by its reference, is deleted and made again with its name (a
+    pipeline's rerun): its new pods are read, never the old job's watch's (whose owner is gone)."""
+    from torchdeck.backends.kubernetes import watched
+
+    backend = KubernetesBackend(kube_api.kubeconfig)
+    install(backend)
+    ref = f"pytorchjob/{THEIRS}/bert"
+    job = their_job(backend)
+    for i in range(watched.WATCH_FROM_PODS):
+        their_pod(backend, job, i, "cpu-0")
+    for _ in range(3000):  # asked again: watched, until the watch's first listing serves it
+        backend.status(ref)
+        if backend.watched.watching() and len(backend.pods(ref, THEIRS)) == watched.WATCH_FROM_PODS:
+            break
+        time.sleep(0.01)
+    path = api_path(api_of("PyTorchJob"), THEIRS, "bert")
+    for i in range(watched.WATCH_FROM_PODS):
+        backend.client.request("DELETE", api_path("Pod", THEIRS, f"bert-worker-{i}"))
+    backend.client.request("DELETE", path)
+    again = their_job(backend)
+    assert again["metadata"]["uid"] != job["metadata"]["uid"]
+    for i in range(3):
+        their_pod(backend, again, i, "cpu-0")
+    backend.status(ref)  # learns the job anew
+    assert sorted(p.name for p in backend.pods(ref, THEIRS)) == [f"bert-worker-{i}" for i in range(3)]
+
+
+def test_many_nodes_are_read_in_one_list_kept_a_while_and_a_new_one_is_not_taken_for_gone(kube_api) -> None:
+    """More than NODES_ONE_BY_ONE nodes: one LIST (a page at a time), kept NODES_LISTED_S; a node
+    that joined since is listed again rather than said to be gone; a gone one is None."""
+    from torchdeck.backends.kubernetes import client as client_module
+
+    backend = KubernetesBackend(kube_api.kubeconfig)
+    client = backend.client
+    count = client_module.NODES_ONE_BY_ONE + 4
+
+    def add(name):
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": {"cpu": "8"}}}
+        client.request("POST", "api/v1/nodes", body=body)
+
+    for i in range(count):
+        add(f"n-{i:02d}")
+    asked = []
+    real_request = client.request
+
+    def counted(method, path, **kw):
+        asked.append((method, path))
+        return real_request(method, path, **kw)
+
+    client.request = counted
+    names = [f"n-{i:02d}" for i in range(count)]
+    found, unread = client.nodes_named(names)
+    assert sorted(found) == names and all(found.values()) and unread == []
+    client.nodes_named(names)
+    assert asked == [("GET", "api/v1/nodes")]  # one list, kept
+    add("n-new")
+    found, _ = client.nodes_named([*names, "n-new"])
+    assert found["n-new"] is not None and asked[2:] == [("GET", "api/v1/nodes")]  # listed again for the name it lacked
+    found, _ = client.nodes_named([*names, "n-gone"])
+    assert found["n-gone"] is None and all(found[n] for n in names)
+
+
 def test_an_mpijobs_launcher_a_batch_jobs_pod_is_its_mpijobs_on_the_nodes_view() -> None:
     """The MPI Operator's launcher pod is owned by a batch Job, and bears the same job-name label as a
     PyTorchJob's pods: the operator it names (as the real MPI Operator v0.8.2 and Training Operator

@@ -352,8 +352,8 @@ def test_a_queued_job_says_where_it_waits_and_why_until_admitted_and_again_when_
     status = kube_backend.status(run_id)
     assert status.state is JobState.QUEUED and status.queue is not None and status.queue.preempted is True
     assert "preempted by Kueue: Preempted to accommodate a workload" in status.reason and QUOTA in status.reason
-    # it ends: its row still says the queue it went through (jobs --queue finds it), and nothing waits
-    kube_backend.client.request("PATCH", path, body={"spec": {"runPolicy": {"suspend": False}}})
+    # it ends (still suspended, as Kueue left it): its row says how it ended and the queue it went
+    # through (jobs --queue finds it), and that nothing waits
     set_conditions(kube_backend, run_id, "Created", "Running", "Succeeded")
     (row,) = [s for s in kube_backend.list() if s.run_id == run_id]
     assert row.state is JobState.SUCCEEDED and place_cells(row)[1] == "team-a"
