@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+
 from .client import KubeClient
 from .objects import Pod
 from .ownership import OwnedBy
@@ -19,6 +20,7 @@ ASKED_AGAIN_S = 10.0
 """Asked for again within this long: someone follows the run (a monitor)."""
 IDLE_S = 30.0
 """A watch nobody asked for this long ends."""
+
 
 class PodWatch:
     """One selector's pods, kept current by a ``PodWatcher`` on a thread of its own. ``pods()`` is
