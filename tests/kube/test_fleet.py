@@ -336,7 +336,7 @@ def test_a_job_made_again_under_its_name_is_not_served_by_the_old_ones_watch(kub
     assert sorted(p.name for p in backend.pods(ref, THEIRS)) == [f"bert-worker-{i}" for i in range(3)]
 
 
-def test_many_nodes_are_read_in_one_list_kept_a_while_and_a_new_one_is_not_taken_for_gone(kube_api) -> None:
+def test_many_nodes_are_read_in_one_list_kept_a_while_and_a_new_one_is_not_taken_for_gone(kube_api, monkeypatch):
     """More than NODES_ONE_BY_ONE nodes: one LIST (a page at a time), kept NODES_LISTED_S; a node
     that joined since is listed again rather than said to be gone; a gone one is None."""
     from torchdeck.backends.kubernetes import client as client_module
@@ -358,7 +358,7 @@ def test_many_nodes_are_read_in_one_list_kept_a_while_and_a_new_one_is_not_taken
         asked.append((method, path))
         return real_request(method, path, **kw)
 
-    client.request = counted
+    monkeypatch.setattr(client, "request", counted)
     names = [f"n-{i:02d}" for i in range(count)]
     found, unread = client.nodes_named(names)
     assert sorted(found) == names and all(found.values()) and unread == []
