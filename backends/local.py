@@ -91,8 +91,11 @@ PRIVATE = 0o600
 """The mode of a run's files that hold the spec's ``env`` (tokens, keys): ``spec.yaml``, ``launch.json``."""
 RUN_TOKEN_ENV = "TORCHDECK_RUN_TOKEN"
 """The launcher's proof of who it is: a random token in its environment and its launch record."""
+EXEC_WAITS = 50
+"""Tries, 10 ms apart, to read the arguments of a launcher caught in its exec: Popen returns once
+the new program's memory is in place, a moment before the kernel sets its arguments (the console
+that had just started a run read none, and took its launcher for another process)."""
 LAUNCHER_START_S = 20.0
-"""An ended run's status, as it stays: read instead of its logs and metric files."""
 """How long a run may go without its launcher's pid.json (the launcher writes it as it starts, and
 so does the console that started it) before it is said never to have started."""
 ROOT_CAUSE_RE = re.compile(
@@ -415,6 +418,11 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
         except RunRecordError:
             token = ""
         cmd = proc.cmdline()
+        for _ in range(EXEC_WAITS):  # caught in its exec: the kernel sets a new program's arguments last
+            if cmd:
+                break
+            time.sleep(0.01)
+            cmd = proc.cmdline()
         if "torchdeck.backends.local_launcher" not in cmd[1:3] or not cmd[-1:] or Path(cmd[-1]).name != run_dir.name:
             return "which is not this run's launcher"
         if os.getpgid(proc.pid) != proc.pid:

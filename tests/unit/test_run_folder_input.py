@@ -521,3 +521,42 @@ def test_a_launcher_that_writes_its_exit_record_and_ends_between_two_reads_is_re
     assert "no launcher" not in status.reason and not status.warnings, status
     monkeypatch.setattr(LocalBackend, "_launcher_or_why", proving)
     assert backend.status(GOOD).exit_code == 1
+
+
+def test_a_launcher_caught_in_its_exec_is_read_again_not_refused(tmp_path) -> None:
+    """Popen returns once the launcher's new program is in memory, a moment before the kernel sets its
+    arguments: a status read then found no arguments, took the run's own launcher for another
+    process and failed the run (seen once in CI). Its arguments are read again until they come."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from torchdeck.backends.local import RUN_TOKEN_ENV
+
+    run_dir = tmp_path / "runs" / "r-1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "launch.json").write_text(json.dumps({"token": "t0k"}))
+    leader = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        real = psutil.Process(leader.pid)
+
+        class CaughtInExec:  # the real process, as /proc shows it in that moment: no arguments yet
+            pid = leader.pid
+            reads = 0
+
+            def cmdline(self) -> list[str]:
+                self.reads += 1
+                return (
+                    [] if self.reads < 3 else [sys.executable, "-m", "torchdeck.backends.local_launcher", str(run_dir)]
+                )
+
+            def environ(self) -> dict[str, str]:
+                return {**real.environ(), "TORCHDECK_RUN_ID": "r-1", RUN_TOKEN_ENV: "t0k"}
+
+        caught = CaughtInExec()
+        assert LocalBackend._not_launcher_of(caught, run_dir) == "" and caught.reads == 3
+        assert LocalBackend._not_launcher_of(real, run_dir) == "which is not this run's launcher"
+    finally:
+        leader.kill()
+        leader.wait()
