@@ -104,20 +104,19 @@ def read_nodes_view(client: KubeClient, marked: Mapping[str, str], namespace: st
 
 def _live_pods(client: KubeClient, namespace: str | None, notes: list[str]) -> list[Pod]:
     """The pods bound and not ended in every namespace; in the user's own where they may not list them all."""
+
+    def live(where: str | None) -> list[Pod]:
+        pages = client.list_pages(api_path("Pod", where), {"fieldSelector": LIVE})
+        return [Pod.from_api(p) for page in pages for p in items(page)]
+
     try:
-        return [
-            Pod.from_api(p) for page in client.list_pages(api_path("Pod"), {"fieldSelector": LIVE}) for p in items(page)
-        ]
+        return live(None)
     except ApiError as exc:
         if exc.status != 403:
             raise
     where = namespace or client.context_namespace or "default"
     notes.append(f"may not list pods in every namespace: requests and jobs count those in {where} only")
-    return [
-        Pod.from_api(p)
-        for page in client.list_pages(api_path("Pod", where), {"fieldSelector": LIVE})
-        for p in items(page)
-    ]
+    return live(where)
 
 
 def _node_usage(client: KubeClient, notes: list[str]) -> dict[str, NodeUsage]:

@@ -120,9 +120,3 @@ class WatchedPods:
         for key, at in list(self._listed.items()):
             if now - at > ASKED_AGAIN_S:
                 del self._listed[key]
-
-    def close(self) -> None:
-        with self._lock:
-            for watch in self._watches.values():
-                watch.stop()
-            self._watches.clear()
