@@ -13,10 +13,21 @@ if TYPE_CHECKING:
     from torchdeck.settings import Settings
 
     from .base import Backend, Plan
+    from .capabilities import JobAdoption
     from .eks.access import ClusterRecord
+    from .kubernetes.validation import Validation
     from .spec import JobSpec
+    from .spec_options import Where
 
 BACKENDS = ("local", "kubernetes", "eks")
+FIELDS: dict[str, Where] = {"local": "local", "kubernetes": "cluster", "eks": "cluster"}
+"""Each backend's ``Backend.fields``, known without opening it (tests/unit/test_backend_core.py
+holds the two to each other)."""
+
+
+def backend_fields(name: str) -> Where:
+    """The spec fields the backend called ``name`` reads besides everyone's (``Backend.fields``)."""
+    return FIELDS.get(name, "all")
 
 
 def open_backend(name: str, settings: Settings) -> Backend:
@@ -68,6 +79,26 @@ def render_plan(spec: JobSpec, settings: Settings, run_id: str | None = None, re
         plan.notes.append(f"no EKS cluster's bucket for a large code bundle ({exc.message})")
         return plan
     return offline_plan(spec, run_id, release, bucket)
+
+
+def validate_plan(plan: Plan) -> Validation:
+    """``render --validate``: a cluster plan's objects checked against the CRDs of the operator
+    release they were rendered for (and Kubernetes' own schemas for the built-in kinds)."""
+    from .kubernetes.manifests import Rendered
+    from .kubernetes.validation import validate_manifests
+
+    if not isinstance(plan.payload, Rendered):
+        raise BackendError(f"a {plan.backend} plan has no objects to validate", "validate a cluster's plan (render)")
+    return validate_manifests(plan.payload)
+
+
+def job_adoption(settings: Settings) -> JobAdoption:
+    """What reads a job in a cluster into a run of torchdeck's (``import KIND/NAME``): the configured
+    backend's, or else the kubernetes backend's on the configured context."""
+    from .capabilities import JobAdoption
+
+    here = open_backend(settings.backend, settings)
+    return here.capability(JobAdoption) or open_backend("kubernetes", settings).require(JobAdoption)
 
 
 def eks_cluster(settings: Settings) -> tuple[ClusterRecord | None, str | Path | None, str | None]:

@@ -33,6 +33,7 @@ from .records import silent
 if TYPE_CHECKING:
     from .health import GateResult
     from .spec import JobSpec
+    from .spec_options import Where
 
 C = TypeVar("C")
 
@@ -49,6 +50,9 @@ class Backend(abc.ABC):
     a child process, so that parsing them never slows its frames."""
 
     name: str = ""
+    fields: Where = "all"
+    """Which spec fields it reads besides those every backend does (``Option.where``): a local
+    backend's (``local``) or a cluster's (``cluster``). The launch form shows those."""
 
     @property
     def scope(self) -> str:

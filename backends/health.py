@@ -280,7 +280,9 @@ def gate_marked(folder: Path) -> dict[str, str]:
 
     try:
         kept = json.loads(read_bytes(Path(folder) / "latest.json", 4 << 20))
-        short = kept.get("short") or {}
+        short = kept.get("short")
+        if not isinstance(short, dict):
+            return {}
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(kept.get("time") or 0)))
         return {
             k: f"fell short in torchdeck's health gate ({when}): {str(v)[:500]}"

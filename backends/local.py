@@ -134,6 +134,7 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
     """Jobs as torchrun process groups on this machine."""
 
     name = "local"
+    fields = "local"
 
     def __init__(self, state_dir: str | Path, python: str | None = None, local_price_per_hour: float | None = None):
         self.state_dir = Path(state_dir)

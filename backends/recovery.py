@@ -106,7 +106,7 @@ class Recovery:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recovery:
-        moved = data.get("moved") or {}
+        moved = _kept_map(data, "moved")
         world = data.get("world")
         return cls(
             int(data["attempt"]),

@@ -73,9 +73,9 @@ class Option:
     """The built-in trainer's option this field is passed to, by name (``trainer/options.py``,
     where its default, choices and help are declared): ``trainer_arguments`` writes it."""
 
-    def applies_to(self, backend: str) -> bool:
-        """Whether the field means something on ``backend`` (local, kubernetes, eks)."""
-        return self.where == "all" or (self.where == "local") == (backend == "local")
+    def applies_to(self, fields: Where) -> bool:
+        """Whether the field means something to a backend that reads ``fields`` (``Backend.fields``)."""
+        return self.where in ("all", fields)
 
 
 class FormFacts(TypedDict, total=False):

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from torchdeck.backends import BACKENDS, open_backend
+from torchdeck.backends import BACKENDS, job_adoption, open_backend
 from torchdeck.backends.base import Backend, GateStep, JobState, JobStatus, TestResult
-from torchdeck.backends.capabilities import BudgetChange, CifarTasks, HangTriage, HealthGate, JobAdoption, NodeCordon
+from torchdeck.backends.capabilities import BudgetChange, CifarTasks, HangTriage, HealthGate, NodeCordon
 from torchdeck.backends.errors import BackendError, RunNotFound, SpecError
 from torchdeck.backends.files import read_stdin_text, read_text, size_words
 from torchdeck.backends.health import GateResult
@@ -122,10 +122,8 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
         return fail(f"{path} exists; pass --force to overwrite it, or -o another path")
     live = live_job(args.file)
     if live is not None:  # a job in the cluster: read there, then followed as a run of its own
-        here = open_backend(settings.backend, settings)  # a backend without such jobs: the cluster's
-        adoption = here.capability(JobAdoption) or open_backend("kubernetes", settings).require(JobAdoption)
         key, name, namespace = live
-        spec, notes, run_id = adoption.adopt(
+        spec, notes, run_id = job_adoption(settings).adopt(
             key, name, namespace or args.namespace, lambda read: save_spec(read, path, replace=args.force)
         )
     else:
@@ -234,15 +232,11 @@ def spec_for(args: argparse.Namespace, settings: Settings) -> JobSpec:
 def cmd_render(args: argparse.Namespace, settings: Settings) -> int:
     """The plan a cluster's submit makes, made offline (``offline_plan``): the same objects as
     ``train --dry-run`` for the same time, name and release, with no cluster asked."""
-    from torchdeck.backends import render_plan
+    from torchdeck.backends import render_plan, validate_plan
 
     plan = render_plan(spec_for(args, settings), settings, args.run_id, args.release)
     if args.validate:
-        from torchdeck.backends.kubernetes.manifests import Rendered
-        from torchdeck.backends.kubernetes.validation import validate_manifests
-
-        assert isinstance(plan.payload, Rendered)  # offline_plan's own
-        checked = validate_manifests(plan.payload)
+        checked = validate_plan(plan)
         if checked.problems:
             for line in checked.problems:
                 say(f"invalid: {line}")

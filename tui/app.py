@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.widgets import Checkbox, Footer, RadioButton
 
+from torchdeck.backends import backend_fields
 from torchdeck.backends.errors import BackendError
 from torchdeck.settings import Settings
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
     from torchdeck.backends.base import Backend
     from torchdeck.backends.eks.cloud import EksCloud
+    from torchdeck.backends.spec_options import Where
 from .screens.home import HomeScreen
 
 
@@ -150,6 +152,11 @@ class TorchdeckApp(App):
     def backend_name(self) -> str:
         """The backend's name, known without opening it (the settings' choice until it is open)."""
         return self._backend.name if self._backend is not None else self.settings.backend
+
+    @property
+    def backend_fields(self) -> Where:
+        """The spec fields the backend reads (``Backend.fields``), known without opening it."""
+        return self._backend.fields if self._backend is not None else backend_fields(self.settings.backend)
 
     @property
     def backend(self) -> Backend:

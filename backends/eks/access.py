@@ -396,9 +396,9 @@ async def cluster_network(aws: AwsSession, name: str) -> ClusterNetwork:
     found = await aws.afind("eks", "describe_cluster", name=name)
     if found is None:
         raise BackendError(f"no cluster {name} in {aws.region}", "create it first: torchdeck cluster create")
-    cluster = found["cluster"]
-    vpc = cluster.get("resourcesVpcConfig") or {}
-    cluster_sg = vpc.get("clusterSecurityGroupId") or ""
+    cluster = Answer(found).child("cluster")
+    vpc = cluster.child("resourcesVpcConfig")
+    cluster_sg = vpc.text("clusterSecurityGroupId")
     if not cluster_sg:
         raise BackendError(
             f"cluster {name} reports no cluster security group",
@@ -409,13 +409,13 @@ async def cluster_network(aws: AwsSession, name: str) -> ClusterNetwork:
         ng = (await aws.acall("eks", "describe_nodegroup", clusterName=name, nodegroupName=group))["nodegroup"]
         subnets += [s for s in ng.get("subnets", []) if s not in subnets]
     if not subnets:
-        subnets = list(vpc.get("subnetIds") or [])
+        subnets = vpc.texts("subnetIds")
     if not subnets:
         raise BackendError(f"cluster {name} has no subnets for nodes", "add a nodegroup, then run again")
     described = (await aws.acall("ec2", "describe_subnets", SubnetIds=subnets))["Subnets"]
     zones = {s["SubnetId"]: s["AvailabilityZone"] for s in described}
-    vpc_id = vpc.get("vpcId") or (described[0]["VpcId"] if described else "")
-    issuer = Answer(cluster).text("identity", "oidc", "issuer")
+    vpc_id = vpc.text("vpcId") or (described[0]["VpcId"] if described else "")
+    issuer = cluster.text("identity", "oidc", "issuer")
     return ClusterNetwork(vpc_id, cluster_sg, {s: zones[s] for s in subnets if s in zones}, issuer)
 
 

@@ -51,6 +51,11 @@ class Answer:
         """Whether the value at ``path`` is true (as JSON's true, a non-empty string or list)."""
         return bool(self.value(*path))
 
+    def texts(self, *path: str) -> list[str]:
+        """The strings in the list at ``path`` (none where it is absent)."""
+        found = self.value(*path)
+        return [item for item in found if isinstance(item, str)] if isinstance(found, list) else []
+
     def child(self, *path: str) -> Answer:
         """The object at ``path`` as an ``Answer`` (an empty one where it is absent)."""
         return Answer(self.value(*path))

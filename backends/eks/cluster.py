@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from ..errors import BackendError
 from ..kubernetes.client import KubeClient
@@ -87,18 +86,17 @@ def cluster_state(
         ng = aws.find("eks", "describe_nodegroup", clusterName=name, nodegroupName=group)
         if ng is None:
             continue
-        ng = ng["nodegroup"]
-        scaling = ng.get("scalingConfig") or {}
+        read = Answer(ng).child("nodegroup")
         state.nodegroups.append(
             NodegroupState(
                 group,
-                ng.get("status", ""),
-                ng.get("instanceTypes") or [],
-                scaling.get("minSize", 0),
-                scaling.get("desiredSize", 0),
-                scaling.get("maxSize", 0),
-                ng.get("capacityType", "ON_DEMAND"),
-                Answer(ng).issues("health"),
+                read.text("status"),
+                read.texts("instanceTypes"),
+                read.whole("scalingConfig", "minSize"),
+                read.whole("scalingConfig", "desiredSize"),
+                read.whole("scalingConfig", "maxSize"),
+                read.text("capacityType", default="ON_DEMAND"),
+                read.issues("health"),
             )
         )
     try:
@@ -119,21 +117,21 @@ def cluster_state(
 
 def node_states(kube: KubeClient) -> list[NodeState]:
     """Every node: ready or not (and why), its nodegroup, type and GPUs."""
-    from ..kubernetes.client import api_path, quantity
+    from ..kubernetes.client import quantity
 
     nodes = []
-    for node in kube.request("GET", api_path("Node")).get("items", []):
-        meta, status = node.get("metadata", {}), node.get("status", {})
-        labels = meta.get("labels") or {}
-        ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    for node in kube.read_nodes():
+        labels = node.labels
+        ready = next((c for c in node.conditions if c.type == "Ready"), None)
+        up = ready is not None and ready.status == "True"
         nodes.append(
             NodeState(
-                meta.get("name", ""),
-                ready.get("status") == "True",
+                node.name,
+                up,
                 labels.get("eks.amazonaws.com/nodegroup") or labels.get("torchdeck.dev/nodegroup", ""),
                 labels.get("node.kubernetes.io/instance-type", ""),
-                int(quantity(Answer(status).value("allocatable", "nvidia.com/gpu") or 0)),
-                "" if ready.get("status") == "True" else (ready.get("message") or ready.get("reason") or "not ready"),
+                int(quantity(node.allocatable.get("nvidia.com/gpu") or 0)),
+                "" if up else ((ready.message or ready.reason) if ready else "") or "not ready",
             )
         )
     return sorted(nodes, key=lambda n: (n.nodegroup, n.name))

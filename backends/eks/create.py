@@ -84,9 +84,9 @@ async def ensure_launch_template(aws: AwsSession, record: ClusterRecord, plan: C
     takes its disk size from here once it has a launch template."""
     name = f"torchdeck-{plan.name}-{ng.name}"
     found = await aws.afind("ec2", "describe_launch_templates", LaunchTemplateNames=[name])
-    templates = (found or {}).get("LaunchTemplates") or []
+    templates = Answer(found).children("LaunchTemplates")
     if templates:
-        template_id = templates[0]["LaunchTemplateId"]
+        template_id = templates[0].text("LaunchTemplateId")
     else:
         made = await aws.acall(
             "ec2",

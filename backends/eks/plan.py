@@ -336,14 +336,18 @@ def plan_to_yaml(plan: ClusterPlan) -> str:
     )
 
 
+def _given(value: object, default: object) -> Any:
+    """A field of a ClusterConfig as written (its check is ``validate_plan``'s), else ``default``."""
+    return default if value is None else value
+
+
 def from_eksctl(config: object, source: str = "") -> ClusterPlan:
     """A ClusterConfig (as written by ``to_eksctl``, or by hand) back as a plan, checked."""
     if not isinstance(config, dict) or config.get("kind") != "ClusterConfig":
         raise SpecError(
             "", "not an eksctl ClusterConfig (kind: ClusterConfig)", "write one with torchdeck cluster init", source
         )
-    meta = config.get("metadata") or {}
-    vpc = config.get("vpc") or {}
+    meta, vpc = Answer(config).child("metadata"), Answer(config).child("vpc")
     private = Answer(config).child("vpc", "subnets", "private").data
     subnets = {zone: Answer(s).text("id") for zone, s in private.items()}
     accounts = Answer(config).children("iam", "serviceAccounts")
@@ -376,19 +380,19 @@ def from_eksctl(config: object, source: str = "") -> ClusterPlan:
             )
         )
     plan = ClusterPlan(
-        name=meta.get("name", ""),
-        region=meta.get("region", ""),
+        name=_given(meta.value("name"), ""),
+        region=_given(meta.value("region"), ""),
         zones=list(config.get("availabilityZones") or []),
-        version=str(meta.get("version", "")),
-        vpc_id=vpc.get("id"),
+        version=str(_given(meta.value("version"), "")),
+        vpc_id=_given(vpc.value("id"), None),
         subnets=subnets,
         nodegroups=groups,
         s3_bucket=bucket,
         s3_prefix=prefix,
         service_account=sa,
         namespace=ns,
-        public_access_cidrs=list(vpc.get("publicAccessCIDRs") or []),
-        private_endpoint=Answer(vpc).value("clusterEndpoints", "publicAccess") is False,
+        public_access_cidrs=list(_given(vpc.value("publicAccessCIDRs"), None) or []),
+        private_endpoint=vpc.value("clusterEndpoints", "publicAccess") is False,
         pod_imds=pod_imds,
     )
     try:

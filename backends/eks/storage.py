@@ -388,7 +388,7 @@ async def ensure_bucket(aws: AwsSession, record: ClusterRecord, bucket: str, clo
     found = await aws.afind("s3", "head_bucket", Bucket=bucket)
     if found is not None:
         tags = await aws.afind("s3", "get_bucket_tagging", Bucket=bucket)
-        ours = {t["Key"]: t["Value"] for t in (tags or {}).get("TagSet", [])}.get(CLUSTER_TAG) == record.name
+        ours = {t.text("Key"): t.text("Value") for t in Answer(tags).children("TagSet")}.get(CLUSTER_TAG) == record.name
         if not ours:
             record.note("s3-bucket", bucket, False, made=False, ours=False)
             yield Progress(

@@ -164,7 +164,7 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: KubeClient | Non
             state.problems.append(f"FSx {fs} is gone")
             continue
         info = found["FileSystems"][0]
-        lustre = info.get("LustreConfiguration") or {}
+        lustre = Answer(info).child("LustreConfiguration")
         state.file_systems.append(
             FileSystemState(
                 "fsx",
@@ -172,7 +172,7 @@ def storage_state(aws: AwsSession, record: ClusterRecord, kube: KubeClient | Non
                 info.get("Lifecycle", ""),
                 True,
                 capacity_gib=info.get("StorageCapacity", 0),
-                deployment=lustre.get("DeploymentType", ""),
+                deployment=lustre.text("DeploymentType"),
                 dns_name=info.get("DNSName", ""),
             )
         )

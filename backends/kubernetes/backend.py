@@ -257,6 +257,7 @@ class KubernetesBackend(
     pod and log streams) takes the client."""
 
     name = "kubernetes"
+    fields = "cluster"
 
     def __init__(
         self,

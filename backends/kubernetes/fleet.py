@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..base import JobState
 from ..records import JobStatus
+from .kind_objects import at
 from .kinds import JOB_KINDS, LISTED_ALONE, JobKind, ListedKind
 from .objects import Api, ObjectMeta, as_list, as_map, conditions_of, true_condition
 
@@ -55,8 +56,7 @@ def listed_alone_status(kind: ListedKind, obj: Api, backend: str) -> JobStatus |
     ranks = 0
     for replicated in as_list(spec.get("replicatedJobs")):
         job = as_map(replicated)
-        job_spec = as_map(as_map(job.get("template")).get("spec"))
-        replicas, parallelism = job.get("replicas", 1), job_spec.get("parallelism", 1)
+        replicas, parallelism = job.get("replicas", 1), at(job, ("template", "spec", "parallelism"))
         ranks += (replicas if isinstance(replicas, int) else 1) * (parallelism if isinstance(parallelism, int) else 1)
     if true_condition(conditions, "Completed") is not None:
         state = JobState.SUCCEEDED

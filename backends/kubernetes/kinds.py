@@ -6,7 +6,7 @@ where its replicas and world size live, how its conditions read as a ``JobState`
 of it is imported, the spec fields it cannot carry out, its Kueue integration, and whether
 ``torchdeck import KIND/NAME`` follows it live. The renderer, the client's paths, the preflight,
 the state readers, the importer and the queue code all ask these objects; nothing else names a
-kind (tests/unit/test_typed_kinds.py holds that). Adding a kind is one object here and its
+kind (tests/unit/test_kind_objects.py holds that). Adding a kind is one object here and its
 template in manifests/. (lightkube's resource classes.)"""
 
 from __future__ import annotations

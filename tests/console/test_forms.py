@@ -12,6 +12,7 @@ from textual.command import Command, CommandList, CommandPalette
 from textual.widgets import DataTable, Footer, Input
 from tui_support import SnapshotBackend, fixed_context_cloud, recorded_state, screen_lines, settings_for, wait_for
 
+from torchdeck.backends import backend_fields
 from torchdeck.backends.spec import spec_options
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.cluster import ClusterScreen
@@ -101,7 +102,7 @@ def test_at_80x24_every_field_of_the_launch_form_comes_into_sight_as_it_takes_fo
             screen = await open_screen(pilot, "n", LaunchScreen)
             form = screen.query_one("#form")
             rows = list(screen.query(".field"))
-            assert len(rows) == len(screen.fields) == len(form_options("local"))
+            assert len(rows) == len(screen.fields) == len(form_options(backend_fields("local")))
             seen = set()
             for _ in range(len(rows)):
                 focused = app.focused
@@ -118,13 +119,13 @@ def test_at_80x24_every_field_of_the_launch_form_comes_into_sight_as_it_takes_fo
 
 
 def test_the_form_holds_each_field_that_applies_to_the_backend_and_no_other() -> None:
-    local = {o.path for o in form_options("local")}
-    cluster = {o.path for o in form_options("kubernetes")}
+    local = {o.path for o in form_options(backend_fields("local"))}
+    cluster = {o.path for o in form_options(backend_fields("kubernetes"))}
     assert {"image", "namespace", "cluster.kind", "cluster.queue", "nodes", "resources.gpus", "cluster.pvc"} <= cluster
     assert not {"image", "namespace", "cluster.kind", "cluster.queue", "nodes"} & local
     assert {"local_image", "data_dir", "entrypoint.python"} & local == {"local_image", "data_dir"}
     assert {"entrypoint.code", "entrypoint.script", "trainer.epochs", "name"} <= local & cluster
-    assert form_options("eks") == form_options("kubernetes")
+    assert form_options(backend_fields("eks")) == form_options(backend_fields("kubernetes"))
     # a label is what puts a field on the form: every option with one is on a backend's form
     assert {o.path for o in spec_options() if o.option.label} == local | cluster
 

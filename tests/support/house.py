@@ -18,15 +18,22 @@ EDGE = (
     "backends/kubernetes/objects.py",
     "backends/kubernetes/kind_objects.py",
     "backends/eks/aws_objects.py",
+    "backends/kubernetes/crds.py",
 )
 """Where the cluster's and the cloud's answers (dicts) become typed objects: the only modules that
-read them by key."""
+read them by key (crds.py: the operators' CRD documents, JSON Schema walked as the API server walks
+it to check an object)."""
 LONG = 100
 TABLES: dict[str, str] = {}
 """Functions over LONG lines that are declarative tables (a parser's options as data), with why."""
 FRONT_ENDS = ("cli", "tui", "monitor")
-CHAIN = re.compile(r"\.get\([^()]*\) or \{\}\)|\.get\([^()]*,\s*\{\}\)\.get\(|\) or \{\}\)\.get\(")
-"""A dict read as a chain of defaults: ``(x.get(k) or {}).get(...)``, ``x.get(k, {}).get(...)``."""
+CHAIN = re.compile(
+    r"\.get\([^()]*\) or \{\}\)|\.get\([^()]*,\s*\{\}\)\.get\(|or \{\}\)\.get\(|^\s*[\w, ]+ = [^=:]*\.get\([^()]*\) or \{\}\s*(#.*)?$"
+    r"|as_map\(as_map\("
+)
+"""A dict read as a chain of defaults: ``(x.get(k) or {}).get(...)``, ``x.get(k, {}).get(...)``,
+``(x or {}).get(...)``, an untyped default kept to be read on the next line (``y = x.get(k) or {}``;
+a TypedDict's, ``y: Facts = x.get(k) or {}``, is typed), or ``as_map(as_map(...))``."""
 
 
 @dataclass
@@ -50,6 +57,24 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     return " ".join(ast.unparse(p) for p in [*parts, node.returns] if p is not None)
 
 
+def _asks_what_a_backend_is(node: ast.AST) -> bool:
+    """A front end's question of which backend it has: its name compared or handed to a decision
+    (shown in a message is fine), a backend's class asked with isinstance, or a backend opened by
+    its name."""
+    if isinstance(node, ast.Compare):
+        text = ast.unparse(node)
+        return "backend_name" in text or "backend.name" in text
+    if not isinstance(node, ast.Call):
+        return False
+    func = ast.unparse(node.func)
+    if func == "isinstance" and len(node.args) == 2 and ast.unparse(node.args[1]).endswith("Backend"):
+        return True
+    if func.endswith("open_backend") and node.args and isinstance(node.args[0], ast.Constant):
+        return True
+    named = ("backend_name", "backend.name")
+    return any(isinstance(arg, ast.Attribute) and ast.unparse(arg).endswith(named) for arg in node.args)
+
+
 def count() -> House:
     house = House()
     for path in product_files():
@@ -69,9 +94,8 @@ def count() -> House:
                 if isinstance(func, ast.Name) and func.id in ("hasattr", "getattr") and node.args:
                     if "backend" in ast.unparse(node.args[0]):
                         house.probes.append(f"{name}:{node.lineno}")
-            if name.split("/")[0] in FRONT_ENDS and isinstance(node, ast.Compare):
-                if "backend_name" in ast.unparse(node) or "backend.name" in ast.unparse(node):
-                    house.probes.append(f"{name}:{node.lineno}")
+            if name.split("/")[0] in FRONT_ENDS and _asks_what_a_backend_is(node):
+                house.probes.append(f"{name}:{node.lineno}")
         if name not in EDGE:
             house.chains += [f"{name}:{i}" for i, line in enumerate(source.splitlines(), 1) if CHAIN.search(line)]
     return house

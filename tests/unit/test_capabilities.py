@@ -57,3 +57,13 @@ def test_a_backend_without_a_capability_says_so_in_its_words(tmp_path) -> None:
     assert err.value.message == "cordoning a node is not available on the local backend"
     assert err.value.hint == NodeCordon.elsewhere
     assert KubernetesBackend.__mro__ and not issubclass(KubernetesBackend, BudgetChange)
+
+
+def test_which_spec_fields_a_backend_reads_is_its_own_and_known_before_it_opens() -> None:
+    from torchdeck.backends import BACKENDS as NAMES
+    from torchdeck.backends import FIELDS, backend_fields
+
+    classes = {"local": LocalBackend, "kubernetes": KubernetesBackend, "eks": KubernetesBackend}
+    assert set(FIELDS) == set(NAMES) == set(classes)
+    assert {name: backend_fields(name) for name in NAMES} == {name: cls.fields for name, cls in classes.items()}
+    assert LocalBackend.fields == "local" and KubernetesBackend.fields == "cluster"

@@ -53,6 +53,16 @@ def test_the_releases_are_the_ones_versions_toml_declares():
             assert getattr(versions, name) == version
 
 
+def test_the_kubernetes_go_builds_is_the_release_versions_toml_declares():
+    from kubecluster.build import kube_module_version
+
+    assert kube_module_version() == read_versions().kubernetes
+    go_mod = (REPO / "scripts" / "cluster" / "kube" / "go.mod").read_text()
+    # the staging modules Kubernetes replaces with its own tree follow its minor release
+    minor = read_versions().kubernetes.replace("v1.", "v0.")
+    assert f"k8s.io/client-go {minor}" in go_mod and f"k8s.io/api {minor}" in go_mod
+
+
 def test_nodes_are_values_of_their_own_and_the_first_keeps_the_single_node_names(tmp_path):
     made = cluster(tmp_path, nodes=3)
     names = made.component_names()

@@ -18,6 +18,7 @@ from textual.widgets import Button, Checkbox, Input, Select, Static
 from torchdeck.backends.base import Plan
 from torchdeck.backends.errors import SpecError
 from torchdeck.backends.spec import JobSpec, SpecOption, load_spec, save_spec, spec_options, with_overrides
+from torchdeck.backends.spec_options import Where
 
 from ..messages import JobSubmitted, PlanMade
 from .base import shown_path
@@ -25,11 +26,12 @@ from .form import Field, FormScreen, field_rows, reason_text
 from .plan import PlanScreen
 
 
-def form_options(backend: str) -> list[SpecOption]:
-    """The spec fields the form shows on ``backend``: every field with a label that means something
-    there (``Option.where``), the job's name first, then what runs, then the rest in the spec's
-    order. Nothing is listed here: a field with a label is on the form."""
-    shown = [o for o in spec_options() if o.option.label and o.option.applies_to(backend)]
+def form_options(fields: Where) -> list[SpecOption]:
+    """The spec fields the form shows to a backend that reads ``fields`` (``Backend.fields``): every
+    field with a label that means something there (``Option.where``), the job's name first, then
+    what runs, then the rest in the spec's order. Nothing is listed here: a field with a label is
+    on the form."""
+    shown = [o for o in spec_options() if o.option.label and o.option.applies_to(fields)]
     first = {"name": 0, "entrypoint": 1, "metrics": 1}
     return sorted(shown, key=lambda o: first.get(o.path.split(".")[0], 2))
 
@@ -85,7 +87,7 @@ class LaunchScreen(FormScreen[None]):
         self.options: list[SpecOption] = []
 
     def compose(self) -> ComposeResult:
-        self.options = form_options(self.app.backend_name)
+        self.options = form_options(self.app.backend_fields)
         self.fields = [Field(_line_id(o.path), o.option.label, o.option.example, o.option.help) for o in self.options]
         yield Static(id="launch-title")
         widgets = {_line_id(o.path): _widget(o) for o in self.options}

@@ -104,12 +104,28 @@ def _go_build(program: GoProgram, env: dict[str, str]) -> None:
     partial.rename(program.folder)
 
 
+def kube_module_version() -> str:
+    """The k8s.io/kubernetes release scripts/cluster/kube's go.mod builds (Go's own pin of it)."""
+    for line in (KUBE_SOURCE / "go.mod").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["k8s.io/kubernetes"] and len(words) >= 2:
+            return words[1]
+    return ""
+
+
 def _build_kubernetes(cluster: Cluster, env: dict[str, str]) -> None:
     """Kubernetes and etcd as one multi-call program (scripts/cluster/kube), told its version as a
-    release is (else it reports v0.0.0 and kubeadm asks dl.k8s.io)."""
+    release is (else it reports v0.0.0 and kubeadm asks dl.k8s.io). Its go.mod pins the module; the
+    release declared in versions.toml must be that one."""
     folder, version = cluster.programs.kube_bin, cluster.versions.kubernetes
     if (folder / "kube").is_file():
         return
+    pinned = kube_module_version()
+    if pinned != version:
+        raise NoCluster(
+            f"manifests/versions.toml says Kubernetes {version}, scripts/cluster/kube/go.mod builds {pinned or 'none'}: "
+            f"go get k8s.io/kubernetes@{version} there (and its k8s.io/* replaces), or declare {pinned}"
+        )
     say(f"building Kubernetes {version} and etcd as one program (once, 15-25 minutes on 2 cores; cached in {folder})")
     minor = version.removeprefix("v1.").split(".")[0]
     ldflags = ["-s", "-w"]
