@@ -27,6 +27,7 @@ from .objects import (
     Pod,
     Workload,
     items,
+    read_pages,
     true_condition,
 )
 from .queues import GROUP, kueue_kind, kueue_version
@@ -106,8 +107,7 @@ def _live_pods(client: KubeClient, namespace: str | None, notes: list[str]) -> l
     """The pods bound and not ended in every namespace; in the user's own where they may not list them all."""
 
     def live(where: str | None) -> list[Pod]:
-        pages = client.list_pages(api_path("Pod", where), {"fieldSelector": LIVE})
-        return [Pod.from_api(p) for page in pages for p in items(page)]
+        return read_pages(client.list_pages(api_path("Pod", where), {"fieldSelector": LIVE}), Pod.from_api)
 
     try:
         return live(None)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..errors import BackendError
-from .objects import Api, Event, Node, ObjectMeta, Pod, as_map, items
+from .objects import LISTED_AGAIN, Api, Event, Node, ObjectMeta, Pod, as_map, items, read_pages
 from .resolve import Resolved
 
 LIST_PAGE = 100
@@ -358,10 +358,19 @@ class KubeClient:
 
     def list_pages(self, path: str, query: Mapping[str, object] | None = None) -> Iterator[Api]:
         """A list request's answer a page at a time (``limit``, then ``continue``, as ``kubectl``
-        pages its lists): each page can be read into views and let go before the next comes."""
+        pages its lists): each page can be read into views and let go before the next comes
+        (``read_pages``). Where the continue token has expired (410: the API server keeps a list's
+        version a few minutes), the list is read again whole, as client-go's pager does, in a page
+        marked ``LISTED_AGAIN``."""
         token: str | None = None
         while True:
-            page = self.request("GET", path, query={**(query or {}), "limit": LIST_PAGE, "continue": token})
+            try:
+                page = self.request("GET", path, query={**(query or {}), "limit": LIST_PAGE, "continue": token})
+            except ApiError as exc:
+                if exc.status != 410 or token is None:
+                    raise
+                yield {**self.request("GET", path, query=query), LISTED_AGAIN: True}
+                return
             yield page
             more = as_map(as_map(page).get("metadata")).get("continue")
             if not isinstance(more, str) or not more:
@@ -370,12 +379,11 @@ class KubeClient:
 
     def read_pods(self, namespace: str | None, selector: str) -> list[Pod]:
         """The pods that match a label selector, in ``namespace`` (None: in every one)."""
-        pages = self.list_pages(api_path("Pod", namespace), {"labelSelector": selector})
-        return [Pod.from_api(p) for page in pages for p in items(page)]
+        return read_pages(self.list_pages(api_path("Pod", namespace), {"labelSelector": selector}), Pod.from_api)
 
     def read_nodes(self) -> list[Node]:
         """Every node of the cluster."""
-        return [Node.from_api(n) for page in self.list_pages(api_path("Node")) for n in items(page)]
+        return read_pages(self.list_pages(api_path("Node")), Node.from_api)
 
     def read_node(self, name: str) -> Node:
         """One node (ApiError 404 where it is gone)."""

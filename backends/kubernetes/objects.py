@@ -16,13 +16,15 @@ not here is one torchdeck does not read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from ..schema import count
 
 Api = Mapping[str, object]
+T = TypeVar("T")
 """An object as the API server's JSON answer holds it (what ``from_api`` takes)."""
 
 EMPTY: Mapping[str, object] = {}
@@ -81,6 +83,22 @@ def timestamp(text: object) -> float | None:
 def items(answer: object) -> list[Api]:
     """The objects of a list answer (``{"items": [...]}``)."""
     return _maps(as_map(answer).get("items"))
+
+
+LISTED_AGAIN = "torchdeck/listed-again"
+"""Marks a page of ``KubeClient.list_pages`` that is the whole list read again (the continue token
+had expired): what earlier pages gave is to be dropped."""
+
+
+def read_pages(pages: Iterable[Api], read: Callable[[Api], T]) -> list[T]:
+    """Every object of a list's pages, read into a view a page at a time; a page that is the list
+    read again (``LISTED_AGAIN``) drops what came before it."""
+    out: list[T] = []
+    for page in pages:
+        if page.get(LISTED_AGAIN):
+            out = []
+        out += [read(obj) for obj in items(page)]
+    return out
 
 
 # -- what every object has -----------------------------------------------------------------
@@ -467,6 +485,8 @@ class PodList:
         pods: list[Pod] = []
         version: object = None
         for page in pages:
+            if page.get(LISTED_AGAIN):
+                pods, version = [], None
             pods += [Pod.from_api(p) for p in items(page)]
             version = as_map(page.get("metadata")).get("resourceVersion") or version
         return cls(pods, version if isinstance(version, str) and version else None)

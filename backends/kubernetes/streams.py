@@ -84,6 +84,7 @@ class PodWatcher:
         on_change: Callable[[dict[str, Pod]], None],
         on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None,
         owned: Callable[[Pod], bool] | None = None,
+        on_watching: Callable[[], None] = lambda: None,
     ):
         self.client, self.selector, self.namespace = client, selector, namespace
         """The connection, and the label selector of the run's pods (``pod_selector``)."""
@@ -91,6 +92,9 @@ class PodWatcher:
         """Which of the pods the selector finds are the run's (its job owns them: ``ownership``);
         None: every one (a job without a uid)."""
         self.on_change, self.on_retry = on_change, on_retry
+        self.on_watching = on_watching
+        """Called each time a watch is connected again from the version its pods are at (the
+        changes since come next): what the pods say is current again, changed or not."""
         self.pods: dict[str, Pod] = {}
         self.relists = 0
         self.retries = 0
@@ -129,6 +133,7 @@ class PodWatcher:
                     timeout=WATCH_S + 30,  # a connection gone silent (half-open) is asked for again
                 )
                 failures = 0
+                self.on_watching()
                 for line in _lines(self._response):
                     if self._stop.is_set():
                         return
@@ -284,6 +289,8 @@ class SocketFile(Protocol):
 
     def read1(self, size: int = ..., /) -> bytes: ...
 
+    def close(self) -> None: ...
+
 
 def _dechunked(raw: SocketFile) -> Iterator[bytes]:
     """A chunked body read from its socket file (``read1``): everything one read brought, as one
@@ -358,7 +365,9 @@ class LogStream:
     done: bool = False
     """Read to its end, or given up."""
     response: BaseHTTPResponse | None = None
+    """The response while its headers are read, and for a body read on a thread of its own."""
     sock: socket.socket | None = None
+    """A chunked body's socket, read by the reading thread alone once the headers are in."""
     body: Dechunker = field(default_factory=Dechunker)
     pending: bytes = b""
     """The start of a line whose end has not come yet."""
@@ -368,6 +377,12 @@ class LogStream:
 
 OPENERS = 8
 """Log requests made at once (opening 512 streams one by one takes a while on a remote cluster)."""
+
+QUEUED_LINES = 4096
+"""Lines read and not yet taken, at most, before the reading thread waits for ``take``: a catch-up
+(every pod's log from its start, as a monitor opened on a running job reads them) comes at the
+pace it is parsed, the rest waiting in the sockets, not all of it in memory at once (1,024 pods'
+backlogs held about 100 MB, a peak the allocator then kept)."""
 
 GATHER_S = 0.1
 """How long the reading thread waits after a pass that read something, so that the next pass finds
@@ -395,6 +410,10 @@ class PodLogFollower:
     ):
         self.client, self.run_id, self.namespace, self.follow = client, run_id, namespace, follow
         self.queue: queue.SimpleQueue[tuple[int, int, list[bytes]]] = queue.SimpleQueue()
+        self._queued = 0
+        """Lines in ``queue`` (under ``_counting``): the reading thread waits while there are QUEUED_LINES."""
+        self._counting = threading.Lock()
+        self._room = threading.Event()
         self._streams: dict[tuple[str, int], LogStream] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -481,6 +500,13 @@ class PodLogFollower:
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             early = b""
         stream.early = stream.body.feed(early) if early else b""
+        # From here the socket is read alone: the response's objects (urllib3's, http.client's, the
+        # socket file and its buffer: about 10 KB a stream) go, and the socket is the stream's to close.
+        connection = response.connection
+        if connection is not None:
+            connection.sock = None  # (the connection's close, when its response goes, leaves the socket open)
+        raw.close()
+        stream.response = None
         self._ready.put(stream)
         self._wake()
 
@@ -500,6 +526,10 @@ class PodLogFollower:
     def _deliver(self, stream: LogStream, lines: list[bytes]) -> None:
         fresh = stream.position.take(lines)
         if fresh:
+            with self._counting:
+                self._queued += len(fresh)
+                if self._queued >= QUEUED_LINES:
+                    self._room.clear()
             self.queue.put((stream.rank, stream.attempt, fresh))
             stream.failures = 0
 
@@ -516,6 +546,9 @@ class PodLogFollower:
         again when their backoff is over."""
         live: dict[int, LogStream] = {}
         while not self._stopped.is_set():
+            if self._queued >= QUEUED_LINES:  # the lines read wait to be parsed: the sockets keep the rest
+                self._room.wait(0.5)
+                continue
             timeout = 0.5
             if self._reopen:
                 timeout = max(0.0, min(timeout, self._reopen[0][0] - time.monotonic()))
@@ -589,6 +622,9 @@ class PodLogFollower:
         if stream.response is not None:
             with contextlib.suppress(Exception):
                 stream.response.close()
+        elif stream.sock is not None:
+            with contextlib.suppress(OSError):
+                stream.sock.close()
         stream.sock = None
         if error is None:
             if stream.pending.strip():
@@ -659,6 +695,11 @@ class PodLogFollower:
                 out += [(rank, attempt, line) for line in lines]
         except queue.Empty:
             pass
+        if out:
+            with self._counting:
+                self._queued -= len(out)
+                if self._queued < QUEUED_LINES:
+                    self._room.set()
         done = not out and self._all_done() and self.queue.empty()
         return out, done
 

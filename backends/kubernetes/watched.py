@@ -33,7 +33,9 @@ class PodWatch:
         self.owned = owned
         """Which of the selector's pods are the run's: asked at each read, not as the watch takes a
         pod in (an owner between the job and a pod that could not be read once is asked again)."""
-        self.watcher = PodWatcher(client, selector, namespace, self._changed, self._retrying)
+        self.watcher = PodWatcher(
+            client, selector, namespace, self._changed, self._retrying, on_watching=self._watching
+        )
         self._thread = threading.Thread(target=self.watcher.run, name=f"pods-{selector[:40]}", daemon=True)
         self._thread.start()
         self._idle_check()
@@ -53,6 +55,9 @@ class PodWatch:
 
     def _retrying(self, attempt: int, wait: float, why: str) -> None:
         self._broken = True
+
+    def _watching(self) -> None:
+        self._broken = False  # connected again from where its pods are: current, changed or not
 
     def pods(self) -> list[Pod] | None:
         self.asked = time.monotonic()

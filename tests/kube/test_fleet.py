@@ -389,3 +389,75 @@ def test_an_mpijobs_launcher_a_batch_jobs_pod_is_its_mpijobs_on_the_nodes_view()
     assert pod_job(pod("mpi-operator", "MPIJob", {"training.kubeflow.org/job-role": "worker"})) == "mpijob/team-b/bert"
     worker = pod("pytorchjob-controller", "PyTorchJob", {"training.kubeflow.org/replica-type": "worker"})
     assert pod_job(worker) == "pytorchjob/team-b/bert"
+
+
+def test_a_list_whose_continue_token_expired_is_read_again_whole(kube_api, monkeypatch):
+    """Between two pages of a list, etcd compacts the list's version away: the API server answers
+    the next page 410 Expired. The list is then read again whole (as client-go's pager does), and what
+    the earlier pages gave is dropped, not counted twice: the pods, the nodes view's pods and a watch's
+    first listing are each the pods there are."""
+    from kube_jobs import make_pod
+
+    from torchdeck.backends.kubernetes import client
+    from torchdeck.backends.kubernetes.objects import LISTED_AGAIN, Pod, PodList, read_pages
+
+    monkeypatch.setattr(client, "LIST_PAGE", 3)
+    backend = KubernetesBackend(kube_api.kubeconfig)
+    install(backend)
+    run = backend.submit(make_spec(name="paged", nodes=8, nproc_per_node=1))
+    for i in range(8):
+        make_pod(backend, run, f"{run}-worker-{i}", "worker", i)
+    path = api_path("Pod", NS)
+
+    def compacted_after_the_first_page():
+        pages = backend.client.list_pages(path)
+        first = next(pages)
+        make_pod(backend, run, f"{run}-worker-late", "worker", 8)  # a change, then etcd compacts
+        kube_api.emulator.compact()
+        yield first
+        yield from pages
+
+    pages = list(compacted_after_the_first_page())
+    assert len(pages) == 2 and pages[1].get(LISTED_AGAIN) and not pages[0].get(LISTED_AGAIN)
+    names = sorted(p.name for p in read_pages(pages, Pod.from_api))
+    assert len(names) == len(set(names)) == 9 and f"{run}-worker-late" in names
+    listing = PodList.from_pages(pages)
+    assert sorted(p.name for p in listing.pods) == names
+    assert listing.resource_version == str(kube_api.emulator.rv)  # the whole list's, for a watch from it
+
+
+def test_a_watch_connected_again_serves_its_pods_without_waiting_for_a_change(kube_api):
+    """A watch's connection drops (a load balancer's idle cut): while it is down its pods are not
+    served (the caller lists); once it is connected again from the version its pods are at, they are
+    served again, though no pod changed since (they were not, until the next change, before)."""
+    from kube_jobs import make_pod
+
+    from torchdeck.backends.kubernetes.streams import _abort
+    from torchdeck.backends.kubernetes.watched import PodWatch
+
+    backend = KubernetesBackend(kube_api.kubeconfig)
+    install(backend)
+    run = backend.submit(make_spec(name="cut", nodes=3, nproc_per_node=1))
+    for i in range(3):
+        make_pod(backend, run, f"{run}-worker-{i}", "worker", i)
+    watch = PodWatch(backend.client, NS, backend.pod_selector(run), None)
+    try:
+        for _ in range(3000):  # its first listing, then its watch
+            if watch.pods() is not None and watch.watcher._response is not None:
+                break
+            time.sleep(0.01)
+        assert len(watch.pods() or []) == 3
+        connected = kube_api.emulator.watches
+        _abort(watch.watcher._response)
+        for _ in range(3000):  # the drop is seen (its watcher retries after a backoff)
+            if watch.watcher.retries:
+                break
+            time.sleep(0.01)
+        for _ in range(3000):  # connected again: served, with no change since
+            if kube_api.emulator.watches > connected and watch.pods() is not None:
+                break
+            time.sleep(0.01)
+        assert len(watch.pods() or []) == 3
+        assert kube_api.emulator.watches == connected + 1 and watch.watcher.relists == 1
+    finally:
+        watch.stop()

@@ -7,7 +7,8 @@ closed here in a subclass:
   the official client then returns None for custom objects), and gives the
   object a uid of its own, whatever the body said (kmock keeps none);
 - label selectors filter lists and watches (kmock ignores them); ``limit`` and
-  ``continue`` page a list (the token here is the next item's place);
+  ``continue`` page a list (the token here is the list's version and the next item's place; one
+  from before ``compact()`` answers 410 Expired, as the API server does once etcd compacted it);
 - every change gets a resourceVersion; lists carry the current one; a watch
   from a resourceVersion replays what changed after it, and answers 410 Gone
   (an ERROR event) when that version has been compacted away;
@@ -47,7 +48,7 @@ from typing import Any
 
 import aiohttp.web
 import yaml
-from kmock import KubernetesEmulator, Server
+from kmock import KubernetesEmulator, KubernetesError, Server
 from kmock._internal import aiobus, enums, rendering
 
 BUILTIN = {
@@ -242,10 +243,14 @@ class ClusterEmulator(KubernetesEmulator):
         metadata: dict[str, Any] = {"resourceVersion": str(self.rv)}
         limit = request.params.get("limit")
         if limit and limit.isdigit() and int(limit) > 0:  # a page, and where the next starts, as the API server pages
-            start = int(request.params.get("continue") or 0)
+            listed_at, _, place = (request.params.get("continue") or f"{self.rv}:0").partition(":")
+            if int(listed_at) < self.compacted_rv:  # the list's version was compacted away: the API server's answer
+                # (raised: a returned Response would set the status of every later list)
+                raise KubernetesError(410, "Expired", EXPIRED_CONTINUE)
+            start = int(place)
             found, rest = found[start : start + int(limit)], found[start + int(limit) :]
             if rest:
-                metadata["continue"] = str(start + int(limit))
+                metadata["continue"] = f"{listed_at}:{start + int(limit)}"
                 metadata["remainingItemCount"] = len(rest)
         return {"apiVersion": "v1", "kind": "List", "metadata": metadata, "items": found}
 
@@ -394,6 +399,16 @@ class ClusterEmulator(KubernetesEmulator):
 
 def _stamp_seconds(stamp: str) -> str:
     return stamp[:19]
+
+
+EXPIRED_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list."
+)
+"""What the API server answers (410, reason Expired) a continue token whose list version etcd has
+compacted away (k8s.io/apiserver's storage: ``NewResourceExpired`` with this message)."""
 
 
 def _status(code: int, reason: str, message: str) -> aiohttp.web.Response:
