@@ -30,7 +30,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +69,7 @@ from ..names import new_run_id
 from ..records import QueueWait
 from ..recovery import RecoveryLog
 from ..schema import number
-from ..spec import KINDS, JobKindName, JobSpec, spec_from_dict, validate
+from ..spec import JobKindName, JobSpec, spec_from_dict, validate
 from ..triage import Triage, triage_line
 from ..views import NodesView, QueuesView
 from . import crds
@@ -96,8 +95,9 @@ from .diagnosis import (
     node_trouble,
     pod_findings,
 )
-from .fleet import FOREIGN_HINT, GERUND, job_ref, listed_alone_status, made_by, parse_ref, unreadable_status
-from .identity import FOUND_BY_LABEL, MadeRun, NotOurs, RunRecords, made_now
+from .finding import MANAGED, MANAGED_BY, RunFinder, RunJob
+from .fleet import listed_alone_status, made_by, unreadable_status
+from .identity import FOUND_BY_LABEL, MadeRun, RunRecords, made_now
 from .importing import import_job
 from .jobs import (
     api_of,
@@ -108,8 +108,8 @@ from .jobs import (
     walk_volumes,
     world_size,
 )
-from .kind_objects import JobObject, Json, PodTemplate, Volume, at, mapping
-from .kinds import JOB_KINDS, LISTED_ALONE, JobKind
+from .kind_objects import Json, PodTemplate, Volume, at, mapping
+from .kinds import JOB_KINDS, LISTED_ALONE
 from .manifests import (
     CODE_LABEL,
     FORCE_DELETE_ANNOTATION,
@@ -141,53 +141,6 @@ from .watched import WatchedPods
 
 if TYPE_CHECKING:
     from ..health import GateResult
-
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED = f"{MANAGED_BY}=torchdeck"
-
-
-@dataclass(frozen=True)
-class RunJob:
-    """A run's job object as the cluster answered it, with its metadata read once: what the backend
-    holds of a run between the API and its kind's readers (``JobKind``, ``jobs.py``), which take
-    the object itself."""
-
-    key: JobKindName
-    obj: Json
-    meta: ObjectMeta
-    view: JobObject
-    """What its kind reads of it (replicas, conditions, arguments), read once."""
-    ref: str = ""
-    """A job torchdeck did not make: its reference (``kind/namespace/name``, ``fleet.job_ref``),
-    which names it where a run id names a run; "" for a run of torchdeck's."""
-
-    @classmethod
-    def read(cls, key: JobKindName, obj: object, foreign: bool = False) -> RunJob:
-        data = mapping(obj) if isinstance(obj, Mapping) else {}
-        meta = ObjectMeta.from_api(data)
-        ref = job_ref(key, meta.namespace or "default", meta.name) if foreign else ""
-        return cls(key, data, meta, JOB_KINDS[key].view(data), ref)
-
-    @property
-    def run_id(self) -> str:
-        """What names it to torchdeck: its run id, or a foreign job's reference."""
-        return self.ref or self.name
-
-    @property
-    def kind(self) -> JobKind:
-        return JOB_KINDS[self.key]
-
-    @property
-    def name(self) -> str:
-        return self.meta.name
-
-    @property
-    def namespace(self) -> str:
-        return self.meta.namespace or "default"
-
-    @property
-    def path(self) -> str:
-        return api_path(JOB_KINDS[self.key].api, self.namespace, self.name)
 
 
 def spec_of(job: RunJob) -> JobSpec | None:
@@ -291,23 +244,14 @@ class KubernetesBackend(
         self.namespace = namespace
         """Where to look for runs; None: every namespace (or, where that is forbidden, the context's)."""
         self._node_cache: dict[str, tuple[float, list[NodeMetrics]]] = {}
-        self._kinds: dict[str, tuple[JobKindName, str]] = {}
-        """run id -> (kind key, namespace), learned on the way."""
-        self._selectors: dict[str, str] = {}
-        """run id -> its pods' label selector, learned with the kind."""
         self._crds: dict[str, tuple[float, Json]] = {}
         """kind -> (when read, the cluster's CRD)."""
         self.tasks = TaskJobs(self.client, self.apply_rendered)
         """The one-pod jobs around training: data prepare, model copy, model test."""
         self.records = RunRecords(self.ledger_dir / "made" if self.ledger_dir else None)
         """What torchdeck made on clusters, as recorded at submit: a run is found through these."""
-        self._unrecorded: set[str] = set()
-        """Runs found by their label alone (no record of making them): stop and resume ask first."""
-        self._owners: dict[str, OwnedBy] = {}
-        """run id -> which pods its job owns (learned with the job)."""
-        self._uids: dict[str, str] = {}
-        """run id -> the uid of the job learned for it (kept in a copy for another process, where
-        ``_owners`` is made again)."""
+        self.runs = RunFinder(self.client, self.records, self._list_jobs, namespace)
+        """Which job a run id names, and what was learned of each run on the way."""
         self.watched = WatchedPods(self.client)
         """A big run's pods, kept by a watch while it is followed (``watched``)."""
         self._unseen: dict[str, str] = {}
@@ -316,7 +260,7 @@ class KubernetesBackend(
 
     def __getstate__(self) -> dict:
         """A copy for another process: it opens its own connection (the client's own pickling)."""
-        return {**self.__dict__, "_node_cache": {}, "_crds": {}, "_owners": {}}
+        return {**self.__dict__, "_node_cache": {}, "_crds": {}}
 
     @property
     def scope(self) -> str:
@@ -414,11 +358,8 @@ class KubernetesBackend(
         )
         if made.uid:  # (an API server always gives one: without it nothing could tell the job from a copy)
             self.records.add(made)
-        self._kinds[plan.run_id] = (rendered.kind, plan.spec.namespace)
-        self._selectors[plan.run_id] = pod_selector(rendered.main)
         uid = ObjectMeta.from_api(job).uid
-        if uid:
-            self._owners[plan.run_id] = OwnedBy(self.client, plan.spec.namespace, uid)
+        self.runs.learned(plan.run_id, rendered.kind, plan.spec.namespace, pod_selector(rendered.main), uid)
         return plan.run_id
 
     def gated(self, plan: Plan, result: GateResult, progress: Progress) -> Plan:
@@ -478,7 +419,7 @@ class KubernetesBackend(
         """The nodes the gate's own pods ran on, and what its rank 0 wrote, read from rank 0's pod
         alone (an MPIJob's launcher, whose mpirun carries every rank's output, where it has one):
         any pod can print a result line; the gate's rank 0 writes the one."""
-        job = self._job(run_id)
+        job = self.runs.job(run_id)
         ns = job.namespace
         pods = self.pods(job.run_id, ns)
         ran_on = {p.node for p in pods if p.node}
@@ -682,199 +623,14 @@ class KubernetesBackend(
         ]
         return ours, others, alone
 
-    def _job(self, run_id: str) -> RunJob:
-        """The run's job object: through torchdeck's record of making it where there is one (the
-        object at the recorded place, and only with the recorded uid), else by its label, marked
-        found-by-label (``_unrecorded``). ``run_id`` may be a unique prefix: an exact record, then
-        an exact label, win over any prefix."""
-        if "/" in run_id:
-            return self._foreign(run_id)
-        records = self.records.on(self.client.server) if run_id else {}
-        if run_id in records:
-            return self._through_record(records[run_id])
-        known = self._kinds.get(run_id) if run_id in self._unrecorded else None
-        if known is not None and run_id in self._uids:  # found by label before: the same object, where it was
-            with contextlib.suppress(RunNotFound):
-                job = self._same_object(run_id, *known)
-                self._learn(job)
-                return job
-        jobs = self._list_jobs(f"{RUN_LABEL}={run_id}")
-        if not jobs:
-            live = {j.name: j for j in self._list_jobs(MANAGED)}
-            names = sorted({n for n in [*records, *live] if n.startswith(run_id)})
-            if len(names) > 1:
-                raise RunNotFound(f"{run_id!r} matches several runs: {', '.join(names[:5])}", "give more of the id")
-            if names and names[0] in records:
-                return self._through_record(records[names[0]])
-            jobs = [live[names[0]]] if names else []
-        if not jobs:
-            where = f"namespace {self.namespace}" if self.namespace else "any namespace"
-            raise RunNotFound(
-                f"no run {run_id!r} in {where} of this cluster",
-                "torchdeck --backend kubernetes jobs lists them; --namespace picks another",
-            )
-        if len(jobs) > 1:  # the same run label in several places, none of them recorded here
-            places = ", ".join(sorted(f"{j.meta.namespace or '?'}/{JOB_KINDS[j.key].kind}" for j in jobs))
-            raise RunNotFound(
-                f"{len(jobs)} objects carry the label of run {run_id!r} ({places[:200]}), and torchdeck has no "
-                "record of making any of them here",
-                "--namespace picks one; kubectl get -o yaml shows who made each",
-            )
-        job = jobs[0]
-        if job.name in records:  # a copy of a recorded run's name elsewhere: not that run
-            raise NotOurs(
-                f"{JOB_KINDS[job.key].kind} {job.meta.namespace or '?'}/{job.name} carries the "
-                "name and label of a run torchdeck recorded making elsewhere, and is not it",
-                f"torchdeck status {job.name} shows the recorded one",
-            )
-        self._unrecorded.add(job.name)
-        self._learn(job)
-        return job
-
-    def _foreign(self, ref: str) -> RunJob:
-        """A job torchdeck did not make, by its reference (``kind/namespace/name``): followed
-        read-only. A reference to one of torchdeck's runs is that run."""
-        found = parse_ref(ref)
-        if found is None:
-            raise RunNotFound(
-                f"{ref!r} is neither a run id nor a job's reference (kind/namespace/name)",
-                "torchdeck --backend kubernetes jobs lists every training job with its reference",
-            )
-        kind, ns, name = found
-        if not isinstance(kind, JobKind):
-            raise RunNotFound(
-                f"{kind.kind} {ns}/{name} is listed, not followed: torchdeck follows the kinds it runs",
-                f"kubectl logs -n {ns} -l {kind.pod_label}={name}",
-            )
-        try:
-            obj = self.client.request("GET", api_path(kind.api, ns, name))
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            raise RunNotFound(
-                f"no {kind.kind} {ns}/{name} in this cluster",
-                "torchdeck --backend kubernetes jobs lists every training job with its reference",
-            ) from None
-        try:
-            job = RunJob.read(kind.key, obj, foreign=True)
-        except (ValueError, TypeError) as exc:
-            raise BackendError(
-                f"{kind.kind} {ns}/{name}'s spec does not read as a {kind.kind}'s: {str(exc)[:120]}",
-                f"kubectl get -n {ns} {kind.plural} {name} -o yaml shows it",
-            ) from None
-        if job.meta.labels.get(RUN_LABEL) == job.name and job.meta.labels.get(MANAGED_BY) == "torchdeck":
-            with contextlib.suppress(RunNotFound, NotOurs):
-                run = self._job(job.name)
-                if run.meta.uid == job.meta.uid:
-                    return run  # one of torchdeck's runs, by its place
-            # torchdeck's labels on another object than the run of that name: followed as another's
-        self._unrecorded.add(job.run_id)
-        self._learn(job)
-        return job
-
-    def _through_record(self, made: MadeRun) -> RunJob:
-        job = self._recorded_job(made)
-        self._unrecorded.discard(made.run_id)
-        self._learn(job)
-        return job
-
-    def _recorded_id(self, run_id: str) -> str:
-        """The recorded run ``run_id`` names, exactly or as the unique prefix of one (its job may be
-        gone: a stopped run); ``run_id`` itself where none does."""
-        records = self.records.on(self.client.server) if run_id and "/" not in run_id else {}
-        if run_id in records:
-            return run_id
-        prefixed = sorted(r for r in records if r.startswith(run_id))
-        if len(prefixed) > 1:
-            raise RunNotFound(f"{run_id!r} matches several runs: {', '.join(prefixed[:5])}", "give more of the id")
-        return prefixed[0] if prefixed else run_id
-
-    def _made(self, run_id: str) -> MadeRun | None:
-        """The record of ``run_id`` on this cluster (exactly that id), if torchdeck made it here."""
-        if "/" in run_id or not run_id:
-            return None
-        return self.records.on(self.client.server).get(run_id)
-
-    def _recorded_job(self, made: MadeRun) -> RunJob:
-        """The live object where ``made`` says, if it is the one torchdeck made (its uid)."""
-        info = JOB_KINDS[made.kind]
-        try:
-            obj = self.client.request("GET", api_path(info.api, made.namespace, made.name))
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            raise RunNotFound(
-                f"no run {made.run_id!r} on the cluster now: its {info.kind} {made.namespace}/{made.name} is gone",
-                "a stopped run's job is deleted; torchdeck resume continues it from its checkpoint",
-            ) from None
-        job = RunJob.read(made.kind, obj)
-        uid = job.meta.uid or None
-        if uid != made.uid:
-            raise NotOurs(
-                f"{info.kind} {made.namespace}/{made.name} is not the run torchdeck made as {made.run_id}: "
-                f"its uid is {uid}, the one recorded at submit {made.uid} (another object took its name)",
-                f"torchdeck will not follow, stop or resume it; kubectl -n {made.namespace} get {info.plural} "
-                f"{made.name} -o yaml shows who made it",
-            )
-        return job
-
-    def _same_object(self, run_id: str, key: JobKindName, ns: str) -> RunJob:
-        """The object found by label before, if it is still there with the same uid."""
-        try:
-            obj = self.client.request("GET", api_path(JOB_KINDS[key].api, ns, run_id))
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            raise RunNotFound(f"no run {run_id!r}", "") from None
-        job = RunJob.read(key, obj)
-        if job.meta.uid != self._uids.get(run_id):
-            raise RunNotFound(f"{run_id!r} was made again", "")
-        return job
-
-    def _learn(self, job: RunJob) -> None:
-        """Keep what a found job says of its run: its kind and place, its pods' selector and owner."""
-        name, uid = job.run_id, job.meta.uid
-        ns = job.meta.namespace or self.namespace or "default"
-        self._kinds[name] = (job.key, ns)
-        # another's job: its pods carry what its controller gives them, never torchdeck's label
-        foreign = f"{job.kind.pod_label}={job.name}" if job.ref and job.kind.pod_label else ""
-        self._selectors[name] = foreign or pod_selector(job.obj)
-        if not uid:
-            self._owners.pop(name, None)
-            self._uids.pop(name, None)
-            return
-        self._uids[name] = uid
-        if name not in self._owners or self._owners[name].uid != uid:
-            self._owners[name] = OwnedBy(self.client, ns, uid)
-
-    def found_by_label(self, run_id: str) -> bool:
-        """Whether the run was found by its label alone (torchdeck has no record of making it here)."""
-        return run_id in self._unrecorded
-
-    def _require_made(self, name: str, trust_label: bool, verb: str) -> None:
-        """Refuse to ``verb`` a run found by its label alone, unless the user said it is theirs; and
-        a job torchdeck did not make (a reference) always: it is followed read-only."""
-        if "/" in name:
-            raise NotOurs(
-                f"{name} is not torchdeck's ({FOREIGN_HINT}); not {GERUND.get(verb, verb)} it",
-                f"torchdeck --backend kubernetes import {name} makes it a run of torchdeck's; else ask its "
-                "owner, or kubectl",
-            )
-        if name in self._unrecorded and not trust_label:
-            key, ns = self._kinds.get(name, (KINDS[0], "?"))
-            raise FoundByLabel(
-                f"{JOB_KINDS[key].kind} {ns}/{name} was {FOUND_BY_LABEL}; not {GERUND.get(verb, verb)} it on a label's word",
-                f"if it is yours (made from another machine), say so: torchdeck {verb} {name} --yes",
-            )
-
     def pod_selector(self, run_id: str) -> str:
         """The label selector of a run's pods (the run label, or what its job's release gives them)."""
-        return self._selectors.get(run_id) or f"{RUN_LABEL}={run_id}"
+        return self.runs.selector(run_id)
 
     def owner(self, run_id: str) -> OwnedBy | None:
         """Which pods are the run's: those its job owns (None: a job without a uid, as no API server
         makes; then the selector alone says)."""
-        return self._owners.get(run_id)
+        return self.runs.owner(run_id)
 
     def pods(self, run_id: str, namespace: str) -> builtins.list[Pod]:
         """The run's pods: those matching its selector that its job owns."""
@@ -888,7 +644,7 @@ class KubernetesBackend(
 
     def status(self, run_id: str) -> JobStatus:
         try:
-            job = self._job(run_id)
+            job = self.runs.job(run_id)
         except RunNotFound:  # a run torchdeck stopped: its job was deleted, its last status kept
             kept = self._kept_ended(run_id)
             if kept is None:
@@ -901,7 +657,7 @@ class KubernetesBackend(
         ns = job.meta.namespace or self.namespace or "default"
         pods = self.pods(job.run_id, ns) if pods is None else pods
         status = self._status_of(job, pods)
-        status.found_by_label = self.found_by_label(status.run_id)
+        status.found_by_label = self.runs.found_by_label(status.run_id)
         if not status.state.is_terminal:  # a node lost under it: which, since when, the ranks it held
             status.bad_nodes = lost_nodes(self.client, pods, node_ranks(pods), nproc_per_node(job.view))
             if not job.ref:  # another's job: its pods are never deleted from here
@@ -981,9 +737,9 @@ class KubernetesBackend(
 
         status = self.status(run_id)
         triage.require_running(status.run_id, status.state)
-        job = self._job(status.run_id)
+        job = self.runs.job(status.run_id)
         if job.ref:  # another's job: read-only (a run found by its label may be asked: triage changes nothing)
-            self._require_made(job.run_id, False, "triage")
+            self.runs.require_made(job.run_id, False, "triage")
         name, ns = job.name, job.namespace
         nproc = nproc_per_node(job.view)
         pods = [p for p in self.pods(name, ns) if has_started(p)]
@@ -1029,13 +785,13 @@ class KubernetesBackend(
         in the state folder then (code folder included); else the job's annotation (a job made by an
         older torchdeck, or imported: what the job object itself says). Where a recorded run's job
         is gone (stopped runs are deleted), the kept copy still answers."""
-        made = self._made(run_id)
+        made = self.runs.made(run_id)
         if made is not None:
             kept = self._kept_spec(made.run_id)
             if kept is not None:
                 return kept
         try:
-            job = self._job(run_id)
+            job = self.runs.job(run_id)
         except RunNotFound:
             kept = self._kept_spec(run_id) if made is not None else None
             if kept is None:
@@ -1078,9 +834,9 @@ class KubernetesBackend(
             status = None  # stopped (its job deleted): its spec was kept when it was submitted
         if status is not None and not status.state.is_terminal:
             raise BackendError(f"{status.run_id} is still running", f"`torchdeck stop {status.run_id}` first")
-        name = status.run_id if status is not None else self._recorded_id(run_id)
-        self._require_made(name, trust_label, "resume")
-        made = self._made(name)
+        name = status.run_id if status is not None else self.runs.recorded_id(run_id)
+        self.runs.require_made(name, trust_label, "resume")
+        made = self.runs.made(name)
         if made is None and status is None:
             raise RunNotFound(f"no run {run_id!r} on this cluster, and no record of one", "torchdeck jobs lists them")
         spec = self.run_spec(name)
@@ -1331,18 +1087,19 @@ class KubernetesBackend(
             name, uid = job.name, job.meta.uid
             made = records.get(name)
             ours = made is not None and bool(uid) and made.uid == uid
+            runs = self.runs
             if ours:
-                self._unrecorded.discard(name)
-                self._learn(job)
-            elif made is None and seen[name] == 1 and name not in self._kinds:  # a decoy teaches nothing
-                self._unrecorded.add(name)
-                self._learn(job)
-            elif made is None and seen[name] > 1 and name in self._unrecorded:  # which one is meant is not known
-                self._kinds.pop(name, None)
-                self._uids.pop(name, None)
+                runs.unrecorded.discard(name)
+                runs.learn(job)
+            elif made is None and seen[name] == 1 and name not in runs.kinds:  # a decoy teaches nothing
+                runs.unrecorded.add(name)
+                runs.learn(job)
+            elif made is None and seen[name] > 1 and name in runs.unrecorded:  # which one is meant is not known
+                runs.kinds.pop(name, None)
+                runs.uids.pop(name, None)
             status = self._status_of(job, [])
             status.found_by_label = not ours
-            owned = self._owners.get(name)
+            owned = runs.owners.get(name)
             if owned is None or owned.uid != uid:
                 owned = OwnedBy(self.client, job.namespace, uid)
             run_pods = [p for p in pods.get(name, []) if not owned.uid or owned(p)]
@@ -1389,16 +1146,16 @@ class KubernetesBackend(
     def cancel(self, run_id: str, trust_label: bool = False) -> JobStatus:
         """Stop the run: delete its job (its pods go with it). A run found by its label alone is
         stopped only with ``trust_label`` (the user said it is theirs)."""
-        job = self._job(run_id)
-        self._require_made(job.run_id, trust_label, "stop")
+        job = self.runs.job(run_id)
+        self.runs.require_made(job.run_id, trust_label, "stop")
         status = self._keep_ended(job)
         self._delete_run(job)
         status.state, status.reason = JobState.CANCELLED, "stopped by the user; its pods are being deleted"
         return status
 
     def discard(self, run_id: str, trust_label: bool = False) -> builtins.list[str]:
-        job = self._job(run_id)
-        self._require_made(job.run_id, trust_label, "stop")
+        job = self.runs.job(run_id)
+        self.runs.require_made(job.run_id, trust_label, "stop")
         self._keep_ended(job)
         return self._delete_run(job)
 
@@ -1412,7 +1169,7 @@ class KubernetesBackend(
             status.state, status.finished_at = JobState.CANCELLED, time.time()
             status.reason = f"stopped by the user at {time.strftime('%H:%M:%S', time.localtime(status.finished_at))}"
         status.coming_back = []  # nothing of it comes back now; the nodes it lost stay named (resume --avoid-node)
-        made = self._made(job.name)
+        made = self.runs.made(job.name)
         path = self.records.ended_path(self.client.server, job.name) if made is not None else None
         if path is None or self.ledger_dir is None:
             return status
@@ -1433,7 +1190,7 @@ class KubernetesBackend(
 
     def _kept_ended(self, run_id: str) -> JobStatus | None:
         """The last status kept of a run torchdeck made and stopped (its job deleted)."""
-        made = self._made(run_id)
+        made = self.runs.made(run_id)
         path = self.records.ended_path(self.client.server, run_id) if made is not None else None
         if made is None or path is None:
             return None
@@ -1484,10 +1241,10 @@ class KubernetesBackend(
         self.client.request("PATCH", path, body={"metadata": {"labels": ours, "annotations": notes}})
         # the user asked to follow it: torchdeck records it as a run of its own from now on, by its uid
         self.records.add(made_now(name, self.client.server, self.client.current_context(), ns, key, obj, None))
-        self._unrecorded.discard(name)
+        self.runs.unrecorded.discard(name)
         self._note(path)
-        self._kinds[name] = (key, ns)
-        self._selectors[name] = notes[PODS_ANNOTATION]
+        self.runs.kinds[name] = (key, ns)
+        self.runs.selectors[name] = notes[PODS_ANNOTATION]
         return found.spec, found.notes, name
 
     def _delete_run(self, job: RunJob) -> builtins.list[str]:
@@ -1538,11 +1295,11 @@ class KubernetesBackend(
         """A model on the cluster's volume leaves through S3: the model-copy job puts it under
         ``via(spec)/RUN/model.pt``; one saved to S3 already is fetched from there."""
         spec, saved = self.model_file_of(run_id)
-        name = self._job(run_id).name
-        if name in self._unrecorded:  # its job's image, account and paths would run the copy, and you load the file
+        name = self.runs.job(run_id).name
+        if name in self.runs.unrecorded:  # its job's image, account and paths would run the copy, and you load the file
             raise FoundByLabel(
                 f"{name} was {FOUND_BY_LABEL}: its model is not copied on a label's word",
-                f"torchdeck import {self._kinds[name][0]}/{name} first if it is yours, or copy it with kubectl",
+                f"torchdeck import {self.runs.kinds[name][0]}/{name} first if it is yours, or copy it with kubectl",
             )
         location = location or saved
         if S3Url.is_s3(location):
@@ -1558,9 +1315,9 @@ class KubernetesBackend(
     def model_file_of(self, run_id: str) -> tuple[JobSpec, str]:
         """The spec read back from the job object (image, namespace, volume,
         service account, paths), and the model file its trainer writes."""
-        job = self._job(run_id)
+        job = self.runs.job(run_id)
         if job.ref:  # its image, account and paths would run the copy or the test, in its namespace
-            self._require_made(job.run_id, False, "copy the model of")
+            self.runs.require_made(job.run_id, False, "copy the model of")
         obj = job.obj
         pod = PodTemplate.read_spec(first_pod_spec(obj.get("spec")))
 
@@ -1655,7 +1412,7 @@ class KubernetesBackend(
     def logs(
         self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
     ) -> Iterator[builtins.list[LogLine]]:
-        job = self._job(run_id)
+        job = self.runs.job(run_id)
         name, ns = job.name, job.namespace
         nproc = nproc_per_node(job.view)
         follower = PodLogFollower(
@@ -1678,7 +1435,7 @@ class KubernetesBackend(
 
     async def follow(self, run_id: str) -> AsyncIterator[tuple[builtins.list[MetricEvent], builtins.list[LogLine]]]:
         """Every pod's log once, as metric events and log lines together."""
-        job = await asyncio.to_thread(self._job, run_id)
+        job = await asyncio.to_thread(self.runs.job, run_id)
         name, ns = job.name, job.namespace
         nproc = nproc_per_node(job.view)
         follower = PodLogFollower(
@@ -1699,7 +1456,7 @@ class KubernetesBackend(
     async def metrics(
         self, run_id: str, follow: bool = True, poll_s: float = 0.1
     ) -> AsyncIterator[builtins.list[MetricEvent]]:
-        job = await asyncio.to_thread(self._job, run_id)
+        job = await asyncio.to_thread(self.runs.job, run_id)
         name, ns = job.name, job.namespace
         follower = PodLogFollower(
             self.client, self.pod_selector(job.run_id), name, ns, follow=follow, owned=self.owner(job.run_id)
@@ -1728,7 +1485,7 @@ class KubernetesBackend(
         cached = self._node_cache.get(run_id)
         if cached and time.monotonic() - cached[0] < NODE_METRICS_TTL_S:
             return cached[1]
-        job = self._job(run_id)
+        job = self.runs.job(run_id)
         result = measure_nodes(self.client, self.pods(job.run_id, job.namespace))
         self._node_cache[run_id] = (time.monotonic(), result)
         return result
