@@ -289,6 +289,10 @@ class SocketFile(Protocol):
 
     def read1(self, size: int = ..., /) -> bytes: ...
 
+
+class ResponseFile(SocketFile, Protocol):
+    """The socket file of a response, which ``_open`` closes once it reads the socket alone."""
+
     def close(self) -> None: ...
 
 
@@ -306,7 +310,7 @@ def _dechunked(raw: SocketFile) -> Iterator[bytes]:
             yield piece
 
 
-def _chunked_socket_file(response: object) -> SocketFile | None:
+def _chunked_socket_file(response: object) -> ResponseFile | None:
     """The socket file under a streamed urllib3 response whose body is chunked and not yet read
     (None otherwise): what ``Dechunker`` can read past urllib3."""
     raw = getattr(getattr(response, "_fp", None), "fp", None)
