@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 BACKENDS = ("local", "kubernetes", "eks")
 FIELDS: dict[str, Where] = {"local": "local", "kubernetes": "cluster", "eks": "cluster"}
-"""Each backend's ``Backend.fields``, known without opening it (tests/unit/test_backend_core.py
+"""Each backend's ``Backend.fields``, known without opening it (tests/unit/test_capabilities.py
 holds the two to each other)."""
 
 

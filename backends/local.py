@@ -74,6 +74,7 @@ from .triage import Triage
 if TYPE_CHECKING:
     from .health import GateResult
     from .spec import JobSpec
+    from .spec_options import Where
 
 from .run_records import (
     CancelRecord,
@@ -134,7 +135,7 @@ class LocalBackend(Backend, HealthGate, NodeMeasures, CifarTasks, HangTriage, Bu
     """Jobs as torchrun process groups on this machine."""
 
     name = "local"
-    fields = "local"
+    fields: Where = "local"
 
     def __init__(self, state_dir: str | Path, python: str | None = None, local_price_per_hour: float | None = None):
         self.state_dir = Path(state_dir)

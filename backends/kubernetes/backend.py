@@ -141,6 +141,7 @@ from .watched import WatchedPods
 
 if TYPE_CHECKING:
     from ..health import GateResult
+    from ..spec_options import Where
 
 
 def spec_of(job: RunJob) -> JobSpec | None:
@@ -210,7 +211,7 @@ class KubernetesBackend(
     pod and log streams) takes the client."""
 
     name = "kubernetes"
-    fields = "cluster"
+    fields: Where = "cluster"
 
     def __init__(
         self,

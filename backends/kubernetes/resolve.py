@@ -24,6 +24,7 @@ from ..files import load_yaml
 
 if TYPE_CHECKING:
     import ssl
+    from collections.abc import Iterable
 
     from kubernetes.client import Configuration
     from urllib3 import PoolManager
@@ -177,16 +178,35 @@ class Resolved:
         made once. Raises BackendError naming the file that cannot be used."""
         import ssl
 
-        from urllib3.util.ssl_ import create_urllib3_context
+        from urllib3.util.ssl_ import ALPN_PROTOCOLS, create_urllib3_context
+
+        class Shared(ssl.SSLContext):
+            """Shared by the connections the opener threads make at once. urllib3 sets ALPN on the
+            context for each connection, and setting it frees the protocols another thread's
+            handshake may be copying (CPython lets go of the GIL for ``SSL_new``): set once here."""
+
+            def set_alpn_protocols(self, protocols: Iterable[str]) -> None:
+                wanted = tuple(protocols)
+                if getattr(self, "alpn", None) != wanted:
+                    super().set_alpn_protocols(wanted)
+                    self.alpn = wanted
+
+        def encrypted() -> bytes:
+            raise BackendError(
+                "the kubeconfig's client key is encrypted, and torchdeck asks for no password",
+                "give the context a key without a passphrase (openssl pkey -in KEY -out KEY2), or a token",
+            )
 
         context = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED if self.verify else ssl.CERT_NONE)
+        context.__class__ = Shared
+        context.set_alpn_protocols(ALPN_PROTOCOLS)
         try:
             if self.ca_file:
                 context.load_verify_locations(self.ca_file)
             else:
                 context.load_default_certs()
             if self.cert_file:
-                context.load_cert_chain(self.cert_file, self.key_file)
+                context.load_cert_chain(self.cert_file, self.key_file, password=encrypted)
         except (OSError, ssl.SSLError) as exc:
             raise BackendError(
                 f"cannot use the kubeconfig's TLS files: {exc}",

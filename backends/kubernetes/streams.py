@@ -85,6 +85,7 @@ class PodWatcher:
         on_retry: Callable[[int, float, str], None] = lambda n, wait, why: None,
         owned: Callable[[Pod], bool] | None = None,
         on_watching: Callable[[], None] = lambda: None,
+        on_stale: Callable[[], None] = lambda: None,
     ):
         self.client, self.selector, self.namespace = client, selector, namespace
         """The connection, and the label selector of the run's pods (``pod_selector``)."""
@@ -92,9 +93,10 @@ class PodWatcher:
         """Which of the pods the selector finds are the run's (its job owns them: ``ownership``);
         None: every one (a job without a uid)."""
         self.on_change, self.on_retry = on_change, on_retry
-        self.on_watching = on_watching
-        """Called each time a watch is connected again from the version its pods are at (the
-        changes since come next): what the pods say is current again, changed or not."""
+        self.on_watching, self.on_stale = on_watching, on_stale
+        """``on_watching``: called each time a watch is connected again from the version its pods are
+        at (the changes since come next): what the pods say is current again, changed or not.
+        ``on_stale``: called when that version has expired (410): the pods are old until listed again."""
         self.pods: dict[str, Pod] = {}
         self.relists = 0
         self.retries = 0
@@ -142,6 +144,7 @@ class PodWatcher:
                     if kind == "ERROR":
                         if event.code == 410:
                             rv = None  # expired: list again
+                            self.on_stale()
                             break
                         raise ApiError(f"the pod watch failed: {event.error}", "", event.code)
                     rv = pod.meta.resource_version or rv
@@ -159,6 +162,7 @@ class PodWatcher:
             except Exception as exc:  # the API's errors, and urllib3's protocol errors while streaming
                 if isinstance(exc, ApiError) and exc.status == 410:
                     rv = None  # expired: list again
+                    self.on_stale()
                     continue
                 if self._stop.is_set() and not isinstance(exc, ApiError):
                     return
@@ -416,6 +420,7 @@ class PodLogFollower:
         self.queue: queue.SimpleQueue[tuple[int, int, list[bytes]]] = queue.SimpleQueue()
         self._queued = 0
         """Lines in ``queue`` (under ``_counting``): the reading thread waits while there are QUEUED_LINES."""
+        self._turn = 0
         self._counting = threading.Lock()
         self._room = threading.Event()
         self._streams: dict[tuple[str, int], LogStream] = {}
@@ -449,7 +454,7 @@ class PodLogFollower:
             if wait
             else f"[torchdeck] gave up after {MAX_RETRIES} retries: {why[:120]}"
         )
-        self.queue.put((-1, 0, [text.encode()]))
+        self._put(-1, 0, [text.encode()])
 
     def _pods_changed(self, pods: dict[str, Pod]) -> None:
         ranks: dict[str, int] | None = None  # worked out once, when a pod's log is new
@@ -504,6 +509,9 @@ class PodLogFollower:
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             early = b""
         stream.early = stream.body.feed(early) if early else b""
+        if self._stopped.is_set():  # stopped while it opened: nobody will read it
+            self._finish(stream, {}, None)
+            return
         # From here the socket is read alone: the response's objects (urllib3's, http.client's, the
         # socket file and its buffer: about 10 KB a stream) go, and the socket is the stream's to close.
         connection = response.connection
@@ -530,12 +538,16 @@ class PodLogFollower:
     def _deliver(self, stream: LogStream, lines: list[bytes]) -> None:
         fresh = stream.position.take(lines)
         if fresh:
-            with self._counting:
-                self._queued += len(fresh)
-                if self._queued >= QUEUED_LINES:
-                    self._room.clear()
-            self.queue.put((stream.rank, stream.attempt, fresh))
+            self._put(stream.rank, stream.attempt, fresh)
             stream.failures = 0
+
+    def _put(self, rank: int, attempt: int, lines: list[bytes]) -> None:
+        """Lines for ``take``, counted: the reading thread waits while QUEUED_LINES wait."""
+        with self._counting:
+            self._queued += len(lines)
+            if self._queued >= QUEUED_LINES:
+                self._room.clear()
+        self.queue.put((rank, attempt, lines))
 
     def _take_bytes(self, stream: LogStream, body: bytes) -> None:
         """Whole lines of a stream's body, handed on; the rest kept for its next bytes."""
@@ -557,12 +569,16 @@ class PodLogFollower:
             if self._reopen:
                 timeout = max(0.0, min(timeout, self._reopen[0][0] - time.monotonic()))
             read = False
-            for key, _ in self._selector.select(timeout):
+            ready = self._selector.select(timeout)
+            self._turn = (self._turn + 1) % max(1, len(ready))  # who reads first, in turn: none starves
+            for key, _ in ready[self._turn :] + ready[: self._turn]:
                 stream = key.data
                 if stream is None:
                     with contextlib.suppress(OSError):
                         os.read(self._wake_r, 4096)
                     continue
+                if self._queued >= QUEUED_LINES:
+                    break  # the rest next pass (they stay ready: the selector asks the sockets again)
                 self._read_ready(stream, live)
                 read = True
             while True:  # streams the openers have opened
@@ -582,7 +598,8 @@ class PodLogFollower:
                 except (OSError, ValueError) as exc:
                     self._finish(stream, live, exc)
                     continue
-                self._read_ready(stream, live)  # a TLS socket may hold decrypted bytes already
+                if self._queued < QUEUED_LINES or (isinstance(stream.sock, ssl.SSLSocket) and stream.sock.pending()):
+                    self._read_ready(stream, live)  # a TLS socket may hold decrypted bytes already
             now = time.monotonic()
             due = []
             with self._lock:
@@ -594,6 +611,17 @@ class PodLogFollower:
                 self._stopped.wait(GATHER_S)
         for stream in list(live.values()):
             self._finish(stream, live, None)
+        self._close_ready()
+
+    def _close_ready(self) -> None:
+        """Streams opened and not yet taken on by the reading thread (it has ended): their sockets
+        close now, not when the follower is collected (the API server holds a followed log open)."""
+        while True:
+            try:
+                stream = self._ready.get_nowait()
+            except queue.Empty:
+                return
+            self._finish(stream, {}, None)
 
     def _read_ready(self, stream: LogStream, live: dict[int, LogStream]) -> None:
         """Read what a stream's socket has (without waiting); its end or its break are dealt with."""
@@ -649,7 +677,7 @@ class PodLogFollower:
         stream.failures += 1
         if stream.failures > MAX_RETRIES:
             text = f"[torchdeck] the log of {stream.pod} broke off after {MAX_RETRIES} retries: {why[:160]}"
-            self.queue.put((stream.rank, stream.attempt, [text.encode()]))
+            self._put(stream.rank, stream.attempt, [text.encode()])
             stream.done = True
             return
         stream.position.resume()
@@ -658,7 +686,7 @@ class PodLogFollower:
         if restarts > stream.attempt:  # it restarted meanwhile: the rest of this attempt is the previous log
             if restarts > stream.attempt + 1:
                 text = f"[torchdeck] {stream.pod} restarted {restarts - stream.attempt} times while its log was cut off"
-                self.queue.put((stream.rank, stream.attempt, [text.encode()]))
+                self._put(stream.rank, stream.attempt, [text.encode()])
                 stream.done = True
                 return
             stream.follow, stream.previous = False, True
@@ -709,11 +737,13 @@ class PodLogFollower:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._room.set()  # a reading thread waiting for room sees the stop at once
         self.watcher.stop()
         self._wake()
         self._openers.shutdown(wait=False, cancel_futures=True)
         if self._reader.is_alive():
             self._reader.join(2)
+        self._close_ready()
         for stream in list(self._streams.values()):
             if stream.response is not None and not stream.done:
                 _abort(stream.response)  # a body read on a thread of its own

@@ -34,7 +34,7 @@ class PodWatch:
         """Which of the selector's pods are the run's: asked at each read, not as the watch takes a
         pod in (an owner between the job and a pod that could not be read once is asked again)."""
         self.watcher = PodWatcher(
-            client, selector, namespace, self._changed, self._retrying, on_watching=self._watching
+            client, selector, namespace, self._changed, self._retrying, on_watching=self._watching, on_stale=self._stale
         )
         self._thread = threading.Thread(target=self.watcher.run, name=f"pods-{selector[:40]}", daemon=True)
         self._thread.start()
@@ -58,6 +58,9 @@ class PodWatch:
 
     def _watching(self) -> None:
         self._broken = False  # connected again from where its pods are: current, changed or not
+
+    def _stale(self) -> None:
+        self._broken = True  # its version expired: old until the watcher has listed them again
 
     def pods(self) -> list[Pod] | None:
         self.asked = time.monotonic()

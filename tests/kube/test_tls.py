@@ -170,3 +170,21 @@ def test_a_client_key_that_is_not_the_certificates_is_said_in_one_line(tls_clust
         KubeClient(wrong).request("GET", "api/v1/namespaces/team/pods/p")
     assert caught.value.message.startswith("cannot use the kubeconfig's TLS files:")
     assert "\n" not in caught.value.message and "client-key" in caught.value.hint
+
+
+def test_an_encrypted_client_key_is_said_in_one_line_and_nothing_asks_on_the_terminal(tls_cluster, tmp_path):
+    """OpenSSL asks for a key's passphrase on the terminal where no password is given: the console
+    would hang, or the prompt would garble its screen. torchdeck asks for none, and says why."""
+    good, _ = tls_cluster
+    config = yaml.safe_load(good.read_text())
+    key = serialization.load_pem_private_key(base64.b64decode(config["users"][0]["user"]["client-key-data"]), None)
+    locked = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"secret")
+    )
+    config["users"][0]["user"]["client-key-data"] = base64.b64encode(locked).decode()
+    path = tmp_path / "locked"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(BackendError) as caught:
+        KubeClient(path).request("GET", "api/v1/namespaces/team/pods/p")
+    assert "encrypted" in caught.value.message and "\n" not in caught.value.message and caught.value.hint
+    assert _Pods.seen == []

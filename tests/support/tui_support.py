@@ -16,6 +16,7 @@ from pathlib import Path
 from torchdeck.backends.base import NodeMetrics, ProcessMetrics
 from torchdeck.backends.capabilities import ClusterViews
 from torchdeck.backends.local import LocalBackend
+from torchdeck.backends.spec_options import Where
 from torchdeck.settings import Settings
 from torchdeck.tui.app import make_app
 from torchdeck.tui.screens.monitor import MonitorScreen
@@ -196,6 +197,7 @@ class FleetSnapshotBackend(SnapshotBackend, ClusterViews):
     the kubernetes backend's words (tests/kube/test_fleet.py, test_kueue.py hold those to kmock)."""
 
     name = "kubernetes"
+    fields: Where = "cluster"
 
     def list(self):
         from torchdeck.backends.records import JobState, JobStatus, QueueWait
