@@ -45,7 +45,8 @@ def test_the_storage_screen_checks_fields_creates_and_the_home_screen_counts_the
             assert "is not a valid bucket name" in text_of(screen, "#e-bucket")
             phase = text_of(screen, "#phase")
             await pilot.press("ctrl+r")  # no data preparation from a form with an error
-            await pilot.pause(0.3)
+            await app.workers.wait_for_complete()  # one, had it started
+            await pilot.pause()
             assert not any("data:" in line for line in logged(screen)) and text_of(screen, "#phase") == phase
             await type_into(pilot, screen, "bucket", "torchdeck-models-demo")
             await wait_for(
@@ -121,7 +122,7 @@ def test_the_image_screen_builds_pushes_and_pins_the_digest(eks_cluster, tmp_pat
             screen.query_one("#f-builder", Select).value = "kaniko"
             await pilot.press("ctrl+g")
             await wait_for(pilot, lambda: any("image failed: " in line for line in logged(screen)), what="the failure")
-            await pilot.pause(0.2)
+            await wait_for(pilot, lambda: text_of(screen, "#phase").startswith("build: stopped"), what="the phase")
             assert text_of(screen, "#phase").startswith("build: stopped in ") and failures == ["image failed"]
             assert "image failed: building in the cluster needs a bucket" in "".join(logged(screen))
             await type_into(pilot, screen, "cluster", "demo")

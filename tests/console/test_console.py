@@ -78,18 +78,18 @@ def test_log_pane_filters_by_rank_and_searches(tmp_path):
                 line.startswith("r1") for line in all_lines
             )
             await pilot.press("l", "1")
-            await pilot.pause(0.2)
+            await wait_for(pilot, lambda: all(s.text.startswith("r1") for s in log.lines), what="rank 1's lines")
             ranked = [strip.text for strip in log.lines]
             assert ranked and all(line.startswith("r1") for line in ranked)
             assert any(line.startswith("r1/1 ") for line in ranked)  # the restarted attempt is marked
             await pilot.press("tab", *"accuracy")  # from the rank box to the search box
-            await pilot.pause(0.2)
+            await wait_for(pilot, lambda: all("accuracy" in s.text for s in log.lines), what="the lines found")
             found = [strip.text for strip in log.lines]
             assert len(found) == 5  # four evals and the done line, of rank 1's two attempts' lines
             assert all("accuracy" in line for line in found)
             screen.query_one("#log-rank", Input).value = ""
-            await pilot.pause(0.2)
-            assert len([strip.text for strip in log.lines]) > len(found)
+            await wait_for(pilot, lambda: len(log.lines) > len(found), what="every rank's lines found")
+            assert any(s.text.startswith("r0 ") for s in log.lines)
 
     run(scenario())
 
@@ -157,8 +157,8 @@ def test_the_log_view_grows_without_a_layout_and_keeps_its_scrollbar_right(tmp_p
         async with app.run_test(size=(120, 40)) as pilot:
             screen = await monitor_ready(pilot)
             view = screen.query_one("#log-lines")
-            await pilot.pause(0.3)
-            assert len(view.lines) > view.size.height and view.show_vertical_scrollbar
+            await wait_for(pilot, lambda: view.show_vertical_scrollbar, what="the scrollbar")
+            assert len(view.lines) > view.size.height
             assert view.vertical_scrollbar.window_virtual_size == len(view.lines)
             assert view.scroll_y == view.max_scroll_y  # the newest line is in sight
 
@@ -312,7 +312,9 @@ def test_a_backend_that_cannot_open_is_said_on_the_runs_screen_and_the_console_s
             assert "which EKS cluster?" in detail and "cluster connect" in detail  # the reason and its hint
             assert "runs on the eks backend" in text_of(home.query_one("#title"))
             await pilot.press("r")  # tried again: the same failure, not notified twice
-            await pilot.pause(0.3)
+            await app.workers.wait_for_complete()  # the listing, failed again
+            await pilot.pause()  # and its failure handled
+            assert "cannot list runs" in text_of(home.query_one("#detail"))
             assert sum("which EKS cluster?" in n for n in notices) == 1
             await pilot.press("question_mark")
             await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen", what="the help screen")
@@ -336,8 +338,7 @@ def test_home_lists_runs_and_opens_the_monitor(tmp_path):
             await pilot.press("escape")
             assert isinstance(app.screen, HomeScreen)
             await pilot.press("question_mark")
-            await pilot.pause(0.1)
-            assert type(app.screen).__name__ == "HelpScreen"
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "HelpScreen", what="the help screen")
 
     run(scenario())
 
@@ -400,7 +401,7 @@ def test_launch_form_names_the_bad_field_and_starts_nothing(tmp_path):
             form = await open_launch_form(pilot, app)
             form.query_one("#f-name", Input).value = "Bad Name"
             await pilot.press("ctrl+l")
-            await pilot.pause(0.1)
+            await wait_for(pilot, lambda: text_of(form.query_one("#e-name", Static)), what="the field's error")
             assert text_of(form.query_one("#e-name", Static)).startswith("must be 1-40 lower-case letters")
             assert text_of(form.query_one("#form-error", Static)) == ""
             assert app.focused is form.query_one("#f-name")
@@ -410,8 +411,8 @@ def test_launch_form_names_the_bad_field_and_starts_nothing(tmp_path):
             form.query_one("#f-name", Input).value = "saved-job"
             form.query_one("#f-trainer-epochs", Input).value = "3"
             await pilot.press("ctrl+s")
-            await pilot.pause(0.1)
             spec_file = tmp_path / "state" / "torchdeck.yaml"
+            await wait_for(pilot, lambda: "saved-job" in spec_file.read_text(), what="the spec saved")
             assert "name: saved-job" in spec_file.read_text() and "epochs: 3" in spec_file.read_text()
 
     run(scenario())
@@ -433,7 +434,7 @@ def test_launch_form_takes_your_script_its_arguments_and_a_metrics_pattern(tmp_p
             form.query_one("#f-entrypoint-code", Input).value = str(code)
             form.query_one("#f-metrics-pattern", Input).value = "L=(?P<los>[0-9.]+)"
             await pilot.press("ctrl+l")
-            await pilot.pause(0.1)
+            await wait_for(pilot, lambda: text_of(form.query_one("#e-metrics-pattern", Static)), what="the error")
             assert text_of(form.query_one("#e-metrics-pattern", Static)).startswith(
                 "has groups torchdeck does not know: los"
             )
@@ -444,8 +445,9 @@ def test_launch_form_takes_your_script_its_arguments_and_a_metrics_pattern(tmp_p
             assert len(list((tmp_path / "state" / "runs").iterdir())) == 1
             form.query_one("#f-entrypoint-script", Input).value = "train.py"
             await pilot.press("ctrl+s")
-            await pilot.pause(0.1)
-            saved = load_spec(tmp_path / "state" / "torchdeck.yaml")
+            spec_file = tmp_path / "state" / "torchdeck.yaml"
+            await wait_for(pilot, lambda: spec_file.exists() and "train.py" in spec_file.read_text(), what="saved")
+            saved = load_spec(spec_file)
             assert (saved.entrypoint.script, saved.entrypoint.code) == ("train.py", str(code))
             assert saved.entrypoint.args == ["--lr", "0.1", "--note", "two words"]
             assert saved.metrics.pattern == "L=(?P<loss>[0-9.]+)"
@@ -483,7 +485,7 @@ def test_a_ranks_escape_sequences_and_control_characters_never_reach_the_termina
                 ]
             )
             pane.flush()
-            await pilot.pause(0.1)
+            await wait_for(pilot, lambda: "ERROR disk full" in screen_lines(app), what="the lines drawn")
             shown = [strip.text for strip in screen.query_one(LogView).lines][-2:]
             assert shown == ["r0 ERROR disk full", "r1 100%|#########| 10/10    done"]
             drawn = screen_lines(app)
@@ -520,7 +522,7 @@ def test_a_runs_own_escape_sequences_never_reach_the_consoles_terminal(tmp_path)
         app = make_app(settings_for(tmp_path / "state"), LocalBackend(tmp_path / "state"))
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
-            await pilot.pause(0.3)
+            await wait_for(pilot, lambda: "boom" in screen_lines(app), what="the run's reason drawn")
             shown = screen_lines(app)
             assert "boom" in shown and "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown
 
@@ -562,16 +564,19 @@ def test_the_runs_screen_shows_every_run_beside_one_whose_folder_cannot_be_read(
         app = make_app(settings_for(tmp_path / "state"), LocalBackend(tmp_path / "state"))
         async with app.run_test(size=(120, 30)) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.statuses, what="runs")
-            await pilot.pause(0.3)
             table = app.screen.query_one("#runs", DataTable)
+            await wait_for(pilot, lambda: table.row_count == 3, what="three rows")
             rows = {str(table.get_row_at(i)[0]): table.get_row_at(i) for i in range(table.row_count)}
             assert set(rows) == {"fifo-1125-000000", "list-1125-000001", "fine-1125-000002"}
             assert str(rows["fine-1125-000002"][1]) == "succeeded"
             said = []
-            for _ in range(table.row_count):  # each row's detail says what it is, or why it cannot be read
-                said.append(text_of(app.screen.query_one("#detail", Static)))
-                await pilot.press("down")
-                await pilot.pause(0.1)
+            detail = app.screen.query_one("#detail", Static)
+            for row in range(table.row_count):  # each row's detail says what it is, or why it cannot be read
+                if row:
+                    await pilot.press("down")
+                run_id = str(table.get_row_at(row)[0])
+                await wait_for(pilot, lambda run_id=run_id: run_id in text_of(detail), what=f"{run_id}'s detail")
+                said.append(text_of(detail))
             assert any("launch.json" in d and "FIFO" in d for d in said), said
             assert any("launch.json" in d and "not a run record" in d for d in said), said
 

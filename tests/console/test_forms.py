@@ -163,9 +163,9 @@ def test_side_panes_go_behind_f2_at_80_columns_and_sit_beside_the_form_at_120(tm
 
 def test_every_footer_shows_all_its_keys_whole_at_80_columns(tmp_path, monkeypatch):
     async def check(pilot, screen) -> None:
-        await pilot.pause(0.2)
-        footer = screen_lines(pilot.app).splitlines()[-1]
         shown = [b for b in pilot.app.screen.active_bindings.values() if b.binding.show and b.enabled]
+        await wait_for(pilot, lambda: shown[0].binding.description in screen_lines(pilot.app), what="the footer")
+        footer = screen_lines(pilot.app).splitlines()[-1]
         for active in shown:
             assert active.binding.description in footer, (type(screen).__name__, active.binding.description, footer)
         # one footer: Textual's, or on the runs screen its one-widget line of the same bindings

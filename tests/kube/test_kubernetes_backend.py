@@ -675,9 +675,13 @@ def test_the_console_shows_the_model_tests_accuracy_per_class(kube_api, kube_bac
             await wait_for(pilot, lambda: isinstance(app.screen, ModelTestScreen), what="the test screen")
             screen = app.screen
             await wait_for(pilot, lambda: screen.result is not None, what="the test result", timeout=30)
-            await pilot.pause(0.2)
             shown = app.screen.query_one("#test-body", Static)
-            text = "\n".join(strip.text for strip in shown.render_lines(shown.region.reset_offset))
+
+            def drawn() -> str:
+                return "\n".join(strip.text for strip in shown.render_lines(shown.region.reset_offset))
+
+            await wait_for(pilot, lambda: "accuracy" in drawn(), what="the result drawn")
+            text = drawn()
             assert "accuracy 71.5% on 1000 test images" in text
             assert "airplane" in text and "81.0%" in text and "bird" in text and "52.0%" in text
 

@@ -234,7 +234,8 @@ def test_the_console_asks_before_stopping_a_run_found_by_its_label_and_says_why(
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
             assert "was found by its label only: torchdeck has no record of making it here" in app.screen.question
             await pilot.press("n")
-            await pilot.pause(0.5)
+            await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen), what="the runs again")
+            await app.workers.wait_for_complete()  # a stop, had one started
             assert elsewhere.client.exists(f"{PYTORCHJOBS.format(ns=NS)}/{run_id}")
             await pilot.press("s")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question again")
