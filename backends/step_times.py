@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 from array import array
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ class StepGaps:
     timed when torchdeck reads them, and lines read together in one burst share a time, which
     makes single gaps zero or many steps long while a few steps' pace stays right."""
 
-    __slots__ = ("_times", "_steps", "best", "compute", "_figures")
+    __slots__ = ("_times", "_steps", "_fed", "_paces_from", "_paces_s", "best", "compute", "_figures")
 
     def __init__(self) -> None:
         self._times = array("d")
@@ -45,6 +46,14 @@ class StepGaps:
         """The points, in two arrays (kept up to twice ``WINDOW``, then cut back to the newest):
         a monitor of 1,024 ranks holds 200 of them a rank for hours, and as tuples of a float and an
         int they took 22 MB, and pinned the allocator's pools around them."""
+        self._fed = 0
+        """Points fed since the last restart: the newest one's number is ``_fed - 1``."""
+        self._paces_s = array("d")
+        self._paces_from = array("q")
+        """The pace ending at each point that has one, and the number of the point ``SPAN`` steps
+        or more before it where it starts (kept as the points are): made once, as its point comes.
+        A monitor of 1,024 ranks that made every rank's paces again at each of its new steps spent
+        a tenth of a core so."""
         self.best: float | None = None
         """The lowest stretch pace seen (kept beyond the window)."""
         self.compute: deque[float] = deque(maxlen=WINDOW)
@@ -65,14 +74,26 @@ class StepGaps:
         if steps and (step < steps[-1] or time < times[-1]):
             del times[:], steps[:]
             self.compute.clear()
+            del self._paces_s[:], self._paces_from[:]
+            self._fed = 0
         if steps and step == steps[-1]:
             return
         if isinstance(compute_s, (int, float)) and not isinstance(compute_s, bool) and compute_s > 0:
             self.compute.append(float(compute_s))
         times.append(time)
         steps.append(step)
+        self._fed += 1
+        # the pace ending here: from the newest point at least SPAN steps back, within the window
+        # (the steps only grow, so it is at most SPAN points back)
+        oldest = max(0, len(steps) - (WINDOW + 1))
+        for i in range(len(steps) - 2, oldest - 1, -1):
+            if step - steps[i] >= SPAN:
+                self._paces_from.append(self._fed - len(steps) + i)
+                self._paces_s.append((time - times[i]) / (step - steps[i]))
+                break
         if len(steps) > 2 * (WINDOW + 1):
             del times[: -(WINDOW + 1)], steps[: -(WINDOW + 1)]
+            del self._paces_s[: -(WINDOW + 1)], self._paces_from[: -(WINDOW + 1)]
         self._figures = False
         stretch = self._pace(STRETCH)
         if stretch is not None:
@@ -92,17 +113,9 @@ class StepGaps:
         return None
 
     def _paces(self) -> list[float]:
-        """The pace over ``SPAN`` steps or more ending at each point, in one pass: the points' steps
-        only grow, so the nearest point ``SPAN`` steps back only moves forward."""
-        points = self.points
-        paces, j = [], -1
-        for t1, s1 in points:
-            while j + 1 < len(points) and s1 - points[j + 1][1] >= SPAN:
-                j += 1
-            if j >= 0:
-                t0, s0 = points[j]
-                paces.append((t1 - t0) / (s1 - s0))
-        return paces
+        """The pace over ``SPAN`` steps or more ending at each of the newest ``WINDOW`` + 1 points,
+        from the newest point that far back among them (a pace whose start has left them is not)."""
+        return self._paces_s[bisect_left(self._paces_from, self._fed - (WINDOW + 1)) :].tolist()
 
     def figures(self) -> StepFigures | None:
         if self._figures is False:
@@ -118,7 +131,9 @@ class StepGaps:
         recent = self._pace(STRETCH) or paces[-1]
         best = min(self.best, recent) if self.best is not None else recent
         compute = statistics.median(self.compute) if len(self.compute) >= MIN_GAPS else None
-        return StepFigures(statistics.median(ordered), p95, best / recent if recent > 0 else 1.0, compute)
+        half = len(ordered) // 2  # the median, as statistics.median makes it (without sorting again)
+        median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+        return StepFigures(median, p95, best / recent if recent > 0 else 1.0, compute)
 
 
 @dataclass(frozen=True)

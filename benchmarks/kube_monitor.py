@@ -193,6 +193,7 @@ async def measure(
         ranks_seen_s = time.perf_counter() - t_start
         await pilot.pause(warm_s)  # past the catch-up, and the log buffers full
         cpu0, rss0, reader0, reader_rss0 = console_usage(me)
+        polled0 = dict(screen.polled)
         t0 = time.perf_counter()
         steps0 = {r.rank: r.step for r in screen.snap.ranks}
         events0 = screen.snap.events
@@ -217,6 +218,10 @@ async def measure(
         t1 = time.perf_counter()
         cpu1, rss1, reader1, reader_rss = console_usage(me)
         events1 = screen.snap.events
+        polls = {
+            poll: f"{asked - polled0.get(poll, (0, 0.0))[0]} asks, {(spent - polled0.get(poll, (0, 0.0))[1]) / (t1 - t0):.3f} cores"
+            for poll, (asked, spent) in screen.polled.items()
+        }
     return {
         "pods": pods,
         "all_ranks_seen_after_s": round(ranks_seen_s, 1),
@@ -227,12 +232,14 @@ async def measure(
         "stalls": stalls,
         "console_cores": round((cpu1 - cpu0) / (t1 - t0), 3),
         "reader_cores": round((reader1 - reader0) / (t1 - t0), 3),
+        "polls": polls,
         "rss_mb": round(rss1 / 2**20, 1),
         "reader_rss_mb": round(reader_rss / 2**20, 1),
         "rss_growth_mb": round((rss1 - rss0) / 2**20, 1),
         "rss_trace_mb": [f"{rss / 2**20:.1f} ({reader / 2**20:.1f})" for rss, reader in trace],
         "server_cores": [f"{c:.2f}" for c in server_trace],
         "console_collections": sorted(collections.pauses),
+        "tracked_objects": f"{len(gc.get_objects())} tracked, {gc.get_freeze_count()} frozen",
     }
 
 
@@ -300,6 +307,7 @@ def main() -> int:
         f"  console CPU {result['console_cores']} cores: its process and its metric reader "
         f"({result['reader_cores']} of them)   (target: < 0.25 at 128 pods x 20 lines/s, < 0.5 at 512 x 5)"
     )
+    print(f"  the console's polls, in their threads: {json.dumps(result['polls'])}")
     print(
         f"  console memory {result['rss_mb']} MB (its metric reader {result['reader_rss_mb']} MB), "
         f"grew {result['rss_growth_mb']} MB while measuring, after a {a.warm:g} s warm-up   "
@@ -310,7 +318,7 @@ def main() -> int:
         print(
             f"  the console's full garbage collections: {len(pauses)}, one every "
             f"{result['seconds'] / len(pauses):.1f} s; each held it {1000 * pauses[len(pauses) // 2]:.0f} ms "
-            f"(median), {1000 * pauses[-1]:.0f} ms at most"
+            f"(median), {1000 * pauses[-1]:.0f} ms at most; objects the collector scans: {result['tracked_objects']}"
         )
     if len(result["rss_trace_mb"]) > 2:
         print(f"  console memory every 30 s, MB (its metric reader's): {', '.join(result['rss_trace_mb'])}")

@@ -299,6 +299,15 @@ class MonitorState:
             self.version += 1
         return n
 
+    def _charted(self, rows: list[RankRow], most: int, pick: list[int] | None) -> list[int]:
+        """The ranks whose curves a snapshot carries: those ``pick`` names, else the flagged ones
+        first, then the lowest ranks; ``most`` at most."""
+        if pick:
+            return [r for r in pick if r in self.ranks][:most]
+        chosen = [r.rank for r in rows if r.flag in ("slow", "silent", "error")][:most]
+        flagged = set(chosen)  # (a list searched once a rank was quadratic at 1,024 flagged ranks)
+        return (chosen + [r.rank for r in rows[: most + len(flagged)] if r.rank not in flagged])[:most]
+
     def snapshot(
         self, curve_ranks: int = 8, now: float | None = None, pick: list[int] | None = None
     ) -> MonitorSnapshot:
@@ -353,12 +362,7 @@ class MonitorState:
                         fig.p95_s if fig else None,
                     )
                 )
-            if pick:
-                chosen = [r for r in pick if r in self.ranks]
-            else:
-                chosen = [r.rank for r in rows if r.flag in ("slow", "silent", "error")]
-                chosen += [v.rank for v in views if v.rank not in chosen]
-            curves = {r: self.ranks[r].loss_curve.points() for r in chosen[:curve_ranks]}
+            curves = {r: self.ranks[r].loss_curve.points() for r in self._charted(rows, curve_ranks, pick)}
             # the run's step is the lowest rank's (rank 0's), as `status` and `jobs` say it; the rank
             # table shows each rank's own
             lowest = min(views, key=lambda v: v.rank, default=None)

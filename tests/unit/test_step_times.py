@@ -129,3 +129,34 @@ def test_ranks_in_lockstep_are_told_apart_by_their_own_compute_and_a_noisy_healt
     state.ingest(noisy)
     assert state.snapshot().stragglers == [], state.snapshot().ranks[1].detail
     assert {r.relative_score for r in fold_ranks(noisy).values()} == {1.0}
+
+
+def test_the_paces_kept_as_points_come_are_the_windows_paces_made_again_from_its_points():
+    """Each pace is made once, as its point comes (not again for every point at every new step);
+    they are still exactly the paces over SPAN steps or more within the newest WINDOW + 1 points,
+    through steps that jump, repeat, go back (a restart) and a window cut back many times."""
+    from torchdeck.backends.step_times import SPAN, WINDOW
+
+    def paces_of(points: list[tuple[float, float]]) -> list[float]:
+        out = []
+        for k, (t1, s1) in enumerate(points):
+            back = [j for j in range(k) if s1 - points[j][1] >= SPAN]
+            if back:
+                t0, s0 = points[back[-1]]
+                out.append((t1 - t0) / (s1 - s0))
+        return out
+
+    rng = random.Random(7)
+    gaps, t, step, checked = StepGaps(), 1000.0, 0, 0
+    for n in range(1, 1500):
+        if n in (700, 1100):
+            step = rng.randint(0, 3)  # a restart: the steps go back
+        t += rng.choice([0.0, 0.05, 0.1, 0.4])
+        step += rng.choice([0, 1, 1, 1, 2, 7])
+        gaps.feed(t, step)
+        if n % 37 == 0 or n in (699, 700, 701, 1100, 1101):
+            window = gaps.points
+            assert len(window) == min(len(window), WINDOW + 1)
+            assert gaps._paces() == paces_of(window), n
+            checked += 1
+    assert checked > 40

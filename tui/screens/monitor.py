@@ -108,6 +108,9 @@ class MonitorScreen(DeckScreen[None]):
         self._last_draw = 0.0
         self._dirty = True
         self._polls: dict[str, Timer] = {}
+        self.polled: dict[str, tuple[int, float]] = {}
+        """Each poll's asks so far and the CPU seconds they took in their thread (what a benchmark
+        reports of where the console's time goes)."""
         """The timer of each poll's next read (``_again``)."""
         self._feed: MetricFeed | None = None
         self.picked: list[int] = []
@@ -214,6 +217,8 @@ class MonitorScreen(DeckScreen[None]):
         last ask took where that is longer: one timer a poll, whoever asked last."""
 
         def schedule() -> None:
+            asked, spent = self.polled.get(poll, (0, 0.0))
+            self.polled[poll] = (asked + 1, spent + spent_s)
             timer = self._polls.pop(poll, None)
             if timer is not None:
                 timer.stop()

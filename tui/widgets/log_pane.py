@@ -24,6 +24,15 @@ from .line_styles import LineStyles
 BUFFER_LINES = 20_000
 SHOWN_LINES = 1_000
 
+Kept = tuple[int, str, int]
+"""A line kept: its rank, its text as the rank wrote it, its attempt (as ``LogLine``). A plain tuple
+of a number and a string, which the garbage collector stops tracking: 20,000 of them kept as objects
+were a fifth of what each of the console's full collections went through."""
+Row = tuple[str, str, bool]
+"""A line as the view shows it: its prefix (``r3/1 ``), its text made printable, whether it reads as
+an error. Drawn into a Strip only when on screen: a thousand Strips kept (each with seven caches of
+its own) were a third of what each full collection went through, and held the monitor's frames."""
+
 PREFIX = Style(dim=True)
 ERROR = Style(color="red")
 FOUND = Style(reverse=True)
@@ -54,7 +63,14 @@ class LogView(LineStyles, ScrollView, can_focus=True):
         classes: str | None = None,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self.lines: deque[Strip] = deque(maxlen=max_lines)
+        self.rows: deque[Row] = deque(maxlen=max_lines)
+        self.search = ""
+        """What the rows' text is searched for (lower case): shown reversed where found."""
+
+    @property
+    def lines(self) -> list[Strip]:
+        """Every row, drawn (the rows on screen are drawn alone, by ``render_line``)."""
+        return [row_strip(row, self.search) for row in self.rows]
 
     def watch_virtual_size(self, old: Size, new: Size) -> None:
         width, height = self.container_size
@@ -63,13 +79,13 @@ class LogView(LineStyles, ScrollView, can_focus=True):
         else:
             self._scroll_update(new)
 
-    def write_lines(self, strips: list[Strip]) -> None:
+    def write_lines(self, rows: list[Row]) -> None:
         """Add lines at the end; the view follows them when it was at the end already."""
-        if not strips:
+        if not rows:
             return
         following = self.scroll_y >= self.max_scroll_y
-        self.lines.extend(strips)
-        self.virtual_size = Size(self.scrollable_content_region.width, len(self.lines))
+        self.rows.extend(rows)
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self.rows))
         if following:
             if self.show_vertical_scrollbar:  # the new end is known now, and drawn in this same pass
                 self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
@@ -78,7 +94,7 @@ class LogView(LineStyles, ScrollView, can_focus=True):
         self.refresh()
 
     def clear(self) -> None:
-        self.lines.clear()
+        self.rows.clear()
         self.virtual_size = Size(self.scrollable_content_region.width, 0)
         self.scroll_to(y=0, animate=False)
         self.refresh()
@@ -87,9 +103,36 @@ class LogView(LineStyles, ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         index = int(self.scroll_offset.y) + y
         base = self.line_style()
-        if index >= len(self.lines):
+        if index >= len(self.rows):
             return Strip.blank(width, base)
-        return self.lines[index].crop_extend(0, width, base).apply_style(base)
+        return row_strip(self.rows[index], self.search).crop_extend(0, width, base).apply_style(base)
+
+
+def row(line: Kept) -> Row:
+    """How a kept line shows: its rank (and attempt), its text made printable, whether an error."""
+    rank, text, attempt = line
+    body = as_shown(text)
+    return (f"r{rank}/{attempt} " if attempt else f"r{rank} ", body, "error" in body.lower() or "Traceback" in body)
+
+
+def row_strip(shown: Row, search: str) -> Strip:
+    """A row drawn, with what ``search`` found in it reversed."""
+    prefix, body, error = shown
+    style = ERROR if error else None
+    segments = [Segment(prefix, PREFIX)]
+    lower = body.lower() if search else ""
+    if search and search in lower:
+        at, n = 0, len(search)
+        while (found := lower.find(search, at)) >= 0:
+            segments += [
+                Segment(body[at:found], style),
+                Segment(body[found : found + n], (style or Style()) + FOUND),
+            ]
+            at = found + n
+        segments.append(Segment(body[at:], style))
+    else:
+        segments.append(Segment(body, style))
+    return Strip(segments)
 
 
 class LogPane(Vertical):
@@ -105,7 +148,7 @@ class LogPane(Vertical):
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self.buffer: deque[LogLine] = deque(maxlen=BUFFER_LINES)
+        self.buffer: deque[Kept] = deque(maxlen=BUFFER_LINES)
         self._pending: list[LogLine] = []
         self._lock = threading.Lock()
         self.rank: int | None = None
@@ -123,27 +166,8 @@ class LogPane(Vertical):
         with self._lock:
             self._pending.extend(lines)
 
-    def _matches(self, line: LogLine) -> bool:
-        return (self.rank is None or line.rank == self.rank) and (not self.search or self.search in line.text.lower())
-
-    def _render_line(self, line: LogLine) -> Strip:
-        restart = f"/{line.attempt}" if line.attempt else ""
-        body = as_shown(line.text)
-        lower = body.lower()
-        style = ERROR if "error" in lower or "Traceback" in body else None
-        segments = [Segment(f"r{line.rank}{restart} ", PREFIX)]
-        if self.search and self.search in lower:
-            at, n = 0, len(self.search)
-            while (found := lower.find(self.search, at)) >= 0:
-                segments += [
-                    Segment(body[at:found], style),
-                    Segment(body[found : found + n], (style or Style()) + FOUND),
-                ]
-                at = found + n
-            segments.append(Segment(body[at:], style))
-        else:
-            segments.append(Segment(body, style))
-        return Strip(segments)
+    def _matches(self, line: Kept) -> bool:
+        return (self.rank is None or line[0] == self.rank) and (not self.search or self.search in line[1].lower())
 
     def flush(self) -> int:
         """Move queued lines into the buffer and the view; returns how many."""
@@ -151,7 +175,8 @@ class LogPane(Vertical):
             pending, self._pending = self._pending, []
         if not pending:
             return 0
-        self.buffer.extend(pending)
+        kept = [(line.rank, line.text, line.attempt) for line in pending]
+        self.buffer.extend(kept)
         view = self.query_one(LogView)
         # Once the pane has caught up, lines that would scroll out of sight
         # within this same flush are not drawn (hundreds of ranks write faster
@@ -159,15 +184,16 @@ class LogPane(Vertical):
         # they stay in the buffer, for the rank filter and the search.
         room = SHOWN_LINES if not self._caught_up else max(1, view.size.height)
         self._caught_up = True
-        shown = [line for line in pending if self._matches(line)][-room:]
-        view.write_lines([self._render_line(line) for line in shown])
+        shown = [line for line in kept if self._matches(line)][-room:]
+        view.write_lines([row(line) for line in shown])
         return len(pending)
 
     def refilter(self) -> None:
         view = self.query_one(LogView)
         view.clear()
+        view.search = self.search
         shown = [line for line in self.buffer if self._matches(line)][-SHOWN_LINES:]
-        view.write_lines([self._render_line(line) for line in shown])
+        view.write_lines([row(line) for line in shown])
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "log-rank":

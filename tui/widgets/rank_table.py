@@ -4,8 +4,9 @@ its relative straggler score (1.00: the fastest rank's pace).
 A Line API widget rather than a DataTable: with hundreds of ranks whose
 cells all change several times a second, DataTable's per-cell updates and
 re-rendering cost tens of milliseconds a frame on the event loop. Here a
-frame costs one list comparison, and only the rows on screen are drawn,
-each as a single line of text. The header stays put while the rows scroll."""
+frame formats only the rows on screen (1,024 ranks' cells, made at each
+snapshot, were most of what the table cost), each as a single line of text.
+The header stays put while the rows scroll."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ class RankTable(LineStyles, ScrollView, can_focus=True):
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self._rows: list[tuple[str, ...]] = []
+        self._rows: list[RankRow] = []
         self._header = HEADER
         self.virtual_size = Size(WIDTH, 1)
 
@@ -83,18 +84,16 @@ class RankTable(LineStyles, ScrollView, can_focus=True):
 
     def get_row_at(self, index: int) -> list[str]:
         """The cells of one row, as shown (rank, step, loss, img/s, flag)."""
-        return list(self._rows[index])
+        return list(row_cells(self._rows[index]))
 
     def show(self, rows: list[RankRow], unit: str = "img/s") -> None:
-        cells = [row_cells(row) for row in rows]
-        heading = header(unit)
-        if cells == self._rows and heading == self._header:
+        """A snapshot's rows (a new one each time: its ranks' clocks moved)."""
+        if rows is self._rows and self._header == header(unit):
             return
-        self._header = heading
-        resized = len(cells) != len(self._rows)
-        self._rows = cells
-        if resized:
-            self.virtual_size = Size(WIDTH, len(cells) + 1)
+        self._header = header(unit)
+        if len(rows) != len(self._rows):
+            self.virtual_size = Size(WIDTH, len(rows) + 1)
+        self._rows = rows
         self.refresh()
 
     def render_line(self, y: int) -> Strip:
@@ -106,7 +105,7 @@ class RankTable(LineStyles, ScrollView, can_focus=True):
         if index >= len(self._rows):
             return Strip.blank(width, self.line_style())
         base = self.line_style("rank-table--stripe" if index % 2 else "")
-        cells = self._rows[index]
+        cells = row_cells(self._rows[index])
         text = _line(cells)
         flag = cells[-1]
         split = len(text) - COLUMNS[-1][1]
