@@ -59,6 +59,8 @@ class NodeMeasures:
 
     what: ClassVar[str] = "measuring the run's machines"
     elsewhere: ClassVar[str] = "the run's own metric lines still show its progress"
+    every_s: ClassVar[float] = 1.0
+    """How often its figures are new (a front end that asks more often is shown the same ones)."""
 
     def node_metrics(self, run_id: str) -> builtins.list[NodeMetrics]:
         """Each machine the run uses, now."""

@@ -83,21 +83,24 @@ class StepGaps:
         times.append(time)
         steps.append(step)
         self._fed += 1
-        # the pace ending here: from the newest point at least SPAN steps back, within the window
-        # (the steps only grow, so it is at most SPAN points back)
-        oldest = max(0, len(steps) - (WINDOW + 1))
+        # In one pass back over the window (the steps only grow: at most STRETCH points), the pace
+        # ending here from the newest point at least SPAN steps back, and the stretch's pace from
+        # the newest at least STRETCH back (the best kept).
+        oldest, paced = max(0, len(steps) - (WINDOW + 1)), False
         for i in range(len(steps) - 2, oldest - 1, -1):
-            if step - steps[i] >= SPAN:
+            behind = step - steps[i]
+            if not paced and behind >= SPAN:
                 self._paces_from.append(self._fed - len(steps) + i)
-                self._paces_s.append((time - times[i]) / (step - steps[i]))
+                self._paces_s.append((time - times[i]) / behind)
+                paced = True
+            if behind >= STRETCH:
+                stretch = (time - times[i]) / behind
+                self.best = stretch if self.best is None else min(self.best, stretch)
                 break
         if len(steps) > 2 * (WINDOW + 1):
             del times[: -(WINDOW + 1)], steps[: -(WINDOW + 1)]
             del self._paces_s[: -(WINDOW + 1)], self._paces_from[: -(WINDOW + 1)]
         self._figures = False
-        stretch = self._pace(STRETCH)
-        if stretch is not None:
-            self.best = stretch if self.best is None else min(self.best, stretch)
 
     def _pace(self, steps: int) -> float | None:
         """Seconds per step over the newest ``steps`` steps (from the newest point back to the

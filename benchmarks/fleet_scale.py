@@ -258,12 +258,11 @@ def cli_times(kubeconfig: str, state: Path) -> dict[str, float]:
 
 async def screen_times(kubeconfig: str, state: Path) -> dict[str, float]:
     """The runs, queues and nodes screens, headless at 120x40: the first frame, and the table filled."""
-    from textual.widgets import DataTable
-
     from torchdeck.backends.kubernetes.backend import KubernetesBackend
     from torchdeck.settings import Settings
     from torchdeck.tui.app import make_app
     from torchdeck.tui.screens.board import NodesScreen, QueuesScreen
+    from torchdeck.tui.widgets.board_table import BoardTable
 
     out: dict[str, float] = {}
     t = time.perf_counter()
@@ -285,7 +284,7 @@ async def screen_times(kubeconfig: str, state: Path) -> dict[str, float]:
             while app.screen.reads == 0:
                 await pilot.pause(0.05)
             out[f"{name} filled s"] = round(time.perf_counter() - t, 2)
-            out[f"{name} rows"] = app.screen.query_one("#board-table", DataTable).row_count
+            out[f"{name} rows"] = app.screen.query_one("#board-table", BoardTable).row_count
             t = time.perf_counter()
             reads = app.screen.reads
             app.screen.read()
@@ -303,6 +302,9 @@ def main() -> None:
     parser.add_argument("--big-workers", type=int, default=1023)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--clean", action="store_true", help="delete what the benchmark made, and stop KWOK")
+    parser.add_argument(
+        "--again", action="store_true", help="measure again on what the last run left in place (no setting up)"
+    )
     parser.add_argument("--write", metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.write:
@@ -317,17 +319,23 @@ def main() -> None:
         return
     kubeconfig = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, check=True).stdout
     kubeconfig = kubeconfig.strip().splitlines()[-1].removeprefix("KUBECONFIG=")
-    logs = Path(tempfile.mkdtemp(prefix="fleet-logs-"))
-    logs.chmod(0o755)
     pods = big_pods(args.big_workers)
+    earlier = sorted(Path(tempfile.gettempdir()).glob("fleet-logs-*"), key=lambda p: p.stat().st_mtime)
+    if args.again and not earlier:
+        sys.exit("no earlier run's logs to write to: run it without --again first")
+    logs = earlier[-1] if args.again else Path(tempfile.mkdtemp(prefix="fleet-logs-"))
+    writing = subprocess.Popen(
+        [sys.executable, __file__, "--write", str(logs), "--big-workers", str(args.big_workers)], stdin=subprocess.PIPE
+    )
+    if args.again:  # KWOK serves the logs the writer appends to still
+        measure_all(args, kubeconfig, pods, writing)
+        return
+    logs.chmod(0o755)
     listing = logs / "pods.txt"
     listing.write_text("".join(f"{BIG_NS} {pod} {log_file(logs, pod)}\n" for pod in pods))
     for pod in pods:
         log_file(logs, pod).parent.mkdir(mode=0o755)
         log_file(logs, pod).touch()
-    writing = subprocess.Popen(
-        [sys.executable, __file__, "--write", str(logs), "--big-workers", str(args.big_workers)], stdin=subprocess.PIPE
-    )
     t = time.monotonic()
     subprocess.run([str(SCRIPT), "kwok", "start", str(listing)], check=True)
     create([node(i) for i in range(args.nodes)])
@@ -349,6 +357,11 @@ def main() -> None:
     pending = json.loads(kubectl("get", "workloads", "-A", "-o", "json"))["items"]
     waiting = sum(1 for w in pending if not (w.get("status") or {}).get("admission"))
     print(f"workloads: {len(pending)}, waiting {waiting}")
+    measure_all(args, kubeconfig, pods, writing)
+
+
+def measure_all(args: argparse.Namespace, kubeconfig: str, pods: list[str], writing: subprocess.Popen) -> None:
+    """What the benchmark measures, on the cluster as set up (the writer appending to the big job's logs)."""
     state = Path(tempfile.mkdtemp(prefix="fleet-state-"))
     idle = window(30.0)
     print("API server, idle (what the controllers, KWOK and the kubelets ask), req/s:", json.dumps(idle))

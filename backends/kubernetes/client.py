@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import orjson
+
 from ..errors import BackendError
 from .objects import LISTED_AGAIN, Api, Event, Node, ObjectMeta, Pod, as_map, items, read_pages
 from .resolve import Resolved
@@ -282,7 +284,7 @@ class KubeClient:
             if stream:
                 return got
             data = got.data
-            return json.loads(data) if data else {}
+            return orjson.loads(data) if data else {}
         from kubernetes.client import ApiException
 
         try:
@@ -313,7 +315,7 @@ class KubeClient:
         if stream:
             return response
         data = response.data
-        return json.loads(data) if data else {}
+        return orjson.loads(data) if data else {}
 
     def _resolve(self, stale: Resolved | None) -> Resolved:
         """Resolve the kubeconfig, unless another thread has since replaced ``stale``."""

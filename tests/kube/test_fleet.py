@@ -143,7 +143,7 @@ def test_the_console_lists_every_job_filters_them_and_shows_nodes_and_queues(kub
     ``m`` shows the nodes and ``w`` the queues (Kueue not installed here: said)."""
     import asyncio
 
-    from textual.widgets import DataTable, Input, Static
+    from textual.widgets import Input, Static
     from tui_support import wait_for
 
     from torchdeck.settings import Settings
@@ -151,6 +151,7 @@ def test_the_console_lists_every_job_filters_them_and_shows_nodes_and_queues(kub
     from torchdeck.tui.screens.board import NodesScreen, QueuesScreen
     from torchdeck.tui.screens.home import HomeScreen
     from torchdeck.tui.screens.monitor import MonitorScreen
+    from torchdeck.tui.widgets.board_table import BoardTable
 
     backend = KubernetesBackend(kube_api.kubeconfig, ledger_dir=tmp_path / "state")
     install(backend, cpu_nodes=2)
@@ -192,7 +193,7 @@ def test_the_console_lists_every_job_filters_them_and_shows_nodes_and_queues(kub
             await wait_for(pilot, lambda: isinstance(app.screen, HomeScreen))
             await pilot.press("m")
             await wait_for(pilot, lambda: isinstance(app.screen, NodesScreen) and app.screen.reads, what="nodes")
-            table = app.screen.query_one("#board-table", DataTable)
+            table = app.screen.query_one("#board-table", BoardTable)
             assert table.row_count == 2 and "2 in the cluster" in str(
                 app.screen.query_one("#board-title", Static).render()
             )

@@ -135,7 +135,7 @@ def test_the_paces_kept_as_points_come_are_the_windows_paces_made_again_from_its
     """Each pace is made once, as its point comes (not again for every point at every new step);
     they are still exactly the paces over SPAN steps or more within the newest WINDOW + 1 points,
     through steps that jump, repeat, go back (a restart) and a window cut back many times."""
-    from torchdeck.backends.step_times import SPAN, WINDOW
+    from torchdeck.backends.step_times import SPAN, STRETCH, WINDOW
 
     def paces_of(points: list[tuple[float, float]]) -> list[float]:
         out = []
@@ -146,17 +146,30 @@ def test_the_paces_kept_as_points_come_are_the_windows_paces_made_again_from_its
                 out.append((t1 - t0) / (s1 - s0))
         return out
 
+    def stretch_of(points: list[tuple[float, float]]) -> float | None:
+        t1, s1 = points[-1]
+        back = [j for j in range(len(points) - 1) if s1 - points[j][1] >= STRETCH]
+        return (t1 - points[back[-1]][0]) / (s1 - points[back[-1]][1]) if back else None
+
     rng = random.Random(7)
-    gaps, t, step, checked = StepGaps(), 1000.0, 0, 0
+    gaps, t, step, checked, best = StepGaps(), 1000.0, 0, 0, None
+    fed: list[tuple[float, float]] = []
     for n in range(1, 1500):
         if n in (700, 1100):
             step = rng.randint(0, 3)  # a restart: the steps go back
+            fed = []
         t += rng.choice([0.0, 0.05, 0.1, 0.4])
         step += rng.choice([0, 1, 1, 1, 2, 7])
         gaps.feed(t, step)
+        if not fed or fed[-1][1] != step:
+            fed.append((t, float(step)))
+            stretch = stretch_of(fed[-(WINDOW + 1) :])
+            if stretch is not None:
+                best = stretch if best is None else min(best, stretch)
+        assert gaps.best == best, n  # the best stretch, kept beyond the window and through restarts
         if n % 37 == 0 or n in (699, 700, 701, 1100, 1101):
             window = gaps.points
-            assert len(window) == min(len(window), WINDOW + 1)
+            assert window == fed[-(WINDOW + 1) :]
             assert gaps._paces() == paces_of(window), n
             checked += 1
     assert checked > 40

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 
 ResultT = TypeVar("ResultT")
 
+PACE = 20.0
+"""A screen's repeated read (a run's status, its nodes' figures, the runs listed) comes again no
+sooner than this many times the CPU seconds its last one took: on a cluster of 1,000 nodes and 300
+jobs, where one read parses megabytes, each keeps within a twentieth of a core on whatever host
+the console runs."""
+
 
 def shown_path(path: str | Path) -> str:
     """A path as a screen shows it: from the working folder where it lies under it, else from

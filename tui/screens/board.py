@@ -12,12 +12,13 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from torchdeck.backends.capabilities import ClusterViews
 from torchdeck.backends.views import NodesView, QueuesView, node_cells
 from torchdeck.terminal import as_shown
 
+from ..widgets.board_table import BoardTable, Cell
 from .base import DeckScreen
 
 REFRESH_S = 5.0
@@ -47,7 +48,7 @@ class BoardScreen(DeckScreen[None]):
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble((self.TITLE_WORDS, "bold"), ("  reading...", "dim")), id="board-title")
         yield Static(id="board-summary")
-        yield DataTable(id="board-table", cursor_type="row", zebra_stripes=True)
+        yield BoardTable(self.COLUMNS, ascii_only=self.app.settings.ascii, id="board-table")
         yield Static(id="board-detail")
         yield self.app.footer()
 
@@ -62,11 +63,10 @@ class BoardScreen(DeckScreen[None]):
                 )
             )
             return
-        table = self.query_one("#board-table", DataTable)
-        for name in self.COLUMNS:
-            table.add_column(name, key=name)
-        table.focus()
-        self.read()
+        self.query_one("#board-table", BoardTable).focus()
+        # once the first frame is drawn: the read's thread (megabytes of JSON on 1,000 nodes) would
+        # hold the interpreter that frame is drawn with, and the screen would open a second late
+        self.call_after_refresh(self.read)
         self.set_interval(REFRESH_S, self.read)
 
     @work(thread=True, exclusive=True, group="board", exit_on_error=False)
@@ -80,22 +80,13 @@ class BoardScreen(DeckScreen[None]):
     def draw(self, view: NodesView | QueuesView) -> None:
         raise NotImplementedError
 
-    def fill(self, rows: dict[str, tuple[str | Text, ...]]) -> None:
+    def fill(self, rows: dict[str, tuple[Cell, ...]]) -> None:
         """The table's rows, by key, the cursor kept on the same row where it is still there."""
-        table = self.query_one("#board-table", DataTable)
-        current = self.selected()
-        table.clear()
-        for key, cells in rows.items():
-            table.add_row(*cells, key=key)
-        if current in rows:
-            table.move_cursor(row=table.get_row_index(current))
+        self.query_one("#board-table", BoardTable).fill(rows)
         self.reads += 1
 
     def selected(self) -> str | None:
-        table = self.query_one("#board-table", DataTable)
-        if not table.row_count:
-            return None
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return self.query_one("#board-table", BoardTable).selected
 
     def action_refresh(self) -> None:
         self.read()
@@ -107,10 +98,10 @@ class BoardScreen(DeckScreen[None]):
         else:
             self.notify("no training job on this row", severity="warning")
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_board_table_row_selected(self, event: BoardTable.RowSelected) -> None:
         self.action_open()
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_board_table_row_highlighted(self, event: BoardTable.RowHighlighted) -> None:
         self.show_detail()
 
     def show_detail(self) -> None:
@@ -145,7 +136,7 @@ class NodesScreen(BoardScreen):
             )
         )
         self.query_one("#board-summary", Static).update(as_shown(self.notes(view.notes)))
-        rows: dict[str, tuple[str | Text, ...]] = {}
+        rows: dict[str, tuple[Cell, ...]] = {}
         for node, cells in zip(view.nodes, node_cells(view), strict=True):
             style = "bold red" if node.trouble else "green" if node.state == "ready" else "yellow"
             rows[node.name] = (cells[0], Text(cells[1], style=style), *(as_shown(c) for c in cells[2:]))
@@ -205,7 +196,7 @@ class QueuesScreen(BoardScreen):
         summary.append(self.notes(view.notes), style="yellow")
         self.query_one("#board-summary", Static).update(summary)
         now = time.time()
-        rows: dict[str, tuple[str | Text, ...]] = {}
+        rows: dict[str, tuple[Cell, ...]] = {}
         for q in view.queues:
             for w in q.waiting:
                 key = f"{w.namespace}/{w.workload}"

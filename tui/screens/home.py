@@ -4,6 +4,7 @@ way into the launch form and the monitor."""
 from __future__ import annotations
 
 import time
+from time import monotonic, thread_time  # (the pace's clocks: the wall clock, time.time, is another)
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -17,7 +18,7 @@ from torchdeck.terminal import as_shown
 
 from ..glyphs import STATE_STYLE
 from ..widgets.key_line import KeyLine
-from .base import DeckScreen, shown_path
+from .base import PACE, DeckScreen, shown_path
 from .confirm import ConfirmScreen, by_label
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class HomeScreen(DeckScreen[None]):
         """Each row's cells as last drawn, in table order."""
         self._list_failure = ""
         """The last listing's failure, notified once."""
+        self._list_again_at = 0.0
+        """When the 2-s timer lists the runs again: ``PACE`` times the last listing's CPU after it
+        (``r``, and coming back to the screen, list them at once)."""
         self._said_unseen: set[str] = set()
         """What the listings could not see, each notified once."""
         self.table: DataTable | None = None
@@ -107,7 +111,7 @@ class HomeScreen(DeckScreen[None]):
     # update of it repaints the whole of the one on top; and on a cluster a listing is API calls.
     # Showing it (the first time too) lists them at once.
     def _list_if_shown(self) -> None:
-        if self.app.screen is self:
+        if self.app.screen is self and monotonic() >= self._list_again_at:
             self.list_runs()
 
     def _read_if_shown(self) -> None:
@@ -159,8 +163,12 @@ class HomeScreen(DeckScreen[None]):
     def list_runs(self) -> None:
         from ..messages import RunsListed
 
-        statuses = self.app.backend.list()
-        self.post_message(RunsListed(statuses, self.app.backend.unseen()))
+        began = thread_time()
+        try:
+            statuses = self.app.backend.list()
+            self.post_message(RunsListed(statuses, self.app.backend.unseen()))
+        finally:  # (every job of a cluster of 300 is a second's CPU on a slow host: not every 2 s)
+            self._list_again_at = monotonic() + PACE * (thread_time() - began)
 
     @work(thread=True, exclusive=True, group="stop", exit_on_error=False)
     def stop_run(self, run_id: str, trust_label: bool = False) -> None:

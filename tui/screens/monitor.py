@@ -40,7 +40,7 @@ from ..widgets.log_pane import LogPane
 from ..widgets.loss_chart import LossChart
 from ..widgets.node_bars import NodeBars
 from ..widgets.rank_table import RankTable
-from .base import DeckScreen
+from .base import PACE, DeckScreen
 from .confirm import ConfirmScreen, by_label
 
 DRAW_EVERY_S = 0.25
@@ -61,13 +61,9 @@ FRAMES_KEPT = 512
 RETRY_TRIAGE_S = 30.0
 """A quiet spell whose triage failed is asked again this long after."""
 STATUS_S = 2.0
-"""The run's status is read again this often,"""
-NODES_S = 1.0
-"""and its nodes' figures this often (the backend keeps them as long as they are current),"""
-PACE = 10.0
-"""or, where longer, this many times the CPU seconds the last read took: a run of 1,024 pods on
-1,000 nodes, whose status reads a few megabytes, keeps each poll within a tenth of a core on
-whatever host the console runs."""
+"""The run's status is read again this often, or ``PACE`` times what the last read took where that
+is longer. (Its nodes' figures are read again as often as the backend has new ones:
+``NodeMeasures.every_s``.)"""
 
 
 class MonitorScreen(DeckScreen[None]):
@@ -198,11 +194,12 @@ class MonitorScreen(DeckScreen[None]):
 
     @work(thread=True, exclusive=True, group="nodes", exit_on_error=False)
     def measure_nodes(self) -> None:
+        measures = self.backend.require(NodeMeasures)
         began = time.thread_time()
         try:
-            self.post_message(NodesMeasured(self.backend.require(NodeMeasures).node_metrics(self.run_id)))
+            self.post_message(NodesMeasured(measures.node_metrics(self.run_id)))
         finally:
-            self._again("nodes", NODES_S, time.thread_time() - began, self.measure_nodes)
+            self._again("nodes", measures.every_s, time.thread_time() - began, self.measure_nodes)
 
     @work(thread=True, exclusive=True, group="status", exit_on_error=False)
     def poll_status(self) -> None:
