@@ -66,18 +66,25 @@ def test_a_thousand_rows_a_cursor_that_stays_on_its_row_and_words_shown_as_they_
             await pilot.press("down", "down")
             table.fill(rows(990, first=1))  # a refill, with the first row gone: the cursor stays on its row
             assert table.selected == "node-0002" and table.cursor_row == 1
+            await pilot.press("end")
+            table.fill(rows(5, first=900))  # fewer rows than the cursor's place, its row gone: the last row
+            assert table.selected == "node-0904" and table.cursor_row == 4
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.chosen == ["node-0904"]
+            await pilot.press("home", "down", "down")
             table.fill({})
             assert table.row_count == 0 and table.selected is None
             table.fill(rows(3))
             assert table.selected == "node-0000"
             await pilot.press("enter")
             await pilot.pause()
-            assert app.chosen == ["node-0000"]
+            assert app.chosen == ["node-0904", "node-0000"]
             await pilot.click(BoardTable, offset=(2, 3))  # the third row: the cursor moves there
             await pilot.pause()
             assert table.selected == "node-0002" and app.highlighted[-1] == "node-0002"
             await pilot.click(BoardTable, offset=(2, 3))  # and a click on the cursor's row chooses it
             await pilot.pause()
-            assert app.chosen == ["node-0000", "node-0002"]
+            assert app.chosen == ["node-0904", "node-0000", "node-0002"]
 
     asyncio.run(scenario())

@@ -164,6 +164,7 @@ class HomeScreen(DeckScreen[None]):
         from ..messages import RunsListed
 
         began = thread_time()
+        self._list_again_at = float("inf")  # not again from the timer while this one lasts
         try:
             statuses = self.app.backend.list()
             self.post_message(RunsListed(statuses, self.app.backend.unseen()))

@@ -104,10 +104,10 @@ class MonitorScreen(DeckScreen[None]):
         self._last_draw = 0.0
         self._dirty = True
         self._polls: dict[str, Timer] = {}
+        """The timer of each poll's next read (``_again``)."""
         self.polled: dict[str, tuple[int, float]] = {}
         """Each poll's asks so far and the CPU seconds they took in their thread (what a benchmark
         reports of where the console's time goes)."""
-        """The timer of each poll's next read (``_again``)."""
         self._feed: MetricFeed | None = None
         self.picked: list[int] = []
         """The ranks the user asked the chart for ([]: the automatic choice)."""

@@ -30,9 +30,10 @@ GAP = 2
 WIDEST = 60
 """The widest a column is made (its cells are cut); the last one takes what is left."""
 NARROWEST = 12
-"""Where the columns are wider than the table, the widest are narrowed, down to this (or their
-header), before the last one is: each keeps its start in sight, and the last (a node's trouble, a
-workload's reason) is not cut to a few letters. The cursor's row says it whole below the table."""
+"""Where the columns are wider than the table, the widest are narrowed a cell at a time, down to
+this (or their header; never the first, the row's name): each keeps its start in sight, and the
+last (a node's trouble, a workload's reason) is not cut to a few letters. The line under the
+table says the cursor's row whole."""
 
 
 class BoardTable(LineStyles, ScrollView, can_focus=True):
@@ -88,7 +89,7 @@ class BoardTable(LineStyles, ScrollView, can_focus=True):
         self._widths = [cell_len(c) for c in self.columns]
         self._filled = 0
         """Fills so far (the columns' fitted widths are kept until the next, or another width)."""
-        self._fit: tuple[tuple[int, int], list[int]] = ((0, 0), [])
+        self._fit: tuple[tuple[int, int], list[int]] = ((-1, -1), [])
         self.cursor_row = 0
 
     # -- what it holds ---------------------------------------------------------------
@@ -120,8 +121,10 @@ class BoardTable(LineStyles, ScrollView, can_focus=True):
         self._widths = [min(w, WIDEST) for w in widths]
         self._filled += 1
         self.virtual_size = Size(self.size.width, len(self._rows) + 1)
-        at = self._keys.index(was) if was is not None and was in rows else min(self.cursor_row, len(self._keys) - 1)
-        self._move(max(0, at), say=was != self.selected)
+        at = max(
+            0, self._keys.index(was) if was is not None and was in rows else min(self.cursor_row, len(self._keys) - 1)
+        )
+        self._move(at, say=was != (self._keys[at] if self._keys else None))  # (the old row may be past the new end)
         self.refresh()
 
     # -- the cursor --------------------------------------------------------------------
