@@ -38,7 +38,7 @@ class StepGaps:
     timed when torchdeck reads them, and lines read together in one burst share a time, which
     makes single gaps zero or many steps long while a few steps' pace stays right."""
 
-    __slots__ = ("_times", "_steps", "_fed", "_paces_from", "_paces_s", "best", "compute", "_figures")
+    __slots__ = ("_times", "_steps", "_fed", "_paces_from", "_paces_s", "_stretch", "best", "compute", "_figures")
 
     def __init__(self) -> None:
         self._times = array("d")
@@ -54,6 +54,9 @@ class StepGaps:
         or more before it where it starts (kept as the points are): made once, as its point comes.
         A monitor of 1,024 ranks that made every rank's paces again at each of its new steps spent
         a tenth of a core so."""
+        self._stretch: float | None = None
+        """The newest point's pace over ``STRETCH`` steps or more (None: the window has no point
+        that far back)."""
         self.best: float | None = None
         """The lowest stretch pace seen (kept beyond the window)."""
         self.compute: deque[float] = deque(maxlen=WINDOW)
@@ -86,7 +89,7 @@ class StepGaps:
         # In one pass back over the window (the steps only grow: at most STRETCH points), the pace
         # ending here from the newest point at least SPAN steps back, and the stretch's pace from
         # the newest at least STRETCH back (the best kept).
-        oldest, paced = max(0, len(steps) - (WINDOW + 1)), False
+        oldest, paced, self._stretch = max(0, len(steps) - (WINDOW + 1)), False, None
         for i in range(len(steps) - 2, oldest - 1, -1):
             behind = step - steps[i]
             if not paced and behind >= SPAN:
@@ -94,26 +97,13 @@ class StepGaps:
                 self._paces_s.append((time - times[i]) / behind)
                 paced = True
             if behind >= STRETCH:
-                stretch = (time - times[i]) / behind
+                self._stretch = stretch = (time - times[i]) / behind
                 self.best = stretch if self.best is None else min(self.best, stretch)
                 break
         if len(steps) > 2 * (WINDOW + 1):
             del times[: -(WINDOW + 1)], steps[: -(WINDOW + 1)]
             del self._paces_s[: -(WINDOW + 1)], self._paces_from[: -(WINDOW + 1)]
         self._figures = False
-
-    def _pace(self, steps: int) -> float | None:
-        """Seconds per step over the newest ``steps`` steps (from the newest point back to the
-        nearest one at least that many steps before it, within the window)."""
-        times, marks = self._times, self._steps
-        n = min(len(marks), WINDOW + 1)
-        if n < 2:
-            return None
-        t1, s1 = times[-1], marks[-1]
-        for i in range(2, n + 1):
-            if s1 - marks[-i] >= steps:
-                return (t1 - times[-i]) / (s1 - marks[-i])
-        return None
 
     def _paces(self) -> list[float]:
         """The pace over ``SPAN`` steps or more ending at each of the newest ``WINDOW`` + 1 points,
@@ -131,7 +121,7 @@ class StepGaps:
             return None
         ordered = sorted(paces)
         p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
-        recent = self._pace(STRETCH) or paces[-1]
+        recent = self._stretch or paces[-1]
         best = min(self.best, recent) if self.best is not None else recent
         compute = statistics.median(self.compute) if len(self.compute) >= MIN_GAPS else None
         half = len(ordered) // 2  # the median, as statistics.median makes it (without sorting again)
