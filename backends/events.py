@@ -165,6 +165,7 @@ def score_ranks(ranks: dict[int, RankProgress], clocks: dict[int, StepGaps]) -> 
             view = ranks[rank]
             view.step_s_median, view.step_s_p95 = round(f.median_s, 6), round(f.p95_s, 6)
             view.compute_s_median = round(f.compute_s, 6) if f.compute_s else None
+            view.compute_s_p95 = round(f.compute_p95_s, 6) if f.compute_p95_s else None
             view.individual_score = round(f.individual, 3)
     relate_ranks(ranks)
 
@@ -173,7 +174,7 @@ def relate_ranks(ranks: dict[int, RankProgress]) -> None:
     """Each rank's relative score among all of ``ranks`` (call again once ranks folded apart, a
     pod's log each, are together)."""
     figures = {
-        rank: StepFigures(v.step_s_median, v.step_s_p95 or v.step_s_median, 1.0, v.compute_s_median)
+        rank: StepFigures(v.step_s_median, v.step_s_p95 or v.step_s_median, 1.0, v.compute_s_median, v.compute_s_p95)
         for rank, v in ranks.items()
         if v.step_s_median
     }

@@ -9,9 +9,10 @@ Ranks of a synchronous job (DDP) step together: a fast rank waits in the gradien
 a slow one, so their paces are the same and name no straggler. Where the lines say each rank's own
 compute (the built-in trainer's ``compute_s``: its model's forward pass, which holds no collective)
 the relative score is made from that instead: 1 less the share of each step the rank's slower
-compute holds the others back. From paces alone, a rank is scored below 1.0 only
-where its median is beyond the fastest rank's own spread (its p95): a healthy run's swings (steps
-of one rank taking 0.04 s and then 0.4 s on a busy host) name no rank."""
+compute holds the others back. Either way a rank is scored below 1.0 only where its median is
+beyond the fastest rank's own spread (the p95 of its paces, or of its compute): a healthy run's
+swings (steps of one rank taking 0.04 s and then 0.4 s on a busy host, or a forward pass of 14 ms
+taking 20 while another process has the core) name no rank."""
 
 from __future__ import annotations
 
@@ -123,10 +124,14 @@ class StepGaps:
         p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
         recent = self._stretch or paces[-1]
         best = min(self.best, recent) if self.best is not None else recent
-        compute = statistics.median(self.compute) if len(self.compute) >= MIN_GAPS else None
+        compute, compute_p95 = None, None
+        if len(self.compute) >= MIN_GAPS:
+            computes = sorted(self.compute)
+            compute = statistics.median(computes)
+            compute_p95 = computes[min(len(computes) - 1, int(0.95 * len(computes)))]
         half = len(ordered) // 2  # the median, as statistics.median makes it (without sorting again)
         median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
-        return StepFigures(median, p95, best / recent if recent > 0 else 1.0, compute)
+        return StepFigures(median, p95, best / recent if recent > 0 else 1.0, compute, compute_p95)
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,8 @@ class StepFigures:
     """The rank's best stretch over its newest (1.0: as fast as it has been)."""
     compute_s: float | None = None
     """The median of its own compute seconds, where its lines say them."""
+    compute_p95_s: float | None = None
+    """Their 95th percentile: the spread a rank's own compute has on this host now."""
 
 
 COMPUTE_PER_FORWARD = 3.0
@@ -155,11 +162,16 @@ def relative_scores(figures: dict[int, StepFigures]) -> dict[int, float]:
     """Each rank's relative score. Where every rank says its compute: 1 less the share of each step
     its slower compute holds every rank back (``held_back``): a rank whose forward pass is twice
     the fastest's but a sliver of a step long costs the run little, and scores near 1.0. Else the
-    fastest median pace over its own, 1.0 where its median is within the fastest rank's spread
-    (under that rank's p95)."""
+    fastest median pace over its own. Either way 1.0 where the rank's median is within the fastest
+    rank's own spread (under that rank's p95): on a host whose other work takes the cores from one
+    rank and then the other, two healthy ranks' medians differ by as much as one rank's own steps
+    do, and neither is a straggler."""
     if figures and all(f.compute_s for f in figures.values()):
-        fastest = min(f.compute_s or 0.0 for f in figures.values())
-        return {rank: 1.0 - held_back(f, fastest) for rank, f in figures.items()}
+        top = min(figures.values(), key=lambda f: f.compute_s or 0.0)
+        fastest, spread = top.compute_s or 0.0, top.compute_p95_s or top.compute_s or 0.0
+        return {
+            rank: 1.0 if (f.compute_s or 0.0) <= spread else 1.0 - held_back(f, fastest) for rank, f in figures.items()
+        }
     paced = {rank: f for rank, f in figures.items() if f.median_s > 0}
     if not paced:
         return {rank: 1.0 for rank in figures}
