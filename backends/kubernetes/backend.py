@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from ...trainer import options as trainer_options
 from ...trainer.s3url import S3Url
-from ...trainer.textmetrics import RankedText
 from ..base import (
     Backend,
     GateStep,
@@ -46,7 +45,6 @@ from ..base import (
     NodeMetrics,
     Plan,
     Progress,
-    RankProgress,
     TestResult,
     as_test_result,
     silent,
@@ -64,10 +62,9 @@ from ..capabilities import (
 )
 from ..cost import PriceBook, RunCost, SpotPrice, budget_stop_words, price_run
 from ..errors import BackendError, FoundByLabel, RunIdTaken, RunNotFound, SpecError
-from ..events import describe_record, fold_progress, fold_ranks, parse_metric_lines, relate_ranks, tool_result
+from ..events import parse_metric_lines
 from ..names import new_run_id
 from ..records import QueueWait
-from ..recovery import RecoveryLog
 from ..schema import number
 from ..spec import JobKindName, JobSpec, spec_from_dict, validate
 from ..triage import Triage, triage_line
@@ -77,8 +74,6 @@ from .board import read_nodes_view, read_queues_view
 from .client import ApiError, ApiKind, KubeClient, api_path
 from .costs import (
     COST_ANNOTATION,
-    PROGRESS_ANNOTATION,
-    RECOVERY_ANNOTATION,
     STOPPED_ANNOTATION,
     NodeBook,
     annotate,
@@ -88,15 +83,16 @@ from .costs import (
 from .diagnosis import (
     Finding,
     bad_nodes,
-    coming_back,
     job_findings,
     lost_node_down,
     lost_nodes,
     node_trouble,
     pod_findings,
 )
+from .figures import PODS_READ, ROW_READS, log_lines, read_progress, row_figures, text_reader
 from .finding import MANAGED, MANAGED_BY, RunFinder, RunJob
 from .fleet import listed_alone_status, made_by, unreadable_status
+from .gate import run_gate
 from .identity import FOUND_BY_LABEL, MadeRun, RunRecords, made_now
 from .importing import import_job
 from .jobs import (
@@ -114,7 +110,6 @@ from .manifests import (
     CODE_LABEL,
     FORCE_DELETE_ANNOTATION,
     JOB_LABEL,
-    PATTERN_ANNOTATION,
     POD_STUCK_AFTER_S,
     PODS_ANNOTATION,
     PROGRAM_ANNOTATION,
@@ -130,7 +125,7 @@ from .manifests import (
     run_labels,
 )
 from .node_metrics import measure_nodes
-from .objects import Node, ObjectMeta, Pod, timestamp
+from .objects import ObjectMeta, Pod, timestamp
 from .objects import items as items_of
 from .ownership import OwnedBy
 from .preflight import preflight
@@ -157,12 +152,6 @@ def spec_of(job: RunJob) -> JobSpec | None:
 
 CRD_CACHE_S = 5.0
 NODE_METRICS_TTL_S = 5.0
-PODS_READ = 16
-ROW_READS = 32
-"""The runs whose newest log lines one listing reads for their rows' figures (one request each), the
-newest first; an ended run's are read once and kept on its job."""
-ROW_FIGURES = ("epoch", "epochs", "step", "total_steps", "loss", "accuracy", "val_loss")
-"""Pods whose log tails ``status`` reads for each rank's progress (one request each)."""
 
 
 OFFLINE = "preflight not run: render reads no cluster (train --backend kubernetes --dry-run checks one)"
@@ -390,87 +379,9 @@ class KubernetesBackend(
         as a run of the same kind (so placed, queued and admitted as the run would be), waited for,
         its answer read from rank 0's log, then deleted. The answer is judged (``health.judge``,
         with each node's instance type) and kept in the state folder for ``status``."""
-        from ..health import GateResult, gate_spec, judge, save
-
         if spec is None:
             raise BackendError("the health gate on a cluster needs the run's spec", "torchdeck check SPEC (or flags)")
-        gate = gate_spec(spec, step)
-        run_id = self.submit(gate)
-        progress(f"health gate {run_id}: {gate.nodes} node(s) x {gate.nproc_per_node} rank(s), image {gate.image}")
-        try:
-            status = self._wait_gate(run_id, step.timeout_s, progress)
-            ran_on, text = self._gate_answer(run_id)
-            answer = tool_result(text)  # the check's own error line raises, with its message and hint
-            if status.state is not JobState.SUCCEEDED or answer is None:
-                raise BackendError(
-                    f"the health gate {run_id} {status.state.value}: {status.reason or 'it said no result'}",
-                    status.hint
-                    or "torchdeck logs of the gate are gone with it: run it again with kubectl to read them",
-                )
-        finally:
-            with contextlib.suppress(BackendError, ApiError):
-                self.discard(run_id)
-        result = GateResult.from_tool(answer).only_on(ran_on)
-        result.instance_types = self._instance_types({str(n.get("node")) for n in result.nodes})
-        result.short = judge(result, result.instance_types)
-        result.time = time.time()
-        result.gate = run_id
-        if self.ledger_dir is not None:
-            save(self.ledger_dir / "check", result)
-        return result
-
-    def _gate_answer(self, run_id: str) -> tuple[set[str], str]:
-        """The nodes the gate's own pods ran on, and what its rank 0 wrote, read from rank 0's pod
-        alone (an MPIJob's launcher, whose mpirun carries every rank's output, where it has one):
-        any pod can print a result line; the gate's rank 0 writes the one."""
-        job = self.runs.job(run_id)
-        ns = job.namespace
-        pods = self.pods(job.run_id, ns)
-        ran_on = {p.node for p in pods if p.node}
-        ranks = node_ranks([p for p in pods if has_started(p)])
-        first = sorted((rank, pod) for pod, rank in ranks.items() if rank <= 0)[:1]  # the launcher (-1) first
-        if not first:
-            return ran_on, ""
-        node, pod = first[0]
-        try:
-            answer = self.client.request("GET", api_path("Pod", ns, pod, "log"), stream=True, timeout=30)
-        except BackendError:
-            return ran_on, ""
-        batch = [(node, 0, raw) for raw in answer.data.splitlines()]
-        lines = self._log_lines(batch, nproc_per_node(job.view), 0, self.text_reader(job))[1]
-        return ran_on, "\n".join(line.text for line in lines)
-
-    def _wait_gate(self, run_id: str, timeout_s: float, on_wait: Progress) -> JobStatus:
-        deadline, said = time.monotonic() + timeout_s, ""
-        while True:
-            status = self.status(run_id)
-            if status.state.is_terminal:
-                return status
-            words = status.reason or status.state.value
-            if words != said:
-                on_wait(f"health gate: {words}")
-                said = words
-            if time.monotonic() > deadline:
-                raise BackendError(
-                    f"the health gate {run_id} did not end in {timeout_s:.0f} s ({words})",
-                    "its pods could not be placed or started: torchdeck status says why for a run of the same spec",
-                )
-            time.sleep(2.0)
-
-    def _instance_types(self, nodes: set[str]) -> dict[str, str]:
-        """Each node's instance type (its ``node.kubernetes.io/instance-type`` label), where it has one."""
-        from ..health import INSTANCE_LABEL
-
-        found: dict[str, str] = {}
-        for name in sorted(nodes):
-            try:
-                node = self.client.request("GET", api_path("Node", name=name))
-            except ApiError:
-                continue
-            kind = Node.from_api(node).meta.labels.get(INSTANCE_LABEL)
-            if kind:
-                found[name] = kind
-        return found
+        return run_gate(self, spec, step, progress)
 
     def cordon(self, node: str) -> None:
         """Mark a node unschedulable (``kubectl cordon``): what it runs stays, nothing new lands."""
@@ -666,7 +577,9 @@ class KubernetesBackend(
             status.bad_nodes = lost_nodes(self.client, pods, node_ranks(pods), nproc_per_node(job.view))
             if not job.ref:  # another's job: its pods are never deleted from here
                 self._release_lost(status, pods)
-        self._progress(status, ns, [p for p in pods if p.node not in status.bad_nodes], job)
+        read_progress(
+            self.client, status, ns, [p for p in pods if p.node not in status.bad_nodes], job, self._node_trouble
+        )
         self._priced(job, pods, status)
         if status.state.is_terminal and status.state is not JobState.SUCCEEDED:
             unread: list[str] = []
@@ -749,7 +662,7 @@ class KubernetesBackend(
         pods = [p for p in self.pods(name, ns) if has_started(p)]
         pod_of = {rank: pod for pod, rank in node_ranks(pods).items()}
         node_of = {p.name: p.node or "?" for p in pods}
-        reader = self.text_reader(job)
+        reader = text_reader(job)
         dumps: dict[int, object] = {}
         for node, raw in self._pod_lines(name, ns):
             stream: int | None = None
@@ -937,98 +850,6 @@ class KubernetesBackend(
             f"raise budget and unsuspend the job to go on from its snapshot, or `torchdeck stop {status.run_id}`"
         )
 
-    def _progress(self, status: JobStatus, namespace: str, pods: Sequence[Pod], job: RunJob) -> None:
-        """Epoch, step, loss and accuracy from the tail of node 0's log (one small request), and each
-        rank's progress from the tails of the first ``PODS_READ`` pods' logs."""
-        started = [p for p in pods if has_started(p)]
-        ranks = node_ranks(started)
-        ordered = sorted(started, key=lambda p: max(0, ranks[p.name]))[:PODS_READ]
-        if not ordered:  # its pods gone (an ended run's, later): what was kept of it as it ended
-            self._kept_figures(job, status)
-            return
-        reader = self.text_reader(job)
-        per_rank: dict[int, RankProgress] = {}
-        events: list[MetricEvent] = []
-        kept = read_annotation(job.obj, RECOVERY_ANNOTATION)
-        recovered = RecoveryLog.from_json(kept)
-        for i, pod in enumerate(ordered):
-            found = self._tail_events(namespace, pod.name, max(0, ranks[pod.name]), reader)
-            if found is None:
-                continue
-            fold_ranks(found, per_rank)
-            recovered.feed(found)
-            if i == 0:
-                lowest = min((e.rank for e in found), default=0)
-                events = [e for e in found if e.rank == lowest]  # the lowest rank, as the local backend reads
-        relate_ranks(per_rank)  # each pod's ranks were folded apart: the fastest among them all
-        status.ranks = [per_rank[r] for r in sorted(per_rank)]
-        error = fold_progress(status, events)
-        recovered.recoveries()  # where ranks moved, or the world changed: worked out before it is kept
-        learnt = recovered.to_json()
-        if learnt != (kept or RecoveryLog().to_json()) and not status.found_by_label:
-            with contextlib.suppress(BackendError):  # kept where it may be: else learnt again while the lines last
-                annotate(self.client, job.path, {RECOVERY_ANNOTATION: learnt})
-        status.restarts = max(status.restarts, recovered.attempt)
-        status.world_size = recovered.world or status.world_size  # an elastic run's, as its newest attempt has it
-        status.recovery = recovered.lines()
-        status.coming_back = coming_back(
-            recovered, pods, node_ranks(pods), nproc_per_node(job.view), self._node_trouble
-        )
-        if error is not None and (not status.reason or status.state is JobState.FAILED):
-            status.reason, status.hint = f"rank 0: {error.get('message')}", error.get("hint") or status.hint
-        self._keep_figures(job, status)
-
-    def _tail_events(
-        self, namespace: str, pod: str, rank: int, reader: RankedText | None
-    ) -> builtins.list[MetricEvent] | None:
-        """The events among a pod's newest 200 lines (None where its log cannot be read)."""
-        try:
-            tail = self.client.request(
-                "GET", api_path("Pod", namespace, pod, "log"), query={"tailLines": 200}, stream=True, timeout=10
-            ).data
-        except BackendError:
-            return None
-        if reader is not None:  # the user's code: its ranks' records among the pod's lines
-            return self._log_lines([(rank, 0, line) for line in tail.splitlines()], 1, 0, reader)[0]
-        return parse_metric_lines(tail.splitlines())
-
-    def _keep_figures(self, job: RunJob, status: JobStatus) -> None:
-        """An ended run's last figures, kept on its job once (its pods, and their logs, go later), for
-        the rows of ``jobs`` and the runs screen to say how it finished."""
-        if not status.state.is_terminal or status.found_by_label or not status.step:
-            return
-        if read_annotation(job.obj, PROGRESS_ANNOTATION) is None:
-            with contextlib.suppress(BackendError):
-                annotate(self.client, job.path, {PROGRESS_ANNOTATION: {k: getattr(status, k) for k in ROW_FIGURES}})
-
-    def _kept_figures(self, job: RunJob, status: JobStatus) -> bool:
-        """The figures kept on an ended run's job, into ``status``; False where none were kept."""
-        kept = read_annotation(job.obj, PROGRESS_ANNOTATION)
-        if kept is None:
-            return False
-        for key in ROW_FIGURES:
-            value = kept.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                setattr(status, key, int(value) if key in ("epoch", "epochs", "step", "total_steps") else value)
-        return True
-
-    def _row_figures(self, job: RunJob, status: JobStatus, pods: Sequence[Pod], may_read: bool) -> bool:
-        """A listed run's epoch, step, loss and accuracy, read as ``status`` reads them: an ended run's
-        from what was kept on its job, else (``may_read``: at most ``ROW_READS`` a listing) from its
-        lowest rank's newest lines, and then kept where it has ended. Whether it read a log."""
-        if self._kept_figures(job, status):
-            return False
-        started = [p for p in pods if has_started(p)]
-        if not started or not may_read:
-            return False
-        ranks = node_ranks(started)
-        first = min(started, key=lambda p: max(0, ranks[p.name]))
-        found = self._tail_events(job.namespace, first.name, max(0, ranks[first.name]), self.text_reader(job))
-        lowest = min((e.rank for e in found or []), default=0)
-        fold_progress(status, [e for e in found or [] if e.rank == lowest])
-        self._keep_figures(job, status)
-        return True
-
     def _status_of(self, job: RunJob, pods: Sequence[Pod], read_queue: bool = True) -> JobStatus:
         """The job's state from its object and ``pods``; where it waits in a queue, Kueue's word
         (``read_queue``; else the queue's name alone, and queued while it is held suspended)."""
@@ -1108,7 +929,7 @@ class KubernetesBackend(
                 owned = OwnedBy(self.client, job.namespace, uid)
             run_pods = [p for p in pods.get(name, []) if not owned.uid or owned(p)]
             self._priced(job, run_pods, status)
-            reads += self._row_figures(job, status, run_pods, reads < ROW_READS)
+            reads += row_figures(self.client, job, status, run_pods, reads < ROW_READS)
             if not status.state.is_terminal:  # a node lost under it (read only where its pods show it)
                 status.bad_nodes = lost_nodes(self.client, run_pods, node_ranks(run_pods), nproc_per_node(job.view))
                 self._release_lost(status, run_pods)
@@ -1119,12 +940,12 @@ class KubernetesBackend(
             out.append(status)
         return sorted(out + alone, key=lambda s: s.submitted_at, reverse=True)
 
-    def nodes_view(self) -> NodesView:
+    def nodes_view(self, early: Callable[[NodesView], None] | None = None) -> NodesView:
         """Every node of the cluster now (``board.read_nodes_view``), with the health gate's marks."""
         from ..health import gate_marked
 
         marked = gate_marked(self.ledger_dir / "check") if self.ledger_dir is not None else {}
-        return read_nodes_view(self.client, marked, self.namespace)
+        return read_nodes_view(self.client, marked, self.namespace, early)
 
     def queues_view(self) -> QueuesView:
         """Every queue this identity may read (``board.read_queues_view``); the workloads of the
@@ -1372,47 +1193,6 @@ class KubernetesBackend(
         finally:
             follower.stop()
 
-    def _log_lines(
-        self,
-        batch: builtins.list[tuple[int, int, bytes]],
-        nproc: int,
-        rank: int | None = None,
-        reader: RankedText | None = None,
-    ) -> tuple[builtins.list[MetricEvent], builtins.list[LogLine]]:
-        """Raw pod-log lines as metric events and as log lines (metric lines in words). With a
-        ``reader`` (a run of the user's code) each line says its rank and text lines are read too."""
-        events: builtins.list[MetricEvent] = []
-        lines: list[LogLine] = []
-        for node, attempt, raw in batch:
-            if reader is not None:
-                r, raw, records = reader.read(node, raw)
-                events += [MetricEvent(x["event"], r, float(x.get("time") or 0.0), x) for x in records]
-                if rank is None or r == rank:
-                    lines.append(LogLine(r, raw.decode(errors="replace"), attempt))
-                continue
-            parsed = parse_metric_lines([raw]) if raw[:1] == b"{" else ()
-            if parsed:
-                events.append(parsed[0])
-            r = parsed[0].rank if parsed else (node * nproc if node >= 0 else -1)
-            if rank is None or r == rank:
-                lines.append(
-                    LogLine(r, describe_record(parsed[0].record) if parsed else raw.decode(errors="replace"), attempt)
-                )
-        return events, lines
-
-    @staticmethod
-    def text_reader(job: RunJob) -> RankedText | None:
-        """For a run of the user's code (its job says what it runs), the reader of its text lines."""
-        notes = job.meta.annotations
-        if PROGRAM_ANNOTATION not in notes:
-            return None
-        return RankedText(
-            nproc_per_node(job.view),
-            world_size(job.kind, job.view),
-            notes.get(PATTERN_ANNOTATION),
-            notes[PROGRAM_ANNOTATION],
-        )
-
     def logs(
         self, run_id: str, rank: int | None = None, follow: bool = False, poll_s: float = 0.2
     ) -> Iterator[builtins.list[LogLine]]:
@@ -1423,11 +1203,11 @@ class KubernetesBackend(
             self.client, self.pod_selector(job.run_id), name, ns, follow=follow, owned=self.owner(job.run_id)
         )
         follower.start()
-        reader = self.text_reader(job)
+        reader = text_reader(job)
         try:
             while True:
                 batch, done = follower.take(poll_s)
-                lines = self._log_lines(batch, nproc, rank, reader)[1]
+                lines = log_lines(batch, nproc, rank, reader)[1]
                 if lines or follow:
                     yield lines
                 if done:
@@ -1446,12 +1226,12 @@ class KubernetesBackend(
             self.client, self.pod_selector(job.run_id), name, ns, follow=True, owned=self.owner(job.run_id)
         )
         follower.start()
-        reader = self.text_reader(job)
+        reader = text_reader(job)
         try:
             while True:
                 batch, done = await asyncio.to_thread(follower.take, 0.1)
                 if batch:
-                    yield self._log_lines(batch, nproc, None, reader)
+                    yield log_lines(batch, nproc, None, reader)
                 if done:
                     return
         finally:
@@ -1466,13 +1246,13 @@ class KubernetesBackend(
             self.client, self.pod_selector(job.run_id), name, ns, follow=follow, owned=self.owner(job.run_id)
         )
         follower.start()
-        reader = self.text_reader(job)
+        reader = text_reader(job)
         nproc = nproc_per_node(job.view)
         try:
             while True:
                 batch, done = await asyncio.to_thread(follower.take, poll_s)
                 events = (
-                    self._log_lines(batch, nproc, None, reader)[0]
+                    log_lines(batch, nproc, None, reader)[0]
                     if reader
                     else parse_metric_lines([raw for _, _, raw in batch])
                 )
