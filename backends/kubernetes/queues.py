@@ -146,6 +146,32 @@ def _discovered(client: KubeClient) -> str | None:
     return next((v for v in VERSIONS if v in served), "")
 
 
+VISIBILITY = f"visibility.{GROUP}"
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1", "v1alpha1")
+"""The versions of Kueue's visibility API torchdeck reads, newest first (their pending workloads
+have the same fields): v1alpha1 came with Kueue 0.6, v1beta1 with 0.9, v1beta2 with 0.15. A
+cluster's Kueue serves it at a version of its own, not always its main API's (0.6 to 0.8: v1beta1
+objects, a v1alpha1 visibility API)."""
+_visibility: dict[tuple[str | None, str | None], tuple[float, str | None]] = {}
+
+
+def visibility_version(client: KubeClient) -> str | None:
+    """The newest version of Kueue's visibility API this cluster serves, from its group's discovery
+    (None: not served, or not this identity's to read); kept ``VERSION_CACHE_S`` per client."""
+    key = (client.kubeconfig, client.context)
+    kept = _visibility.get(key)
+    if kept and time.monotonic() - kept[0] < VERSION_CACHE_S:
+        return kept[1]
+    try:
+        served = ServedVersions.from_group(client.request("GET", f"apis/{VISIBILITY}")).versions
+    except ApiError:  # 404: no visibility API (an extension API server Kueue may run without); 403: not ours
+        version = None
+    else:
+        version = next((v for v in VISIBILITY_VERSIONS if v in served), None)
+    _visibility[key] = (time.monotonic(), version)
+    return version
+
+
 def queue_findings(client: KubeClient, spec: JobSpec) -> tuple[list[Finding], QueueView | None]:
     """What would keep a job submitted to ``spec.cluster.queue`` from ever being admitted, each with its
     fix, and what the queue draws on (None where it could not be read)."""
@@ -349,18 +375,21 @@ def queue_wait(client: KubeClient, obj: Mapping[str, object], queue: str) -> Que
     for c in workload.conditions:
         if c.type == "QuotaReserved" and c.status == "False" and c.message:
             wait.reason = (wait.reason + "; waits: " if evicted else "") + c.message
+    seen = visibility_version(client)
     try:
-        pending = [
-            PendingWorkload.from_api(item)
-            for item in items(
-                client.request(
-                    "GET",
-                    api_path(
-                        ApiKind.of_group(f"visibility.{GROUP}", version, "localqueues"), ns, queue, "pendingworkloads"
-                    ),
+        pending = (
+            [
+                PendingWorkload.from_api(item)
+                for item in items(
+                    client.request(
+                        "GET",
+                        api_path(ApiKind.of_group(VISIBILITY, seen, "localqueues"), ns, queue, "pendingworkloads"),
+                    )
                 )
-            )
-        ]
+            ]
+            if seen
+            else []
+        )
     except ApiError:  # the visibility API is optional (an extension API server): no position then
         pending = []
     for item in pending:

@@ -468,3 +468,10 @@ def test_queues_say_usage_who_waits_in_what_order_and_whats_ahead_of_your_run(ku
     ]
     out = cli("queues").stdout
     assert f"your run {run_id}: place 1 in shared-cq, 0 ahead of it" in out and "order: Kueue's visibility API" in out
+    # an older Kueue (0.6 to 0.8) serves its visibility API at v1alpha1 alone: its group's discovery says so
+    kube_api.emulator.visibility_versions = ["v1alpha1"]
+    out = cli("queues").stdout
+    assert f"your run {run_id}: place 1 in shared-cq, 0 ahead of it" in out and "order: Kueue's visibility API" in out
+    kube_api.emulator.visibility_versions = []  # none served (Kueue without its extension API server): the fallback
+    out = cli("queues").stdout
+    assert f"your run {run_id}: place 3 in shared-cq, 2 ahead of it" in out and "not Kueue's word" in out

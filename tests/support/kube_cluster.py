@@ -23,7 +23,9 @@ closed here in a subclass:
   DCGM exporter's metrics; metrics.k8s.io node metrics are a built-in resource;
 - Kueue's visibility API (an extension API server on a real cluster) answers a
   LocalQueue's pending workloads from ``visibility`` by (namespace, name), and a
-  ClusterQueue's by ("", name) (404 where it holds none);
+  ClusterQueue's by ("", name) (404 where it holds none), at the versions
+  ``visibility_versions`` lists, as its group's discovery does (Kueue 0.19's two;
+  an older Kueue's v1alpha1 alone);
 - only the newest ``KEPT_REQUESTS`` requests are kept. kmock keeps every one,
   and matches each new request to its reactions by scanning them all, so its
   cost per request grows with every request served: about 10 minutes into a
@@ -69,8 +71,9 @@ BUILTIN = {
 NS_PATH = re.compile(r"^/api/v1/namespaces/?([^/]*)$")
 LOG_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
 PROXY_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/proxy(/.*)$")
+VISIBILITY_GROUP = "/apis/visibility.kueue.x-k8s.io"
 VISIBILITY_PATH = re.compile(
-    r"^/apis/visibility\.kueue\.x-k8s\.io/v1beta[12]/(?:namespaces/([^/]+)/localqueues|clusterqueues)/([^/]+)"
+    r"^/apis/visibility\.kueue\.x-k8s\.io/(v1\w+)/(?:namespaces/([^/]+)/localqueues|clusterqueues)/([^/]+)"
     r"/pendingworkloads$"
 )
 KEPT_REQUESTS = 256
@@ -163,8 +166,9 @@ class ClusterEmulator(KubernetesEmulator):
         self.watch_faults: list[tuple[str, int]] = []
         self.watches = 0
         self.proxied: dict[tuple[str, str, str], str] = {}
-        self.visibility: dict[tuple[str, str], list[dict[str, Any]]] = {}
         """(namespace, "pod:port", path) -> what the pod proxy answers (e.g. a DCGM exporter's metrics)."""
+        self.visibility: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.visibility_versions = ["v1beta2", "v1beta1"]
 
     # -- resource versions ----------------------------------------------------------
 
@@ -323,9 +327,22 @@ class ClusterEmulator(KubernetesEmulator):
             if body is None:
                 return _status(503, "ServiceUnavailable", "no endpoints available")
             return aiohttp.web.Response(text=body, content_type="text/plain")
+        if raw_request.path.rstrip("/") == VISIBILITY_GROUP and self.visibility_versions:
+            versions = [
+                {"groupVersion": f"visibility.kueue.x-k8s.io/{v}", "version": v} for v in self.visibility_versions
+            ]
+            return aiohttp.web.json_response(
+                {
+                    "kind": "APIGroup",
+                    "apiVersion": "v1",
+                    "name": "visibility.kueue.x-k8s.io",
+                    "versions": versions,
+                    "preferredVersion": versions[0],
+                }  # fmt: skip
+            )
         if m := VISIBILITY_PATH.match(raw_request.path):
-            pending = self.visibility.get((m.group(1) or "", m.group(2)))  # ("", name): a ClusterQueue's
-            if pending is None:
+            pending = self.visibility.get((m.group(2) or "", m.group(3)))  # ("", name): a ClusterQueue's
+            if pending is None or m.group(1) not in self.visibility_versions:
                 return _status(404, "NotFound", "the server could not find the requested resource")
             return aiohttp.web.json_response({"kind": "PendingWorkloadsSummary", "items": pending})
         if len(self._requests) > 2 * KEPT_REQUESTS:
