@@ -148,9 +148,11 @@ class ClusterViews:
     what: ClassVar[str] = "the nodes and queues of a shared cluster"
     elsewhere: ClassVar[str] = "a cluster's: torchdeck --backend kubernetes nodes (or queues)"
 
-    def nodes_view(self) -> NodesView:
+    def nodes_view(self, early: Callable[[NodesView], None] | None = None) -> NodesView:
         """Every node now: allocatable, requested and used CPU, memory and GPUs, its training
-        jobs, and why it is bad."""
+        jobs, and why it is bad. ``early``, where given, is handed the nodes alone first (their room,
+        state and trouble; ``pods_read`` False) while their pods are still being read: on 1,000
+        nodes the rows come in a third of the whole read's time."""
         raise NotImplementedError  # each backend that declares the capability has its own
 
     def queues_view(self) -> QueuesView:

@@ -51,6 +51,9 @@ class NodesView:
     nodes: tuple[NodeRow, ...] = ()
     notes: tuple[str, ...] = ()
     """What could not be read (usage without metrics-server, pods of namespaces not this identity's)."""
+    pods_read: bool = True
+    """False in the early view (``ClusterViews.nodes_view``'s ``early``): the nodes alone, their
+    requests, pods and jobs not read yet."""
 
     def to_dict(self) -> dict[str, object]:
         return {"nodes": [asdict(n) | {"state": n.state} for n in self.nodes], "notes": list(self.notes)}
@@ -130,15 +133,16 @@ class QueuesView:
         return {"queues": [asdict(q) for q in self.queues], "ordered_by": self.ordered_by, "notes": list(self.notes)}
 
 
-def amount(a: Amounts, unit: str = "") -> str:
-    """``requested/allocatable`` (and ``used``) in a cell: ``3.5/8 used 2.1``; memory in GiB."""
+def amount(a: Amounts, unit: str = "", asked: bool = True) -> str:
+    """``requested/allocatable`` (and ``used``) in a cell: ``3.5/8 used 2.1``; memory in GiB; ``?``
+    for the requested where the pods are not read yet (not ``asked``)."""
     scale = 2**30 if unit == "Gi" else 1
 
     def n(x: float) -> str:
         x /= scale
         return f"{x:.0f}" if x == int(x) or x >= 100 else f"{x:.1f}"
 
-    cell = f"{n(a.requested)}/{n(a.allocatable)}{unit}"
+    cell = f"{n(a.requested) if asked else '?'}/{n(a.allocatable)}{unit}"
     return cell + (f" ({n(a.used)})" if a.used is not None else "")
 
 
@@ -148,6 +152,19 @@ def node_cells(view: NodesView) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for n in view.nodes:
         jobs = ", ".join(n.jobs[:3]) + (f" +{len(n.jobs) - 3}" if len(n.jobs) > 3 else "")
-        gpus = amount(n.gpus) if n.gpus.allocatable else "-"
-        rows.append((n.name, n.state, amount(n.cpu), amount(n.memory, "Gi"), gpus, str(n.pods), jobs or "-", n.trouble))
+        read = view.pods_read  # else what the pods say is still being read: "?" for it, not a count of none
+        gpus = amount(n.gpus, asked=read) if n.gpus.allocatable else "-"
+        cpu, memory = amount(n.cpu, asked=read), amount(n.memory, "Gi", asked=read)
+        rows.append(
+            (
+                n.name,
+                n.state,
+                cpu,
+                memory,
+                gpus,
+                str(n.pods) if read else "?",
+                jobs or ("-" if read else "?"),
+                n.trouble,
+            )
+        )
     return rows

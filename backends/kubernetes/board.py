@@ -6,8 +6,7 @@ Workloads; the visibility API once a queue), whatever the number of nodes or pod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import BackendError
@@ -30,7 +29,7 @@ from .objects import (
     read_pages,
     true_condition,
 )
-from .queues import GROUP, kueue_kind, kueue_version
+from .queues import VISIBILITY, kueue_kind, kueue_version, visibility_version
 
 if TYPE_CHECKING:
     from .client import KubeClient
@@ -74,33 +73,44 @@ def _asked(pod: Pod, resource: str) -> float:
     return sum(quantity(r.asked(resource)) for r in pod.resources if r.asked(resource))
 
 
-def read_nodes_view(client: KubeClient, marked: Mapping[str, str], namespace: str | None = None) -> NodesView:
+def read_nodes_view(
+    client: KubeClient,
+    marked: Mapping[str, str],
+    namespace: str | None = None,
+    early: Callable[[NodesView], None] | None = None,
+) -> NodesView:
     """Every node: allocatable, requested (by the pods bound to it and not ended) and used (from
     metrics-server) CPU, memory and GPUs; the training jobs with pods on it; and why it is bad (what
-    ``status`` says of a run's node, and the health gate's ``marked`` nodes). The three lists are
-    asked for at once: on 1,000 nodes the API server makes the pods' (megabytes) while the nodes'
-    are read here."""
-    pods_notes: list[str] = []
-    usage_notes: list[str] = []  # (one list each: the two threads' notes come in one order)
-    with ThreadPoolExecutor(3, thread_name_prefix="nodes-view") as pool:
-        asked_pods = pool.submit(_live_pods, client, namespace, pods_notes)
-        asked_usage = pool.submit(_node_usage, client, usage_notes)
-        try:
-            nodes = client.read_nodes()
-        except ApiError as exc:
-            if exc.status != 403:
-                raise
-            raise BackendError(
-                "may not list the cluster's nodes (nodes are cluster-wide: this identity's role does not reach them)",
-                "ask your admin for a ClusterRole that may get and list nodes; your runs' own nodes show in their status",
-            ) from None
-        pods, usage = asked_pods.result(), asked_usage.result()
+    ``status`` says of a run's node, and the health gate's ``marked`` nodes). The nodes are read
+    first, and handed to ``early`` (where given) before the pods are. One list after another: on
+    1,000 nodes and 1,700 pods the three at once (a thread each) took 0.8 to 1.6 s where one after
+    another took 0.65 (the parsing threads held the interpreter from the ones reading, a chunk at
+    a time, and the API server made two lists at once on the same cores)."""
+    try:
+        nodes = client.read_nodes()
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        raise BackendError(
+            "may not list the cluster's nodes (nodes are cluster-wide: this identity's role does not reach them)",
+            "ask your admin for a ClusterRole that may get and list nodes; your runs' own nodes show in their status",
+        ) from None
+    if early is not None:
+        early(NodesView(_sorted(_node_row(node, [], None, marked) for node in nodes), pods_read=False))
+    notes: list[str] = []
+    pods = _live_pods(client, namespace, notes)
+    usage = _node_usage(client, notes)
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
         if pod.node:
             by_node.setdefault(pod.node, []).append(pod)
-    rows = [_node_row(node, by_node.get(node.name, []), usage.get(node.name), marked) for node in nodes]
-    return NodesView(tuple(sorted(rows, key=lambda r: (r.state == "ready", r.name))), (*pods_notes, *usage_notes))
+    rows = _sorted(_node_row(node, by_node.get(node.name, []), usage.get(node.name), marked) for node in nodes)
+    return NodesView(rows, tuple(notes))
+
+
+def _sorted(rows: Iterable[NodeRow]) -> tuple[NodeRow, ...]:
+    """The bad nodes first, then by name."""
+    return tuple(sorted(rows, key=lambda r: (r.state == "ready", r.name)))
 
 
 def _live_pods(client: KubeClient, namespace: str | None, notes: list[str]) -> list[Pod]:
@@ -196,7 +206,7 @@ def read_queues_view(client: KubeClient, ours: Mapping[str, str], namespace: str
     for cq in cluster_queues:
         name = ObjectMeta.from_api(cq).name
         mine = [w for w in workloads if _cluster_queue_of(w, lq_target) == name]
-        waiting, seen = _waiting(client, version, name, mine, ours)
+        waiting, seen = _waiting(client, name, mine, ours)
         visible = visible and seen
         rows.append(_queue_row(ClusterQueue.from_api(cq), name, mine, waiting, sorted(on_queue.get(name, []))))
     ordered_by = (
@@ -270,19 +280,21 @@ def _queue_row(
 
 
 def _waiting(
-    client: KubeClient, version: str, queue: str, workloads: list[Workload], ours: Mapping[str, str]
+    client: KubeClient, queue: str, workloads: list[Workload], ours: Mapping[str, str]
 ) -> tuple[list[Waiting], bool]:
     """The queue's waiting workloads in order: Kueue's visibility API's (True), else priority then
     creation time (False)."""
     pending = [w for w in workloads if true_condition(w.conditions, "Admitted") is None and not _finished(w)]
     by_name = {(w.meta.namespace, w.meta.name): w for w in pending}
     order: list[tuple[str, str]] = []
-    seen = True
+    served = visibility_version(client)
+    seen = served is not None
     try:
-        path = api_path(ApiKind.of_group(f"visibility.{GROUP}", version, "clusterqueues", False), None, queue)
-        for item in items(client.request("GET", path + "/pendingworkloads", query={"limit": 1000})):
-            meta = ObjectMeta.from_api(item)
-            order.append((meta.namespace, meta.name))
+        if served is not None:
+            path = api_path(ApiKind.of_group(VISIBILITY, served, "clusterqueues", False), None, queue)
+            for item in items(client.request("GET", path + "/pendingworkloads", query={"limit": 1000})):
+                meta = ObjectMeta.from_api(item)
+                order.append((meta.namespace, meta.name))
     except ApiError:
         seen = False
     if not seen:

@@ -13,6 +13,7 @@ from kube_jobs import NS, THEIRS, cluster_cli, install, make_spec, metric_line, 
 from torchdeck.backends.kubernetes.backend import KubernetesBackend
 from torchdeck.backends.kubernetes.client import api_path
 from torchdeck.backends.kubernetes.jobs import api_of
+from torchdeck.backends.views import NodesView, node_cells
 
 
 def their_pod(backend, job, index, node, namespace=THEIRS, cpu="2", memory="4Gi"):
@@ -135,6 +136,17 @@ def test_nodes_say_their_room_their_use_their_training_jobs_and_why_one_is_bad(k
         "cpu-2",
         "gpu-0",
     ]
+    # the console's first read: the nodes alone first (room, state, trouble), their pods' figures "?", then all
+    seen: list[NodesView] = []
+    whole = backend.nodes_view(early=seen.append)
+    early = seen[0]
+    assert len(seen) == 1 and not early.pods_read and whole.pods_read
+    assert [n.name for n in early.nodes] == [n.name for n in whole.nodes] and early.nodes[0].trouble
+    cells = dict(zip([n.name for n in early.nodes], node_cells(early), strict=True))
+    assert cells["cpu-0"][2:7] == ("?/8", "?/32Gi", "-", "?", "?") and cells["cpu-2"][7] == "cordoned"
+    assert dict(zip([n.name for n in whole.nodes], node_cells(whole), strict=True))["cpu-0"][2:6] == (
+        "3.5/8", "9/32Gi", "-", "2"
+    )  # fmt: skip
 
 
 def test_the_console_lists_every_job_filters_them_and_shows_nodes_and_queues(kube_api, tmp_path):

@@ -218,7 +218,7 @@ class FleetSnapshotBackend(SnapshotBackend, ClusterViews):
             rows.append(status)
         return rows
 
-    def nodes_view(self):
+    def nodes_view(self, early=None):
         from torchdeck.backends.views import Amounts, NodeRow, NodesView
 
         gib = 2**30
