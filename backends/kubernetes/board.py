@@ -83,9 +83,11 @@ def read_nodes_view(
     metrics-server) CPU, memory and GPUs; the training jobs with pods on it; and why it is bad (what
     ``status`` says of a run's node, and the health gate's ``marked`` nodes). The nodes are read
     first, and handed to ``early`` (where given) before the pods are. One list after another: on
-    1,000 nodes and 1,700 pods the three at once (a thread each) took 0.8 to 1.6 s where one after
-    another took 0.65 (the parsing threads held the interpreter from the ones reading, a chunk at
-    a time, and the API server made two lists at once on the same cores)."""
+    1,000 nodes and 1,700 pods (benchmarks/fleet_scale.py's cluster, side by side, 16 reads each)
+    the three at once in threads took 0.73 s (median) and one after another 0.82, but the nodes
+    came in 0.25 s rather than 0.6: the rows on screen a third of a second sooner are worth a
+    tenth at the end (the API server shares the cores, and parsing threads hold the interpreter
+    from the reading ones)."""
     try:
         nodes = client.read_nodes()
     except ApiError as exc:
