@@ -75,7 +75,7 @@ class RankProgress:
     """The median of its own compute seconds a step (the built-in trainer's forward pass), where its
     lines say them: the relative score is made from these where every rank has them."""
     compute_s_p95: float | None = None
-    """Their 95th percentile (a rank whose median is under the fastest rank's is not slower)."""
+    """Their 95th percentile (a rank whose median is under the fastest rank's p95 is not slower)."""
     relative_score: float | None = None
     individual_score: float | None = None
 

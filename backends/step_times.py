@@ -152,8 +152,9 @@ forward's arithmetic (the usual rule: 2 FLOPs a parameter a sample forward, 4 ba
 
 
 def held_back(figures: StepFigures, fastest_compute: float) -> float:
-    """The share of each step the run would save were this rank's compute as fast as the fastest
-    rank's: its forward's excess, times ``COMPUTE_PER_FORWARD``, over the step (0 to 1)."""
+    """The share of each step the run would save were this rank's compute as fast as
+    ``fastest_compute`` (the fastest rank's, to the top of its spread): its forward's excess,
+    times ``COMPUTE_PER_FORWARD``, over the step (0 to 1)."""
     excess = COMPUTE_PER_FORWARD * ((figures.compute_s or 0.0) - fastest_compute)
     return min(1.0, max(0.0, excess / figures.median_s)) if figures.median_s > 0 else 0.0
 
@@ -165,13 +166,13 @@ def relative_scores(figures: dict[int, StepFigures]) -> dict[int, float]:
     fastest median pace over its own. Either way 1.0 where the rank's median is within the fastest
     rank's own spread (under that rank's p95): on a host whose other work takes the cores from one
     rank and then the other, two healthy ranks' medians differ by as much as one rank's own steps
-    do, and neither is a straggler."""
+    do, and neither is a straggler. Past it, a rank's compute holds the others back by what is
+    beyond that spread (from the spread, not the fastest median: a score that fell from 1.0 to
+    0.15 as a median crossed the p95 would flap poll after poll on a rank at the edge)."""
     if figures and all(f.compute_s for f in figures.values()):
         top = min(figures.values(), key=lambda f: f.compute_s or 0.0)
-        fastest, spread = top.compute_s or 0.0, top.compute_p95_s or top.compute_s or 0.0
-        return {
-            rank: 1.0 if (f.compute_s or 0.0) <= spread else 1.0 - held_back(f, fastest) for rank, f in figures.items()
-        }
+        spread = max(top.compute_p95_s or 0.0, top.compute_s or 0.0)
+        return {rank: 1.0 - held_back(f, spread) for rank, f in figures.items()}
     paced = {rank: f for rank, f in figures.items() if f.median_s > 0}
     if not paced:
         return {rank: 1.0 for rank in figures}

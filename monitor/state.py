@@ -569,12 +569,14 @@ def slow_words(
     against the fastest and against its own best, its GPU's and CPU's utilisation, the part of
     each step it waits on its data loader, its node (``figures``: every rank's, as the snapshot made them)."""
     said = []
-    computes = [f.compute_s for rank, f in figures.items() if rank != v.rank and f.compute_s]
+    computes = [f for rank, f in figures.items() if rank != v.rank and f.compute_s]
     if rel is not None and fig is not None and fig.compute_s and computes:
-        fastest = min(computes)
+        top = min(computes, key=lambda f: f.compute_s or 0.0)
+        fastest, spread = top.compute_s or 0.0, top.compute_p95_s or 0.0
+        upto = f", up to {spread:.3g} s" if spread > fastest else ""  # what is within its spread holds none back
         said.append(
             f"its compute holds each step back {1 - rel:.0%} ({fig.compute_s:.3g} s a forward pass, the "
-            f"fastest rank's {fastest:.3g} s, in steps of {fig.median_s:.3g} s)"
+            f"fastest rank's {fastest:.3g} s{upto}, in steps of {fig.median_s:.3g} s)"
         )
     elif rel is not None and fig is not None:
         said.append(f"{rel:.0%} of the fastest pace ({fig.median_s:.3g} s/step, p95 {fig.p95_s:.3g} s)")

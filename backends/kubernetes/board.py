@@ -2,7 +2,8 @@
 each node's room and use, the training pods on it, and why it is bad; each ClusterQueue's quota and
 usage, its admitted and waiting workloads in order, and Kueue's reason for each. Every figure is
 read with one list request a kind (nodes, pods, node metrics; ClusterQueues, LocalQueues,
-Workloads; the visibility API once a queue), whatever the number of nodes or pods."""
+Workloads; the visibility API's version, kept a minute, and its answer once a queue), whatever the
+number of nodes or pods."""
 
 from __future__ import annotations
 

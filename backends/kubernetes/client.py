@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from urllib3.response import BaseHTTPResponse
 
 
+GZIP = {"Accept-Encoding": "gzip"}
+"""Asked for on every GET but a stream's, on both of the client's paths (see ``_get``)."""
+
+
 class ApiError(BackendError):
     """The API server answered with an error status."""
 
@@ -297,6 +301,7 @@ class KubeClient:
                 header_params={
                     "Accept": "application/json",
                     "Content-Type": "application/merge-patch+json" if method == "PATCH" else "application/json",
+                    **(GZIP if method == "GET" and not stream else {}),  # as _get asks (urllib3 decodes .data)
                 },
                 auth_settings=["BearerToken"],
                 _preload_content=False,
@@ -350,7 +355,7 @@ class KubeClient:
                 url,
                 headers={
                     "Accept": "application/json",
-                    **({"Accept-Encoding": "gzip"} if compressed else {}),
+                    **(GZIP if compressed else {}),
                     **dict(self._resolved.headers),
                 },
                 preload_content=False,

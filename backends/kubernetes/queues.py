@@ -157,14 +157,18 @@ _visibility: dict[tuple[str | None, str | None], tuple[float, str | None]] = {}
 
 def visibility_version(client: KubeClient) -> str | None:
     """The newest version of Kueue's visibility API this cluster serves, from its group's discovery
-    (None: not served, or not this identity's to read); kept ``VERSION_CACHE_S`` per client."""
+    (None: not served, or not this identity's to read); kept ``VERSION_CACHE_S`` per cluster and
+    context. Another error (its extension API server restarting: 503) is not kept: the next
+    read asks again."""
     key = (client.kubeconfig, client.context)
     kept = _visibility.get(key)
     if kept and time.monotonic() - kept[0] < VERSION_CACHE_S:
         return kept[1]
     try:
         served = ServedVersions.from_group(client.request("GET", f"apis/{VISIBILITY}")).versions
-    except ApiError:  # 404: no visibility API (an extension API server Kueue may run without); 403: not ours
+    except ApiError as exc:  # 404: no visibility API (an extension API server Kueue may run without); 403: not ours
+        if exc.status not in (403, 404):
+            return None
         version = None
     else:
         version = next((v for v in VISIBILITY_VERSIONS if v in served), None)

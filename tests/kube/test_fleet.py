@@ -136,14 +136,23 @@ def test_nodes_say_their_room_their_use_their_training_jobs_and_why_one_is_bad(k
         "cpu-2",
         "gpu-0",
     ]
-    # the console's first read: the nodes alone first (room, state, trouble), their pods' figures "?", then all
-    seen: list[NodesView] = []
-    whole = backend.nodes_view(early=seen.append)
-    early = seen[0]
-    assert len(seen) == 1 and not early.pods_read and whole.pods_read
+
+    # the console's first read: the nodes alone first (room, state, trouble), handed over before the pods are
+    # asked for, their pods' figures "?", then all
+    def pods_listed() -> list:
+        return [r for r in list(kube_api.emulator) if r.url.path == "/api/v1/pods"]
+
+    before = len(pods_listed())
+    seen: list[tuple[NodesView, int]] = []
+    whole = backend.nodes_view(early=lambda view: seen.append((view, len(pods_listed()) - before)))
+    early, listed_by_then = seen[0]
+    assert len(seen) == 1 and listed_by_then == 0 and len(pods_listed()) > before
+    assert not early.pods_read and whole.pods_read
     assert [n.name for n in early.nodes] == [n.name for n in whole.nodes] and early.nodes[0].trouble
     cells = dict(zip([n.name for n in early.nodes], node_cells(early), strict=True))
     assert cells["cpu-0"][2:7] == ("?/8", "?/32Gi", "-", "?", "?") and cells["cpu-2"][7] == "cordoned"
+    # a list asks for gzip (as client-go does), on the client's SDK path too, which GETs take once it has written
+    assert backend.client._api is not None and "gzip" in pods_listed()[-1].headers.get("Accept-Encoding", "")
     assert dict(zip([n.name for n in whole.nodes], node_cells(whole), strict=True))["cpu-0"][2:6] == (
         "3.5/8", "9/32Gi", "-", "2"
     )  # fmt: skip

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from torchdeck.backends.base import MetricEvent
 from torchdeck.backends.events import fold_ranks
-from torchdeck.backends.step_times import StepGaps, relative_scores
+from torchdeck.backends.step_times import StepFigures, StepGaps, relative_scores
 from torchdeck.monitor.state import MonitorState
 from torchdeck.tui.widgets.rank_table import row_cells
 
@@ -211,6 +211,12 @@ def test_two_healthy_ranks_on_a_busy_host_are_not_told_apart_by_their_compute_bu
     state = MonitorState(straggler_ratio=0.75, clock=lambda: healthy[-1].time)
     state.ingest(healthy)
     assert state.snapshot().stragglers == []
+
+    # no cliff at the spread's edge: a median just past it holds the others back by what is past it alone
+    edge = relative_scores(
+        {0: StepFigures(0.05, 0.05, 1.0, 0.014, 0.03), 1: StepFigures(0.05, 0.05, 1.0, 0.031, 0.035)}
+    )
+    assert edge[0] == 1.0 and 0.9 < edge[1] < 1.0, edge
 
     slowed = run(lambda rank: busy(rank) * (5 if rank == 1 else 1))
     ranks = fold_ranks(slowed)

@@ -98,6 +98,8 @@ class BoardScreen(DeckScreen[None]):
         job = self.jobs.get(self.selected() or "", "")
         if job:
             self.app.open_monitor(job)
+        elif not self.reads:  # the nodes alone so far: which jobs are on them is still being read
+            self.notify("still reading which training jobs are on it", severity="warning")
         else:
             self.notify("no training job on this row", severity="warning")
 
@@ -126,7 +128,13 @@ class NodesScreen(BoardScreen):
         if self.reads:
             return views.nodes_view()
         # the first read: the nodes drawn as they come, a second before their pods on 1,000 nodes
-        return views.nodes_view(early=lambda view: self.app.call_from_thread(self.draw, view))
+        return views.nodes_view(early=lambda view: self.app.call_from_thread(self.draw_early, view))
+
+    def draw_early(self, view: NodesView) -> None:
+        """The nodes alone, unless a whole view is drawn already (a read started after this one,
+        by ``r`` or the timer, can end before it)."""
+        if not self.reads:
+            self.draw(view)
 
     def draw(self, view: NodesView | QueuesView) -> None:
         assert isinstance(view, NodesView)
